@@ -1,0 +1,60 @@
+# DistCache-P4 entry points.  Run as root (Mininet needs it).
+#   make deps    apt packages + Python environment (idempotent, works on a bare Debian 12)
+#   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
+#   make run     bring up the demo topology, write/cache/read keys, print a table, tear down
+#   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
+#   make clean   remove build outputs, run folders and any leftover Mininet state
+
+SHELL := /bin/bash
+PY := .venv/bin/python
+TARGET ?= softswitch
+APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
+                ethtool tcpdump iputils-ping procps psmisc net-tools
+P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
+STAMP := .venv/.deps-stamp
+
+.PHONY: deps build run test test-fast test-mininet lint clean
+
+deps: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing apt packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@# Mininet's Python package is Debian's, for /usr/bin/python3: build the venv on that interpreter.
+	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -c "import mininet.net, finsy, redis, scapy" && touch $(STAMP) && echo "deps ready"
+
+build: deps
+	@mkdir -p build
+	@$(PY) -m softswitch.p4info build/softswitch.p4info.txtpb
+ifeq ($(P4C),)
+	@echo "p4c-bm2-ss not found: skipping the P4 compile; the softswitch target will be used (TARGET=softswitch)"
+else
+	$(P4C) --std p4-16 --arch v1model -o build/distcache.json \
+		--p4runtime-files build/distcache.p4info.txtpb p4src/distcache.p4
+	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
+endif
+
+run: build
+	$(PY) -m dcnet.demo --target $(TARGET)
+
+test: deps
+	$(PY) -m pytest -q -rs
+
+test-fast: deps
+	$(PY) -m pytest -q -m "not mininet"
+
+test-mininet: deps
+	$(PY) -m pytest -q -m mininet
+
+lint: deps
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf build runs .pytest_cache
+	-[ -x $(PY) ] && $(PY) -m dcnet.cleanup

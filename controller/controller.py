@@ -1,0 +1,107 @@
+"""The DistCache controller: pipelines, routes, partitions and cache placement.
+
+It connects to every switch as primary P4Runtime controller, pushes the
+pipeline, installs the entries :mod:`controller.entries` derives from the
+cluster, computes the spine partition and pushes it to the client-rack leaves
+(``spine_partition``) and to the shims (which need it to address coherence
+packets).  Each cache switch gets a :class:`CacheAgent`.  The controller is
+off the query path: once entries are in, the data plane serves without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.agent import CacheAgent, CachedKey
+from controller.entries import plan
+from controller.p4rt import SwitchConnection, load_p4info
+from controller.partition import spine_buckets
+from controller.shim_link import ShimLink
+from distcache import p4names as n
+from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
+from distcache.hashing import h0, wire_key
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, cluster: Cluster, p4info_path: str | Path, shim_address: Callable[[Host], str],
+                 device_config: bytes = b"", grpc_host: str = "127.0.0.1") -> None:
+        self.cluster = cluster
+        self.p4info = load_p4info(p4info_path)
+        self.device_config = device_config
+        self.shim_address = shim_address
+        self.grpc_host = grpc_host
+        self.conns: dict[str, SwitchConnection] = {}
+        self.agents: dict[str, CacheAgent] = {}
+        self.alive_spines = {cluster.spine(i).switch_id for i in range(cluster.spines)}
+        self.buckets = self._buckets()
+
+    def _buckets(self) -> list[int]:
+        ids = [self.cluster.spine(i).switch_id for i in range(self.cluster.spines)]
+        return spine_buckets(ids, self.alive_spines)
+
+    # -- bring-up -----------------------------------------------------------------------
+    def connect(self, timeout: float = 15.0) -> None:
+        for sw in self.cluster.switches():
+            conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, name=sw.name)
+            conn.connect(timeout)
+            self.conns[sw.name] = conn
+
+    def setup(self) -> None:
+        """Push pipelines and all entries; create the agents; tell shims the partition."""
+        for sw in self.cluster.switches():
+            conn = self.conns[sw.name]
+            conn.set_pipeline(self.p4info, self.device_config)
+            p = plan(self.cluster, sw, self.buckets)
+            conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+            for e in p.entries:
+                conn.insert(e.table, e.match_dict, e.action, e.params_dict)
+            log.info("%s: pipeline pushed, %d entries", sw.name, len(p.entries))
+            if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
+                self.agents[sw.name] = CacheAgent(conn, sw, self.cluster, self.shim_for_key, self.cluster.cache_slots)
+        self.push_partitions_to_shims()
+
+    def push_partitions_to_shims(self) -> None:
+        for host in self.cluster.servers():
+            ShimLink(self.shim_address(host)).call("partition", buckets=self.buckets)
+
+    def shim_for_key(self, wkey: bytes) -> ShimLink:
+        return ShimLink(self.shim_address(self.cluster.server_for_key(wkey)))
+
+    # -- cache placement ----------------------------------------------------------------
+    def cache_switches(self, wkey: bytes) -> list[Switch]:
+        """Where a hot key is cached under the cluster's mechanism."""
+        mech = self.cluster.mechanism
+        if mech == Mechanism.NOCACHE:
+            return []
+        leaf = self.cluster.storage_leaf(self.cluster.server_for_key(wkey).rack)
+        spine_id = self.buckets[h0(wkey)]
+        spine = [self.cluster.switch_by_id(spine_id)] if spine_id else []
+        if mech == Mechanism.DISTCACHE:
+            return spine + [leaf]
+        if mech == Mechanism.PARTITION:
+            return spine
+        return [self.cluster.spine(i) for i in range(self.cluster.spines) if self.cluster.spine(i).switch_id
+                in self.alive_spines]
+
+    def cache(self, key: str | bytes) -> dict[str, CachedKey]:
+        """Insert ``key`` into every cache switch that should hold it."""
+        wkey = wire_key(key)
+        return {sw.name: self.agents[sw.name].insert(wkey) for sw in self.cache_switches(wkey)}
+
+    def evict(self, key: str | bytes) -> list[str]:
+        wkey = wire_key(key)
+        return [name for name, agent in self.agents.items() if agent.evict(wkey)]
+
+    # -- observation --------------------------------------------------------------------
+    def counters(self, switch: str) -> dict[str, dict[int, tuple[int, int]]]:
+        conn = self.conns[switch]
+        return {c: conn.read_counter(c) for c in (n.DC_STATS, n.DC_DROPS)}
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()

@@ -1,0 +1,105 @@
+"""The table entries each switch needs, derived from the cluster description.
+
+Pure functions: given a :class:`Cluster`, a switch and the spine partition,
+they list what the controller writes over P4Runtime.  Keeping them pure makes
+them testable without any switch, and lets the controller diff old and new
+state when partitions change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from distcache import p4names as n
+from controller.p4rt import Match
+from distcache.cluster import Cluster, PortKind, Role, Switch
+
+
+@dataclass(frozen=True)
+class Entry:
+    table: str
+    match: tuple[tuple[str, object], ...]
+    action: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def match_dict(self) -> dict[str, object]:
+        return dict(self.match)
+
+    @property
+    def params_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+
+@dataclass
+class SwitchPlan:
+    switch: Switch
+    config: dict[str, int]
+    entries: list[Entry] = field(default_factory=list)
+
+
+def _mac(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def _ip(addr: str) -> int:
+    return int(ipaddress.IPv4Address(addr))
+
+
+def _route(prefix: str, dmac: str, port: int) -> Entry:
+    net = ipaddress.IPv4Network(prefix)
+    return Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, Match(int(net.network_address), prefix_len=net.prefixlen)),),
+                 n.SET_NHOP, (("dmac", _mac(dmac)), ("port", port)))
+
+
+def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
+    """Everything ``sw`` needs: its config action and its table entries."""
+    config = {"switch_id": sw.switch_id, "role": int(sw.role), "mechanism": int(cluster.mechanism)}
+    p = SwitchPlan(sw, config)
+    ports = cluster.ports(sw.name)
+    spines = [cluster.spine(i) for i in range(cluster.spines)]
+
+    def kind(port: int, k: PortKind) -> None:
+        p.entries.append(Entry(n.PORT_KIND, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_KIND, (("kind", int(k)),)))
+
+    if sw.role in (Role.STORAGE_LEAF, Role.CLIENT_LEAF):
+        hosts = [h for h in cluster.hosts() if h.switch == sw.name]
+        host_kind = PortKind.STORAGE if sw.role == Role.STORAGE_LEAF else PortKind.CLIENT
+        for h in hosts:
+            kind(h.port, host_kind)
+            p.entries.append(_route(f"{h.ip}/32", h.mac, h.port))
+        uplinks = {port: name for port, name in ports.items() if name.startswith("sp")}
+        for port in uplinks:
+            kind(port, PortKind.FABRIC)
+        spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
+        for sp in spines:
+            p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
+        # everything else goes up; one uplink for now (ECMP over spines is a later step)
+        first = spines[0]
+        p.entries.append(_route("10.0.0.0/8", first.mac, spine_port[first.switch_id]))
+        if sw.role == Role.CLIENT_LEAF:
+            for sp in spines:
+                p.entries.append(Entry(n.CACHE_ROUTE, ((n.KEY_DC_TARGET, sp.switch_id),), n.SET_NHOP,
+                                       (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]))))
+            for r in range(cluster.storage_racks):
+                leaf = cluster.storage_leaf(r)
+                p.entries.append(Entry(n.STORAGE_RACK, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
+                                       n.SET_LEAF_CANDIDATE, (("leaf_id", leaf.switch_id),)))
+            p.entries.extend(partition_entries(buckets))
+    elif sw.role == Role.SPINE:
+        for port, name in ports.items():
+            leaf = cluster.switch(name)
+            if leaf.role == Role.STORAGE_LEAF:
+                kind(port, PortKind.STORAGE)
+                p.entries.append(_route(f"10.1.{leaf.switch_id - 64}.0/24", leaf.mac, port))
+            else:
+                kind(port, PortKind.CLIENT)
+                p.entries.append(_route(f"10.2.{leaf.switch_id - 128}.0/24", leaf.mac, port))
+    return p
+
+
+def partition_entries(buckets: list[int]) -> list[Entry]:
+    """spine_partition entries for a client-rack leaf (buckets without a spine are left out)."""
+    return [Entry(n.SPINE_PARTITION, ((n.KEY_BUCKET, b),), n.SET_SPINE_CANDIDATE, (("spine_id", sid),))
+            for b, sid in enumerate(buckets) if sid]

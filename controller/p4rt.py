@@ -1,0 +1,345 @@
+"""A small synchronous P4Runtime client: what the controller and agents need.
+
+It speaks to any P4Runtime server (softswitch or BMv2's simple_switch_grpc)
+by *names* resolved through the P4Info it pushed, so the same code drives both
+targets even though their numeric ids differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from finsy.proto import p4i, p4r, p4r_grpc
+from google.protobuf import text_format
+
+log = logging.getLogger(__name__)
+
+
+class P4RuntimeError(RuntimeError):
+    """A P4Runtime call failed; ``code`` is the gRPC status code name."""
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def encode(value: int, bitwidth: int) -> bytes:
+    """P4Runtime canonical bytes: big-endian, shortest form (at least one byte)."""
+    if value < 0 or value >= 1 << bitwidth:
+        raise ValueError(f"value {value} does not fit in {bitwidth} bits")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def decode(data: bytes) -> int:
+    return int.from_bytes(data, "big")
+
+
+def load_p4info(path: str | Path) -> p4i.P4Info:
+    info = p4i.P4Info()
+    text_format.Parse(Path(path).read_text(), info)
+    return info
+
+
+@dataclass(frozen=True)
+class Match:
+    """A match value for one key field: exact ``value``; lpm ``value/prefix_len``;
+    ternary ``value&&&mask``; range ``low..high``."""
+
+    value: int
+    prefix_len: int | None = None
+    mask: int | None = None
+    high: int | None = None
+
+
+class P4Info:
+    """Name-based access to a P4Info."""
+
+    def __init__(self, info: p4i.P4Info) -> None:
+        self.info = info
+        self.tables = {t.preamble.name: t for t in info.tables}
+        self.actions = {a.preamble.name: a for a in info.actions}
+        self.counters = {c.preamble.name: c for c in info.counters}
+        self.registers = {r.preamble.name: r for r in info.registers}
+        self._action_by_id = {a.preamble.id: a for a in info.actions}
+        self._table_by_id = {t.preamble.id: t for t in info.tables}
+
+    def table(self, name: str) -> p4i.Table:
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise P4RuntimeError(f"P4Info has no table {name!r}", "NOT_FOUND") from None
+
+    def action(self, name: str) -> p4i.Action:
+        try:
+            return self.actions[name]
+        except KeyError:
+            raise P4RuntimeError(f"P4Info has no action {name!r}", "NOT_FOUND") from None
+
+    def counter(self, name: str) -> p4i.Counter:
+        try:
+            return self.counters[name]
+        except KeyError:
+            raise P4RuntimeError(f"P4Info has no counter {name!r}", "NOT_FOUND") from None
+
+    def action_name(self, action_id: int) -> str:
+        return self._action_by_id[action_id].preamble.name
+
+    def table_name(self, table_id: int) -> str:
+        return self._table_by_id[table_id].preamble.name
+
+    # -- building entities ----------------------------------------------------------
+    def table_entry(self, table: str, match: dict[str, int | Match], action: str,
+                    params: dict[str, int] | None = None, priority: int = 0,
+                    default: bool = False) -> p4r.TableEntry:
+        entry = self.match_entry(table, match, priority, default)
+        a = self.action(action)
+        entry.action.action.action_id = a.preamble.id
+        given = dict(params or {})
+        for prm in a.params:
+            if prm.name not in given:
+                raise P4RuntimeError(f"action {action} needs parameter {prm.name!r}", "INVALID_ARGUMENT")
+            entry.action.action.params.add(param_id=prm.id, value=encode(given.pop(prm.name), prm.bitwidth))
+        if given:
+            raise P4RuntimeError(f"action {action} has no parameters {sorted(given)}", "INVALID_ARGUMENT")
+        return entry
+
+    def match_entry(self, table: str, match: dict[str, int | Match], priority: int = 0,
+                    default: bool = False) -> p4r.TableEntry:
+        """A table entry holding only the key: what DELETE needs."""
+        t = self.table(table)
+        entry = p4r.TableEntry(table_id=t.preamble.id, priority=priority, is_default_action=default)
+        fields = {mf.name: mf for mf in t.match_fields}
+        for name, m in match.items():
+            if name not in fields:
+                raise P4RuntimeError(f"table {table} has no key field {name!r}; fields: {sorted(fields)}",
+                                     "INVALID_ARGUMENT")
+            mf = fields[name]
+            m = m if isinstance(m, Match) else Match(m)
+            fm = entry.match.add(field_id=mf.id)
+            kind = mf.match_type
+            if kind == p4i.MatchField.EXACT:
+                fm.exact.value = encode(m.value, mf.bitwidth)
+            elif kind == p4i.MatchField.LPM:
+                plen = mf.bitwidth if m.prefix_len is None else m.prefix_len
+                fm.lpm.value = encode(m.value, mf.bitwidth)
+                fm.lpm.prefix_len = plen
+            elif kind == p4i.MatchField.TERNARY:
+                fm.ternary.value = encode(m.value, mf.bitwidth)
+                fm.ternary.mask = encode((1 << mf.bitwidth) - 1 if m.mask is None else m.mask, mf.bitwidth)
+            elif kind == p4i.MatchField.RANGE:
+                fm.range.low = encode(m.value, mf.bitwidth)
+                fm.range.high = encode(m.value if m.high is None else m.high, mf.bitwidth)
+            elif kind == p4i.MatchField.OPTIONAL:
+                fm.optional.value = encode(m.value, mf.bitwidth)
+        return entry
+
+    def describe_entry(self, entry: p4r.TableEntry) -> tuple[str, dict[str, object], str, dict[str, int]]:
+        """(table, match by field name, action, params by name) of a read-back entry."""
+        t = self._table_by_id[entry.table_id]
+        fields = {mf.id: mf for mf in t.match_fields}
+        match: dict[str, object] = {}
+        for fm in entry.match:
+            which = fm.WhichOneof("field_match_type")
+            sub = getattr(fm, which)
+            if which == "lpm":
+                match[fields[fm.field_id].name] = Match(decode(sub.value), prefix_len=sub.prefix_len)
+            elif which == "ternary":
+                match[fields[fm.field_id].name] = Match(decode(sub.value), mask=decode(sub.mask))
+            elif which == "range":
+                match[fields[fm.field_id].name] = Match(decode(sub.low), high=decode(sub.high))
+            else:
+                match[fields[fm.field_id].name] = decode(sub.value)
+        act = self._action_by_id[entry.action.action.action_id]
+        pnames = {p.id: p.name for p in act.params}
+        params = {pnames[p.param_id]: decode(p.value) for p in entry.action.action.params}
+        return t.preamble.name, match, act.preamble.name, params
+
+
+class SwitchConnection:
+    """One P4Runtime session to one device, as its primary controller."""
+
+    def __init__(self, address: str, device_id: int, election_id: int = 1, name: str = "") -> None:
+        self.address, self.device_id, self.name = address, device_id, name or address
+        self.election_id = election_id
+        self.channel = grpc.insecure_channel(address)
+        self.stub = p4r_grpc.P4RuntimeStub(self.channel)
+        self._requests: queue.Queue = queue.Queue()
+        self._stream = None
+        self._arbitrated = threading.Event()
+        self._arbitration_status: int | None = None
+        self._reader: threading.Thread | None = None
+        self.p4info: P4Info | None = None
+
+    # -- session ----------------------------------------------------------------------
+    def connect(self, timeout: float = 10.0) -> None:
+        """Open the stream channel and become primary (master arbitration)."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise P4RuntimeError(f"{self.name}: no P4Runtime server answers at {self.address} "
+                                 f"within {timeout:.0f}s; is the switch running?", "UNAVAILABLE") from None
+
+        def requests() -> Iterator[p4r.StreamMessageRequest]:
+            while True:
+                item = self._requests.get()
+                if item is None:
+                    return
+                yield item
+
+        self._stream = self.stub.StreamChannel(requests())
+        self._reader = threading.Thread(target=self._read_stream, daemon=True, name=f"p4rt-{self.name}")
+        self._reader.start()
+        req = p4r.StreamMessageRequest()
+        req.arbitration.device_id = self.device_id
+        req.arbitration.election_id.low = self.election_id
+        self._requests.put(req)
+        if not self._arbitrated.wait(timeout):
+            raise P4RuntimeError(f"{self.name}: no arbitration answer from {self.address}", "DEADLINE_EXCEEDED")
+        if self._arbitration_status != 0:
+            raise P4RuntimeError(f"{self.name}: not primary for device {self.device_id} "
+                                 f"(status {self._arbitration_status}); another controller holds it",
+                                 "PERMISSION_DENIED")
+
+    def _read_stream(self) -> None:
+        try:
+            for resp in self._stream:
+                if resp.HasField("arbitration"):
+                    self._arbitration_status = resp.arbitration.status.code
+                    self._arbitrated.set()
+                elif resp.HasField("error"):
+                    log.warning("%s: stream error: %s", self.name, resp.error)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                log.debug("%s: stream closed: %s", self.name, e.code())
+        finally:
+            self._arbitrated.set()
+
+    def close(self) -> None:
+        self._requests.put(None)
+        if self._stream is not None:
+            self._stream.cancel()
+        self.channel.close()
+
+    def __enter__(self) -> SwitchConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _election(self) -> p4r.Uint128:
+        return p4r.Uint128(high=0, low=self.election_id)
+
+    # -- pipeline ----------------------------------------------------------------------
+    def set_pipeline(self, p4info: p4i.P4Info, device_config: bytes = b"") -> None:
+        req = p4r.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id, election_id=self._election(),
+            action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+        req.config.p4info.CopyFrom(p4info)
+        req.config.p4_device_config = device_config
+        self._call(self.stub.SetForwardingPipelineConfig, req, "SetForwardingPipelineConfig")
+        self.p4info = P4Info(p4info)
+
+    def use_p4info(self, p4info: p4i.P4Info) -> None:
+        """Adopt the P4Info of a pipeline someone already pushed (e.g. after a restart)."""
+        self.p4info = P4Info(p4info)
+
+    def _need_p4info(self) -> P4Info:
+        if self.p4info is None:
+            raise P4RuntimeError(f"{self.name}: no pipeline pushed yet; call set_pipeline first",
+                                 "FAILED_PRECONDITION")
+        return self.p4info
+
+    # -- writes ------------------------------------------------------------------------
+    def write(self, updates: list[tuple[int, p4r.TableEntry]]) -> None:
+        """Apply (update type, entry) pairs in one Write; raise on any failure."""
+        req = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
+        for kind, entry in updates:
+            u = req.updates.add(type=kind)
+            u.entity.table_entry.CopyFrom(entry)
+        self._call(self.stub.Write, req, "Write")
+
+    def insert(self, table: str, match: dict, action: str, params: dict | None = None, priority: int = 0) -> None:
+        e = self._need_p4info().table_entry(table, match, action, params, priority)
+        self.write([(p4r.Update.INSERT, e)])
+
+    def modify(self, table: str, match: dict, action: str, params: dict | None = None, priority: int = 0) -> None:
+        e = self._need_p4info().table_entry(table, match, action, params, priority)
+        self.write([(p4r.Update.MODIFY, e)])
+
+    def delete(self, table: str, match: dict, priority: int = 0) -> None:
+        e = self._need_p4info().match_entry(table, match, priority)
+        self.write([(p4r.Update.DELETE, e)])
+
+    def set_default(self, table: str, action: str, params: dict | None = None) -> None:
+        e = self._need_p4info().table_entry(table, {}, action, params, default=True)
+        self.write([(p4r.Update.MODIFY, e)])
+
+    # -- reads -------------------------------------------------------------------------
+    def read_table(self, table: str) -> list[tuple[dict[str, object], str, dict[str, int]]]:
+        info = self._need_p4info()
+        req = p4r.ReadRequest(device_id=self.device_id)
+        req.entities.add().table_entry.table_id = info.table(table).preamble.id
+        out = []
+        for ent in self._read(req):
+            _, match, action, params = info.describe_entry(ent.table_entry)
+            out.append((match, action, params))
+        return out
+
+    def read_counter(self, counter: str, index: int | None = None) -> dict[int, tuple[int, int]]:
+        """index -> (packets, bytes) for one cell or, without ``index``, all cells."""
+        info = self._need_p4info()
+        req = p4r.ReadRequest(device_id=self.device_id)
+        ce = req.entities.add().counter_entry
+        ce.counter_id = info.counter(counter).preamble.id
+        if index is not None:
+            ce.index.index = index
+        return {ent.counter_entry.index.index: (ent.counter_entry.data.packet_count,
+                                                ent.counter_entry.data.byte_count)
+                for ent in self._read(req)}
+
+    def _read(self, req: p4r.ReadRequest) -> Iterator[p4r.Entity]:
+        try:
+            for resp in self.stub.Read(req):
+                yield from resp.entities
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"{self.name}: Read failed: {e.code().name}: {e.details()}", e.code().name) from None
+
+    def _call(self, method, req, what: str):  # noqa: ANN001, ANN202
+        try:
+            return method(req)
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"{self.name}: {what} failed: {e.code().name}: {_details(e)}",
+                                 e.code().name) from None
+
+
+def _details(e: grpc.RpcError) -> str:
+    """The per-update errors P4Runtime packs into the status details, if any."""
+    text = e.details() or ""
+    try:
+        from finsy.proto import rpc_status
+        for key, value in e.trailing_metadata() or ():
+            if key == "grpc-status-details-bin":
+                st = rpc_status.Status.FromString(value)
+                errs = []
+                for d in st.details:
+                    err = p4r.Error()
+                    if d.Unpack(err) and err.canonical_code != 0:
+                        errs.append(f"[{grpc.StatusCode(_code(err.canonical_code)).name}] {err.message}")
+                if errs:
+                    text += " " + "; ".join(errs)
+    except Exception:  # noqa: BLE001 - details are best effort
+        pass
+    return text
+
+
+def _code(n: int):  # noqa: ANN202
+    for c in grpc.StatusCode:
+        if c.value[0] == n:
+            return c.value
+    return grpc.StatusCode.UNKNOWN.value

@@ -1,0 +1,73 @@
+"""Key mapping and partition hashing: defined once, used by every part.
+
+Two independent hash functions place a key (paper §3.1):
+
+* ``h0`` picks the key's *spine* partition bucket.  It is CRC-32 (the
+  IEEE/zlib polynomial, the ``HashAlgorithm.crc32`` of v1model) of the 16-byte
+  wire key, modulo :data:`N_SPINE_BUCKETS`.  The client-rack switch computes
+  the same value in P4; the controller maps buckets to spines (consistent
+  hashing with virtual nodes), so a failed spine's buckets move elsewhere.
+* ``h1`` picks the *storage server* that owns the key (and hence its rack and
+  storage-rack leaf cache).  It is BLAKE2b with its own personalization, so
+  it is independent of ``h0``; it is only ever computed by hosts.
+
+User keys (``str`` or ``bytes``) map to 16-byte wire keys as follows:
+
+* a key of at most 15 bytes (``str`` is UTF-8 encoded first) is padded with
+  zero bytes to 15 bytes and followed by one byte holding its length, so
+  short keys stay readable on the wire and in captures;
+* a longer key becomes the first 15 bytes of its BLAKE2b digest followed by
+  the byte ``0xFF`` (never a valid length), so it cannot collide with a
+  short key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+from distcache.wire import KEY_LEN
+
+N_SPINE_BUCKETS = 1024
+"""Buckets of the spine partition (h0).  Must match ``SPINE_BUCKETS`` in p4src."""
+
+_SHORT = KEY_LEN - 1
+_LONG_MARK = 0xFF
+
+
+class InvalidKey(TypeError):
+    """A user key is neither ``str`` nor ``bytes``, or is empty."""
+
+
+def wire_key(key: str | bytes) -> bytes:
+    """Map a user key to its 16-byte wire key (see the module docstring)."""
+    if isinstance(key, str):
+        raw = key.encode("utf-8")
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+    else:
+        raise InvalidKey(f"keys must be str or bytes, not {type(key).__name__}")
+    if not raw:
+        raise InvalidKey("keys must not be empty")
+    if len(raw) <= _SHORT:
+        return raw.ljust(_SHORT, b"\0") + bytes([len(raw)])
+    return hashlib.blake2b(raw, digest_size=_SHORT, person=b"dc-wirekey").digest() + bytes([_LONG_MARK])
+
+
+def user_key(wkey: bytes) -> bytes | None:
+    """The user key of a short wire key, or ``None`` if it was hashed."""
+    n = wkey[-1]
+    return None if n == _LONG_MARK or n > _SHORT else wkey[:n]
+
+
+def h0(wkey: bytes) -> int:
+    """Spine partition bucket of a wire key (CRC-32 mod N_SPINE_BUCKETS)."""
+    return zlib.crc32(wkey) % N_SPINE_BUCKETS
+
+
+def h1(wkey: bytes, n_servers: int) -> int:
+    """Global index of the storage server that owns a wire key."""
+    if n_servers <= 0:
+        raise ValueError("the cluster has no storage servers")
+    d = hashlib.blake2b(wkey, digest_size=8, person=b"dc-h1-server").digest()
+    return int.from_bytes(d, "big") % n_servers

@@ -1,0 +1,184 @@
+"""The DistCache wire format: the one definition every Python part imports.
+
+A DistCache message is the payload of a UDP datagram to or from ``DC_PORT``.
+It is a fixed 40-byte header followed by the value.  Values of up to
+``MAX_CACHEABLE`` bytes travel as ``nchunks`` zero-padded 16-byte chunks, the
+shape a P4 parser can extract into a fixed set of ``bit<128>`` headers; larger
+values travel as raw bytes after the header (``nchunks == 0``) and are never
+cached by a switch.  All integers are big-endian (network byte order).
+
+The field table :data:`HEADER_FIELDS` is the single source of truth: the
+struct layout below, the scapy layer (:mod:`distcache.scapy_layer`), the
+softswitch pipeline and ``docs/protocol.md`` all follow it, and tests hold
+``p4src/headers.p4`` and the docs against it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum, IntFlag
+
+DC_PORT = 8888
+"""UDP port reserved for DistCache (destination of requests, source of replies)."""
+
+VERSION = 1
+KEY_LEN = 16
+CHUNK_LEN = 16
+MAX_CHUNKS = 8
+MAX_CACHEABLE = CHUNK_LEN * MAX_CHUNKS  # 128 bytes: the largest value a switch caches
+MAX_VALUE_LEN = 1024  # the largest value a message may carry at all
+
+# (name, width in bits) in wire order.  Widths are multiples of 8.
+HEADER_FIELDS: tuple[tuple[str, int], ...] = (
+    ("version", 8),
+    ("op", 8),
+    ("flags", 8),
+    ("status", 8),
+    ("seq", 32),
+    ("key", 128),
+    ("target", 8),
+    ("served_by", 8),
+    ("spine_id", 8),
+    ("leaf_id", 8),
+    ("spine_load", 32),
+    ("leaf_load", 32),
+    ("vlen", 16),
+    ("nchunks", 8),
+    ("reserved", 8),
+)
+_FMT = {8: "B", 16: "H", 32: "I", 128: "16s"}
+HEADER_STRUCT = struct.Struct("!" + "".join(_FMT[w] for _, w in HEADER_FIELDS))
+_STRUCT = HEADER_STRUCT
+HEADER_LEN = HEADER_STRUCT.size
+assert HEADER_LEN == sum(w for _, w in HEADER_FIELDS) // 8 == 40
+
+
+class Op(IntEnum):
+    """Operation codes.  A reply is its request's code with the high bit set."""
+
+    GET = 0x01
+    PUT = 0x02
+    DELETE = 0x03
+    GET_REPLY = 0x81
+    PUT_REPLY = 0x82
+    DELETE_REPLY = 0x83
+    INVALIDATE = 0x10  # coherence phase 1 (storage server -> cache switches)
+    UPDATE = 0x11  # coherence phase 2 / cache population
+    INVALIDATE_ACK = 0x90
+    UPDATE_ACK = 0x91
+
+    @property
+    def is_reply(self) -> bool:
+        return bool(self & 0x80)
+
+    def reply(self) -> Op:
+        """The op code answering this request (``GET`` -> ``GET_REPLY``)."""
+        return Op(self | 0x80)
+
+
+REQUEST_OPS = frozenset({Op.GET, Op.PUT, Op.DELETE})
+COHERENCE_OPS = frozenset({Op.INVALIDATE, Op.UPDATE})
+
+
+class Status(IntEnum):
+    OK = 0
+    NOT_FOUND = 1
+    ERROR = 2  # the server failed (e.g. Redis unreachable)
+    TOO_LARGE = 3  # value longer than MAX_VALUE_LEN
+    BAD_REQUEST = 4  # a request the server cannot act on
+
+
+class Flag(IntFlag):
+    NONE = 0
+    CACHED = 0x01  # this reply was served from a switch cache
+
+
+class WireError(ValueError):
+    """A byte string is not a well-formed DistCache message.
+
+    ``reason`` is a short stable token (``short``, ``version``, ``op``,
+    ``chunks``, ``length``, ``too_large``) used for drop counters.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"malformed DistCache message ({reason}): {detail}")
+        self.reason = reason
+
+
+def chunks_for(vlen: int) -> int:
+    """Number of 16-byte value chunks a value of ``vlen`` bytes travels in."""
+    return (vlen + CHUNK_LEN - 1) // CHUNK_LEN if vlen <= MAX_CACHEABLE else 0
+
+
+@dataclass(slots=True)
+class Message:
+    """One DistCache message.  ``key`` is always the 16-byte wire key."""
+
+    op: Op
+    key: bytes
+    seq: int = 0
+    value: bytes = b""
+    status: Status = Status.OK
+    flags: Flag = Flag.NONE
+    target: int = 0
+    served_by: int = 0
+    spine_id: int = 0
+    leaf_id: int = 0
+    spine_load: int = 0
+    leaf_load: int = 0
+    extra: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def cached(self) -> bool:
+        return bool(self.flags & Flag.CACHED)
+
+    def reply(self, status: Status = Status.OK, value: bytes = b"") -> Message:
+        """The reply a server sends for this request: same key and seq."""
+        return Message(op=Op(self.op).reply(), key=self.key, seq=self.seq, status=status, value=value)
+
+
+def encode(msg: Message) -> bytes:
+    """Serialize ``msg``; raises :class:`WireError` for values that cannot travel."""
+    if len(msg.key) != KEY_LEN:
+        raise WireError("key", f"wire key must be {KEY_LEN} bytes, got {len(msg.key)}")
+    vlen = len(msg.value)
+    if vlen > MAX_VALUE_LEN:
+        raise WireError("too_large", f"value of {vlen} bytes exceeds {MAX_VALUE_LEN}")
+    n = chunks_for(vlen)
+    head = _STRUCT.pack(
+        VERSION, int(msg.op), int(msg.flags), int(msg.status), msg.seq & 0xFFFFFFFF, msg.key,
+        msg.target, msg.served_by, msg.spine_id, msg.leaf_id,
+        msg.spine_load & 0xFFFFFFFF, msg.leaf_load & 0xFFFFFFFF, vlen, n, 0,
+    )
+    body = msg.value.ljust(n * CHUNK_LEN, b"\0") if n else msg.value
+    return head + body
+
+
+def decode(data: bytes) -> Message:
+    """Parse one message; raises :class:`WireError` naming what is wrong."""
+    if len(data) < HEADER_LEN:
+        raise WireError("short", f"{len(data)} bytes, header needs {HEADER_LEN}")
+    (version, op, flags, status, seq, key, target, served_by, spine_id, leaf_id,
+     spine_load, leaf_load, vlen, nchunks, _reserved) = _STRUCT.unpack_from(data)
+    if version != VERSION:
+        raise WireError("version", f"version {version}, expected {VERSION}")
+    try:
+        op = Op(op)
+    except ValueError:
+        raise WireError("op", f"unknown op code 0x{op:02x}") from None
+    if vlen > MAX_VALUE_LEN:
+        raise WireError("too_large", f"value length {vlen} exceeds {MAX_VALUE_LEN}")
+    if nchunks != chunks_for(vlen):
+        raise WireError("chunks", f"nchunks={nchunks} does not fit vlen={vlen}")
+    body_len = nchunks * CHUNK_LEN if nchunks else vlen
+    if len(data) != HEADER_LEN + body_len:
+        raise WireError("length", f"{len(data) - HEADER_LEN} body bytes, header says {body_len}")
+    try:
+        status = Status(status)
+    except ValueError:
+        raise WireError("status", f"unknown status {status}") from None
+    value = bytes(data[HEADER_LEN:HEADER_LEN + vlen])
+    return Message(op=op, key=bytes(key), seq=seq, value=value, status=status, flags=Flag(flags),
+                   target=target, served_by=served_by, spine_id=spine_id, leaf_id=leaf_id,
+                   spine_load=spine_load, leaf_load=leaf_load)

@@ -1,0 +1,23 @@
+"""Remove what a crashed run may have left: our processes and Mininet's links.
+
+``make clean`` runs it.  A deployment cleans up after itself even on Ctrl-C;
+this is for a killed (SIGKILL) launcher.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+PATTERNS = ("-m softswitch", "-m shim", "-m dcnet.client_runner", "simple_switch_grpc", "redis-server.*redis-")
+
+
+def main() -> None:
+    for pat in PATTERNS:
+        subprocess.run(["pkill", "-f", pat], check=False)
+    # Mininet's own cleanup removes leftover veths and kills its helper shells
+    subprocess.run(["mn", "-c"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print("cleanup done")
+
+
+if __name__ == "__main__":
+    main()

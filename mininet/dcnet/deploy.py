@@ -1,0 +1,252 @@
+"""Bring a whole DistCache deployment up in Mininet, and tear it down cleanly.
+
+A :class:`Deployment` starts, in order: the switches (softswitch or BMv2
+processes attached to the Mininet veths), one ``redis-server`` and one shim in
+each storage host's namespace, then the controller, which pushes pipelines,
+routes and partitions and creates the cache agents.  Everything it starts is
+stopped on exit — also on Ctrl-C, SIGTERM or an error — so no process,
+interface or namespace is left behind.  Logs (and optional pcaps) of a run land
+in one run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from types import FrameType
+
+from google.protobuf import text_format
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+
+from controller.controller import Controller
+from dcnet.p4switch import P4RuntimeSwitch, check_target
+from dcnet.topo import LeafSpineTopo
+from distcache.cluster import Cluster, Host
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "build"
+
+
+class DeploymentError(RuntimeError):
+    """The deployment could not be brought up; the message says which part failed."""
+
+
+def new_run_dir(base: Path | None = None) -> Path:
+    base = base or REPO / "runs"
+    d = base / time.strftime("%Y%m%d-%H%M%S")
+    i = 0
+    while d.exists():
+        i += 1
+        d = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{i}"
+    d.mkdir(parents=True)
+    return d
+
+
+def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
+    """P4Info path and device config for a target.
+
+    softswitch produces its P4Info from its own pipeline description; BMv2 needs
+    what ``make build`` compiled with p4c-bm2-ss.
+    """
+    if target == "bmv2":
+        p4info, json_path = BUILD / "distcache.p4info.txtpb", BUILD / "distcache.json"
+        if not (p4info.exists() and json_path.exists()):
+            raise DeploymentError(f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss "
+                                  "on PATH first")
+        return p4info, json_path.read_bytes()
+    from softswitch.distcache_program import PROGRAM
+
+    path = run_dir / "distcache.p4info.txtpb"
+    path.write_text(text_format.MessageToString(PROGRAM.p4info()))
+    return path, b""
+
+
+class ClientProcess:
+    """A client-library process inside a client host's namespace, driven by JSON lines.
+
+    See :mod:`dcnet.client_runner` for the operations it accepts.
+    """
+
+    def __init__(self, host: object, cluster_path: Path, log_path: Path) -> None:
+        self.name = host.name  # type: ignore[attr-defined]
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+        self.proc = host.popen([sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],  # type: ignore[attr-defined]
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+
+    def call(self, op: str, key: str | None = None, value: str | None = None, **extra: object) -> dict:
+        req = {"op": op, "key": key, "value": value, **extra}
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise DeploymentError(f"client process on {self.name} died; see its log")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin
+                self.proc.stdin.close()
+                self.proc.wait(3)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(3)
+        self._log.close()
+
+
+class Deployment:
+    def __init__(self, cluster: Cluster, target: str = "softswitch", run_dir: Path | None = None,
+                 pcap: bool = False, quiet: bool = True) -> None:
+        check_target(target)
+        self.cluster, self.target, self.pcap = cluster, target, pcap
+        self.run_dir = run_dir or new_run_dir()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_path = self.run_dir / "cluster.json"
+        self.net: Mininet | None = None
+        self.controller: Controller | None = None
+        self._procs: list[tuple[str, subprocess.Popen]] = []
+        self._clients: list[ClientProcess] = []
+        self._old_handlers: dict[int, object] = {}
+        setLogLevel("warning" if quiet else "info")
+
+    # -- addresses of things in the run folder ---------------------------------------------
+    def shim_control(self, host: Host) -> str:
+        return f"unix:{self.run_dir / f'shim-{host.name}.sock'}"
+
+    def redis_socket(self, host: Host) -> Path:
+        return self.run_dir / f"redis-{host.name}.sock"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Deployment:
+        self._install_signal_handlers()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _install_signal_handlers(self) -> None:
+        def on_term(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self._old_handlers[sig] = signal.signal(sig, on_term)
+
+    def start(self) -> None:
+        self.cluster.save(self.cluster_path)
+        p4info_path, device_config = pipeline_files(self.target, self.run_dir)
+        if self.pcap:
+            (self.run_dir / "pcap").mkdir(exist_ok=True)
+        topo = LeafSpineTopo(cluster=self.cluster)
+        switch = partial(P4RuntimeSwitch, run_dir=str(self.run_dir), target=self.target, pcap=self.pcap)
+        self.net = Mininet(topo=topo, switch=switch, controller=None, autoSetMacs=False, build=False,
+                           waitConnected=False)
+        self.net.build()
+        for h in self.cluster.hosts():
+            self._config_host(h)
+        self.net.start()
+        for h in self.cluster.servers():
+            self._start_storage(h)
+        self.controller = Controller(self.cluster, p4info_path, self.shim_control, device_config)
+        self.controller.connect()
+        self.controller.setup()
+        log.info("deployment up in %s", self.run_dir)
+
+    def _config_host(self, h: Host) -> None:
+        node = self.net[h.name]
+        intf = node.defaultIntf().name
+        node.cmd(f"ethtool -K {intf} tx off rx off >/dev/null 2>&1")
+        node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+        node.cmd("ip link set lo up")
+        # one /32 and one route into the fabric; no default route, so nothing leaves the emulation
+        node.cmd(f"ip route replace 10.0.0.0/8 via {h.gateway} dev {intf} onlink")
+        node.cmd(f"ip neigh replace {h.gateway} lladdr {h.gateway_mac} dev {intf} nud permanent")
+
+    def _popen(self, what: str, node: object, cmd: list[str]) -> subprocess.Popen:
+        out = open(self.run_dir / f"{what}.out", "wb")  # noqa: SIM115 - child keeps its own fd
+        proc = node.popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # type: ignore[attr-defined]
+        out.close()
+        self._procs.append((what, proc))
+        return proc
+
+    def _start_storage(self, h: Host) -> None:
+        node = self.net[h.name]
+        sock = self.redis_socket(h)
+        redis = self._popen(f"redis-{h.name}", node, [
+            "redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+            "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(self.run_dir),
+            "--logfile", str(self.run_dir / f"redis-{h.name}.log")])
+        _wait_for_path(sock, redis, 10.0, f"redis-server on {h.name}")
+        control = self.shim_control(h)
+        shim = self._popen(f"shim-{h.name}", node, [
+            sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server", h.name,
+            "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
+            "--log-file", str(self.run_dir / f"shim-{h.name}.log")])
+        _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
+
+    def client(self, host: Host | None = None) -> ClientProcess:
+        """A client process on ``host`` (default: the first client)."""
+        host = host or self.cluster.client(0, 0)
+        cp = ClientProcess(self.net[host.name], self.cluster_path, self.run_dir / f"client-{host.name}.log")
+        self._clients.append(cp)
+        return cp
+
+    def host(self, name: str) -> object:
+        return self.net[name]
+
+    def stop(self) -> None:
+        """Stop everything this deployment started; safe to call twice."""
+        for cp in self._clients:
+            cp.close()
+        self._clients.clear()
+        if self.controller is not None:
+            self.controller.close()
+            self.controller = None
+        for _, proc in reversed(self._procs):
+            _terminate(proc)
+        self._procs.clear()
+        if self.net is not None:
+            try:
+                self.net.stop()
+            finally:
+                self.net = None
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._old_handlers.clear()
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def _wait_for_path(path: Path, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DeploymentError(f"{what} exited with code {proc.returncode}; see its log in the run folder")
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise DeploymentError(f"{what} did not create {path} within {timeout:.0f}s")
+

@@ -1,0 +1,108 @@
+"""Mininet switches that run a P4Runtime-controlled data plane process.
+
+Like the p4lang tutorials' P4RuntimeSwitch, the process runs in the root
+network namespace and attaches to the switch's veth ends as ``-i PORT@IFACE``.
+Two targets share this class: ``softswitch`` (default, always available) and
+``bmv2`` (``simple_switch_grpc --no-p4``; the pipeline arrives over
+P4Runtime, exactly like softswitch's).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mininet.node import Switch
+
+TARGETS = ("softswitch", "bmv2")
+BMV2_BINARY = "simple_switch_grpc"
+BMV2_CPU_PORT = 510  # 511 is BMv2's drop port
+
+
+class TargetMissing(RuntimeError):
+    """The requested data-plane target is not installed."""
+
+
+def check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise TargetMissing(f"unknown TARGET={target!r}; use one of {', '.join(TARGETS)}")
+    if target == "bmv2" and shutil.which(BMV2_BINARY) is None:
+        raise TargetMissing(
+            "TARGET=bmv2 needs simple_switch_grpc on PATH (BMv2 built with P4Runtime support) and a pipeline "
+            "compiled by p4c-bm2-ss (`make build`); neither ships with this project. Use TARGET=softswitch.")
+
+
+def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before serving; see its log")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not open {host}:{port} within {timeout:.0f}s; see its log")
+
+
+class P4RuntimeSwitch(Switch):
+    """A switch whose data plane is a softswitch or BMv2 process."""
+
+    def __init__(self, name: str, *, device_id: int, grpc_port: int, run_dir: str, target: str = "softswitch",
+                 pcap: bool = False, **params: object) -> None:
+        params.setdefault("dpid", f"{device_id:016x}")
+        super().__init__(name, inNamespace=False, **params)
+        self.device_id, self.grpc_port, self.run_dir = device_id, grpc_port, Path(run_dir)
+        self.target, self.pcap = target, pcap
+        self.proc: subprocess.Popen | None = None
+
+    def port_args(self) -> list[str]:
+        args = []
+        for intf in self.intfList():
+            if intf.name == "lo":
+                continue
+            args += ["-i", f"{self.ports[intf]}@{intf.name}"]
+        return args
+
+    def command(self) -> list[str]:
+        log = str(self.run_dir / f"{self.name}.log")
+        addr = f"127.0.0.1:{self.grpc_port}"
+        if self.target == "bmv2":
+            cmd = [BMV2_BINARY, "--device-id", str(self.device_id), *self.port_args(), "--log-file", log[:-4],
+                   "--log-flush", "--no-p4"]
+            if self.pcap:
+                cmd += ["--pcap", str(self.run_dir / "pcap")]
+            return cmd + ["--", "--grpc-server-addr", addr, "--cpu-port", str(BMV2_CPU_PORT)]
+        cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--grpc-addr", addr,
+               *self.port_args(), "--log-file", log]
+        if self.pcap:
+            cmd += ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
+        return cmd
+
+    def start(self, controllers: list) -> None:  # noqa: ARG002 - P4Runtime, not OpenFlow
+        for intf in self.intfList():
+            if intf.name != "lo":
+                self.cmd(f"ethtool -K {intf.name} tx off rx off >/dev/null 2>&1")
+                self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
+        out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        out.close()
+        wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.proc = None
+        super().stop(deleteIntfs)

@@ -1,0 +1,23 @@
+"""Leaf-spine topologies for Mininet, built from a cluster description."""
+
+from __future__ import annotations
+
+from mininet.topo import Topo
+
+from distcache.cluster import Cluster
+
+
+class LeafSpineTopo(Topo):
+    """Spines over storage-rack and client-rack leaves, hosts under leaves.
+
+    Every name, address and port number comes from :class:`Cluster`, so the
+    controller's routes match the wiring by construction.
+    """
+
+    def build(self, cluster: Cluster, **switch_opts: object) -> None:  # type: ignore[override]
+        for sw in cluster.switches():
+            self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, **switch_opts)
+        for h in cluster.hosts():
+            self.addHost(h.name, ip=f"{h.ip}/32", mac=h.mac)
+        for ln in cluster.links():
+            self.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port)

@@ -1,0 +1,88 @@
+/* Parser and deparser shared by every role.
+ *
+ * Parser errors do not drop the packet in v1model: it enters ingress with
+ * standard_metadata.parser_error set, where it is counted and dropped.
+ */
+#ifndef DC_PARSER_P4
+#define DC_PARSER_P4
+
+#include "headers.p4"
+
+parser DcParser(packet_in packet,
+                out headers_t hdr,
+                inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            TYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        /* Only option-less, unfragmented UDP is looked into. */
+        transition select(hdr.ipv4.ihl, hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (4w5, 13w0, PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dstPort, hdr.udp.srcPort) {
+            (DC_PORT, _): parse_dc;
+            (_, DC_PORT): parse_dc;
+            default: accept;
+        }
+    }
+
+    state parse_dc {
+        packet.extract(hdr.dc);
+        verify(hdr.dc.version == DC_VERSION, error.DcBadVersion);
+        verify(hdr.dc.nchunks <= MAX_CHUNKS, error.DcBadChunks);
+        meta.chunks_left = hdr.dc.nchunks;
+        transition select(hdr.dc.nchunks) {
+            0: accept;
+            default: parse_value;
+        }
+    }
+
+    state parse_value {
+        packet.extract(hdr.vals.next);
+        meta.chunks_left = meta.chunks_left - 1;
+        transition select(meta.chunks_left) {
+            0: accept;
+            default: parse_value;
+        }
+    }
+}
+
+control DcDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.dc);
+        packet.emit(hdr.vals);
+    }
+}
+
+control DcVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control DcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+#endif

@@ -1,0 +1,184 @@
+"""Declarations of a P4 program as softswitch runs it, and its P4Info.
+
+A :class:`Program` lists what the control plane can see of a pipeline —
+tables (keys, match kinds, widths, actions, sizes), actions and their
+parameters, registers, counters — in the shape p4c would emit for the P4
+source.  :meth:`Program.p4info` renders it as a P4Info message, so softswitch
+produces its own P4Info from the same description it executes, and the parity
+test compares that P4Info against the declarations in ``p4src/``.
+
+Ids follow p4c's layout (the top byte is the entity kind) but the low bits are
+a hash of the name; a P4Runtime client may push a P4Info with other ids (such
+as p4c's) as long as names and shapes agree, and softswitch adopts them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+from finsy.proto import p4i
+
+MatchKind = Literal["exact", "lpm", "ternary", "range", "optional"]
+
+# P4Info id prefixes (p4/config/v1/p4info.proto, P4Ids.Prefix)
+PREFIX_ACTION = 0x01
+PREFIX_TABLE = 0x02
+PREFIX_COUNTER = 0x12
+PREFIX_DIRECT_COUNTER = 0x13
+PREFIX_REGISTER = 0x16
+PREFIX_DIGEST = 0x17
+
+_MATCH_TYPES = {
+    "exact": p4i.MatchField.EXACT,
+    "lpm": p4i.MatchField.LPM,
+    "ternary": p4i.MatchField.TERNARY,
+    "range": p4i.MatchField.RANGE,
+    "optional": p4i.MatchField.OPTIONAL,
+}
+_COUNTER_UNITS = {
+    "packets": p4i.CounterSpec.PACKETS,
+    "bytes": p4i.CounterSpec.BYTES,
+    "both": p4i.CounterSpec.BOTH,
+}
+
+
+def alias(name: str) -> str:
+    """p4c's alias: the shortest unambiguous suffix; we use the last component."""
+    return name.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class MatchField:
+    name: str
+    bitwidth: int
+    match_type: MatchKind
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    bitwidth: int
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    params: tuple[Param, ...] = ()
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"action {self.name} has no parameter {name!r}")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    keys: tuple[MatchField, ...]
+    actions: tuple[str, ...]
+    default_action: str
+    default_params: tuple[tuple[str, int], ...] = ()
+    size: int = 1024
+    const_default_action: bool = False
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    bitwidth: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Counter:
+    name: str
+    size: int
+    unit: Literal["packets", "bytes", "both"] = "packets"
+
+
+@dataclass
+class Program:
+    name: str
+    actions: tuple[Action, ...]
+    tables: tuple[Table, ...]
+    registers: tuple[Register, ...] = ()
+    counters: tuple[Counter, ...] = ()
+    arch: str = "v1model"
+    _ids: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.actions]
+        for t in self.tables:
+            for a in t.actions:
+                if a not in names:
+                    raise ValueError(f"table {t.name} refers to undeclared action {a}")
+            if t.default_action not in t.actions:
+                raise ValueError(f"table {t.name}: default action {t.default_action} not in its actions")
+        used: set[int] = set()
+        for prefix, items in ((PREFIX_ACTION, self.actions), (PREFIX_TABLE, self.tables),
+                              (PREFIX_REGISTER, self.registers), (PREFIX_COUNTER, self.counters)):
+            for it in items:
+                low = zlib.crc32(it.name.encode()) & 0xFFFFFF
+                ident = (prefix << 24) | low
+                while ident in used:
+                    ident += 1
+                used.add(ident)
+                self._ids[it.name] = ident
+
+    # -- look-ups -----------------------------------------------------------------
+    def id_of(self, name: str) -> int:
+        return self._ids[name]
+
+    def action(self, name: str) -> Action:
+        for a in self.actions:
+            if a.name == name:
+                return a
+        raise KeyError(f"no action {name!r}")
+
+    def table(self, name: str) -> Table:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(f"no table {name!r}")
+
+    # -- P4Info -------------------------------------------------------------------
+    def p4info(self) -> p4i.P4Info:
+        info = p4i.P4Info()
+        info.pkg_info.arch = self.arch
+        info.pkg_info.name = self.name
+        for a in self.actions:
+            pa = info.actions.add()
+            _preamble(pa.preamble, self.id_of(a.name), a.name)
+            for i, prm in enumerate(a.params, start=1):
+                pa.params.add(id=i, name=prm.name, bitwidth=prm.bitwidth)
+        for t in self.tables:
+            pt = info.tables.add()
+            _preamble(pt.preamble, self.id_of(t.name), t.name)
+            for i, mf in enumerate(t.keys, start=1):
+                pt.match_fields.add(id=i, name=mf.name, bitwidth=mf.bitwidth,
+                                    match_type=_MATCH_TYPES[mf.match_type])
+            for a in t.actions:
+                pt.action_refs.add(id=self.id_of(a))
+            if t.const_default_action:
+                pt.const_default_action_id = self.id_of(t.default_action)
+            pt.size = t.size
+        for c in self.counters:
+            pc = info.counters.add()
+            _preamble(pc.preamble, self.id_of(c.name), c.name)
+            pc.spec.unit = _COUNTER_UNITS[c.unit]
+            pc.size = c.size
+        for r in self.registers:
+            pr = info.registers.add()
+            _preamble(pr.preamble, self.id_of(r.name), r.name)
+            pr.type_spec.bitstring.bit.bitwidth = r.bitwidth
+            pr.size = r.size
+        return info
+
+
+def _preamble(pre: p4i.Preamble, ident: int, name: str) -> None:
+    pre.id = ident
+    pre.name = name
+    pre.alias = alias(name)

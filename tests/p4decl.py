@@ -1,0 +1,161 @@
+"""Read the control-plane-visible declarations out of p4src/ without p4c.
+
+A deliberately small reader for the subset of P4_16 our program uses: it
+expands ``#include`` and ``#define``, resolves typedefs, header and struct
+field widths, and collects the tables, actions, registers and counters of a
+control block in the shape p4c puts into a P4Info (names qualified by the
+control's name; only actions that some table references are visible).  The
+parity test compares the result with softswitch's own declarations.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+V1MODEL_STANDARD_METADATA = {"ingress_port": 9, "egress_spec": 9, "egress_port": 9, "packet_length": 32}
+
+
+@dataclass
+class Decls:
+    tables: dict[str, dict] = field(default_factory=dict)  # name -> {keys, actions, default, size}
+    actions: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # name -> [(param, width)]
+    registers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (width, size)
+    counters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (size, unit)
+    header_fields: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # type -> fields
+
+
+def _preprocess(path: Path, seen: set[Path] | None = None) -> str:
+    seen = seen if seen is not None else set()
+    if path in seen:
+        return ""
+    seen.add(path)
+    out = []
+    for line in path.read_text().splitlines():
+        m = re.match(r'\s*#include\s+"([^"]+)"', line)
+        if m:
+            out.append(_preprocess(path.parent / m.group(1), seen))
+        elif re.match(r"\s*#include\s+<", line):
+            continue
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def _block(text: str, start: int) -> tuple[str, int]:
+    """The text between the brace at or after ``start`` and its partner."""
+    i = text.index("{", start)
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1:j], j + 1
+    raise ValueError("unbalanced braces")
+
+
+def _int(expr: str, defines: dict[str, str]) -> int:
+    expr = expr.strip()
+    while expr in defines:
+        expr = defines[expr].strip()
+    expr = re.sub(r"\b([A-Z_][A-Z0-9_]*)\b", lambda m: defines.get(m.group(1), m.group(1)), expr)
+    if not re.fullmatch(r"[0-9xXa-fA-F\s*+()-]+", expr):
+        raise ValueError(f"cannot evaluate {expr!r}")
+    return int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - digits and operators only, checked above
+
+
+def parse(main: Path, control: str = "DcIngress") -> Decls:
+    raw = _strip_comments(_preprocess(main))
+    defines = dict(re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+(\S.*?)[ \t]*$", raw, flags=re.M))
+    text = "\n".join(ln for ln in raw.splitlines() if not ln.strip().startswith("#"))
+    d = Decls()
+    typedefs = {name: int(w) for w, name in re.findall(r"typedef\s+bit<(\d+)>\s+(\w+)\s*;", text)}
+
+    def width(t: str) -> int:
+        t = t.strip()
+        m = re.fullmatch(r"bit<(\w+)>", t)
+        if m:
+            return _int(m.group(1), defines)
+        if t in typedefs:
+            return typedefs[t]
+        raise ValueError(f"unknown type {t}")
+
+    for kind, name in re.findall(r"\b(header|struct)\s+(\w+)\s*\{", text):
+        body, _ = _block(text, text.index(f"{kind} {name}"))
+        fields = []
+        for ftype, fname in re.findall(r"([\w<>]+)\s+(\w+)\s*;", body):
+            try:
+                fields.append((fname, width(ftype)))
+            except ValueError:
+                fields.append((fname, -1))  # a header or stack, not a bit field
+        d.header_fields[name] = fields
+    # resolve "hdr.x.y" / "meta.y" / "standard_metadata.y" to a width
+    struct_of = {}
+    for sname, fields in d.header_fields.items():
+        for fname, _ in fields:
+            struct_of.setdefault(sname, set()).add(fname)
+    member_types: dict[str, dict[str, str]] = {}
+    for kind, name in re.findall(r"\b(struct)\s+(\w+)\s*\{", text):
+        body, _ = _block(text, text.index(f"struct {name}"))
+        member_types[name] = {fname: ftype for ftype, fname in re.findall(r"([\w<>\[\]]+)\s+(\w+)\s*;", body)}
+
+    m = re.search(rf"control\s+{control}\s*\((.*?)\)\s*\{{", text, flags=re.S)
+    if not m:
+        raise ValueError(f"no control {control}")
+    params = {pname: ptype for ptype, pname in re.findall(r"(?:inout|in|out)?\s*(\w+)\s+(\w+)\s*(?:,|$)",
+                                                          m.group(1))}
+    body, _ = _block(text, m.start())
+
+    def key_width(expr: str) -> int:
+        parts = expr.split(".")
+        ptype = params[parts[0]]
+        if ptype == "standard_metadata_t":
+            return V1MODEL_STANDARD_METADATA[parts[1]]
+        t = ptype
+        for p in parts[1:-1]:
+            t = member_types[t][p]
+        return dict(d.header_fields[t])[parts[-1]]
+
+    q = f"{control}."
+    for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+        d.registers[q + name] = (_int(w, defines), _int(size, defines))
+    for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
+        d.counters[q + name] = (_int(size, defines), unit)
+    all_actions: dict[str, list[tuple[str, int]]] = {"NoAction": []}
+    for name, plist in re.findall(r"\baction\s+(\w+)\s*\(([^)]*)\)", body):
+        ps = []
+        for p in filter(None, (x.strip() for x in plist.split(","))):
+            ptype, pname = p.rsplit(None, 1)
+            ps.append((pname, width(ptype)))
+        all_actions[q + name] = ps
+    for tm in re.finditer(r"\btable\s+(\w+)\s*\{", body):
+        tbody, _ = _block(body, tm.start())
+        keys = []
+        km = re.search(r"\bkey\s*=\s*\{", tbody)
+        if km:
+            kbody, _ = _block(tbody, km.start())
+            for expr, kind in re.findall(r"([\w.]+)\s*:\s*(\w+)\s*;", kbody):
+                keys.append((expr, key_width(expr), kind))
+        am = re.search(r"\bactions\s*=\s*\{", tbody)
+        abody, _ = _block(tbody, am.start())
+        acts = [a if a == "NoAction" else q + a for a in re.findall(r"(\w+)\s*(?:\(\s*\))?\s*;", abody)]
+        dm = re.search(r"\bdefault_action\s*=\s*(\w+)", tbody)
+        sm = re.search(r"\bsize\s*=\s*([^;]+);", tbody)
+        default = dm.group(1) if dm else "NoAction"
+        d.tables[q + tm.group(1)] = {
+            "keys": keys,
+            "actions": acts,
+            "default": default if default == "NoAction" else q + default,
+            "size": _int(sm.group(1), defines) if sm else 1024,
+        }
+        for a in acts:
+            d.actions[a] = all_actions[a]
+    return d

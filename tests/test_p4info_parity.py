@@ -1,0 +1,117 @@
+"""softswitch's P4Info must describe exactly what p4src/ declares.
+
+Without p4c the declarations are read from the P4 source (tests/p4decl.py);
+with ``p4c-bm2-ss`` on PATH the P4 is compiled and p4c's own P4Info is
+compared too.  The wire header in P4 is also held against distcache/wire.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from finsy.proto import p4i
+from google.protobuf import text_format
+
+from distcache import p4names, wire
+from softswitch.distcache_program import PROGRAM
+from tests.p4decl import parse
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN = REPO / "p4src" / "distcache.p4"
+KINDS = {p4i.MatchField.EXACT: "exact", p4i.MatchField.LPM: "lpm", p4i.MatchField.TERNARY: "ternary",
+         p4i.MatchField.RANGE: "range", p4i.MatchField.OPTIONAL: "optional"}
+UNITS = {p4i.CounterSpec.PACKETS: "packets", p4i.CounterSpec.BYTES: "bytes", p4i.CounterSpec.BOTH: "both"}
+
+
+def shape(info: p4i.P4Info) -> dict:
+    """The id-free content of a P4Info: what must agree between targets."""
+    actions = {a.preamble.id: a for a in info.actions}
+    return {
+        "tables": {
+            t.preamble.name: {
+                "keys": [(mf.name, mf.bitwidth, KINDS[mf.match_type]) for mf in t.match_fields],
+                "actions": sorted(actions[r.id].preamble.name for r in t.action_refs),
+                "size": t.size,
+            } for t in info.tables
+        },
+        "actions": {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions},
+        "registers": {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in info.registers},
+        "counters": {c.preamble.name: (c.size, UNITS[c.spec.unit]) for c in info.counters},
+    }
+
+
+def source_shape() -> dict:
+    d = parse(MAIN)
+    return {
+        "tables": {name: {"keys": t["keys"], "actions": sorted(t["actions"]), "size": t["size"]}
+                   for name, t in d.tables.items()},
+        "actions": d.actions,
+        "registers": d.registers,
+        "counters": d.counters,
+    }
+
+
+def test_softswitch_p4info_matches_p4_source() -> None:
+    ours, src = shape(PROGRAM.p4info()), source_shape()
+    for part in ("tables", "actions", "registers", "counters"):
+        assert ours[part] == src[part], f"{part} differ between softswitch and p4src"
+
+
+def test_default_actions_match_p4_source() -> None:
+    d = parse(MAIN)
+    for t in PROGRAM.tables:
+        assert d.tables[t.name]["default"] == t.default_action, t.name
+
+
+def test_p4_header_matches_wire_format() -> None:
+    d = parse(MAIN)
+    assert tuple(d.header_fields["distcache_t"]) == wire.HEADER_FIELDS
+    assert dict(d.header_fields["dc_value_t"]) == {"chunk": wire.CHUNK_LEN * 8}
+
+
+def test_p4_constants_match_python() -> None:
+    text = (REPO / "p4src" / "headers.p4").read_text()
+
+    def define(name: str) -> int:
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "#define" and parts[1] == name:
+                return int(parts[2])
+        raise AssertionError(f"{name} not defined")
+
+    def const(name: str) -> int:
+        for line in text.splitlines():
+            if f" {name} =" in line and line.startswith("const"):
+                return int(line.split("=")[1].strip().rstrip(";"), 0)
+        raise AssertionError(f"{name} not declared")
+
+    assert define("CACHE_SLOTS") == p4names.CACHE_SLOTS
+    assert define("SPINE_BUCKETS") == p4names.SPINE_BUCKETS
+    assert define("MAX_CHUNKS") == wire.MAX_CHUNKS == p4names.MAX_CHUNKS
+    assert define("LOAD_WINDOW_SHIFT") == p4names.LOAD_WINDOW_SHIFT
+    assert const("DC_PORT") == wire.DC_PORT
+    assert const("DC_HEADER_LEN") == wire.HEADER_LEN
+    assert const("MAX_CACHEABLE") == wire.MAX_CACHEABLE
+    assert const("MAX_VALUE_LEN") == wire.MAX_VALUE_LEN
+    for op in wire.Op:
+        assert const(f"OP_{op.name}") == op.value, op.name
+    for r in p4names.DropReason:
+        assert const(f"DROP_{r.name}") == r.value, r.name
+    for s in p4names.Stat:
+        assert const(f"STAT_{s.name}") == s.value, s.name
+
+
+@pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed (softswitch-only machine)")
+def test_p4c_p4info_matches_softswitch(tmp_path: Path) -> None:
+    out = tmp_path / "p4info.txtpb"
+    subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dc.json"),
+                    "--p4runtime-files", str(out), str(MAIN)], check=True)
+    theirs = p4i.P4Info()
+    text_format.Parse(out.read_text(), theirs)
+    ours = shape(PROGRAM.p4info())
+    got = shape(theirs)
+    for part in ("tables", "actions", "registers", "counters"):
+        assert got[part] == ours[part], f"{part} differ between p4c and softswitch"

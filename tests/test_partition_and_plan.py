@@ -1,0 +1,91 @@
+"""Controller logic that needs no switch: spine partitions and per-switch entries."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from controller.entries import plan
+from controller.p4rt import Match
+from controller.partition import spine_buckets
+from distcache import p4names as n
+from distcache.cluster import Cluster, PortKind, Role
+from distcache.hashing import N_SPINE_BUCKETS, InvalidKey, h0, h1, user_key, wire_key
+
+
+def test_partition_covers_every_bucket_evenly() -> None:
+    ids = list(range(1, 33))
+    owner = spine_buckets(ids)
+    assert len(owner) == N_SPINE_BUCKETS and set(owner) == set(ids)
+    counts = Counter(owner).values()
+    assert max(counts) < 3 * N_SPINE_BUCKETS / len(ids)  # virtual nodes keep shares near 1/32
+
+
+def test_failed_spine_moves_only_its_buckets_and_spreads_them() -> None:
+    ids = list(range(1, 33))
+    before = spine_buckets(ids)
+    after = spine_buckets(ids, alive=set(ids) - {7})
+    moved = [b for b in range(N_SPINE_BUCKETS) if before[b] != after[b]]
+    assert moved and all(before[b] == 7 for b in moved)
+    assert 7 not in after
+    assert len({after[b] for b in moved}) > 5  # spread over many spines, not one neighbour
+    assert spine_buckets(ids, alive=set(ids)) == before  # recovery restores the original map
+
+
+def test_no_spine_alive_maps_to_zero() -> None:
+    assert set(spine_buckets([1, 2], alive=set())) == {0}
+
+
+def test_wire_keys() -> None:
+    assert wire_key("abc") == b"abc" + b"\0" * 12 + b"\x03"
+    assert wire_key("abc") != wire_key(b"abc\0")
+    assert user_key(wire_key("abc")) == b"abc"
+    long = wire_key("k" * 40)
+    assert len(long) == 16 and long[-1] == 0xFF and user_key(long) is None
+    for bad in ("", b"", 5, None):
+        with pytest.raises(InvalidKey):
+            wire_key(bad)  # type: ignore[arg-type]
+
+
+def test_h0_and_h1_are_independent_enough() -> None:
+    keys = [wire_key(f"key{i}") for i in range(4000)]
+    pairs = Counter((h0(k) % 4, h1(k, 4)) for k in keys)
+    assert len(pairs) == 16 and min(pairs.values()) > 150  # every combination appears about 1/16 of the time
+
+
+def test_plan_small_cluster() -> None:
+    c = Cluster()
+    sp, sl, cl = c.spine(0), c.storage_leaf(0), c.client_leaf(0)
+    buckets = spine_buckets([sp.switch_id])
+    p_sl = plan(c, sl, buckets)
+    assert p_sl.config == {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 1}
+    kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sl.entries if e.table == n.PORT_KIND}
+    assert kinds == {1: PortKind.STORAGE, 2: PortKind.FABRIC}
+    routes = {(e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len): e.params_dict["port"]
+              for e in p_sl.entries if e.table == n.IPV4_LPM}
+    assert routes[(0x0A010001, 32)] == 1  # the server, on port 1
+    assert routes[(0x0AFF0001, 32)] == 2  # the spine's address, up
+    p_cl = plan(c, cl, buckets)
+    parts = [e for e in p_cl.entries if e.table == n.SPINE_PARTITION]
+    assert len(parts) == N_SPINE_BUCKETS and {e.params_dict["spine_id"] for e in parts} == {1}
+    racks = [e for e in p_cl.entries if e.table == n.STORAGE_RACK]
+    assert racks[0].match_dict[n.KEY_IPV4_DST] == Match(0x0A010000, prefix_len=24)
+    assert racks[0].params_dict == {"leaf_id": 64}
+    p_sp = plan(c, sp, buckets)
+    kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sp.entries if e.table == n.PORT_KIND}
+    assert kinds == {1: PortKind.STORAGE, 2: PortKind.CLIENT}
+
+
+def test_cluster_json_round_trip_and_errors() -> None:
+    c = Cluster(spines=4, storage_racks=3, servers_per_rack=2, client_racks=2)
+    assert Cluster.from_json(c.to_json()) == c
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        Cluster.from_json('{"mechanism": "magic"}')
+    with pytest.raises(ValueError):
+        Cluster(spines=0)
+    # every link's ends agree with both switches' port maps
+    for ln in c.links():
+        if ln.a.startswith(("sl", "cl")):
+            assert c.ports(ln.a)[ln.a_port] == ln.b
+        assert c.ports(ln.b)[ln.b_port] == ln.a

@@ -103,7 +103,7 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
         for fname, _ in fields:
             struct_of.setdefault(sname, set()).add(fname)
     member_types: dict[str, dict[str, str]] = {}
-    for kind, name in re.findall(r"\b(struct)\s+(\w+)\s*\{", text):
+    for name in re.findall(r"\bstruct\s+(\w+)\s*\{", text):
         body, _ = _block(text, text.index(f"struct {name}"))
         member_types[name] = {fname: ftype for ftype, fname in re.findall(r"([\w<>\[\]]+)\s+(\w+)\s*;", body)}
 

@@ -57,7 +57,8 @@ class P4RuntimeSwitch(Switch):
     def __init__(self, name: str, *, device_id: int, grpc_port: int, run_dir: str, target: str = "softswitch",
                  pcap: bool = False, **params: object) -> None:
         params.setdefault("dpid", f"{device_id:016x}")
-        super().__init__(name, inNamespace=False, **params)
+        params["inNamespace"] = False
+        super().__init__(name, **params)
         self.device_id, self.grpc_port, self.run_dir = device_id, grpc_port, Path(run_dir)
         self.target, self.pcap = target, pcap
         self.proc: subprocess.Popen | None = None

@@ -1,0 +1,97 @@
+"""Command line of the softswitch, shaped like ``simple_switch_grpc``'s.
+
+    python -m softswitch --device-id 1 --grpc-addr 127.0.0.1:50001 -i 1@s1-eth1 -i 2@s1-eth2
+
+Prints one line ``softswitch ready device_id=N grpc=ADDR ports=...`` on
+stdout once it serves (launchers wait for it); exits 0 on SIGTERM/SIGINT,
+1 if it cannot start, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from softswitch.server import DEFAULT_GRPC_ADDR
+from softswitch.switch import PIPELINES, SoftSwitch, load_pipeline
+
+DROP_PORT = 511  # BMv2's drop port: never a real port
+
+
+def parse_port(text: str) -> tuple[int, str]:
+    """``PORT@IFACE`` -> (port, iface)."""
+    num, sep, iface = text.partition("@")
+    if not sep or not iface or not num.isdigit():
+        raise argparse.ArgumentTypeError(f"expected PORT@IFACE, got {text!r}")
+    port = int(num)
+    if not 0 <= port < DROP_PORT:
+        raise argparse.ArgumentTypeError(f"port {port} not in 0..{DROP_PORT - 1} ({DROP_PORT} is the drop port)")
+    return port, iface
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="softswitch", description="Software P4 switch with a P4Runtime server.")
+    p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (> 0; default 1)")
+    p.add_argument("--grpc-addr", default=DEFAULT_GRPC_ADDR,
+                   help=f"P4Runtime server address host:port (default {DEFAULT_GRPC_ADDR}; port 0 picks one)")
+    p.add_argument("-i", "--interface", dest="interfaces", action="append", type=parse_port, default=[],
+                   metavar="PORT@IFACE", help="attach switch port PORT to interface IFACE (repeatable)")
+    p.add_argument("--pipeline", default="distcache",
+                   help=f"pipeline: {', '.join(sorted(PIPELINES))} or module:Class (default distcache)")
+    p.add_argument("--pcap-dir", help="write <iface>_in.pcap / <iface>_out.pcap captures here")
+    p.add_argument("--log-file", help="log to this file instead of stderr")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    ports: dict[int, str] = {}
+    for port, iface in args.interfaces:
+        if port in ports:
+            parser.error(f"port {port} given twice")
+        if iface in ports.values():
+            parser.error(f"interface {iface} given twice")
+        ports[port] = iface
+    if args.device_id <= 0:
+        parser.error("--device-id must be > 0")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        filename=args.log_file,
+        format=f"%(asctime)s softswitch[{args.device_id}] %(levelname)s %(name)s: %(message)s",
+    )
+    log = logging.getLogger("softswitch")
+    try:
+        pipeline = load_pipeline(args.pipeline)
+        switch = SoftSwitch(pipeline, device_id=args.device_id, grpc_addr=args.grpc_addr, ports=ports,
+                            pcap_dir=args.pcap_dir)
+        switch.start()
+    except Exception as e:
+        log.error("cannot start: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+        print(f"softswitch: cannot start: {e}", file=sys.stderr)
+        return 1
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        switch.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    port_desc = ",".join(f"{n}@{i}" for n, i in sorted(ports.items())) or "-"
+    log.info("softswitch device %d: pipeline %s, grpc %s, ports %s", args.device_id, args.pipeline,
+             switch.server.address, port_desc)
+    print(f"softswitch ready device_id={args.device_id} grpc={switch.server.address} ports={port_desc}", flush=True)
+    try:
+        switch.run()
+    finally:
+        switch.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

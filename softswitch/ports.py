@@ -1,0 +1,241 @@
+"""Packet I/O of the softswitch: raw Ethernet frames on named interfaces.
+
+Like BMv2's ``-i PORT@IFACE``: each switch port is an AF_PACKET socket bound
+to one interface, in promiscuous mode, non-blocking.  Frames the host itself
+sends on the interface (including the switch's own transmissions) are
+ignored, with PACKET_IGNORE_OUTGOING where the kernel has it and by checking
+the packet type otherwise, so a switch never processes its own output.
+
+Optional capture writes classic pcap files per port and direction, named like
+BMv2's (``<iface>_in.pcap``, ``<iface>_out.pcap``), for debugging with
+tcpdump/wireshark.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import selectors
+import socket
+import struct
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+log = logging.getLogger("softswitch.ports")
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_OUTGOING = 4  # sll_pkttype of frames this host sent
+PACKET_IGNORE_OUTGOING = 23  # Linux >= 4.20
+MAX_FRAME = 65536
+RCVBUF = 4 * 1024 * 1024
+BATCH = 64  # frames read from one port before looking at the others (fairness)
+
+
+class PcapWriter:
+    """Classic libpcap file (microsecond timestamps, Ethernet), flushed per frame.
+
+    Written by hand because it is 30 lines and keeps scapy out of the switch process.
+    """
+
+    def __init__(self, path: str | Path, snaplen: int = MAX_FRAME) -> None:
+        self.path = Path(path)
+        self._f: BinaryIO = open(self.path, "wb")  # closed in close()
+        self._snaplen = snaplen
+        self._f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
+        self._f.flush()
+
+    def write(self, frame: bytes, ts: float | None = None) -> None:
+        t = time.time() if ts is None else ts
+        sec = int(t)
+        usec = int((t - sec) * 1_000_000)
+        data = frame[: self._snaplen]
+        self._f.write(struct.pack("<IIII", sec, usec, len(data), len(frame)))
+        self._f.write(data)
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_pcap(path: str | Path) -> list[bytes]:
+    """Frames of a classic pcap file (as :class:`PcapWriter` writes them); for tests and tools."""
+    data = Path(path).read_bytes()
+    magic = struct.unpack_from("<I", data, 0)[0]
+    endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    frames: list[bytes] = []
+    off = 24
+    while off + 16 <= len(data):
+        _, _, incl, _ = struct.unpack_from(endian + "IIII", data, off)
+        off += 16
+        frames.append(data[off:off + incl])
+        off += incl
+    return frames
+
+
+@dataclass
+class PortStats:
+    rx: int = 0
+    tx: int = 0
+    tx_errors: int = 0
+
+
+@dataclass
+class Port:
+    """One switch port: number, interface, socket, optional captures, counters."""
+
+    number: int
+    iface: str
+    sock: socket.socket | None = None
+    pcap_in: PcapWriter | None = None
+    pcap_out: PcapWriter | None = None
+    stats: PortStats | None = None
+
+
+def open_packet_socket(iface: str) -> socket.socket:
+    """A non-blocking, promiscuous AF_PACKET socket on ``iface`` that skips outgoing frames."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    try:
+        try:
+            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError:
+            pass  # older kernel: the pkttype check in receive() does the job
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        sock.bind((iface, ETH_P_ALL))
+        ifindex = socket.if_nametoindex(iface)
+        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+        sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class PortSet:
+    """The ports of one switch and the single receive loop over them.
+
+    ``poll`` waits on every port socket plus a self-pipe, so :meth:`wakeup`
+    (safe in a signal handler) ends a wait at once.
+    """
+
+    def __init__(self, ports: Mapping[int, str], pcap_dir: str | Path | None = None) -> None:
+        self.ports: dict[int, Port] = {n: Port(n, iface, stats=PortStats()) for n, iface in sorted(ports.items())}
+        self.pcap_dir = Path(pcap_dir) if pcap_dir else None
+        self.tx_no_port = 0
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._opened = False
+
+    def open(self) -> None:
+        """Open every port; raises OSError naming the interface that failed."""
+        if self.pcap_dir:
+            self.pcap_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for p in self.ports.values():
+                try:
+                    p.sock = open_packet_socket(p.iface)
+                except OSError as e:
+                    raise OSError(e.errno, f"port {p.number}: cannot open interface {p.iface!r}: {e.strerror}") from e
+                self._sel.register(p.sock, selectors.EVENT_READ, p)
+                if self.pcap_dir:
+                    p.pcap_in = PcapWriter(self.pcap_dir / f"{p.iface}_in.pcap")
+                    p.pcap_out = PcapWriter(self.pcap_dir / f"{p.iface}_out.pcap")
+        except Exception:
+            self.close()
+            raise
+        self._opened = True
+
+    def close(self) -> None:
+        """Close sockets, captures and the wake-up pipe (idempotent)."""
+        for p in self.ports.values():
+            if p.sock is not None:
+                try:
+                    self._sel.unregister(p.sock)
+                except (KeyError, ValueError):
+                    pass
+                p.sock.close()
+                p.sock = None
+            for w in (p.pcap_in, p.pcap_out):
+                if w is not None:
+                    w.close()
+            p.pcap_in = p.pcap_out = None
+        if self._wake_r >= 0:
+            self._sel.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
+
+    def wakeup(self) -> None:
+        """Make a blocked :meth:`poll` return now (async-signal-safe)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:
+            pass  # pipe full or closed: a wake-up is already pending or nobody waits
+
+    def poll(self, timeout: float | None) -> Iterator[tuple[int, bytes]]:
+        """Frames received within ``timeout`` seconds, as (port, frame), outgoing ones skipped."""
+        for key, _ in self._sel.select(timeout):
+            port: Port | None = key.data
+            if port is None:
+                try:
+                    while os.read(self._wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
+            sock = port.sock
+            if sock is None:
+                continue
+            for _ in range(BATCH):
+                try:
+                    frame, addr = sock.recvfrom(MAX_FRAME)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as e:  # e.g. ENETDOWN when the link goes away: keep serving the others
+                    if e.errno not in (errno.ENETDOWN, errno.ENXIO):
+                        log.warning("port %d (%s): receive error: %s", port.number, port.iface, e)
+                    break
+                if addr[2] == PACKET_OUTGOING:
+                    continue
+                assert port.stats is not None
+                port.stats.rx += 1
+                if port.pcap_in is not None:
+                    port.pcap_in.write(frame)
+                yield port.number, frame
+
+    def send(self, port: int, frame: bytes) -> bool:
+        """Transmit a frame on a port; False (and counted) if it could not be sent."""
+        p = self.ports.get(port)
+        if p is None or p.sock is None:
+            self.tx_no_port += 1
+            return False
+        assert p.stats is not None
+        try:
+            p.sock.send(frame)
+        except OSError as e:  # EAGAIN/ENOBUFS under load, ENETDOWN, EMSGSIZE: a drop, not a crash
+            p.stats.tx_errors += 1
+            if p.stats.tx_errors in (1, 10, 100, 1000) or p.stats.tx_errors % 10000 == 0:
+                log.warning("port %d (%s): send failed (%d so far): %s", port, p.iface, p.stats.tx_errors, e)
+            return False
+        p.stats.tx += 1
+        if p.pcap_out is not None:
+            p.pcap_out.write(frame)
+        return True
+
+    def summary(self) -> str:
+        """One line of per-port counters for the exit log."""
+        parts = []
+        for p in self.ports.values():
+            s = p.stats or PortStats()
+            parts.append(f"{p.number}@{p.iface} rx={s.rx} tx={s.tx} tx_err={s.tx_errors}")
+        return "; ".join(parts) + f"; tx_no_port={self.tx_no_port}"

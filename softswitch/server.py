@@ -1,0 +1,1086 @@
+"""P4Runtime v1 gRPC server of the softswitch (the role of BMv2's simple_switch_grpc).
+
+Everything a controller does to a softswitch goes through here: client
+arbitration on ``StreamChannel``, pipeline config, table writes, counter
+reads.  Semantics follow the P4Runtime 1.4 specification; deliberate
+differences are listed in :class:`P4RuntimeService`.
+
+The softswitch runs one built-in :class:`~softswitch.program.Program`; a
+pushed P4Info is accepted when it describes that same program (same names,
+match kinds, bit widths, action sets) and its numeric ids are adopted, so a
+controller can use softswitch's own P4Info or p4c's for ``p4src/``.  The
+device config bytes (e.g. a BMv2 JSON) are kept and handed back, never read.
+
+Threading: gRPC handlers run on a thread pool.  ``_arb_lock`` guards
+arbitration (held briefly); ``_cfg_lock`` serializes Write, Read and
+SetForwardingPipelineConfig; ``state.lock`` is taken inside ``_cfg_lock``
+for the actual data-plane access, so packets see each batch whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import grpc
+from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
+from google.protobuf import any_pb2
+
+from softswitch.program import Action, Counter, Param, Program, Register, Table
+from softswitch.state import (
+    CanonicalMatch,
+    EntryExistsError,
+    EntryNotFoundError,
+    SwitchState,
+    TableEntry,
+    TableFullError,
+)
+
+log = logging.getLogger("softswitch.server")
+
+P4RUNTIME_API_VERSION = "1.4.0"
+DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
+READ_CHUNK = 1000  # entities per ReadResponse message
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # P4Info + BMv2 JSON can be large
+PACKET_IN_BACKLOG = 4096  # per stream; further packet-ins are dropped
+
+SC = grpc.StatusCode
+_MATCH_KIND = {
+    p4i.MatchField.EXACT: "exact",
+    p4i.MatchField.LPM: "lpm",
+    p4i.MatchField.TERNARY: "ternary",
+    p4i.MatchField.RANGE: "range",
+    p4i.MatchField.OPTIONAL: "optional",
+}
+_SCOPE_TABLE_ONLY = p4i.ActionRef.TABLE_ONLY
+_SCOPE_DEFAULT_ONLY = p4i.ActionRef.DEFAULT_ONLY
+_UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "meters", "direct_meters",
+                       "controller_packet_metadata", "value_sets", "digests", "externs")
+_CFG = p4r.SetForwardingPipelineConfigRequest
+_GET = p4r.GetForwardingPipelineConfigRequest
+_UPD = p4r.Update
+
+
+class P4RuntimeError(Exception):
+    """An error with its gRPC canonical code, for one RPC or one update of a batch."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _err(code: grpc.StatusCode, message: str) -> NoReturn:
+    raise P4RuntimeError(code, message)
+
+
+def _code_int(code: grpc.StatusCode) -> int:
+    return int(code.value[0])
+
+
+# -- bytestrings ------------------------------------------------------------------------
+def decode_bytes(data: bytes, bitwidth: int, what: str) -> int:
+    """A P4Runtime bytestring as an unsigned int: big-endian, leading zero bytes allowed.
+
+    Empty or too wide -> OUT_OF_RANGE, as the Bytestrings section says.
+    """
+    if not data:
+        _err(SC.OUT_OF_RANGE, f"{what}: empty bytestring")
+    value = int.from_bytes(data, "big")
+    if value >> bitwidth:
+        _err(SC.OUT_OF_RANGE, f"{what}: value {value:#x} does not fit in {bitwidth} bits")
+    return value
+
+
+def encode_bytes(value: int) -> bytes:
+    """The canonical (shortest) bytestring of an unsigned int; 0 is one zero byte."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def _u128(v: p4r.Uint128) -> int:
+    return (v.high << 64) | v.low
+
+
+def _to_u128(value: int) -> p4r.Uint128:
+    return p4r.Uint128(high=value >> 64, low=value & 0xFFFFFFFFFFFFFFFF)
+
+
+# -- P4Info against the program -------------------------------------------------------------
+def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
+    """The first way ``info`` does not describe ``program`` (None if it does).
+
+    Compared: entity names per kind; action parameters (names, bit widths);
+    tables' match fields (names, kinds, bit widths), action sets and const
+    default action; register widths and sizes; counter sizes.  Ids only need to
+    be non-zero and unique: they are the pushing client's choice.
+    """
+    for fld in _UNSUPPORTED_P4INFO:
+        items = getattr(info, fld)
+        if len(items):
+            names = ", ".join(repr(x.preamble.name) for x in items)
+            return f"P4Info has {fld} ({names}) that softswitch program {program.name!r} does not implement"
+    seen_ids: dict[int, str] = {}
+    groups: list[tuple[str, Sequence[Any], Sequence[Any]]] = [
+        ("action", program.actions, info.actions),
+        ("table", program.tables, info.tables),
+        ("register", program.registers, info.registers),
+        ("counter", program.counters, info.counters),
+    ]
+    for kind, ours, theirs in groups:
+        names: set[str] = set()
+        for it in theirs:
+            pre = it.preamble
+            if pre.id == 0:
+                return f"{kind} {pre.name!r} has id 0"
+            if pre.id in seen_ids:
+                return f"id {pre.id:#x} is used by both {seen_ids[pre.id]} and {kind} {pre.name!r}"
+            seen_ids[pre.id] = f"{kind} {pre.name!r}"
+            if pre.name in names:
+                return f"{kind} {pre.name!r} appears twice"
+            names.add(pre.name)
+        for o in ours:
+            if o.name not in names:
+                return f"{kind} {o.name!r} of program {program.name!r} is missing from the P4Info"
+        our_names = {o.name for o in ours}
+        for it in theirs:
+            if it.preamble.name not in our_names:
+                return f"P4Info has {kind} {it.preamble.name!r}, which program {program.name!r} does not declare"
+    action_names = {a.preamble.id: a.preamble.name for a in info.actions}
+    for pa in info.actions:
+        diff = _params_mismatch(program.action(pa.preamble.name), pa)
+        if diff:
+            return diff
+    for pt in info.tables:
+        diff = _table_mismatch(program.table(pt.preamble.name), pt, action_names)
+        if diff:
+            return diff
+    for pr in info.registers:
+        r = next(x for x in program.registers if x.name == pr.preamble.name)
+        if pr.type_spec.WhichOneof("type_spec") != "bitstring" or \
+                pr.type_spec.bitstring.WhichOneof("type_spec") != "bit":
+            return f"register {r.name!r}: only bit<W> registers are supported"
+        width = pr.type_spec.bitstring.bit.bitwidth
+        if width != r.bitwidth:
+            return f"register {r.name!r} is bit<{width}> in the P4Info but bit<{r.bitwidth}> in the program"
+        if pr.size != r.size:
+            return f"register {r.name!r} has size {pr.size} in the P4Info but {r.size} in the program"
+    for pc in info.counters:
+        c = next(x for x in program.counters if x.name == pc.preamble.name)
+        if pc.size != c.size:
+            return f"counter {c.name!r} has size {pc.size} in the P4Info but {c.size} in the program"
+    return None
+
+
+def _params_mismatch(a: Action, pa: p4i.Action) -> str | None:
+    theirs: dict[str, int] = {}
+    ids: set[int] = set()
+    for p in pa.params:
+        if p.id == 0 or p.id in ids or p.name in theirs:
+            return f"action {a.name!r}: parameter {p.name!r} has a zero or repeated id or name"
+        ids.add(p.id)
+        theirs[p.name] = p.bitwidth
+    for prm in a.params:
+        if prm.name not in theirs:
+            return f"action {a.name!r}: parameter {prm.name!r} is missing from the P4Info"
+        if theirs[prm.name] != prm.bitwidth:
+            return (f"action {a.name!r}: parameter {prm.name!r} is bit<{theirs[prm.name]}> in the P4Info "
+                    f"but bit<{prm.bitwidth}> in the program")
+    extra = set(theirs) - {p.name for p in a.params}
+    if extra:
+        return f"action {a.name!r}: P4Info has parameter {sorted(extra)[0]!r}, which the program does not"
+    return None
+
+
+def _table_mismatch(t: Table, pt: p4i.Table, action_names: dict[int, str]) -> str | None:
+    theirs: dict[str, tuple[str, int]] = {}
+    ids: set[int] = set()
+    for mf in pt.match_fields:
+        if mf.id == 0 or mf.id in ids or mf.name in theirs:
+            return f"table {t.name!r}: match field {mf.name!r} has a zero or repeated id or name"
+        ids.add(mf.id)
+        if mf.WhichOneof("match") != "match_type" or mf.match_type not in _MATCH_KIND:
+            return f"table {t.name!r}: match field {mf.name!r} has a match kind softswitch does not support"
+        theirs[mf.name] = (_MATCH_KIND[mf.match_type], mf.bitwidth)
+    for k in t.keys:
+        if k.name not in theirs:
+            return f"table {t.name!r}: match field {k.name!r} is missing from the P4Info"
+        kind, width = theirs[k.name]
+        if kind != k.match_type:
+            return f"table {t.name!r}: match field {k.name!r} is {kind} in the P4Info but {k.match_type} in the program"
+        if width != k.bitwidth:
+            return (f"table {t.name!r}: match field {k.name!r} is bit<{width}> in the P4Info "
+                    f"but bit<{k.bitwidth}> in the program")
+    extra = set(theirs) - {k.name for k in t.keys}
+    if extra:
+        return f"table {t.name!r}: P4Info has match field {sorted(extra)[0]!r}, which the program does not"
+    refs: set[str] = set()
+    for ref in pt.action_refs:
+        if ref.id not in action_names:
+            return f"table {t.name!r} refers to action id {ref.id:#x}, which the P4Info does not define"
+        refs.add(action_names[ref.id])
+    if refs != set(t.actions):
+        missing = sorted(set(t.actions) - refs)
+        if missing:
+            return f"table {t.name!r}: action {missing[0]!r} is missing from its action refs in the P4Info"
+        return f"table {t.name!r}: P4Info lists action {sorted(refs - set(t.actions))[0]!r}, which the program does not"
+    if pt.implementation_id or len(pt.direct_resource_ids):
+        return f"table {t.name!r}: action profiles and direct resources are not supported"
+    const_default = action_names.get(pt.const_default_action_id) if pt.const_default_action_id else None
+    ours = t.default_action if t.const_default_action else None
+    if const_default != ours:
+        return f"table {t.name!r}: const default action is {const_default!r} in the P4Info but {ours!r} in the program"
+    return None
+
+
+# -- ids of the P4Info in force ---------------------------------------------------------------
+@dataclass
+class TableIds:
+    id: int
+    table: Table
+    field_index: dict[int, int]  # match field id -> index in table.keys
+    field_ids: tuple[int, ...]  # index in table.keys -> match field id
+    scopes: dict[int, int]  # action id -> ActionRef scope
+    needs_priority: bool
+
+
+@dataclass
+class ActionIds:
+    id: int
+    action: Action
+    params: dict[int, Param]  # param id -> Param
+    param_ids: dict[str, int]
+
+
+@dataclass
+class IdMap:
+    """Numeric ids of a validated P4Info, mapped onto the program's entities (by name)."""
+
+    tables: dict[int, TableIds] = field(default_factory=dict)
+    table_ids: dict[str, int] = field(default_factory=dict)
+    actions: dict[int, ActionIds] = field(default_factory=dict)
+    action_ids: dict[str, int] = field(default_factory=dict)
+    counters: dict[int, Counter] = field(default_factory=dict)
+    counter_ids: dict[str, int] = field(default_factory=dict)
+    registers: dict[int, Register] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, program: Program, info: p4i.P4Info) -> IdMap:
+        """Only for a P4Info that :func:`p4info_mismatch` accepted."""
+        m = cls()
+        for pa in info.actions:
+            a = program.action(pa.preamble.name)
+            m.actions[pa.preamble.id] = ActionIds(
+                pa.preamble.id, a, {p.id: a.param(p.name) for p in pa.params}, {p.name: p.id for p in pa.params})
+            m.action_ids[a.name] = pa.preamble.id
+        for pt in info.tables:
+            t = program.table(pt.preamble.name)
+            by_name = {mf.name: mf.id for mf in pt.match_fields}
+            fids = tuple(by_name[k.name] for k in t.keys)
+            m.tables[pt.preamble.id] = TableIds(
+                pt.preamble.id, t, {fid: i for i, fid in enumerate(fids)}, fids,
+                {ref.id: ref.scope for ref in pt.action_refs},
+                any(k.match_type in ("ternary", "range", "optional") for k in t.keys))
+            m.table_ids[t.name] = pt.preamble.id
+        for pc in info.counters:
+            c = next(x for x in program.counters if x.name == pc.preamble.name)
+            m.counters[pc.preamble.id] = c
+            m.counter_ids[c.name] = pc.preamble.id
+        for pr in info.registers:
+            m.registers[pr.preamble.id] = next(x for x in program.registers if x.name == pr.preamble.name)
+        return m
+
+
+@dataclass
+class PipelineConfig:
+    """A forwarding pipeline config the server accepted."""
+
+    p4info: p4i.P4Info
+    device_config: bytes
+    cookie: int | None
+    ids: IdMap
+
+
+# -- arbitration --------------------------------------------------------------------------
+_CLOSE = object()
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One StreamChannel: its identity once arbitrated and its outgoing queue."""
+
+    out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    role: str | None = None  # None until the first arbitration update
+    election_id: int | None = None  # None = unset (never primary)
+    peer: str = ""
+
+
+@dataclass
+class _Role:
+    streams: list[_Stream] = field(default_factory=list)
+    highest: int | None = None  # highest election id ever seen (spec: election_id_past)
+    primary: _Stream | None = None
+    config: any_pb2.Any | None = None
+
+
+@dataclass
+class _Terminate:
+    code: grpc.StatusCode
+    message: str
+
+
+class _Status(grpc.Status):
+    def __init__(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple[tuple[str, bytes], ...]):
+        self.code = code
+        self.details = details
+        self.trailing_metadata = trailing_metadata
+
+
+def _abort_with_details(context: grpc.ServicerContext, message: str, errors: list[p4r.Error]) -> NoReturn:
+    """End an RPC the P4Runtime batch way: status UNKNOWN and one p4.v1.Error per item."""
+    status = rpc_status.Status(code=rpc_code.UNKNOWN, message=message)
+    for e in errors:
+        status.details.add().Pack(e)
+    context.abort_with_status(_Status(SC.UNKNOWN, message, (("grpc-status-details-bin", status.SerializeToString()),)))
+    raise AssertionError("unreachable")  # abort_with_status raises
+
+
+class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
+    """The P4Runtime service for one device.
+
+    Deliberate limits and choices (as BMv2 where it matters):
+
+    * RegisterEntry reads and writes are UNIMPLEMENTED; registers change only by packets.
+    * Atomicity other than CONTINUE_ON_ERROR is UNIMPLEMENTED.
+    * Roles are arbitrated independently, but ``role.config`` is stored, not enforced.
+    * A failed Read ends with the failing request's code when all failures share
+      one code (so a register read is plainly UNIMPLEMENTED, as on BMv2), else
+      UNKNOWN; either way ``grpc-status-details-bin`` holds one p4.v1.Error per request.
+    * Between VERIFY_AND_SAVE and COMMIT, Read/Write use a shadow state that
+      COMMIT installs (the spec's "replay the writes since the save").
+
+    Hooks for the runtime: :attr:`packet_out_handler`, :attr:`digest_ack_handler`,
+    :meth:`send_packet_in`, :meth:`send_digest_list`, :attr:`on_commit`.
+    """
+
+    def __init__(self, state: SwitchState, device_id: int) -> None:
+        if device_id <= 0:
+            raise ValueError("device_id must be > 0 (P4Runtime reserves 0)")
+        self.state = state
+        self.program = state.program
+        self.device_id = device_id
+        self._arb_lock = threading.Lock()
+        self._roles: dict[str, _Role] = {}
+        self._cfg_lock = threading.RLock()
+        self._committed: PipelineConfig | None = None
+        self._saved: PipelineConfig | None = None
+        self._shadow: SwitchState | None = None
+        self.packet_out_handler: Callable[[p4r.PacketOut], None] | None = None
+        self.digest_ack_handler: Callable[[p4r.DigestListAck], None] | None = None
+        self.on_commit: Callable[[PipelineConfig, bool], None] | None = None
+        self.packet_ins_dropped = 0
+
+    # -- public view ----------------------------------------------------------------------------
+    @property
+    def committed(self) -> PipelineConfig | None:
+        """The config packets are processed with (None: drop every packet)."""
+        return self._committed
+
+    def primary_election_id(self, role: str = "") -> int | None:
+        with self._arb_lock:
+            r = self._roles.get(role)
+            return r.primary.election_id if r and r.primary else None
+
+    # -- StreamChannel ----------------------------------------------------------------------------
+    def StreamChannel(self, request_iterator: Iterator[p4r.StreamMessageRequest],
+                      context: grpc.ServicerContext) -> Iterator[p4r.StreamMessageResponse]:
+        stream = _Stream(peer=context.peer())
+        context.add_callback(lambda: stream.out.put(_CLOSE))
+        reader = threading.Thread(target=self._read_stream, args=(stream, request_iterator),
+                                  name=f"p4rt-stream-{stream.peer}", daemon=True)
+        reader.start()
+        log.debug("stream opened by %s", stream.peer)
+        try:
+            while True:
+                msg = stream.out.get()
+                if msg is _CLOSE:
+                    return
+                if isinstance(msg, _Terminate):
+                    log.info("closing stream of %s: %s %s", stream.peer, msg.code.name, msg.message)
+                    context.abort(msg.code, msg.message)
+                yield msg
+        finally:
+            self._drop_stream(stream)
+            log.debug("stream of %s closed", stream.peer)
+
+    def _read_stream(self, stream: _Stream, requests: Iterator[p4r.StreamMessageRequest]) -> None:
+        try:
+            for req in requests:
+                kind = req.WhichOneof("update")
+                if kind == "arbitration":
+                    err = self._arbitrate(stream, req.arbitration)
+                    if err is not None:
+                        stream.out.put(err)
+                        return
+                elif kind == "packet":
+                    self._on_packet_out(stream, req.packet)
+                elif kind == "digest_ack":
+                    self._on_digest_ack(stream, req.digest_ack)
+                else:
+                    stream.out.put(p4r.StreamMessageResponse(error=p4r.StreamError(
+                        canonical_code=rpc_code.UNIMPLEMENTED, message=f"stream message {kind!r} not supported",
+                        other=p4r.StreamOtherError())))
+        except grpc.RpcError:
+            pass  # client went away
+        except Exception:  # a bug here must not leave the stream hanging
+            log.exception("stream reader of %s failed", stream.peer)
+        finally:
+            stream.out.put(_CLOSE)
+
+    def _arbitrate(self, stream: _Stream, upd: p4r.MasterArbitrationUpdate) -> _Terminate | None:
+        role_name = upd.role.name if upd.HasField("role") else ""
+        eid = _u128(upd.election_id) if upd.HasField("election_id") else None
+        with self._arb_lock:
+            if stream.role is None:
+                if upd.device_id != self.device_id:
+                    return _Terminate(SC.NOT_FOUND, f"device id {upd.device_id} not found "
+                                      f"(this is device {self.device_id})")
+                role = self._roles.setdefault(role_name, _Role())
+                if eid is not None and any(s.election_id == eid for s in role.streams):
+                    return _Terminate(SC.INVALID_ARGUMENT, f"Election id {eid} is already used by another controller")
+                stream.role = role_name
+                role.streams.append(stream)
+            else:
+                if upd.device_id != self.device_id:
+                    return _Terminate(SC.FAILED_PRECONDITION, "device id differs from the stream's")
+                if role_name != stream.role:
+                    return _Terminate(SC.FAILED_PRECONDITION, "role differs from the stream's; open a new stream")
+                role = self._roles[role_name]
+                if eid is not None and any(s.election_id == eid for s in role.streams if s is not stream):
+                    return _Terminate(SC.INVALID_ARGUMENT, f"Election id {eid} is already used by another controller")
+            stream.election_id = eid
+            was_primary = role.primary is stream
+            if eid is not None and (role.highest is None or eid >= role.highest):
+                changed = role.primary is not stream
+                role.highest = eid
+                role.primary = stream
+                role.config = upd.role.config if upd.role.HasField("config") else None
+                if changed:
+                    log.info("primary for role %r is now %s (election id %d)", role_name or "default",
+                             stream.peer, eid)
+                self._notify(role_name, role, role.streams)
+            elif was_primary:
+                role.primary = None
+                log.info("primary %s for role %r stepped down", stream.peer, role_name or "default")
+                self._notify(role_name, role, role.streams)
+            else:
+                self._notify(role_name, role, [stream])
+        return None
+
+    def _notify(self, role_name: str, role: _Role, streams: Sequence[_Stream]) -> None:
+        """Send each of ``streams`` the arbitration advisory (caller holds _arb_lock)."""
+        for s in streams:
+            upd = p4r.MasterArbitrationUpdate(device_id=self.device_id)
+            if role_name or role.config is not None:
+                upd.role.name = role_name
+                if role.config is not None:
+                    upd.role.config.CopyFrom(role.config)
+            if role.highest is not None:
+                upd.election_id.CopyFrom(_to_u128(role.highest))
+            if role.primary is s:
+                upd.status.code = rpc_code.OK
+                upd.status.message = "primary"
+            elif role.primary is not None:
+                upd.status.code = rpc_code.ALREADY_EXISTS
+                upd.status.message = "backup: another controller is primary"
+            else:
+                upd.status.code = rpc_code.NOT_FOUND
+                upd.status.message = "no primary"
+            s.out.put(p4r.StreamMessageResponse(arbitration=upd))
+
+    def _drop_stream(self, stream: _Stream) -> None:
+        with self._arb_lock:
+            if stream.role is None:
+                return
+            role = self._roles[stream.role]
+            if stream in role.streams:
+                role.streams.remove(stream)
+            if role.primary is stream:
+                role.primary = None
+                log.info("primary %s for role %r disconnected", stream.peer, stream.role or "default")
+                self._notify(stream.role, role, role.streams)
+            stream.role = None
+
+    def _is_primary_stream(self, stream: _Stream) -> bool:
+        with self._arb_lock:
+            return stream.role is not None and self._roles[stream.role].primary is stream
+
+    def _on_packet_out(self, stream: _Stream, packet: p4r.PacketOut) -> None:
+        if not self._is_primary_stream(stream):
+            code, msg = rpc_code.PERMISSION_DENIED, "only the primary controller may send packets"
+        elif self.packet_out_handler is None:
+            code, msg = rpc_code.UNIMPLEMENTED, "this pipeline has no packet-out support"
+        else:
+            try:
+                self.packet_out_handler(packet)
+                return
+            except P4RuntimeError as e:
+                code, msg = _code_int(e.code), e.message
+            except Exception as e:
+                log.exception("packet-out handler failed")
+                code, msg = rpc_code.INTERNAL, f"packet-out failed: {e}"
+        stream.out.put(p4r.StreamMessageResponse(error=p4r.StreamError(
+            canonical_code=code, message=msg, packet_out=p4r.PacketOutError(packet_out=packet))))
+
+    def _on_digest_ack(self, stream: _Stream, ack: p4r.DigestListAck) -> None:
+        if self.digest_ack_handler is not None and self._is_primary_stream(stream):
+            self.digest_ack_handler(ack)
+
+    def _send_to_primary(self, msg: p4r.StreamMessageResponse, role: str) -> bool:
+        with self._arb_lock:
+            r = self._roles.get(role)
+            primary = r.primary if r else None
+        if primary is None:
+            return False
+        if primary.out.qsize() >= PACKET_IN_BACKLOG:
+            self.packet_ins_dropped += 1
+            return False
+        primary.out.put(msg)
+        return True
+
+    def send_packet_in(self, payload: bytes, metadata: Sequence[tuple[int, bytes]] = (), role: str = "") -> bool:
+        """Hand a packet to the primary controller; False if none (or it lags too far)."""
+        pkt = p4r.PacketIn(payload=payload)
+        for mid, value in metadata:
+            pkt.metadata.add(metadata_id=mid, value=value)
+        return self._send_to_primary(p4r.StreamMessageResponse(packet=pkt), role)
+
+    def send_digest_list(self, digest: p4r.DigestList, role: str = "") -> bool:
+        """Hand a digest list to the primary controller; False if none."""
+        return self._send_to_primary(p4r.StreamMessageResponse(digest=digest), role)
+
+    # -- checks shared by the unary RPCs ------------------------------------------------------------
+    def _check_device(self, device_id: int) -> None:
+        if device_id != self.device_id:
+            _err(SC.NOT_FOUND, f"device id {device_id} not found (this is device {self.device_id})")
+
+    def _check_primary(self, role_name: str, election_id: p4r.Uint128 | None) -> None:
+        with self._arb_lock:
+            role = self._roles.get(role_name)
+            if role is None and role_name:
+                _err(SC.NOT_FOUND, f"role {role_name!r} not found")
+            primary = role.primary if role else None
+            eid = _u128(election_id) if election_id is not None else None
+            if primary is None or eid is None or primary.election_id != eid:
+                _err(SC.PERMISSION_DENIED, "not the primary controller "
+                     f"(election id {eid}, primary {primary.election_id if primary else None})")
+
+    def _rw_target(self) -> tuple[PipelineConfig, SwitchState]:
+        """The config and state Read/Write act on (the saved one after VERIFY_AND_SAVE)."""
+        if self._saved is not None and self._shadow is not None:
+            return self._saved, self._shadow
+        if self._committed is None:
+            _err(SC.FAILED_PRECONDITION, "No forwarding pipeline config set for this device")
+        return self._committed, self.state
+
+    # -- Capabilities ------------------------------------------------------------------------------------
+    def Capabilities(self, request: p4r.CapabilitiesRequest,
+                     context: grpc.ServicerContext) -> p4r.CapabilitiesResponse:
+        if request.device_id and request.device_id != self.device_id:
+            context.abort(SC.NOT_FOUND, f"device id {request.device_id} not found")
+        return p4r.CapabilitiesResponse(p4runtime_api_version=P4RUNTIME_API_VERSION)
+
+    # -- pipeline config ---------------------------------------------------------------------------------
+    def SetForwardingPipelineConfig(self, request: p4r.SetForwardingPipelineConfigRequest,
+                                    context: grpc.ServicerContext) -> p4r.SetForwardingPipelineConfigResponse:
+        try:
+            self._check_device(request.device_id)
+            self._check_primary(request.role, request.election_id if request.HasField("election_id") else None)
+            with self._cfg_lock:
+                self._set_config(request)
+        except P4RuntimeError as e:
+            log.warning("SetForwardingPipelineConfig refused: %s %s", e.code.name, e.message)
+            context.abort(e.code, e.message)
+        return p4r.SetForwardingPipelineConfigResponse()
+
+    def _verify(self, request: p4r.SetForwardingPipelineConfigRequest) -> PipelineConfig:
+        if not request.HasField("config") or not request.config.HasField("p4info"):
+            _err(SC.INVALID_ARGUMENT, "config with a P4Info is required")
+        cfg = request.config
+        diff = p4info_mismatch(self.program, cfg.p4info)
+        if diff is not None:
+            _err(SC.INVALID_ARGUMENT, f"P4Info does not match softswitch program {self.program.name!r}: {diff}")
+        cookie = cfg.cookie.cookie if cfg.HasField("cookie") else None
+        return PipelineConfig(cfg.p4info, cfg.p4_device_config, cookie, IdMap.build(self.program, cfg.p4info))
+
+    def _set_config(self, request: p4r.SetForwardingPipelineConfigRequest) -> None:
+        action = request.action
+        if action == _CFG.VERIFY:
+            self._verify(request)
+        elif action == _CFG.VERIFY_AND_SAVE:
+            self._saved = self._verify(request)
+            self._shadow = SwitchState(self.program)
+            log.info("pipeline config saved (not committed), cookie=%s", self._saved.cookie)
+        elif action == _CFG.VERIFY_AND_COMMIT:
+            self._commit(self._verify(request), None, reconcile=False)
+        elif action == _CFG.COMMIT:
+            if request.HasField("config"):
+                _err(SC.INVALID_ARGUMENT, "COMMIT takes no config")
+            if self._saved is None:
+                _err(SC.NOT_FOUND, "no saved config to commit (VERIFY_AND_SAVE first)")
+            self._commit(self._saved, self._shadow, reconcile=False)
+        elif action == _CFG.RECONCILE_AND_COMMIT:
+            # Same program by construction, so every entry and register survives; only ids change.
+            self._commit(self._verify(request), None, reconcile=self._committed is not None)
+        else:
+            _err(SC.INVALID_ARGUMENT, f"unsupported SetForwardingPipelineConfig action {action}")
+
+    def _commit(self, cfg: PipelineConfig, shadow: SwitchState | None, *, reconcile: bool) -> None:
+        with self.state.lock:
+            if not reconcile:
+                self.state.reset()
+            if shadow is not None:
+                _copy_control_state(shadow, self.state)
+            self._committed = cfg
+            self._saved = None
+            self._shadow = None
+        log.info("pipeline config committed: program %r, cookie=%s, device config %d bytes%s",
+                 self.program.name, cfg.cookie, len(cfg.device_config), " (state kept)" if reconcile else "")
+        if self.on_commit is not None:
+            self.on_commit(cfg, reconcile)
+
+    def GetForwardingPipelineConfig(self, request: p4r.GetForwardingPipelineConfigRequest,
+                                    context: grpc.ServicerContext) -> p4r.GetForwardingPipelineConfigResponse:
+        try:
+            self._check_device(request.device_id)
+            with self._cfg_lock:
+                cfg = self._committed or self._saved
+            if cfg is None:
+                _err(SC.FAILED_PRECONDITION, "No forwarding pipeline config set for this device")
+        except P4RuntimeError as e:
+            context.abort(e.code, e.message)
+        out = p4r.ForwardingPipelineConfig()
+        rt = request.response_type
+        if cfg.cookie is not None:
+            out.cookie.cookie = cfg.cookie
+        if rt in (_GET.ALL, _GET.P4INFO_AND_COOKIE):
+            out.p4info.CopyFrom(cfg.p4info)
+        if rt in (_GET.ALL, _GET.DEVICE_CONFIG_AND_COOKIE):
+            out.p4_device_config = cfg.device_config
+        return p4r.GetForwardingPipelineConfigResponse(config=out)
+
+    # -- Write -------------------------------------------------------------------------------------------
+    def Write(self, request: p4r.WriteRequest, context: grpc.ServicerContext) -> p4r.WriteResponse:
+        try:
+            self._check_device(request.device_id)
+            self._check_primary(request.role, request.election_id if request.HasField("election_id") else None)
+            if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+                _err(SC.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
+        except P4RuntimeError as e:
+            context.abort(e.code, e.message)
+        errors: list[p4r.Error] = []
+        failed = 0
+        with self._cfg_lock:
+            try:
+                cfg, state = self._rw_target()
+            except P4RuntimeError as e:
+                context.abort(e.code, e.message)
+            with state.lock:
+                for upd in request.updates:
+                    try:
+                        self._apply_update(cfg.ids, state, upd)
+                        errors.append(p4r.Error(canonical_code=rpc_code.OK))
+                    except P4RuntimeError as e:
+                        failed += 1
+                        errors.append(p4r.Error(canonical_code=_code_int(e.code), message=e.message))
+                    except Exception as e:  # a server bug must not leave state half-written silently
+                        log.exception("write update failed")
+                        failed += 1
+                        errors.append(p4r.Error(canonical_code=rpc_code.INTERNAL, message=str(e)))
+        if failed:
+            log.debug("Write: %d of %d updates failed", failed, len(request.updates))
+            _abort_with_details(context, f"Write failure: {failed} of {len(request.updates)} updates failed",
+                                errors)
+        return p4r.WriteResponse()
+
+    def _apply_update(self, ids: IdMap, state: SwitchState, upd: p4r.Update) -> None:
+        if upd.type not in (_UPD.INSERT, _UPD.MODIFY, _UPD.DELETE):
+            _err(SC.INVALID_ARGUMENT, "update type must be INSERT, MODIFY or DELETE")
+        kind = upd.entity.WhichOneof("entity")
+        if kind == "table_entry":
+            self._write_table_entry(ids, state, upd.type, upd.entity.table_entry)
+        elif kind == "counter_entry":
+            self._write_counter_entry(ids, state, upd.type, upd.entity.counter_entry)
+        elif kind == "register_entry":
+            _err(SC.UNIMPLEMENTED, "RegisterEntry writes are not supported: registers change only by packets "
+                 "(as on BMv2)")
+        elif kind is None:
+            _err(SC.INVALID_ARGUMENT, "update has no entity")
+        else:
+            _err(SC.UNIMPLEMENTED, f"{kind} is not supported by softswitch")
+
+    def _table_ids(self, ids: IdMap, table_id: int) -> TableIds:
+        if table_id == 0:
+            _err(SC.INVALID_ARGUMENT, "table_id 0 is not a table")
+        t = ids.tables.get(table_id)
+        if t is None:
+            _err(SC.NOT_FOUND, f"unknown table id {table_id:#x}")
+        return t
+
+    def _write_table_entry(self, ids: IdMap, state: SwitchState, utype: int, te: p4r.TableEntry) -> None:
+        t = self._table_ids(ids, te.table_id)
+        ts = state.tables[t.table.name]
+        tname = t.table.name
+        if te.is_const:
+            _err(SC.INVALID_ARGUMENT, "is_const must be false in a write")
+        if te.idle_timeout_ns:
+            _err(SC.INVALID_ARGUMENT, f"{tname} does not support idle timeout")
+        if te.HasField("counter_data") or te.HasField("meter_config") or te.HasField("meter_counter_data"):
+            _err(SC.INVALID_ARGUMENT, f"{tname} has no direct counters or meters")
+        if te.is_default_action:
+            if utype != _UPD.MODIFY:
+                _err(SC.INVALID_ARGUMENT, "the default entry can only be modified (not inserted or deleted)")
+            if len(te.match) or te.priority:
+                _err(SC.INVALID_ARGUMENT, "the default entry takes no match and priority 0")
+            if t.table.const_default_action:
+                _err(SC.PERMISSION_DENIED, f"{tname} has a const default action")
+            if not te.HasField("action"):
+                ts.reset_default()
+                return
+            name, params = self._parse_action(ids, t, te, default=True)
+            ts.set_default(name, params)
+            return
+        if not t.table.keys:
+            _err(SC.INVALID_ARGUMENT, f"{tname} has no key: only its default entry can be written")
+        if t.needs_priority and te.priority <= 0:
+            _err(SC.INVALID_ARGUMENT, f"{tname} has ternary/range/optional fields: priority must be > 0")
+        if not t.needs_priority and te.priority != 0:
+            _err(SC.INVALID_ARGUMENT, f"{tname} has only exact/lpm fields: priority must be 0")
+        match = self._parse_match(t, te)
+        try:
+            if utype == _UPD.INSERT:
+                name, params = self._parse_action(ids, t, te, default=False)
+                ts.insert_canonical(match, name, params, te.priority,
+                                    controller_metadata=te.controller_metadata, metadata=te.metadata)
+            elif utype == _UPD.MODIFY:
+                cur = ts.get(match, te.priority)
+                if cur is None:
+                    raise EntryNotFoundError(f"{tname}: no such entry")
+                if te.HasField("action"):
+                    name, params = self._parse_action(ids, t, te, default=False)
+                else:
+                    name, params = cur.action, cur.params
+                ts.modify_canonical(match, name, params, te.priority,
+                                    controller_metadata=te.controller_metadata, metadata=te.metadata)
+            else:
+                ts.delete_canonical(match, te.priority)
+        except EntryExistsError as e:
+            _err(SC.ALREADY_EXISTS, str(e))
+        except EntryNotFoundError as e:
+            _err(SC.NOT_FOUND, str(e))
+        except TableFullError as e:
+            _err(SC.RESOURCE_EXHAUSTED, str(e))
+
+    def _parse_match(self, t: TableIds, te: p4r.TableEntry) -> CanonicalMatch:
+        keys = t.table.keys
+        out: list[tuple[int, int] | None] = [None] * len(keys)
+        for fm in te.match:
+            i = t.field_index.get(fm.field_id)
+            if i is None:
+                _err(SC.INVALID_ARGUMENT, f"{t.table.name}: unknown match field id {fm.field_id}")
+            if out[i] is not None:
+                _err(SC.INVALID_ARGUMENT, f"{t.table.name}: match field id {fm.field_id} given twice")
+            mf = keys[i]
+            kind = fm.WhichOneof("field_match_type")
+            if kind != mf.match_type:
+                _err(SC.INVALID_ARGUMENT, f"{t.table.name}: field {mf.name} is {mf.match_type}, not {kind}")
+            w, full, what = mf.bitwidth, (1 << mf.bitwidth) - 1, f"{t.table.name} field {mf.name}"
+            if kind == "exact":
+                out[i] = (decode_bytes(fm.exact.value, w, what), full)
+            elif kind == "optional":
+                out[i] = (decode_bytes(fm.optional.value, w, what), full)
+            elif kind == "lpm":
+                v, plen = decode_bytes(fm.lpm.value, w, what), fm.lpm.prefix_len
+                if plen <= 0 or plen > w:
+                    _err(SC.INVALID_ARGUMENT, f"{what}: prefix length {plen} not in 1..{w} "
+                         "(omit the field for don't care)")
+                mask = full ^ ((1 << (w - plen)) - 1)
+                if v & ~mask:
+                    _err(SC.INVALID_ARGUMENT, f"{what}: value {v:#x} has bits set beyond prefix /{plen}")
+                out[i] = (v, mask)
+            elif kind == "ternary":
+                v, mask = decode_bytes(fm.ternary.value, w, what), decode_bytes(fm.ternary.mask, w, what)
+                if mask == 0:
+                    _err(SC.INVALID_ARGUMENT, f"{what}: zero mask (omit the field for don't care)")
+                if v & ~mask:
+                    _err(SC.INVALID_ARGUMENT, f"{what}: value {v:#x} has bits outside mask {mask:#x}")
+                out[i] = (v, mask)
+            else:  # range
+                lo, hi = decode_bytes(fm.range.low, w, what), decode_bytes(fm.range.high, w, what)
+                if lo > hi:
+                    _err(SC.INVALID_ARGUMENT, f"{what}: range low {lo} > high {hi}")
+                if lo == 0 and hi == full:
+                    _err(SC.INVALID_ARGUMENT, f"{what}: full range (omit the field for don't care)")
+                out[i] = (lo, hi)
+        result: list[tuple[int, int]] = []
+        for i, mf in enumerate(keys):
+            pair = out[i]
+            if pair is None:
+                if mf.match_type == "exact":
+                    _err(SC.INVALID_ARGUMENT, f"{t.table.name}: exact field {mf.name} "
+                         f"(id {t.field_ids[i]}) is missing")
+                pair = (0, (1 << mf.bitwidth) - 1) if mf.match_type == "range" else (0, 0)
+            result.append(pair)
+        return tuple(result)
+
+    def _parse_action(self, ids: IdMap, t: TableIds, te: p4r.TableEntry, *,
+                      default: bool) -> tuple[str, dict[str, int]]:
+        if not te.HasField("action"):
+            _err(SC.INVALID_ARGUMENT, f"{t.table.name}: entry has no action")
+        if te.action.WhichOneof("type") != "action":
+            _err(SC.INVALID_ARGUMENT, f"{t.table.name} is a direct table: give an action, not a profile member")
+        a = te.action.action
+        scope = t.scopes.get(a.action_id)
+        if scope is None:
+            _err(SC.INVALID_ARGUMENT, f"action id {a.action_id:#x} is not an action of {t.table.name}")
+        if default and scope == _SCOPE_TABLE_ONLY:
+            _err(SC.PERMISSION_DENIED, f"{ids.actions[a.action_id].action.name} cannot be a default action")
+        if not default and scope == _SCOPE_DEFAULT_ONLY:
+            _err(SC.PERMISSION_DENIED, f"{ids.actions[a.action_id].action.name} can only be a default action")
+        ai = ids.actions[a.action_id]
+        params: dict[str, int] = {}
+        for p in a.params:
+            prm = ai.params.get(p.param_id)
+            if prm is None:
+                _err(SC.INVALID_ARGUMENT, f"action {ai.action.name}: unknown parameter id {p.param_id}")
+            if prm.name in params:
+                _err(SC.INVALID_ARGUMENT, f"action {ai.action.name}: parameter {prm.name} given twice")
+            params[prm.name] = decode_bytes(p.value, prm.bitwidth, f"action {ai.action.name} parameter {prm.name}")
+        for prm in ai.action.params:
+            if prm.name not in params:
+                _err(SC.INVALID_ARGUMENT, f"action {ai.action.name}: parameter {prm.name} is missing")
+        return ai.action.name, params
+
+    def _counter(self, ids: IdMap, counter_id: int) -> Counter:
+        c = ids.counters.get(counter_id)
+        if c is None:
+            _err(SC.NOT_FOUND, f"unknown counter id {counter_id:#x}")
+        return c
+
+    def _write_counter_entry(self, ids: IdMap, state: SwitchState, utype: int, ce: p4r.CounterEntry) -> None:
+        if utype != _UPD.MODIFY:
+            _err(SC.INVALID_ARGUMENT, "counter entries can only be modified")
+        if ce.counter_id == 0:
+            _err(SC.INVALID_ARGUMENT, "counter_id 0 is not a counter")
+        c = self._counter(ids, ce.counter_id)
+        if not ce.HasField("data"):
+            return
+        arr = state.counters[c.name]
+        if ce.HasField("index"):
+            idx = ce.index.index
+            if idx < 0:
+                _err(SC.INVALID_ARGUMENT, f"negative counter index {idx}")
+            if idx >= c.size:
+                _err(SC.OUT_OF_RANGE, f"counter {c.name} index {idx} >= size {c.size}")
+            arr.write(idx, ce.data.packet_count, ce.data.byte_count)
+        else:
+            for idx in range(c.size):
+                arr.write(idx, ce.data.packet_count, ce.data.byte_count)
+
+    # -- Read --------------------------------------------------------------------------------------------
+    def Read(self, request: p4r.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4r.ReadResponse]:
+        try:
+            self._check_device(request.device_id)
+        except P4RuntimeError as e:
+            context.abort(e.code, e.message)
+        results: list[p4r.Entity] = []
+        errors: list[p4r.Error] = []
+        codes: set[grpc.StatusCode] = set()
+        with self._cfg_lock:
+            try:
+                cfg, state = self._rw_target()
+            except P4RuntimeError as e:
+                context.abort(e.code, e.message)
+            with state.lock:
+                for ent in request.entities:
+                    try:
+                        results.extend(self._read_one(cfg.ids, state, ent))
+                        errors.append(p4r.Error(canonical_code=rpc_code.OK))
+                    except P4RuntimeError as e:
+                        codes.add(e.code)
+                        errors.append(p4r.Error(canonical_code=_code_int(e.code), message=e.message))
+        for i in range(0, len(results), READ_CHUNK):
+            yield p4r.ReadResponse(entities=results[i:i + READ_CHUNK])
+        if codes:
+            msg = "; ".join(e.message for e in errors if e.canonical_code != rpc_code.OK)
+            if len(codes) == 1:
+                (code,) = codes
+                status = rpc_status.Status(code=_code_int(code), message=msg)
+                for e in errors:
+                    status.details.add().Pack(e)
+                context.abort_with_status(_Status(code, msg, (("grpc-status-details-bin",
+                                                               status.SerializeToString()),)))
+            _abort_with_details(context, msg, errors)
+
+    def _read_one(self, ids: IdMap, state: SwitchState, ent: p4r.Entity) -> list[p4r.Entity]:
+        kind = ent.WhichOneof("entity")
+        if kind == "table_entry":
+            return self._read_table(ids, state, ent.table_entry)
+        if kind == "counter_entry":
+            return self._read_counter(ids, state, ent.counter_entry)
+        if kind == "register_entry":
+            _err(SC.UNIMPLEMENTED, "RegisterEntry reads are not supported (as on BMv2)")
+        if kind is None:
+            _err(SC.INVALID_ARGUMENT, "read request entity is empty")
+        _err(SC.UNIMPLEMENTED, f"{kind} is not supported by softswitch")
+
+    def _read_table(self, ids: IdMap, state: SwitchState, q: p4r.TableEntry) -> list[p4r.Entity]:
+        if q.table_id == 0:
+            return [self._encode_entry(ids, t, e)
+                    for t in ids.tables.values() for e in state.tables[t.table.name].entries()]
+        t = self._table_ids(ids, q.table_id)
+        ts = state.tables[t.table.name]
+        if q.is_default_action:
+            te = p4r.TableEntry(table_id=t.id, is_default_action=True)
+            self._encode_action(ids, te, ts.default_action, ts.default_params)
+            return [p4r.Entity(table_entry=te)]
+        if len(q.match):
+            e = ts.get(self._parse_match(t, q), q.priority)
+            found = [e] if e is not None else []
+        else:
+            found = [e for e in ts.entries() if not q.priority or e.priority == q.priority]
+        want_action = q.action.action.action_id if q.HasField("action") and q.action.HasField("action") else 0
+        out = []
+        for e in found:
+            if want_action and ids.action_ids.get(e.action) != want_action:
+                continue
+            if q.controller_metadata and e.controller_metadata != q.controller_metadata:
+                continue
+            if q.metadata and e.metadata != q.metadata:
+                continue
+            out.append(self._encode_entry(ids, t, e))
+        return out
+
+    def _encode_entry(self, ids: IdMap, t: TableIds, e: TableEntry) -> p4r.Entity:
+        te = p4r.TableEntry(table_id=t.id, priority=e.priority, controller_metadata=e.controller_metadata,
+                            metadata=e.metadata)
+        for i, (mf, (a, b)) in enumerate(zip(t.table.keys, e.match, strict=True)):
+            kind = mf.match_type
+            full = (1 << mf.bitwidth) - 1
+            if kind == "exact":
+                te.match.add(field_id=t.field_ids[i]).exact.value = encode_bytes(a)
+            elif kind == "range":
+                if (a, b) != (0, full):
+                    r = te.match.add(field_id=t.field_ids[i]).range
+                    r.low, r.high = encode_bytes(a), encode_bytes(b)
+            elif b == 0:
+                continue  # don't care: omitted
+            elif kind == "lpm":
+                lpm = te.match.add(field_id=t.field_ids[i]).lpm
+                lpm.value, lpm.prefix_len = encode_bytes(a), b.bit_count()
+            elif kind == "ternary":
+                tern = te.match.add(field_id=t.field_ids[i]).ternary
+                tern.value, tern.mask = encode_bytes(a), encode_bytes(b)
+            else:
+                te.match.add(field_id=t.field_ids[i]).optional.value = encode_bytes(a)
+        self._encode_action(ids, te, e.action, e.params)
+        return p4r.Entity(table_entry=te)
+
+    def _encode_action(self, ids: IdMap, te: p4r.TableEntry, name: str, params: dict[str, int]) -> None:
+        aid = ids.action_ids[name]
+        act = te.action.action
+        act.action_id = aid
+        ai = ids.actions[aid]
+        for prm in ai.action.params:
+            act.params.add(param_id=ai.param_ids[prm.name], value=encode_bytes(params.get(prm.name, 0)))
+
+    def _read_counter(self, ids: IdMap, state: SwitchState, q: p4r.CounterEntry) -> list[p4r.Entity]:
+        if q.counter_id == 0:
+            if q.HasField("index"):
+                _err(SC.INVALID_ARGUMENT, "an index needs a counter_id")
+            counters = list(ids.counters.items())
+        else:
+            counters = [(q.counter_id, self._counter(ids, q.counter_id))]
+        out = []
+        for cid, c in counters:
+            arr = state.counters[c.name]
+            if q.HasField("index"):
+                idx = q.index.index
+                if idx < 0:
+                    _err(SC.INVALID_ARGUMENT, f"negative counter index {idx}")
+                if idx >= c.size:
+                    _err(SC.OUT_OF_RANGE, f"counter {c.name} index {idx} >= size {c.size}")
+                indexes: Sequence[int] = (idx,)
+            else:
+                indexes = range(c.size)
+            for idx in indexes:
+                packets, nbytes = arr.read(idx)
+                ce = p4r.CounterEntry(counter_id=cid)
+                ce.index.index = idx
+                ce.data.packet_count, ce.data.byte_count = packets, nbytes
+                out.append(p4r.Entity(counter_entry=ce))
+        return out
+
+
+def _copy_control_state(src: SwitchState, dst: SwitchState) -> None:
+    """Install what P4Runtime wrote into ``src`` (entries, defaults, counter values) into ``dst``."""
+    for name, st in src.tables.items():
+        dt = dst.tables[name]
+        for e in st.entries():
+            dt.insert_canonical(e.match, e.action, e.params, e.priority,
+                                controller_metadata=e.controller_metadata, metadata=e.metadata)
+        if st.default_modified:
+            dt.set_default(st.default_action, st.default_params)
+    for name, sc in src.counters.items():
+        dc = dst.counters[name]
+        for i in range(sc.size):
+            p, b = sc.read(i)
+            if p or b:
+                dc.write(i, p, b)
+
+
+class P4RuntimeServer:
+    """A gRPC server running :class:`P4RuntimeService` on one address."""
+
+    def __init__(self, state: SwitchState, device_id: int, address: str = DEFAULT_GRPC_ADDR,
+                 max_workers: int = 32) -> None:
+        self.service = P4RuntimeService(state, device_id)
+        self.requested_address = address
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"),
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.so_reuseport", 0)])
+        p4r_grpc.add_P4RuntimeServicer_to_server(self.service, self._server)
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        """host:port actually bound (the port resolved if 0 was asked)."""
+        host = self.requested_address.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    def start(self) -> None:
+        """Bind and serve; raises RuntimeError if the address cannot be bound."""
+        try:
+            self.port = self._server.add_insecure_port(self.requested_address)
+        except RuntimeError as e:
+            raise RuntimeError(f"cannot bind gRPC address {self.requested_address}: {e}") from e
+        if self.port == 0:
+            raise RuntimeError(f"cannot bind gRPC address {self.requested_address}")
+        self._server.start()
+        log.info("P4Runtime server for device %d on %s", self.service.device_id, self.address)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop serving; open streams are cancelled (clients see their stream end)."""
+        self._server.stop(grace).wait()
+
+
+__all__ = [
+    "DEFAULT_GRPC_ADDR", "IdMap", "P4RUNTIME_API_VERSION", "P4RuntimeError", "P4RuntimeServer",
+    "P4RuntimeService", "PipelineConfig", "decode_bytes", "encode_bytes", "p4info_mismatch",
+]

@@ -1,0 +1,188 @@
+"""One softswitch process: ports, pipeline, P4Runtime server, packet loop.
+
+:class:`SoftSwitch` ties the parts together the way ``simple_switch_grpc``
+does: packets arriving before a pipeline config is committed are dropped;
+after that each frame runs through the pipeline under the state lock and the
+frames it returns are sent.  The pipeline may fail on a packet; that drops
+the packet, is counted and logged (rate-limited), and never stops the switch.
+
+The packet loop runs in the calling thread (``run``); gRPC runs on its own
+thread pool.  ``stop`` may be called from a signal handler or another thread.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from softswitch.ports import PortSet
+from softswitch.server import DEFAULT_GRPC_ADDR, P4RuntimeServer, PipelineConfig
+from softswitch.state import Pipeline, SwitchState
+
+log = logging.getLogger("softswitch")
+
+PIPELINES = {"distcache": "softswitch.pipeline:DistCachePipeline"}
+"""Short names accepted by ``--pipeline`` (anything else is ``module:attribute``)."""
+
+
+def load_pipeline(spec: str) -> Pipeline:
+    """The pipeline named by ``spec``: a short name or ``module:attribute``.
+
+    A class (or any callable without ``process``) is called with no
+    arguments; an object with ``program`` and ``process`` is used as is.
+    Imported lazily so the runtime works before softswitch.pipeline exists.
+    """
+    target = PIPELINES.get(spec, spec)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"pipeline {spec!r}: expected one of {sorted(PIPELINES)} or module:attribute")
+    obj = getattr(importlib.import_module(module_name), attr)
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "process")):
+        obj = obj()
+    if not hasattr(obj, "program") or not callable(getattr(obj, "process", None)):
+        raise TypeError(f"pipeline {spec!r} has no 'program' and 'process(state, port, packet, now_us)'")
+    return obj  # type: ignore[no-any-return]
+
+
+@dataclass
+class RuntimeStats:
+    """Packet counts of the runtime itself (the pipeline keeps its own in P4 counters)."""
+
+    rx: int = 0
+    tx: int = 0
+    dropped_no_config: int = 0
+    dropped_pipeline_error: int = 0
+    dropped_by_pipeline: int = 0
+    tx_failed: int = 0
+
+    def summary(self) -> str:
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+class _RateLimitedLog:
+    """Log an error at most once per ``interval`` seconds, saying how many were suppressed."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 5.0) -> None:
+        self._log = logger
+        self._interval = interval
+        self._next = 0.0
+        self._suppressed = 0
+
+    def exception(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        extra = f" ({self._suppressed} similar errors suppressed)" if self._suppressed else ""
+        self._log.exception(msg + extra, *args)
+        self._suppressed = 0
+        self._next = now + self._interval
+
+
+class SoftSwitch:
+    """A running softswitch: state, P4Runtime server, ports and the packet loop."""
+
+    def __init__(self, pipeline: Pipeline, *, device_id: int = 1, grpc_addr: str = DEFAULT_GRPC_ADDR,
+                 ports: Mapping[int, str] | None = None, pcap_dir: str | Path | None = None) -> None:
+        self.pipeline = pipeline
+        self.device_id = device_id
+        self.state = SwitchState(pipeline.program)
+        self.server = P4RuntimeServer(self.state, device_id, grpc_addr)
+        self.server.service.on_commit = self._on_commit
+        self.ports = PortSet(ports or {}, pcap_dir)
+        self.stats = RuntimeStats()
+        self._errors = _RateLimitedLog(log)
+        self._stop = threading.Event()
+        self._t0_ns = time.monotonic_ns()
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the ports and start the gRPC server (no packet is processed until ``run``)."""
+        self.ports.open()
+        try:
+            self.server.start()
+        except Exception:
+            self.ports.close()
+            raise
+        self._t0_ns = time.monotonic_ns()
+        self._started = True
+
+    def run(self) -> None:
+        """Receive, process and send until :meth:`stop`."""
+        while not self._stop.is_set():
+            for port, frame in self.ports.poll(1.0):
+                self.handle_packet(port, frame)
+                if self._stop.is_set():
+                    break
+
+    def stop(self) -> None:
+        """Ask ``run`` to return (safe from signal handlers and other threads)."""
+        self._stop.set()
+        self.ports.wakeup()
+
+    def close(self) -> None:
+        """Stop the server, close the ports and log the runtime's counters (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._started:
+            self.server.stop(grace=0.5)
+        self.ports.close()
+        log.info("softswitch device %d exiting: %s", self.device_id, self.stats.summary())
+        if self.ports.ports:
+            log.info("ports: %s", self.ports.summary())
+
+    def __enter__(self) -> SoftSwitch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- packets ------------------------------------------------------------------------------
+    def now_us(self) -> int:
+        """Microseconds since the switch started (the pipeline's timestamp)."""
+        return (time.monotonic_ns() - self._t0_ns) // 1000
+
+    def process_packet(self, ingress_port: int, packet: bytes) -> list[tuple[int, bytes]]:
+        """Run one frame through the pipeline and return what to send (no I/O).
+
+        The entry point for tests and for packet-out injection; drops (returns
+        []) before a config is committed or if the pipeline raises.
+        """
+        self.stats.rx += 1
+        if self.server.service.committed is None:
+            self.stats.dropped_no_config += 1
+            return []
+        try:
+            with self.state.lock:
+                out = self.pipeline.process(self.state, ingress_port, packet, self.now_us())
+                result = [(int(p), bytes(f)) for p, f in out]
+        except Exception:
+            self.stats.dropped_pipeline_error += 1
+            self._errors.exception("pipeline failed on a %d-byte packet from port %d; dropped",
+                                   len(packet), ingress_port)
+            return []
+        if not result:
+            self.stats.dropped_by_pipeline += 1
+        return result
+
+    def handle_packet(self, ingress_port: int, packet: bytes) -> None:
+        """Process a frame and transmit the results on the switch's ports."""
+        for port, frame in self.process_packet(ingress_port, packet):
+            if self.ports.send(port, frame):
+                self.stats.tx += 1
+            else:
+                self.stats.tx_failed += 1
+
+    def _on_commit(self, cfg: PipelineConfig, reconciled: bool) -> None:
+        log.info("device %d: pipeline %r committed (cookie=%s, %s)", self.device_id, self.state.program.name,
+                 cfg.cookie, "state kept" if reconciled else "state reset")

@@ -1,0 +1,62 @@
+"""A deployment leaves no process, interface or namespace behind when it stops."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+
+import pytest
+from dcnet.deploy import Deployment
+
+from distcache.cluster import Cluster
+
+pytestmark = [
+    pytest.mark.mininet,
+    pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root"),
+    pytest.mark.timeout(180),
+]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _netns_inodes() -> set[str]:
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                out.add(os.readlink(f"/proc/{pid}/ns/net"))
+            except OSError:
+                pass
+    return out
+
+
+def _our_links(cluster: Cluster) -> list[str]:
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    names = tuple(f" {sw.name}-eth" for sw in cluster.switches())
+    return [ln for ln in links.splitlines() if any(nm in ln for nm in names)]
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_stop_leaves_nothing_behind(tmp_path, interrupt: bool) -> None:  # noqa: ANN001
+    cluster = Cluster()
+    namespaces_before = _netns_inodes()
+    pids: list[int] = []
+    with pytest.raises(KeyboardInterrupt) if interrupt else contextlib.nullcontext():
+        with Deployment(cluster, run_dir=tmp_path / "run") as d:
+            pids = [p.pid for _, p in d._procs] + [d.net[sw.name].proc.pid for sw in cluster.switches()]
+            pids += [d.net[h.name].pid for h in cluster.hosts()]  # the namespaces' shells
+            assert all(_alive(p) for p in pids)
+            assert len(_our_links(cluster)) == sum(len(cluster.ports(sw.name)) for sw in cluster.switches())
+            if interrupt:
+                raise KeyboardInterrupt  # what Ctrl-C does inside a run
+    assert [p for p in pids if _alive(p)] == []
+    assert _our_links(cluster) == []
+    assert _netns_inodes() <= namespaces_before
+    assert (tmp_path / "run" / "sp0.log").exists()

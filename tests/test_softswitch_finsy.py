@@ -1,0 +1,149 @@
+"""The softswitch P4Runtime server as finsy (a client nobody here wrote) sees it.
+
+finsy performs its own arbitration handshake, Capabilities check, pipeline
+cookie check and push, and encodes/decodes entries from the P4Info; a
+server that bends the protocol shows up here even when our own stub-based
+tests agree with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import finsy as fy
+import pytest
+from google.protobuf import text_format
+
+from distcache import p4names as n
+from softswitch.distcache_program import PROGRAM
+from softswitch.program import alias
+from softswitch.switch import SoftSwitch
+from tests.softswitch_helpers import ForwardPipeline, ipv4_udp_frame
+
+pytestmark = pytest.mark.timeout(60)
+
+DEVICE = 3
+KEY = 0xDEADBEEF_00000000_00000000_0000C0DE
+
+
+def ip(s: str) -> int:
+    return int.from_bytes(socket.inet_aton(s), "big")
+
+
+@pytest.fixture
+def switch() -> Iterator[SoftSwitch]:
+    sw = SoftSwitch(ForwardPipeline(), device_id=DEVICE, grpc_addr="127.0.0.1:0")
+    sw.start()
+    try:
+        yield sw
+    finally:
+        sw.close()
+
+
+@pytest.fixture
+def p4info_file(tmp_path: Path) -> Path:
+    path = tmp_path / "softswitch.p4info.txtpb"
+    path.write_text(text_format.MessageToString(PROGRAM.p4info()))
+    return path
+
+
+def finsy_switch(switch: SoftSwitch, p4info: Path, **opts: object) -> fy.Switch:
+    """A finsy Switch that owns the pipeline (finsy pushes only with both P4Info and a device config)."""
+    blob = p4info.with_suffix(".json")
+    blob.write_text('{"program": "distcache", "target": "softswitch"}')
+    options = fy.SwitchOptions(p4info=p4info, p4blob=blob, device_id=DEVICE, **opts)  # type: ignore[arg-type]
+    return fy.Switch("sw", switch.server.address, options)
+
+
+def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file: Path) -> None:
+    async def scenario() -> tuple[list[fy.P4TableEntry], list[fy.P4TableEntry], fy.P4TableEntry, int]:
+        async with finsy_switch(switch, p4info_file) as sw:
+            assert sw.is_primary
+            await sw.write([
+                +fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.1.0/24"}),
+                                 action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0b", port=2)),
+                +fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.0.0/8"}),
+                                 action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0c", port=3)),
+                +fy.P4TableEntry(n.CACHE_LOOKUP, match=fy.P4TableMatch({n.KEY_DC_KEY: KEY}),
+                                 action=fy.P4TableAction(n.CACHE_HIT, slot=42, version=7)),
+                ~fy.P4TableEntry(n.SWITCH_CONFIG, is_default_action=True,
+                                 action=fy.P4TableAction(n.SET_CONFIG, switch_id=9, role=1, mechanism=0)),
+            ])
+            lpm = [e async for e in sw.read(fy.P4TableEntry(n.IPV4_LPM))]
+            cache = [e async for e in sw.read(fy.P4TableEntry(n.CACHE_LOOKUP))]
+            (default,) = [e async for e in sw.read(fy.P4TableEntry(n.SWITCH_CONFIG, is_default_action=True))]
+            cookie = sw.p4info.p4cookie
+        return lpm, cache, default, cookie
+
+    lpm, cache, default, cookie = asyncio.run(scenario())
+    cfg = switch.server.service.committed
+    assert cfg is not None and cfg.cookie == cookie  # finsy's cookie is stored and returned
+
+    # finsy decodes to P4Info aliases (last name component) and ints
+    assert {e.table_id for e in lpm} == {alias(n.IPV4_LPM)}
+    got = sorted((e.match[alias(n.KEY_IPV4_DST)], e.action.name, e.action.args)  # type: ignore[index,union-attr]
+                 for e in lpm)
+    assert got == [
+        ((ip("10.0.0.0"), 8), alias(n.SET_NHOP), {"dmac": 0x02000000000C, "port": 3}),
+        ((ip("10.0.1.0"), 24), alias(n.SET_NHOP), {"dmac": 0x02000000000B, "port": 2}),
+    ]
+    (c,) = cache
+    assert c.table_id == alias(n.CACHE_LOOKUP) and c.match == {alias(n.KEY_DC_KEY): KEY}
+    assert isinstance(c.action, fy.P4TableAction) and c.action.name == alias(n.CACHE_HIT)
+    assert c.action.args == {"slot": 42, "version": 7}
+    assert default.is_default_action and isinstance(default.action, fy.P4TableAction)
+    assert default.action.name == alias(n.SET_CONFIG)
+    assert default.action.args == {"switch_id": 9, "role": 1, "mechanism": 0}
+
+    # what finsy wrote is what the data plane uses
+    frame = ipv4_udp_frame("10.0.1.5")
+    assert switch.process_packet(1, frame) == [(2, bytes.fromhex("02000000000b") + frame[6:])]
+    assert switch.process_packet(1, ipv4_udp_frame("10.7.7.7"))[0][0] == 3
+
+
+def test_finsy_reconnect_keeps_pipeline_and_entries(switch: SoftSwitch, p4info_file: Path) -> None:
+    """A controller that reconnects finds its cookie, so it does not push (and wipe) the pipeline again."""
+    entry = fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.5.0.0/16"}),
+                            action=fy.P4TableAction(n.DROP))
+
+    async def first() -> None:
+        async with finsy_switch(switch, p4info_file) as sw:
+            await sw.write([+entry])
+
+    async def again() -> list[fy.P4TableEntry]:
+        async with finsy_switch(switch, p4info_file) as sw:
+            return [e async for e in sw.read(fy.P4TableEntry(n.IPV4_LPM))]
+
+    asyncio.run(first())
+    entries = asyncio.run(again())
+    assert len(entries) == 1 and isinstance(entries[0].action, fy.P4TableAction)
+    assert entries[0].action.name == alias(n.DROP)
+
+
+def test_finsy_backup_takes_over_when_primary_leaves(switch: SoftSwitch, p4info_file: Path) -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        second = finsy_switch(switch, p4info_file, initial_election_id=5)
+        async with finsy_switch(switch, p4info_file, initial_election_id=20) as first:
+            await second.__aenter__()
+            try:
+                first_primary, second_before = first.is_primary, second.is_primary
+            except BaseException:
+                await second.__aexit__(None, None, None)
+                raise
+        try:
+            for _ in range(100):  # the server tells the backup there is no primary; finsy then claims it
+                if second.is_primary:
+                    break
+                await asyncio.sleep(0.05)
+            await second.write([+fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.6.0.0/16"}),
+                                                 action=fy.P4TableAction(n.DROP))])
+            return first_primary, second_before, second.is_primary
+        finally:
+            await second.__aexit__(None, None, None)
+
+    first_primary, second_before, second_after = asyncio.run(scenario())
+    assert first_primary and not second_before and second_after
+    assert len(switch.state.tables[n.IPV4_LPM]) == 1

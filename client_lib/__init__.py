@@ -1,0 +1,26 @@
+"""DistCache client library (see client_lib.client for the key and value rules)."""
+
+from client_lib.client import AsyncClient, Client, Reply
+from distcache.errors import (
+    DistCacheError,
+    InvalidKey,
+    InvalidValue,
+    RequestTimeout,
+    ServerError,
+    ValueTooLarge,
+)
+from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN
+
+__all__ = [
+    "MAX_CACHEABLE",
+    "MAX_VALUE_LEN",
+    "AsyncClient",
+    "Client",
+    "DistCacheError",
+    "InvalidKey",
+    "InvalidValue",
+    "Reply",
+    "RequestTimeout",
+    "ServerError",
+    "ValueTooLarge",
+]

@@ -26,17 +26,16 @@ from __future__ import annotations
 import hashlib
 import zlib
 
+from distcache.errors import InvalidKey
 from distcache.wire import KEY_LEN
+
+__all__ = ["InvalidKey", "N_SPINE_BUCKETS", "h0", "h1", "user_key", "wire_key"]
 
 N_SPINE_BUCKETS = 1024
 """Buckets of the spine partition (h0).  Must match ``SPINE_BUCKETS`` in p4src."""
 
 _SHORT = KEY_LEN - 1
 _LONG_MARK = 0xFF
-
-
-class InvalidKey(TypeError):
-    """A user key is neither ``str`` nor ``bytes``, or is empty."""
 
 
 def wire_key(key: str | bytes) -> bytes:
@@ -46,7 +45,7 @@ def wire_key(key: str | bytes) -> bytes:
     elif isinstance(key, (bytes, bytearray, memoryview)):
         raw = bytes(key)
     else:
-        raise InvalidKey(f"keys must be str or bytes, not {type(key).__name__}")
+        raise InvalidKey(f"keys must be str or bytes, not {type(key).__name__}; convert it first (e.g. str(key))")
     if not raw:
         raise InvalidKey("keys must not be empty")
     if len(raw) <= _SHORT:

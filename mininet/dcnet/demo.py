@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -33,6 +34,17 @@ def demo_values(n_keys: int) -> dict[str, str]:
     values = {f"key{i}": f"value-{i}-" + "x" * (i * 7) for i in range(n_keys)}
     values[f"key{n_keys - 1}"] = "big-" + "y" * 300
     return values
+
+
+def wait_for_refill(client: object, key: str, value: str, timeout: float = 2.0) -> float | None:
+    """Seconds until a read of ``key`` is served from cache again with ``value``, or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        r = client.call("get", key)  # type: ignore[attr-defined]
+        if r["ok"] and r.get("cached") and r.get("value") == value:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
 
 
 def run(target: str, n_keys: int, n_cached: int, reads_per_key: int, run_dir: Path | None, pcap: bool) -> int:
@@ -57,7 +69,13 @@ def run(target: str, n_keys: int, n_cached: int, reads_per_key: int, run_dir: Pa
         update_key = keys[0]
         values[update_key] = "value-0-updated"
         r = client.call("put", update_key, values[update_key])
-        console.print(f"update {update_key}: {'ok' if r['ok'] else r['message']}")
+        if r["ok"]:
+            refill = wait_for_refill(client, update_key, values[update_key])
+            console.print(f"update {update_key}: acknowledged after phase 1; " + (
+                f"caches refilled by phase 2 within {refill * 1000:.0f} ms" if refill is not None
+                else "[yellow]caches not refilled yet (reads will go to the server)"))
+        else:
+            console.print(f"[red]update {update_key} failed: {r['message']}")
 
         table = Table(title="DistCache reads")
         for col in ("key", "value", "served by", "latency"):

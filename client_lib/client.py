@@ -1,0 +1,239 @@
+"""The DistCache client library: ``get``, ``put``/``set``, ``delete``, sync and asyncio.
+
+A call becomes one UDP request to the storage server that owns the key
+(``Cluster.server_for_key``, hash h1), sent from this client's own ephemeral
+port.  The network does the rest: the client-rack switch picks one of the
+key's two caches, and a cache hit comes back from the switch to the same port
+(it swaps addresses and ports), marked as served by a cache.
+
+Keys are ``str`` (UTF-8) or ``bytes`` and are mapped to 16-byte wire keys by
+:func:`distcache.hashing.wire_key` (short keys stay readable, long ones are
+hashed).  Values are ``bytes`` or ``str``: up to ``MAX_CACHEABLE`` (128) bytes
+can be cached by switches, up to ``MAX_VALUE_LEN`` (1024) bytes can be stored;
+longer values raise :class:`ValueTooLarge` before anything is sent.
+
+Replies are matched by sequence number and key; strays and late duplicates of
+retried requests are ignored.  Every request is retried ``retries`` times
+after ``timeout`` seconds each; all requests are idempotent (a PUT writes the
+same value again), so retrying is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from distcache.cluster import Cluster, Host
+from distcache.errors import InvalidValue, RequestTimeout, ServerError, ValueTooLarge
+from distcache.hashing import wire_key
+from distcache.wire import DC_PORT, MAX_VALUE_LEN, Message, Op, Status, WireError, decode, encode
+
+Resolver = Callable[[Host], tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a read returned and how: ``cached`` is True when a switch answered."""
+
+    key: bytes
+    value: bytes | None
+    status: Status
+    cached: bool
+    served_by: int  # switch id that served a cache hit, 0 for a server
+    latency: float  # seconds, request sent to reply received (last attempt)
+    attempts: int
+
+
+def _cluster(c: Cluster | str | Path) -> Cluster:
+    return c if isinstance(c, Cluster) else Cluster.load(c)
+
+
+def _value(value: bytes | str) -> bytes:
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    elif not isinstance(value, bytes):
+        raise InvalidValue(f"values must be bytes or str, not {type(value).__name__}")
+    if len(value) > MAX_VALUE_LEN:
+        raise ValueTooLarge(f"value of {len(value)} bytes is over the {MAX_VALUE_LEN}-byte limit of one "
+                            f"DistCache message; split it or store a reference instead")
+    return value
+
+
+class _Base:
+    def __init__(self, cluster: Cluster | str | Path, timeout: float, retries: int,
+                 resolve: Resolver | None) -> None:
+        if timeout <= 0 or retries < 0:
+            raise ValueError("timeout must be > 0 and retries >= 0")
+        self.cluster = _cluster(cluster)
+        self.timeout, self.retries = timeout, retries
+        self.resolve = resolve or (lambda host: (host.ip, DC_PORT))
+        self._seq = itertools.count(random.getrandbits(31))
+
+    def _prepare(self, op: Op, key: str | bytes, value: bytes = b"") -> tuple[Message, tuple[str, int]]:
+        wkey = wire_key(key)
+        msg = Message(op=op, key=wkey, seq=next(self._seq) & 0xFFFFFFFF, value=value)
+        return msg, self.resolve(self.cluster.server_for_key(wkey))
+
+    @staticmethod
+    def _matches(req: Message, data: bytes) -> Message | None:
+        try:
+            m = decode(data)
+        except WireError:
+            return None
+        if m.seq != req.seq or m.key != req.key or m.op != req.op.reply():
+            return None
+        return m
+
+    @staticmethod
+    def _reply(req: Message, m: Message, latency: float, attempts: int) -> Reply:
+        if m.status in (Status.ERROR, Status.BAD_REQUEST, Status.TOO_LARGE):
+            raise ServerError(f"server answered {m.status.name} to {req.op.name} of key {req.key!r}", m.status)
+        value = m.value if (m.op == Op.GET_REPLY and m.status == Status.OK) else None
+        return Reply(req.key, value, m.status, m.cached, m.served_by, latency, attempts)
+
+    def _timeout(self, req: Message, addr: tuple[str, int]) -> RequestTimeout:
+        return RequestTimeout(f"no reply to {req.op.name} from {addr[0]}:{addr[1]} after {self.retries + 1} "
+                              f"attempts of {self.timeout}s; is the storage server (shim) up and reachable?")
+
+
+class Client(_Base):
+    """Blocking client.  Not thread-safe: use one per thread (they are cheap)."""
+
+    def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
+                 resolve: Resolver | None = None, bind: str = "0.0.0.0") -> None:
+        super().__init__(cluster, timeout, retries, resolve)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((bind, 0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, op: Op, key: str | bytes, value: bytes = b"") -> Reply:
+        req, addr = self._prepare(op, key, value)
+        data = encode(req)
+        for attempt in range(1, self.retries + 2):
+            sent = time.perf_counter()
+            self.sock.sendto(data, addr)
+            deadline = sent + self.timeout
+            while (left := deadline - time.perf_counter()) > 0:
+                self.sock.settimeout(left)
+                try:
+                    raw, _ = self.sock.recvfrom(65535)
+                except TimeoutError:
+                    break
+                m = self._matches(req, raw)
+                if m is not None:
+                    return self._reply(req, m, time.perf_counter() - sent, attempt)
+        raise self._timeout(req, addr)
+
+    def get_reply(self, key: str | bytes) -> Reply:
+        """Read ``key`` and say how it was served (cache or server, latency)."""
+        return self._call(Op.GET, key)
+
+    def get(self, key: str | bytes) -> bytes | None:
+        """The value of ``key``, or None if it does not exist."""
+        return self.get_reply(key).value
+
+    def put(self, key: str | bytes, value: bytes | str) -> None:
+        """Store ``value`` under ``key``; returns once the server acknowledged (caches are invalid by then)."""
+        self._call(Op.PUT, key, _value(value))
+
+    set = put
+
+    def delete(self, key: str | bytes) -> bool:
+        """Delete ``key``; True if it existed."""
+        return self._call(Op.DELETE, key).status == Status.OK
+
+
+class _Protocol(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.waiters: dict[int, tuple[Message, asyncio.Future]] = {}
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            seq = decode(data).seq
+        except WireError:
+            return
+        entry = self.waiters.get(seq)
+        if entry is not None:
+            req, fut = entry
+            m = _Base._matches(req, data)
+            if m is not None and not fut.done():
+                fut.set_result(m)
+
+
+class AsyncClient(_Base):
+    """asyncio client; many requests may be in flight at once.  Create it, then ``await start()``
+    (or use ``async with``)."""
+
+    def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
+                 resolve: Resolver | None = None, bind: str = "0.0.0.0") -> None:
+        super().__init__(cluster, timeout, retries, resolve)
+        self.bind = bind
+        self._transport: asyncio.DatagramTransport | None = None
+        self._proto = _Protocol()
+
+    async def start(self) -> AsyncClient:
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: self._proto, local_addr=(self.bind, 0))
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    async def _call(self, op: Op, key: str | bytes, value: bytes = b"") -> Reply:
+        if self._transport is None:
+            raise RuntimeError("AsyncClient not started: use `async with AsyncClient(...)` or `await client.start()`")
+        req, addr = self._prepare(op, key, value)
+        data = encode(req)
+        loop = asyncio.get_running_loop()
+        try:
+            for attempt in range(1, self.retries + 2):
+                fut = loop.create_future()
+                self._proto.waiters[req.seq] = (req, fut)
+                sent = time.perf_counter()
+                self._transport.sendto(data, addr)
+                try:
+                    m = await asyncio.wait_for(fut, self.timeout)
+                except TimeoutError:
+                    continue
+                return self._reply(req, m, time.perf_counter() - sent, attempt)
+        finally:
+            self._proto.waiters.pop(req.seq, None)
+        raise self._timeout(req, addr)
+
+    async def get_reply(self, key: str | bytes) -> Reply:
+        return await self._call(Op.GET, key)
+
+    async def get(self, key: str | bytes) -> bytes | None:
+        return (await self.get_reply(key)).value
+
+    async def put(self, key: str | bytes, value: bytes | str) -> None:
+        await self._call(Op.PUT, key, _value(value))
+
+    set = put
+
+    async def delete(self, key: str | bytes) -> bool:
+        return (await self._call(Op.DELETE, key)).status == Status.OK

@@ -1,0 +1,61 @@
+"""Run one storage-server shim: ``python -m shim --cluster C --server NAME --redis-url URL --control ADDR``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from distcache.cluster import Cluster
+from shim.control import serve_control
+from shim.server import Shim
+
+log = logging.getLogger("shim")
+
+
+async def run(args: argparse.Namespace) -> int:
+    cluster = Cluster.load(args.cluster)
+    try:
+        host = next(h for h in cluster.servers() if h.name == args.server)
+    except StopIteration:
+        log.error("no storage server %r in %s", args.server, args.cluster)
+        return 2
+    shim = Shim(cluster, host, args.redis_url, listen=args.listen)
+    try:
+        await shim.start()
+    except (OSError, ConnectionError) as e:
+        log.error("cannot start: %s", e)
+        return 1
+    control = await serve_control(shim, args.control)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"shim ready server={host.name} listen={shim.listen}:{shim.port} control={args.control}", flush=True)
+    log.info("serving %s on %s:%d", host.name, shim.listen, shim.port)
+    await stop.wait()
+    control.close()
+    log.info("exiting: %s", shim.stats())
+    await shim.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m shim", description=__doc__)
+    ap.add_argument("--cluster", required=True, help="cluster.json of the deployment")
+    ap.add_argument("--server", required=True, help="this storage server's name in the cluster (e.g. r0s0)")
+    ap.add_argument("--listen", help="address to serve DistCache on (default: the server's address)")
+    ap.add_argument("--redis-url", required=True, help="e.g. unix:///run/redis.sock or redis://127.0.0.1:6379")
+    ap.add_argument("--control", required=True, help="control channel: unix:/path or tcp:host:port")
+    ap.add_argument("--log-file", help="log here instead of stderr")
+    ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = ap.parse_args(argv)
+    logging.basicConfig(filename=args.log_file, level=args.log_level.upper(),
+                        format="%(asctime)s shim[%(process)d] %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The two-phase coherence protocol as the storage server runs it (paper §4.3).
+
+Phase 1 sends an INVALIDATE along the path through every switch that may
+cache the key — up through the storage-rack leaf to the spine ``h0`` maps the
+key to, which reflects it back as INVALIDATE_ACK — and retransmits until the
+acknowledgement arrives.  Only then may the server write its copy and answer
+the client.  Phase 2 sends an UPDATE with the *same* sequence number and the
+new value; switches accept it only if the last INVALIDATE they saw for the
+slot carried that number, so a late or duplicated phase 2 of an older write
+can never resurrect an old value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from distcache.wire import MAX_CACHEABLE, Message, Op, encode
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[bytes, tuple[str, int]], None]
+
+
+@dataclass
+class CoherenceStats:
+    invalidates: int = 0
+    updates: int = 0
+    retransmits: int = 0
+    failed_invalidates: int = 0
+    failed_updates: int = 0
+    stray_acks: int = 0
+
+
+@dataclass
+class Coherence:
+    """Sends coherence packets and waits for their acknowledgements."""
+
+    send: Send
+    retry_interval: float = 0.05
+    invalidate_deadline: float = 1.0
+    update_attempts: int = 4
+    stats: CoherenceStats = field(default_factory=CoherenceStats)
+    _seq: int = field(default_factory=lambda: random.getrandbits(31))
+    _waiters: dict[tuple[int, int], asyncio.Future] = field(default_factory=dict)
+
+    def next_seq(self) -> int:
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        return self._seq
+
+    def on_ack(self, msg: Message) -> None:
+        """Called for every INVALIDATE_ACK / UPDATE_ACK the shim receives."""
+        fut = self._waiters.get((int(msg.op), msg.seq))
+        if fut is None or fut.done():
+            self.stats.stray_acks += 1
+            return
+        fut.set_result(msg)
+
+    async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> bool:
+        loop = asyncio.get_running_loop()
+        key = (int(msg.op.reply()), msg.seq)
+        fut = loop.create_future()
+        self._waiters[key] = fut
+        data = encode(msg)
+        try:
+            for i in range(attempts):
+                if i:
+                    self.stats.retransmits += 1
+                self.send(data, dest)
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), self.retry_interval)
+                    return True
+                except TimeoutError:
+                    continue
+            return False
+        finally:
+            self._waiters.pop(key, None)
+
+    async def invalidate(self, key: bytes, seq: int, target: int, dest: tuple[str, int]) -> bool:
+        """Phase 1; True once every copy on the path is invalid."""
+        self.stats.invalidates += 1
+        attempts = max(1, round(self.invalidate_deadline / self.retry_interval))
+        ok = await self._exchange(Message(op=Op.INVALIDATE, key=key, seq=seq, target=target), dest, attempts)
+        if not ok:
+            self.stats.failed_invalidates += 1
+            log.warning("invalidate of %s (seq %d) not acknowledged by switch %d", key.hex(), seq, target)
+        return ok
+
+    async def update(self, key: bytes, seq: int, value: bytes, target: int, dest: tuple[str, int]) -> bool:
+        """Phase 2 (also cache population); a failure only leaves copies invalid, which is safe."""
+        if len(value) > MAX_CACHEABLE:
+            return False
+        self.stats.updates += 1
+        ok = await self._exchange(Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest,
+                                  self.update_attempts)
+        if not ok:
+            self.stats.failed_updates += 1
+        return ok

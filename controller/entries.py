@@ -11,8 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from distcache import p4names as n
 from controller.p4rt import Match
+from distcache import p4names as n
 from distcache.cluster import Cluster, PortKind, Role, Switch
 
 

@@ -1,0 +1,282 @@
+"""Shim and client library on loopback, against a real redis-server.
+
+The switches' part in coherence is played by a UDP peer on 127.0.0.1 that
+reflects INVALIDATE/UPDATE as acknowledgements (and can drop some), records
+what it saw, and checks Redis at the moment phase 1 arrives.  It is the
+shim's network peer, not a stand-in for any code under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from client_lib import AsyncClient, Client, InvalidKey, InvalidValue, RequestTimeout, ServerError, ValueTooLarge
+from controller.shim_link import ShimLink
+from distcache.cluster import Cluster
+from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.wire import MAX_VALUE_LEN, Message, Op, decode, encode
+from shim.control import serve_control
+from shim.server import Shim
+
+pytestmark = pytest.mark.timeout(60)
+CLUSTER = Cluster()
+SPINE = CLUSTER.spine(0).switch_id
+
+
+@pytest.fixture(scope="module")
+def redis_sock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    d = tmp_path_factory.mktemp("redis")
+    sock = d / "redis.sock"
+    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
+                             "--appendonly", "no", "--dir", str(d)], stdout=subprocess.DEVNULL)
+    for _ in range(100):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+    yield sock
+    proc.terminate()
+    proc.wait(5)
+
+
+class SwitchPeer:
+    """Plays the coherence path's far end: acknowledges, records, optionally drops."""
+
+    def __init__(self, redis_sock: Path) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.seen: list[tuple[Message, bytes | None]] = []  # message, Redis value when it arrived
+        self.drop = 0  # drop this many upcoming packets
+        self.mute = False  # never answer
+        self.redis = redis.Redis(unix_socket_path=str(redis_sock))
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, addr = self.sock.recvfrom(2048)
+            except TimeoutError:
+                continue
+            m = decode(data)
+            self.seen.append((decode(data), self.redis.get(m.key)))
+            if self.mute:
+                continue
+            if self.drop:
+                self.drop -= 1
+                continue
+            m.op = m.op.reply()
+            self.sock.sendto(encode(m), addr)
+
+    def ops(self) -> list[tuple[Op, int]]:
+        return [(m.op, m.seq) for m, _ in self.seen]
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(2)
+        self.sock.close()
+        self.redis.close()
+
+
+class ShimThread:
+    """A real Shim with its control channel, on its own event loop thread."""
+
+    def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
+                         coherence_address=lambda spine: ("127.0.0.1", peer.port))
+        self.control_addr = f"unix:{control}"
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.run(self._start())
+        self.port = self.shim.transport.get_extra_info("sockname")[1]
+
+    async def _start(self) -> None:
+        await self.shim.start()
+        self.control = await serve_control(self.shim, self.control_addr)
+
+    def run(self, coro):  # noqa: ANN001, ANN201
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            self.control.close()
+            await self.shim.close()
+
+        self.run(stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
+    link = ShimLink(shim.control_addr)
+    assert link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS) == {"ok": True}
+    client = Client(CLUSTER, resolve=lambda host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
+    yield client, shim, peer, link, redis.Redis(unix_socket_path=str(redis_sock))
+    client.close()
+    shim.close()
+    peer.close()
+
+
+def test_put_get_delete(env) -> None:  # noqa: ANN001
+    client, _, peer, _, r = env
+    assert client.get("nope") is None
+    client.put("k1", "v1")
+    assert r.get(wire_key("k1")) == b"v1"  # stored under the wire key
+    reply = client.get_reply("k1")
+    assert reply.value == b"v1" and not reply.cached and reply.served_by == 0
+    client.set(b"k2", b"\x00\xffbinary")
+    assert client.get(b"k2") == b"\x00\xffbinary"
+    big = b"B" * MAX_VALUE_LEN
+    client.put("big", big)
+    assert client.get("big") == big
+    assert client.delete("k1") is True
+    assert client.delete("k1") is False
+    assert client.get("k1") is None
+    assert peer.seen == []  # nothing is cached: no coherence traffic at all
+
+
+def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: ANN001
+    client, shim, peer, link, r = env
+    client.put("hot", "old")
+    key = wire_key("hot").hex()
+    assert link.call("populate", key=key, switch=SPINE) == {"ok": True, "state": "valid"}
+    assert [op for op, _ in peer.ops()] == [Op.INVALIDATE, Op.UPDATE]
+    assert peer.seen[1][0].value == b"old" and peer.seen[0][0].seq == peer.seen[1][0].seq
+    peer.seen.clear()
+    client.put("hot", "new")
+    assert r.get(wire_key("hot")) == b"new"  # written before the client was answered
+    deadline = time.monotonic() + 2
+    while len(peer.seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (inv, redis_at_inv), (upd, _) = peer.seen[:2]
+    assert inv.op == Op.INVALIDATE and inv.target == SPINE and redis_at_inv == b"old"
+    assert upd.op == Op.UPDATE and upd.seq == inv.seq and upd.value == b"new"
+    peer.seen.clear()
+    assert client.delete("hot") is True
+    time.sleep(0.2)
+    assert [op for op, _ in peer.ops()] == [Op.INVALIDATE]  # a delete has no phase 2
+    assert link.call("evict", key=key, switch=SPINE) == {"ok": True, "evicted": True}
+    peer.seen.clear()
+    client.put("hot", "uncached again")
+    time.sleep(0.1)
+    assert peer.seen == []
+
+
+def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
+    client, shim, peer, link, _ = env
+    link.call("populate", key=wire_key("k").hex(), switch=SPINE)
+    peer.seen.clear()
+    peer.drop = 2
+    client.put("k", "v")
+    invs = [seq for op, seq in peer.ops() if op == Op.INVALIDATE]
+    assert len(invs) == 3 and len(set(invs)) == 1
+    assert link.call("stats")["coherence"]["retransmits"] >= 2
+
+
+def test_write_fails_without_touching_redis_when_never_acknowledged(env) -> None:  # noqa: ANN001
+    client, shim, peer, link, r = env
+    client.put("k", "before")
+    link.call("populate", key=wire_key("k").hex(), switch=SPINE)
+    peer.mute = True
+    with pytest.raises(ServerError) as e:
+        client.put("k", "after")
+    assert e.value.status == 2
+    assert r.get(wire_key("k")) == b"before"
+    assert link.call("stats")["coherence"]["failed_invalidates"] == 1
+
+
+def test_population_of_absent_and_large_values(env) -> None:  # noqa: ANN001
+    client, _, peer, link, _ = env
+    assert link.call("populate", key=wire_key("ghost").hex(), switch=SPINE)["state"] == "absent"
+    client.put("large", "L" * 200)
+    peer.seen.clear()
+    assert link.call("populate", key=wire_key("large").hex(), switch=SPINE)["state"] == "too_large"
+    assert [op for op, _ in peer.ops()] == [Op.INVALIDATE]
+
+
+def test_garbage_is_counted_and_dropped(env) -> None:  # noqa: ANN001
+    client, shim, _, link, _ = env
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for junk in (b"", b"x" * 10, b"\x09" + b"\0" * 39, encode(Message(op=Op.GET_REPLY, key=b"k" * 16))):
+        s.sendto(junk, ("127.0.0.1", shim.port))
+    s.close()
+    time.sleep(0.2)
+    client.put("still", "serving")
+    assert client.get("still") == b"serving"
+    assert link.call("stats")["malformed"] == {"short": 2, "version": 1, "unexpected_op": 1}
+
+
+def test_control_channel_rejects_bad_commands_and_stays_usable(env) -> None:  # noqa: ANN001
+    _, shim, _, _, _ = env
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(shim.control_addr.removeprefix("unix:"))
+        f = s.makefile("rwb")
+        for bad in (b"not json\n", b'{"cmd": "fly"}\n', b'{"cmd": "populate", "key": "zz", "switch": 1}\n',
+                    b'{"cmd": "partition", "buckets": [1, 2]}\n', b'[1]\n'):
+            f.write(bad)
+            f.flush()
+            answer = json.loads(f.readline())
+            assert answer["ok"] is False and answer["error"]
+        f.write(b'{"cmd": "ping"}\n')
+        f.flush()
+        assert json.loads(f.readline()) == {"ok": True}
+
+
+def test_client_errors_are_typed_and_raised_before_sending(env) -> None:  # noqa: ANN001
+    client, _, _, _, _ = env
+    with pytest.raises(ValueTooLarge, match="1024"):
+        client.put("k", b"x" * (MAX_VALUE_LEN + 1))
+    with pytest.raises(InvalidValue):
+        client.put("k", 42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidKey):
+        client.get("")
+    with pytest.raises(TypeError):  # typed errors are also the builtin kinds people catch
+        client.get(3.5)  # type: ignore[arg-type]
+
+
+def test_timeout_after_bounded_retries() -> None:
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))  # a port that never answers
+    port = dead.getsockname()[1]
+    with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", port), timeout=0.05, retries=2) as c:
+        t = time.monotonic()
+        with pytest.raises(RequestTimeout, match="3 attempts"):
+            c.get("k")
+        assert time.monotonic() - t < 1.0
+    received = 0
+    dead.settimeout(0.1)
+    try:
+        while dead.recvfrom(2048):
+            received += 1
+    except TimeoutError:
+        pass
+    dead.close()
+    assert received == 3
+
+
+def test_async_client_many_in_flight(env) -> None:  # noqa: ANN001
+    _, shim, _, _, _ = env
+
+    async def main() -> list:
+        async with AsyncClient(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=2.0) as c:
+            await asyncio.gather(*(c.put(f"a{i}", f"v{i}") for i in range(50)))
+            values = await asyncio.gather(*(c.get(f"a{i}") for i in range(50)))
+            assert await c.delete("a0") is True
+            return values
+
+    assert asyncio.run(main()) == [f"v{i}".encode() for i in range(50)]

@@ -22,7 +22,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dcnet.deploy import Deployment
+from dcnet.deploy import Deployment, DeploymentError
+from dcnet.p4switch import TargetMissing
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 
@@ -123,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; everything was torn down")
         return 130
+    except (TargetMissing, DeploymentError) as e:
+        console.print(f"[red]error:[/] {e}")
+        return 2
 
 
 if __name__ == "__main__":

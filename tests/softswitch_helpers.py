@@ -72,6 +72,24 @@ def ipv4_udp_frame(dst_ip: str, payload: bytes = b"hello", src_ip: str = "10.0.0
     return eth + ip + udp + payload
 
 
+def ip(s: str) -> int:
+    """An IPv4 address as the int a table key holds."""
+    return int.from_bytes(socket.inet_aton(s), "big")
+
+
+@contextlib.contextmanager
+def running_switch(device_id: int) -> Iterator[Any]:
+    """An in-process softswitch with the test pipeline, serving P4Runtime on a free loopback port."""
+    from softswitch.switch import SoftSwitch
+
+    sw = SoftSwitch(ForwardPipeline(), device_id=device_id, grpc_addr="127.0.0.1:0")
+    sw.start()
+    try:
+        yield sw
+    finally:
+        sw.close()
+
+
 def free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

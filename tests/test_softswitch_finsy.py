@@ -9,7 +9,6 @@ tests agree with it.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from distcache import p4names as n
 from softswitch.distcache_program import PROGRAM
 from softswitch.program import alias
 from softswitch.switch import SoftSwitch
-from tests.softswitch_helpers import ForwardPipeline, ipv4_udp_frame
+from tests.softswitch_helpers import ip, ipv4_udp_frame, running_switch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,18 +28,10 @@ DEVICE = 3
 KEY = 0xDEADBEEF_00000000_00000000_0000C0DE
 
 
-def ip(s: str) -> int:
-    return int.from_bytes(socket.inet_aton(s), "big")
-
-
 @pytest.fixture
 def switch() -> Iterator[SoftSwitch]:
-    sw = SoftSwitch(ForwardPipeline(), device_id=DEVICE, grpc_addr="127.0.0.1:0")
-    sw.start()
-    try:
+    with running_switch(DEVICE) as sw:
         yield sw
-    finally:
-        sw.close()
 
 
 @pytest.fixture

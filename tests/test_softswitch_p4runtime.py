@@ -22,9 +22,10 @@ from tests.softswitch_helpers import (
     DROP_NO_ROUTE,
     STAT_ROUTED,
     Client,
-    ForwardPipeline,
     error_details,
+    ip,
     ipv4_udp_frame,
+    running_switch,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,18 +38,10 @@ RESOURCE_EXHAUSTED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED = 8, 9, 11,
 DEVICE = 7
 
 
-def ip(s: str) -> int:
-    return int.from_bytes(socket.inet_aton(s), "big")
-
-
 @pytest.fixture
 def switch() -> Iterator[SoftSwitch]:
-    sw = SoftSwitch(ForwardPipeline(), device_id=DEVICE, grpc_addr="127.0.0.1:0")
-    sw.start()
-    try:
+    with running_switch(DEVICE) as sw:
         yield sw
-    finally:
-        sw.close()
 
 
 @pytest.fixture

@@ -170,11 +170,6 @@ control DcIngress(inout headers_t hdr,
         hdr.ipv4.ttl = 64;
     }
 
-    action read_chunk(bit<32> slot_base, bit<32> i) {
-        hdr.vals[i].setValid();
-        cache_value.read(hdr.vals[i].chunk, slot_base + i);
-    }
-
     apply {
         meta.dropped = 0;
         meta.routed = 0;
@@ -245,14 +240,14 @@ control DcIngress(inout headers_t hdr,
                         hdr.vals[2].setInvalid(); hdr.vals[3].setInvalid();
                         hdr.vals[4].setInvalid(); hdr.vals[5].setInvalid();
                         hdr.vals[6].setInvalid(); hdr.vals[7].setInvalid();
-                        if (n > 0) { read_chunk(base, 0); }
-                        if (n > 1) { read_chunk(base, 1); }
-                        if (n > 2) { read_chunk(base, 2); }
-                        if (n > 3) { read_chunk(base, 3); }
-                        if (n > 4) { read_chunk(base, 4); }
-                        if (n > 5) { read_chunk(base, 5); }
-                        if (n > 6) { read_chunk(base, 6); }
-                        if (n > 7) { read_chunk(base, 7); }
+                        if (n > 0) { hdr.vals[0].setValid(); cache_value.read(hdr.vals[0].chunk, base + 0); }
+                        if (n > 1) { hdr.vals[1].setValid(); cache_value.read(hdr.vals[1].chunk, base + 1); }
+                        if (n > 2) { hdr.vals[2].setValid(); cache_value.read(hdr.vals[2].chunk, base + 2); }
+                        if (n > 3) { hdr.vals[3].setValid(); cache_value.read(hdr.vals[3].chunk, base + 3); }
+                        if (n > 4) { hdr.vals[4].setValid(); cache_value.read(hdr.vals[4].chunk, base + 4); }
+                        if (n > 5) { hdr.vals[5].setValid(); cache_value.read(hdr.vals[5].chunk, base + 5); }
+                        if (n > 6) { hdr.vals[6].setValid(); cache_value.read(hdr.vals[6].chunk, base + 6); }
+                        if (n > 7) { hdr.vals[7].setValid(); cache_value.read(hdr.vals[7].chunk, base + 7); }
                         hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
                         hdr.ipv4.totalLen = 20 + hdr.udp.length;
                         stamp_load();

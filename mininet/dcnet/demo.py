@@ -15,6 +15,7 @@ the one last written.  Then everything is torn down.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.keys < 2 or not 0 <= args.cached < args.keys:
         ap.error("need --keys >= 2 and 0 <= --cached < --keys")
+    if os.geteuid() != 0:
+        console.print("[red]error:[/] the demo needs root: Mininet creates network namespaces and veth pairs "
+                      "(run `sudo make run`)")
+        return 2
     try:
         return run(args.target, args.keys, args.cached, args.reads, args.run_dir, args.pcap)
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 #   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
 #   make run     bring up the demo topology, write/cache/read keys, print a table, tear down
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
+#   make bench   softswitch pipeline throughput per path (pkt/s)
 #   make clean   remove build outputs, run folders and any leftover Mininet state
 
 SHELL := /bin/bash
@@ -13,7 +14,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run test test-fast test-mininet lint clean
+.PHONY: deps build run test test-fast test-mininet bench lint clean
 
 deps: $(STAMP)
 
@@ -51,6 +52,9 @@ test-fast: deps
 
 test-mininet: deps
 	$(PY) -m pytest -q -m mininet
+
+bench: deps
+	$(PY) -m bench.pipeline
 
 lint: deps
 	$(PY) -m ruff check .

@@ -3,6 +3,7 @@
 #   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
 #   make run     bring up the demo topology, write/cache/read keys, print a table, tear down
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
+#   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
 #   make bench   softswitch pipeline throughput per path (pkt/s)
 #   make clean   remove build outputs, run folders and any leftover Mininet state
 
@@ -14,7 +15,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run test test-fast test-mininet bench lint clean
+.PHONY: deps build run test test-fast test-mininet bench figures lint clean
 
 deps: $(STAMP)
 
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	@$(PY) -c "import mininet.net, finsy, redis, scapy" && touch $(STAMP) && echo "deps ready"
+	@$(PY) -c "import mininet.net, finsy, redis, scapy, numpy, scipy, matplotlib" && touch $(STAMP) && echo "deps ready"
 
 build: deps
 	@mkdir -p build
@@ -52,6 +53,9 @@ test-fast: deps
 
 test-mininet: deps
 	$(PY) -m pytest -q -m mininet
+
+figures: deps
+	$(PY) -m simulator figures --out docs/figures
 
 bench: deps
 	$(PY) -m bench.pipeline

@@ -314,32 +314,31 @@ class SwitchConnection:
         try:
             return method(req)
         except grpc.RpcError as e:
-            raise P4RuntimeError(f"{self.name}: {what} failed: {e.code().name}: {_details(e)}",
-                                 e.code().name) from None
+            text, codes = _details(e)
+            # a batch's status is UNKNOWN by the spec; when its failures agree, report their code
+            code = codes.pop() if len(codes) == 1 else e.code().name
+            raise P4RuntimeError(f"{self.name}: {what} failed: {e.code().name}: {text}", code) from None
 
 
-def _details(e: grpc.RpcError) -> str:
-    """The per-update errors P4Runtime packs into the status details, if any."""
-    text = e.details() or ""
-    try:
-        from finsy.proto import rpc_status
-        for key, value in e.trailing_metadata() or ():
-            if key == "grpc-status-details-bin":
-                st = rpc_status.Status.FromString(value)
-                errs = []
-                for d in st.details:
-                    err = p4r.Error()
-                    if d.Unpack(err) and err.canonical_code != 0:
-                        errs.append(f"[{grpc.StatusCode(_code(err.canonical_code)).name}] {err.message}")
-                if errs:
-                    text += " " + "; ".join(errs)
-    except Exception:  # noqa: BLE001 - details are best effort
-        pass
-    return text
+def _details(e: grpc.RpcError) -> tuple[str, set[str]]:
+    """The status text plus the per-update errors P4Runtime packs into the status details."""
+    from finsy.proto import rpc_status
 
-
-def _code(n: int):  # noqa: ANN202
-    for c in grpc.StatusCode:
-        if c.value[0] == n:
-            return c.value
-    return grpc.StatusCode.UNKNOWN.value
+    text, codes = e.details() or "", set()
+    for key, value in e.trailing_metadata() or ():
+        if key != "grpc-status-details-bin":
+            continue
+        try:
+            st = rpc_status.Status.FromString(value)
+        except Exception:  # noqa: BLE001 - details are best effort
+            continue
+        errs = []
+        for d in st.details:
+            err = p4r.Error()
+            if d.Unpack(err) and err.canonical_code != 0:
+                name = next((c.name for c in grpc.StatusCode if c.value[0] == err.canonical_code), "UNKNOWN")
+                codes.add(name)
+                errs.append(f"[{name}] {err.message}")
+        if errs:
+            text += " " + "; ".join(errs)
+    return text, codes

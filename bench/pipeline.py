@@ -12,7 +12,6 @@ import argparse
 import time
 
 from controller.entries import plan
-from controller.p4rt import Match
 from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster
@@ -20,23 +19,13 @@ from distcache.hashing import wire_key
 from distcache.scapy_layer import frame
 from distcache.wire import DC_PORT, Message, Op
 from softswitch.distcache_program import PROGRAM
+from softswitch.local import install
 from softswitch.pipeline import DistCachePipeline
 from softswitch.state import SwitchState
 
 
 def installed(cluster: Cluster, name: str) -> SwitchState:
-    state = SwitchState(PROGRAM)
-    sw = cluster.switch(name)
-    p = plan(cluster, sw, spine_buckets([cluster.spine(0).switch_id]))
-    state.tables[n.SWITCH_CONFIG].set_default(n.SET_CONFIG, p.config)
-    for e in p.entries:
-        t = state.tables[e.table]
-        spec = []
-        for k in t.table.keys:
-            v = e.match_dict[k.name]
-            spec.append((v.value, v.prefix_len) if isinstance(v, Match) else v)
-        t.insert(spec, e.action, e.params_dict)
-    return state
+    return install(SwitchState(PROGRAM), plan(cluster, cluster.switch(name), spine_buckets([1])))
 
 
 def measure(state: SwitchState, port: int, pkt: bytes, seconds: float) -> float:

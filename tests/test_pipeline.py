@@ -14,7 +14,6 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from controller.entries import plan
-from controller.p4rt import Match
 from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster
@@ -22,6 +21,7 @@ from distcache.hashing import wire_key
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Flag, Message, Op, decode, encode
 from softswitch.distcache_program import PROGRAM
+from softswitch.local import install
 from softswitch.pipeline import DistCachePipeline
 from softswitch.state import SwitchState
 
@@ -35,19 +35,7 @@ T0 = 5_000_000  # µs: some time into the switch's life
 
 def switch(sw) -> SwitchState:  # noqa: ANN001
     """A state with exactly what the controller installs on ``sw``."""
-    state = SwitchState(PROGRAM)
-    p = plan(C, sw, spine_buckets([SP.switch_id]))
-    state.tables[n.SWITCH_CONFIG].set_default(n.SET_CONFIG, p.config)
-    for e in p.entries:
-        t = state.tables[e.table]
-        m = e.match_dict
-        spec = []
-        for k in t.table.keys:
-            v = m[k.name]
-            spec.append((v.value, v.prefix_len) if isinstance(v, Match) and v.prefix_len is not None
-                        else (v.value if isinstance(v, Match) else v))
-        t.insert(spec, e.action, e.params_dict)
-    return state
+    return install(SwitchState(PROGRAM), plan(C, sw, spine_buckets([SP.switch_id])))
 
 
 def frame(src: str, dst: str, msg: Message | bytes, sport: int = 40000, dport: int = DC_PORT,

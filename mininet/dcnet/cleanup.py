@@ -13,7 +13,7 @@ PATTERNS = ("-m softswitch", "-m shim", "-m dcnet.client_runner", "simple_switch
 
 def main() -> None:
     for pat in PATTERNS:
-        subprocess.run(["pkill", "-f", pat], check=False)
+        subprocess.run(["pkill", "-f", "--", pat], check=False)
     # Mininet's own cleanup removes leftover veths and kills its helper shells
     subprocess.run(["mn", "-c"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print("cleanup done")

@@ -33,13 +33,13 @@ $(STAMP): pyproject.toml
 
 build: deps
 	@mkdir -p build
-	@$(PY) -m softswitch.p4info build/softswitch.p4info.txtpb
+	@$(PY) -m softswitch.p4info build/softswitch.p4info.txt
 ifeq ($(P4C),)
 	@echo "p4c-bm2-ss not found: skipping the P4 compile; the softswitch target will be used (TARGET=softswitch)"
 else
 	$(P4C) --std p4-16 --arch v1model -o build/distcache.json \
-		--p4runtime-files build/distcache.p4info.txtpb p4src/distcache.p4
-	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
+		--p4runtime-files build/distcache.p4info.txt p4src/distcache.p4
+	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txt"
 endif
 
 run: build

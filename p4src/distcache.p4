@@ -128,39 +128,24 @@ control DcIngress(inout headers_t hdr,
         size = MAX_SWITCHES;
     }
 
-    action drop_reason(bit<32> reason) {
+    @hidden action drop_reason(bit<32> reason) {
         dc_drops.count(reason);
         mark_to_drop(standard_metadata);
         meta.dropped = 1;
     }
 
-    /* Count a read towards this switch's load in the current window. */
-    action account_load(bit<32> amount) {
-        bit<32> epoch;
-        bit<32> count;
-        load_epoch.read(epoch, 0);
-        load_count.read(count, 0);
-        if (epoch != now_epoch) {
-            count = 0;
-            load_epoch.write(0, now_epoch);
-        }
-        count = count + amount;
-        load_count.write(0, count);
-        meta.load = count;
+    @hidden action stamp_spine_load() {
+        hdr.dc.spine_id = meta.switch_id;
+        hdr.dc.spine_load = meta.load;
     }
 
-    action stamp_load() {
-        if (meta.role == ROLE_SPINE) {
-            hdr.dc.spine_id = meta.switch_id;
-            hdr.dc.spine_load = meta.load;
-        } else {
-            hdr.dc.leaf_id = meta.switch_id;
-            hdr.dc.leaf_load = meta.load;
-        }
+    @hidden action stamp_leaf_load() {
+        hdr.dc.leaf_id = meta.switch_id;
+        hdr.dc.leaf_load = meta.load;
     }
 
     /* Turn the packet around: it becomes a reply to its sender. */
-    action reflect() {
+    @hidden action reflect() {
         ip4_t ip = hdr.ipv4.srcAddr;
         hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
         hdr.ipv4.dstAddr = ip;
@@ -218,8 +203,25 @@ control DcIngress(inout headers_t hdr,
 
             if (meta.role == ROLE_SPINE || meta.role == ROLE_STORAGE_LEAF) {
                 cache_lookup.apply();
-                if (op == OP_GET && hdr.dc.target == meta.switch_id) {
-                    account_load(1);
+                bool targeted_read = op == OP_GET && hdr.dc.target == meta.switch_id;
+                bool is_reply = op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY;
+                if (targeted_read || is_reply) {
+                    /* load = reads targeted here in the current window; a new window starts at 0 */
+                    bit<32> epoch;
+                    bit<32> count;
+                    load_epoch.read(epoch, 0);
+                    load_count.read(count, 0);
+                    if (epoch != now_epoch) {
+                        count = 0;
+                        load_epoch.write(0, now_epoch);
+                    }
+                    if (targeted_read) {
+                        count = count + 1;
+                    }
+                    load_count.write(0, count);
+                    meta.load = count;
+                }
+                if (targeted_read) {
                     bit<16> valid = 0;
                     if (meta.cache_hit == 1) {
                         cache_valid.read(valid, (bit<32>)meta.slot);
@@ -250,7 +252,7 @@ control DcIngress(inout headers_t hdr,
                         if (n > 7) { hdr.vals[7].setValid(); cache_value.read(hdr.vals[7].chunk, base + 7); }
                         hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
                         hdr.ipv4.totalLen = 20 + hdr.udp.length;
-                        stamp_load();
+                        if (meta.role == ROLE_SPINE) { stamp_spine_load(); } else { stamp_leaf_load(); }
                         reflect();
                         cache_hits.count((bit<32>)meta.slot);
                         dc_stats.count(STAT_READ_HIT);
@@ -292,9 +294,8 @@ control DcIngress(inout headers_t hdr,
                         reflect();
                         dc_stats.count(STAT_REFLECTED);
                     }
-                } else if (op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY) {
-                    account_load(0);
-                    stamp_load();
+                } else if (is_reply) {
+                    if (meta.role == ROLE_SPINE) { stamp_spine_load(); } else { stamp_leaf_load(); }
                     dc_stats.count(STAT_REPLY_STAMPED);
                 }
             } else if (meta.role == ROLE_CLIENT_LEAF) {

@@ -13,7 +13,7 @@ from softswitch.distcache_program import PROGRAM
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m softswitch.p4info OUT.p4info.txtpb", file=sys.stderr)
+        print("usage: python -m softswitch.p4info OUT.p4info.txt", file=sys.stderr)
         return 2
     Path(args[0]).write_text(text_format.MessageToString(PROGRAM.p4info()))
     print(f"wrote softswitch P4Info to {args[0]}")

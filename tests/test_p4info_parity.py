@@ -106,7 +106,7 @@ def test_p4_constants_match_python() -> None:
 
 @pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed (softswitch-only machine)")
 def test_p4c_p4info_matches_softswitch(tmp_path: Path) -> None:
-    out = tmp_path / "p4info.txtpb"
+    out = tmp_path / "p4info.txt"
     subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dc.json"),
                     "--p4runtime-files", str(out), str(MAIN)], check=True)
     theirs = p4i.P4Info()

@@ -36,7 +36,7 @@ def switch() -> Iterator[SoftSwitch]:
 
 @pytest.fixture
 def p4info_file(tmp_path: Path) -> Path:
-    path = tmp_path / "softswitch.p4info.txtpb"
+    path = tmp_path / "softswitch.p4info.txt"
     path.write_text(text_format.MessageToString(PROGRAM.p4info()))
     return path
 

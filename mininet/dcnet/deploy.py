@@ -58,14 +58,14 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
     what ``make build`` compiled with p4c-bm2-ss.
     """
     if target == "bmv2":
-        p4info, json_path = BUILD / "distcache.p4info.txtpb", BUILD / "distcache.json"
+        p4info, json_path = BUILD / "distcache.p4info.txt", BUILD / "distcache.json"
         if not (p4info.exists() and json_path.exists()):
             raise DeploymentError(f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss "
                                   "on PATH first")
         return p4info, json_path.read_bytes()
     from softswitch.distcache_program import PROGRAM
 
-    path = run_dir / "distcache.p4info.txtpb"
+    path = run_dir / "distcache.p4info.txt"
     path.write_text(text_format.MessageToString(PROGRAM.p4info()))
     return path, b""
 

@@ -21,7 +21,7 @@ Numbering and addressing plan (all derived, never configured twice):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
 
@@ -103,7 +103,6 @@ class Cluster:
     cache_slots: int = 4096
     mechanism: Mechanism = Mechanism.DISTCACHE
     grpc_base_port: int = 50051
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.mechanism = Mechanism(self.mechanism)

@@ -16,7 +16,7 @@ softswitch pipeline and ``docs/protocol.md`` all follow it, and tests hold
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
 DC_PORT = 8888
@@ -127,7 +127,6 @@ class Message:
     leaf_id: int = 0
     spine_load: int = 0
     leaf_load: int = 0
-    extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def cached(self) -> bool:

@@ -8,6 +8,7 @@ reply's cache mark and by redis-server's GET count not moving.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -31,9 +32,15 @@ SERVER, CLIENT = CLUSTER.server(0, 0), CLUSTER.client(0, 0)
 CACHES = {CLUSTER.spine(0).switch_id, CLUSTER.storage_leaf(0).switch_id}
 
 
-@pytest.fixture(scope="module")
-def dep(tmp_path_factory: pytest.TempPathFactory):
-    with Deployment(CLUSTER, run_dir=tmp_path_factory.mktemp("run")) as d:
+TARGETS = ["softswitch"]
+if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
+    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The same scenarios on softswitch and, where BMv2 and p4c are installed, on BMv2."""
+    with Deployment(CLUSTER, target=request.param, run_dir=tmp_path_factory.mktemp("run")) as d:
         yield d
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +59,14 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
     what ``make build`` compiled with p4c-bm2-ss.
     """
     if target == "bmv2":
+        p4c = shutil.which("p4c-bm2-ss")
+        if p4c:  # compile what is in p4src/ now, so a run never uses a stale build
+            p4info, json_path = run_dir / "distcache.p4info.txt", run_dir / "distcache.json"
+            res = subprocess.run([p4c, "--arch", "v1model", "-o", str(json_path), "--p4runtime-files", str(p4info),
+                                  str(REPO / "p4src" / "distcache.p4")], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise DeploymentError(f"p4c-bm2-ss failed on p4src/distcache.p4:\n{res.stderr}")
+            return p4info, json_path.read_bytes()
         p4info, json_path = BUILD / "distcache.p4info.txt", BUILD / "distcache.json"
         if not (p4info.exists() and json_path.exists()):
             raise DeploymentError(f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss "

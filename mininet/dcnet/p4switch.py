@@ -23,6 +23,7 @@ from mininet.node import Switch
 TARGETS = ("softswitch", "bmv2")
 BMV2_BINARY = "simple_switch_grpc"
 BMV2_CPU_PORT = 510  # 511 is BMv2's drop port
+BMV2_THRIFT_BASE = 9090  # one Thrift (debug CLI) port per switch: 9090 + device id
 
 
 class TargetMissing(RuntimeError):
@@ -76,7 +77,7 @@ class P4RuntimeSwitch(Switch):
         addr = f"127.0.0.1:{self.grpc_port}"
         if self.target == "bmv2":
             cmd = [BMV2_BINARY, "--device-id", str(self.device_id), *self.port_args(), "--log-file", log[:-4],
-                   "--log-flush", "--no-p4"]
+                   "--log-flush", "--no-p4", "--thrift-port", str(BMV2_THRIFT_BASE + self.device_id)]
             if self.pcap:
                 cmd += ["--pcap", str(self.run_dir / "pcap")]
             return cmd + ["--", "--grpc-server-addr", addr, "--cpu-port", str(BMV2_CPU_PORT)]

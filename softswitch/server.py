@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -673,6 +673,34 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             out.p4_device_config = cfg.device_config
         return p4r.GetForwardingPipelineConfigResponse(config=out)
 
+    def _batch(self, context: grpc.ServicerContext, items: Iterable[Any],
+               apply: Callable[[IdMap, SwitchState, Any], object]) -> tuple[list[p4r.Error], set[grpc.StatusCode]]:
+        """Apply ``apply`` to every item of a Write or Read under the state lock.
+
+        Returns one p4.v1.Error per item (OK or why not) and the set of failure codes; an item's failure
+        never stops the others (CONTINUE_ON_ERROR), and a server bug becomes INTERNAL, not a crash.
+        """
+        errors: list[p4r.Error] = []
+        codes: set[grpc.StatusCode] = set()
+        with self._cfg_lock:
+            try:
+                cfg, state = self._rw_target()
+            except P4RuntimeError as e:
+                context.abort(e.code, e.message)
+            with state.lock:
+                for item in items:
+                    try:
+                        apply(cfg.ids, state, item)
+                        errors.append(p4r.Error(canonical_code=rpc_code.OK))
+                    except P4RuntimeError as e:
+                        codes.add(e.code)
+                        errors.append(p4r.Error(canonical_code=_code_int(e.code), message=e.message))
+                    except Exception as e:  # a server bug must not leave state half-written silently
+                        log.exception("P4Runtime batch item failed")
+                        codes.add(SC.INTERNAL)
+                        errors.append(p4r.Error(canonical_code=rpc_code.INTERNAL, message=str(e)))
+        return errors, codes
+
     # -- Write -------------------------------------------------------------------------------------------
     def Write(self, request: p4r.WriteRequest, context: grpc.ServicerContext) -> p4r.WriteResponse:
         try:
@@ -682,26 +710,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 _err(SC.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
         except P4RuntimeError as e:
             context.abort(e.code, e.message)
-        errors: list[p4r.Error] = []
-        failed = 0
-        with self._cfg_lock:
-            try:
-                cfg, state = self._rw_target()
-            except P4RuntimeError as e:
-                context.abort(e.code, e.message)
-            with state.lock:
-                for upd in request.updates:
-                    try:
-                        self._apply_update(cfg.ids, state, upd)
-                        errors.append(p4r.Error(canonical_code=rpc_code.OK))
-                    except P4RuntimeError as e:
-                        failed += 1
-                        errors.append(p4r.Error(canonical_code=_code_int(e.code), message=e.message))
-                    except Exception as e:  # a server bug must not leave state half-written silently
-                        log.exception("write update failed")
-                        failed += 1
-                        errors.append(p4r.Error(canonical_code=rpc_code.INTERNAL, message=str(e)))
-        if failed:
+        errors, codes = self._batch(context, request.updates, self._apply_update)
+        failed = sum(e.canonical_code != rpc_code.OK for e in errors)
+        if codes:
             log.debug("Write: %d of %d updates failed", failed, len(request.updates))
             _abort_with_details(context, f"Write failure: {failed} of {len(request.updates)} updates failed",
                                 errors)
@@ -898,21 +909,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         except P4RuntimeError as e:
             context.abort(e.code, e.message)
         results: list[p4r.Entity] = []
-        errors: list[p4r.Error] = []
-        codes: set[grpc.StatusCode] = set()
-        with self._cfg_lock:
-            try:
-                cfg, state = self._rw_target()
-            except P4RuntimeError as e:
-                context.abort(e.code, e.message)
-            with state.lock:
-                for ent in request.entities:
-                    try:
-                        results.extend(self._read_one(cfg.ids, state, ent))
-                        errors.append(p4r.Error(canonical_code=rpc_code.OK))
-                    except P4RuntimeError as e:
-                        codes.add(e.code)
-                        errors.append(p4r.Error(canonical_code=_code_int(e.code), message=e.message))
+        errors, codes = self._batch(context, request.entities,
+                                    lambda ids, state, ent: results.extend(self._read_one(ids, state, ent)))
         for i in range(0, len(results), READ_CHUNK):
             yield p4r.ReadResponse(entities=results[i:i + READ_CHUNK])
         if codes:

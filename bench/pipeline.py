@@ -18,9 +18,8 @@ from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.scapy_layer import frame
 from distcache.wire import DC_PORT, Message, Op
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.local import install
-from softswitch.pipeline import DistCachePipeline
 from softswitch.state import SwitchState
 
 

@@ -80,7 +80,7 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
         p.entries.append(_route("10.0.0.0/8", first.mac, spine_port[first.switch_id]))
         if sw.role == Role.CLIENT_LEAF:
             for sp in spines:
-                p.entries.append(Entry(n.CACHE_ROUTE, ((n.KEY_DC_TARGET, sp.switch_id),), n.SET_NHOP,
+                p.entries.append(Entry(n.CACHE_ROUTE, ((n.KEY_DC_TARGET, sp.switch_id),), n.ROUTE_TO_CACHE,
                                        (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]))))
             for r in range(cluster.storage_racks):
                 leaf = cluster.storage_leaf(r)

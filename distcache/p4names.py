@@ -1,7 +1,7 @@
 """P4Info names of the DistCache pipeline: the one list every part uses.
 
 The controller, agents and tests address entities by these names; the
-softswitch pipeline declares them (softswitch/distcache_program.py) and the
+softswitch pipeline declares them (softswitch/dataplane/) and the
 parity test holds them against ``p4src/distcache.p4``.
 """
 
@@ -9,40 +9,44 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-# tables
-SWITCH_CONFIG = "DcIngress.switch_config"
-PORT_KIND = "DcIngress.port_kind"
-IPV4_LPM = "DcIngress.ipv4_lpm"
-CACHE_ROUTE = "DcIngress.cache_route"
-CACHE_LOOKUP = "DcIngress.cache_lookup"
-SPINE_PARTITION = "DcIngress.spine_partition"
-STORAGE_RACK = "DcIngress.storage_rack"
+# tables (p4c names an entity by its control instance path: DcIngress.<control>.<name>)
+SWITCH_CONFIG = "DcIngress.config.switch_config"
+PORT_KIND = "DcIngress.config.port_kind"
+LOAD_WINDOW = "DcIngress.config.load_window"
+CACHE_LOOKUP = "DcIngress.cache.cache_lookup"
+SPINE_PARTITION = "DcIngress.routing.spine_partition"
+STORAGE_RACK = "DcIngress.routing.storage_rack"
+CACHE_ROUTE = "DcIngress.routing.cache_route"
+IPV4_LPM = "DcIngress.forwarding.ipv4_lpm"
 
 # actions
 NO_ACTION = "NoAction"
-DROP = "DcIngress.drop"
-SET_CONFIG = "DcIngress.set_config"
-SET_PORT_KIND = "DcIngress.set_port_kind"
-SET_NHOP = "DcIngress.set_nhop"
-CACHE_HIT = "DcIngress.cache_hit"
-CACHE_MISS = "DcIngress.cache_miss"
-SET_SPINE_CANDIDATE = "DcIngress.set_spine_candidate"
-SET_LEAF_CANDIDATE = "DcIngress.set_leaf_candidate"
+SET_CONFIG = "DcIngress.config.set_config"
+SET_PORT_KIND = "DcIngress.config.set_port_kind"
+SET_LOAD_WINDOW = "DcIngress.config.set_load_window"
+CACHE_HIT = "DcIngress.cache.cache_hit"
+CACHE_MISS = "DcIngress.cache.cache_miss"
+SET_SPINE_CANDIDATE = "DcIngress.routing.set_spine_candidate"
+SET_LEAF_CANDIDATE = "DcIngress.routing.set_leaf_candidate"
+ROUTE_TO_CACHE = "DcIngress.routing.route_to_cache"
+SET_NHOP = "DcIngress.forwarding.set_nhop"
+DROP = "DcIngress.forwarding.drop"
 
-# registers
-CACHE_VALID = "DcIngress.cache_valid"
-CACHE_SEQ = "DcIngress.cache_seq"
-CACHE_VLEN = "DcIngress.cache_vlen"
-CACHE_VALUE = "DcIngress.cache_value"
-LOAD_COUNT = "DcIngress.load_count"
-LOAD_EPOCH = "DcIngress.load_epoch"
-PEER_LOAD = "DcIngress.peer_load"
-PEER_LOAD_EPOCH = "DcIngress.peer_load_epoch"
+# registers shared by two controls are declared at the top level (p4src/include/shared.p4)
+CACHE_VALID = "cache_valid"
+CACHE_VLEN = "cache_vlen"
+CACHE_VALUE = "cache_value"
+PEER_LOAD = "peer_load"
+PEER_LOAD_EPOCH = "peer_load_epoch"
+# ... the others inside the control that owns them
+CACHE_INVAL = "DcIngress.coherence.cache_inval"
+LOAD_COUNT = "DcIngress.telemetry.load_count"
+LOAD_EPOCH = "DcIngress.telemetry.load_epoch"
 
 # counters
-CACHE_HITS = "DcIngress.cache_hits"
-DC_DROPS = "DcIngress.dc_drops"
-DC_STATS = "DcIngress.dc_stats"
+DC_DROPS = "dc_drops"
+DC_STATS = "dc_stats"
+CACHE_HITS = "DcIngress.cache.cache_hits"
 
 # match field names (p4c names a key by its expression)
 KEY_INGRESS_PORT = "standard_metadata.ingress_port"
@@ -51,7 +55,7 @@ KEY_DC_KEY = "hdr.dc.key"
 KEY_DC_TARGET = "hdr.dc.target"
 KEY_BUCKET = "meta.bucket"
 
-# sizes (p4src/headers.p4)
+# sizes (p4src/include/size.p4)
 CACHE_SLOTS = 4096
 MAX_CHUNKS = 8
 SPINE_BUCKETS = 1024
@@ -64,7 +68,7 @@ LOAD_WINDOW_SHIFT = 20
 
 
 class DropReason(IntEnum):
-    """Indexes of the ``dc_drops`` counter (DROP_* in p4src/headers.p4)."""
+    """Indexes of the ``dc_drops`` counter (DROP_* in p4src/include/define.p4)."""
 
     TRUNCATED = 0
     BAD_VERSION = 1
@@ -74,10 +78,11 @@ class DropReason(IntEnum):
     NO_ROUTE = 5
     PARSER_OTHER = 6
     NOT_IPV4 = 7
+    IP_OPTIONS = 8
 
 
 class Stat(IntEnum):
-    """Indexes of the ``dc_stats`` counter (STAT_* in p4src/headers.p4)."""
+    """Indexes of the ``dc_stats`` counter (STAT_* in p4src/include/define.p4)."""
 
     READ_HIT = 0
     READ_MISS = 1
@@ -89,3 +94,4 @@ class Stat(IntEnum):
     REPLY_STAMPED = 7
     LOAD_RECORDED = 8
     UPDATE_STALE = 9
+    INVALIDATE_STALE = 10

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Data-plane state of one softswitch: tables, registers, counters.
 
-The pipeline (softswitch/pipeline.py) reads and writes this state while it
+The pipeline (softswitch/dataplane/) reads and writes this state while it
 processes a packet; the P4Runtime server (softswitch/server.py) writes tables
 and reads counters.  Both hold :attr:`SwitchState.lock` while they do, so a
 packet sees every control-plane update either entirely or not at all (the

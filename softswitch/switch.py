@@ -26,7 +26,7 @@ from softswitch.state import Pipeline, SwitchState
 
 log = logging.getLogger("softswitch")
 
-PIPELINES = {"distcache": "softswitch.pipeline:DistCachePipeline"}
+PIPELINES = {"distcache": "softswitch.dataplane:DistCachePipeline"}
 """Short names accepted by ``--pipeline`` (anything else is ``module:attribute``)."""
 
 
@@ -35,7 +35,7 @@ def load_pipeline(spec: str) -> Pipeline:
 
     A class (or any callable without ``process``) is called with no
     arguments; an object with ``program`` and ``process`` is used as is.
-    Imported lazily so the runtime works before softswitch.pipeline exists.
+    Imported lazily so the runtime works before softswitch.dataplane is imported.
     """
     target = PIPELINES.get(spec, spec)
     module_name, sep, attr = target.partition(":")

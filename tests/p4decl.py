@@ -107,12 +107,42 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
         body, _ = _block(text, text.index(f"struct {name}"))
         member_types[name] = {fname: ftype for ftype, fname in re.findall(r"([\w<>\[\]]+)\s+(\w+)\s*;", body)}
 
-    m = re.search(rf"control\s+{control}\s*\((.*?)\)\s*\{{", text, flags=re.S)
-    if not m:
+    controls: dict[str, tuple[str, str]] = {}  # name -> (parameter list, body)
+    spans: list[tuple[int, int]] = []
+    for cm in re.finditer(r"\bcontrol\s+(\w+)\s*\((.*?)\)\s*\{", text, flags=re.S):
+        cbody, end = _block(text, cm.start())
+        controls[cm.group(1)] = (cm.group(2), cbody)
+        spans.append((cm.start(), end))
+    if control not in controls:
         raise ValueError(f"no control {control}")
-    params = {pname: ptype for ptype, pname in re.findall(r"(?:inout|in|out)?\s*(\w+)\s+(\w+)\s*(?:,|$)",
-                                                          m.group(1))}
-    body, _ = _block(text, m.start())
+    outside = text
+    for a, b in reversed(spans):
+        outside = outside[:a] + outside[b:]
+
+    def externs(body: str, q: str) -> None:
+        for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+            d.registers[q + name] = (_int(w, defines), _int(size, defines))
+        for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
+            d.counters[q + name] = (_int(size, defines), unit)
+
+    externs(outside, "")  # top-level instances: p4c names them without a prefix
+
+    def collect(name: str, q: str) -> None:
+        plist, body = controls[name]
+        params = {pname: ptype for ptype, pname in re.findall(r"(?:inout|in|out)?\s*(\w+)\s+(\w+)\s*(?:,|$)",
+                                                              plist)}
+        for ctype, inst in re.findall(r"\b(\w+)\s*\(\s*\)\s*(\w+)\s*;", body):
+            if ctype in controls:
+                collect(ctype, f"{q}{inst}.")
+        _collect_control(d, body, q, params, member_types, defines, width)
+
+    collect(control, f"{control}.")
+    return d
+
+
+def _collect_control(d: Decls, body: str, q: str, params: dict[str, str], member_types: dict[str, dict[str, str]],
+                     defines: dict[str, str], width) -> None:  # noqa: ANN001
+    """Tables, actions and externs declared directly in one control body (names prefixed with ``q``)."""
 
     def key_width(expr: str) -> int:
         parts = expr.split(".")
@@ -124,7 +154,6 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
             t = member_types[t][p]
         return dict(d.header_fields[t])[parts[-1]]
 
-    q = f"{control}."
     for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
         d.registers[q + name] = (_int(w, defines), _int(size, defines))
     for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
@@ -147,15 +176,17 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
         am = re.search(r"\bactions\s*=\s*\{", tbody)
         abody, _ = _block(tbody, am.start())
         acts = [a if a == "NoAction" else q + a for a in re.findall(r"(\w+)\s*(?:\(\s*\))?\s*;", abody)]
-        dm = re.search(r"\bdefault_action\s*=\s*(\w+)", tbody)
+        dm = re.search(r"\bdefault_action\s*=\s*(\w+)\s*\(([^)]*)\)", tbody)
         sm = re.search(r"\bsize\s*=\s*([^;]+);", tbody)
         default = dm.group(1) if dm else "NoAction"
+        default = default if default == "NoAction" else q + default
+        dargs = [_int(a, defines) for a in dm.group(2).split(",") if a.strip()] if dm else []
         d.tables[q + tm.group(1)] = {
             "keys": keys,
             "actions": acts,
-            "default": default if default == "NoAction" else q + default,
+            "default": default,
+            "default_params": tuple(zip((pn for pn, _ in all_actions[default]), dargs, strict=True)),
             "size": _int(sm.group(1), defines) if sm else 1024,
         }
         for a in acts:
             d.actions[a] = all_actions[a]
-    return d

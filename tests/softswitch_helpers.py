@@ -1,7 +1,7 @@
 """Helpers for the softswitch runtime tests: a tiny pipeline, a raw P4Runtime client, netns plumbing.
 
 The pipeline here is deliberately not DistCache: it lets the runtime be
-tested before and independently of softswitch/pipeline.py.  It is importable
+tested before and independently of softswitch/dataplane/.  It is importable
 by a ``python -m softswitch --pipeline tests.softswitch_helpers:ForwardPipeline``
 subprocess run from the repository root (see :func:`env_with_repo_path`).
 """
@@ -24,7 +24,7 @@ import grpc
 from finsy.proto import p4r, p4r_grpc, rpc_status
 
 from distcache import p4names as n
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM
 from softswitch.state import SwitchState
 
 STAT_ROUTED = 0  # dc_stats index the test pipeline counts forwarded packets in

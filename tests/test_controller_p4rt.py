@@ -8,8 +8,7 @@ import pytest
 
 from controller.p4rt import Match, P4RuntimeError, SwitchConnection
 from distcache import p4names as n
-from softswitch.distcache_program import PROGRAM
-from softswitch.pipeline import DistCachePipeline
+from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.switch import SoftSwitch
 
 pytestmark = pytest.mark.timeout(60)

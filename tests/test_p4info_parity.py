@@ -2,7 +2,8 @@
 
 Without p4c the declarations are read from the P4 source (tests/p4decl.py);
 with ``p4c-bm2-ss`` on PATH the P4 is compiled and p4c's own P4Info is
-compared too.  The wire header in P4 is also held against distcache/wire.py.
+compared too.  The wire header in P4 is also held against distcache/wire.py; the constants
+are held by tests/test_p4_constants.py.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pytest
 from finsy.proto import p4i
 from google.protobuf import text_format
 
-from distcache import p4names, wire
-from softswitch.distcache_program import PROGRAM
+from distcache import wire
+from softswitch.dataplane import PROGRAM
 from tests.p4decl import parse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,44 +65,13 @@ def test_default_actions_match_p4_source() -> None:
     d = parse(MAIN)
     for t in PROGRAM.tables:
         assert d.tables[t.name]["default"] == t.default_action, t.name
+        assert d.tables[t.name]["default_params"] == t.default_params, t.name
 
 
 def test_p4_header_matches_wire_format() -> None:
     d = parse(MAIN)
     assert tuple(d.header_fields["distcache_t"]) == wire.HEADER_FIELDS
     assert dict(d.header_fields["dc_value_t"]) == {"chunk": wire.CHUNK_LEN * 8}
-
-
-def test_p4_constants_match_python() -> None:
-    text = (REPO / "p4src" / "headers.p4").read_text()
-
-    def define(name: str) -> int:
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == "#define" and parts[1] == name:
-                return int(parts[2])
-        raise AssertionError(f"{name} not defined")
-
-    def const(name: str) -> int:
-        for line in text.splitlines():
-            if f" {name} =" in line and line.startswith("const"):
-                return int(line.split("=")[1].strip().rstrip(";"), 0)
-        raise AssertionError(f"{name} not declared")
-
-    assert define("CACHE_SLOTS") == p4names.CACHE_SLOTS
-    assert define("SPINE_BUCKETS") == p4names.SPINE_BUCKETS
-    assert define("MAX_CHUNKS") == wire.MAX_CHUNKS == p4names.MAX_CHUNKS
-    assert define("LOAD_WINDOW_SHIFT") == p4names.LOAD_WINDOW_SHIFT
-    assert const("DC_PORT") == wire.DC_PORT
-    assert const("DC_HEADER_LEN") == wire.HEADER_LEN
-    assert const("MAX_CACHEABLE") == wire.MAX_CACHEABLE
-    assert const("MAX_VALUE_LEN") == wire.MAX_VALUE_LEN
-    for op in wire.Op:
-        assert const(f"OP_{op.name}") == op.value, op.name
-    for r in p4names.DropReason:
-        assert const(f"DROP_{r.name}") == r.value, r.name
-    for s in p4names.Stat:
-        assert const(f"STAT_{s.name}") == s.value, s.name
 
 
 @pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed (softswitch-only machine)")

@@ -20,9 +20,8 @@ from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Flag, Message, Op, decode, encode
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.local import install
-from softswitch.pipeline import DistCachePipeline
 from softswitch.state import SwitchState
 
 C = Cluster()

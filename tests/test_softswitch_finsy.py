@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import text_format
 
 from distcache import p4names as n
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM
 from softswitch.program import alias
 from softswitch.switch import SoftSwitch
 from tests.softswitch_helpers import ip, ipv4_udp_frame, running_switch

@@ -15,7 +15,7 @@ import pytest
 from finsy.proto import p4i, p4r
 
 from distcache import p4names as n
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM
 from softswitch.server import p4info_mismatch
 from softswitch.switch import SoftSwitch
 from tests.softswitch_helpers import (
@@ -295,13 +295,18 @@ def test_remapped_ids_are_adopted(switch: SoftSwitch, client: Client) -> None:
     assert ce.counter_entry.counter_id == ids[n.DC_STATS]
 
 
+def _named(items, name: str):  # noqa: ANN001, ANN202 - a P4Info entity by name
+    return next(x for x in items if x.preamble.name == name)
+
+
 @pytest.mark.parametrize("mutate, words", [
-    (lambda i: setattr(i.tables[2].preamble, "name", "DcIngress.ipv4_lpm_renamed"), "DcIngress.ipv4_lpm"),
-    (lambda i: setattr(i.tables[2].match_fields[0], "bitwidth", 31), "bit<31>"),
-    (lambda i: setattr(i.tables[2].match_fields[0], "match_type", p4i.MatchField.TERNARY), "ternary"),
-    (lambda i: setattr(i.actions[4].params[1], "bitwidth", 16), "port"),
-    (lambda i: i.tables[2].action_refs.pop(), "action"),
-    (lambda i: setattr(i.registers[3], "size", 1), "cache_value"),
+    (lambda i: setattr(_named(i.tables, n.IPV4_LPM).preamble, "name", n.IPV4_LPM + "_renamed"), n.IPV4_LPM),
+    (lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "bitwidth", 31), "bit<31>"),
+    (lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "match_type", p4i.MatchField.TERNARY),
+     "ternary"),
+    (lambda i: setattr(_named(i.actions, n.SET_NHOP).params[1], "bitwidth", 16), "port"),
+    (lambda i: _named(i.tables, n.IPV4_LPM).action_refs.pop(), "action"),
+    (lambda i: setattr(_named(i.registers, n.CACHE_VALUE), "size", 1), "cache_value"),
     (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000001, name="hh")), "digests"),
 ])
 def test_mismatched_p4info_is_rejected(client: Client, mutate: object, words: str) -> None:

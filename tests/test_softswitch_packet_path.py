@@ -20,7 +20,7 @@ import pytest
 from finsy.proto import p4r
 
 from distcache import p4names as n
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM
 from softswitch.ports import read_pcap
 from tests.softswitch_helpers import (
     REPO_ROOT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distcache import p4names as n
-from softswitch.distcache_program import PROGRAM
+from softswitch.dataplane import PROGRAM
 from softswitch.program import Action, Counter, MatchField, Param, Program, Register, Table
 from softswitch.state import (
     EntryExistsError,

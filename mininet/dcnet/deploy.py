@@ -72,7 +72,7 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
             raise DeploymentError(f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss "
                                   "on PATH first")
         return p4info, json_path.read_bytes()
-    from softswitch.distcache_program import PROGRAM
+    from softswitch.dataplane import PROGRAM
 
     path = run_dir / "distcache.p4info.txt"
     path.write_text(text_format.MessageToString(PROGRAM.p4info()))

@@ -1,12 +1,15 @@
-/* Parser and deparser shared by every role.
+/* Parser, checksum and deparser shared by every role.
  *
  * Parser errors do not drop the packet in v1model: it enters ingress with
- * standard_metadata.parser_error set, where it is counted and dropped.
+ * standard_metadata.parser_error set, where DcValidation counts and drops it.
+ * IPv4 options are parsed (so their bytes are checksummed and re-emitted);
+ * DcValidation drops DistCache messages that carry them.
  */
 #ifndef DC_PARSER_P4
 #define DC_PARSER_P4
 
-#include "headers.p4"
+#include "define.p4"
+#include "header.p4"
 
 parser DcParser(packet_in packet,
                 out headers_t hdr,
@@ -22,9 +25,22 @@ parser DcParser(packet_in packet,
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        /* Only option-less, unfragmented UDP is looked into. */
-        transition select(hdr.ipv4.ihl, hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
-            (4w5, 13w0, PROTO_UDP): parse_udp;
+        verify(hdr.ipv4.ihl >= IPV4_MIN_IHL, error.Ipv4BadIhl);
+        transition select(hdr.ipv4.ihl) {
+            IPV4_MIN_IHL: parse_ipv4_payload;
+            default: parse_ipv4_options;
+        }
+    }
+
+    state parse_ipv4_options {
+        packet.extract(hdr.ipv4_options, (bit<32>)(((bit<16>)hdr.ipv4.ihl - 5) << 5));
+        transition parse_ipv4_payload;
+    }
+
+    /* Only unfragmented UDP (or a first fragment) is looked into. */
+    state parse_ipv4_payload {
+        transition select(hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (13w0, PROTO_UDP): parse_udp;
             default: accept;
         }
     }
@@ -59,29 +75,34 @@ parser DcParser(packet_in packet,
     }
 }
 
-control DcDeparser(packet_out packet, in headers_t hdr) {
-    apply {
-        packet.emit(hdr.ethernet);
-        packet.emit(hdr.ipv4);
-        packet.emit(hdr.udp);
-        packet.emit(hdr.dc);
-        packet.emit(hdr.vals);
-    }
-}
-
 control DcVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply { }
 }
 
+/* The IPv4 checksum covers the header and its options.  The UDP checksum of
+ * a DistCache message is zeroed by DcIngress (IPv4 allows it), because a
+ * switch may rewrite any of them. */
 control DcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(
             hdr.ipv4.isValid(),
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
-              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr,
+              hdr.ipv4_options.options },
             hdr.ipv4.hdrChecksum,
             HashAlgorithm.csum16);
+    }
+}
+
+control DcDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.ipv4_options);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.dc);
+        packet.emit(hdr.vals);
     }
 }
 

@@ -1,0 +1,78 @@
+/* Cache lookup and reply (cache switches).  cache_lookup maps a key to its
+ * slot and the version tag the slot's entry was installed with; the entry is
+ * valid only while cache_valid[slot] holds that same tag, which only
+ * DcCoherence writes.  A read answered here becomes its own reply.  Only the
+ * switch the client rack chose (hdr.dc.target) may answer; any other switch
+ * forwards the read.
+ */
+#ifndef DC_CACHE_P4
+#define DC_CACHE_P4
+
+control DcCache(inout headers_t hdr,
+                inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+
+    counter(CACHE_SLOTS, CounterType.packets) cache_hits;  /* per slot: the agent evicts the least hit */
+
+    action cache_hit(bit<16> slot, bit<16> version) {
+        meta.cache_hit = 1;
+        meta.slot = slot;
+        meta.version = version;
+    }
+
+    action cache_miss() {
+        meta.cache_hit = 0;
+    }
+
+    table cache_lookup {
+        key = { hdr.dc.key: exact; }
+        actions = { cache_hit; cache_miss; }
+        default_action = cache_miss();
+        size = CACHE_SLOTS;
+    }
+
+    apply {
+        cache_lookup.apply();
+        if (meta.op == OP_GET && hdr.dc.target == meta.switch_id) {
+            bit<16> valid = 0;
+            if (meta.cache_hit == 1) {
+                cache_valid.read(valid, (bit<32>)meta.slot);
+            }
+            if (meta.cache_hit == 1 && valid != 0 && valid == meta.version) {
+                /* ---- hit: the request becomes the reply ---- */
+                bit<16> vlen;
+                cache_vlen.read(vlen, (bit<32>)meta.slot);
+                bit<8> n = (bit<8>)((vlen + 15) >> 4);
+                bit<32> base = (bit<32>)meta.slot * MAX_CHUNKS;
+                hdr.dc.op = OP_GET_REPLY;
+                hdr.dc.status = STATUS_OK;
+                hdr.dc.flags = hdr.dc.flags | FLAG_CACHED;
+                hdr.dc.served_by = meta.switch_id;
+                hdr.dc.vlen = vlen;
+                hdr.dc.nchunks = n;
+                hdr.vals[0].setInvalid(); hdr.vals[1].setInvalid();
+                hdr.vals[2].setInvalid(); hdr.vals[3].setInvalid();
+                hdr.vals[4].setInvalid(); hdr.vals[5].setInvalid();
+                hdr.vals[6].setInvalid(); hdr.vals[7].setInvalid();
+                if (n > 0) { hdr.vals[0].setValid(); cache_value.read(hdr.vals[0].chunk, base + 0); }
+                if (n > 1) { hdr.vals[1].setValid(); cache_value.read(hdr.vals[1].chunk, base + 1); }
+                if (n > 2) { hdr.vals[2].setValid(); cache_value.read(hdr.vals[2].chunk, base + 2); }
+                if (n > 3) { hdr.vals[3].setValid(); cache_value.read(hdr.vals[3].chunk, base + 3); }
+                if (n > 4) { hdr.vals[4].setValid(); cache_value.read(hdr.vals[4].chunk, base + 4); }
+                if (n > 5) { hdr.vals[5].setValid(); cache_value.read(hdr.vals[5].chunk, base + 5); }
+                if (n > 6) { hdr.vals[6].setValid(); cache_value.read(hdr.vals[6].chunk, base + 6); }
+                if (n > 7) { hdr.vals[7].setValid(); cache_value.read(hdr.vals[7].chunk, base + 7); }
+                hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
+                hdr.ipv4.totalLen = 20 + hdr.udp.length;
+                dc_reflect(hdr);
+                meta.served = 1;
+                cache_hits.count((bit<32>)meta.slot);
+                dc_stats.count(STAT_READ_HIT);
+            } else {
+                dc_stats.count(STAT_READ_MISS);
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,71 @@
+/* Coherence (paper §4.3): INVALIDATE (phase 1) and UPDATE (phase 2 or cache
+ * population) from the key's storage server, on cache switches.
+ *
+ * cache_inval[slot] records the last INVALIDATE the slot accepted as
+ * {version tag of the entry, seq}.  An UPDATE writes the value and makes the
+ * entry valid only if it follows that very INVALIDATE: same entry (version)
+ * and same write (seq).  So an UPDATE left over from an earlier tenure of the
+ * slot, or of an older write, never validates anything.  An INVALIDATE
+ * always clears the entry (clearing is always safe) but replaces the record
+ * only when it is not older than it (serial-number arithmetic on seq, RFC
+ * 1982), or when the record belongs to an earlier tenure: a duplicated old
+ * INVALIDATE+UPDATE pair arriving after a newer write can then neither
+ * re-arm nor re-validate the old value.
+ *
+ * The switch the message is addressed to (hdr.dc.target) is the far end of
+ * the coherence path and turns it back to the server as the acknowledgement.
+ */
+#ifndef DC_COHERENCE_P4
+#define DC_COHERENCE_P4
+
+control DcCoherence(inout headers_t hdr,
+                    inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+
+    register<bit<48>>(CACHE_SLOTS) cache_inval;  /* version ++ seq of the last accepted INVALIDATE */
+
+    apply {
+        bit<8> op = meta.op;
+        if (op == OP_INVALIDATE || op == OP_UPDATE) {
+            if (meta.cache_hit == 1) {
+                bit<32> slot = (bit<32>)meta.slot;
+                bit<48> last;
+                cache_inval.read(last, slot);
+                bool same_tenure = last[47:32] == meta.version;
+                bit<32> last_seq = last[31:0];
+                if (op == OP_INVALIDATE) {
+                    cache_valid.write(slot, 0);
+                    bit<32> ahead = hdr.dc.seq - last_seq;  /* seq >= last_seq in serial arithmetic */
+                    if (!same_tenure || ahead[31:31] == 0) {
+                        cache_inval.write(slot, meta.version ++ hdr.dc.seq);
+                        dc_stats.count(STAT_INVALIDATE);
+                    } else {
+                        dc_stats.count(STAT_INVALIDATE_STALE);
+                    }
+                } else if (same_tenure && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
+                    bit<32> base = slot * MAX_CHUNKS;
+                    cache_vlen.write(slot, hdr.dc.vlen);
+                    if (hdr.dc.nchunks > 0) { cache_value.write(base + 0, hdr.vals[0].chunk); }
+                    if (hdr.dc.nchunks > 1) { cache_value.write(base + 1, hdr.vals[1].chunk); }
+                    if (hdr.dc.nchunks > 2) { cache_value.write(base + 2, hdr.vals[2].chunk); }
+                    if (hdr.dc.nchunks > 3) { cache_value.write(base + 3, hdr.vals[3].chunk); }
+                    if (hdr.dc.nchunks > 4) { cache_value.write(base + 4, hdr.vals[4].chunk); }
+                    if (hdr.dc.nchunks > 5) { cache_value.write(base + 5, hdr.vals[5].chunk); }
+                    if (hdr.dc.nchunks > 6) { cache_value.write(base + 6, hdr.vals[6].chunk); }
+                    if (hdr.dc.nchunks > 7) { cache_value.write(base + 7, hdr.vals[7].chunk); }
+                    cache_valid.write(slot, meta.version);
+                    dc_stats.count(STAT_UPDATE);
+                } else {
+                    dc_stats.count(STAT_UPDATE_STALE);
+                }
+            }
+            if (hdr.dc.target == meta.switch_id) {
+                hdr.dc.op = op | OP_REPLY_BIT;
+                dc_reflect(hdr);
+                dc_stats.count(STAT_REFLECTED);
+            }
+        }
+    }
+}
+
+#endif

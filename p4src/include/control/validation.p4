@@ -1,0 +1,64 @@
+/* Malformed input and trust: every packet that must not go on is counted in
+ * dc_drops under one reason and dropped here, before any other control looks
+ * at it.  Trust follows the port kinds: only storage servers may write caches
+ * (INVALIDATE, UPDATE), and nothing that enters from a client port may look
+ * like it came from a switch or a server (acknowledgements, replies).
+ */
+#ifndef DC_VALIDATION_P4
+#define DC_VALIDATION_P4
+
+control DcValidation(inout headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+
+    bit<32> reason = 0;
+
+    apply {
+        meta.dropped = 1;
+        if (standard_metadata.parser_error == error.PacketTooShort) {
+            reason = DROP_TRUNCATED;
+        } else if (standard_metadata.parser_error == error.DcBadVersion) {
+            reason = DROP_BAD_VERSION;
+        } else if (standard_metadata.parser_error == error.DcBadChunks) {
+            reason = DROP_BAD_CHUNKS;
+        } else if (standard_metadata.parser_error != error.NoError) {
+            reason = DROP_PARSER_OTHER;
+        } else if (!hdr.ipv4.isValid()) {
+            reason = DROP_NOT_IPV4;
+        } else if (!hdr.dc.isValid()) {
+            meta.dropped = 0;  /* plain IPv4: routed by DcForwarding */
+        } else {
+            bit<8> op = hdr.dc.op;
+            meta.op = op;
+            bool known = op == OP_GET || op == OP_PUT || op == OP_DELETE
+                || op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY
+                || op == OP_INVALIDATE || op == OP_UPDATE
+                || op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK;
+            bool reply = op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY;
+            bit<16> want_chunks = 0;
+            if (hdr.dc.vlen <= MAX_CACHEABLE) {
+                want_chunks = (hdr.dc.vlen + 15) >> 4;
+            }
+            if (hdr.ipv4_options.isValid()) {
+                reason = DROP_IP_OPTIONS;
+            } else if (!known) {
+                reason = DROP_UNKNOWN_OP;
+            } else if (hdr.dc.vlen > MAX_VALUE_LEN || (bit<16>)hdr.dc.nchunks != want_chunks) {
+                reason = DROP_BAD_CHUNKS;
+            } else if ((op == OP_INVALIDATE || op == OP_UPDATE) && meta.port_kind != PORT_STORAGE) {
+                reason = DROP_UNTRUSTED;
+            } else if ((op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK || reply)
+                       && meta.port_kind == PORT_CLIENT) {
+                reason = DROP_UNTRUSTED;
+            } else {
+                meta.dropped = 0;
+            }
+        }
+        if (meta.dropped == 1) {
+            dc_drops.count(reason);
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,82 @@
+/* Constants of the DistCache data plane.
+ *
+ * Every value here has a Python twin, and tests/test_p4_constants.py holds
+ * the two equal: the wire format (distcache/wire.py: version, ports, ops,
+ * statuses, flags), the roles, port kinds and mechanisms the controller
+ * writes (distcache/cluster.py), and the counter indexes the control plane
+ * reads (distcache/p4names.py: DropReason, Stat).
+ */
+#ifndef DC_DEFINE_P4
+#define DC_DEFINE_P4
+
+const bit<16> TYPE_IPV4 = 0x0800;
+const bit<8>  PROTO_UDP = 17;
+const bit<4>  IPV4_MIN_IHL = 5;
+
+/* ---- wire format (docs/protocol.md) ---- */
+const bit<16> DC_PORT = 8888;
+const bit<8>  DC_VERSION = 1;
+const bit<16> DC_HEADER_LEN = 40;
+const bit<16> MAX_CACHEABLE = 128;
+const bit<16> MAX_VALUE_LEN = 1024;
+
+const bit<8> OP_GET = 0x01;
+const bit<8> OP_PUT = 0x02;
+const bit<8> OP_DELETE = 0x03;
+const bit<8> OP_GET_REPLY = 0x81;
+const bit<8> OP_PUT_REPLY = 0x82;
+const bit<8> OP_DELETE_REPLY = 0x83;
+const bit<8> OP_INVALIDATE = 0x10;
+const bit<8> OP_UPDATE = 0x11;
+const bit<8> OP_INVALIDATE_ACK = 0x90;
+const bit<8> OP_UPDATE_ACK = 0x91;
+const bit<8> OP_REPLY_BIT = 0x80;
+
+const bit<8> STATUS_OK = 0;
+const bit<8> STATUS_NOT_FOUND = 1;
+const bit<8> STATUS_ERROR = 2;
+const bit<8> STATUS_TOO_LARGE = 3;
+const bit<8> STATUS_BAD_REQUEST = 4;
+
+const bit<8> FLAG_CACHED = 0x01;
+
+/* ---- what the controller tells a switch (distcache/cluster.py) ---- */
+const bit<8> ROLE_NONE = 0;
+const bit<8> ROLE_SPINE = 1;
+const bit<8> ROLE_STORAGE_LEAF = 2;
+const bit<8> ROLE_CLIENT_LEAF = 3;
+
+const bit<8> PORT_FABRIC = 0;
+const bit<8> PORT_CLIENT = 1;
+const bit<8> PORT_STORAGE = 2;
+
+const bit<8> MECH_NOCACHE = 0;
+const bit<8> MECH_DISTCACHE = 1;
+const bit<8> MECH_REPLICATION = 2;
+const bit<8> MECH_PARTITION = 3;
+
+/* ---- indexes of the dc_drops counter (p4names.DropReason) ---- */
+const bit<32> DROP_TRUNCATED = 0;
+const bit<32> DROP_BAD_VERSION = 1;
+const bit<32> DROP_BAD_CHUNKS = 2;
+const bit<32> DROP_UNKNOWN_OP = 3;
+const bit<32> DROP_UNTRUSTED = 4;
+const bit<32> DROP_NO_ROUTE = 5;
+const bit<32> DROP_PARSER_OTHER = 6;
+const bit<32> DROP_NOT_IPV4 = 7;
+const bit<32> DROP_IP_OPTIONS = 8;
+
+/* ---- indexes of the dc_stats counter (p4names.Stat) ---- */
+const bit<32> STAT_READ_HIT = 0;
+const bit<32> STAT_READ_MISS = 1;
+const bit<32> STAT_INVALIDATE = 2;
+const bit<32> STAT_UPDATE = 3;
+const bit<32> STAT_REFLECTED = 4;
+const bit<32> STAT_ROUTED_SPINE = 5;
+const bit<32> STAT_ROUTED_LEAF = 6;
+const bit<32> STAT_REPLY_STAMPED = 7;
+const bit<32> STAT_LOAD_RECORDED = 8;
+const bit<32> STAT_UPDATE_STALE = 9;
+const bit<32> STAT_INVALIDATE_STALE = 10;
+
+#endif

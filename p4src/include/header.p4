@@ -1,0 +1,115 @@
+/* Headers, metadata and parser errors shared by every control.
+ *
+ * distcache_t mirrors distcache/wire.py HEADER_FIELDS field for field; a
+ * test holds the two against each other.  See docs/protocol.md.
+ */
+#ifndef DC_HEADER_P4
+#define DC_HEADER_P4
+
+#include "size.p4"
+
+typedef bit<9>  port_t;
+typedef bit<48> mac_t;
+typedef bit<32> ip4_t;
+
+header ethernet_t {
+    mac_t   dstAddr;
+    mac_t   srcAddr;
+    bit<16> etherType;
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<8>  diffserv;
+    bit<16> totalLen;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> fragOffset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdrChecksum;
+    ip4_t   srcAddr;
+    ip4_t   dstAddr;
+}
+
+/* IPv4 options: up to 40 bytes (ihl up to 15). */
+header ipv4_options_t {
+    varbit<320> options;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+header distcache_t {
+    bit<8>   version;
+    bit<8>   op;
+    bit<8>   flags;
+    bit<8>   status;
+    bit<32>  seq;
+    bit<128> key;
+    bit<8>   target;
+    bit<8>   served_by;
+    bit<8>   spine_id;
+    bit<8>   leaf_id;
+    bit<32>  spine_load;
+    bit<32>  leaf_load;
+    bit<16>  vlen;
+    bit<8>   nchunks;
+    bit<8>   reserved;
+}
+
+header dc_value_t {
+    bit<128> chunk;
+}
+
+struct headers_t {
+    ethernet_t             ethernet;
+    ipv4_t                 ipv4;
+    ipv4_options_t         ipv4_options;
+    udp_t                  udp;
+    distcache_t            dc;
+    dc_value_t[MAX_CHUNKS] vals;
+}
+
+struct metadata_t {
+    /* DcConfig: what this switch is, what the ingress port faces, the load window */
+    bit<8>  switch_id;
+    bit<8>  role;
+    bit<8>  mechanism;
+    bit<8>  port_kind;
+    bit<8>  window_shift;
+    bit<32> epoch;
+    /* DcParser */
+    bit<8>  chunks_left;
+    /* DcValidation */
+    bit<1>  dropped;
+    bit<8>  op;            /* the op as the packet arrived */
+    /* DcCache */
+    bit<1>  cache_hit;     /* the key is in cache_lookup (valid or not) */
+    bit<16> slot;
+    bit<16> version;
+    bit<1>  served;        /* this switch answered the read from its cache */
+    /* DcTelemetry */
+    bit<32> load;
+    /* DcRouting */
+    bit<16> bucket;
+    bit<8>  spine_cand;
+    bit<8>  leaf_cand;
+    /* next hop chosen by DcRouting or DcForwarding, applied by DcForwarding */
+    bit<1>  routed;
+    mac_t   nhop_dmac;
+    port_t  nhop_port;
+}
+
+error {
+    DcBadVersion,
+    DcBadChunks,
+    Ipv4BadIhl
+}
+
+#endif

@@ -1,0 +1,22 @@
+/* Sizes of tables, registers and counters (preprocessor macros, so they can
+ * size declarations).  distcache/p4names.py repeats them for the control
+ * plane; tests/test_p4_constants.py holds the two equal.
+ */
+#ifndef DC_SIZE_P4
+#define DC_SIZE_P4
+
+#define CACHE_SLOTS 4096
+#define MAX_CHUNKS 8
+#define CACHE_VALUE_CELLS 32768 /* CACHE_SLOTS * MAX_CHUNKS */
+#define SPINE_BUCKETS 1024
+#define MAX_SWITCHES 256
+#define N_DROP_REASONS 16
+#define N_STATS 16
+#define MAX_PORTS 64
+#define MAX_ROUTES 1024
+
+/* Load windows last 2^LOAD_WINDOW_SHIFT us of ingress_global_timestamp
+ * (2^20 us ~ 1.05 s) unless the load_window table says otherwise. */
+#define LOAD_WINDOW_SHIFT 20
+
+#endif

@@ -1,0 +1,52 @@
+"""DcCache (p4src/include/control/cache.p4): cache lookup, and the reply to a read that hits."""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.p4names import Stat
+from distcache.wire import CHUNK_LEN, HEADER_LEN, Flag, Op, Status
+from softswitch.dataplane.actions import dc_reflect
+from softswitch.dataplane.header import IP_TOTAL_LEN, IPV4_LEN, UDP_LEN, UDP_LENGTH, Headers, Meta
+from softswitch.program import Action, Counter, MatchField, Param, Table
+from softswitch.state import SwitchState
+
+ACTIONS = (
+    Action(n.CACHE_HIT, (Param("slot", 16), Param("version", 16))),
+    Action(n.CACHE_MISS),
+)
+TABLES = (
+    Table(n.CACHE_LOOKUP, (MatchField(n.KEY_DC_KEY, 128, "exact"),),
+          (n.CACHE_HIT, n.CACHE_MISS), n.CACHE_MISS, size=n.CACHE_SLOTS),
+)
+COUNTERS = (Counter(n.CACHE_HITS, n.CACHE_SLOTS, "packets"),)
+
+OP_GET, OP_GET_REPLY = int(Op.GET), int(Op.GET_REPLY)
+FLAG_CACHED, STATUS_OK = int(Flag.CACHED), int(Status.OK)
+
+
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    dc = h.dc
+    action, p, _ = state.tables[n.CACHE_LOOKUP].lookup(int.from_bytes(dc["key"], "big"))
+    if action == n.CACHE_HIT:
+        m.cache_hit, m.slot, m.version = True, p["slot"], p["version"]
+    if not (m.op == OP_GET and dc["target"] == m.switch_id):
+        return
+    regs, stats = state.registers, state.counters[n.DC_STATS]
+    valid = regs[n.CACHE_VALID].read(m.slot) if m.cache_hit else 0
+    if not (m.cache_hit and valid != 0 and valid == m.version):
+        stats.count(Stat.READ_MISS, m.packet_length)
+        return
+    # ---- hit: the request becomes the reply ----
+    vlen = regs[n.CACHE_VLEN].read(m.slot)
+    nchunks = ((vlen + 15) >> 4) & 0xFF
+    base = m.slot * n.MAX_CHUNKS
+    values = regs[n.CACHE_VALUE]
+    dc.update(op=OP_GET_REPLY, status=STATUS_OK, flags=dc["flags"] | FLAG_CACHED, served_by=m.switch_id,
+              vlen=vlen, nchunks=nchunks)
+    h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, n.MAX_CHUNKS))]
+    h.udp[UDP_LENGTH] = (UDP_LEN + HEADER_LEN + (nchunks << 4)) & 0xFFFF
+    h.ipv4[IP_TOTAL_LEN] = (IPV4_LEN + h.udp[UDP_LENGTH]) & 0xFFFF
+    dc_reflect(h)
+    m.served = True
+    state.counters[n.CACHE_HITS].count(m.slot, m.packet_length)
+    stats.count(Stat.READ_HIT, m.packet_length)

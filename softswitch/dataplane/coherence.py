@@ -1,0 +1,55 @@
+"""DcCoherence (p4src/include/control/coherence.p4): INVALIDATE and UPDATE on cache switches.
+
+cache_inval[slot] is ``version << 32 | seq`` of the last INVALIDATE the slot
+accepted; see the P4 file for why an UPDATE must match both.
+"""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.p4names import Stat
+from distcache.wire import MAX_CACHEABLE, Op
+from softswitch.dataplane.actions import dc_reflect
+from softswitch.dataplane.header import Headers, Meta
+from softswitch.program import Register
+from softswitch.state import SwitchState
+
+REGISTERS = (Register(n.CACHE_INVAL, 48, n.CACHE_SLOTS),)
+
+OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
+
+
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    op = m.op
+    if op != OP_INVALIDATE and op != OP_UPDATE:
+        return
+    dc = h.dc
+    stats = state.counters[n.DC_STATS]
+    if m.cache_hit:
+        regs = state.registers
+        slot, seq = m.slot, dc["seq"]
+        last = regs[n.CACHE_INVAL].read(slot)
+        same_tenure = (last >> 32) == m.version
+        last_seq = last & 0xFFFFFFFF
+        if op == OP_INVALIDATE:
+            regs[n.CACHE_VALID].write(slot, 0)
+            ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
+            if not same_tenure or not ahead >> 31:
+                regs[n.CACHE_INVAL].write(slot, (m.version << 32) | seq)
+                stats.count(Stat.INVALIDATE, m.packet_length)
+            else:
+                stats.count(Stat.INVALIDATE_STALE, m.packet_length)
+        elif same_tenure and last_seq == seq and dc["vlen"] <= MAX_CACHEABLE:
+            base = slot * n.MAX_CHUNKS
+            regs[n.CACHE_VLEN].write(slot, dc["vlen"])
+            values = regs[n.CACHE_VALUE]
+            for i, chunk in enumerate(h.vals[:dc["nchunks"]]):
+                values.write(base + i, int.from_bytes(chunk, "big"))
+            regs[n.CACHE_VALID].write(slot, m.version)
+            stats.count(Stat.UPDATE, m.packet_length)
+        else:
+            stats.count(Stat.UPDATE_STALE, m.packet_length)
+    if dc["target"] == m.switch_id:
+        dc["op"] = op | OP_REPLY_BIT
+        dc_reflect(h)
+        stats.count(Stat.REFLECTED, m.packet_length)

@@ -1,0 +1,70 @@
+"""DcRouting (p4src/include/control/routing.p4): the client-rack leaf's power of two choices."""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.cluster import Mechanism, PortKind
+from distcache.hashing import h0
+from distcache.p4names import Stat
+from distcache.wire import Op
+from softswitch.dataplane.header import IP_DST, Headers, Meta
+from softswitch.program import Action, MatchField, Param, Table
+from softswitch.state import SwitchState
+
+ACTIONS = (
+    Action(n.SET_SPINE_CANDIDATE, (Param("spine_id", 8),)),
+    Action(n.SET_LEAF_CANDIDATE, (Param("leaf_id", 8),)),
+    Action(n.ROUTE_TO_CACHE, (Param("dmac", 48), Param("port", 9))),
+)
+TABLES = (
+    Table(n.SPINE_PARTITION, (MatchField(n.KEY_BUCKET, 16, "exact"),),
+          (n.SET_SPINE_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.SPINE_BUCKETS),
+    Table(n.STORAGE_RACK, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
+          (n.SET_LEAF_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_SWITCHES),
+    Table(n.CACHE_ROUTE, (MatchField(n.KEY_DC_TARGET, 8, "exact"),),
+          (n.ROUTE_TO_CACHE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_SWITCHES),
+)
+
+OP_GET, PORT_CLIENT = int(Op.GET), int(PortKind.CLIENT)
+MECH_DISTCACHE, MECH_PARTITION = int(Mechanism.DISTCACHE), int(Mechanism.PARTITION)
+
+
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    if not (m.op == OP_GET and m.port_kind == PORT_CLIENT):
+        return
+    tables, regs = state.tables, state.registers
+    dc = h.dc
+    dc["target"] = 0
+    if m.mechanism == MECH_DISTCACHE or m.mechanism == MECH_PARTITION:
+        action, p, _ = tables[n.SPINE_PARTITION].lookup(h0(dc["key"]))  # crc32(key) % SPINE_BUCKETS
+        if action == n.SET_SPINE_CANDIDATE:
+            m.spine_cand = p["spine_id"]
+    if m.mechanism == MECH_DISTCACHE:
+        action, p, _ = tables[n.STORAGE_RACK].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
+        if action == n.SET_LEAF_CANDIDATE:
+            m.leaf_cand = p["leaf_id"]
+    loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
+
+    def fresh_load(sid: int) -> int:
+        """The recorded load of ``sid`` if recorded in this or the previous window, else 0."""
+        return loads.read(sid) if ((m.epoch - epochs.read(sid)) & 0xFFFFFFFF) <= 1 else 0
+
+    spine_load = fresh_load(m.spine_cand) if m.spine_cand else 0
+    leaf_load = fresh_load(m.leaf_cand) if m.leaf_cand else 0
+    if m.spine_cand and m.leaf_cand:
+        if spine_load < leaf_load or (spine_load == leaf_load and dc["seq"] & 1 == 0):
+            dc["target"] = m.spine_cand
+        else:
+            dc["target"] = m.leaf_cand
+    elif m.spine_cand:
+        dc["target"] = m.spine_cand
+    elif m.leaf_cand:
+        dc["target"] = m.leaf_cand
+    stats = state.counters[n.DC_STATS]
+    if dc["target"] != 0 and dc["target"] == m.spine_cand:
+        action, p, _ = tables[n.CACHE_ROUTE].lookup(dc["target"])
+        if action == n.ROUTE_TO_CACHE:
+            m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
+        stats.count(Stat.ROUTED_SPINE, m.packet_length)
+    elif dc["target"] != 0:
+        stats.count(Stat.ROUTED_LEAF, m.packet_length)

@@ -1,0 +1,63 @@
+"""DcTelemetry (p4src/include/control/telemetry.p4): loads counted, stamped, recorded."""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.cluster import PortKind, Role
+from distcache.p4names import Stat
+from distcache.wire import Op
+from softswitch.dataplane.header import Headers, Meta
+from softswitch.program import Register
+from softswitch.state import SwitchState
+
+REGISTERS = (
+    Register(n.LOAD_COUNT, 32, 1),
+    Register(n.LOAD_EPOCH, 32, 1),
+)
+
+REPLY_OPS = frozenset({int(Op.GET_REPLY), int(Op.PUT_REPLY), int(Op.DELETE_REPLY)})
+OP_GET = int(Op.GET)
+ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)
+PORT_FABRIC, PORT_CLIENT = int(PortKind.FABRIC), int(PortKind.CLIENT)
+
+
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    dc = h.dc
+    reply = dc["op"] in REPLY_OPS
+    regs = state.registers
+    if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
+        targeted_read = m.op == OP_GET and dc["target"] == m.switch_id
+        if targeted_read or reply:
+            epoch_reg, count_reg = regs[n.LOAD_EPOCH], regs[n.LOAD_COUNT]
+            count = count_reg.read(0)
+            if epoch_reg.read(0) != m.epoch:
+                count = 0  # a new window starts at 0
+                epoch_reg.write(0, m.epoch)
+            if targeted_read:
+                count = (count + 1) & 0xFFFFFFFF
+            count_reg.write(0, count)
+            m.load = count
+        if reply:
+            if m.role == ROLE_SPINE:
+                dc["spine_id"], dc["spine_load"] = m.switch_id, m.load
+                if m.served:
+                    dc["leaf_id"] = dc["leaf_load"] = 0
+            else:
+                dc["leaf_id"], dc["leaf_load"] = m.switch_id, m.load
+                if m.served:
+                    dc["spine_id"] = dc["spine_load"] = 0
+            if not m.served:
+                state.counters[n.DC_STATS].count(Stat.REPLY_STAMPED, m.packet_length)
+    elif m.role == ROLE_CLIENT_LEAF:
+        if m.port_kind == PORT_CLIENT:
+            # requests from clients carry no telemetry
+            dc["served_by"] = dc["spine_id"] = dc["leaf_id"] = dc["spine_load"] = dc["leaf_load"] = 0
+        elif reply and m.port_kind == PORT_FABRIC:
+            loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
+            if dc["spine_id"] != 0:
+                loads.write(dc["spine_id"], dc["spine_load"])
+                epochs.write(dc["spine_id"], m.epoch)
+            if dc["leaf_id"] != 0:
+                loads.write(dc["leaf_id"], dc["leaf_load"])
+                epochs.write(dc["leaf_id"], m.epoch)
+            state.counters[n.DC_STATS].count(Stat.LOAD_RECORDED, m.packet_length)

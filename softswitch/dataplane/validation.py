@@ -1,0 +1,54 @@
+"""DcValidation (p4src/include/control/validation.p4): malformed input and trust."""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.cluster import PortKind
+from distcache.p4names import DropReason
+from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN, Op
+from softswitch.dataplane.header import Headers, Meta
+from softswitch.dataplane.parser import DC_BAD_CHUNKS, DC_BAD_VERSION, NO_ERROR, PACKET_TOO_SHORT
+from softswitch.state import SwitchState
+
+KNOWN_OPS = frozenset(int(o) for o in Op)
+COHERENCE_OPS = frozenset({int(Op.INVALIDATE), int(Op.UPDATE)})
+# what only switches and servers send: nothing entering from a client port may carry these
+FROM_FABRIC_ONLY = frozenset({int(Op.INVALIDATE_ACK), int(Op.UPDATE_ACK), int(Op.GET_REPLY), int(Op.PUT_REPLY),
+                              int(Op.DELETE_REPLY)})
+PORT_CLIENT, PORT_STORAGE = int(PortKind.CLIENT), int(PortKind.STORAGE)
+
+
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    m.dropped = True
+    perr, dc = m.parser_error, h.dc
+    if perr == PACKET_TOO_SHORT:
+        reason = DropReason.TRUNCATED
+    elif perr == DC_BAD_VERSION:
+        reason = DropReason.BAD_VERSION
+    elif perr == DC_BAD_CHUNKS:
+        reason = DropReason.BAD_CHUNKS
+    elif perr != NO_ERROR:
+        reason = DropReason.PARSER_OTHER
+    elif h.ipv4 is None:
+        reason = DropReason.NOT_IPV4
+    elif dc is None:
+        m.dropped = False  # plain IPv4: routed by DcForwarding
+        return
+    else:
+        op = m.op = dc["op"]
+        vlen = dc["vlen"]
+        want_chunks = (vlen + 15) >> 4 if vlen <= MAX_CACHEABLE else 0
+        if h.ipv4_options is not None:
+            reason = DropReason.IP_OPTIONS
+        elif op not in KNOWN_OPS:
+            reason = DropReason.UNKNOWN_OP
+        elif vlen > MAX_VALUE_LEN or dc["nchunks"] != want_chunks:
+            reason = DropReason.BAD_CHUNKS
+        elif op in COHERENCE_OPS and m.port_kind != PORT_STORAGE:
+            reason = DropReason.UNTRUSTED
+        elif op in FROM_FABRIC_ONLY and m.port_kind == PORT_CLIENT:
+            reason = DropReason.UNTRUSTED
+        else:
+            m.dropped = False
+            return
+    state.counters[n.DC_DROPS].count(reason, m.packet_length)

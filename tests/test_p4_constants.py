@@ -1,0 +1,85 @@
+"""Every constant p4src/ shares with Python is held equal here, on any machine.
+
+p4src/include/define.p4 and size.p4 declare the wire format (version, port,
+header length, ops, statuses, flags), what the controller writes (roles, port
+kinds, mechanisms), the counter indexes the control plane reads (drop
+reasons, stats) and the sizes; distcache/ declares them for Python.  A value
+changed on one side only fails here.  Both directions are checked: every
+Python member has its P4 constant and every P4 constant of a family has its
+Python member.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import IntEnum
+from pathlib import Path
+
+import pytest
+
+from distcache import p4names, wire
+from distcache.cluster import Mechanism, PortKind, Role
+from distcache.hashing import N_SPINE_BUCKETS
+from distcache.wire import Flag, Op, Status
+
+INCLUDE = Path(__file__).resolve().parents[1] / "p4src" / "include"
+
+
+def _consts() -> dict[str, int]:
+    text = (INCLUDE / "define.p4").read_text()
+    return {name: int(value, 0) for name, value in
+            re.findall(r"^const\s+bit<\d+>\s+(\w+)\s*=\s*(\w+)\s*;", text, flags=re.M)}
+
+
+def _defines() -> dict[str, int]:
+    text = (INCLUDE / "size.p4").read_text()
+    return {name: int(value, 0) for name, value in re.findall(r"^#define\s+(\w+)\s+(\d+)", text, flags=re.M)}
+
+
+CONSTS = _consts()
+DEFINES = _defines()
+
+FAMILIES: list[tuple[str, type[IntEnum]]] = [
+    ("OP_", Op), ("STATUS_", Status), ("ROLE_", Role), ("PORT_", PortKind), ("MECH_", Mechanism),
+    ("DROP_", p4names.DropReason), ("STAT_", p4names.Stat),
+]
+NOT_ENUM = {"OP_REPLY_BIT"}  # a mask over op codes, not one
+
+
+@pytest.mark.parametrize(("prefix", "enum"), FAMILIES, ids=[p.rstrip("_") for p, _ in FAMILIES])
+def test_enum_families_are_equal_both_ways(prefix: str, enum: type[IntEnum]) -> None:
+    p4 = {k[len(prefix):]: v for k, v in CONSTS.items() if k.startswith(prefix) and k not in NOT_ENUM}
+    py = {m.name: int(m) for m in enum}
+    assert p4 == py, f"{prefix}* in define.p4 differ from {enum.__module__}.{enum.__name__}"
+
+
+def test_wire_constants() -> None:
+    assert CONSTS["DC_VERSION"] == wire.VERSION
+    assert CONSTS["DC_PORT"] == wire.DC_PORT
+    assert CONSTS["DC_HEADER_LEN"] == wire.HEADER_LEN
+    assert CONSTS["MAX_CACHEABLE"] == wire.MAX_CACHEABLE
+    assert CONSTS["MAX_VALUE_LEN"] == wire.MAX_VALUE_LEN
+    assert CONSTS["FLAG_CACHED"] == int(Flag.CACHED)
+    assert CONSTS["OP_REPLY_BIT"] == int(Op.GET_REPLY) ^ int(Op.GET)
+    assert all(int(op.reply()) == int(op) | CONSTS["OP_REPLY_BIT"] for op in wire.REQUEST_OPS | wire.COHERENCE_OPS)
+
+
+def test_sizes() -> None:
+    assert DEFINES["CACHE_SLOTS"] == p4names.CACHE_SLOTS
+    assert DEFINES["MAX_CHUNKS"] == p4names.MAX_CHUNKS == wire.MAX_CHUNKS
+    assert DEFINES["CACHE_VALUE_CELLS"] == p4names.CACHE_SLOTS * p4names.MAX_CHUNKS
+    assert DEFINES["SPINE_BUCKETS"] == p4names.SPINE_BUCKETS == N_SPINE_BUCKETS
+    assert DEFINES["MAX_SWITCHES"] == p4names.MAX_SWITCHES
+    assert DEFINES["N_DROP_REASONS"] == p4names.N_DROP_REASONS > max(p4names.DropReason)
+    assert DEFINES["N_STATS"] == p4names.N_STATS > max(p4names.Stat)
+    assert DEFINES["MAX_PORTS"] == p4names.MAX_PORTS
+    assert DEFINES["MAX_ROUTES"] == p4names.MAX_ROUTES
+    assert DEFINES["LOAD_WINDOW_SHIFT"] == p4names.LOAD_WINDOW_SHIFT
+
+
+def test_reader_sees_every_constant() -> None:
+    """The regexes above must not silently skip declarations (hex, odd spacing)."""
+    text = (INCLUDE / "define.p4").read_text()
+    assert len(CONSTS) == len(re.findall(r"^const\b", text, flags=re.M))
+    text = (INCLUDE / "size.p4").read_text()
+    assert len(DEFINES) == len(re.findall(r"^#define\s+\w+\s+\d", text, flags=re.M))

@@ -34,32 +34,64 @@ class CachedKey:
     state: str  # what the shim answered: valid / absent / too_large / failed
 
 
+class SlotAllocator:
+    """Cache slots and the version tags their entries are installed with.
+
+    A slot's valid register keeps the tag of the last entry that was filled
+    in it after that entry is evicted (only packets write registers).  A new
+    entry in the slot is valid only once its own tag is written there, so the
+    tag it gets must differ from every tag the register may still hold: each
+    slot counts its own tags (1..65535, 0 means invalid) and never gets its
+    previous one back.  A single global counter would wrap and could hand a
+    slot the very tag its register holds, making a new key hit with the old
+    key's value.
+    """
+
+    MAX_VERSION = 0xFFFF
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._free = list(range(slots - 1, -1, -1))
+        self._last_version = [0] * slots
+
+    def __len__(self) -> int:
+        """Free slots."""
+        return len(self._free)
+
+    def take(self) -> tuple[int, int]:
+        """A free slot and a version tag it has not had just before; raises CacheFull."""
+        if not self._free:
+            raise CacheFull(f"all {self.slots} cache slots are in use; evict a key first")
+        slot = self._free.pop()
+        version = self._last_version[slot] % self.MAX_VERSION + 1
+        self._last_version[slot] = version
+        return slot, version
+
+    def give_back(self, slot: int) -> None:
+        self._free.append(slot)
+
+
 class CacheAgent:
     def __init__(self, conn: SwitchConnection, switch: Switch, cluster: Cluster,
                  shim_for: Callable[[bytes], ShimLink], slots: int = n.CACHE_SLOTS) -> None:
         self.conn, self.switch, self.cluster, self.shim_for = conn, switch, cluster, shim_for
         self.slots = min(slots, n.CACHE_SLOTS)
-        self._free = list(range(self.slots - 1, -1, -1))
-        self._next_version = 1
+        self._alloc = SlotAllocator(self.slots)
         self.cached: dict[bytes, CachedKey] = {}
-
-    def _version(self) -> int:
-        v = self._next_version
-        self._next_version = v % 0xFFFF + 1  # 1..65535: 0 means invalid
-        return v
 
     def insert(self, wkey: bytes) -> CachedKey:
         """Cache ``wkey`` here and have its server fill the value in."""
         if wkey in self.cached:
             return self.cached[wkey]
-        if not self._free:
-            raise CacheFull(f"{self.switch.name}: all {self.slots} cache slots are in use; evict a key first")
-        slot, version = self._free.pop(), self._version()
+        try:
+            slot, version = self._alloc.take()
+        except CacheFull as e:
+            raise CacheFull(f"{self.switch.name}: {e}") from None
         try:
             self.conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(wkey, "big")}, n.CACHE_HIT,
                              {"slot": slot, "version": version})
         except P4RuntimeError:
-            self._free.append(slot)
+            self._alloc.give_back(slot)
             raise
         entry = CachedKey(slot, version, "pending")
         self.cached[wkey] = entry
@@ -73,7 +105,7 @@ class CacheAgent:
         if entry is None:
             return False
         self.conn.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(wkey, "big")})
-        self._free.append(entry.slot)
+        self._alloc.give_back(entry.slot)
         self.shim_for(wkey).call("evict", key=wkey.hex(), switch=self.switch.switch_id)
         return True
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,7 +44,10 @@ class Coherence:
     invalidate_deadline: float = 1.0
     update_attempts: int = 4
     stats: CoherenceStats = field(default_factory=CoherenceStats)
-    _seq: int = field(default_factory=lambda: random.getrandbits(31))
+    # Switches accept an INVALIDATE only if its seq is not older than the last one they accepted for the
+    # entry (serial arithmetic): start from the clock in milliseconds, so a restarted shim continues ahead
+    # of its previous life unless that life issued more than 1000 sequence numbers per second on average.
+    _seq: int = field(default_factory=lambda: int(time.time() * 1000) & 0xFFFFFFFF)
     _waiters: dict[tuple[int, int], asyncio.Future] = field(default_factory=dict)
 
     def next_seq(self) -> int:

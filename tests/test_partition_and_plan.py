@@ -89,3 +89,31 @@ def test_cluster_json_round_trip_and_errors() -> None:
         if ln.a.startswith(("sl", "cl")):
             assert c.ports(ln.a)[ln.a_port] == ln.b
         assert c.ports(ln.b)[ln.b_port] == ln.a
+
+
+def test_slot_versions_never_repeat_a_slots_previous_tag() -> None:
+    """A re-used slot never gets the tag its valid register may still hold.
+
+    The case a global tag counter gets wrong: slot 0 is filled once, then
+    other slots use up the remaining 65534 tags, then slot 0 is reused.
+    """
+    from controller.agent import CacheFull, SlotAllocator
+
+    alloc = SlotAllocator(2)
+    last: dict[int, int] = {}
+
+    def take() -> int:
+        slot, version = alloc.take()
+        assert 1 <= version <= 0xFFFF
+        assert last.get(slot) != version, f"slot {slot} got its previous version {version} back"
+        last[slot] = version
+        return slot
+
+    held = take()
+    for _ in range(0xFFFF - 1):
+        alloc.give_back(take())  # the other slot churns through every other tag
+    alloc.give_back(held)
+    assert take() == held
+    with pytest.raises(CacheFull):
+        while True:
+            take()

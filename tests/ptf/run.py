@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         p4info, device_config = bed.pipeline_files()  # compiles while the switch starts
         bed.wait_for_switch()
         print(f"ptf harness: {args.target} up in namespace {bed.ns} ({time.monotonic() - t0:.1f}s), "
-              f"P4Runtime {GRPC_ADDR}, logs in {args.keep_logs or workdir}", flush=True)
+              f"P4Runtime {GRPC_ADDR}; " + (f"logs kept in {args.keep_logs}" if args.keep_logs
+                                               else "--keep-logs DIR keeps the logs"), flush=True)
         ptf_rc = bed.run_ptf(bed.ptf_command(p4info, device_config, specs), tally)
         if bed.switch is not None and bed.switch.poll() is not None:
             print(f"error: the switch exited with code {bed.switch.returncode} during the run\n"

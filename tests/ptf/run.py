@@ -14,7 +14,8 @@ What it does, in the spirit of p4lang/tutorials' ``runptf.sh`` and PI's ``ptf_ru
 4. runs ``ptf`` on ``tests/ptf/tests`` inside the namespace, streaming its output;
 5. always tears everything down, and ends with one line ``N passed, N failed``.
 
-Exit status: 0 when every test passed and at least one ran, 1 otherwise, 2 on a setup error.
+Exit status: 0 when every test passed and at least one ran, 1 otherwise, 2 on a setup error,
+130 when interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -332,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-logs", metavar="DIR", help="copy the switch, ptf and pipeline files here")
     args = ap.parse_args(argv)
 
-    # SIGTERM behaves like Ctrl-C: tear down, then exit
+    # Ctrl-C and SIGTERM: tear down, then exit (SIGINT explicitly: a background job inherits it ignored)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     tally, rc, interrupted = Tally(), 2, False
     workdir = Path(tempfile.mkdtemp(prefix="dcptf-"))
     bed: TestBed | None = None
@@ -354,20 +356,23 @@ def main(argv: list[str] | None = None) -> int:
               f"P4Runtime {GRPC_ADDR}; " + (f"logs kept in {args.keep_logs}" if args.keep_logs
                                                else "--keep-logs DIR keeps the logs"), flush=True)
         ptf_rc = bed.run_ptf(bed.ptf_command(p4info, device_config, specs), tally)
+        rc = 0 if ptf_rc == 0 else 1
         if bed.switch is not None and bed.switch.poll() is not None:
             print(f"error: the switch exited with code {bed.switch.returncode} during the run\n"
                   + bed.switch_log_tail(), file=sys.stderr)
+            rc = 1
         if tally.ran is None:
-            print(f"error: ptf exited with code {ptf_rc} without running the tests", file=sys.stderr)
-        rc = 1
+            print(f"error: ptf exited with code {ptf_rc} without finishing the tests", file=sys.stderr)
+            rc = 1
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: tearing down", file=sys.stderr)
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip the teardown
+        # a second Ctrl-C or SIGTERM must not cut the teardown short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if bed is not None:
             bed.close()
         if args.keep_logs:
@@ -376,14 +381,17 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(workdir, dest, dirs_exist_ok=True)
         shutil.rmtree(workdir, ignore_errors=True)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     passed, failed, skipped = tally.result()
     if skipped:
         print(f"{skipped} skipped")
     print(f"{passed} passed, {failed} failed", flush=True)
-    if rc == 1 and not interrupted and failed == 0 and passed > 0:
-        return 0
-    return 2 if rc == 2 else 1
+    if interrupted:
+        return 130
+    if rc == 0 and (failed or not passed):
+        rc = 1
+    return rc
 
 
 if __name__ == "__main__":

@@ -140,6 +140,9 @@ class TestBed:
     # -- namespace ---------------------------------------------------------------------------
     def make_namespace(self) -> None:
         if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
+            # a namespace named after our own pid can only be left by a dead run: take the name over
+            sh("ip", "netns", "del", self.ns, check=False)
+        if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
             raise SetupError(f"cannot create network namespace {self.ns} (root needed; is it left over? "
                              f"`ip netns del {self.ns}`)")
         self.ns_created = True

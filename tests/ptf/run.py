@@ -142,9 +142,8 @@ class TestBed:
         if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
             # a namespace named after our own pid can only be left by a dead run: take the name over
             sh("ip", "netns", "del", self.ns, check=False)
-        if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
-            raise SetupError(f"cannot create network namespace {self.ns} (root needed; is it left over? "
-                             f"`ip netns del {self.ns}`)")
+            if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
+                raise SetupError(f"cannot create network namespace {self.ns} (root needed)")
         self.ns_created = True
         ifaces = [i for p in self.ports for i in (p["switch_iface"], p["ptf_iface"])]
         script = ["set -e", "ip link set lo up",

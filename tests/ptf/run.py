@@ -256,7 +256,8 @@ class TestBed:
     def list_tests(self) -> list[str]:
         """Names (module.Class) of every test ptf would run, without touching any interface."""
         r = sh(sys.executable, ptf_binary(), "--test-dir", str(TEST_DIR), "--pypath", str(REPO), "--pypath",
-               str(REPO / "mininet"), "--list-test-names", env=self.env, cwd=REPO, check=False)
+               str(REPO / "mininet"), "--log-file", str(self.workdir / "ptf-list.log"), "--list-test-names",
+               env=self.env, cwd=REPO, check=False)
         if r.returncode != 0:
             raise SetupError(f"ptf --list-test-names failed:\n{r.stdout}{r.stderr}")
         return [ln.strip() for ln in r.stdout.splitlines() if ln.strip() and "." in ln and " " not in ln.strip()]

@@ -1,0 +1,401 @@
+"""Run the PTF tests against one data-plane target, inside a private network namespace.
+
+    python -m tests.ptf.run --target softswitch|bmv2 [--pattern X] [--keep-logs DIR]
+
+What it does, in the spirit of p4lang/tutorials' ``runptf.sh`` and PI's ``ptf_runner.py``:
+
+1. creates a network namespace ``dcptf-<pid>`` holding ``lo`` and 8 veth pairs
+   (switch side / test side, from ``tests/ptf/port_map.<target>.json``), with IPv6
+   and TX checksum offload off and no addresses or routes: nothing leaves it;
+2. starts the switch there with no pipeline (softswitch, or ``simple_switch_grpc --no-p4``)
+   and waits for its P4Runtime port;
+3. writes the pipeline files the tests push (P4Info + device config: empty for
+   softswitch, the BMv2 JSON compiled by ``p4c-bm2-ss`` for bmv2);
+4. runs ``ptf`` on ``tests/ptf/tests`` inside the namespace, streaming its output;
+5. always tears everything down, and ends with one line ``N passed, N failed``.
+
+Exit status: 0 when every test passed and at least one ran, 1 otherwise, 2 on a setup error,
+130 when interrupted (Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+TEST_DIR = HERE / "tests"
+TARGETS = ("softswitch", "bmv2")
+GRPC_ADDR = "127.0.0.1:9559"
+THRIFT_PORT = 9090
+DEVICE_ID = 1
+CPU_PORT = 510  # 511 is BMv2's drop port
+BMV2_SWITCH = "simple_switch_grpc"
+BMV2_COMPILER = "p4c-bm2-ss"
+P4_SOURCE = REPO / "p4src" / "distcache.p4"
+
+# unittest at verbosity 2: "name ... ok" per test, then "Ran N tests in Xs" and "OK" / "FAILED (failures=1, ...)"
+RESULT_RE = re.compile(r"^(?P<name>\S+)(?: \([\w.]+\))? \.\.\. (?P<res>ok|FAIL|ERROR|skipped|expected failure"
+                       r"|unexpected success)\b")
+RAN_RE = re.compile(r"^Ran (\d+) tests? in ")
+VERDICT_RE = re.compile(r"^(OK|FAILED)(?: \((.*)\))?\s*$")
+
+
+class SetupError(RuntimeError):
+    """The harness could not bring the test bed up."""
+
+
+@dataclass
+class Tally:
+    """Test results, from the per-test lines and (authoritative) unittest's closing lines."""
+
+    per_test: dict[str, int] = field(default_factory=lambda: {"passed": 0, "failed": 0, "skipped": 0})
+    ran: int | None = None
+    verdict: dict[str, int] | None = None
+
+    def feed(self, line: str) -> None:
+        line = line.rstrip("\n")
+        m = RESULT_RE.match(line)
+        if m:
+            res = m["res"]
+            key = "passed" if res in ("ok", "expected failure") else "skipped" if res == "skipped" else "failed"
+            self.per_test[key] += 1
+            return
+        m = RAN_RE.match(line)
+        if m:
+            self.ran = int(m[1])
+            return
+        m = VERDICT_RE.match(line)
+        if m and self.ran is not None:
+            counts = {}
+            for part in (m[2] or "").split(","):
+                k, _, v = part.strip().partition("=")
+                if v.isdigit():
+                    counts[k] = int(v)
+            self.verdict = counts
+
+    def result(self) -> tuple[int, int, int]:
+        """(passed, failed, skipped); failed counts failures, errors and unexpected successes."""
+        if self.ran is not None and self.verdict is not None:
+            v = self.verdict
+            failed = v.get("failures", 0) + v.get("errors", 0) + v.get("unexpected successes", 0)
+            skipped = v.get("skipped", 0)
+            return self.ran - failed - skipped, failed, skipped
+        t = self.per_test
+        return t["passed"], t["failed"], t["skipped"]
+
+
+def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:  # noqa: ANN003
+    return subprocess.run(cmd, check=check, text=True, capture_output=True, **kw)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"({path} unreadable)"
+    return "\n".join(text[-lines:]) or f"({path.name} is empty)"
+
+
+def load_port_map(target: str) -> list[dict]:
+    path = HERE / f"port_map.{target}.json"
+    ports = json.loads(path.read_text())["ports"]
+    for p in ports:
+        if not {"port", "switch_iface", "ptf_iface"} <= p.keys():
+            raise SetupError(f"{path}: every port needs port, switch_iface and ptf_iface: {p}")
+    return ports
+
+
+class TestBed:
+    """The namespace, the switch and the pipeline files of one run; ``close`` undoes all of it."""
+
+    def __init__(self, target: str, ports: list[dict], workdir: Path) -> None:
+        self.target, self.ports, self.workdir = target, ports, workdir
+        self.ns = f"dcptf-{os.getpid()}"
+        self.ns_created = False
+        self.switch: subprocess.Popen | None = None
+        self.ptf: subprocess.Popen | None = None
+        self.switch_out = workdir / "switch.out"
+        self.env = dict(os.environ)
+        # the worktree's own packages first (the venv may hold an editable install of another checkout)
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO), str(REPO / "mininet")] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    def in_ns(self, *cmd: str) -> list[str]:
+        return ["ip", "netns", "exec", self.ns, *cmd]
+
+    # -- namespace ---------------------------------------------------------------------------
+    def make_namespace(self) -> None:
+        if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
+            # a namespace named after our own pid can only be left by a dead run: take the name over
+            sh("ip", "netns", "del", self.ns, check=False)
+            if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
+                raise SetupError(f"cannot create network namespace {self.ns} (root needed)")
+        self.ns_created = True
+        ifaces = [i for p in self.ports for i in (p["switch_iface"], p["ptf_iface"])]
+        script = ["set -e", "ip link set lo up",
+                  "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
+        for p in self.ports:
+            script.append(f"ip link add {p['switch_iface']} type veth peer name {p['ptf_iface']}")
+        for i in ifaces:
+            script += [f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1",
+                       f"ethtool -K {i} tx off >/dev/null",
+                       f"ip link set {i} up"]
+        r = sh(*self.in_ns("sh", "-c", "\n".join(script)), check=False)
+        if r.returncode != 0:
+            raise SetupError(f"setting up namespace {self.ns} failed: {r.stderr.strip()}")
+
+    # -- switch ------------------------------------------------------------------------------
+    def switch_command(self) -> list[str]:
+        port_args = [a for p in self.ports for a in ("-i", f"{p['port']}@{p['switch_iface']}")]
+        if self.target == "bmv2":
+            return [BMV2_SWITCH, "--device-id", str(DEVICE_ID), *port_args, "--no-p4",
+                    "--thrift-port", str(THRIFT_PORT), "--",
+                    "--grpc-server-addr", GRPC_ADDR, "--cpu-port", str(CPU_PORT)]
+        return [sys.executable, "-m", "softswitch", "--device-id", str(DEVICE_ID), "--grpc-addr", GRPC_ADDR,
+                *port_args, "--log-file", str(self.workdir / "switch.log")]
+
+    def start_switch(self) -> None:
+        with open(self.switch_out, "wb") as out:
+            self.switch = subprocess.Popen(self.in_ns(*self.switch_command()), stdout=out,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+                                           cwd=REPO, start_new_session=True)
+
+    def switch_log_tail(self) -> str:
+        parts = [f"--- {self.switch_out.name} ---\n{tail(self.switch_out)}"]
+        log = self.workdir / "switch.log"
+        if log.exists():
+            parts.append(f"--- {log.name} ---\n{tail(log)}")
+        return "\n".join(parts)
+
+    def wait_for_switch(self, timeout: float = 30.0) -> float:
+        """Block until the switch's gRPC port accepts inside the namespace; the seconds it took."""
+        host, port = GRPC_ADDR.rsplit(":", 1)
+        probe = ("import socket,sys,time\n"
+                 f"end=time.monotonic()+{timeout}\n"
+                 "while time.monotonic()<end:\n"
+                 "    try:\n"
+                 f"        socket.create_connection(({host!r},{port}),timeout=0.2).close(); sys.exit(0)\n"
+                 "    except OSError: time.sleep(0.05)\n"
+                 "sys.exit(1)\n")
+        t0 = time.monotonic()
+        poller = subprocess.Popen(self.in_ns(sys.executable, "-c", probe))
+        try:
+            while True:
+                rc = poller.poll()
+                if rc == 0:
+                    return time.monotonic() - t0
+                if rc is not None:
+                    raise SetupError(f"{self.target} did not open {GRPC_ADDR} within {timeout:.0f}s\n"
+                                     + self.switch_log_tail())
+                if self.switch is not None and self.switch.poll() is not None:
+                    raise SetupError(f"{self.target} exited with code {self.switch.returncode} before serving "
+                                     f"P4Runtime\n" + self.switch_log_tail())
+                time.sleep(0.05)
+        finally:
+            if poller.poll() is None:
+                poller.kill()
+                poller.wait()
+
+    # -- pipeline files ----------------------------------------------------------------------
+    def pipeline_files(self) -> tuple[Path, Path]:
+        if self.target == "bmv2":
+            json_out, p4info = self.workdir / "distcache.json", self.workdir / "distcache.p4info.txt"
+            cmd = [BMV2_COMPILER, "--std", "p4-16", "--arch", "v1model", "-o", str(json_out),
+                   "--p4runtime-files", str(p4info), str(P4_SOURCE)]
+            r = sh(*cmd, check=False)
+            if r.returncode != 0:
+                raise SetupError(f"{BMV2_COMPILER} failed ({r.returncode}):\n{r.stderr or r.stdout}")
+            return p4info, json_out
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+        from google.protobuf import text_format
+
+        from softswitch.distcache_program import PROGRAM
+
+        p4info, config = self.workdir / "softswitch.p4info.txt", self.workdir / "softswitch.config"
+        p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
+        config.write_bytes(b"")
+        return p4info, config
+
+    # -- ptf ---------------------------------------------------------------------------------
+    def ptf_command(self, p4info: Path, device_config: Path, specs: list[str]) -> list[str]:
+        params = (f"target={self.target!r};grpc_addr={GRPC_ADDR!r};p4info={str(p4info)!r};"
+                  f"device_config={str(device_config)!r};device_id={DEVICE_ID}")
+        ifaces = [a for p in self.ports for a in ("-i", f"{p['port']}@{p['ptf_iface']}")]
+        return [sys.executable, ptf_binary(), "--test-dir", str(TEST_DIR), "--pypath", str(REPO),
+                "--pypath", str(REPO / "mininet"), "--log-dir", str(self.workdir / "ptf"),
+                "--test-params", params, *ifaces, *specs]
+
+    def run_ptf(self, cmd: list[str], tally: Tally) -> int:
+        with open(self.workdir / "ptf.out", "w") as transcript:
+            self.ptf = subprocess.Popen(self.in_ns(*cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=self.env, cwd=REPO, text=True, bufsize=1,
+                                        start_new_session=True)
+            assert self.ptf.stdout is not None
+            for line in self.ptf.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                transcript.write(line)
+                tally.feed(line)
+            return self.ptf.wait()
+
+    def list_tests(self) -> list[str]:
+        """Names (module.Class) of every test ptf would run, without touching any interface."""
+        r = sh(sys.executable, ptf_binary(), "--test-dir", str(TEST_DIR), "--pypath", str(REPO), "--pypath",
+               str(REPO / "mininet"), "--log-file", str(self.workdir / "ptf-list.log"), "--list-test-names",
+               env=self.env, cwd=REPO, check=False)
+        if r.returncode != 0:
+            raise SetupError(f"ptf --list-test-names failed:\n{r.stdout}{r.stderr}")
+        return [ln.strip() for ln in r.stdout.splitlines() if ln.strip() and "." in ln and " " not in ln.strip()]
+
+    # -- teardown ----------------------------------------------------------------------------
+    def close(self) -> None:
+        for proc in (self.ptf, self.switch):
+            stop(proc)
+        if self.ns_created:
+            # anything still inside the namespace was started by this run (the switch's children, say)
+            r = sh("ip", "netns", "pids", self.ns, check=False)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            if sh("ip", "netns", "del", self.ns, check=False).returncode == 0:
+                self.ns_created = False
+            else:
+                print(f"warning: could not delete namespace {self.ns}", file=sys.stderr)
+
+
+def stop(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
+    """SIGTERM the process group we started, SIGKILL it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def ptf_binary() -> str:
+    beside = Path(sys.executable).parent / "ptf"
+    found = str(beside) if beside.exists() else shutil.which("ptf")
+    if not found:
+        raise SetupError("the `ptf` command is not installed (pip install ptf)")
+    return found
+
+
+def check_target(target: str) -> None:
+    if target == "bmv2":
+        missing = [b for b in (BMV2_SWITCH, BMV2_COMPILER) if shutil.which(b) is None]
+        if missing:
+            raise SetupError(f"--target bmv2 needs {' and '.join(missing)} on PATH (BMv2 built with P4Runtime "
+                             "support and p4c); use --target softswitch")
+    for tool in ("ip", "ethtool", "sysctl"):
+        if shutil.which(tool) is None:
+            raise SetupError(f"{tool} is not installed")
+    if os.geteuid() != 0:
+        raise SetupError("run as root: the harness creates a network namespace and veth pairs")
+
+
+def select(all_tests: list[str], pattern: str | None) -> list[str]:
+    """Test specs for ptf: all tests, or those whose name matches ``pattern`` (glob, else substring)."""
+    if not pattern:
+        return []
+    glob = any(c in pattern for c in "*?[")
+    return [t for t in all_tests if (fnmatch.fnmatchcase(t, pattern) if glob else pattern in t)]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.ptf.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", choices=TARGETS, default="softswitch")
+    ap.add_argument("--pattern", help="run only tests whose module.Class name contains this (or matches this glob)")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy the switch, ptf and pipeline files here")
+    args = ap.parse_args(argv)
+
+    # Ctrl-C and SIGTERM: tear down, then exit (SIGINT explicitly: a background job inherits it ignored)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    tally, rc, interrupted = Tally(), 2, False
+    workdir = Path(tempfile.mkdtemp(prefix="dcptf-"))
+    bed: TestBed | None = None
+    try:
+        check_target(args.target)
+        bed = TestBed(args.target, load_port_map(args.target), workdir)
+        specs: list[str] = []
+        if args.pattern:
+            specs = select(bed.list_tests(), args.pattern)
+            if not specs:
+                raise SetupError(f"no test matches --pattern {args.pattern!r}")
+        t0 = time.monotonic()
+        bed.make_namespace()
+        bed.start_switch()
+        p4info, device_config = bed.pipeline_files()  # compiles while the switch starts
+        bed.wait_for_switch()
+        print(f"ptf harness: {args.target} up in namespace {bed.ns} ({time.monotonic() - t0:.1f}s), "
+              f"P4Runtime {GRPC_ADDR}; " + (f"logs kept in {args.keep_logs}" if args.keep_logs
+                                               else "--keep-logs DIR keeps the logs"), flush=True)
+        ptf_rc = bed.run_ptf(bed.ptf_command(p4info, device_config, specs), tally)
+        rc = 0 if ptf_rc == 0 else 1
+        if bed.switch is not None and bed.switch.poll() is not None:
+            print(f"error: the switch exited with code {bed.switch.returncode} during the run\n"
+                  + bed.switch_log_tail(), file=sys.stderr)
+            rc = 1
+        if tally.ran is None:
+            print(f"error: ptf exited with code {ptf_rc} without finishing the tests", file=sys.stderr)
+            rc = 1
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: tearing down", file=sys.stderr)
+    finally:
+        # a second Ctrl-C or SIGTERM must not cut the teardown short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if bed is not None:
+            bed.close()
+        if args.keep_logs:
+            dest = Path(args.keep_logs)
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(workdir, dest, dirs_exist_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    passed, failed, skipped = tally.result()
+    if skipped:
+        print(f"{skipped} skipped")
+    print(f"{passed} passed, {failed} failed", flush=True)
+    if interrupted:
+        return 130
+    if rc == 0 and (failed or not passed):
+        rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -224,7 +224,7 @@ class TestBed:
             sys.path.insert(0, str(REPO))
         from google.protobuf import text_format
 
-        from softswitch.distcache_program import PROGRAM
+        from softswitch.dataplane import PROGRAM
 
         p4info, config = self.workdir / "softswitch.p4info.txt", self.workdir / "softswitch.config"
         p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))

@@ -1,0 +1,162 @@
+"""What the DistCache PTF tests share: one small cluster, its entries, exact frames.
+
+The switch under test plays one role of this cluster (2 spines, 2 storage racks
+of one server, 2 client racks of one client) with exactly the table entries the
+controller would give it (controller.entries.plan), so its port numbers are the
+cluster's:
+
+* storage leaf sl0 (id 64): port 1 server r0s0; ports 2, 3 spines sp0, sp1;
+* client leaf cl0 (id 128): port 1 client c0h0; ports 2, 3 spines sp0, sp1;
+* spine sp0 (id 1): ports 1, 2 storage leaves sl0, sl1; ports 3, 4 client leaves.
+
+Expected frames are built here with scapy from the protocol (distcache.wire),
+never by running a pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ptf.testutils as tu
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet, Raw
+
+from controller.entries import plan
+from controller.p4rt import Match
+from controller.partition import spine_buckets
+from distcache import p4names as n
+from distcache.cluster import Cluster, Mechanism, Switch
+from distcache.hashing import h0, wire_key
+from distcache.wire import DC_PORT, Message, Op, decode, encode
+from tests.ptf.base import P4RuntimeTest
+
+C = Cluster(spines=2, storage_racks=2, client_racks=2)
+SP0, SP1 = C.spine(0), C.spine(1)
+SL0, SL1 = C.storage_leaf(0), C.storage_leaf(1)
+CL0 = C.client_leaf(0)
+SERVER, SERVER1, CLIENT = C.server(0, 0), C.server(1, 0), C.client(0, 0)
+BUCKETS = spine_buckets([SP0.switch_id, SP1.switch_id])
+CLIENT_PORT = 40000
+WINDOW_SHIFT = 17  # 2^17 us = 131 ms load windows for the aging tests
+
+
+def key_for_spine(spine: Switch, stem: str = "k") -> bytes:
+    """A wire key whose h0 bucket belongs to ``spine``."""
+    for i in range(10_000):
+        k = wire_key(f"{stem}{i}")
+        if BUCKETS[h0(k)] == spine.switch_id:
+            return k
+    raise AssertionError(f"no key maps to {spine.name}")
+
+
+KEY = key_for_spine(SP0)  # the key most tests read and write
+KEY1 = key_for_spine(SP1)
+
+
+def dc_frame(src: str, dst: str, msg: Message | bytes, *, sport: int = CLIENT_PORT, dport: int = DC_PORT,
+             smac: str = "02:00:00:00:00:01", dmac: str = "02:00:00:00:00:02", ttl: int = 64,
+             udp_checksum: int | None = None, ip_options: bytes = b"") -> Packet:
+    """An Ethernet/IPv4/UDP frame carrying ``msg`` (or raw bytes)."""
+    payload = msg if isinstance(msg, bytes) else encode(msg)
+    ip = IP(src=src, dst=dst, ttl=ttl, id=1, flags=0)
+    if ip_options:
+        ip = IP(src=src, dst=dst, ttl=ttl, id=1, flags=0, ihl=5 + len(ip_options) // 4, options=[])
+    u = UDP(sport=sport, dport=dport) if udp_checksum is None else UDP(sport=sport, dport=dport, chksum=udp_checksum)
+    pkt = Ether(src=smac, dst=dmac) / ip / u / Raw(payload)
+    if ip_options:  # scapy's option classes reorder/pad; splice the raw option bytes in instead
+        raw = bytes(Ether(src=smac, dst=dmac) / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0) / u / Raw(payload))
+        ihl_byte = 0x40 | (5 + len(ip_options) // 4)
+        total = len(raw) - 14 + len(ip_options)
+        hdr = bytes([ihl_byte]) + raw[15:16] + total.to_bytes(2, "big") + raw[18:24] + b"\0\0" + raw[26:34]
+        pkt = Ether(raw[:14] + hdr + ip_options + raw[34:])
+        del pkt[IP].chksum
+        if udp_checksum is None:
+            del pkt[UDP].chksum
+        pkt = Ether(bytes(pkt))
+    return pkt
+
+
+def routed(pkt: Packet, dmac: str, smac: str = "02:00:00:00:00:02") -> Packet:
+    """``pkt`` as a router forwards it: new MACs, TTL-1, IPv4 checksum recomputed, UDP checksum kept."""
+    out = Ether(bytes(pkt))
+    out.src, out.dst = smac, dmac
+    out[IP].ttl -= 1
+    del out[IP].chksum
+    return Ether(bytes(out))
+
+
+class DcTest(P4RuntimeTest):
+    """A PTF test on one switch of :data:`C`, set up as the controller would."""
+
+    role: Switch = SL0
+    mechanism: Mechanism = Mechanism.DISTCACHE
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.install(self.role, self.mechanism)
+
+    # -- control plane ------------------------------------------------------------------------
+    def install(self, sw: Switch, mechanism: Mechanism) -> None:
+        cluster = Cluster(spines=C.spines, storage_racks=C.storage_racks, client_racks=C.client_racks,
+                          mechanism=mechanism)
+        p = plan(cluster, sw, BUCKETS)
+        self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        for e in p.entries:
+            self.insert(e.table, e.match_dict, e.action, e.params_dict)
+
+    def configure(self, switch_id: int, role: int, mechanism: int) -> None:
+        self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, {"switch_id": switch_id, "role": role, "mechanism": mechanism})
+
+    def set_window(self, shift: int) -> None:
+        self.set_default(n.LOAD_WINDOW, n.SET_LOAD_WINDOW, {"shift": shift})
+
+    def cache(self, key: bytes, slot: int, version: int) -> None:
+        self.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT,
+                    {"slot": slot, "version": version})
+
+    def uncache(self, key: bytes) -> None:
+        self.sw.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
+
+    def stat(self, s: n.Stat) -> int:
+        return self.counter(n.DC_STATS, int(s))
+
+    def drops(self, r: n.DropReason) -> int:
+        return self.counter(n.DC_DROPS, int(r))
+
+    # -- data plane ---------------------------------------------------------------------------
+    def receive(self, timeout: float = 1.0) -> tuple[int, Packet]:
+        """The next frame out of any port, as (port, scapy packet)."""
+        res = tu.dp_poll(self, device_number=0, timeout=timeout)
+        if not isinstance(res, self.dataplane.PollSuccess):
+            self.fail("no frame came out of the switch")
+        return res.port, Ether(res.packet)
+
+    def exchange(self, port: int, pkt: Packet) -> tuple[int, Message]:
+        """Send ``pkt`` and return the one DistCache message that comes out, with its port."""
+        self.send(port, pkt)
+        out_port, out = self.receive()
+        return out_port, decode(bytes(out[UDP].payload))
+
+    def coherence(self, op: Op, seq: int, value: bytes = b"", *, key: bytes = KEY, target: int = 0,
+                  port: int = 1, src: str = SERVER.ip, dst: str | None = None) -> Packet:
+        """A coherence message from the storage server, addressed as the shim addresses it."""
+        msg = Message(op=op, key=key, seq=seq, value=value, target=target)
+        return dc_frame(src, dst or C.spine_address(BUCKETS[h0(key)]), msg, sport=DC_PORT, dport=DC_PORT)
+
+    def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1) -> None:
+        """Install ``key`` and make it valid with ``value`` (INVALIDATE then UPDATE of one write)."""
+        self.cache(key, slot, version)
+        for op, v in ((Op.INVALIDATE, b""), (Op.UPDATE, value)):
+            self.send(port, self.coherence(op, seq, v, key=key))
+            self.receive()  # forwarded towards the key's spine
+
+    def read(self, port: int, target: int, *, key: bytes = KEY, seq: int = 7, src: str = CLIENT.ip,
+             dst: str = SERVER.ip) -> tuple[int, Message]:
+        """A GET for ``key`` marked for ``target``; the message that comes out, and its port."""
+        return self.exchange(port, dc_frame(src, dst, Message(op=Op.GET, key=key, seq=seq, target=target)))
+
+    def wait_until(self, t: float) -> None:
+        delay = t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)

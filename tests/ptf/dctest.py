@@ -23,7 +23,6 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
 from controller.entries import plan
-from controller.p4rt import Match
 from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, Switch

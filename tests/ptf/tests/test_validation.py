@@ -1,0 +1,181 @@
+"""Malformed input and trust: each drop reason, counted once, nothing out.
+
+A storage-rack leaf (sl0) is the switch under test unless a test says otherwise;
+port 1 faces its server (storage), ports 2 and 3 the spines (fabric).
+"""
+
+from __future__ import annotations
+
+from scapy.layers.inet import IP
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Raw
+
+from distcache import p4names as n
+from distcache.cluster import Mechanism, Role
+from distcache.p4names import DropReason
+from distcache.wire import DC_PORT, Message, Op, encode
+from tests.ptf.dctest import CL0, CLIENT, KEY, SERVER, SL0, SP0, DcTest, dc_frame, routed
+
+GET = encode(Message(op=Op.GET, key=KEY, target=SL0.switch_id))
+PUT = encode(Message(op=Op.PUT, key=KEY, value=b"a" * 20))
+
+
+class _Drop(DcTest):
+    """Send one frame, see nothing come out, and exactly ``reason`` counted once."""
+
+    def dropped(self, port: int, pkt: object, reason: DropReason) -> None:
+        self.send(port, pkt)
+        got = self.wait_counter(n.DC_DROPS, int(reason), 1)
+        self.expect_none()
+        self.assertEqual(got, 1, f"dc_drops[{reason.name}]")
+        others = {r.name: self.drops(r) for r in DropReason if r != reason}
+        self.assertEqual(sum(others.values()), 0, f"other drop reasons counted: {others}")
+
+
+class TruncatedHeader(_Drop):
+    def runTest(self) -> None:
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, GET[:20]), DropReason.TRUNCATED)
+
+
+class TruncatedValue(_Drop):
+    def runTest(self) -> None:
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, PUT[:-16]), DropReason.TRUNCATED)
+
+
+class TruncatedIpv4(_Drop):
+    def runTest(self) -> None:
+        self.dropped(2, Ether(dst=SL0.mac, type=0x0800) / Raw(b"\x45\x00\x00\x14" + b"\x00" * 6),
+                     DropReason.TRUNCATED)
+
+
+class BadVersion(_Drop):
+    def runTest(self) -> None:
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, b"\x07" + GET[1:]), DropReason.BAD_VERSION)
+
+
+class UnknownOp(_Drop):
+    def runTest(self) -> None:
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, GET[:1] + b"\x42" + GET[2:]), DropReason.UNKNOWN_OP)
+
+
+class TooManyChunks(_Drop):
+    """nchunks > 8: the parser refuses to go on."""
+
+    def runTest(self) -> None:
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, GET[:38] + b"\x09\x00"), DropReason.BAD_CHUNKS)
+
+
+class ChunksDisagreeWithLength(_Drop):
+    def runTest(self) -> None:
+        bad = PUT[:38] + b"\x01\x00" + b"a" * 16  # vlen 20 needs 2 chunks, says 1
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, bad), DropReason.BAD_CHUNKS)
+
+
+class ValueLengthOverLimit(_Drop):
+    def runTest(self) -> None:
+        bad = PUT[:36] + (1025).to_bytes(2, "big") + b"\x00\x00"
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, bad), DropReason.BAD_CHUNKS)
+
+
+class NotIpv4(_Drop):
+    def runTest(self) -> None:
+        arp = Ether(dst=SL0.mac, src="02:00:00:00:00:01") / ARP(pdst=SERVER.ip, psrc=CLIENT.ip, hwsrc="02:00:00:00:00:01")
+        self.dropped(2, arp, DropReason.NOT_IPV4)
+
+
+class Ipv4HeaderLengthBelowFive(_Drop):
+    def runTest(self) -> None:
+        raw = bytearray(bytes(dc_frame(CLIENT.ip, SERVER.ip, GET)))
+        raw[14] = 0x44  # ihl 4
+        self.dropped(2, Ether(bytes(raw)), DropReason.PARSER_OTHER)
+
+
+class DistCacheWithIpOptions(_Drop):
+    """A DistCache message behind IPv4 options is dropped, not looked at past the trust checks."""
+
+    def runTest(self) -> None:
+        pkt = dc_frame(SERVER.ip, C_SPINE, Message(op=Op.INVALIDATE, key=KEY, seq=1), sport=DC_PORT,
+                       ip_options=b"\x01\x01\x01\x00")  # NOP NOP NOP EOL
+        self.dropped(1, pkt, DropReason.IP_OPTIONS)
+
+
+class OtherUdpWithIpOptionsIsRouted(DcTest):
+    """Plain traffic with options goes on; its checksum covers the options."""
+
+    def runTest(self) -> None:
+        opts = b"\x94\x04\x00\x00"  # router alert
+        pkt = dc_frame(SERVER.ip, CLIENT.ip, b"not distcache", sport=1234, dport=5678, ip_options=opts)
+        self.send(1, pkt)
+        want = routed(pkt, SP0.mac)
+        self.assertEqual(want[IP].ihl, 6)
+        self.expect(want, 2)
+        self.expect_none()
+
+
+class NoRoute(_Drop):
+    def runTest(self) -> None:
+        self.dropped(1, dc_frame(SERVER.ip, "192.0.2.1", Message(op=Op.GET, key=KEY)), DropReason.NO_ROUTE)
+
+
+class CoherenceFromFabricIsUntrusted(_Drop):
+    """Only storage ports may write caches: an INVALIDATE from a spine port is refused."""
+
+    def runTest(self) -> None:
+        self.cache(KEY, 0, 1)
+        self.dropped(2, self.coherence(Op.INVALIDATE, 1), DropReason.UNTRUSTED)
+
+
+class UpdateFromClientIsUntrusted(_Drop):
+    role = CL0
+
+    def runTest(self) -> None:
+        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.UPDATE, key=KEY, seq=1, value=b"evil")),
+                     DropReason.UNTRUSTED)
+
+
+class AckFromClientIsUntrusted(_Drop):
+    role = CL0
+
+    def runTest(self) -> None:
+        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.INVALIDATE_ACK, key=KEY, seq=1)),
+                     DropReason.UNTRUSTED)
+
+
+class ReplyFromClientIsUntrusted(_Drop):
+    """A client forging a reply (with a huge spine load) is dropped at its leaf and steers nothing."""
+
+    role = CL0
+
+    def runTest(self) -> None:
+        forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
+        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_SPORT), DropReason.UNTRUSTED)
+        self.assertEqual(self.stat(n.Stat.LOAD_RECORDED), 0)
+        # with no load recorded, an even seq ties to the spine
+        _, m = self.read(1, 0, seq=2)
+        self.assertEqual(m.target, SP0.switch_id)
+
+
+class ReplyFromClientLeafIsUntrustedAtSpine(_Drop):
+    """At a spine, ports facing client racks are client ports: replies from them are refused."""
+
+    role = SP0
+
+    def runTest(self) -> None:
+        forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, leaf_id=SL0.switch_id, leaf_load=7)
+        self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_SPORT),
+                     DropReason.UNTRUSTED)
+
+
+class NoConfigNoDistCache(DcTest):
+    """A switch with no role is a plain router: DistCache messages are forwarded untouched but for the UDP checksum."""
+
+    def runTest(self) -> None:
+        self.configure(SL0.switch_id, int(Role.NONE), int(Mechanism.DISTCACHE))
+        pkt = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, target=SL0.switch_id), udp_checksum=0)
+        self.send(2, pkt)
+        self.expect(routed(pkt, SERVER.mac), 1)
+        self.expect_none()
+
+
+C_SPINE = "10.255.0.1"
+CLIENT_SPORT = 40000

@@ -79,7 +79,8 @@ class ValueLengthOverLimit(_Drop):
 
 class NotIpv4(_Drop):
     def runTest(self) -> None:
-        arp = Ether(dst=SL0.mac, src="02:00:00:00:00:01") / ARP(pdst=SERVER.ip, psrc=CLIENT.ip, hwsrc="02:00:00:00:00:01")
+        host = "02:00:00:00:00:01"
+        arp = Ether(dst=SL0.mac, src=host) / ARP(pdst=SERVER.ip, psrc=CLIENT.ip, hwsrc=host)
         self.dropped(2, arp, DropReason.NOT_IPV4)
 
 

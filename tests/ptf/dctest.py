@@ -25,7 +25,7 @@ from scapy.packet import Packet, Raw
 from controller.entries import plan
 from controller.partition import spine_buckets
 from distcache import p4names as n
-from distcache.cluster import Cluster, Mechanism, Switch
+from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
 from distcache.wire import DC_PORT, Message, Op, decode, encode
 from tests.ptf.base import P4RuntimeTest
@@ -144,11 +144,16 @@ class DcTest(P4RuntimeTest):
         return dc_frame(src, dst or C.spine_address(BUCKETS[h0(key)]), msg, sport=DC_PORT, dport=DC_PORT)
 
     def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1) -> None:
-        """Install ``key`` and make it valid with ``value`` (INVALIDATE then UPDATE of one write)."""
+        """Install ``key`` and make it valid with ``value`` (INVALIDATE then UPDATE of one write).
+
+        On a spine the messages are addressed to it, the far end of the path, and come back as
+        acknowledgements; on a storage leaf they go on up.
+        """
         self.cache(key, slot, version)
+        target = self.role.switch_id if self.role.role == Role.SPINE else 0
         for op, v in ((Op.INVALIDATE, b""), (Op.UPDATE, value)):
-            self.send(port, self.coherence(op, seq, v, key=key))
-            self.receive()  # forwarded towards the key's spine
+            self.send(port, self.coherence(op, seq, v, key=key, target=target))
+            self.receive()
 
     def read(self, port: int, target: int, *, key: bytes = KEY, seq: int = 7, src: str = CLIENT.ip,
              dst: str = SERVER.ip) -> tuple[int, Message]:

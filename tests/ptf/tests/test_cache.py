@@ -1,0 +1,137 @@
+"""Cache lookup and reply: hits and misses per role, target-only answering, the reply rewrite.
+
+A read answered from a cache leaves as the exact reply frame: value, lengths,
+flags, served_by, the serving switch's load, addresses and ports swapped,
+TTL 64 then routed (63), IPv4 checksum recomputed, UDP checksum 0.
+"""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.p4names import Stat
+from distcache.wire import DC_PORT, Flag, Message, Op
+from tests.ptf.dctest import CL0, CLIENT, CLIENT_PORT, KEY, KEY1, SERVER, SL0, SP0, SP1, DcTest, dc_frame, routed
+
+FABRIC_MAC = "02:00:00:00:00:02"  # the dst MAC of the frames tests send: the switch's own
+
+
+def reply_frame(value: bytes, served_by: int, *, seq: int, dmac: str, spine_load: int = 0, leaf_load: int = 0,
+                target: int) -> object:
+    """The exact frame a cache hit sends back towards the client."""
+    is_spine = served_by == SP0.switch_id or served_by == SP1.switch_id
+    msg = Message(op=Op.GET_REPLY, key=KEY, seq=seq, value=value, flags=Flag.CACHED, target=target,
+                  served_by=served_by,
+                  spine_id=served_by if is_spine else 0, spine_load=spine_load,
+                  leaf_id=0 if is_spine else served_by, leaf_load=leaf_load)
+    return dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, smac=FABRIC_MAC, dmac=dmac,
+                    ttl=63, udp_checksum=0)
+
+
+class _Hit(DcTest):
+    def hit(self, value: bytes) -> None:
+        self.fill(KEY, slot=3, version=9, value=value, seq=100)
+        self.assertEqual(self.stat(Stat.UPDATE), 1)
+        self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=41, target=SL0.switch_id)))
+        self.expect(reply_frame(value, SL0.switch_id, seq=41, dmac=SP0.mac, leaf_load=1, target=SL0.switch_id), 2)
+        self.expect_none()
+        self.assertEqual(self.counter(n.CACHE_HITS, 3), 1)
+        self.assertEqual(self.stat(Stat.READ_HIT), 1)
+
+
+class LeafHitExactReply(_Hit):
+    """Storage-rack leaf: a 33-byte value (3 chunks) comes back as the exact reply frame."""
+
+    def runTest(self) -> None:
+        self.hit(b"hello distcache, 33 bytes long!!!")
+
+
+class LeafHitEmptyValue(_Hit):
+    def runTest(self) -> None:
+        self.hit(b"")
+
+
+class LeafHitLargestCacheableValue(_Hit):
+    """128 bytes: all eight value chunks."""
+
+    def runTest(self) -> None:
+        self.hit(bytes(range(128)))
+
+
+class SpineHitExactReply(DcTest):
+    """Spine: the read comes from a client rack (port 3) and goes back down to it."""
+
+    role = SP0
+
+    def runTest(self) -> None:
+        value = b"spine value"
+        self.fill(KEY, slot=0, version=1, value=value, seq=5)  # from storage leaf sl0 (port 1)
+        get = Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id)
+        self.send(3, dc_frame(CLIENT.ip, C_SPINE_DST, get))
+        want = Message(op=Op.GET_REPLY, key=KEY, seq=8, value=value, flags=Flag.CACHED, target=SP0.switch_id,
+                       served_by=SP0.switch_id, spine_id=SP0.switch_id, spine_load=1)
+        self.expect(dc_frame(C_SPINE_DST, CLIENT.ip, want, sport=DC_PORT, dport=CLIENT_PORT, smac=FABRIC_MAC,
+                             dmac=CL0.mac, ttl=63, udp_checksum=0), 3)
+        self.expect_none()
+        self.assertEqual(self.counter(n.CACHE_HITS, 0), 1)
+
+
+class MissIsForwardedAndCounted(DcTest):
+    """A targeted read of a key not in the cache goes on to the server, unchanged but for routing."""
+
+    def runTest(self) -> None:
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id),
+                       udp_checksum=0)
+        self.send(2, get)
+        self.expect(routed(get, SERVER.mac), 1)
+        self.expect_none()
+        self.assertEqual((self.stat(Stat.READ_MISS), self.stat(Stat.READ_HIT)), (1, 0))
+
+
+class InstalledButNeverFilledIsAMiss(DcTest):
+    """An entry the agent installed is invalid until its server fills it."""
+
+    def runTest(self) -> None:
+        self.cache(KEY, 0, 1)
+        _, m = self.read(2, SL0.switch_id)
+        self.assertEqual((m.op, m.cached), (Op.GET, False))
+        self.assertEqual(self.stat(Stat.READ_MISS), 1)
+
+
+class OnlyTheTargetAnswers(DcTest):
+    """A valid entry does not answer a read the client rack marked for another cache."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"v", 5)
+        for target in (SP0.switch_id, 0):
+            port, m = self.read(2, target)
+            self.assertEqual((port, m.op, m.cached), (1, Op.GET, False), f"target {target}")
+        self.assertEqual(self.stat(Stat.READ_HIT), 0)
+        self.assertEqual(self.counter(n.CACHE_HITS, 0), 0)
+
+
+class WritesPassCachedKeys(DcTest):
+    """PUT and DELETE of a cached key are never answered by the switch."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"v", 5)
+        for op in (Op.PUT, Op.DELETE):
+            port, m = self.exchange(2, dc_frame(CLIENT.ip, SERVER.ip,
+                                                Message(op=op, key=KEY, value=b"w" if op == Op.PUT else b"",
+                                                        target=SL0.switch_id)))
+            self.assertEqual((port, m.op), (1, op))
+        self.assertEqual(self.stat(Stat.READ_HIT), 0)
+
+
+class ReusedSlotNeverServesThePreviousKey(DcTest):
+    """Slot 0 held key A (version 7, valid); key B installed in slot 0 with version 8 must miss."""
+
+    def runTest(self) -> None:
+        self.fill(KEY1, 0, 7, b"value of A", 5)
+        self.uncache(KEY1)
+        self.cache(KEY, 0, 8)
+        _, m = self.read(2, SL0.switch_id)
+        self.assertFalse(m.cached)
+        self.assertEqual(m.value, b"")
+
+
+C_SPINE_DST = SERVER.ip  # reads travel towards the key's storage server

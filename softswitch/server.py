@@ -9,7 +9,10 @@ The softswitch runs one built-in :class:`~softswitch.program.Program`; a
 pushed P4Info is accepted when it describes that same program (same names,
 match kinds, bit widths, action sets) and its numeric ids are adopted, so a
 controller can use softswitch's own P4Info or p4c's for ``p4src/``.  The
-device config bytes (e.g. a BMv2 JSON) are kept and handed back, never read.
+device config must be empty or softswitch's identity of that program
+(:meth:`Program.device_config`); anything else (a BMv2 JSON, another
+program's identity, garbage) is refused, since softswitch cannot run it.
+What was accepted is kept and handed back by GetForwardingPipelineConfig.
 
 Threading: gRPC handlers run on a thread pool.  ``_arb_lock`` guards
 arbitration (held briefly); ``_cfg_lock`` serializes Write, Read and
@@ -19,6 +22,7 @@ for the actual data-plane access, so packets see each batch whole.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -238,6 +242,38 @@ def _table_mismatch(t: Table, pt: p4i.Table, action_names: dict[int, str]) -> st
     ours = t.default_action if t.const_default_action else None
     if const_default != ours:
         return f"table {t.name!r}: const default action is {const_default!r} in the P4Info but {ours!r} in the program"
+    return None
+
+
+# -- device config -----------------------------------------------------------------------------
+def device_config_mismatch(program: Program, blob: bytes) -> str | None:
+    """Why softswitch cannot run ``blob`` as the device config of ``program`` (None if it can).
+
+    Accepted: empty bytes (run the built-in program) or exactly the identity
+    :meth:`Program.device_config` describes (target, program name, hash of the
+    program's own P4Info).
+    """
+    if not blob:
+        return None
+    want = json.loads(program.device_config())
+    accepts = (f"softswitch accepts an empty p4_device_config (run its built-in program {program.name!r}) "
+               f"or its identity {program.device_config().decode()}")
+    try:
+        doc = json.loads(blob)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return f"p4_device_config ({len(blob)} bytes) is not JSON, so not a softswitch device config; {accepts}"
+    if not isinstance(doc, dict) or doc.get("target") != want["target"]:
+        what = ("a BMv2 JSON" if isinstance(doc, dict) and {"header_types", "pipelines"} & doc.keys()
+                else "a JSON that is not a softswitch device config")
+        return f"p4_device_config is {what}: softswitch cannot run it; {accepts}"
+    if doc.get("program") != want["program"]:
+        return (f"p4_device_config is for program {doc.get('program')!r} but this softswitch runs "
+                f"{program.name!r}; {accepts}")
+    if doc.get("p4info_sha256") != want["p4info_sha256"]:
+        return (f"p4_device_config's p4info_sha256 {doc.get('p4info_sha256')!r} is not the hash of the P4Info of "
+                f"the program this softswitch runs (another version of {program.name!r}?); {accepts}")
+    if doc != want:
+        return f"p4_device_config has fields softswitch does not know: {sorted(set(doc) - set(want))}; {accepts}"
     return None
 
 
@@ -623,6 +659,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         diff = p4info_mismatch(self.program, cfg.p4info)
         if diff is not None:
             _err(SC.INVALID_ARGUMENT, f"P4Info does not match softswitch program {self.program.name!r}: {diff}")
+        diff = device_config_mismatch(self.program, cfg.p4_device_config)
+        if diff is not None:
+            _err(SC.INVALID_ARGUMENT, diff)
         cookie = cfg.cookie.cookie if cfg.HasField("cookie") else None
         return PipelineConfig(cfg.p4info, cfg.p4_device_config, cookie, IdMap.build(self.program, cfg.p4info))
 

@@ -7,8 +7,11 @@ declarations; packets are fed through SoftSwitch.process_packet.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -16,8 +19,9 @@ from finsy.proto import p4i, p4r
 
 from distcache import p4names as n
 from softswitch.distcache_program import PROGRAM
-from softswitch.server import p4info_mismatch
+from softswitch.server import device_config_mismatch, p4info_mismatch
 from softswitch.switch import SoftSwitch
+from tests.p4rt_targets import BMV2_AVAILABLE, compile_p4src
 from tests.softswitch_helpers import (
     DROP_NO_ROUTE,
     STAT_ROUTED,
@@ -57,7 +61,7 @@ def client(switch: SoftSwitch) -> Iterator[Client]:
 def primary(client: Client) -> Client:
     """A client that is primary and has pushed softswitch's own P4Info."""
     client.become_primary(10)
-    client.set_pipeline(PROGRAM.p4info(), cookie=0xC0FFEE, device_config=b'{"bmv2": "json"}')
+    client.set_pipeline(PROGRAM.p4info(), cookie=0xC0FFEE, device_config=PROGRAM.device_config())
     return client
 
 
@@ -230,14 +234,14 @@ def test_get_config_response_types(primary: Client) -> None:
     def get(rt: int) -> p4r.ForwardingPipelineConfig:
         return primary.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=rt)).config
     full = get(G.ALL)
-    assert full.p4info == PROGRAM.p4info() and full.p4_device_config == b'{"bmv2": "json"}'
+    assert full.p4info == PROGRAM.p4info() and full.p4_device_config == PROGRAM.device_config()
     assert full.cookie.cookie == 0xC0FFEE
     c = get(G.COOKIE_ONLY)
     assert c.cookie.cookie == 0xC0FFEE and not c.HasField("p4info") and not c.p4_device_config
     pc = get(G.P4INFO_AND_COOKIE)
     assert pc.HasField("p4info") and not pc.p4_device_config
     dc = get(G.DEVICE_CONFIG_AND_COOKIE)
-    assert not dc.HasField("p4info") and dc.p4_device_config == b'{"bmv2": "json"}'
+    assert not dc.HasField("p4info") and dc.p4_device_config == PROGRAM.device_config()
 
 
 def remapped_p4info() -> tuple[p4i.P4Info, dict[str, int]]:
@@ -543,3 +547,83 @@ def test_registers_are_unimplemented(switch: SoftSwitch, primary: Client) -> Non
     w.data.bitstring = b"\x05"
     assert write_codes(primary, upd(UPD.MODIFY, p4r.Entity(register_entry=w))) == [UNIMPLEMENTED]
     assert switch.state.registers[n.LOAD_COUNT].read(0) == 0
+
+
+# -- device config: only what softswitch can run ------------------------------------------------------
+def _identity(**changes: object) -> bytes:
+    doc = json.loads(PROGRAM.device_config())
+    doc.update(changes)
+    return json.dumps(doc).encode()
+
+
+REFUSED_DEVICE_CONFIGS = {
+    "BMv2 JSON": json.dumps({"header_types": [], "headers": [], "pipelines": [{"name": "ingress"}],
+                             "program": "p4src/distcache.p4"}).encode(),
+    "other JSON": b'{"bmv2": "json"}',
+    "JSON list": b"[1, 2]",
+    "another program": _identity(program="other"),
+    "another target": _identity(target="bmv2"),
+    "stale hash": _identity(p4info_sha256="0" * 64),
+    "unknown field": _identity(extra=1),
+    "garbage": b"\xff\x00\x13garbage",
+}
+PUSH_ACTIONS = {"VERIFY": CFG.VERIFY, "VERIFY_AND_SAVE": CFG.VERIFY_AND_SAVE,
+                "VERIFY_AND_COMMIT": CFG.VERIFY_AND_COMMIT, "RECONCILE_AND_COMMIT": CFG.RECONCILE_AND_COMMIT}
+
+
+def test_device_config_identity() -> None:
+    doc = json.loads(PROGRAM.device_config())
+    assert doc == {"target": "softswitch", "program": "distcache",
+                   "p4info_sha256": hashlib.sha256(PROGRAM.p4info().SerializeToString(deterministic=True)).hexdigest()}
+    assert device_config_mismatch(PROGRAM, b"") is None
+    assert device_config_mismatch(PROGRAM, PROGRAM.device_config()) is None
+
+
+@pytest.mark.parametrize("action", PUSH_ACTIONS)
+@pytest.mark.parametrize("blob", REFUSED_DEVICE_CONFIGS)
+def test_device_config_softswitch_cannot_run_is_refused(switch: SoftSwitch, primary: Client, blob: str,
+                                                        action: str) -> None:
+    primary.write([upd(UPD.INSERT, lpm_entity("10.0.0.0", 8, 1, 1))])
+    with pytest.raises(grpc.RpcError) as ei:
+        primary.set_pipeline(PROGRAM.p4info(), action=PUSH_ACTIONS[action], cookie=0xBAD,
+                             device_config=REFUSED_DEVICE_CONFIGS[blob])
+    assert ei.value.code() == SC.INVALID_ARGUMENT
+    assert "softswitch accepts an empty p4_device_config" in (ei.value.details() or "")
+    # nothing changed: the committed config, its entries, no saved config to commit
+    cfg = primary.stub.GetForwardingPipelineConfig(p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)).config
+    assert cfg.cookie.cookie == 0xC0FFEE and cfg.p4_device_config == PROGRAM.device_config()
+    assert len(table_read(primary, n.IPV4_LPM)) == 1
+    with pytest.raises(grpc.RpcError) as ei:
+        primary.set_pipeline(None, action=CFG.COMMIT)
+    assert ei.value.code() == SC.NOT_FOUND
+
+
+@pytest.mark.parametrize("action", PUSH_ACTIONS)
+@pytest.mark.parametrize("blob", [b"", PROGRAM.device_config()], ids=["empty", "identity"])
+def test_device_config_softswitch_runs_is_accepted(primary: Client, blob: bytes, action: str) -> None:
+    primary.set_pipeline(PROGRAM.p4info(), action=PUSH_ACTIONS[action], cookie=7, device_config=blob)
+    if action == "VERIFY_AND_SAVE":
+        primary.set_pipeline(None, action=CFG.COMMIT)
+    cfg = primary.stub.GetForwardingPipelineConfig(p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)).config
+    if action == "VERIFY":  # verified only: the committed config is unchanged
+        assert cfg.cookie.cookie == 0xC0FFEE
+    else:  # handed back as pushed
+        assert cfg.cookie.cookie == 7 and cfg.p4_device_config == blob
+
+
+def test_device_config_identity_goes_with_p4c_ids(client: Client) -> None:
+    """The identity names the program, not the P4Info's ids: a remapped (p4c-like) P4Info takes it too."""
+    info, _ = remapped_p4info()
+    client.become_primary(1)
+    client.set_pipeline(info, device_config=PROGRAM.device_config())
+
+
+@pytest.mark.skipif(not BMV2_AVAILABLE, reason="p4c-bm2-ss is not on PATH")
+def test_device_config_real_bmv2_json_is_refused(client: Client, tmp_path: Path) -> None:
+    """p4c's P4Info is accepted, its BMv2 JSON (which softswitch cannot run) is not."""
+    info, bmv2_json = compile_p4src(tmp_path)
+    client.become_primary(1)
+    with pytest.raises(grpc.RpcError) as ei:
+        client.set_pipeline(info, device_config=bmv2_json)
+    assert ei.value.code() == SC.INVALID_ARGUMENT and "BMv2 JSON" in (ei.value.details() or "")
+    client.set_pipeline(info)  # the same P4Info without the JSON runs

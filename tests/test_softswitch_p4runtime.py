@@ -19,7 +19,9 @@ from finsy.proto import p4i, p4r
 
 from distcache import p4names as n
 from softswitch.distcache_program import PROGRAM
+from softswitch.program import Action, Counter, Program
 from softswitch.server import device_config_mismatch, p4info_mismatch
+from softswitch.state import SwitchState
 from softswitch.switch import SoftSwitch
 from tests.p4rt_targets import BMV2_AVAILABLE, compile_p4src
 from tests.softswitch_helpers import (
@@ -627,3 +629,38 @@ def test_device_config_real_bmv2_json_is_refused(client: Client, tmp_path: Path)
         client.set_pipeline(info, device_config=bmv2_json)
     assert ei.value.code() == SC.INVALID_ARGUMENT and "BMv2 JSON" in (ei.value.details() or "")
     client.set_pipeline(info)  # the same P4Info without the JSON runs
+
+
+class _UnitsPipeline:
+    """Counts every frame in one counter of each unit, at index 1."""
+
+    program = Program("units", (Action("NoAction"),), (), counters=(
+        Counter("c.packets", 4, "packets"), Counter("c.bytes", 4, "bytes"), Counter("c.both", 4, "both")))
+
+    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
+                now_us: int) -> list[tuple[int, bytes]]:
+        for c in state.counters.values():
+            c.count(1, len(packet))
+        return []
+
+
+def test_counters_read_back_only_their_unit() -> None:
+    sw = SoftSwitch(_UnitsPipeline(), device_id=DEVICE, grpc_addr="127.0.0.1:0")
+    sw.start()
+    c = Client(sw.server.address, DEVICE)
+    try:
+        c.become_primary(1)
+        prog = _UnitsPipeline.program
+        c.set_pipeline(prog.p4info(), device_config=prog.device_config())
+        for _ in range(2):
+            sw.process_packet(1, b"x" * 60)
+        got = {}
+        for e in c.read(p4r.Entity(counter_entry=p4r.CounterEntry())):
+            ce = e.counter_entry
+            if ce.index.index == 1:
+                got[ce.counter_id] = (ce.data.packet_count, ce.data.byte_count)
+        assert got == {prog.id_of("c.packets"): (2, 0), prog.id_of("c.bytes"): (0, 120),
+                       prog.id_of("c.both"): (2, 120)}
+    finally:
+        c.close()
+        sw.close()

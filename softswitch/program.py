@@ -14,6 +14,8 @@ as p4c's) as long as names and shapes agree, and softswitch adopts them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import zlib
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,6 +23,9 @@ from typing import Literal
 from finsy.proto import p4i
 
 MatchKind = Literal["exact", "lpm", "ternary", "range", "optional"]
+
+DEVICE_CONFIG_TARGET = "softswitch"
+"""The ``target`` of softswitch's device config (see :meth:`Program.device_config`)."""
 
 # P4Info id prefixes (p4/config/v1/p4info.proto, P4Ids.Prefix)
 PREFIX_ACTION = 0x01
@@ -143,6 +148,21 @@ class Program:
             if t.name == name:
                 return t
         raise KeyError(f"no table {name!r}")
+
+    # -- device config -------------------------------------------------------------
+    def p4info_sha256(self) -> str:
+        """SHA-256 (hex) of this program's own P4Info, serialized deterministically."""
+        return hashlib.sha256(self.p4info().SerializeToString(deterministic=True)).hexdigest()
+
+    def device_config(self) -> bytes:
+        """The ``p4_device_config`` that names this program on softswitch (its "binary").
+
+        softswitch cannot load a program, it runs the one it was started with;
+        what a controller pushes as device config is either empty or this small
+        JSON identity, which the P4Runtime server checks against the program it runs.
+        """
+        return json.dumps({"target": DEVICE_CONFIG_TARGET, "program": self.name,
+                           "p4info_sha256": self.p4info_sha256()}, sort_keys=True).encode()
 
     # -- P4Info -------------------------------------------------------------------
     def p4info(self) -> p4i.P4Info:

@@ -9,7 +9,10 @@ The softswitch runs one built-in :class:`~softswitch.program.Program`; a
 pushed P4Info is accepted when it describes that same program (same names,
 match kinds, bit widths, action sets) and its numeric ids are adopted, so a
 controller can use softswitch's own P4Info or p4c's for ``p4src/``.  The
-device config bytes (e.g. a BMv2 JSON) are kept and handed back, never read.
+device config must be empty or softswitch's identity of that program
+(:meth:`Program.device_config`); anything else (a BMv2 JSON, another
+program's identity, garbage) is refused, since softswitch cannot run it.
+What was accepted is kept and handed back by GetForwardingPipelineConfig.
 
 Threading: gRPC handlers run on a thread pool.  ``_arb_lock`` guards
 arbitration (held briefly); ``_cfg_lock`` serializes Write, Read and
@@ -19,6 +22,7 @@ for the actual data-plane access, so packets see each batch whole.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -85,15 +89,19 @@ def _code_int(code: grpc.StatusCode) -> int:
 
 # -- bytestrings ------------------------------------------------------------------------
 def decode_bytes(data: bytes, bitwidth: int, what: str) -> int:
-    """A P4Runtime bytestring as an unsigned int: big-endian, leading zero bytes allowed.
+    """A P4Runtime bytestring of a table entry as an unsigned int: big-endian, leading zero bytes allowed.
 
-    Empty or too wide -> OUT_OF_RANGE, as the Bytestrings section says.
+    Empty or too wide -> INVALID_ARGUMENT: the spec's Bytestrings section says
+    OUT_OF_RANGE, but its table-entry sections (Match Format, Action
+    Specification) say INVALID_ARGUMENT for a match or parameter value that
+    does not conform, and that is what BMv2 answers for a too-wide value.
+    (BMv2 accepts an empty value; the spec rejects it, and so do we.)
     """
     if not data:
-        _err(SC.OUT_OF_RANGE, f"{what}: empty bytestring")
+        _err(SC.INVALID_ARGUMENT, f"{what}: empty bytestring")
     value = int.from_bytes(data, "big")
     if value >> bitwidth:
-        _err(SC.OUT_OF_RANGE, f"{what}: value {value:#x} does not fit in {bitwidth} bits")
+        _err(SC.INVALID_ARGUMENT, f"{what}: value {value:#x} does not fit in {bitwidth} bits")
     return value
 
 
@@ -237,6 +245,38 @@ def _table_mismatch(t: Table, pt: p4i.Table, action_names: dict[int, str]) -> st
     return None
 
 
+# -- device config -----------------------------------------------------------------------------
+def device_config_mismatch(program: Program, blob: bytes) -> str | None:
+    """Why softswitch cannot run ``blob`` as the device config of ``program`` (None if it can).
+
+    Accepted: empty bytes (run the built-in program) or exactly the identity
+    :meth:`Program.device_config` describes (target, program name, hash of the
+    program's own P4Info).
+    """
+    if not blob:
+        return None
+    want = json.loads(program.device_config())
+    accepts = (f"softswitch accepts an empty p4_device_config (run its built-in program {program.name!r}) "
+               f"or its identity {program.device_config().decode()}")
+    try:
+        doc = json.loads(blob)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return f"p4_device_config ({len(blob)} bytes) is not JSON, so not a softswitch device config; {accepts}"
+    if not isinstance(doc, dict) or doc.get("target") != want["target"]:
+        what = ("a BMv2 JSON" if isinstance(doc, dict) and {"header_types", "pipelines"} & doc.keys()
+                else "a JSON that is not a softswitch device config")
+        return f"p4_device_config is {what}: softswitch cannot run it; {accepts}"
+    if doc.get("program") != want["program"]:
+        return (f"p4_device_config is for program {doc.get('program')!r} but this softswitch runs "
+                f"{program.name!r}; {accepts}")
+    if doc.get("p4info_sha256") != want["p4info_sha256"]:
+        return (f"p4_device_config's p4info_sha256 {doc.get('p4info_sha256')!r} is not the hash of the P4Info of "
+                f"the program this softswitch runs (another version of {program.name!r}?); {accepts}")
+    if doc != want:
+        return f"p4_device_config has fields softswitch does not know: {sorted(set(doc) - set(want))}; {accepts}"
+    return None
+
+
 # -- ids of the P4Info in force ---------------------------------------------------------------
 @dataclass
 class TableIds:
@@ -357,9 +397,14 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     * RegisterEntry reads and writes are UNIMPLEMENTED; registers change only by packets.
     * Atomicity other than CONTINUE_ON_ERROR is UNIMPLEMENTED.
     * Roles are arbitrated independently, but ``role.config`` is stored, not enforced.
-    * A failed Read ends with the failing request's code when all failures share
-      one code (so a register read is plainly UNIMPLEMENTED, as on BMv2), else
-      UNKNOWN; either way ``grpc-status-details-bin`` holds one p4.v1.Error per request.
+    * A failed Read returns no entities and ends with the code of the first entity
+      that failed, without per-entity details (as BMv2: the spec has no batch
+      errors for Read).
+    * Error codes are BMv2's (tests/test_p4runtime_conformance.py holds both
+      targets to one table); where BMv2's answer is a bug or unhelpful, the
+      spec's code is kept and the place says so ("BMv2 differs").
+    * Counters report only what their unit counts: a packets counter reads back
+      ``packet_count`` alone (``byte_count`` 0), a bytes counter ``byte_count`` alone.
     * Between VERIFY_AND_SAVE and COMMIT, Read/Write use a shadow state that
       COMMIT installs (the spec's "replay the writes since the save").
 
@@ -614,6 +659,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         diff = p4info_mismatch(self.program, cfg.p4info)
         if diff is not None:
             _err(SC.INVALID_ARGUMENT, f"P4Info does not match softswitch program {self.program.name!r}: {diff}")
+        diff = device_config_mismatch(self.program, cfg.p4_device_config)
+        if diff is not None:
+            _err(SC.INVALID_ARGUMENT, diff)
         cookie = cfg.cookie.cookie if cfg.HasField("cookie") else None
         return PipelineConfig(cfg.p4info, cfg.p4_device_config, cookie, IdMap.build(self.program, cfg.p4info))
 
@@ -729,7 +777,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         elif kind == "register_entry":
             _err(SC.UNIMPLEMENTED, "RegisterEntry writes are not supported: registers change only by packets "
                  "(as on BMv2)")
-        elif kind is None:
+        elif kind is None:  # BMv2 differs: UNKNOWN ("Incorrect entity type"); malformed is INVALID_ARGUMENT
             _err(SC.INVALID_ARGUMENT, "update has no entity")
         else:
             _err(SC.UNIMPLEMENTED, f"{kind} is not supported by softswitch")
@@ -738,15 +786,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         if table_id == 0:
             _err(SC.INVALID_ARGUMENT, "table_id 0 is not a table")
         t = ids.tables.get(table_id)
-        if t is None:
-            _err(SC.NOT_FOUND, f"unknown table id {table_id:#x}")
+        if t is None:  # INVALID_ARGUMENT, as BMv2: an unknown id makes the entity malformed
+            _err(SC.INVALID_ARGUMENT, f"unknown table id {table_id:#x}")
         return t
 
     def _write_table_entry(self, ids: IdMap, state: SwitchState, utype: int, te: p4r.TableEntry) -> None:
         t = self._table_ids(ids, te.table_id)
         ts = state.tables[t.table.name]
         tname = t.table.name
-        if te.is_const:
+        if te.is_const:  # BMv2 differs: ignores is_const; the spec says reject it
             _err(SC.INVALID_ARGUMENT, "is_const must be false in a write")
         if te.idle_timeout_ns:
             _err(SC.INVALID_ARGUMENT, f"{tname} does not support idle timeout")
@@ -765,7 +813,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             name, params = self._parse_action(ids, t, te, default=True)
             ts.set_default(name, params)
             return
-        if not t.table.keys:
+        if not t.table.keys:  # BMv2 differs: UNKNOWN ("Error when adding match entry to target")
             _err(SC.INVALID_ARGUMENT, f"{tname} has no key: only its default entry can be written")
         if t.needs_priority and te.priority <= 0:
             _err(SC.INVALID_ARGUMENT, f"{tname} has ternary/range/optional fields: priority must be > 0")
@@ -781,10 +829,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 cur = ts.get(match, te.priority)
                 if cur is None:
                     raise EntryNotFoundError(f"{tname}: no such entry")
-                if te.HasField("action"):
-                    name, params = self._parse_action(ids, t, te, default=False)
-                else:
-                    name, params = cur.action, cur.params
+                # MODIFY has full-snapshot semantics: no action is malformed (INVALID_ARGUMENT, as BMv2),
+                # not "keep the current one"; only the default entry may be reset that way.
+                name, params = self._parse_action(ids, t, te, default=False)
                 ts.modify_canonical(match, name, params, te.priority,
                                     controller_metadata=te.controller_metadata, metadata=te.metadata)
             else:
@@ -851,7 +898,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     def _parse_action(self, ids: IdMap, t: TableIds, te: p4r.TableEntry, *,
                       default: bool) -> tuple[str, dict[str, int]]:
         if not te.HasField("action"):
-            _err(SC.INVALID_ARGUMENT, f"{t.table.name}: entry has no action")
+            _err(SC.INVALID_ARGUMENT, f"{t.table.name}: 'action' field must be set for non-default entries")
         if te.action.WhichOneof("type") != "action":
             _err(SC.INVALID_ARGUMENT, f"{t.table.name} is a direct table: give an action, not a profile member")
         a = te.action.action
@@ -878,8 +925,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def _counter(self, ids: IdMap, counter_id: int) -> Counter:
         c = ids.counters.get(counter_id)
-        if c is None:
-            _err(SC.NOT_FOUND, f"unknown counter id {counter_id:#x}")
+        if c is None:  # INVALID_ARGUMENT, as BMv2 (see _table_ids)
+            _err(SC.INVALID_ARGUMENT, f"unknown counter id {counter_id:#x}")
         return c
 
     def _write_counter_entry(self, ids: IdMap, state: SwitchState, utype: int, ce: p4r.CounterEntry) -> None:
@@ -895,7 +942,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             idx = ce.index.index
             if idx < 0:
                 _err(SC.INVALID_ARGUMENT, f"negative counter index {idx}")
-            if idx >= c.size:
+            if idx >= c.size:  # BMv2 differs: UNKNOWN ("Error when writing to counter"); the spec says this
                 _err(SC.OUT_OF_RANGE, f"counter {c.name} index {idx} >= size {c.size}")
             arr.write(idx, ce.data.packet_count, ce.data.byte_count)
         else:
@@ -911,18 +958,12 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         results: list[p4r.Entity] = []
         errors, codes = self._batch(context, request.entities,
                                     lambda ids, state, ent: results.extend(self._read_one(ids, state, ent)))
+        if codes:  # as BMv2: the first failure's code and message, nothing read, no per-entity details
+            first = next(e for e in errors if e.canonical_code != rpc_code.OK)
+            code = next(c for c in SC if _code_int(c) == first.canonical_code)
+            context.abort(code, first.message)
         for i in range(0, len(results), READ_CHUNK):
             yield p4r.ReadResponse(entities=results[i:i + READ_CHUNK])
-        if codes:
-            msg = "; ".join(e.message for e in errors if e.canonical_code != rpc_code.OK)
-            if len(codes) == 1:
-                (code,) = codes
-                status = rpc_status.Status(code=_code_int(code), message=msg)
-                for e in errors:
-                    status.details.add().Pack(e)
-                context.abort_with_status(_Status(code, msg, (("grpc-status-details-bin",
-                                                               status.SerializeToString()),)))
-            _abort_with_details(context, msg, errors)
 
     def _read_one(self, ids: IdMap, state: SwitchState, ent: p4r.Entity) -> list[p4r.Entity]:
         kind = ent.WhichOneof("entity")
@@ -932,7 +973,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             return self._read_counter(ids, state, ent.counter_entry)
         if kind == "register_entry":
             _err(SC.UNIMPLEMENTED, "RegisterEntry reads are not supported (as on BMv2)")
-        if kind is None:
+        if kind is None:  # BMv2 differs: UNKNOWN; malformed is INVALID_ARGUMENT
             _err(SC.INVALID_ARGUMENT, "read request entity is empty")
         _err(SC.UNIMPLEMENTED, f"{kind} is not supported by softswitch")
 
@@ -1010,7 +1051,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 idx = q.index.index
                 if idx < 0:
                     _err(SC.INVALID_ARGUMENT, f"negative counter index {idx}")
-                if idx >= c.size:
+                if idx >= c.size:  # BMv2 differs: UNKNOWN ("Error when reading counter"); the spec says this
                     _err(SC.OUT_OF_RANGE, f"counter {c.name} index {idx} >= size {c.size}")
                 indexes: Sequence[int] = (idx,)
             else:
@@ -1019,7 +1060,11 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 packets, nbytes = arr.read(idx)
                 ce = p4r.CounterEntry(counter_id=cid)
                 ce.index.index = idx
-                ce.data.packet_count, ce.data.byte_count = packets, nbytes
+                ce.data.SetInParent()  # present even when zero, as BMv2
+                if c.unit != "bytes":  # a packets counter has no byte count (BMv2 leaves it 0), and vice versa
+                    ce.data.packet_count = packets
+                if c.unit != "packets":
+                    ce.data.byte_count = nbytes
                 out.append(p4r.Entity(counter_entry=ce))
         return out
 

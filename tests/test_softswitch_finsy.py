@@ -44,7 +44,7 @@ def p4info_file(tmp_path: Path) -> Path:
 def finsy_switch(switch: SoftSwitch, p4info: Path, **opts: object) -> fy.Switch:
     """A finsy Switch that owns the pipeline (finsy pushes only with both P4Info and a device config)."""
     blob = p4info.with_suffix(".json")
-    blob.write_text('{"program": "distcache", "target": "softswitch"}')
+    blob.write_bytes(PROGRAM.device_config())  # softswitch's identity of its program; a BMv2 JSON is refused
     options = fy.SwitchOptions(p4info=p4info, p4blob=blob, device_id=DEVICE, **opts)  # type: ignore[arg-type]
     return fy.Switch("sw", switch.server.address, options)
 

@@ -7,8 +7,11 @@ declarations; packets are fed through SoftSwitch.process_packet.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -16,8 +19,11 @@ from finsy.proto import p4i, p4r
 
 from distcache import p4names as n
 from softswitch.dataplane import PROGRAM
-from softswitch.server import p4info_mismatch
+from softswitch.program import Action, Counter, Program
+from softswitch.server import device_config_mismatch, p4info_mismatch
+from softswitch.state import SwitchState
 from softswitch.switch import SoftSwitch
+from tests.p4rt_targets import BMV2_AVAILABLE, compile_p4src
 from tests.softswitch_helpers import (
     DROP_NO_ROUTE,
     STAT_ROUTED,
@@ -57,7 +63,7 @@ def client(switch: SoftSwitch) -> Iterator[Client]:
 def primary(client: Client) -> Client:
     """A client that is primary and has pushed softswitch's own P4Info."""
     client.become_primary(10)
-    client.set_pipeline(PROGRAM.p4info(), cookie=0xC0FFEE, device_config=b'{"bmv2": "json"}')
+    client.set_pipeline(PROGRAM.p4info(), cookie=0xC0FFEE, device_config=PROGRAM.device_config())
     return client
 
 
@@ -230,14 +236,14 @@ def test_get_config_response_types(primary: Client) -> None:
     def get(rt: int) -> p4r.ForwardingPipelineConfig:
         return primary.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=rt)).config
     full = get(G.ALL)
-    assert full.p4info == PROGRAM.p4info() and full.p4_device_config == b'{"bmv2": "json"}'
+    assert full.p4info == PROGRAM.p4info() and full.p4_device_config == PROGRAM.device_config()
     assert full.cookie.cookie == 0xC0FFEE
     c = get(G.COOKIE_ONLY)
     assert c.cookie.cookie == 0xC0FFEE and not c.HasField("p4info") and not c.p4_device_config
     pc = get(G.P4INFO_AND_COOKIE)
     assert pc.HasField("p4info") and not pc.p4_device_config
     dc = get(G.DEVICE_CONFIG_AND_COOKIE)
-    assert not dc.HasField("p4info") and dc.p4_device_config == b'{"bmv2": "json"}'
+    assert not dc.HasField("p4info") and dc.p4_device_config == PROGRAM.device_config()
 
 
 def remapped_p4info() -> tuple[p4i.P4Info, dict[str, int]]:
@@ -288,7 +294,7 @@ def test_remapped_ids_are_adopted(switch: SoftSwitch, client: Client) -> None:
     assert got.action.action.action_id == ids[n.SET_NHOP]
     assert {p.param_id: p.value for p in got.action.action.params} == {2: b"\x42", 1: b"\x03"}
     # softswitch's own ids mean nothing now
-    assert write_codes(client, upd(UPD.INSERT, lpm_entity("10.8.0.0", 16, 1, 1))) == [NOT_FOUND]
+    assert write_codes(client, upd(UPD.INSERT, lpm_entity("10.8.0.0", 16, 1, 1))) == [INVALID_ARGUMENT]
     # counters answer under the new ids
     (ce,) = client.read(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=ids[n.DC_STATS],
                                                                    index=p4r.Index(index=0))))
@@ -401,16 +407,16 @@ def test_write_errors_per_update(primary: Client) -> None:
 
     cases: list[tuple[str, p4r.Update, int]] = []
     e = lpm_entity("10.2.0.0", 16, 1, 1, table_id=0x02ABCDEF)
-    cases.append(("unknown table", upd(UPD.INSERT, e), NOT_FOUND))
+    cases.append(("unknown table", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 1, action_id=0x01ABCDEF)
     cases.append(("unknown action", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 1, action_id=PROGRAM.id_of(n.CACHE_HIT))
     cases.append(("action of another table", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 512)  # port is bit<9>
-    cases.append(("param too wide", upd(UPD.INSERT, e), OUT_OF_RANGE))
+    cases.append(("param too wide", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 1)
     e.table_entry.action.action.params[0].value = b""
-    cases.append(("empty param", upd(UPD.INSERT, e), OUT_OF_RANGE))
+    cases.append(("empty param", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 1)
     del e.table_entry.action.action.params[1]
     cases.append(("missing param", upd(UPD.INSERT, e), INVALID_ARGUMENT))
@@ -418,7 +424,7 @@ def test_write_errors_per_update(primary: Client) -> None:
     e.table_entry.action.action.params[1].param_id = 9
     cases.append(("unknown param id", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("", 16, 1, 1, value=b"\x01\x0a\x02\x00\x00")
-    cases.append(("match value too wide", upd(UPD.INSERT, e), OUT_OF_RANGE))
+    cases.append(("match value too wide", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     cases.append(("host bits", upd(UPD.INSERT, lpm_entity("10.2.0.1", 16, 1, 1)), INVALID_ARGUMENT))
     cases.append(("prefix > width", upd(UPD.INSERT, lpm_entity("10.2.0.0", 33, 1, 1)), INVALID_ARGUMENT))
     cases.append(("prefix 0 not omitted", upd(UPD.INSERT, lpm_entity("0.0.0.0", 0, 1, 1)), INVALID_ARGUMENT))
@@ -511,7 +517,7 @@ def test_counters_move_with_packets(switch: SoftSwitch, primary: Client) -> None
     for _ in range(3):
         assert switch.process_packet(1, frame) == [(2, bytes.fromhex("020000000002") + frame[6:])]
     assert switch.process_packet(1, ipv4_udp_frame("10.0.2.7")) == []  # no route
-    assert counter_read(primary, n.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 3, 3 * len(frame))]
+    assert counter_read(primary, n.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 3, 0)]  # packets counter: no bytes
     assert counter_read(primary, n.DC_DROPS, DROP_NO_ROUTE)[0][1] == 1
     cells = counter_read(primary, n.DC_STATS)
     assert len(cells) == n.N_STATS and sum(c[1] for c in cells) == 3
@@ -522,7 +528,7 @@ def test_counters_move_with_packets(switch: SoftSwitch, primary: Client) -> None
     assert ei.value.code() == SC.OUT_OF_RANGE
     with pytest.raises(grpc.RpcError) as ei:
         primary.read(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=0x12ABCDEF)))
-    assert ei.value.code() == SC.NOT_FOUND
+    assert ei.value.code() == SC.INVALID_ARGUMENT
     # P4Runtime may set a counter (MODIFY only)
     ce = p4r.CounterEntry(counter_id=PROGRAM.id_of(n.DC_STATS), index=p4r.Index(index=STAT_ROUTED),
                           data=p4r.CounterData(packet_count=0, byte_count=0))
@@ -548,3 +554,118 @@ def test_registers_are_unimplemented(switch: SoftSwitch, primary: Client) -> Non
     w.data.bitstring = b"\x05"
     assert write_codes(primary, upd(UPD.MODIFY, p4r.Entity(register_entry=w))) == [UNIMPLEMENTED]
     assert switch.state.registers[n.LOAD_COUNT].read(0) == 0
+
+
+# -- device config: only what softswitch can run ------------------------------------------------------
+def _identity(**changes: object) -> bytes:
+    doc = json.loads(PROGRAM.device_config())
+    doc.update(changes)
+    return json.dumps(doc).encode()
+
+
+REFUSED_DEVICE_CONFIGS = {
+    "BMv2 JSON": json.dumps({"header_types": [], "headers": [], "pipelines": [{"name": "ingress"}],
+                             "program": "p4src/distcache.p4"}).encode(),
+    "other JSON": b'{"bmv2": "json"}',
+    "JSON list": b"[1, 2]",
+    "another program": _identity(program="other"),
+    "another target": _identity(target="bmv2"),
+    "stale hash": _identity(p4info_sha256="0" * 64),
+    "unknown field": _identity(extra=1),
+    "garbage": b"\xff\x00\x13garbage",
+}
+PUSH_ACTIONS = {"VERIFY": CFG.VERIFY, "VERIFY_AND_SAVE": CFG.VERIFY_AND_SAVE,
+                "VERIFY_AND_COMMIT": CFG.VERIFY_AND_COMMIT, "RECONCILE_AND_COMMIT": CFG.RECONCILE_AND_COMMIT}
+
+
+def test_device_config_identity() -> None:
+    doc = json.loads(PROGRAM.device_config())
+    assert doc == {"target": "softswitch", "program": "distcache",
+                   "p4info_sha256": hashlib.sha256(PROGRAM.p4info().SerializeToString(deterministic=True)).hexdigest()}
+    assert device_config_mismatch(PROGRAM, b"") is None
+    assert device_config_mismatch(PROGRAM, PROGRAM.device_config()) is None
+
+
+@pytest.mark.parametrize("action", PUSH_ACTIONS)
+@pytest.mark.parametrize("blob", REFUSED_DEVICE_CONFIGS)
+def test_device_config_softswitch_cannot_run_is_refused(switch: SoftSwitch, primary: Client, blob: str,
+                                                        action: str) -> None:
+    primary.write([upd(UPD.INSERT, lpm_entity("10.0.0.0", 8, 1, 1))])
+    with pytest.raises(grpc.RpcError) as ei:
+        primary.set_pipeline(PROGRAM.p4info(), action=PUSH_ACTIONS[action], cookie=0xBAD,
+                             device_config=REFUSED_DEVICE_CONFIGS[blob])
+    assert ei.value.code() == SC.INVALID_ARGUMENT
+    assert "softswitch accepts an empty p4_device_config" in (ei.value.details() or "")
+    # nothing changed: the committed config, its entries, no saved config to commit
+    cfg = primary.stub.GetForwardingPipelineConfig(p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)).config
+    assert cfg.cookie.cookie == 0xC0FFEE and cfg.p4_device_config == PROGRAM.device_config()
+    assert len(table_read(primary, n.IPV4_LPM)) == 1
+    with pytest.raises(grpc.RpcError) as ei:
+        primary.set_pipeline(None, action=CFG.COMMIT)
+    assert ei.value.code() == SC.NOT_FOUND
+
+
+@pytest.mark.parametrize("action", PUSH_ACTIONS)
+@pytest.mark.parametrize("blob", [b"", PROGRAM.device_config()], ids=["empty", "identity"])
+def test_device_config_softswitch_runs_is_accepted(primary: Client, blob: bytes, action: str) -> None:
+    primary.set_pipeline(PROGRAM.p4info(), action=PUSH_ACTIONS[action], cookie=7, device_config=blob)
+    if action == "VERIFY_AND_SAVE":
+        primary.set_pipeline(None, action=CFG.COMMIT)
+    cfg = primary.stub.GetForwardingPipelineConfig(p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)).config
+    if action == "VERIFY":  # verified only: the committed config is unchanged
+        assert cfg.cookie.cookie == 0xC0FFEE
+    else:  # handed back as pushed
+        assert cfg.cookie.cookie == 7 and cfg.p4_device_config == blob
+
+
+def test_device_config_identity_goes_with_p4c_ids(client: Client) -> None:
+    """The identity names the program, not the P4Info's ids: a remapped (p4c-like) P4Info takes it too."""
+    info, _ = remapped_p4info()
+    client.become_primary(1)
+    client.set_pipeline(info, device_config=PROGRAM.device_config())
+
+
+@pytest.mark.skipif(not BMV2_AVAILABLE, reason="p4c-bm2-ss is not on PATH")
+def test_device_config_real_bmv2_json_is_refused(client: Client, tmp_path: Path) -> None:
+    """p4c's P4Info is accepted, its BMv2 JSON (which softswitch cannot run) is not."""
+    info, bmv2_json = compile_p4src(tmp_path)
+    client.become_primary(1)
+    with pytest.raises(grpc.RpcError) as ei:
+        client.set_pipeline(info, device_config=bmv2_json)
+    assert ei.value.code() == SC.INVALID_ARGUMENT and "BMv2 JSON" in (ei.value.details() or "")
+    client.set_pipeline(info)  # the same P4Info without the JSON runs
+
+
+class _UnitsPipeline:
+    """Counts every frame in one counter of each unit, at index 1."""
+
+    program = Program("units", (Action("NoAction"),), (), counters=(
+        Counter("c.packets", 4, "packets"), Counter("c.bytes", 4, "bytes"), Counter("c.both", 4, "both")))
+
+    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
+                now_us: int) -> list[tuple[int, bytes]]:
+        for c in state.counters.values():
+            c.count(1, len(packet))
+        return []
+
+
+def test_counters_read_back_only_their_unit() -> None:
+    sw = SoftSwitch(_UnitsPipeline(), device_id=DEVICE, grpc_addr="127.0.0.1:0")
+    sw.start()
+    c = Client(sw.server.address, DEVICE)
+    try:
+        c.become_primary(1)
+        prog = _UnitsPipeline.program
+        c.set_pipeline(prog.p4info(), device_config=prog.device_config())
+        for _ in range(2):
+            sw.process_packet(1, b"x" * 60)
+        got = {}
+        for e in c.read(p4r.Entity(counter_entry=p4r.CounterEntry())):
+            ce = e.counter_entry
+            if ce.index.index == 1:
+                got[ce.counter_id] = (ce.data.packet_count, ce.data.byte_count)
+        assert got == {prog.id_of("c.packets"): (2, 0), prog.id_of("c.bytes"): (0, 120),
+                       prog.id_of("c.both"): (2, 120)}
+    finally:
+        c.close()
+        sw.close()

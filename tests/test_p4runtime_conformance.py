@@ -1,0 +1,331 @@
+"""Malformed P4Runtime requests get the same codes from softswitch as from BMv2.
+
+One table of requests (:data:`CASES`, :data:`BEFORE_PIPELINE`), each with the
+answer written down: the gRPC status code of the RPC and the per-item
+``p4.v1.Error`` canonical codes packed in its status details.  The table runs
+against softswitch always and against BMv2's ``simple_switch_grpc`` when it
+and ``p4c-bm2-ss`` are on PATH, so a drift on either target fails here.
+
+The expected answers are BMv2 1.15.5's (PI P4Runtime server), except where
+marked ``BMV2_DIFFERS``: there BMv2's answer is a bug or unhelpful, softswitch
+keeps the P4Runtime specification's code, and the table holds both.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from finsy.proto import p4d, p4r
+
+from distcache import p4names as n
+from tests.p4rt_targets import BMV2_AVAILABLE, Names, Outcome, Target, bmv2_target, softswitch_target
+
+pytestmark = pytest.mark.timeout(120)
+
+UPD = p4r.Update
+OK, UNKNOWN, INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED = 0, 2, 3, 5, 6, 7
+FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL = 9, 11, 12, 13
+NOT_PRIMARY_ELECTION_ID = 3
+
+
+# -- entity builders: everything by name, through the P4Info the target runs ------------------------------
+def lpm(N: Names, prefix: str = "10.2.0.0", plen: int = 16, *, port: int = 1, value: bytes | None = None,
+        action: str = n.SET_NHOP) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=N.id(n.IPV4_LPM))
+    fm = te.match.add(field_id=N.field(n.IPV4_LPM, n.KEY_IPV4_DST))
+    fm.lpm.value = value if value is not None else socket.inet_aton(prefix)
+    fm.lpm.prefix_len = plen
+    a = te.action.action
+    a.action_id = N.id(action)
+    a.params.add(param_id=N.param(n.SET_NHOP, "dmac"), value=b"\x02\x00\x00\x00\x00\x01")
+    a.params.add(param_id=N.param(n.SET_NHOP, "port"), value=port.to_bytes(2, "big"))
+    return te
+
+
+def port_kind(N: Names, port: int | bytes = 1, kind: int = 1) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=N.id(n.PORT_KIND))
+    te.match.add(field_id=N.field(n.PORT_KIND, n.KEY_INGRESS_PORT)).exact.value = (
+        port if isinstance(port, bytes) else port.to_bytes(2, "big"))
+    te.action.action.action_id = N.id(n.SET_PORT_KIND)
+    te.action.action.params.add(param_id=N.param(n.SET_PORT_KIND, "kind"), value=bytes([kind]))
+    return te
+
+
+def switch_config_default(N: Names) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=N.id(n.SWITCH_CONFIG), is_default_action=True)
+    a = te.action.action
+    a.action_id = N.id(n.SET_CONFIG)
+    for name, v in (("switch_id", 1), ("role", 1), ("mechanism", 1)):
+        a.params.add(param_id=N.param(n.SET_CONFIG, name), value=bytes([v]))
+    return te
+
+
+def ipv4_lpm_default(N: Names) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=N.id(n.IPV4_LPM), is_default_action=True)
+    te.action.action.action_id = N.id(n.DROP)
+    return te
+
+
+def counter(N: Names, name: str = n.DC_STATS, index: int | None = 0, *, packets: int | None = None,
+            nbytes: int = 0) -> p4r.CounterEntry:
+    ce = p4r.CounterEntry(counter_id=N.id(name))
+    if index is not None:
+        ce.index.index = index
+    if packets is not None:
+        ce.data.packet_count, ce.data.byte_count = packets, nbytes
+    return ce
+
+
+def ent(x: p4r.TableEntry | p4r.CounterEntry | p4r.RegisterEntry) -> p4r.Entity:
+    if isinstance(x, p4r.TableEntry):
+        return p4r.Entity(table_entry=x)
+    if isinstance(x, p4r.CounterEntry):
+        return p4r.Entity(counter_entry=x)
+    return p4r.Entity(register_entry=x)
+
+
+def u(kind: int, x: p4r.TableEntry | p4r.CounterEntry | p4r.RegisterEntry) -> p4r.Update:
+    return p4r.Update(type=kind, entity=ent(x))
+
+
+def edit(x: p4r.TableEntry, f: Callable[[p4r.TableEntry], object]) -> p4r.TableEntry:
+    f(x)
+    return x
+
+
+# -- the request table -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One request, the state it needs, and the answer both targets must give."""
+
+    name: str
+    rpc: str  # "write" or "read"
+    build: Callable[[Names], list[p4r.Update] | list[p4r.Entity]]
+    want: Outcome
+    setup: Callable[[Names], list[p4r.Update]] | None = None  # applied first, must succeed
+    election_id: int | None = 10  # of the Write
+    bmv2: Outcome | None = None  # BMV2_DIFFERS: BMv2's own answer where softswitch keeps the spec's
+
+    def run(self, t: Target) -> Outcome:
+        if self.setup is not None:
+            got = t.write(self.setup(t.names))
+            assert got == ("OK", ()), f"{self.name}: setup failed on {t.name}: {got}"
+        if self.rpc == "write":
+            return t.write(self.build(t.names), election_id=self.election_id)  # type: ignore[arg-type]
+        outcome, _ = t.read(self.build(t.names))  # type: ignore[arg-type]
+        return outcome
+
+    def expected(self, target: str) -> Outcome:
+        return self.bmv2 if target == "bmv2" and self.bmv2 is not None else self.want
+
+
+def W(code: int) -> Outcome:
+    """A one-update Write that fails with ``code``: status UNKNOWN, one p4.v1.Error."""
+    return ("UNKNOWN", (code,))
+
+
+def R(code: str) -> Outcome:
+    """A Read (or a whole Write) that fails with ``code`` and no per-item details."""
+    return (code, ())
+
+
+WRITE_OK: Outcome = ("OK", ())
+W_INV = W(INVALID_ARGUMENT)
+
+
+def _no_action(te: p4r.TableEntry) -> None:
+    te.ClearField("action")
+
+
+def _set(attr: str, value: object) -> Callable[[p4r.TableEntry], None]:
+    return lambda te: setattr(te, attr, value)
+
+
+BEFORE_PIPELINE: list[Case] = [
+    Case("write before a pipeline is set", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("FAILED_PRECONDITION")),
+    Case("read before a pipeline is set", "read", lambda N: [ent(p4r.TableEntry())], R("FAILED_PRECONDITION")),
+]
+
+CASES: list[Case] = [
+    # acceptance, so a target that refuses everything fails too
+    Case("good INSERT", "write", lambda N: [u(UPD.INSERT, lpm(N))], WRITE_OK),
+    Case("leading zero bytes", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N, value=b"\x00\x0a\x02\x00\x00"),
+                                       lambda te: setattr(te.action.action.params[1], "value", b"\x00\x00\x01")))],
+         WRITE_OK),
+    # table entries
+    Case("MODIFY without an action", "write", lambda N: [u(UPD.MODIFY, edit(lpm(N), _no_action))], W_INV,
+         setup=lambda N: [u(UPD.INSERT, lpm(N))]),
+    Case("INSERT without an action", "write", lambda N: [u(UPD.INSERT, edit(lpm(N), _no_action))], W_INV),
+    Case("INSERT with an unknown action id", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.action.action, "action_id", 0x01ABCDEF)))],
+         W_INV),
+    Case("action not in the table's action refs", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.action.action, "action_id",
+                                                                     N.id(n.CACHE_HIT))))], W_INV),
+    Case("missing action param", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: te.action.action.params.pop()))], W_INV),
+    Case("extra action param", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: te.action.action.params.add(param_id=9, value=b"\x01")))],
+         W_INV),
+    Case("param wider than its bitwidth", "write", lambda N: [u(UPD.INSERT, lpm(N, port=512))], W_INV),
+    # BMV2_DIFFERS: BMv2 accepts an empty bytestring; the spec rejects it
+    Case("empty param value", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.action.action.params[1], "value", b"")))],
+         W_INV, bmv2=WRITE_OK),
+    Case("exact match field missing", "write",
+         lambda N: [u(UPD.INSERT, edit(port_kind(N), lambda te: te.ClearField("match")))], W_INV),
+    Case("unknown match field id", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.match[0], "field_id", 7)))], W_INV),
+    Case("exact value wider than the field", "write", lambda N: [u(UPD.INSERT, port_kind(N, 512))], W_INV),
+    Case("exact value with too many bytes", "write",
+         lambda N: [u(UPD.INSERT, port_kind(N, b"\x01\x00\x01"))], W_INV),
+    # BMV2_DIFFERS: BMv2 accepts an empty bytestring; the spec rejects it
+    Case("empty exact value", "write", lambda N: [u(UPD.INSERT, port_kind(N, b""))], W_INV, bmv2=WRITE_OK),
+    Case("wrong match kind", "write",
+         lambda N: [u(UPD.INSERT, edit(port_kind(N), lambda te: (
+             te.match[0].ClearField("exact"), setattr(te.match[0].lpm, "value", b"\x01"),
+             setattr(te.match[0].lpm, "prefix_len", 9))))], W_INV),
+    Case("LPM host bits beyond the prefix", "write", lambda N: [u(UPD.INSERT, lpm(N, "10.2.0.1", 16))], W_INV),
+    Case("LPM prefix longer than the field", "write", lambda N: [u(UPD.INSERT, lpm(N, "10.2.0.0", 33))], W_INV),
+    Case("LPM prefix 0 not omitted", "write", lambda N: [u(UPD.INSERT, lpm(N, "0.0.0.0", 0))], W_INV),
+    Case("priority on an exact table", "write",
+         lambda N: [u(UPD.INSERT, edit(port_kind(N), _set("priority", 5)))], W_INV),
+    Case("priority on an LPM table", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), _set("priority", 5)))], W_INV),
+    Case("INSERT of an existing entry", "write", lambda N: [u(UPD.INSERT, lpm(N))], W(ALREADY_EXISTS),
+         setup=lambda N: [u(UPD.INSERT, lpm(N))]),
+    Case("DELETE of a missing entry", "write", lambda N: [u(UPD.DELETE, lpm(N))], W(NOT_FOUND)),
+    Case("MODIFY of a missing entry", "write", lambda N: [u(UPD.MODIFY, lpm(N))], W(NOT_FOUND)),
+    Case("unknown table id", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), _set("table_id", 0x02ABCDEF)))], W_INV),
+    Case("table id 0", "write", lambda N: [u(UPD.INSERT, edit(lpm(N), _set("table_id", 0)))], W_INV),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when adding match entry to target"; malformed is INVALID_ARGUMENT
+    Case("keyless table INSERT", "write",
+         lambda N: [u(UPD.INSERT, edit(switch_config_default(N), _set("is_default_action", False)))],
+         W_INV, bmv2=W(UNKNOWN)),
+    # BMV2_DIFFERS: BMv2 ignores is_const; the spec says INVALID_ARGUMENT
+    Case("is_const in a write", "write",
+         lambda N: [u(UPD.INSERT, edit(lpm(N), _set("is_const", True)))], W_INV, bmv2=WRITE_OK),
+    Case("no update type", "write", lambda N: [u(UPD.UNSPECIFIED, lpm(N))], W_INV),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Incorrect entity type"; malformed is INVALID_ARGUMENT
+    Case("update without an entity", "write", lambda N: [p4r.Update(type=UPD.INSERT)], W_INV, bmv2=W(UNKNOWN)),
+    # default entries
+    Case("MODIFY default entry", "write", lambda N: [u(UPD.MODIFY, switch_config_default(N))], WRITE_OK),
+    Case("reset default entry (MODIFY, no action)", "write",
+         lambda N: [u(UPD.MODIFY, edit(ipv4_lpm_default(N), _no_action))], WRITE_OK),
+    Case("default action not in the table's action refs", "write",
+         lambda N: [u(UPD.MODIFY, edit(ipv4_lpm_default(N), lambda te: setattr(te.action.action, "action_id",
+                                                                                 N.id(n.CACHE_HIT))))],
+         W_INV),
+    Case("default entry with a match", "write",
+         lambda N: [u(UPD.MODIFY, edit(ipv4_lpm_default(N), lambda te: te.match.extend(lpm(N).match)))],
+         W_INV),
+    Case("INSERT default entry", "write", lambda N: [u(UPD.INSERT, switch_config_default(N))], W_INV),
+    Case("DELETE default entry", "write", lambda N: [u(UPD.DELETE, switch_config_default(N))], W_INV),
+    # a batch: per-update codes, good updates applied
+    Case("batch of good and bad", "write",
+         lambda N: [u(UPD.INSERT, lpm(N)), u(UPD.INSERT, lpm(N)), u(UPD.INSERT, lpm(N, port=512)),
+                    u(UPD.DELETE, lpm(N, "10.3.0.0"))],
+         ("UNKNOWN", (OK, ALREADY_EXISTS, INVALID_ARGUMENT, NOT_FOUND))),
+    # counters and registers
+    Case("counter read, unknown counter id", "read", lambda N: [ent(p4r.CounterEntry(counter_id=0x12ABCDEF))],
+         R("INVALID_ARGUMENT")),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when reading counter from target"; the spec says OUT_OF_RANGE
+    Case("counter read, index out of range", "read", lambda N: [ent(counter(N, n.DC_STATS, n.N_STATS))],
+         R("OUT_OF_RANGE"), bmv2=R("UNKNOWN")),
+    Case("counter read, negative index", "read", lambda N: [ent(counter(N, n.DC_STATS, -1))],
+         R("INVALID_ARGUMENT")),
+    # BMV2_DIFFERS: as above
+    Case("counter read, one good one bad", "read",
+         lambda N: [ent(counter(N, n.DC_STATS, 0)), ent(counter(N, n.DC_STATS, n.N_STATS))],
+         R("OUT_OF_RANGE"), bmv2=R("UNKNOWN")),
+    Case("counter INSERT", "write", lambda N: [u(UPD.INSERT, counter(N))], W_INV),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when writing to counter"; the spec says OUT_OF_RANGE
+    Case("counter MODIFY, index out of range", "write",
+         lambda N: [u(UPD.MODIFY, counter(N, n.DC_STATS, n.N_STATS, packets=1))], W(OUT_OF_RANGE), bmv2=W(UNKNOWN)),
+    # BMV2_DIFFERS: BMv2 has not implemented it; the spec defines it (set every cell)
+    Case("counter MODIFY of every cell (no index)", "write",
+         lambda N: [u(UPD.MODIFY, counter(N, n.DC_STATS, None, packets=1))], WRITE_OK, bmv2=W(UNIMPLEMENTED)),
+    Case("register read", "read",
+         lambda N: [ent(p4r.RegisterEntry(register_id=N.id(n.LOAD_COUNT), index=p4r.Index(index=0)))],
+         R("UNIMPLEMENTED")),
+    Case("register write", "write",
+         lambda N: [u(UPD.MODIFY, p4r.RegisterEntry(register_id=N.id(n.LOAD_COUNT), index=p4r.Index(index=0),
+                                                    data=p4d.P4Data(bitstring=b"\x05")))], W(UNIMPLEMENTED)),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN; malformed is INVALID_ARGUMENT
+    Case("read of an empty entity", "read", lambda N: [p4r.Entity()], R("INVALID_ARGUMENT"), bmv2=R("UNKNOWN")),
+    Case("table read, unknown table id", "read", lambda N: [ent(p4r.TableEntry(table_id=0x02ABCDEF))],
+         R("INVALID_ARGUMENT")),
+    # arbitration
+    Case("Write without being primary", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("PERMISSION_DENIED"),
+         election_id=NOT_PRIMARY_ELECTION_ID),
+    Case("Write without an election id", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("PERMISSION_DENIED"),
+         election_id=None),
+]
+
+
+# -- fixtures ----------------------------------------------------------------------------------------------
+TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.skipif(
+    not BMV2_AVAILABLE, reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH"))]
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    if request.param == "softswitch":
+        with softswitch_target() as t:
+            yield t
+    else:
+        with bmv2_target(Path(tmp_path_factory.mktemp("bmv2"))) as t:
+            yield t
+
+
+@pytest.fixture
+def clean(target: Target) -> Iterator[Target]:
+    target.clear_tables()
+    yield target
+    target.clear_tables()
+
+
+@pytest.mark.parametrize("case", BEFORE_PIPELINE, ids=lambda c: c.name)
+def test_before_pipeline(target: Target, case: Case) -> None:
+    assert target.before_pipeline[case.name] == case.expected(target.name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_malformed_request(clean: Target, case: Case) -> None:
+    assert case.run(clean) == case.expected(clean.name)
+
+
+def test_every_case_has_a_unique_name() -> None:
+    names = [c.name for c in BEFORE_PIPELINE + CASES]
+    assert len(names) == len(set(names))
+
+
+# -- counters report only their unit -------------------------------------------------------------------------
+PACKET_COUNTERS = (n.DC_STATS, n.DC_DROPS, n.CACHE_HITS)
+
+
+@pytest.mark.parametrize("name", PACKET_COUNTERS)
+def test_packet_counters_read_back_without_bytes(target: Target, name: str) -> None:
+    """Set a cell with both counts (MODIFY), read it back alone and in a wildcard read: packets only."""
+    N = target.names
+    ce = counter(N, name, 3, packets=5, nbytes=700)
+    assert target.write([u(UPD.MODIFY, ce)]) == WRITE_OK
+    try:
+        (outcome, one) = target.read([ent(counter(N, name, 3))])
+        assert outcome == R("OK")
+        (outcome, every) = target.read([ent(counter(N, name, None))])
+        assert outcome == R("OK")
+        cell3 = [e for e in every if e.counter_entry.index.index == 3]
+        for e in (*one, *cell3):
+            assert e.counter_entry.HasField("data")
+            assert (e.counter_entry.data.packet_count, e.counter_entry.data.byte_count) == (5, 0), e
+        assert len(one) == len(cell3) == 1
+    finally:
+        ce.data.packet_count, ce.data.byte_count = 0, 0
+        assert target.write([u(UPD.MODIFY, ce)]) == WRITE_OK

@@ -1,0 +1,178 @@
+"""Coherence: INVALIDATE and UPDATE paths, acknowledgements, and the orders that must not
+bring an old value back (stale seq, an earlier tenure of the slot, duplicated pairs).
+
+The storage-rack leaf sl0 is under test: port 1 faces the key's server; the
+coherence path goes on up to the key's spine (port 2).  Writes are numbered by
+seq as the shim numbers them.
+"""
+
+from __future__ import annotations
+
+from scapy.layers.inet import IP
+
+from distcache.p4names import Stat
+from distcache.wire import DC_PORT, Message, Op
+from tests.ptf.dctest import KEY, KEY1, SERVER, SL0, SP0, DcTest, dc_frame, routed
+
+
+class _Coherence(DcTest):
+    def value_read(self) -> bytes | None:
+        """What a read targeted here returns from the cache (None: a miss, sent on to the server)."""
+        _, m = self.read(2, SL0.switch_id, seq=self.next_seq())
+        return m.value if m.cached else None
+
+    def next_seq(self) -> int:
+        self._read_seq = getattr(self, "_read_seq", 1000) + 1
+        return self._read_seq
+
+    def coh(self, op: Op, seq: int, value: bytes = b"") -> Message:
+        """Send one coherence message from the server; return what the leaf sends on."""
+        _, m = self.exchange(1, self.coherence(op, seq, value))
+        return m
+
+
+class InvalidateGoesOnUpUnchanged(_Coherence):
+    """Not the target: the INVALIDATE is forwarded towards the key's spine, exactly, but for routing."""
+
+    def runTest(self) -> None:
+        self.cache(KEY, 0, 1)
+        pkt = self.coherence(Op.INVALIDATE, 5)
+        pkt[IP].payload.chksum = 0  # the switch zeroes the UDP checksum of every DistCache message
+        self.send(1, pkt)
+        self.expect(routed(pkt, SP0.mac), 2)
+        self.expect_none()
+        self.assertEqual(self.stat(Stat.INVALIDATE), 1)
+
+
+class InvalidateStopsHits(_Coherence):
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"v1", 10)
+        self.assertEqual(self.value_read(), b"v1")
+        self.coh(Op.INVALIDATE, 11)
+        self.assertIsNone(self.value_read())
+
+
+class UpdateAfterItsInvalidateFillsTheValue(_Coherence):
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"v1", 10)
+        self.coh(Op.INVALIDATE, 11)
+        self.coh(Op.UPDATE, 11, b"v2")
+        self.assertEqual(self.value_read(), b"v2")
+        self.assertEqual(self.stat(Stat.UPDATE), 2)
+
+
+class TargetAcknowledgesInvalidate(DcTest):
+    """The switch the message is addressed to turns it back to the server as INVALIDATE_ACK (exact frame)."""
+
+    role = SP0
+
+    def runTest(self) -> None:
+        self.send(1, self.coherence(Op.INVALIDATE, 55, target=SP0.switch_id))
+        ack = Message(op=Op.INVALIDATE_ACK, key=KEY, seq=55, target=SP0.switch_id)
+        spine_addr = "10.255.0.1"
+        self.expect(dc_frame(spine_addr, SERVER.ip, ack, sport=DC_PORT, dport=DC_PORT, smac="02:00:00:00:00:02",
+                             dmac=SL0.mac, ttl=63, udp_checksum=0), 1)
+        self.expect_none()
+        self.assertEqual(self.stat(Stat.REFLECTED), 1)
+        self.assertEqual(self.stat(Stat.INVALIDATE), 0)  # not cached here: nothing to invalidate
+
+
+class TargetAcknowledgesUpdate(DcTest):
+    role = SP0
+
+    def runTest(self) -> None:
+        self.cache(KEY, 4, 2)
+        for op, value in ((Op.INVALIDATE, b""), (Op.UPDATE, b"spine copy")):
+            port, m = self.exchange(1, self.coherence(op, 9, value, target=SP0.switch_id))
+            self.assertEqual((port, m.op, m.seq, m.key), (1, op.reply(), 9, KEY))
+        self.assertEqual((self.stat(Stat.INVALIDATE), self.stat(Stat.UPDATE)), (1, 1))
+        _, m = self.read(3, SP0.switch_id)
+        self.assertEqual((m.cached, m.value), (True, b"spine copy"))
+
+
+class UpdateWithoutInvalidateIsRefused(_Coherence):
+    def runTest(self) -> None:
+        self.cache(KEY, 0, 1)
+        self.coh(Op.UPDATE, 77, b"stale")
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
+        self.assertIsNone(self.value_read())
+
+
+class LateUpdateOfOlderWriteIsRefused(_Coherence):
+    """Write 11's INVALIDATE is in; a late UPDATE of write 10 must not validate write 10's value."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"old", 10)
+        self.coh(Op.INVALIDATE, 11)
+        self.coh(Op.UPDATE, 10, b"old")
+        self.assertIsNone(self.value_read())
+        self.coh(Op.UPDATE, 11, b"new")
+        self.assertEqual(self.value_read(), b"new")
+
+
+class LateUpdateFromEarlierTenureIsRefused(_Coherence):
+    """The key was evicted and re-installed in the same slot with a new version; a late UPDATE
+    from the earlier tenure (same seq as that tenure's INVALIDATE) must not make it valid."""
+
+    def runTest(self) -> None:
+        self.cache(KEY, 0, 1)
+        self.coh(Op.INVALIDATE, 20)  # tenure 1, write 20: phase 1 done, phase 2 delayed
+        self.uncache(KEY)
+        self.cache(KEY, 0, 2)  # tenure 2: same key, same slot, new version
+        self.coh(Op.UPDATE, 20, b"from tenure 1")
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
+        self.assertIsNone(self.value_read())
+        self.coh(Op.INVALIDATE, 21)  # tenure 2's own fill still works
+        self.coh(Op.UPDATE, 21, b"tenure 2")
+        self.assertEqual(self.value_read(), b"tenure 2")
+
+
+class DuplicatedPairAfterLaterWriteCannotRevalidate(_Coherence):
+    """Write 10 then write 11 complete; a duplicate of write 10's INVALIDATE+UPDATE arrives late.
+    The old value must never be served again."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"old", 10)
+        self.coh(Op.INVALIDATE, 11)
+        self.coh(Op.UPDATE, 11, b"new")
+        self.assertEqual(self.value_read(), b"new")
+        self.coh(Op.INVALIDATE, 10)  # duplicate, late
+        self.coh(Op.UPDATE, 10, b"old")
+        self.assertEqual(self.stat(Stat.INVALIDATE_STALE), 1)
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
+        self.assertNotEqual(self.value_read(), b"old")
+
+
+class SeqComparisonWrapsAround(_Coherence):
+    """Serial-number arithmetic: seq 5 follows seq 0xFFFFFFF0."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"before wrap", 0xFFFFFFF0)
+        self.coh(Op.INVALIDATE, 5)
+        self.coh(Op.UPDATE, 5, b"after wrap")
+        self.assertEqual(self.value_read(), b"after wrap")
+        self.assertEqual(self.stat(Stat.INVALIDATE_STALE), 0)
+
+
+class LargeValueIsNeverCached(_Coherence):
+    """An UPDATE carrying more than 128 bytes passes but leaves the entry invalid."""
+
+    def runTest(self) -> None:
+        self.cache(KEY, 0, 1)
+        self.coh(Op.INVALIDATE, 8)
+        m = self.coh(Op.UPDATE, 8, b"z" * 200)
+        self.assertEqual((m.op, len(m.value)), (Op.UPDATE, 200))
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
+        self.assertIsNone(self.value_read())
+
+
+class CoherenceForUncachedKeyChangesNothing(_Coherence):
+    """Messages for a key not cached here pass on and leave the cached keys' state alone."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"kept", 3)
+        for op, value in ((Op.INVALIDATE, b""), (Op.UPDATE, b"other")):
+            _, m = self.exchange(1, self.coherence(op, 4, value, key=KEY1))
+            self.assertEqual((m.op, m.key), (op, KEY1))
+        self.assertEqual((self.stat(Stat.INVALIDATE), self.stat(Stat.UPDATE), self.stat(Stat.UPDATE_STALE)), (1, 1, 0))
+        self.assertEqual(self.value_read(), b"kept")

@@ -100,6 +100,7 @@ class DcTest(P4RuntimeTest):
         cluster = Cluster(spines=C.spines, storage_racks=C.storage_racks, client_racks=C.client_racks,
                           mechanism=mechanism)
         p = plan(cluster, sw, BUCKETS)
+        self.config = p.config
         self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
         for e in p.entries:
             self.insert(e.table, e.match_dict, e.action, e.params_dict)
@@ -159,6 +160,33 @@ class DcTest(P4RuntimeTest):
              dst: str = SERVER.ip) -> tuple[int, Message]:
         """A GET for ``key`` marked for ``target``; the message that comes out, and its port."""
         return self.exchange(port, dc_frame(src, dst, Message(op=Op.GET, key=key, seq=seq, target=target)))
+
+    def find_window_start(self, read_port: int, reply_port: int, shift: int = WINDOW_SHIFT) -> float:
+        """Set load windows of 2^shift us and return when one starts, in time.monotonic() seconds.
+
+        The switch's windows are cut from its own clock; to know where they start, the switch
+        plays a spine for a moment: a read targeted at it counts one, a reply it passes carries
+        the count, and the count starting again from 1 marks a new window (found to within
+        the couple of milliseconds between two probes).  Its configuration is restored after.
+        """
+        self.set_window(shift)
+        me = self.config["switch_id"]
+        self.configure(me, int(Role.SPINE), int(self.mechanism))
+        try:
+            last, deadline = 0, time.monotonic() + 4 * (1 << shift) / 1e6
+            while time.monotonic() < deadline:
+                t = time.monotonic()
+                self.read(read_port, me, dst=SERVER.ip)
+                reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+                _, m = self.exchange(reply_port, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT,
+                                                          dport=CLIENT_PORT))
+                if m.spine_load <= last and last:
+                    return t
+                last = m.spine_load
+            self.fail("the load count never started again: no window boundary seen")
+        finally:
+            self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, self.config)
+        raise AssertionError("unreachable")
 
     def wait_until(self, t: float) -> None:
         delay = t - time.monotonic()

@@ -1,0 +1,180 @@
+"""Cache choice at the client-rack leaf cl0: power of two choices, the h0 partition, load
+freshness, and each mechanism's routing.
+
+cl0's port 1 faces its client; ports 2 and 3 the spines sp0 and sp1.  A read marked for a
+spine goes up that spine's port (cache_route); a read marked for a storage leaf, or for no
+cache, follows the normal route (everything to sp0, port 2, until ECMP).
+"""
+
+from __future__ import annotations
+
+from distcache.cluster import Mechanism
+from distcache.hashing import h0, wire_key
+from distcache.p4names import Stat
+from distcache.wire import DC_PORT, Message, Op
+from tests.ptf.dctest import (
+    BUCKETS,
+    CL0,
+    CLIENT,
+    CLIENT_PORT,
+    KEY,
+    KEY1,
+    SERVER,
+    SERVER1,
+    SL0,
+    SL1,
+    SP0,
+    SP1,
+    WINDOW_SHIFT,
+    DcTest,
+    dc_frame,
+    routed,
+)
+
+FABRIC_MAC = "02:00:00:00:00:02"
+SPINE_PORT = {SP0.switch_id: 2, SP1.switch_id: 3}
+SPINE_MAC = {SP0.switch_id: SP0.mac, SP1.switch_id: SP1.mac}
+
+
+class _Routing(DcTest):
+    role = CL0
+
+    def loads(self, spine_load: int, leaf_load: int, spine: int = SP0.switch_id, leaf: int = SL0.switch_id) -> None:
+        """A server reply coming down from a spine carries these loads; the leaf records them."""
+        msg = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=spine, spine_load=spine_load, leaf_id=leaf,
+                      leaf_load=leaf_load)
+        self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT))
+
+    def choose(self, seq: int, key: bytes = KEY, dst: str = SERVER.ip) -> tuple[int, int]:
+        """(out port, target) of a client's read."""
+        port, m = self.exchange(1, dc_frame(CLIENT.ip, dst, Message(op=Op.GET, key=key, seq=seq)))
+        return port, m.target
+
+
+class PicksTheLessLoadedLeaf(_Routing):
+    """Spine busier: the read is marked for the storage leaf and follows the normal route (exact frame)."""
+
+    def runTest(self) -> None:
+        self.loads(spine_load=10, leaf_load=2)
+        get = Message(op=Op.GET, key=KEY, seq=2)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, get))
+        marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac, smac=FABRIC_MAC), 2)
+        self.expect_none()
+        self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (1, 0))
+
+
+class PicksTheLessLoadedSpine(_Routing):
+    """Leaf busier: the read goes up to the key's spine through cache_route (exact frame)."""
+
+    def runTest(self) -> None:
+        self.loads(spine_load=1, leaf_load=50)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3)))
+        marked = Message(op=Op.GET, key=KEY, seq=3, target=SP0.switch_id)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac, smac=FABRIC_MAC), 2)
+        self.expect_none()
+        self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (0, 1))
+
+
+class SecondSpineGoesUpItsOwnPort(_Routing):
+    def runTest(self) -> None:
+        self.loads(spine_load=0, leaf_load=9, spine=SP1.switch_id)
+        self.assertEqual(self.choose(5, key=KEY1), (3, SP1.switch_id))
+
+
+class TiesGoBySeqParity(_Routing):
+    """Equal loads (here none recorded): even seq -> spine, odd seq -> storage leaf."""
+
+    def runTest(self) -> None:
+        self.assertEqual(self.choose(4), (2, SP0.switch_id))
+        self.assertEqual(self.choose(5), (2, SL0.switch_id))
+        self.loads(spine_load=7, leaf_load=7)
+        self.assertEqual(self.choose(6)[1], SP0.switch_id)
+        self.assertEqual(self.choose(7)[1], SL0.switch_id)
+
+
+class LeafCandidateIsTheKeysStorageRack(_Routing):
+    """The leaf candidate comes from the destination's rack (storage_rack), not from the key."""
+
+    def runTest(self) -> None:
+        self.assertEqual(self.choose(1, dst=SERVER1.ip)[1], SL1.switch_id)
+        self.loads(spine_load=3, leaf_load=0, leaf=SL1.switch_id)
+        self.assertEqual(self.choose(2, dst=SERVER1.ip)[1], SL1.switch_id)
+
+
+class SpineIsTheKeysCrc32Bucket(_Routing):
+    """The spine candidate is spine_partition[crc32(key) % 1024], as distcache.hashing.h0 computes it."""
+
+    def runTest(self) -> None:
+        seen = set()
+        for i in range(24):
+            key = wire_key(f"bucket-{i}")
+            want = BUCKETS[h0(key)]
+            seen.add(want)
+            self.assertEqual(self.choose(2 * i, key=key), (SPINE_PORT[want], want), f"key {key!r}")
+        self.assertEqual(seen, {SP0.switch_id, SP1.switch_id})
+
+
+class LoadsAgeOutAfterTheNextWindow(_Routing):
+    """A load recorded in window e still steers reads in window e+1, and is ignored from e+2 on."""
+
+    def runTest(self) -> None:
+        w = (1 << WINDOW_SHIFT) / 1e6
+        start = self.find_window_start(read_port=2, reply_port=2) + 2 * w
+        self.wait_until(start + 0.5 * w)
+        self.loads(spine_load=100, leaf_load=0)  # recorded in window e
+        self.assertEqual(self.choose(2)[1], SL0.switch_id)
+        self.wait_until(start + 1.5 * w)  # window e+1: still fresh
+        self.assertEqual(self.choose(4)[1], SL0.switch_id)
+        self.wait_until(start + 2.5 * w)  # window e+2: aged out, a tie again
+        self.assertEqual(self.choose(6)[1], SP0.switch_id)
+
+
+class ForgedClientReplyDoesNotSteer(_Routing):
+    """A GET_REPLY from the client port with a huge spine load is dropped and records nothing."""
+
+    def runTest(self) -> None:
+        forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT))
+        self.expect_none()
+        self.assertEqual(self.choose(2)[1], SP0.switch_id)  # even seq, no loads: the spine
+
+
+class NoCacheMarksNoTarget(_Routing):
+    mechanism = Mechanism.NOCACHE
+
+    def runTest(self) -> None:
+        self.loads(spine_load=9, leaf_load=0)
+        self.assertEqual(self.choose(2), (2, 0))
+        self.assertEqual(self.choose(3), (2, 0))
+        self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (0, 0))
+
+
+class PartitionAlwaysPicksTheSpine(_Routing):
+    """CachePartition: the key's spine is the only cache, however loaded."""
+
+    mechanism = Mechanism.PARTITION
+
+    def runTest(self) -> None:
+        self.loads(spine_load=1000, leaf_load=0)
+        for seq in (2, 3):
+            self.assertEqual(self.choose(seq), (2, SP0.switch_id))
+        self.assertEqual(self.choose(4, key=KEY1), (3, SP1.switch_id))
+
+
+class ReplicationMarksNoTargetYet(_Routing):
+    """CacheReplication has no data-plane choice yet (issue 10): reads go to the servers."""
+
+    mechanism = Mechanism.REPLICATION
+
+    def runTest(self) -> None:
+        self.assertEqual(self.choose(2), (2, 0))
+
+
+class ReadsFromTheFabricAreNotReMarked(_Routing):
+    """Only reads from clients are marked; a read coming down from a spine keeps its target."""
+
+    def runTest(self) -> None:
+        get = Message(op=Op.GET, key=KEY, seq=2, target=SP1.switch_id)
+        port, m = self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, get))
+        self.assertEqual((port, m.target), (1, SP1.switch_id))

@@ -4,6 +4,7 @@
 #   make run     bring up the demo topology, write/cache/read keys, print a table, tear down
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
 #   make ptf     the PTF data-plane tests on one switch in a private netns (TARGET=softswitch|bmv2)
+#   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
 #   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
 #   make bench   softswitch pipeline throughput per path (pkt/s)
 #   make clean   remove build outputs, run folders and any leftover Mininet state
@@ -16,7 +17,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run test test-fast test-mininet ptf bench figures lint clean
+.PHONY: deps build run test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP)
 
@@ -57,6 +58,9 @@ test-mininet: deps
 
 ptf: deps
 	$(PY) -m tests.ptf.run --target $(TARGET)
+
+mutants: deps
+	$(PY) -m tests.ptf.mutants
 
 figures: deps
 	$(PY) -m simulator figures --out docs/figures

@@ -38,6 +38,7 @@ SERVER, SERVER1, CLIENT = C.server(0, 0), C.server(1, 0), C.client(0, 0)
 BUCKETS = spine_buckets([SP0.switch_id, SP1.switch_id])
 CLIENT_PORT = 40000
 WINDOW_SHIFT = 17  # 2^17 us = 131 ms load windows for the aging tests
+STEADY_SHIFT = 32  # 2^32 us = 72 min: other tests never see a window end (counts they check stay put)
 
 
 def key_for_spine(spine: Switch, stem: str = "k") -> bytes:
@@ -94,6 +95,7 @@ class DcTest(P4RuntimeTest):
     def setUp(self) -> None:
         super().setUp()
         self.install(self.role, self.mechanism)
+        self.set_window(STEADY_SHIFT)
 
     # -- control plane ------------------------------------------------------------------------
     def install(self, sw: Switch, mechanism: Mechanism) -> None:

@@ -121,8 +121,8 @@ def load_port_map(target: str) -> list[dict]:
 class TestBed:
     """The namespace, the switch and the pipeline files of one run; ``close`` undoes all of it."""
 
-    def __init__(self, target: str, ports: list[dict], workdir: Path) -> None:
-        self.target, self.ports, self.workdir = target, ports, workdir
+    def __init__(self, target: str, ports: list[dict], workdir: Path, p4src: Path = P4_SOURCE) -> None:
+        self.target, self.ports, self.workdir, self.p4src = target, ports, workdir, p4src
         self.ns = f"dcptf-{os.getpid()}"
         self.ns_created = False
         self.switch: subprocess.Popen | None = None
@@ -215,7 +215,7 @@ class TestBed:
         if self.target == "bmv2":
             json_out, p4info = self.workdir / "distcache.json", self.workdir / "distcache.p4info.txt"
             cmd = [BMV2_COMPILER, "--std", "p4-16", "--arch", "v1model", "-o", str(json_out),
-                   "--p4runtime-files", str(p4info), str(P4_SOURCE)]
+                   "--p4runtime-files", str(p4info), str(self.p4src)]
             r = sh(*cmd, check=False)
             if r.returncode != 0:
                 raise SetupError(f"{BMV2_COMPILER} failed ({r.returncode}):\n{r.stderr or r.stdout}")
@@ -334,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=TARGETS, default="softswitch")
     ap.add_argument("--pattern", help="run only tests whose module.Class name contains this (or matches this glob)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy the switch, ptf and pipeline files here")
+    ap.add_argument("--p4src", type=Path, default=P4_SOURCE, metavar="FILE",
+                    help=f"P4 program compiled for TARGET=bmv2 (default {P4_SOURCE.relative_to(REPO)})")
     args = ap.parse_args(argv)
 
     # Ctrl-C and SIGTERM: tear down, then exit (SIGINT explicitly: a background job inherits it ignored)
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     bed: TestBed | None = None
     try:
         check_target(args.target)
-        bed = TestBed(args.target, load_port_map(args.target), workdir)
+        bed = TestBed(args.target, load_port_map(args.target), workdir, p4src=args.p4src)
         specs: list[str] = []
         if args.pattern:
             specs = select(bed.list_tests(), args.pattern)

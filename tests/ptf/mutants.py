@@ -1,0 +1,98 @@
+"""Does the suite catch a broken data plane?  ``python -m tests.ptf.mutants`` (``make mutants``).
+
+Each mutant is one deliberate change to p4src/ — the eight found by hand before the
+suite existed, and one per defect it fixed.  For each, the source is changed in place
+(and always restored), then the constants test and the PTF suite on BMv2 run against
+it; a mutant that makes no test fail is reported as SURVIVED and the run fails.
+Needs root, p4c-bm2-ss and simple_switch_grpc; takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+P4 = REPO / "p4src" / "include"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # relative to p4src/include
+    old: str
+    new: str
+    count: int = 1  # occurrences of ``old`` that must be replaced
+
+
+MUTANTS = (
+    Mutant("ROLE_SPINE renumbered", "define.p4", "ROLE_SPINE = 1;", "ROLE_SPINE = 4;"),
+    Mutant("PORT_CLIENT and PORT_STORAGE swapped", "define.p4",
+           "PORT_CLIENT = 1;\nconst bit<8> PORT_STORAGE = 2;", "PORT_CLIENT = 2;\nconst bit<8> PORT_STORAGE = 1;"),
+    Mutant("load freshness <= 1 made == 0", "control/routing.p4", "meta.epoch - e <= 1", "meta.epoch - e == 0", 2),
+    Mutant("untrusted-coherence drop removed", "control/validation.p4",
+           "(op == OP_INVALIDATE || op == OP_UPDATE) && meta.port_kind != PORT_STORAGE", "false"),
+    Mutant("FLAG_CACHED changed", "define.p4", "FLAG_CACHED = 0x01;", "FLAG_CACHED = 0x02;"),
+    Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 1;", "DC_VERSION = 2;"),
+    Mutant("crc32 made crc16", "control/routing.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
+    Mutant("IP options accepted by the parser (not extracted)", "parser.p4",
+           "default: parse_ipv4_options;", "default: parse_ipv4_payload;"),
+    Mutant("UPDATE ignores the entry's tenure", "control/coherence.p4",
+           "} else if (same_tenure && last_seq == hdr.dc.seq", "} else if (last_seq == hdr.dc.seq"),
+    Mutant("INVALIDATE record overwritten by older seqs", "control/coherence.p4",
+           "if (!same_tenure || ahead[31:31] == 0) {", "if (true) {"),
+    Mutant("replies from client ports accepted", "control/validation.p4",
+           "op == OP_UPDATE_ACK || reply)", "op == OP_UPDATE_ACK)"),
+    Mutant("client requests keep their telemetry fields", "control/telemetry.p4",
+           "if (meta.port_kind == PORT_CLIENT) {", "if (false) {"),
+    Mutant("hit replies keep the other layer's fields", "control/telemetry.p4",
+           "if (meta.served == 1) {\n                        hdr.dc.leaf_id = 0;",
+           "if (false) {\n                        hdr.dc.leaf_id = 0;"),
+    Mutant("checksum skips IPv4 options", "parser.p4", ",\n              hdr.ipv4_options.options }", " }"),
+)
+
+
+def failures(output: str) -> list[str]:
+    return sorted(set(re.findall(r"^(\S+) \.\.\. (?:FAIL|ERROR)", output, flags=re.M))
+                  | {m for m in re.findall(r"^FAILED (\S+::\S+)", output, flags=re.M)})
+
+
+def run(mutant: Mutant, python: str) -> list[str]:
+    path = P4 / mutant.file
+    original = path.read_text()
+    if original.count(mutant.old) != mutant.count:
+        raise SystemExit(f"mutant {mutant.name!r}: expected {mutant.count} of {mutant.old!r} in {path}")
+    try:
+        path.write_text(original.replace(mutant.old, mutant.new))
+        out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_p4_constants.py",
+                              "tests/test_p4info_parity.py"], cwd=REPO, capture_output=True, text=True).stdout
+        ptf = subprocess.run([python, "-m", "tests.ptf.run", "--target", "bmv2"], cwd=REPO, capture_output=True,
+                             text=True)
+        return failures(out + "\n" + ptf.stdout + ptf.stderr) or (
+            ["(compile failed)"] if "p4c-bm2-ss failed" in ptf.stderr else [])
+    finally:
+        path.write_text(original)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.ptf.mutants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", help="run only mutants whose name contains this")
+    args = ap.parse_args(argv)
+    survived = 0
+    for m in MUTANTS:
+        if args.only and args.only not in m.name:
+            continue
+        caught = run(m, sys.executable)
+        survived += not caught
+        shown = ", ".join(caught[:6]) + (f" (+{len(caught) - 6} more)" if len(caught) > 6 else "")
+        print(f"{'caught  ' if caught else 'SURVIVED'} {m.name}: {shown or 'no test failed'}", flush=True)
+    print(f"mutants={len(MUTANTS) if not args.only else 'some'} survived={survived}")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -435,6 +435,15 @@ class SwitchState:
         self.counters: dict[str, CounterArray] = {
             c.name: CounterArray(c.name, c.size, c.unit) for c in program.counters}
         self.lock = threading.RLock()
+        self.pending_digests: list[tuple[str, tuple[int, ...]]] = []
+
+    def emit_digest(self, name: str, values: tuple[int, ...]) -> None:
+        """v1model ``digest(receiver, data)``: queue one digest message (struct field values in order).
+
+        The runtime drains :attr:`pending_digests` after each packet and hands the messages to
+        the P4Runtime server, which batches them into DigestLists for the primary controller.
+        """
+        self.pending_digests.append((name, values))
 
     def reset(self) -> None:
         """Forget everything (a new pipeline config was committed).

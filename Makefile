@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	@$(PY) -c "import mininet.net, finsy, redis, scapy, numpy, scipy, matplotlib" && touch $(STAMP) && echo "deps ready"
+	@$(PY) -c "import mininet.net, finsy, redis, scapy, numpy, scipy, matplotlib, ptf" && touch $(STAMP) && echo "deps ready"
 
 build: deps
 	@mkdir -p build

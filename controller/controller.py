@@ -57,6 +57,8 @@ class Controller:
             conn.set_pipeline(self.p4info, self.device_config)
             p = plan(self.cluster, sw, self.buckets)
             conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+            for e in p.defaults:
+                conn.set_default(e.table, e.action, e.params_dict)
             for e in p.entries:
                 conn.insert(e.table, e.match_dict, e.action, e.params_dict)
             log.info("%s: pipeline pushed, %d entries", sw.name, len(p.entries))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from controller.p4rt import Match
 from distcache import p4names as n
-from distcache.cluster import Cluster, PortKind, Role, Switch
+from distcache.cluster import Cluster, Mechanism, PortKind, Role, Switch
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,12 @@ class Entry:
 
 @dataclass
 class SwitchPlan:
+    """What one switch needs: its switch_config, other tables' default actions, and entries."""
+
     switch: Switch
     config: dict[str, int]
     entries: list[Entry] = field(default_factory=list)
+    defaults: list[Entry] = field(default_factory=list)  # match is empty: the table's default action
 
 
 def _mac(mac: str) -> int:
@@ -87,7 +90,12 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
                 p.entries.append(Entry(n.STORAGE_RACK, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
                                        n.SET_LEAF_CANDIDATE, (("leaf_id", leaf.switch_id),)))
             p.entries.extend(partition_entries(buckets))
+        if sw.role == Role.STORAGE_LEAF and cluster.mechanism == Mechanism.DISTCACHE:
+            r = int(sw.switch_id) - 64
+            p.entries.append(Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
+                                   n.DESIGNATE))
     elif sw.role == Role.SPINE:
+        p.entries.extend(detector_buckets(cluster, sw, buckets))
         for port, name in ports.items():
             leaf = cluster.switch(name)
             if leaf.role == Role.STORAGE_LEAF:
@@ -96,7 +104,19 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
             else:
                 kind(port, PortKind.CLIENT)
                 p.entries.append(_route(f"10.2.{leaf.switch_id - 128}.0/24", leaf.mac, port))
+    if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
+        p.defaults.append(Entry(n.DETECTOR_CONFIG, (), n.SET_DETECTOR,
+                                (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift))))
     return p
+
+
+def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[Entry]:
+    """hh_buckets entries of a spine: the h0 buckets whose hot keys it should cache."""
+    if cluster.mechanism == Mechanism.NOCACHE:
+        return []
+    mine = [b for b, sid in enumerate(buckets) if sid == sw.switch_id or (sid and cluster.mechanism ==
+                                                                            Mechanism.REPLICATION)]
+    return [Entry(n.HH_BUCKETS, ((n.KEY_BUCKET, b),), n.DESIGNATE) for b in mine]
 
 
 def partition_entries(buckets: list[int]) -> list[Entry]:

@@ -66,6 +66,8 @@ class P4Info:
         self.actions = {a.preamble.name: a for a in info.actions}
         self.counters = {c.preamble.name: c for c in info.counters}
         self.registers = {r.preamble.name: r for r in info.registers}
+        self.digests = {d.preamble.name: d for d in info.digests}
+        self._digest_by_id = {d.preamble.id: d for d in info.digests}
         self._action_by_id = {a.preamble.id: a for a in info.actions}
         self._table_by_id = {t.preamble.id: t for t in info.tables}
 
@@ -86,6 +88,18 @@ class P4Info:
             return self.counters[name]
         except KeyError:
             raise P4RuntimeError(f"P4Info has no counter {name!r}", "NOT_FOUND") from None
+
+    def digest(self, name: str) -> p4i.Digest:
+        try:
+            return self.digests[name]
+        except KeyError:
+            raise P4RuntimeError(f"P4Info has no digest {name!r}", "NOT_FOUND") from None
+
+    def digest_fields(self, digest_id: int) -> tuple[str, list[str]]:
+        """(digest name, member names in order) of a digest id."""
+        d = self._digest_by_id[digest_id]
+        struct = self.info.type_info.structs[d.type_spec.struct.name]
+        return d.preamble.name, [m.name for m in struct.members]
 
     def action_name(self, action_id: int) -> str:
         return self._action_by_id[action_id].preamble.name
@@ -175,6 +189,9 @@ class SwitchConnection:
         self._arbitration_status: int | None = None
         self._reader: threading.Thread | None = None
         self.p4info: P4Info | None = None
+        self.digest_lists: queue.Queue[p4r.DigestList] = queue.Queue()
+        """DigestLists the switch sent on the stream, in arrival order (ack them with ``ack_digest``)."""
+        self.stream_closed = threading.Event()
 
     # -- session ----------------------------------------------------------------------
     def connect(self, timeout: float = 10.0) -> None:
@@ -212,6 +229,8 @@ class SwitchConnection:
                 if resp.HasField("arbitration"):
                     self._arbitration_status = resp.arbitration.status.code
                     self._arbitrated.set()
+                elif resp.HasField("digest"):
+                    self.digest_lists.put(resp.digest)
                 elif resp.HasField("error"):
                     log.warning("%s: stream error: %s", self.name, resp.error)
         except grpc.RpcError as e:
@@ -219,6 +238,7 @@ class SwitchConnection:
                 log.debug("%s: stream closed: %s", self.name, e.code())
         finally:
             self._arbitrated.set()
+            self.stream_closed.set()
 
     def close(self) -> None:
         self._requests.put(None)
@@ -279,6 +299,33 @@ class SwitchConnection:
     def set_default(self, table: str, action: str, params: dict | None = None) -> None:
         e = self._need_p4info().table_entry(table, {}, action, params, default=True)
         self.write([(p4r.Update.MODIFY, e)])
+
+    # -- digests -----------------------------------------------------------------------
+    def configure_digest(self, name: str, max_timeout_ns: int = 0, max_list_size: int = 1,
+                         ack_timeout_ns: int = 1_000_000_000, modify: bool = False) -> None:
+        """Enable (or, with ``modify``, reconfigure) delivery of digest ``name`` on the stream."""
+        req = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
+        u = req.updates.add(type=p4r.Update.MODIFY if modify else p4r.Update.INSERT)
+        de = u.entity.digest_entry
+        de.digest_id = self._need_p4info().digest(name).preamble.id
+        de.config.max_timeout_ns = max_timeout_ns
+        de.config.max_list_size = max_list_size
+        de.config.ack_timeout_ns = ack_timeout_ns
+        self._call(self.stub.Write, req, "Write")
+
+    def ack_digest(self, dl: p4r.DigestList) -> None:
+        """Acknowledge a DigestList, so the switch may report the same data again."""
+        req = p4r.StreamMessageRequest()
+        req.digest_ack.digest_id = dl.digest_id
+        req.digest_ack.list_id = dl.list_id
+        self._requests.put(req)
+
+    def decode_digest(self, dl: p4r.DigestList) -> tuple[str, list[dict[str, int]]]:
+        """(digest name, one {member: int} per data item) of a DigestList."""
+        name, members = self._need_p4info().digest_fields(dl.digest_id)
+        rows = [{m: decode(d.bitstring) for m, d in zip(members, data.struct.members, strict=True)}
+                for data in dl.data]
+        return name, rows
 
     # -- reads -------------------------------------------------------------------------
     def read_table(self, table: str) -> list[tuple[dict[str, object], str, dict[str, int]]]:

@@ -101,6 +101,8 @@ class Cluster:
     client_racks: int = 1
     clients_per_rack: int = 1
     cache_slots: int = 4096
+    hh_threshold: int = 16  # reads of an uncached key in one detector window before it is reported
+    hh_window_shift: int = 20  # detector windows last 2^shift microseconds (20: about 1 s)
     mechanism: Mechanism = Mechanism.DISTCACHE
     grpc_base_port: int = 50051
 

@@ -18,6 +18,9 @@ SPINE_PARTITION = "DcIngress.routing.spine_partition"
 STORAGE_RACK = "DcIngress.routing.storage_rack"
 CACHE_ROUTE = "DcIngress.routing.cache_route"
 IPV4_LPM = "DcIngress.forwarding.ipv4_lpm"
+DETECTOR_CONFIG = "DcIngress.detector.detector_config"
+HH_BUCKETS = "DcIngress.detector.hh_buckets"
+HH_RACKS = "DcIngress.detector.hh_racks"
 
 # actions
 NO_ACTION = "NoAction"
@@ -30,6 +33,8 @@ SET_SPINE_CANDIDATE = "DcIngress.routing.set_spine_candidate"
 SET_LEAF_CANDIDATE = "DcIngress.routing.set_leaf_candidate"
 ROUTE_TO_CACHE = "DcIngress.routing.route_to_cache"
 SET_NHOP = "DcIngress.forwarding.set_nhop"
+SET_DETECTOR = "DcIngress.detector.set_detector"
+DESIGNATE = "DcIngress.detector.designate"
 DROP = "DcIngress.forwarding.drop"
 
 # registers shared by two controls are declared at the top level (p4src/include/shared.p4)
@@ -42,6 +47,12 @@ PEER_LOAD_EPOCH = "peer_load_epoch"
 CACHE_INVAL = "DcIngress.coherence.cache_inval"
 LOAD_COUNT = "DcIngress.telemetry.load_count"
 LOAD_EPOCH = "DcIngress.telemetry.load_epoch"
+HH_CM = tuple(f"DcIngress.detector.hh_cm{i}" for i in range(4))
+HH_BLOOM = tuple(f"DcIngress.detector.hh_bloom{i}" for i in range(3))
+
+# digests (p4c names a v1model digest by its struct type)
+HH_DIGEST = "hh_digest_t"
+HH_DIGEST_FIELDS = (("key", 128), ("estimate", 16), ("switch_id", 8))
 
 # counters
 DC_DROPS = "dc_drops"
@@ -65,6 +76,10 @@ N_STATS = 16
 MAX_PORTS = 64
 MAX_ROUTES = 1024
 LOAD_WINDOW_SHIFT = 20
+HH_CM_WIDTH = 16384
+HH_BLOOM_WIDTH = 65536
+HH_THRESHOLD = 16
+HH_WINDOW_SHIFT = 20
 
 
 class DropReason(IntEnum):
@@ -95,3 +110,5 @@ class Stat(IntEnum):
     LOAD_RECORDED = 8
     UPDATE_STALE = 9
     INVALIDATE_STALE = 10
+    HH_COUNTED = 11
+    HH_REPORTED = 12

@@ -24,6 +24,7 @@
 #include "include/control/validation.p4"
 #include "include/control/cache.p4"
 #include "include/control/coherence.p4"
+#include "include/control/detector.p4"
 #include "include/control/telemetry.p4"
 #include "include/control/routing.p4"
 #include "include/control/forwarding.p4"
@@ -35,6 +36,7 @@ control DcIngress(inout headers_t hdr,
     DcValidation() validation;
     DcCache() cache;
     DcCoherence() coherence;
+    DcDetector() detector;
     DcTelemetry() telemetry;
     DcRouting() routing;
     DcForwarding() forwarding;
@@ -48,6 +50,7 @@ control DcIngress(inout headers_t hdr,
                 if (meta.role == ROLE_SPINE || meta.role == ROLE_STORAGE_LEAF) {
                     cache.apply(hdr, meta, standard_metadata);
                     coherence.apply(hdr, meta, standard_metadata);
+                    detector.apply(hdr, meta, standard_metadata);
                 }
                 telemetry.apply(hdr, meta, standard_metadata);
                 if (meta.role == ROLE_CLIENT_LEAF) {

@@ -14,6 +14,8 @@ from softswitch.state import SwitchState
 
 def install(state: SwitchState, plan: SwitchPlan) -> SwitchState:
     state.tables[n.SWITCH_CONFIG].set_default(n.SET_CONFIG, plan.config)
+    for e in plan.defaults:
+        state.tables[e.table].set_default(e.action, e.params_dict)
     for e in plan.entries:
         table = state.tables[e.table]
         match = e.match_dict

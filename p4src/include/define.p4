@@ -78,5 +78,10 @@ const bit<32> STAT_REPLY_STAMPED = 7;
 const bit<32> STAT_LOAD_RECORDED = 8;
 const bit<32> STAT_UPDATE_STALE = 9;
 const bit<32> STAT_INVALIDATE_STALE = 10;
+const bit<32> STAT_HH_COUNTED = 11;
+const bit<32> STAT_HH_REPORTED = 12;
+
+/* ---- digests (receiver ids of v1model digest()) ---- */
+const bit<32> DIGEST_HOT_KEY = 1;
 
 #endif

@@ -96,7 +96,11 @@ struct metadata_t {
     bit<1>  served;        /* this switch answered the read from its cache */
     /* DcTelemetry */
     bit<32> load;
-    /* DcRouting */
+    /* DcDetector */
+    bit<1>  hh_designated;  /* this switch is a designated cache of the key */
+    bit<16> hh_threshold;
+    bit<8>  hh_window_shift;
+    /* DcRouting (and DcDetector on a spine) */
     bit<16> bucket;
     bit<8>  spine_cand;
     bit<8>  leaf_cand;
@@ -104,6 +108,13 @@ struct metadata_t {
     bit<1>  routed;
     mac_t   nhop_dmac;
     port_t  nhop_port;
+}
+
+/* What a cache switch reports of a hot key it does not cache (DcDetector). */
+struct hh_digest_t {
+    bit<128> key;
+    bit<16>  estimate;
+    bit<8>   switch_id;
 }
 
 error {

@@ -19,4 +19,12 @@
  * (2^20 us ~ 1.05 s) unless the load_window table says otherwise. */
 #define LOAD_WINDOW_SHIFT 20
 
+/* Heavy-hitter detector: Count-Min rows and Bloom filter rows (cells each). */
+#define HH_CM_WIDTH 16384
+#define HH_BLOOM_WIDTH 65536
+/* Defaults of the detector_config table: report a key once its estimate in
+ * the current window reaches HH_THRESHOLD reads; windows of 2^HH_WINDOW_SHIFT us. */
+#define HH_THRESHOLD 16
+#define HH_WINDOW_SHIFT 20
+
 #endif

@@ -11,6 +11,7 @@ include/control/config.p4               config.py
 include/control/validation.p4           validation.py
 include/control/cache.p4                cache.py
 include/control/coherence.p4            coherence.py
+include/control/detector.p4             detector.py
 include/control/telemetry.p4            telemetry.py
 include/control/routing.p4              routing.py
 include/control/forwarding.p4           forwarding.py

@@ -13,6 +13,7 @@ from softswitch.dataplane import (
     cache,
     coherence,
     config,
+    detector,
     forwarding,
     routing,
     shared,
@@ -26,9 +27,10 @@ from softswitch.state import SwitchState
 
 PROGRAM = Program(
     "distcache",
-    actions=(Action(n.NO_ACTION), *config.ACTIONS, *cache.ACTIONS, *routing.ACTIONS, *forwarding.ACTIONS),
-    tables=(*config.TABLES, *cache.TABLES, *routing.TABLES, *forwarding.TABLES),
-    registers=(*shared.REGISTERS, *coherence.REGISTERS, *telemetry.REGISTERS),
+    actions=(Action(n.NO_ACTION), *config.ACTIONS, *cache.ACTIONS, *detector.ACTIONS, *routing.ACTIONS,
+             *forwarding.ACTIONS),
+    tables=(*config.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES, *forwarding.TABLES),
+    registers=(*shared.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS, *telemetry.REGISTERS),
     counters=(*shared.COUNTERS, *cache.COUNTERS),
 )
 
@@ -52,6 +54,7 @@ class DistCachePipeline:
             if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
                 cache.apply(state, h, m)
                 coherence.apply(state, h, m)
+                detector.apply(state, h, m, now_us)
             telemetry.apply(state, h, m)
             if m.role == ROLE_CLIENT_LEAF:
                 routing.apply(state, h, m)

@@ -15,6 +15,7 @@ never by running a pipeline.
 
 from __future__ import annotations
 
+import queue
 import time
 
 import ptf.testutils as tu
@@ -104,6 +105,8 @@ class DcTest(P4RuntimeTest):
         p = plan(cluster, sw, BUCKETS)
         self.config = p.config
         self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        for e in p.defaults:
+            self.set_default(e.table, e.action, e.params_dict)
         for e in p.entries:
             self.insert(e.table, e.match_dict, e.action, e.params_dict)
 
@@ -167,7 +170,8 @@ class DcTest(P4RuntimeTest):
         """Set load windows of 2^shift us and return when one starts, in time.monotonic() seconds.
 
         The switch's windows are cut from its own clock; to know where they start, the switch
-        plays a spine for a moment: a read targeted at it counts one, a reply it passes carries
+        plays a spine for a moment (with sp0's or no detector entries, so the probes' key is
+        counted by no detector): a read targeted at it counts one, a reply it passes carries
         the count, and the count starting again from 1 marks a new window (found to within
         the couple of milliseconds between two probes).  Its configuration is restored after.
         """
@@ -178,8 +182,8 @@ class DcTest(P4RuntimeTest):
             last, deadline = 0, time.monotonic() + 4 * (1 << shift) / 1e6
             while time.monotonic() < deadline:
                 t = time.monotonic()
-                self.read(read_port, me, dst=SERVER.ip)
-                reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+                self.read(read_port, me, key=KEY1, dst=SERVER.ip)  # KEY1: no detector designates it here
+                reply = Message(op=Op.GET_REPLY, key=KEY1, seq=1)
                 _, m = self.exchange(reply_port, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT,
                                                           dport=CLIENT_PORT))
                 if m.spine_load <= last and last:
@@ -189,6 +193,32 @@ class DcTest(P4RuntimeTest):
         finally:
             self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, self.config)
         raise AssertionError("unreachable")
+
+    # -- digests ------------------------------------------------------------------------------
+    def enable_hot_key_digests(self, threshold: int, window_shift: int = STEADY_SHIFT) -> None:
+        """Detector threshold and window, and delivery of its digests one by one on the stream."""
+        while not self.sw.digest_lists.empty():  # lists a previous test left unread
+            self.sw.digest_lists.get_nowait()
+        self.set_default(n.DETECTOR_CONFIG, n.SET_DETECTOR, {"threshold": threshold, "window_shift": window_shift})
+        self.sw.configure_digest(n.HH_DIGEST, max_timeout_ns=0, max_list_size=1, ack_timeout_ns=10**9)
+
+    def hot_keys(self, timeout: float = 1.0) -> list[dict[str, int]]:
+        """The data of the next DigestList (acknowledged), or fail if none comes."""
+        try:
+            dl = self.sw.digest_lists.get(timeout=timeout)
+        except queue.Empty:
+            self.fail("no digest came")
+        self.sw.ack_digest(dl)
+        name, rows = self.sw.decode_digest(dl)
+        self.assertEqual(name, n.HH_DIGEST)
+        return rows
+
+    def expect_no_digest(self, timeout: float = 0.3) -> None:
+        try:
+            dl = self.sw.digest_lists.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self.fail(f"unexpected digest: {self.sw.decode_digest(dl)}")
 
     def wait_until(self, t: float) -> None:
         delay = t - time.monotonic()

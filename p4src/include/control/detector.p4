@@ -1,0 +1,112 @@
+/* Heavy-hitter detection (paper §4.3) on cache switches: reads of keys this
+ * switch is a designated cache of (a spine: keys of the h0 buckets it owns,
+ * hh_buckets; a storage-rack leaf: keys stored in its rack, hh_racks) that are
+ * not in its cache table are counted in a Count-Min sketch; once a key's
+ * estimate in the current window reaches the threshold it is reported to the
+ * switch's agent with a digest, at most once per window (a Bloom filter of
+ * the keys reported in the window).
+ *
+ * Windows age in the data plane: every Count-Min cell holds {window, count}
+ * and every Bloom cell the window it was set in (plus one, so 0 is "never"),
+ * so a cell last written in an earlier window reads as empty; the control
+ * plane never writes a register.  Cells saturate at 0xFFFF.  The threshold
+ * and window length come from detector_config.
+ */
+#ifndef DC_DETECTOR_P4
+#define DC_DETECTOR_P4
+
+control DcDetector(inout headers_t hdr,
+                   inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+
+    register<bit<32>>(HH_CM_WIDTH) hh_cm0;  /* window(16) ++ count(16) */
+    register<bit<32>>(HH_CM_WIDTH) hh_cm1;
+    register<bit<32>>(HH_CM_WIDTH) hh_cm2;
+    register<bit<32>>(HH_CM_WIDTH) hh_cm3;
+    register<bit<16>>(HH_BLOOM_WIDTH) hh_bloom0;  /* window + 1 it was set in */
+    register<bit<16>>(HH_BLOOM_WIDTH) hh_bloom1;
+    register<bit<16>>(HH_BLOOM_WIDTH) hh_bloom2;
+
+    action set_detector(bit<16> threshold, bit<8> window_shift) {
+        meta.hh_threshold = threshold;
+        meta.hh_window_shift = window_shift;
+    }
+
+    table detector_config {
+        actions = { set_detector; }
+        default_action = set_detector(HH_THRESHOLD, HH_WINDOW_SHIFT);
+        size = 1;
+    }
+
+    action designate() {
+        meta.hh_designated = 1;
+    }
+
+    table hh_buckets {
+        key = { meta.bucket: exact; }
+        actions = { designate; NoAction; }
+        default_action = NoAction();
+        size = SPINE_BUCKETS;
+    }
+
+    table hh_racks {
+        key = { hdr.ipv4.dstAddr: lpm; }
+        actions = { designate; NoAction; }
+        default_action = NoAction();
+        size = MAX_SWITCHES;
+    }
+
+    apply {
+        if (meta.op == OP_GET && meta.cache_hit == 0) {
+            if (meta.role == ROLE_SPINE) {
+                hash(meta.bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+                hh_buckets.apply();
+            } else {
+                hh_racks.apply();
+            }
+        }
+        if (meta.hh_designated == 1) {
+            detector_config.apply();
+            bit<16> window = (bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift);
+            bit<32> i0; bit<32> i1; bit<32> i2; bit<32> i3;
+            hash(i0, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w1 }, (bit<32>)HH_CM_WIDTH);
+            hash(i1, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w2 }, (bit<32>)HH_CM_WIDTH);
+            hash(i2, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w3 }, (bit<32>)HH_CM_WIDTH);
+            hash(i3, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w4 }, (bit<32>)HH_CM_WIDTH);
+            bit<32> c0; bit<32> c1; bit<32> c2; bit<32> c3;
+            hh_cm0.read(c0, i0); hh_cm1.read(c1, i1); hh_cm2.read(c2, i2); hh_cm3.read(c3, i3);
+            bit<16> n0 = 0; bit<16> n1 = 0; bit<16> n2 = 0; bit<16> n3 = 0;
+            if (c0[31:16] == window) { n0 = c0[15:0]; }
+            if (c1[31:16] == window) { n1 = c1[15:0]; }
+            if (c2[31:16] == window) { n2 = c2[15:0]; }
+            if (c3[31:16] == window) { n3 = c3[15:0]; }
+            if (n0 != 0xFFFF) { n0 = n0 + 1; }
+            if (n1 != 0xFFFF) { n1 = n1 + 1; }
+            if (n2 != 0xFFFF) { n2 = n2 + 1; }
+            if (n3 != 0xFFFF) { n3 = n3 + 1; }
+            hh_cm0.write(i0, window ++ n0); hh_cm1.write(i1, window ++ n1);
+            hh_cm2.write(i2, window ++ n2); hh_cm3.write(i3, window ++ n3);
+            bit<16> estimate = n0;
+            if (n1 < estimate) { estimate = n1; }
+            if (n2 < estimate) { estimate = n2; }
+            if (n3 < estimate) { estimate = n3; }
+            dc_stats.count(STAT_HH_COUNTED);
+            if (estimate >= meta.hh_threshold) {
+                bit<32> b0; bit<32> b1; bit<32> b2;
+                hash(b0, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w5 }, (bit<32>)HH_BLOOM_WIDTH);
+                hash(b1, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w6 }, (bit<32>)HH_BLOOM_WIDTH);
+                hash(b2, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w7 }, (bit<32>)HH_BLOOM_WIDTH);
+                bit<16> s0; bit<16> s1; bit<16> s2;
+                hh_bloom0.read(s0, b0); hh_bloom1.read(s1, b1); hh_bloom2.read(s2, b2);
+                bit<16> tag = window + 1;
+                if (s0 != tag || s1 != tag || s2 != tag) {
+                    hh_bloom0.write(b0, tag); hh_bloom1.write(b1, tag); hh_bloom2.write(b2, tag);
+                    digest<hh_digest_t>(DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id });
+                    dc_stats.count(STAT_HH_REPORTED);
+                }
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,75 @@
+"""DcDetector (p4src/include/control/detector.p4): Count-Min + Bloom heavy-hitter reports."""
+
+from __future__ import annotations
+
+import zlib
+
+from distcache import p4names as n
+from distcache.cluster import Role
+from distcache.hashing import h0
+from distcache.p4names import Stat
+from distcache.wire import Op
+from softswitch.dataplane.header import IP_DST, Headers, Meta
+from softswitch.program import Action, MatchField, Param, Register, Table
+from softswitch.state import SwitchState
+
+ACTIONS = (
+    Action(n.SET_DETECTOR, (Param("threshold", 16), Param("window_shift", 8))),
+    Action(n.DESIGNATE),
+)
+TABLES = (
+    Table(n.DETECTOR_CONFIG, (), (n.SET_DETECTOR,), n.SET_DETECTOR,
+          default_params=(("threshold", n.HH_THRESHOLD), ("window_shift", n.HH_WINDOW_SHIFT)), size=1),
+    Table(n.HH_BUCKETS, (MatchField(n.KEY_BUCKET, 16, "exact"),), (n.DESIGNATE, n.NO_ACTION), n.NO_ACTION,
+          size=n.SPINE_BUCKETS),
+    Table(n.HH_RACKS, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.DESIGNATE, n.NO_ACTION), n.NO_ACTION,
+          size=n.MAX_SWITCHES),
+)
+REGISTERS = (
+    *(Register(name, 32, n.HH_CM_WIDTH) for name in n.HH_CM),
+    *(Register(name, 16, n.HH_BLOOM_WIDTH) for name in n.HH_BLOOM),
+)
+
+OP_GET, ROLE_SPINE = int(Op.GET), int(Role.SPINE)
+CM_SALTS = (1, 2, 3, 4)  # crc32 of {key, 8w<salt>}, one salt per row
+BLOOM_SALTS = (5, 6, 7)
+
+
+def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
+    if m.op != OP_GET or m.cache_hit:
+        return
+    key = h.dc["key"]
+    tables = state.tables
+    if m.role == ROLE_SPINE:
+        action, _, _ = tables[n.HH_BUCKETS].lookup(h0(key))
+    else:
+        action, _, _ = tables[n.HH_RACKS].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
+    if action != n.DESIGNATE:
+        return
+    _, p, _ = tables[n.DETECTOR_CONFIG].lookup()
+    threshold = p["threshold"]
+    window = ((now_us & 0xFFFFFFFFFFFF) >> p["window_shift"]) & 0xFFFF
+    regs = state.registers
+    estimate = 0xFFFF
+    for name, salt in zip(n.HH_CM, CM_SALTS, strict=True):
+        i = zlib.crc32(key + bytes((salt,))) % n.HH_CM_WIDTH
+        reg = regs[name]
+        cell = reg.read(i)
+        count = cell & 0xFFFF if cell >> 16 == window else 0
+        if count != 0xFFFF:
+            count += 1
+        reg.write(i, (window << 16) | count)
+        estimate = min(estimate, count)
+    stats = state.counters[n.DC_STATS]
+    stats.count(Stat.HH_COUNTED, m.packet_length)
+    if estimate < threshold:
+        return
+    tag = (window + 1) & 0xFFFF
+    cells = [(regs[name], zlib.crc32(key + bytes((salt,))) % n.HH_BLOOM_WIDTH)
+             for name, salt in zip(n.HH_BLOOM, BLOOM_SALTS, strict=True)]
+    if all(reg.read(i) == tag for reg, i in cells):
+        return  # reported already in this window
+    for reg, i in cells:
+        reg.write(i, tag)
+    state.emit_digest(n.HH_DIGEST, (int.from_bytes(key, "big"), estimate, m.switch_id))
+    stats.count(Stat.HH_REPORTED, m.packet_length)

@@ -1,37 +1,61 @@
-"""The local agent of one cache switch: what is cached where, in which slot.
+"""The local agent of one cache switch (paper §4.3), run as its own process.
 
-Insertion follows the paper (§4.3): the agent installs the key in the cache
-table pointing at a free slot with a fresh *version* tag, which leaves the key
-invalid (the slot's valid register holds another tag or 0); then it asks the
-key's storage server to populate it, and the shim writes the value and the tag
-with a coherence UPDATE packet, serialized with writes.  No register is ever
-written by the control plane.  Eviction deletes the table entry and tells the
-shim, so later writes to the key skip the coherence phases for this switch.
+``python -m controller.agent --cluster runs/<run>/cluster.json --switch sp0 ...``
+
+The agent is its switch's P4Runtime primary.  It installs what the controller
+gives it over the agent API (distcache/proto/agent.proto: the cluster and the
+spine partition, from which :func:`controller.entries.plan` derives every
+entry), consumes the hot-key digests the switch's detector sends, and caches
+the reported keys:
+
+* **insert**: the key goes into ``cache_lookup`` pointing at a free slot with a
+  version tag the slot did not have before, which leaves it invalid; then the
+  key's storage shim fills the value with phase 2 of the coherence protocol
+  (``populate``), serialized with the key's writes.  No register is written
+  by the control plane.
+* **evict**: when the cache is full, the entry with the fewest hits over the
+  last two hit windows (deltas of the per-slot ``cache_hits`` counter) makes
+  room, if the reported key is hotter; the shim is told, so later writes skip
+  this switch.
+* **budget**: insertions from reports are bounded by a token bucket
+  (``insert_rate`` per second, ``insert_burst``), so a flood of reports cannot
+  overwhelm the switch or the shims.
+* **resync**: after its own restart the agent reads the cache entries back
+  from the switch and rebuilds its view (per-slot version tags come back from
+  its state file); after the switch restarts (the P4Runtime stream breaks and
+  the pipeline is gone) it pushes the pipeline and the entries again and
+  starts with an empty cache, re-adding nothing.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from controller.p4rt import P4RuntimeError, SwitchConnection
-from controller.shim_link import ShimLink
+import grpc
+from finsy.proto import p4r
+
+from controller.entries import Entry, SwitchPlan, plan
+from controller.p4rt import Match, P4RuntimeError, SwitchConnection, load_p4info
+from controller.shim_link import ShimLink, ShimUnavailable
 from distcache import p4names as n
-from distcache.cluster import Cluster, Switch
+from distcache.api import agent_grpc, agent_pb2
+from distcache.cluster import Cluster, Role, Switch
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agent")
 
 
 class CacheFull(RuntimeError):
     """No free slot: evict a key first."""
-
-
-@dataclass
-class CachedKey:
-    slot: int
-    version: int
-    state: str  # what the shim answered: valid / absent / too_large / failed
 
 
 class SlotAllocator:
@@ -49,10 +73,11 @@ class SlotAllocator:
 
     MAX_VERSION = 0xFFFF
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, last_versions: list[int] | None = None) -> None:
         self.slots = slots
         self._free = list(range(slots - 1, -1, -1))
-        self._last_version = [0] * slots
+        self._last_version = list(last_versions or [0] * slots)[:slots]
+        self._last_version += [0] * (slots - len(self._last_version))
 
     def __len__(self) -> int:
         """Free slots."""
@@ -67,49 +92,515 @@ class SlotAllocator:
         self._last_version[slot] = version
         return slot, version
 
+    def claim(self, slot: int, version: int) -> None:
+        """Mark ``slot`` used by an entry found on the switch (agent restart)."""
+        if slot in self._free:
+            self._free.remove(slot)
+        self._last_version[slot] = version
+
     def give_back(self, slot: int) -> None:
         self._free.append(slot)
 
+    def versions(self) -> list[int]:
+        return list(self._last_version)
 
-class CacheAgent:
-    def __init__(self, conn: SwitchConnection, switch: Switch, cluster: Cluster,
-                 shim_for: Callable[[bytes], ShimLink], slots: int = n.CACHE_SLOTS) -> None:
-        self.conn, self.switch, self.cluster, self.shim_for = conn, switch, cluster, shim_for
-        self.slots = min(slots, n.CACHE_SLOTS)
-        self._alloc = SlotAllocator(self.slots)
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved up."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+
+@dataclass
+class CachedKey:
+    slot: int
+    version: int
+    state: str  # what the shim answered: valid / absent / too_large / failed; pending; unknown after restart
+    auto: bool = False
+    hits: list[int] = field(default_factory=lambda: [0, 0])  # hits in the last two windows
+    inserted_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def recent_hits(self) -> int:
+        return sum(self.hits)
+
+
+@dataclass
+class AgentCounters:
+    digests: int = 0
+    auto_inserted: int = 0
+    evicted: int = 0
+    rate_limited: int = 0
+    switch_restarts: int = 0
+
+
+class SwitchAgent:
+    """One cache switch's agent: P4Runtime primary, digest consumer, cache manager."""
+
+    def __init__(self, cluster: Cluster, switch: Switch, p4info_path: str | Path, device_config: bytes,
+                 shim_for: Callable[[bytes], ShimLink], state_file: Path | None = None,
+                 grpc_host: str = "127.0.0.1", hit_window: float = 1.0) -> None:
+        if switch.role not in (Role.SPINE, Role.STORAGE_LEAF):
+            raise ValueError(f"{switch.name} is not a cache switch (role {switch.role.name})")
+        self.cluster, self.switch = cluster, switch
+        self.p4info = load_p4info(p4info_path)
+        self.device_config = device_config
+        self.shim_for = shim_for
+        self.state_file = state_file
+        self.address = f"{grpc_host}:{switch.grpc_port}"
+        self.hit_window = hit_window
+        self.slots = min(cluster.cache_slots, n.CACHE_SLOTS)
+        self.alloc = SlotAllocator(self.slots, self._load_versions())
+        self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
         self.cached: dict[bytes, CachedKey] = {}
+        self.counters = AgentCounters()
+        self.conn: SwitchConnection | None = None
+        self.plan: SwitchPlan | None = None
+        self.buckets: list[int] = []
+        self.lock = threading.RLock()  # cache state and every write to the switch
+        self._stop = threading.Event()
+        self._last_hits: dict[int, int] = {}
+        self._threads: list[threading.Thread] = []
 
-    def insert(self, wkey: bytes) -> CachedKey:
-        """Cache ``wkey`` here and have its server fill the value in."""
-        if wkey in self.cached:
-            return self.cached[wkey]
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        for target, name in ((self._digest_loop, "digests"), (self._hits_loop, "hits"),
+                             (self._watch_loop, "watch")):
+            t = threading.Thread(target=target, name=f"{self.switch.name}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(2)
+        if self.conn is not None:
+            self.conn.close()
+
+    # -- configuration ----------------------------------------------------------------------------------
+    def configure(self, cluster: Cluster, buckets: list[int]) -> None:
+        """Install everything the switch needs for ``cluster`` and ``buckets`` (idempotent)."""
+        with self.lock:
+            self.cluster, self.buckets = cluster, list(buckets)
+            self.plan = plan(cluster, self.switch, self.buckets)
+            self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
+            self._connect()
+
+    def _connect(self) -> None:
+        """Connect as primary, make sure the pipeline is there, and bring the entries to the plan."""
+        conn = SwitchConnection(self.address, self.switch.device_id, election_id=10, name=self.switch.name)
+        conn.connect()
+        fresh = not self._has_pipeline(conn)
+        if fresh:
+            conn.set_pipeline(self.p4info, self.device_config)
+            log.info("%s: pipeline pushed", self.switch.name)
+        else:
+            conn.use_p4info(self.p4info)
+        old, self.conn = self.conn, conn
+        if old is not None:
+            old.close()
+        self._install_plan(conn)
+        if fresh:
+            self._forget_cache("the switch came up empty")
+        else:
+            self._rebuild_cache(conn)
         try:
-            slot, version = self._alloc.take()
-        except CacheFull as e:
-            raise CacheFull(f"{self.switch.name}: {e}") from None
+            conn.configure_digest(n.HH_DIGEST, max_timeout_ns=10_000_000, max_list_size=16,
+                                  ack_timeout_ns=500_000_000)
+        except P4RuntimeError as e:
+            if e.code != "ALREADY_EXISTS":
+                raise
+            conn.configure_digest(n.HH_DIGEST, max_timeout_ns=10_000_000, max_list_size=16,
+                                  ack_timeout_ns=500_000_000, modify=True)
+
+    def _has_pipeline(self, conn: SwitchConnection) -> bool:
+        req = p4r.GetForwardingPipelineConfigRequest(device_id=self.switch.device_id)
         try:
-            self.conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(wkey, "big")}, n.CACHE_HIT,
-                             {"slot": slot, "version": version})
-        except P4RuntimeError:
-            self._alloc.give_back(slot)
+            conn.stub.GetForwardingPipelineConfig(req)
+            return True
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return False
             raise
-        entry = CachedKey(slot, version, "pending")
-        self.cached[wkey] = entry
-        reply = self.shim_for(wkey).call("populate", key=wkey.hex(), switch=self.switch.switch_id)
-        entry.state = str(reply.get("state", "failed")) if reply.get("ok") else "failed"
-        log.info("%s: cached %s in slot %d (v%d): %s", self.switch.name, wkey.hex(), slot, version, entry.state)
+
+    def _install_plan(self, conn: SwitchConnection) -> None:
+        """Bring every planned table (not the cache) to the plan: add missing, change, remove stale."""
+        assert self.plan is not None
+        conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, self.plan.config)
+        for e in self.plan.defaults:
+            conn.set_default(e.table, e.action, e.params_dict)
+        want: dict[str, dict[tuple, Entry]] = {}
+        for e in self.plan.entries:
+            want.setdefault(e.table, {})[_match_key(e.match_dict)] = e
+        managed = {n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS} | set(want)
+        for table in sorted(managed):
+            have = {_match_key(m): (m, a, p) for m, a, p in conn.read_table(table)}
+            for k, (m, _, _) in have.items():
+                if k not in want.get(table, {}):
+                    conn.delete(table, m)
+            for k, e in want.get(table, {}).items():
+                if k not in have:
+                    conn.insert(e.table, e.match_dict, e.action, e.params_dict)
+                elif have[k][1:] != (e.action, e.params_dict):
+                    conn.modify(e.table, e.match_dict, e.action, e.params_dict)
+
+    def _rebuild_cache(self, conn: SwitchConnection) -> None:
+        """After an agent restart: the cache entries on the switch are the truth."""
+        found = {}
+        for match, action, params in conn.read_table(n.CACHE_LOOKUP):
+            if action != n.CACHE_HIT:
+                continue
+            key = int(match[n.KEY_DC_KEY]).to_bytes(16, "big")  # type: ignore[call-overload]
+            found[key] = CachedKey(params["slot"], params["version"], "unknown")
+        self.cached = found
+        self.alloc = SlotAllocator(self.slots, self.alloc.versions())
+        for e in found.values():
+            self.alloc.claim(e.slot, e.version)
+        self._save_versions()
+        log.info("%s: %d cached keys read back from the switch", self.switch.name, len(found))
+
+    def _forget_cache(self, why: str) -> None:
+        if self.cached:
+            log.info("%s: %s; forgetting %d cached keys", self.switch.name, why, len(self.cached))
+        for key in list(self.cached):
+            self._tell_shim_evicted(key)
+        self.cached = {}
+        self.alloc = SlotAllocator(self.slots, self.alloc.versions())
+
+    # -- inserting and evicting ---------------------------------------------------------------------
+    def insert(self, key: bytes, *, auto: bool = False, estimate: int | None = None) -> CachedKey | None:
+        """Cache ``key`` here and have its server fill the value in.
+
+        With ``estimate`` (a hot-key report), a full cache evicts its coldest key only if that
+        key had fewer hits in the last window than the report counted; otherwise None.
+        """
+        with self.lock:
+            conn = self._need_conn()
+            if key in self.cached:
+                return self.cached[key]
+            if not len(self.alloc):
+                victim = self._coldest()
+                if victim is None or (estimate is not None and self.cached[victim].hits[-1] >= estimate):
+                    return None
+                self.evict(victim)
+            slot, version = self.alloc.take()
+            try:
+                conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT,
+                            {"slot": slot, "version": version})
+            except P4RuntimeError:
+                self.alloc.give_back(slot)
+                raise
+            entry = CachedKey(slot, version, "pending", auto=auto)
+            self.cached[key] = entry
+            self._save_versions()
+        state = self._populate(key)
+        with self.lock:
+            if self.cached.get(key) is entry:
+                entry.state = state
+        log.info("%s: cached %s in slot %d (v%d)%s: %s", self.switch.name, key.hex(), slot, version,
+                 " from a report" if auto else "", state)
         return entry
 
-    def evict(self, wkey: bytes) -> bool:
-        entry = self.cached.pop(wkey, None)
-        if entry is None:
-            return False
-        self.conn.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(wkey, "big")})
-        self._alloc.give_back(entry.slot)
-        self.shim_for(wkey).call("evict", key=wkey.hex(), switch=self.switch.switch_id)
+    def _populate(self, key: bytes) -> str:
+        try:
+            reply = self.shim_for(key).call("populate", key=key.hex(), switch=self.switch.switch_id)
+        except ShimUnavailable as e:
+            log.warning("%s: populate %s failed: %s", self.switch.name, key.hex(), e)
+            return "failed"
+        return str(reply.get("state", "failed")) if reply.get("ok") else "failed"
+
+    def evict(self, key: bytes) -> bool:
+        with self.lock:
+            entry = self.cached.pop(key, None)
+            if entry is None:
+                return False
+            self._need_conn().delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
+            self.alloc.give_back(entry.slot)
+            self.counters.evicted += 1
+        self._tell_shim_evicted(key)
         return True
 
-    def hits(self) -> dict[bytes, int]:
-        """Per-key hit counts from the per-slot P4 counter."""
-        cells = self.conn.read_counter(n.CACHE_HITS)
-        return {k: cells.get(e.slot, (0, 0))[0] for k, e in self.cached.items()}
+    def _tell_shim_evicted(self, key: bytes) -> None:
+        try:
+            self.shim_for(key).call("evict", key=key.hex(), switch=self.switch.switch_id)
+        except ShimUnavailable as e:  # the shim then still runs phase 1 for this switch: safe, only slower
+            log.warning("%s: could not tell the shim %s is evicted: %s", self.switch.name, key.hex(), e)
+
+    def _coldest(self) -> bytes | None:
+        """The cached key with the fewest hits in the last two windows (oldest first on ties)."""
+        if not self.cached:
+            return None
+        return min(self.cached, key=lambda k: (self.cached[k].recent_hits, self.cached[k].inserted_at))
+
+    def _need_conn(self) -> SwitchConnection:
+        if self.conn is None:
+            raise P4RuntimeError(f"{self.switch.name}: not configured yet (no Configure from the controller)",
+                                 "FAILED_PRECONDITION")
+        return self.conn
+
+    # -- background work ----------------------------------------------------------------------------
+    def on_reports(self, rows: list[dict[str, int]]) -> None:
+        """Act on one DigestList's hot-key reports."""
+        for row in rows:
+            self.counters.digests += 1
+            key = int(row["key"]).to_bytes(16, "big")
+            if key in self.cached:
+                continue
+            if not self.bucket.take():
+                self.counters.rate_limited += 1
+                continue
+            try:
+                if self.insert(key, auto=True, estimate=row["estimate"]) is not None:
+                    self.counters.auto_inserted += 1
+            except (P4RuntimeError, CacheFull) as e:
+                log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), e)
+
+    def _digest_loop(self) -> None:
+        import queue
+
+        while not self._stop.is_set():
+            conn = self.conn
+            if conn is None:
+                time.sleep(0.1)
+                continue
+            try:
+                dl = conn.digest_lists.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                _, rows = conn.decode_digest(dl)
+                self.on_reports(rows)
+            finally:
+                conn.ack_digest(dl)
+
+    def _hits_loop(self) -> None:
+        while not self._stop.wait(self.hit_window):
+            try:
+                self.sample_hits()
+            except P4RuntimeError as e:
+                log.debug("%s: hit counters not read: %s", self.switch.name, e)
+
+    def sample_hits(self) -> None:
+        """Shift every cached key's hit window: hits since the last sample become the newest."""
+        conn = self.conn
+        if conn is None:
+            return
+        cells = conn.read_counter(n.CACHE_HITS)
+        with self.lock:
+            for e in self.cached.values():
+                total = cells.get(e.slot, (0, 0))[0]
+                last = self._last_hits.get(e.slot, total if e.state == "unknown" else 0)
+                e.hits = [e.hits[-1], max(0, total - last)]
+            self._last_hits = {e.slot: cells.get(e.slot, (0, 0))[0] for e in self.cached.values()}
+
+    def _watch_loop(self) -> None:
+        """Reconnect when the switch's stream breaks (switch restarted or unreachable)."""
+        while not self._stop.wait(0.2):
+            conn = self.conn
+            if conn is None or not conn.stream_closed.is_set():
+                continue
+            log.warning("%s: lost the P4Runtime stream; reconnecting", self.switch.name)
+            while not self._stop.is_set():
+                try:
+                    with self.lock:
+                        before = self.counters.switch_restarts
+                        had_pipeline = self._try_has_pipeline()
+                        self._connect()
+                        if not had_pipeline:
+                            self.counters.switch_restarts = before + 1
+                    log.info("%s: reconnected (%s)", self.switch.name,
+                             "pipeline re-pushed, cache empty" if not had_pipeline else "state kept")
+                    break
+                except (P4RuntimeError, grpc.RpcError) as e:
+                    log.debug("%s: reconnect failed: %s", self.switch.name, e)
+                    time.sleep(0.5)
+
+    def _try_has_pipeline(self) -> bool:
+        probe = SwitchConnection(self.address, self.switch.device_id, name=self.switch.name)
+        try:
+            grpc.channel_ready_future(probe.channel).result(timeout=2)
+            return self._has_pipeline(probe)
+        except grpc.FutureTimeoutError:
+            raise P4RuntimeError(f"{self.switch.name}: switch not reachable", "UNAVAILABLE") from None
+        finally:
+            probe.channel.close()
+
+    # -- persistence --------------------------------------------------------------------------------
+    def _load_versions(self) -> list[int] | None:
+        if self.state_file is None or not self.state_file.exists():
+            return None
+        try:
+            return [int(v) for v in json.loads(self.state_file.read_text())["last_versions"]]
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("%s: ignoring unreadable state file %s: %s", self.switch.name, self.state_file, e)
+            return None
+
+    def _save_versions(self) -> None:
+        if self.state_file is None:
+            return
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"switch": self.switch.name, "last_versions": self.alloc.versions()}))
+        os.replace(tmp, self.state_file)
+
+    # -- status -------------------------------------------------------------------------------------
+    def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
+        with self.lock:
+            conn = self.conn
+            st = agent_pb2.AgentStatus(
+                switch=self.switch.name, switch_id=self.switch.switch_id,
+                switch_connected=conn is not None and not conn.stream_closed.is_set(),
+                slots=self.slots, occupied=len(self.cached), **vars(self.counters))
+            if with_keys:
+                for k, e in self.cached.items():
+                    st.keys.append(_cached_pb(k, e))
+            return st
+
+
+def _cached_pb(key: bytes, e: CachedKey) -> agent_pb2.CachedKey:
+    return agent_pb2.CachedKey(key=key, slot=e.slot, version=e.version, state=e.state, hits=e.recent_hits,
+                               auto=e.auto)
+
+
+def _match_key(match: dict[str, object]) -> tuple:
+    """A hashable form of a match (as read back or as planned)."""
+    out = []
+    for name in sorted(match):
+        v = match[name]
+        if isinstance(v, Match):
+            v = (v.value, v.prefix_len, v.mask, v.high)
+        out.append((name, v))
+    return tuple(out)
+
+
+class AgentService(agent_grpc.AgentServicer):
+    """The agent API (distcache/proto/agent.proto) over one :class:`SwitchAgent`."""
+
+    def __init__(self, agent: SwitchAgent) -> None:
+        self.agent = agent
+
+    def Configure(self, request, context):  # noqa: ANN001, ANN201, N802
+        try:
+            cluster = Cluster.from_json(request.cluster_json)
+            buckets = list(request.buckets)
+            if len(buckets) != n.SPINE_BUCKETS:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}")
+            self.agent.configure(cluster, buckets)
+        except (ValueError, TypeError) as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
+        except P4RuntimeError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        return self.agent.status()
+
+    def Status(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
+        return self.agent.status(request.with_keys)
+
+    def Cache(self, request, context):  # noqa: ANN001, ANN201, N802
+        if len(request.key) != 16:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "key: a 16-byte wire key (distcache.hashing.wire_key)")
+        try:
+            e = self.agent.insert(bytes(request.key))
+        except CacheFull as err:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+        except P4RuntimeError as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        assert e is not None
+        return _cached_pb(bytes(request.key), e)
+
+    def Evict(self, request, context):  # noqa: ANN001, ANN201, N802
+        try:
+            return agent_pb2.EvictReply(evicted=self.agent.evict(bytes(request.key)))
+        except P4RuntimeError as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+
+
+class AgentClient:
+    """The controller's side of the agent API."""
+
+    def __init__(self, address: str, timeout: float = 30.0) -> None:
+        self.address, self.timeout = address, timeout
+        self.channel = grpc.insecure_channel(address)
+        self.stub = agent_grpc.AgentStub(self.channel)
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise ConnectionError(f"no agent answers at {self.address}; is it running "
+                                  "(python -m controller.agent --help)?") from None
+
+    def configure(self, cluster: Cluster, buckets: list[int]) -> agent_pb2.AgentStatus:
+        return self.stub.Configure(agent_pb2.ConfigureRequest(cluster_json=cluster.to_json(), buckets=buckets),
+                                   timeout=self.timeout)
+
+    def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
+        return self.stub.Status(agent_pb2.StatusRequest(with_keys=with_keys), timeout=self.timeout)
+
+    def cache(self, key: bytes) -> agent_pb2.CachedKey:
+        return self.stub.Cache(agent_pb2.KeyRequest(key=key), timeout=self.timeout)
+
+    def evict(self, key: bytes) -> bool:
+        return self.stub.Evict(agent_pb2.KeyRequest(key=key), timeout=self.timeout).evicted
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
+    """Key -> the control link of its storage shim (Unix sockets named as dcnet.deploy names them)."""
+    def shim_for(key: bytes) -> ShimLink:
+        return ShimLink(f"unix:{shim_dir / f'shim-{cluster.server_for_key(key).name}.sock'}")
+    return shim_for
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m controller.agent", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cluster", required=True, type=Path, help="cluster.json of the deployment")
+    ap.add_argument("--switch", required=True, help="name of the cache switch (e.g. sp0, sl1)")
+    ap.add_argument("--p4info", required=True, type=Path, help="P4Info (text) of the pipeline")
+    ap.add_argument("--device-config", type=Path, help="device config file (BMv2 JSON); none for softswitch")
+    ap.add_argument("--shim-dir", required=True, type=Path, help="folder with the shims' control sockets")
+    ap.add_argument("--state-file", type=Path, help="where the agent keeps its per-slot version tags")
+    ap.add_argument("--listen", help="agent API address (default: the cluster's, on loopback)")
+    ap.add_argument("--log-file", type=Path)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, filename=args.log_file,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cluster = Cluster.load(args.cluster)
+    try:
+        sw = cluster.switch(args.switch)
+    except KeyError as e:
+        ap.error(str(e))
+    device_config = args.device_config.read_bytes() if args.device_config else b""
+    agent = SwitchAgent(cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir),
+                        state_file=args.state_file)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    agent_grpc.add_AgentServicer_to_server(AgentService(agent), server)
+    listen = args.listen or cluster.agent_address(sw)
+    if not server.add_insecure_port(listen):
+        ap.error(f"cannot listen on {listen}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    agent.start()
+    log.info("agent of %s serving on %s", sw.name, listen)
+    stop.wait()
+    server.stop(1)
+    agent.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -223,6 +223,14 @@ class SwitchConnection:
                                  f"(status {self._arbitration_status}); another controller holds it",
                                  "PERMISSION_DENIED")
 
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        """Wait for the server without joining the stream: a read-only session (Read needs no arbitration)."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise P4RuntimeError(f"{self.name}: no P4Runtime server answers at {self.address} "
+                                 f"within {timeout:.0f}s; is the switch running?", "UNAVAILABLE") from None
+
     def _read_stream(self) -> None:
         try:
             for resp in self._stream:
@@ -245,6 +253,7 @@ class SwitchConnection:
         if self._stream is not None:
             self._stream.cancel()
         self.channel.close()
+        self.stream_closed.set()
 
     def __enter__(self) -> SwitchConnection:
         return self

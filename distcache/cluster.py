@@ -105,6 +105,9 @@ class Cluster:
     hh_window_shift: int = 20  # detector windows last 2^shift microseconds (20: about 1 s)
     mechanism: Mechanism = Mechanism.DISTCACHE
     grpc_base_port: int = 50051
+    agent_base_port: int = 51051  # switch agents' control API: 127.0.0.1:<agent_base_port + switch id>
+    insert_rate: float = 50.0  # insertions per second an agent may make from hot-key reports
+    insert_burst: int = 20
 
     def __post_init__(self) -> None:
         self.mechanism = Mechanism(self.mechanism)
@@ -147,6 +150,10 @@ class Cluster:
             if sw.switch_id == sid:
                 return sw
         raise KeyError(f"no switch with id {sid} in this cluster")
+
+    def agent_address(self, sw: Switch) -> str:
+        """Where the agent of cache switch ``sw`` serves its control API (loopback only)."""
+        return f"127.0.0.1:{self.agent_base_port + sw.switch_id}"
 
     @staticmethod
     def spine_address(spine_id: int) -> str:

@@ -29,7 +29,7 @@ from mininet.net import Mininet
 from controller.controller import Controller
 from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.topo import LeafSpineTopo
-from distcache.cluster import Cluster, Host
+from distcache.cluster import Cluster, Host, Switch
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,8 @@ class Deployment:
         self.net: Mininet | None = None
         self.controller: Controller | None = None
         self._procs: list[tuple[str, subprocess.Popen]] = []
+        self.agent_procs: dict[str, subprocess.Popen] = {}
+        self._agent_files: tuple[Path, Path] | None = None
         self._clients: list[ClientProcess] = []
         self._old_handlers: dict[int, object] = {}
         setLogLevel("warning" if quiet else "info")
@@ -170,6 +172,11 @@ class Deployment:
         self.net.start()
         for h in self.cluster.servers():
             self._start_storage(h)
+        config_path = self.run_dir / "device_config.bin"
+        config_path.write_bytes(device_config)
+        for sw in self.cluster.switches():
+            if Controller.is_cache_switch(sw):
+                self.start_agent(sw, p4info_path, config_path)
         self.controller = Controller(self.cluster, p4info_path, self.shim_control, device_config)
         self.controller.connect()
         self.controller.setup()
@@ -206,6 +213,26 @@ class Deployment:
             "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
             "--log-file", str(self.run_dir / f"shim-{h.name}.log")])
         _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
+
+    def start_agent(self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None
+                    ) -> subprocess.Popen:
+        """Start (or restart) the agent process of cache switch ``sw``, in the root namespace."""
+        if p4info_path is not None and config_path is not None:
+            self._agent_files = (p4info_path, config_path)
+        if self._agent_files is None:
+            raise DeploymentError("start_agent: the deployment has not written its pipeline files yet")
+        p4info_path, config_path = self._agent_files
+        out = open(self.run_dir / f"agent-{sw.name}.out", "ab")  # noqa: SIM115 - child keeps its own fd
+        proc = subprocess.Popen([
+            sys.executable, "-m", "controller.agent", "--cluster", str(self.cluster_path), "--switch", sw.name,
+            "--p4info", str(p4info_path), "--device-config", str(config_path), "--shim-dir", str(self.run_dir),
+            "--state-file", str(self.run_dir / f"agent-{sw.name}.state.json"),
+            "--log-file", str(self.run_dir / f"agent-{sw.name}.log")],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.close()
+        self._procs.append((f"agent-{sw.name}", proc))
+        self.agent_procs[sw.name] = proc
+        return proc
 
     def client(self, host: Host | None = None) -> ClientProcess:
         """A client process on ``host`` (default: the first client)."""

@@ -377,6 +377,52 @@ def test_digest_entry_read_errors(target: DigestTarget) -> None:
     assert target.read() == ("NOT_FOUND", [])
 
 
+# -- the P4Info a controller pushes must declare the program's digests --------------------------------------
+def _struct(info: p4i.P4Info) -> p4i.P4StructTypeSpec:
+    return info.type_info.structs["hh_digest_t"]
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda i: i.ClearField("digests"), "digest 'hh_digest_t' of program 'digest_test' is missing"),
+    (lambda i: setattr(_struct(i).members[1].type_spec.bitstring.bit, "bitwidth", 32), "bit<32> estimate"),
+    (lambda i: setattr(_struct(i).members[2], "name", "sw"), "bit<8> sw"),
+    (lambda i: _struct(i).members.pop(), "{bit<128> key, bit<16> estimate}"),
+    (lambda i: i.type_info.structs.pop("hh_digest_t"), "not in the P4Info's type_info"),
+    (lambda i: i.digests[0].type_spec.bitstring.bit.SetInParent(), "only struct digests"),
+    (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000002, name="other_t")),
+     "P4Info has digest 'other_t'"),
+])
+def test_p4info_with_a_different_digest_is_refused(mutate: object, words: str) -> None:
+    info = DIGEST_PROGRAM.p4info()
+    mutate(info)  # type: ignore[operator]
+    with running_switch(DEVICE, DigestPipeline()) as sw:
+        client = Client(sw.server.address, DEVICE)
+        try:
+            client.become_primary(1)
+            with pytest.raises(grpc.RpcError) as ei:
+                client.set_pipeline(info)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert words in (ei.value.details() or ""), ei.value.details()
+            client.set_pipeline(DIGEST_PROGRAM.p4info())  # the program's own is accepted
+        finally:
+            client.close()
+
+
+def test_p4c_digest_p4info_is_accepted_and_identical(tmp_path: Path) -> None:
+    """softswitch's P4Info for the digest program is p4c's, but for ids and the package name."""
+    if not BMV2_AVAILABLE:
+        pytest.skip("p4c-bm2-ss not installed")
+    theirs, _ = compile_digest_test(tmp_path)
+    from softswitch.server import p4info_mismatch
+
+    assert p4info_mismatch(DIGEST_PROGRAM, theirs) is None
+    ours = DIGEST_PROGRAM.p4info()
+    ours.pkg_info.ClearField("name")
+    assert ours.digests[0].preamble.id >> 24 == theirs.digests[0].preamble.id >> 24 == 0x17
+    ours.digests[0].preamble.id = theirs.digests[0].preamble.id
+    assert ours == theirs
+
+
 # -- softswitch only: where BMv2 strays from the spec ------------------------------------------------------------
 @pytest.fixture
 def ss() -> Iterator[SoftswitchDigests]:

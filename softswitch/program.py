@@ -104,6 +104,18 @@ class Counter:
     unit: Literal["packets", "bytes", "both"] = "packets"
 
 
+@dataclass(frozen=True)
+class Digest:
+    """A v1model ``digest<T>(receiver, data)``: p4c names the digest after the struct ``T``.
+
+    ``fields`` are T's members in order, each (name, bit width); the pipeline emits
+    one tuple of ints per message (:meth:`SwitchState.emit_digest`).
+    """
+
+    name: str
+    fields: tuple[tuple[str, int], ...]
+
+
 @dataclass
 class Program:
     name: str
@@ -111,6 +123,7 @@ class Program:
     tables: tuple[Table, ...]
     registers: tuple[Register, ...] = ()
     counters: tuple[Counter, ...] = ()
+    digests: tuple[Digest, ...] = ()
     arch: str = "v1model"
     _ids: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
@@ -124,7 +137,8 @@ class Program:
                 raise ValueError(f"table {t.name}: default action {t.default_action} not in its actions")
         used: set[int] = set()
         for prefix, items in ((PREFIX_ACTION, self.actions), (PREFIX_TABLE, self.tables),
-                              (PREFIX_REGISTER, self.registers), (PREFIX_COUNTER, self.counters)):
+                              (PREFIX_REGISTER, self.registers), (PREFIX_COUNTER, self.counters),
+                              (PREFIX_DIGEST, self.digests)):
             for it in items:
                 low = zlib.crc32(it.name.encode()) & 0xFFFFFF
                 ident = (prefix << 24) | low
@@ -142,6 +156,12 @@ class Program:
             if a.name == name:
                 return a
         raise KeyError(f"no action {name!r}")
+
+    def digest(self, name: str) -> Digest:
+        for d in self.digests:
+            if d.name == name:
+                return d
+        raise KeyError(f"no digest {name!r}")
 
     def table(self, name: str) -> Table:
         for t in self.tables:
@@ -195,6 +215,13 @@ class Program:
             _preamble(pr.preamble, self.id_of(r.name), r.name)
             pr.type_spec.bitstring.bit.bitwidth = r.bitwidth
             pr.size = r.size
+        for d in self.digests:  # as p4c: type_spec names the struct, type_info holds its bit<W> members
+            pd = info.digests.add()
+            _preamble(pd.preamble, self.id_of(d.name), d.name)
+            pd.type_spec.struct.name = d.name
+            st = info.type_info.structs[d.name]
+            for fname, width in d.fields:
+                st.members.add(name=fname).type_spec.bitstring.bit.bitwidth = width
         return info
 
 

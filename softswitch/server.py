@@ -35,7 +35,8 @@ import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf import any_pb2
 
-from softswitch.program import Action, Counter, Param, Program, Register, Table
+from softswitch.digests import DigestConfig, DigestConfigError, DigestEngine
+from softswitch.program import Action, Counter, Digest, Param, Program, Register, Table
 from softswitch.state import (
     CanonicalMatch,
     EntryExistsError,
@@ -64,7 +65,7 @@ _MATCH_KIND = {
 _SCOPE_TABLE_ONLY = p4i.ActionRef.TABLE_ONLY
 _SCOPE_DEFAULT_ONLY = p4i.ActionRef.DEFAULT_ONLY
 _UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "meters", "direct_meters",
-                       "controller_packet_metadata", "value_sets", "digests", "externs")
+                       "controller_packet_metadata", "value_sets", "externs")
 _CFG = p4r.SetForwardingPipelineConfigRequest
 _GET = p4r.GetForwardingPipelineConfigRequest
 _UPD = p4r.Update
@@ -124,7 +125,8 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
 
     Compared: entity names per kind; action parameters (names, bit widths);
     tables' match fields (names, kinds, bit widths), action sets and const
-    default action; register widths and sizes; counter sizes.  Ids only need to
+    default action; register widths and sizes; counter sizes; digests (a struct
+    type whose members' names and bit widths are the program's).  Ids only need to
     be non-zero and unique: they are the pushing client's choice.
     """
     for fld in _UNSUPPORTED_P4INFO:
@@ -138,6 +140,7 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         ("table", program.tables, info.tables),
         ("register", program.registers, info.registers),
         ("counter", program.counters, info.counters),
+        ("digest", program.digests, info.digests),
     ]
     for kind, ours, theirs in groups:
         names: set[str] = set()
@@ -181,6 +184,30 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         c = next(x for x in program.counters if x.name == pc.preamble.name)
         if pc.size != c.size:
             return f"counter {c.name!r} has size {pc.size} in the P4Info but {c.size} in the program"
+    for pd in info.digests:
+        diff = _digest_mismatch(program.digest(pd.preamble.name), pd, info)
+        if diff:
+            return diff
+    return None
+
+
+def _digest_mismatch(d: Digest, pd: p4i.Digest, info: p4i.P4Info) -> str | None:
+    if pd.type_spec.WhichOneof("type_spec") != "struct":
+        return f"digest {d.name!r}: only struct digests are supported (p4c's digest<T> with T a struct)"
+    sname = pd.type_spec.struct.name
+    if sname not in info.type_info.structs:
+        return f"digest {d.name!r}: struct {sname!r} is not in the P4Info's type_info"
+    members = info.type_info.structs[sname].members
+    theirs: list[tuple[str, int]] = []
+    for m in members:
+        bs = m.type_spec.bitstring
+        if m.type_spec.WhichOneof("type_spec") != "bitstring" or bs.WhichOneof("type_spec") != "bit":
+            return f"digest {d.name!r}: member {m.name!r} is not a bit<W>"
+        theirs.append((m.name, bs.bit.bitwidth))
+    ours = list(d.fields)
+    if theirs != ours:
+        show = lambda fs: "{" + ", ".join(f"bit<{w}> {n}" for n, w in fs) + "}"  # noqa: E731
+        return f"digest {d.name!r} is struct {show(theirs)} in the P4Info but {show(ours)} in the program"
     return None
 
 
@@ -307,6 +334,8 @@ class IdMap:
     counters: dict[int, Counter] = field(default_factory=dict)
     counter_ids: dict[str, int] = field(default_factory=dict)
     registers: dict[int, Register] = field(default_factory=dict)
+    digests: dict[int, Digest] = field(default_factory=dict)
+    digest_ids: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, program: Program, info: p4i.P4Info) -> IdMap:
@@ -332,6 +361,9 @@ class IdMap:
             m.counter_ids[c.name] = pc.preamble.id
         for pr in info.registers:
             m.registers[pr.preamble.id] = next(x for x in program.registers if x.name == pr.preamble.name)
+        for pd in info.digests:
+            m.digests[pd.preamble.id] = program.digest(pd.preamble.name)
+            m.digest_ids[pd.preamble.name] = pd.preamble.id
         return m
 
 
@@ -428,6 +460,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         self.digest_ack_handler: Callable[[p4r.DigestListAck], None] | None = None
         self.on_commit: Callable[[PipelineConfig, bool], None] | None = None
         self.packet_ins_dropped = 0
+        self.digests = DigestEngine(self.program.digests, self.send_digest_list)
+        self.digest_ack_handler = self._digest_ack
 
     # -- public view ----------------------------------------------------------------------------
     @property
@@ -604,6 +638,12 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             pkt.metadata.add(metadata_id=mid, value=value)
         return self._send_to_primary(p4r.StreamMessageResponse(packet=pkt), role)
 
+    def _digest_ack(self, ack: p4r.DigestListAck) -> None:
+        cfg = self._committed
+        d = cfg.ids.digests.get(ack.digest_id) if cfg is not None else None
+        if d is not None:  # an ack for an unknown digest or list is ignored, as BMv2
+            self.digests.ack(d.name, ack.list_id)
+
     def send_digest_list(self, digest: p4r.DigestList, role: str = "") -> bool:
         """Hand a digest list to the primary controller; False if none."""
         return self._send_to_primary(p4r.StreamMessageResponse(digest=digest), role)
@@ -696,6 +736,10 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             self._committed = cfg
             self._saved = None
             self._shadow = None
+            if reconcile:
+                self.digests.set_ids(cfg.ids.digest_ids)
+            else:  # as BMv2: a new config forgets DigestEntries, list ids start again at 1
+                self.digests.reset(cfg.ids.digest_ids)
         log.info("pipeline config committed: program %r, cookie=%s, device config %d bytes%s",
                  self.program.name, cfg.cookie, len(cfg.device_config), " (state kept)" if reconcile else "")
         if self.on_commit is not None:
@@ -774,6 +818,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             self._write_table_entry(ids, state, upd.type, upd.entity.table_entry)
         elif kind == "counter_entry":
             self._write_counter_entry(ids, state, upd.type, upd.entity.counter_entry)
+        elif kind == "digest_entry":
+            self._write_digest_entry(ids, upd.type, upd.entity.digest_entry)
         elif kind == "register_entry":
             _err(SC.UNIMPLEMENTED, "RegisterEntry writes are not supported: registers change only by packets "
                  "(as on BMv2)")
@@ -949,6 +995,41 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             for idx in range(c.size):
                 arr.write(idx, ce.data.packet_count, ce.data.byte_count)
 
+    def _digest(self, ids: IdMap, digest_id: int) -> Digest:
+        d = ids.digests.get(digest_id)
+        if d is None:  # NOT_FOUND, as BMv2 ("... is not a valid digest id"), also for id 0
+            _err(SC.NOT_FOUND, f"{digest_id} is not a valid digest id")
+        return d
+
+    def _write_digest_entry(self, ids: IdMap, utype: int, de: p4r.DigestEntry) -> None:
+        d = self._digest(ids, de.digest_id)
+        if self._saved is not None:
+            _err(SC.UNAVAILABLE, "DigestEntry writes wait for the saved pipeline config to be committed")
+        cfg = DigestConfig(de.config.max_timeout_ns, de.config.max_list_size, de.config.ack_timeout_ns)
+        if min(cfg.max_timeout_ns, cfg.max_list_size, cfg.ack_timeout_ns) < 0:
+            _err(SC.INVALID_ARGUMENT, f"digest {d.name!r}: negative value in config")
+        try:
+            self.digests.write(d.name, _UPD.Type.Name(utype), cfg)
+        except DigestConfigError as e:
+            _err(SC[e.code], e.message)
+
+    def _read_digest(self, ids: IdMap, q: p4r.DigestEntry) -> list[p4r.Entity]:
+        # digest_id 0 reads every configured digest (the spec); BMv2 differs: UNIMPLEMENTED
+        wanted = [(q.digest_id, self._digest(ids, q.digest_id))] if q.digest_id else list(ids.digests.items())
+        out = []
+        for did, d in wanted:
+            cfg = self.digests.config(d.name)
+            if cfg is None:
+                if q.digest_id:  # as BMv2
+                    _err(SC.NOT_FOUND, f"digest {d.name!r} ({did}) not configured")
+                continue
+            de = p4r.DigestEntry(digest_id=did)
+            de.config.max_timeout_ns = cfg.max_timeout_ns
+            de.config.max_list_size = cfg.max_list_size
+            de.config.ack_timeout_ns = cfg.ack_timeout_ns
+            out.append(p4r.Entity(digest_entry=de))
+        return out
+
     # -- Read --------------------------------------------------------------------------------------------
     def Read(self, request: p4r.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4r.ReadResponse]:
         try:
@@ -971,6 +1052,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             return self._read_table(ids, state, ent.table_entry)
         if kind == "counter_entry":
             return self._read_counter(ids, state, ent.counter_entry)
+        if kind == "digest_entry":
+            return self._read_digest(ids, ent.digest_entry)
         if kind == "register_entry":
             _err(SC.UNIMPLEMENTED, "RegisterEntry reads are not supported (as on BMv2)")
         if kind is None:  # BMv2 differs: UNKNOWN; malformed is INVALID_ARGUMENT
@@ -1116,11 +1199,13 @@ class P4RuntimeServer:
         if self.port == 0:
             raise RuntimeError(f"cannot bind gRPC address {self.requested_address}")
         self._server.start()
+        self.service.digests.start()
         log.info("P4Runtime server for device %d on %s", self.service.device_id, self.address)
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop serving; open streams are cancelled (clients see their stream end)."""
         self._server.stop(grace).wait()
+        self.service.digests.stop()
 
 
 __all__ = [

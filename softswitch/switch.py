@@ -162,15 +162,22 @@ class SoftSwitch:
         if self.server.service.committed is None:
             self.stats.dropped_no_config += 1
             return []
+        state = self.state
         try:
-            with self.state.lock:
-                out = self.pipeline.process(self.state, ingress_port, packet, self.now_us())
-                result = [(int(p), bytes(f)) for p, f in out]
+            with state.lock:
+                try:
+                    out = self.pipeline.process(state, ingress_port, packet, self.now_us())
+                    result = [(int(p), bytes(f)) for p, f in out]
+                finally:
+                    digests, state.pending_digests = state.pending_digests, []
         except Exception:
+            # a failed packet's digests go with it (empty list kept for the next packet)
             self.stats.dropped_pipeline_error += 1
             self._errors.exception("pipeline failed on a %d-byte packet from port %d; dropped",
                                    len(packet), ingress_port)
             return []
+        if digests:  # off the packet path: the digest engine batches them on its own thread
+            self.server.service.digests.submit(digests)
         if not result:
             self.stats.dropped_by_pipeline += 1
         return result

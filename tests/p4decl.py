@@ -4,7 +4,9 @@ A deliberately small reader for the subset of P4_16 our program uses: it
 expands ``#include`` and ``#define``, resolves typedefs, header and struct
 field widths, and collects the tables, actions, registers and counters of a
 control block in the shape p4c puts into a P4Info (names qualified by the
-control's name; only actions that some table references are visible).  The
+control's name; only actions that some table references are visible), and the
+digests: each ``digest<T>(...)`` call is a digest p4c names ``T``, whose fields
+are struct T's members.  The
 parity test compares the result with softswitch's own declarations.
 """
 
@@ -24,6 +26,7 @@ class Decls:
     registers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (width, size)
     counters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (size, unit)
     header_fields: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # type -> fields
+    digests: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # struct name -> members
 
 
 def _preprocess(path: Path, seen: set[Path] | None = None) -> str:
@@ -137,6 +140,10 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
         _collect_control(d, body, q, params, member_types, defines, width)
 
     collect(control, f"{control}.")
+    for sname in re.findall(r"\bdigest\s*<\s*(\w+)\s*>\s*\(", text):  # v1model digest<T>(receiver, data)
+        if sname not in d.header_fields:
+            raise ValueError(f"digest<{sname}>: no struct {sname}")
+        d.digests[sname] = d.header_fields[sname]
     return d
 
 

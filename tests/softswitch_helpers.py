@@ -25,6 +25,7 @@ from finsy.proto import p4r, p4r_grpc, rpc_status
 
 from distcache import p4names as n
 from softswitch.dataplane import PROGRAM
+from softswitch.program import Digest, Program
 from softswitch.state import SwitchState
 
 STAT_ROUTED = 0  # dc_stats index the test pipeline counts forwarded packets in
@@ -61,6 +62,36 @@ class ForwardPipeline:
         return [(params["port"], params["dmac"].to_bytes(6, "big") + packet[6:])]
 
 
+HH_DIGEST = Digest("hh_digest_t", (("key", 128), ("estimate", 16), ("switch_id", 8)))
+DIGEST_PROGRAM = Program("digest_test", actions=(), tables=(), digests=(HH_DIGEST,))
+DIGEST_SWITCH_ID = 7
+DIGEST_ETHER_TYPE = 0x88B5
+DIGEST_TEST_P4 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "p4", "digest_test.p4")
+
+
+class DigestPipeline:
+    """tests/p4/digest_test.p4 in Python: one ``hh_digest_t`` per probe frame, every frame dropped.
+
+    A probe frame is Ethernet with EtherType 0x88B5, then a 16-byte key and a
+    2-byte estimate (see :func:`probe_frame`); the digest is {key, estimate, 7}.
+    """
+
+    program = DIGEST_PROGRAM
+
+    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
+                now_us: int) -> list[tuple[int, bytes]]:
+        if len(packet) >= 32 and int.from_bytes(packet[12:14], "big") == DIGEST_ETHER_TYPE:
+            state.emit_digest(HH_DIGEST.name, (int.from_bytes(packet[14:30], "big"),
+                                               int.from_bytes(packet[30:32], "big"), DIGEST_SWITCH_ID))
+        return []
+
+
+def probe_frame(key: int, estimate: int = 5) -> bytes:
+    """A frame DigestPipeline (and digest_test.p4) turns into the digest {key, estimate, 7}."""
+    return (b"\x02" * 6 + b"\x04" * 6 + DIGEST_ETHER_TYPE.to_bytes(2, "big") + key.to_bytes(16, "big")
+            + estimate.to_bytes(2, "big"))
+
+
 def ipv4_udp_frame(dst_ip: str, payload: bytes = b"hello", src_ip: str = "10.0.0.1",
                    dmac: str = "02:00:00:00:00:02", smac: str = "02:00:00:00:00:01") -> bytes:
     """A minimal Ethernet/IPv4/UDP frame (checksums left 0: no host stack reads it)."""
@@ -78,11 +109,11 @@ def ip(s: str) -> int:
 
 
 @contextlib.contextmanager
-def running_switch(device_id: int) -> Iterator[Any]:
-    """An in-process softswitch with the test pipeline, serving P4Runtime on a free loopback port."""
+def running_switch(device_id: int, pipeline: Any = None) -> Iterator[Any]:
+    """An in-process softswitch with a test pipeline (ForwardPipeline unless told), on a free loopback port."""
     from softswitch.switch import SoftSwitch
 
-    sw = SoftSwitch(ForwardPipeline(), device_id=device_id, grpc_addr="127.0.0.1:0")
+    sw = SoftSwitch(pipeline or ForwardPipeline(), device_id=device_id, grpc_addr="127.0.0.1:0")
     sw.start()
     try:
         yield sw

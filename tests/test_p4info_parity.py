@@ -19,11 +19,13 @@ from google.protobuf import text_format
 from distcache import wire
 from softswitch.dataplane import PROGRAM
 from tests.p4decl import parse
+from tests.softswitch_helpers import DIGEST_PROGRAM, DIGEST_TEST_P4
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "p4src" / "distcache.p4"
 KINDS = {p4i.MatchField.EXACT: "exact", p4i.MatchField.LPM: "lpm", p4i.MatchField.TERNARY: "ternary",
          p4i.MatchField.RANGE: "range", p4i.MatchField.OPTIONAL: "optional"}
+PARTS = ("tables", "actions", "registers", "counters", "digests")  # digests: zero or more
 UNITS = {p4i.CounterSpec.PACKETS: "packets", p4i.CounterSpec.BYTES: "bytes", p4i.CounterSpec.BOTH: "both"}
 
 
@@ -41,7 +43,15 @@ def shape(info: p4i.P4Info) -> dict:
         "actions": {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions},
         "registers": {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in info.registers},
         "counters": {c.preamble.name: (c.size, UNITS[c.spec.unit]) for c in info.counters},
+        "digests": {dg.preamble.name: digest_members(info, dg) for dg in info.digests},
     }
+
+
+def digest_members(info: p4i.P4Info, dg: p4i.Digest) -> list[tuple[str, int]]:
+    """A digest's struct members as (name, bit width), through the P4Info's type_info."""
+    assert dg.type_spec.WhichOneof("type_spec") == "struct", dg
+    st = info.type_info.structs[dg.type_spec.struct.name]
+    return [(m.name, m.type_spec.bitstring.bit.bitwidth) for m in st.members]
 
 
 def source_shape() -> dict:
@@ -52,12 +62,13 @@ def source_shape() -> dict:
         "actions": d.actions,
         "registers": d.registers,
         "counters": d.counters,
+        "digests": d.digests,
     }
 
 
 def test_softswitch_p4info_matches_p4_source() -> None:
     ours, src = shape(PROGRAM.p4info()), source_shape()
-    for part in ("tables", "actions", "registers", "counters"):
+    for part in PARTS:
         assert ours[part] == src[part], f"{part} differ between softswitch and p4src"
 
 
@@ -83,5 +94,22 @@ def test_p4c_p4info_matches_softswitch(tmp_path: Path) -> None:
     text_format.Parse(out.read_text(), theirs)
     ours = shape(PROGRAM.p4info())
     got = shape(theirs)
-    for part in ("tables", "actions", "registers", "counters"):
+    for part in PARTS:
         assert got[part] == ours[part], f"{part} differ between p4c and softswitch"
+
+
+def test_digests_are_read_from_p4_source() -> None:
+    """The reader finds digest<T>(...) and T's members (p4src/ has none yet: the digest test program has one)."""
+    d = parse(Path(DIGEST_TEST_P4), control="DtIngress")
+    assert d.digests == {"hh_digest_t": [("key", 128), ("estimate", 16), ("switch_id", 8)]}
+    assert shape(DIGEST_PROGRAM.p4info())["digests"] == d.digests
+
+
+@pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed (softswitch-only machine)")
+def test_p4c_digests_match_the_source_reader(tmp_path: Path) -> None:
+    out = tmp_path / "dt.p4info.txt"
+    subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dt.json"),
+                    "--p4runtime-files", str(out), DIGEST_TEST_P4], check=True)
+    theirs = p4i.P4Info()
+    text_format.Parse(out.read_text(), theirs)
+    assert shape(theirs)["digests"] == parse(Path(DIGEST_TEST_P4), control="DtIngress").digests

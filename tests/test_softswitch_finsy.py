@@ -20,7 +20,16 @@ from distcache import p4names as n
 from softswitch.dataplane import PROGRAM
 from softswitch.program import alias
 from softswitch.switch import SoftSwitch
-from tests.softswitch_helpers import ip, ipv4_udp_frame, running_switch
+from tests.softswitch_helpers import (
+    DIGEST_PROGRAM,
+    DIGEST_SWITCH_ID,
+    HH_DIGEST,
+    DigestPipeline,
+    ip,
+    ipv4_udp_frame,
+    probe_frame,
+    running_switch,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -138,3 +147,40 @@ def test_finsy_backup_takes_over_when_primary_leaves(switch: SoftSwitch, p4info_
     first_primary, second_before, second_after = asyncio.run(scenario())
     assert first_primary and not second_before and second_after
     assert len(switch.state.tables[n.IPV4_LPM]) == 1
+
+
+def test_finsy_receives_and_acks_digests(tmp_path: Path) -> None:
+    """A controller's way: finsy writes a DigestEntry, reads DigestLists, acks them; suppression follows."""
+    info = tmp_path / "digest.p4info.txt"
+    info.write_text(text_format.MessageToString(DIGEST_PROGRAM.p4info()))
+    blob = tmp_path / "digest.json"
+    blob.write_bytes(DIGEST_PROGRAM.device_config())
+
+    async def scenario(sw_: SoftSwitch) -> tuple[list[fy.P4DigestList], list[fy.P4DigestEntry]]:
+        options = fy.SwitchOptions(p4info=info, p4blob=blob, device_id=DEVICE)
+        got: list[fy.P4DigestList] = []
+        async with fy.Switch("sw", sw_.server.address, options) as sw:
+            await sw.write([+fy.P4DigestEntry(HH_DIGEST.name, max_list_size=2, max_timeout_ns=10**9,
+                                              ack_timeout_ns=10 * 10**9)])
+            entries = [e async for e in sw.read(fy.P4DigestEntry(HH_DIGEST.name))]
+            lists = sw.read_digests(HH_DIGEST.name)
+            for key in (0xAB, 0xCD, 0xAB, 0xEF, 0xAB):  # the second 0xAB: in an unacked list, suppressed
+                sw_.handle_packet(1, probe_frame(key, 3))
+            got.append(await asyncio.wait_for(anext(lists), 5))
+            await sw.write([got[0].ack()])
+            await asyncio.sleep(0.2)
+            sw_.handle_packet(1, probe_frame(0xAB, 3))  # acked: 0xAB goes out again, with 0xEF
+            got.append(await asyncio.wait_for(anext(lists), 5))
+        return got, entries
+
+    with running_switch(DEVICE, DigestPipeline()) as sw_:
+        got, entries = asyncio.run(scenario(sw_))
+    (entry,) = entries
+    assert (entry.digest_id, entry.max_list_size, entry.ack_timeout_ns) == (HH_DIGEST.name, 2, 10 * 10**9)
+    assert [d.digest_id for d in got] == [HH_DIGEST.name] * 2
+    assert got[1].list_id == got[0].list_id + 1
+    fields = [name for name, _ in HH_DIGEST.fields]
+    assert [list(d.data) for d in got] == [
+        [dict(zip(fields, (k, 3, DIGEST_SWITCH_ID), strict=True)) for k in (0xAB, 0xCD)],
+        [dict(zip(fields, (k, 3, DIGEST_SWITCH_ID), strict=True)) for k in (0xEF, 0xAB)],
+    ]

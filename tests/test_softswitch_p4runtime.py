@@ -313,7 +313,7 @@ def _named(items, name: str):  # noqa: ANN001, ANN202 - a P4Info entity by name
     (lambda i: setattr(_named(i.actions, n.SET_NHOP).params[1], "bitwidth", 16), "port"),
     (lambda i: _named(i.tables, n.IPV4_LPM).action_refs.pop(), "action"),
     (lambda i: setattr(_named(i.registers, n.CACHE_VALUE), "size", 1), "cache_value"),
-    (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000001, name="hh")), "digests"),
+    (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000001, name="hh")), "digest 'hh'"),
 ])
 def test_mismatched_p4info_is_rejected(client: Client, mutate: object, words: str) -> None:
     info = PROGRAM.p4info()

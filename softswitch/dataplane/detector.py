@@ -10,7 +10,7 @@ from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import Op
 from softswitch.dataplane.header import IP_DST, Headers, Meta
-from softswitch.program import Action, MatchField, Param, Register, Table
+from softswitch.program import Action, Digest, MatchField, Param, Register, Table
 from softswitch.state import SwitchState
 
 ACTIONS = (
@@ -25,6 +25,7 @@ TABLES = (
     Table(n.HH_RACKS, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.DESIGNATE, n.NO_ACTION), n.NO_ACTION,
           size=n.MAX_SWITCHES),
 )
+DIGESTS = (Digest(n.HH_DIGEST, n.HH_DIGEST_FIELDS),)
 REGISTERS = (
     *(Register(name, 32, n.HH_CM_WIDTH) for name in n.HH_CM),
     *(Register(name, 16, n.HH_BLOOM_WIDTH) for name in n.HH_BLOOM),

@@ -32,6 +32,7 @@ PROGRAM = Program(
     tables=(*config.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES, *forwarding.TABLES),
     registers=(*shared.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS, *telemetry.REGISTERS),
     counters=(*shared.COUNTERS, *cache.COUNTERS),
+    digests=detector.DIGESTS,
 )
 
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)

@@ -230,8 +230,8 @@ def bench(
     """YCSB-style load: Zipf reads and writes, values checked, latency by hit/miss."""
     opts: Opts = ctx.obj
     cfg = BenchConfig(keys=keys, zipf=zipf, read_ratio=read_ratio, value_size=value_size, concurrency=concurrency,
-                      duration=None if ops is not None else duration, ops=ops, load=load and not echo, load_keys=load_keys, seed=seed,
-                      verify=not echo)
+                      duration=None if ops is not None else duration, ops=ops, load=load and not echo,
+                      load_keys=load_keys, seed=seed, verify=not echo)
     try:
         cfg.validate()
     except ValueError as e:

@@ -1,0 +1,280 @@
+"""``distcache``: get, put and delete keys of a DistCache deployment, and benchmark it.
+
+Every command needs the deployment's ``cluster.json`` (``--cluster`` or
+``$DISTCACHE_CLUSTER``): it says which storage server owns each key.
+``--server HOST[:PORT]`` sends every request to one address instead (a shim
+on loopback, outside Mininet).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from client_lib.client import Client, Resolver
+from client_lib.workload import BenchConfig, Report, Second, run_bench
+from distcache.cluster import Cluster, Host
+from distcache.errors import DistCacheError, RequestTimeout
+from distcache.hashing import wire_key
+from distcache.wire import DC_PORT
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Get, put and delete keys of a DistCache deployment, and benchmark it.")
+err = Console(stderr=True)
+
+
+@dataclass
+class Opts:
+    cluster: Path | None
+    timeout: float
+    retries: int
+    server: str | None
+
+    def load(self) -> Cluster:
+        if self.cluster is None:
+            fail("no cluster description: pass --cluster PATH (a run's cluster.json) or set DISTCACHE_CLUSTER")
+        try:
+            return Cluster.load(self.cluster)
+        except FileNotFoundError:
+            fail(f"cluster file {self.cluster} does not exist; pass the cluster.json of a running deployment "
+                 f"(runs/<run>/cluster.json)")
+        except (ValueError, TypeError) as e:
+            fail(f"cluster file {self.cluster} is not a valid cluster description: {e}")
+
+    def resolver(self) -> Resolver | None:
+        if not self.server:
+            return None
+        host, _, port = self.server.partition(":")
+        try:
+            addr = (host or "127.0.0.1", int(port) if port else DC_PORT)
+        except ValueError:
+            fail(f"--server {self.server!r}: expected HOST or HOST:PORT")
+        return lambda _host: addr
+
+    def client(self) -> tuple[Client, Cluster, Resolver]:
+        cluster = self.load()
+        resolve = self.resolver() or (lambda h: (h.ip, DC_PORT))
+        try:
+            return Client(cluster, timeout=self.timeout, retries=self.retries, resolve=resolve), cluster, resolve
+        except ValueError as e:
+            fail(str(e))
+
+
+def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
+    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _where(cluster: Cluster, resolve: Resolver, key: str) -> str:
+    host: Host = cluster.server_for_key(wire_key(key))
+    ip, port = resolve(host)
+    return f"{host.name} ({ip}:{port})"
+
+
+def _run(opts: Opts, key: str, call):  # noqa: ANN001, ANN202
+    client, cluster, resolve = opts.client()
+    try:
+        with client:
+            return call(client)
+    except RequestTimeout:
+        fail(f"no reply from {_where(cluster, resolve, key)} after {opts.retries + 1} tries of {opts.timeout}s; "
+             f"is the deployment running?")
+    except DistCacheError as e:
+        fail(f"{type(e).__name__}: {e}")
+    except OSError as e:
+        fail(f"cannot reach {_where(cluster, resolve, key)}: {e}")
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    cluster: Annotated[Path | None, typer.Option(envvar="DISTCACHE_CLUSTER",
+                                                 help="cluster.json of the deployment")] = None,
+    timeout: Annotated[float, typer.Option(min=0.001, help="seconds to wait for each reply")] = 0.5,
+    retries: Annotated[int, typer.Option(min=0, help="retries after a timeout")] = 3,
+    server: Annotated[str | None, typer.Option(envvar="DISTCACHE_SERVER",
+                                               help="send every request to HOST[:PORT] (e.g. a shim on "
+                                                    "loopback) instead of each key's server")] = None,
+) -> None:
+    """Talk to a DistCache deployment."""
+    ctx.obj = Opts(cluster, timeout, retries, server)
+
+
+def _text(value: bytes) -> tuple[str, str]:
+    try:
+        return value.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(value).decode(), "base64"
+
+
+@app.command()
+def get(ctx: typer.Context, key: str,
+        as_json: Annotated[bool, typer.Option("--json", help="print key, value, cached, served_by, latency")] = False,
+        ) -> None:
+    """Print the value of KEY (exit status 1 if it does not exist)."""
+    r = _run(ctx.obj, key, lambda c: c.get_reply(key))
+    if as_json:
+        value, enc = _text(r.value) if r.value is not None else (None, None)
+        print(json.dumps({"key": key, "found": r.value is not None, "value": value, "encoding": enc,
+                          "cached": r.cached, "served_by": r.served_by, "latency_us": round(r.latency * 1e6),
+                          "attempts": r.attempts}))
+    elif r.value is not None:
+        sys.stdout.buffer.write(r.value + b"\n")
+        sys.stdout.flush()
+    if r.value is None:
+        if not as_json:
+            err.print(f"not found: {key}", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command()
+def put(ctx: typer.Context, key: str,
+        value: Annotated[str | None, typer.Argument(help="the value (UTF-8); or use --value-file")] = None,
+        value_file: Annotated[Path | None, typer.Option(help="read the value (bytes) from this file; - for stdin",
+                                                        allow_dash=True)] = None) -> None:
+    """Store VALUE under KEY (acknowledged once every cached copy is invalid)."""
+    if (value is None) == (value_file is None):
+        fail("give exactly one of VALUE or --value-file")
+    if value_file is not None:
+        try:
+            data = sys.stdin.buffer.read() if str(value_file) == "-" else value_file.read_bytes()
+        except OSError as e:
+            fail(f"cannot read {value_file}: {e}")
+    else:
+        data = value.encode()
+    _run(ctx.obj, key, lambda c: c.put(key, data))
+    print("ok")
+
+
+@app.command("del")
+def delete(ctx: typer.Context, key: str) -> None:
+    """Delete KEY; prints "deleted" or "absent"."""
+    existed = _run(ctx.obj, key, lambda c: c.delete(key))
+    print("deleted" if existed else "absent")
+
+
+# -- bench -------------------------------------------------------------------------------
+
+_SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(xs: list[float]) -> str:
+    return "".join(_SPARK[min(8, round(x * 8))] for x in xs)
+
+
+def _live_table(last: Second | None, total: dict) -> Table:
+    t = Table(title="distcache bench", show_header=True)
+    for col in ("elapsed s", "ops/s", "hit ratio", "ops", "hits", "errors"):
+        t.add_column(col, justify="right")
+    if last is None:
+        t.add_row("-", "-", "-", "0", "0", "0")
+    else:
+        t.add_row(f"{last.t + last.span:.0f}", f"{last.rate:,.0f}", f"{last.hit_ratio:.1%}", f"{total['ops']:,}",
+                  f"{total['hits']:,}", str(total["errors"]))
+    return t
+
+
+def print_report(rep: Report, out: Console) -> None:
+    s = Table(title=f"{rep.ops:,} ops in {rep.seconds:.1f} s: {rep.throughput:,.0f} ops/s", show_header=False)
+    s.add_column()
+    s.add_column(justify="right")
+    s.add_row("reads / writes", f"{rep.reads:,} / {rep.writes:,}")
+    s.add_row("hits / misses (absent)", f"{rep.hits:,} / {rep.misses:,} ({rep.absent:,})")
+    s.add_row("hit ratio", f"{rep.hit_ratio:.1%}")
+    s.add_row("loaded keys", f"{rep.loaded_keys:,} in {rep.load_seconds:.1f} s")
+    s.add_row("errors", ", ".join(f"{k}={v}" for k, v in sorted(rep.errors.items())) or "0")
+    out.print(s)
+    lat = Table(title="latency (µs)")
+    for col in ("", "count", "mean", "p50", "p99", "p99.9"):
+        lat.add_column(col, justify="right")
+    for name in ("all", "hit", "miss", "write"):
+        d = rep.latency_us[name]
+        lat.add_row(name, f"{d['count']:,}", *(("-" if d[k] is None else f"{d[k]:,.0f}")
+                                                for k in ("mean", "p50", "p99", "p999")))
+    out.print(lat)
+    hr = [s["hit_ratio"] for s in rep.per_second]
+    out.print(f"hit ratio per second: [{sparkline(hr)}]  "
+              + " ".join(f"{x:.0%}" for x in hr[:30]) + (" …" if len(hr) > 30 else ""), highlight=False)
+    out.print("ops/s per second: " + " ".join(f"{s['ops'] / s['span']:.0f}" for s in rep.per_second[:30])
+              + (" …" if len(rep.per_second) > 30 else ""), highlight=False)
+
+
+@app.command()
+def bench(
+    ctx: typer.Context,
+    keys: Annotated[int, typer.Option(help="key space size (keys key0 … key<N-1>, key0 hottest), up to 100 M")]
+    = 100_000,
+    zipf: Annotated[float, typer.Option(help="Zipf skew θ: 0 = uniform … 0.99")] = 0.99,
+    read_ratio: Annotated[float, typer.Option(help="fraction of reads (the rest are writes)")] = 0.95,
+    value_size: Annotated[int, typer.Option(help="value bytes (≤128 can be cached by switches)")] = 64,
+    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 32,
+    duration: Annotated[float, typer.Option(help="seconds to run (unless --ops)")] = 10.0,
+    ops: Annotated[int | None, typer.Option(help="run exactly this many operations instead of --duration")] = None,
+    load: Annotated[bool, typer.Option(help="write the --load-keys hottest keys once before the run")] = True,
+    load_keys: Annotated[int, typer.Option(help="how many of the hottest keys --load writes")] = 10_000,
+    seed: Annotated[int, typer.Option(help="seed of the key and op sequence")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout")] = False,
+    echo: Annotated[bool, typer.Option(help="measure the generator alone against a local echo server "
+                                            "(no values checked, no load phase)")] = False,
+) -> None:
+    """YCSB-style load: Zipf reads and writes, values checked, latency by hit/miss."""
+    opts: Opts = ctx.obj
+    cfg = BenchConfig(keys=keys, zipf=zipf, read_ratio=read_ratio, value_size=value_size, concurrency=concurrency,
+                      duration=None if ops is not None else duration, ops=ops, load=load and not echo,
+                      load_keys=load_keys, seed=seed, verify=not echo)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        fail(str(e))
+    echo_proc = None
+    if echo:
+        echo_proc = subprocess.Popen([sys.executable, "-m", "client_lib.echo", "--port", "0"],
+                                     stdout=subprocess.PIPE, text=True)
+        port = int(echo_proc.stdout.readline().split()[-1])
+        cluster: Cluster = Cluster()
+        resolve: Resolver | None = lambda _h: ("127.0.0.1", port)  # noqa: E731
+    else:
+        cluster, resolve = opts.load(), opts.resolver()
+
+    total = {"ops": 0, "hits": 0, "errors": 0}
+    live = Live(_live_table(None, total), console=err, refresh_per_second=4, transient=as_json)
+
+    def on_second(s: Second) -> None:
+        total["ops"] += s.ops
+        total["hits"] += s.hits
+        total["errors"] += s.errors
+        live.update(_live_table(s, total))
+
+    def on_load(done: int, n: int) -> None:
+        live.update(Table(title=f"loading {done:,}/{n:,} keys"))
+
+    try:
+        with live:
+            rep = run_bench(cluster, cfg, resolve=resolve, timeout=opts.timeout, retries=opts.retries,
+                            on_second=on_second, on_load=on_load)
+    except RequestTimeout as e:
+        fail(f"{e} (during the load phase); is the deployment running?")
+    except DistCacheError as e:
+        fail(f"{type(e).__name__}: {e}")
+    finally:
+        if echo_proc is not None:
+            echo_proc.kill()
+            echo_proc.wait()
+    if as_json:
+        d = rep.to_dict()
+        d["target"] = "echo" if echo else "deployment"
+        print(json.dumps(d, indent=2))
+    else:
+        print_report(rep, Console())
+    if rep.error_count:
+        raise typer.Exit(2)

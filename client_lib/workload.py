@@ -1,0 +1,427 @@
+"""YCSB-style workload engine behind ``distcache bench``, usable as a library.
+
+``run_bench(cluster, BenchConfig(...)) -> Report`` drives one
+:class:`~client_lib.client.AsyncClient` with ``concurrency`` coroutines, each
+issuing one request at a time, and returns counts, latencies and per-second
+hit ratios.  ``on_second`` (if given) is called once per elapsed second with
+that second's :class:`Second`, so a demo can print the hit ratio climbing as
+the switch caches warm up.
+
+Keys and popularity.  The key of Zipf rank ``i`` (0 = hottest) is
+``f"{prefix}{i}"`` (default ``key0`` … ``key99999999``, at most 11 bytes, so
+they stay readable on the wire).  Placement hashes the key (h1, h0), so hot
+ranks land on unrelated servers and spines.  Ranks are drawn by the
+simulator's Zipf sampler (:class:`simulator.workload.Zipf`: exact over the
+2^17 hottest keys, continuous approximation beyond), fine for 10^8 keys.
+
+Values are self-describing: ``<key>#<run>#<n>#`` padded with ``.`` to
+``value_size`` bytes (longer if the header alone is longer), where ``run``
+is a random tag of this run and ``n`` the write counter of that key in this
+run (0 for the load phase).  A read returning anything else for the key — a
+malformed value, another key's value, a counter this run never issued, bad
+padding (``.`` only, to this run's value size) — is a ``wrong_value`` error.  Values of an earlier run (same shape,
+other run tag) are fine for keys this run never wrote (counted as
+``other_run_values``), but an error (``stale_value``) for a key whose write
+by this run was acknowledged before the read was sent; absent is likewise
+correct for a key never written and a ``missing`` error otherwise.
+
+Load phase.  ``load`` writes the ``load_keys`` hottest keys (all of them if
+the key space is smaller) once, with counter 0, before the timed run: a
+100 M-key space cannot be loaded in a demo, and a read of a key that was
+never written correctly returns absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from client_lib.client import AsyncClient, Resolver
+from distcache.cluster import Cluster
+from distcache.errors import DistCacheError, RequestTimeout, ServerError
+from distcache.wire import MAX_VALUE_LEN
+from simulator.workload import DEFAULT_HEAD, Zipf
+
+MAX_KEYS = 100_000_000
+_BATCH = 4096
+_TOP = 16  # ranks whose request counts the report keeps (skew check)
+
+
+@dataclass
+class BenchConfig:
+    keys: int = 100_000
+    zipf: float = 0.99  # 0 = uniform
+    read_ratio: float = 0.95
+    value_size: int = 64
+    concurrency: int = 32
+    duration: float | None = 10.0  # seconds; ignored when ops is set
+    ops: int | None = None
+    load: bool = True
+    load_keys: int = 10_000
+    seed: int = 1
+    prefix: str = "key"
+    verify: bool = True  # check read values (off only against a plain echo server)
+    run_tag: str | None = None  # tag written into values; None = random per run (8 hex digits)
+
+    def validate(self) -> None:
+        if not 1 <= self.keys <= MAX_KEYS:
+            raise ValueError(f"--keys must be 1..{MAX_KEYS}")
+        if not 0 <= self.zipf < 10:
+            raise ValueError("--zipf must be >= 0 (0 = uniform, 0.99 = the paper's skew)")
+        if not 0 <= self.read_ratio <= 1:
+            raise ValueError("--read-ratio must be within 0..1")
+        if not 1 <= self.value_size <= MAX_VALUE_LEN:
+            raise ValueError(f"--value-size must be 1..{MAX_VALUE_LEN} bytes (≤128 can be cached by switches)")
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be >= 1")
+        if self.ops is None and (self.duration is None or self.duration <= 0):
+            raise ValueError("give --duration SECONDS > 0 or --ops N")
+        if self.ops is not None and self.ops < 0:
+            raise ValueError("--ops must be >= 0")
+        if self.load_keys < 0:
+            raise ValueError("--load-keys must be >= 0")
+        if self.run_tag is not None and (not self.run_tag or "#" in self.run_tag):
+            raise ValueError("run_tag must be non-empty and must not contain '#'")
+        if len(f"{self.prefix}{self.keys - 1}".encode()) > 15:
+            raise ValueError("prefix too long: keys would exceed 15 bytes and be hashed on the wire")
+
+
+@dataclass
+class Second:
+    """What completed during one second of the run (``t`` = seconds since start, 0-based)."""
+
+    t: int
+    ops: int = 0
+    reads: int = 0
+    hits: int = 0
+    writes: int = 0
+    errors: int = 0
+    span: float = 1.0  # seconds this covers: 1 except for the run's last, partial second
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.span if self.span > 0 else 0.0
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.reads if self.reads else 0.0
+
+
+@dataclass
+class Report:
+    config: dict
+    run_tag: str
+    loaded_keys: int
+    load_seconds: float
+    seconds: float
+    ops: int  # = reads + writes (every request issued and finished, failed ones included)
+    reads: int  # = hits + misses + failed_reads
+    writes: int  # = acked_writes + failed_writes
+    hits: int  # reads answered by a switch cache
+    misses: int  # reads answered by a storage server (absent ones included)
+    absent: int  # misses that found no value (keys never written: correct)
+    failed_reads: int  # no usable reply (timeout, server error)
+    failed_writes: int
+    other_run_values: int
+    throughput: float  # ops/s
+    hit_ratio: float
+    latency_us: dict  # {"all"|"hit"|"miss"|"write": {"count", "mean", "p50", "p99", "p999"}}
+    per_second: list[dict]  # Second as dicts, with hit_ratio
+    errors: dict[str, int]  # kind -> count: wrong_value, stale_value, missing, timeout, server_error, ...
+    top_keys: list[dict]  # the hottest ranks: {"rank", "key", "requests", "share", "expected_share"}
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["error_count"] = self.error_count
+        return d
+
+
+def key_of(rank: int, prefix: str = "key") -> str:
+    return f"{prefix}{rank}"
+
+
+def make_value(key: str, run: str, n: int, size: int) -> bytes:
+    head = f"{key}#{run}#{n}#".encode()
+    return head + b"." * (size - len(head)) if len(head) < size else head
+
+
+def parse_value(value: bytes) -> tuple[str, str, int] | None:
+    """(key, run, n) of a well-formed workload value, else None (padding is not checked here)."""
+    parts = value.split(b"#", 3)
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    try:
+        return parts[0].decode(), parts[1].decode(), int(parts[2])
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _percentiles(lat: list[float]) -> dict:
+    if not lat:
+        return {"count": 0, "mean": None, "p50": None, "p99": None, "p999": None}
+    a = np.asarray(lat) * 1e6
+    p50, p99, p999 = np.percentile(a, [50, 99, 99.9])
+    return {"count": len(lat), "mean": round(float(a.mean()), 1), "p50": round(float(p50), 1),
+            "p99": round(float(p99), 1), "p999": round(float(p999), 1)}
+
+
+class _OpStream:
+    """Shared source of (is_read, rank), drawn in numpy batches."""
+
+    def __init__(self, cfg: BenchConfig, zipf: Zipf, rng: np.random.Generator) -> None:
+        self.cfg, self.zipf, self.rng = cfg, zipf, rng
+        self.ranks: list[int] = []
+        self.reads: list[bool] = []
+        self.i = 0
+        self.issued = 0
+        self.top = np.zeros(_TOP, dtype=np.int64)
+
+    def next(self) -> tuple[bool, int]:
+        if self.i == len(self.ranks):
+            ranks = self.zipf.sample(_BATCH, self.rng)
+            self.top += np.bincount(ranks[ranks < _TOP], minlength=_TOP)[:_TOP]
+            self.ranks = ranks.tolist()
+            self.reads = (self.rng.random(_BATCH) < self.cfg.read_ratio).tolist()
+            self.i = 0
+        i = self.i
+        self.i += 1
+        self.issued += 1
+        return self.reads[i], self.ranks[i]
+
+    def drawn_top(self) -> np.ndarray:
+        """Counts of the hottest ranks among the ops actually issued (unused batch tail removed)."""
+        top = self.top.copy()
+        for r in self.ranks[self.i:]:
+            if r < _TOP:
+                top[r] -= 1
+        return top
+
+
+class _Bench:
+    def __init__(self, client: AsyncClient, cfg: BenchConfig, on_second: Callable[[Second], None] | None,
+                 on_load: Callable[[int, int], None] | None) -> None:
+        self.client, self.cfg = client, cfg
+        self.on_second, self.on_load = on_second, on_load
+        self.run = cfg.run_tag or os.urandom(4).hex()
+        self.rng = np.random.default_rng(cfg.seed)
+        self.zipf = Zipf(cfg.keys, cfg.zipf, head=min(DEFAULT_HEAD, cfg.keys))
+        self.loaded = 0
+        self.issued: dict[int, int] = {}  # rank -> highest write counter issued this run
+        self.acked: set[int] = set()  # ranks (beyond the loaded ones) with a write acknowledged this run
+        self.lat: dict[str, list[float]] = {"hit": [], "miss": [], "write": [], "fail": []}
+        self.errors: Counter[str] = Counter()
+        self.n = Counter()
+        self.seconds: list[Second] = []
+        self.t0 = 0.0
+
+    # -- phases ---------------------------------------------------------------------
+    async def load(self) -> float:
+        cfg = self.cfg
+        n = min(cfg.load_keys, cfg.keys) if cfg.load else 0
+        start = time.perf_counter()
+        nxt = 0
+        done = 0
+
+        async def worker() -> None:
+            nonlocal nxt, done
+            while nxt < n:
+                rank = nxt
+                nxt += 1
+                key = key_of(rank, cfg.prefix)
+                await self.client.put(key, make_value(key, self.run, 0, cfg.value_size))
+                done += 1
+                if self.on_load and (done % 1000 == 0 or done == n):
+                    self.on_load(done, n)
+
+        await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, max(n, 1)))))
+        self.loaded = n
+        return time.perf_counter() - start
+
+    async def timed(self) -> float:
+        cfg = self.cfg
+        stream = self.stream = _OpStream(cfg, self.zipf, self.rng)
+        self.t0 = time.perf_counter()
+        deadline = math.inf if cfg.ops is not None else self.t0 + float(cfg.duration or 0)
+        limit = cfg.ops if cfg.ops is not None else math.inf
+        self.seconds = [Second(0)]
+        stop = asyncio.Event()
+        ticker = asyncio.create_task(self._tick(stop))
+
+        async def worker() -> None:
+            while stream.issued < limit and time.perf_counter() < deadline:
+                is_read, rank = stream.next()
+                if is_read:
+                    await self._read(rank)
+                else:
+                    await self._write(rank)
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+        finally:
+            stop.set()
+            await ticker
+        elapsed = time.perf_counter() - self.t0
+        return elapsed
+
+    async def _tick(self, stop: asyncio.Event) -> None:
+        """Close each second: report it and open the next."""
+        while True:
+            t = len(self.seconds)
+            try:
+                await asyncio.wait_for(stop.wait(), max(0.0, self.t0 + t - time.perf_counter()))
+            except TimeoutError:
+                self.seconds.append(Second(t))
+                if self.on_second:
+                    self.on_second(self.seconds[t - 1])
+                continue
+            last = self.seconds[-1]
+            last.span = round(min(1.0, time.perf_counter() - self.t0 - last.t), 3)
+            if self.on_second and last.ops:
+                self.on_second(last)
+            return
+
+    def _sec(self) -> Second:
+        return self.seconds[-1]
+
+    # -- operations -----------------------------------------------------------------
+    async def _read(self, rank: int) -> None:
+        cfg = self.cfg
+        key = key_of(rank, cfg.prefix)
+        must_exist = rank < self.loaded or rank in self.acked
+        start = time.perf_counter()
+        try:
+            r = await self.client.get_reply(key)
+        except DistCacheError as e:
+            self._fail("read", e, time.perf_counter() - start)
+            return
+        lat = time.perf_counter() - start
+        sec = self._sec()
+        sec.ops += 1
+        sec.reads += 1
+        self.n["reads"] += 1
+        if r.cached:
+            sec.hits += 1
+            self.n["hits"] += 1
+            self.lat["hit"].append(lat)
+        else:
+            self.n["misses"] += 1
+            self.lat["miss"].append(lat)
+        if not cfg.verify:
+            return
+        if r.value is None:
+            if must_exist:
+                self._error("missing")
+            else:
+                self.n["absent"] += 1
+            return
+        kind = self._check(rank, key, r.value, must_exist)
+        if kind:
+            self._error(kind)
+
+    def _check(self, rank: int, key: str, value: bytes, must_exist: bool) -> str | None:
+        p = parse_value(value)
+        if p is None or p[0] != key:
+            return "wrong_value"
+        _, run, n = p
+        if run == self.run and value != make_value(key, run, n, self.cfg.value_size):
+            return "wrong_value"  # padding or length
+        if run != self.run:
+            if value.rstrip(b".") != make_value(key, run, n, 0):
+                return "wrong_value"  # an earlier run may have used another value size, but pads with dots
+            if must_exist:
+                return "stale_value"
+            self.n["other_run"] += 1
+            return None
+        if n == 0:
+            return None if rank < self.loaded else "wrong_value"
+        return None if n <= self.issued.get(rank, 0) else "wrong_value"
+
+    async def _write(self, rank: int) -> None:
+        key = key_of(rank, self.cfg.prefix)
+        n = self.issued[rank] = self.issued.get(rank, 0) + 1
+        start = time.perf_counter()
+        try:
+            await self.client.put(key, make_value(key, self.run, n, self.cfg.value_size))
+        except DistCacheError as e:
+            self._fail("write", e, time.perf_counter() - start)
+            return
+        self.lat["write"].append(time.perf_counter() - start)
+        if rank >= self.loaded:
+            self.acked.add(rank)
+        sec = self._sec()
+        sec.ops += 1
+        sec.writes += 1
+        self.n["writes"] += 1
+
+    def _fail(self, what: str, e: DistCacheError, lat: float) -> None:
+        kind = "timeout" if isinstance(e, RequestTimeout) else "server_error" if isinstance(e, ServerError) \
+            else type(e).__name__
+        self.n[f"failed_{what}s"] += 1
+        self.n[f"{what}s"] += 1
+        sec = self._sec()
+        sec.ops += 1
+        if what == "read":
+            sec.reads += 1
+        else:
+            sec.writes += 1
+        self.lat["fail"].append(lat)
+        self._error(kind)
+
+    def _error(self, kind: str) -> None:
+        self.errors[kind] += 1
+        self._sec().errors += 1
+
+    # -- report ---------------------------------------------------------------------
+    def report(self, load_seconds: float, elapsed: float) -> Report:
+        n = self.n
+        ops = n["reads"] + n["writes"]
+        all_lat = self.lat["hit"] + self.lat["miss"] + self.lat["write"]
+        issued = max(self.stream.issued, 1)
+        top = self.stream.drawn_top()
+        top_keys = [{"rank": r, "key": key_of(r, self.cfg.prefix), "requests": int(top[r]),
+                     "share": round(int(top[r]) / issued, 5),
+                     "expected_share": round(float(self.zipf.p[r]), 5)}
+                    for r in range(min(_TOP, self.cfg.keys, 8))]
+        seconds = [s for s in self.seconds if s.ops or s.t < int(elapsed)]
+        return Report(
+            config=asdict(self.cfg), run_tag=self.run, loaded_keys=self.loaded,
+            load_seconds=round(load_seconds, 3), seconds=round(elapsed, 3),
+            ops=ops, reads=n["reads"], writes=n["writes"], hits=n["hits"], misses=n["misses"],
+            absent=n["absent"], failed_reads=n["failed_reads"], failed_writes=n["failed_writes"],
+            other_run_values=n["other_run"],
+            throughput=round(ops / elapsed, 1) if elapsed > 0 else 0.0,
+            hit_ratio=round(n["hits"] / n["reads"], 4) if n["reads"] else 0.0,
+            latency_us={"all": _percentiles(all_lat), "hit": _percentiles(self.lat["hit"]),
+                        "miss": _percentiles(self.lat["miss"]), "write": _percentiles(self.lat["write"])},
+            per_second=[{**asdict(s), "hit_ratio": round(s.hit_ratio, 4)} for s in seconds],
+            errors=dict(self.errors), top_keys=top_keys)
+
+
+async def run_bench_async(cluster: Cluster | str | Path, cfg: BenchConfig, *, resolve: Resolver | None = None,
+                          timeout: float = 0.5, retries: int = 3, on_second: Callable[[Second], None] | None = None,
+                          on_load: Callable[[int, int], None] | None = None) -> Report:
+    """Load (if asked), run the timed phase, and report; see the module docstring."""
+    cfg.validate()
+    async with AsyncClient(cluster, timeout=timeout, retries=retries, resolve=resolve) as client:
+        b = _Bench(client, cfg, on_second, on_load)
+        load_seconds = await b.load()
+        elapsed = await b.timed()
+        return b.report(load_seconds, elapsed)
+
+
+def run_bench(cluster: Cluster | str | Path, cfg: BenchConfig, **kw: object) -> Report:
+    """Blocking wrapper of :func:`run_bench_async` (its own event loop)."""
+    return asyncio.run(run_bench_async(cluster, cfg, **kw))  # type: ignore[arg-type]
+

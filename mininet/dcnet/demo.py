@@ -1,15 +1,18 @@
-"""The main demo (``make run``): a key written, cached in P4 switches, read back.
+"""The main demo (``make run``): hot keys cache themselves.
 
-Brings the topology up, writes keys from a client host, caches some of them
-(table entry over P4Runtime, value by the shim's coherence UPDATE packet),
-updates one cached key (two-phase coherence), reads everything back, prints a
-table (key, value, served by cache or server, latency) and, last, one line::
+Brings up a leaf-spine topology (2 spines, 2 storage racks, 1 client rack by
+default), loads the keys from the client host, then runs a Zipf-0.99,
+read-mostly workload with nothing cached by hand.  The cache switches' detectors
+report the keys that get hot, their agents insert them and the storage shims
+fill the values; the hit ratio climbs second by second as the caches fill.  At
+the end it prints the workload's report and, last, one line::
 
-    reads=<n> hits=<n> misses=<n> errors=<n>
+    reads=<n> hits=<n> misses=<n> errors=<n> auto_cached=<n>
 
 ``hits`` are reads answered by a switch cache, ``misses`` reads answered by a
-storage server, ``errors`` reads that failed or returned a value other than
-the one last written.  Then everything is torn down.
+storage server, ``errors`` operations that failed or reads that returned a
+value the workload never wrote, ``auto_cached`` keys the agents inserted from
+hot-key reports.  Then everything is torn down.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -26,82 +28,70 @@ from rich.table import Table
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.p4switch import TargetMissing
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 
 console = Console(stderr=True)
 
 
-def demo_values(n_keys: int) -> dict[str, str]:
-    """Keys and values: mostly small (cacheable), one over 128 bytes (never cached)."""
-    values = {f"key{i}": f"value-{i}-" + "x" * (i * 7) for i in range(n_keys)}
-    values[f"key{n_keys - 1}"] = "big-" + "y" * 300
-    return values
+def demo_cluster(slots: int, threshold: int) -> Cluster:
+    return Cluster(spines=2, storage_racks=2, servers_per_rack=1, client_racks=1, clients_per_rack=1,
+                   cache_slots=slots, hh_threshold=threshold, hh_window_shift=20)
 
 
-def wait_for_refill(client: object, key: str, value: str, timeout: float = 2.0) -> float | None:
-    """Seconds until a read of ``key`` is served from cache again with ``value``, or None."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        r = client.call("get", key)  # type: ignore[attr-defined]
-        if r["ok"] and r.get("cached") and r.get("value") == value:
-            return time.monotonic() - start
-        time.sleep(0.02)
-    return None
+def cached_counts(dep: Deployment) -> tuple[dict[str, int], int]:
+    """Keys held per cache switch, and keys the agents inserted from reports (all agents)."""
+    st = dep.controller.agent_status() if dep.controller else {}
+    return {name: s.occupied for name, s in sorted(st.items())}, sum(s.auto_inserted for s in st.values())
 
 
-def run(target: str, n_keys: int, n_cached: int, reads_per_key: int, run_dir: Path | None, pcap: bool) -> int:
-    cluster = Cluster()
-    values = demo_values(n_keys)
-    keys = list(values)
-    cached = keys[:n_cached] + [keys[-1]]  # the big key is asked for too, to show it stays uncached
-    with console.status(f"starting {target} topology (1 spine, 1 storage rack, 1 client rack)..."):
-        dep = Deployment(cluster, target=target, run_dir=run_dir, pcap=pcap)
+def run(args: argparse.Namespace) -> int:
+    cluster = demo_cluster(args.slots, args.threshold)
+    with console.status(f"starting {args.target} topology (2 spines, 2 storage racks, 1 client rack)..."):
+        dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, pcap=args.pcap)
         dep.__enter__()
     try:
         console.print(f"[green]topology up[/] — logs in {dep.run_dir}")
-        client = dep.client()
-        for k in keys:
-            r = client.call("put", k, values[k])
-            if not r["ok"]:
-                console.print(f"[red]put {k} failed: {r['message']}")
-        for k in cached:
-            placed = dep.controller.cache(k)
-            console.print(f"cache {k}: " + ", ".join(f"{sw}={e.state}" for sw, e in placed.items()))
-        # a write to a cached key: invalidate, write Redis, ack, then update the caches
-        update_key = keys[0]
-        values[update_key] = "value-0-updated"
-        r = client.call("put", update_key, values[update_key])
-        if r["ok"]:
-            refill = wait_for_refill(client, update_key, values[update_key])
-            console.print(f"update {update_key}: acknowledged after phase 1; " + (
-                f"caches refilled by phase 2 within {refill * 1000:.0f} ms" if refill is not None
-                else "[yellow]caches not refilled yet (reads will go to the server)"))
-        else:
-            console.print(f"[red]update {update_key} failed: {r['message']}")
-
-        table = Table(title="DistCache reads")
-        for col in ("key", "value", "served by", "latency"):
-            table.add_column(col)
-        reads = hits = misses = errors = 0
-        for _ in range(reads_per_key):
-            for k in keys:
-                reads += 1
-                r = client.call("get", k)
-                if not r["ok"] or r.get("value") != values[k]:
-                    errors += 1
-                    why = r.get("message") if not r["ok"] else f"got {r.get('value')!r}"
-                    table.add_row(k, f"[red]{why}", "-", "-")
-                    continue
-                if r["cached"]:
-                    hits += 1
-                    who = f"cache {cluster.switch_by_id(r['served_by']).name}"
-                else:
-                    misses += 1
-                    who = f"server {cluster.server_for_key(wire_key(k)).name}"
-                shown = r["value"] if len(r["value"]) <= 32 else r["value"][:29] + "..."
-                table.add_row(k, shown, who, f"{r['latency_us']} µs")
-        Console().print(table)
-        print(f"reads={reads} hits={hits} misses={misses} errors={errors}", flush=True)
+        console.print(f"workload: {args.keys} keys, Zipf {args.zipf}, {args.read_ratio:.0%} reads, "
+                      f"{args.duration:.0f} s, concurrency {args.concurrency}; caches: {args.slots} keys per "
+                      f"switch, detector threshold {args.threshold} reads per ~1 s window; nothing cached by hand")
+        progress = Table(title="the caches fill themselves", title_justify="left")
+        names = " ".join(cached_counts(dep)[0])
+        for col in ("t", "ops/s", "hit ratio", f"keys cached ({names})", "auto-cached"):
+            progress.add_column(col, justify="right")
+        report = None
+        for msg in dep.bench(cluster.client(0, 0), {
+                "keys": args.keys, "zipf": args.zipf, "read_ratio": args.read_ratio, "value_size": 32,
+                "concurrency": args.concurrency, "duration": args.duration, "load_keys": args.keys,
+                "seed": args.seed}):
+            if msg["type"] == "load" and msg["done"] == msg["total"]:
+                console.print(f"loaded {msg['total']} keys")
+            elif msg["type"] == "second":
+                held, auto = cached_counts(dep)
+                row = (f"{msg['t'] + 1}", f"{msg['ops'] / max(msg['span'], 1e-9):,.0f}", f"{msg['hit_ratio']:.2f}",
+                       " ".join(f"{v:>3}" for v in held.values()), f"{auto}")
+                progress.add_row(*row)
+                console.print("  ".join(row), highlight=False)
+            elif msg["type"] == "report":
+                report = msg
+        if report is None:
+            raise DeploymentError("the workload ended without a report; see client-*.log in the run folder")
+        held, auto = cached_counts(dep)
+        Console().print(progress)
+        summary = Table(title="workload report")
+        summary.add_column("")
+        summary.add_column("value", justify="right")
+        lat = report["latency_us"]
+        for label, value in (
+                ("throughput", f"{report['throughput']:,.0f} ops/s"),
+                ("hit ratio (whole run)", f"{report['hit_ratio']:.2f}"),
+                ("read latency p50 / p99, hits", f"{lat['hit']['p50']:.0f} / {lat['hit']['p99']:.0f} µs"),
+                ("read latency p50 / p99, misses", f"{lat['miss']['p50']:.0f} / {lat['miss']['p99']:.0f} µs"),
+                ("keys cached per switch", ", ".join(f"{k} {v}" for k, v in held.items())),
+                ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none")):
+            summary.add_row(label, value)
+        Console().print(summary)
+        errors = report["error_count"]
+        print(f"reads={report['reads']} hits={report['hits']} misses={report['misses']} errors={errors} "
+              f"auto_cached={auto}", flush=True)
         return 0 if errors == 0 else 1
     finally:
         with console.status("tearing down..."):
@@ -109,26 +99,25 @@ def run(target: str, n_keys: int, n_cached: int, reads_per_key: int, run_dir: Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dcnet.demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="softswitch", choices=["softswitch", "bmv2"],
-                    help="data plane: the built-in softswitch (default) or BMv2 simple_switch_grpc")
-    ap.add_argument("--keys", type=int, default=8, help="number of keys written (default 8)")
-    ap.add_argument("--cached", type=int, default=4, help="how many of them to cache (default 4)")
-    ap.add_argument("--reads", type=int, default=2, help="reads per key (default 2)")
-    ap.add_argument("--run-dir", type=Path, help="folder for logs (default runs/<timestamp>)")
-    ap.add_argument("--pcap", action="store_true", help="capture every switch port into the run folder")
+    ap = argparse.ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--keys", type=int, default=10_000, help="keys in the workload (all loaded first)")
+    ap.add_argument("--zipf", type=float, default=0.99, help="skew of the reads (0 = uniform)")
+    ap.add_argument("--read-ratio", type=float, default=0.98)
+    ap.add_argument("--duration", type=float, default=40.0, help="seconds of workload after loading")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--slots", type=int, default=100, help="cache slots per cache switch (the paper: 100)")
+    ap.add_argument("--threshold", type=int, default=4, help="reads per detector window that make a key hot")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--run-dir", type=Path, help="where logs go (default runs/<timestamp>)")
+    ap.add_argument("--pcap", action="store_true", help="capture every switch port")
     args = ap.parse_args(argv)
-    if args.keys < 2 or not 0 <= args.cached < args.keys:
-        ap.error("need --keys >= 2 and 0 <= --cached < --keys")
     if os.geteuid() != 0:
-        console.print("[red]error:[/] the demo needs root: Mininet creates network namespaces and veth pairs "
-                      "(run `sudo make run`)")
+        console.print("[red]the demo needs root[/] (Mininet creates network namespaces): run it with sudo, "
+                      "or as root: make run")
         return 2
     try:
-        return run(args.target, args.keys, args.cached, args.reads, args.run_dir, args.pcap)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted; everything was torn down")
-        return 130
+        return run(args)
     except (TargetMissing, DeploymentError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -233,6 +234,21 @@ class Deployment:
         self._procs.append((f"agent-{sw.name}", proc))
         self.agent_procs[sw.name] = proc
         return proc
+
+    def bench(self, host: Host, config: dict) -> Iterator[dict]:
+        """Run the workload generator in ``host``'s namespace; yield its JSON lines as they come."""
+        log_path = self.run_dir / f"bench-{host.name}.log"
+        with open(log_path, "ab") as err:
+            proc = self.net[host.name].popen(  # type: ignore[union-attr]
+                [sys.executable, "-m", "dcnet.bench_runner", "--cluster", str(self.cluster_path),
+                 "--config", json.dumps(config)], stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                text=True, bufsize=1)
+        self._procs.append((f"bench-{host.name}", proc))
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            yield json.loads(line)
+        if proc.wait() != 0:
+            raise DeploymentError(f"the workload on {host.name} exited with code {proc.returncode}; see {log_path}")
 
     def client(self, host: Host | None = None) -> ClientProcess:
         """A client process on ``host`` (default: the first client)."""

@@ -1,0 +1,49 @@
+"""Run the workload generator inside a client host, reporting as JSON lines.
+
+``python -m dcnet.bench_runner --cluster runs/<run>/cluster.json --config '{"keys": 2000, ...}'``
+
+The launcher runs this in a client host's network namespace (the workload's
+UDP requests must enter the fabric at a client-rack switch) and reads its
+stdout: one ``{"type": "load", "done": n, "total": n}`` line now and then while
+keys are loaded, one ``{"type": "second", ...}`` line per second of the timed
+phase, and a last ``{"type": "report", ...}`` line with the whole report
+(client_lib.workload.Report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from client_lib.workload import BenchConfig, Second, run_bench
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dcnet.bench_runner", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cluster", required=True)
+    ap.add_argument("--config", default="{}", help="BenchConfig fields as a JSON object")
+    ap.add_argument("--timeout", type=float, default=0.5)
+    ap.add_argument("--retries", type=int, default=3)
+    args = ap.parse_args(argv)
+    cfg = BenchConfig(**json.loads(args.config))
+
+    def emit(obj: dict) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def on_second(s: Second) -> None:
+        emit({"type": "second", **asdict(s), "hit_ratio": round(s.hit_ratio, 4)})
+
+    def on_load(done: int, total: int) -> None:
+        emit({"type": "load", "done": done, "total": total})
+
+    report = run_bench(args.cluster, cfg, timeout=args.timeout, retries=args.retries, on_second=on_second,
+                       on_load=on_load)
+    emit({"type": "report", **report.to_dict()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -338,10 +338,17 @@ class SwitchAgent:
             log.warning("%s: could not tell the shim %s is evicted: %s", self.switch.name, key.hex(), e)
 
     def _coldest(self) -> bytes | None:
-        """The cached key with the fewest hits in the last two windows (oldest first on ties)."""
-        if not self.cached:
+        """The cached key with the fewest hits in the last two windows (oldest first on ties).
+
+        Entries younger than two hit windows are not candidates: their hits are not known yet
+        (a fresh insert, or an entry read back after an agent restart), and evicting them
+        would only make the cache thrash.
+        """
+        settled = time.monotonic() - 2 * self.hit_window
+        old = [k for k, e in self.cached.items() if e.inserted_at <= settled]
+        if not old:
             return None
-        return min(self.cached, key=lambda k: (self.cached[k].recent_hits, self.cached[k].inserted_at))
+        return min(old, key=lambda k: (self.cached[k].recent_hits, self.cached[k].inserted_at))
 
     def _need_conn(self) -> SwitchConnection:
         if self.conn is None:

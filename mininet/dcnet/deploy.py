@@ -235,6 +235,27 @@ class Deployment:
         self.agent_procs[sw.name] = proc
         return proc
 
+    def kill_agent(self, name: str) -> None:
+        """Kill the agent of cache switch ``name`` at once (SIGKILL: no goodbye to anyone)."""
+        proc = self.agent_procs.pop(name)
+        proc.kill()
+        proc.wait(5)
+
+    def restart_agent(self, name: str) -> None:
+        """Start the agent of ``name`` again and give it the controller's configuration."""
+        from controller.agent import AgentClient
+
+        sw = self.cluster.switch(name)
+        self.start_agent(sw)
+        assert self.controller is not None
+        client = AgentClient(self.cluster.agent_address(sw))
+        client.wait_ready()
+        old = self.controller.agents.get(name)
+        if old is not None:
+            old.close()
+        self.controller.agents[name] = client
+        client.configure(self.cluster, self.controller.buckets)
+
     def bench(self, host: Host, config: dict) -> Iterator[dict]:
         """Run the workload generator in ``host``'s namespace; yield its JSON lines as they come."""
         log_path = self.run_dir / f"bench-{host.name}.log"

@@ -171,6 +171,7 @@ class SwitchAgent:
         self.lock = threading.RLock()  # cache state and every write to the switch
         self._stop = threading.Event()
         self._last_hits: dict[int, int] = {}
+        self.insert_latencies_us: list[int] = []  # report received -> entry valid, last 1000 inserts
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -357,8 +358,9 @@ class SwitchAgent:
         return self.conn
 
     # -- background work ----------------------------------------------------------------------------
-    def on_reports(self, rows: list[dict[str, int]]) -> None:
-        """Act on one DigestList's hot-key reports."""
+    def on_reports(self, rows: list[dict[str, int]], received: float | None = None) -> None:
+        """Act on one DigestList's hot-key reports (``received``: when it arrived, time.monotonic())."""
+        received = time.monotonic() if received is None else received
         for row in rows:
             self.counters.digests += 1
             key = int(row["key"]).to_bytes(16, "big")
@@ -368,8 +370,12 @@ class SwitchAgent:
                 self.counters.rate_limited += 1
                 continue
             try:
-                if self.insert(key, auto=True, estimate=row["estimate"]) is not None:
+                e = self.insert(key, auto=True, estimate=row["estimate"])
+                if e is not None:
                     self.counters.auto_inserted += 1
+                    if e.state == "valid":
+                        self.insert_latencies_us.append(int((time.monotonic() - received) * 1e6))
+                        del self.insert_latencies_us[:-1000]
             except (P4RuntimeError, CacheFull) as e:
                 log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), e)
 
@@ -385,9 +391,10 @@ class SwitchAgent:
                 dl = conn.digest_lists.get(timeout=0.2)
             except queue.Empty:
                 continue
+            received = time.monotonic()
             try:
                 _, rows = conn.decode_digest(dl)
-                self.on_reports(rows)
+                self.on_reports(rows, received)
             finally:
                 conn.ack_digest(dl)
 
@@ -468,6 +475,9 @@ class SwitchAgent:
                 switch=self.switch.name, switch_id=self.switch.switch_id,
                 switch_connected=conn is not None and not conn.stream_closed.is_set(),
                 slots=self.slots, occupied=len(self.cached), **vars(self.counters))
+            lat = sorted(self.insert_latencies_us)
+            if lat:
+                st.insert_latency_p50_us, st.insert_latency_max_us = lat[len(lat) // 2], lat[-1]
             if with_keys:
                 for k, e in self.cached.items():
                     st.keys.append(_cached_pb(k, e))

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
                 ("read latency p50 / p99, hits", f"{lat['hit']['p50']:.0f} / {lat['hit']['p99']:.0f} µs"),
                 ("read latency p50 / p99, misses", f"{lat['miss']['p50']:.0f} / {lat['miss']['p99']:.0f} µs"),
                 ("keys cached per switch", ", ".join(f"{k} {v}" for k, v in held.items())),
+                ("insertion latency, report -> valid (p50 / max per switch)", ", ".join(
+                    f"{k} {s.insert_latency_p50_us / 1000:.1f}/{s.insert_latency_max_us / 1000:.0f} ms"
+                    for k, s in sorted(dep.controller.agent_status().items()))),
                 ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none")):
             summary.add_row(label, value)
         Console().print(summary)

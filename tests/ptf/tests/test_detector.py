@@ -53,13 +53,13 @@ class AgainInTheNextWindow(_Detector):
         w = (1 << WINDOW_SHIFT) / 1e6
         start = self.find_window_start(read_port=3, reply_port=1) + 2 * w
         self.enable_hot_key_digests(THRESHOLD, WINDOW_SHIFT)
-        self.wait_until(start + 0.2 * w)
+        self.wait_until(start + 0.25 * w)
         self.reads(THRESHOLD)
         self.assertEqual(self.hot_keys(), [self.report(KEY, THRESHOLD, SP0.switch_id)])
         self.wait_until(start + 0.5 * w)
         self.reads(THRESHOLD)  # same window: counted, not reported again
         self.expect_no_digest(0.1)
-        self.wait_until(start + 1.2 * w)
+        self.wait_until(start + 1.25 * w)
         self.reads(THRESHOLD - 1)  # a new window starts counting from zero
         self.expect_no_digest(0.05)
         self.reads(1)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import subprocess
 
-PATTERNS = ("-m softswitch", "-m shim", "-m dcnet.client_runner", "simple_switch_grpc", "redis-server.*redis-")
+PATTERNS = ("-m softswitch", "-m shim", "-m controller.agent", "-m dcnet.client_runner", "-m dcnet.bench_runner",
+            "simple_switch_grpc", "redis-server.*redis-")
 
 
 def main() -> None:
@@ -16,6 +17,10 @@ def main() -> None:
         subprocess.run(["pkill", "-f", "--", pat], check=False)
     # Mininet's own cleanup removes leftover veths and kills its helper shells
     subprocess.run(["mn", "-c"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # namespaces of PTF runs (tests/ptf/run.py) killed before their teardown
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()
+    for ns in (x for x in names if x.startswith("dcptf-")):
+        subprocess.run(["ip", "netns", "delete", ns], check=False)
     print("cleanup done")
 
 

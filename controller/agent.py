@@ -143,6 +143,7 @@ class AgentCounters:
     evicted: int = 0
     rate_limited: int = 0
     switch_restarts: int = 0
+    not_hotter: int = 0
 
 
 class SwitchAgent:
@@ -364,11 +365,17 @@ class SwitchAgent:
         for row in rows:
             self.counters.digests += 1
             key = int(row["key"]).to_bytes(16, "big")
-            if key in self.cached:
-                continue
-            if not self.bucket.take():
-                self.counters.rate_limited += 1
-                continue
+            with self.lock:
+                if key in self.cached:
+                    continue
+                if not len(self.alloc):  # full: only a colder key can make room, and the budget is not spent
+                    victim = self._coldest()
+                    if victim is None or self.cached[victim].hits[-1] >= row["estimate"]:
+                        self.counters.not_hotter += 1
+                        continue
+                if not self.bucket.take():
+                    self.counters.rate_limited += 1
+                    continue
             try:
                 e = self.insert(key, auto=True, estimate=row["estimate"])
                 if e is not None:

@@ -12,6 +12,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 TARGET ?= softswitch
+TOPO ?= topologies/demo-2spine-2rack.json
 APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
                 ethtool tcpdump iputils-ping procps psmisc net-tools
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
@@ -45,7 +46,7 @@ else
 endif
 
 run: build
-	$(PY) -m dcnet.demo --target $(TARGET)
+	$(PY) -m dcnet.demo --target $(TARGET) --topo $(TOPO)
 
 test: deps
 	$(PY) -m pytest -q -rs

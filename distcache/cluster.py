@@ -21,7 +21,7 @@ Numbering and addressing plan (all derived, never configured twice):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import IntEnum
 from pathlib import Path
 
@@ -108,6 +108,7 @@ class Cluster:
     agent_base_port: int = 51051  # switch agents' control API: 127.0.0.1:<agent_base_port + switch id>
     insert_rate: float = 50.0  # insertions per second an agent may make from hot-key reports
     insert_burst: int = 20
+    description: str = ""  # free text: what this topology is for
 
     def __post_init__(self) -> None:
         self.mechanism = Mechanism(self.mechanism)
@@ -217,6 +218,11 @@ class Cluster:
     @classmethod
     def from_json(cls, text: str) -> Cluster:
         d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError("a cluster description is a JSON object")
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown cluster field(s) {unknown}; known: {sorted(f.name for f in fields(cls))}")
         if isinstance(d.get("mechanism"), str):
             try:
                 d["mechanism"] = Mechanism[d["mechanism"].upper()]
@@ -227,7 +233,10 @@ class Cluster:
 
     @classmethod
     def load(cls, path: str | Path) -> Cluster:
-        return cls.from_json(Path(path).read_text())
+        try:
+            return cls.from_json(Path(path).read_text())
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")

@@ -117,3 +117,16 @@ def test_slot_versions_never_repeat_a_slots_previous_tag() -> None:
     with pytest.raises(CacheFull):
         while True:
             take()
+
+
+def test_shipped_topologies_load_and_describe_themselves() -> None:
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[1] / "topologies").glob("*.json"))
+    assert len(files) >= 3
+    for f in files:
+        c = Cluster.load(f)
+        assert c.description, f"{f.name} says nothing about itself"
+        assert Cluster.from_json(c.to_json()) == c
+    with pytest.raises(ValueError, match=r"unknown cluster field\(s\) \['spine'\]"):
+        Cluster.from_json('{"spine": 2}')

@@ -32,9 +32,17 @@ from distcache.cluster import Cluster
 console = Console(stderr=True)
 
 
-def demo_cluster(slots: int, threshold: int) -> Cluster:
-    return Cluster(spines=2, storage_racks=2, servers_per_rack=1, client_racks=1, clients_per_rack=1,
-                   cache_slots=slots, hh_threshold=threshold, hh_window_shift=20)
+DEFAULT_TOPO = Path(__file__).resolve().parents[2] / "topologies" / "demo-2spine-2rack.json"
+
+
+def demo_cluster(topo: Path, slots: int | None, threshold: int | None) -> Cluster:
+    """The topology file's cluster, with --slots / --threshold overriding it when given."""
+    cluster = Cluster.load(topo)
+    if slots is not None:
+        cluster.cache_slots = slots
+    if threshold is not None:
+        cluster.hh_threshold = threshold
+    return cluster
 
 
 def cached_counts(dep: Deployment) -> tuple[dict[str, int], int]:
@@ -44,15 +52,21 @@ def cached_counts(dep: Deployment) -> tuple[dict[str, int], int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    cluster = demo_cluster(args.slots, args.threshold)
-    with console.status(f"starting {args.target} topology (2 spines, 2 storage racks, 1 client rack)..."):
+    try:
+        cluster = demo_cluster(args.topo, args.slots, args.threshold)
+    except (OSError, ValueError) as e:
+        raise DeploymentError(f"topology {args.topo}: {e}") from None
+    shape = (f"{cluster.spines} spines, {cluster.storage_racks} storage racks x {cluster.servers_per_rack} servers, "
+             f"{cluster.client_racks} client racks, {cluster.mechanism.name.lower()}")
+    with console.status(f"starting {args.target} topology {args.topo.name} ({shape})..."):
         dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, pcap=args.pcap)
         dep.__enter__()
     try:
         console.print(f"[green]topology up[/] — logs in {dep.run_dir}")
         console.print(f"workload: {args.keys} keys, Zipf {args.zipf}, {args.read_ratio:.0%} reads, "
-                      f"{args.duration:.0f} s, concurrency {args.concurrency}; caches: {args.slots} keys per "
-                      f"switch, detector threshold {args.threshold} reads per ~1 s window; nothing cached by hand")
+                      f"{args.duration:.0f} s, concurrency {args.concurrency}; caches: {cluster.cache_slots} keys per "
+                      f"switch, detector threshold {cluster.hh_threshold} reads per "
+                      f"{(1 << cluster.hh_window_shift) / 1e6:.2f} s window; nothing cached by hand")
         progress = Table(title="the caches fill themselves", title_justify="left")
         names = " ".join(cached_counts(dep)[0])
         for col in ("t", "ops/s", "hit ratio", f"keys cached ({names})", "auto-cached"):
@@ -104,13 +118,16 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--topo", type=Path, default=DEFAULT_TOPO,
+                    help=f"cluster description (JSON; default {DEFAULT_TOPO.relative_to(DEFAULT_TOPO.parents[1])})")
     ap.add_argument("--keys", type=int, default=10_000, help="keys in the workload (all loaded first)")
     ap.add_argument("--zipf", type=float, default=0.99, help="skew of the reads (0 = uniform)")
     ap.add_argument("--read-ratio", type=float, default=0.98)
     ap.add_argument("--duration", type=float, default=40.0, help="seconds of workload after loading")
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=100, help="cache slots per cache switch (the paper: 100)")
-    ap.add_argument("--threshold", type=int, default=4, help="reads per detector window that make a key hot")
+    ap.add_argument("--slots", type=int, help="cache slots per cache switch (default: the topology's)")
+    ap.add_argument("--threshold", type=int, help="reads per detector window that make a key hot (default: the "
+                                                  "topology's)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run-dir", type=Path, help="where logs go (default runs/<timestamp>)")
     ap.add_argument("--pcap", action="store_true", help="capture every switch port")

@@ -53,6 +53,12 @@ MUTANTS = (
            "if (meta.served == 1) {\n                        hdr.dc.leaf_id = 0;",
            "if (false) {\n                        hdr.dc.leaf_id = 0;"),
     Mutant("checksum skips IPv4 options", "parser.p4", ",\n              hdr.ipv4_options.options }", " }"),
+    Mutant("detector reports every read over the threshold (no Bloom filter)", "control/detector.p4",
+           "if (s0 != tag || s1 != tag || s2 != tag) {", "if (true) {"),
+    Mutant("detector counts keys already in the cache", "control/detector.p4",
+           "if (meta.op == OP_GET && meta.cache_hit == 0) {", "if (meta.op == OP_GET) {"),
+    Mutant("detector windows never age", "control/detector.p4",
+           "(bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift)", "16w1"),
 )
 
 

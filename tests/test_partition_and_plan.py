@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from controller.entries import plan
@@ -130,3 +131,30 @@ def test_shipped_topologies_load_and_describe_themselves() -> None:
         assert Cluster.from_json(c.to_json()) == c
     with pytest.raises(ValueError, match=r"unknown cluster field\(s\) \['spine'\]"):
         Cluster.from_json('{"spine": 2}')
+
+
+def test_layers_are_independent_joint_distribution() -> None:
+    """The spine a key's h0 bucket maps to and the rack h1 places it in are independent:
+    a chi-square test of independence over their joint distribution (4 spines x 4 racks)."""
+    from scipy.stats import chi2_contingency
+
+    owner = spine_buckets([1, 2, 3, 4])
+    table = np.zeros((4, 4))
+    for i in range(40_000):
+        k = wire_key(f"user:{i}")
+        table[owner[h0(k)] - 1, h1(k, 4)] += 1
+    _, p, _, _ = chi2_contingency(table)
+    assert p > 1e-3, f"spine and rack look dependent (p={p:.2g}):\n{table}"
+
+
+@pytest.mark.parametrize("m", [2, 4, 8, 32])
+def test_removing_one_of_m_spines_moves_about_one_mth_of_the_buckets(m: int) -> None:
+    ids = list(range(1, m + 1))
+    before = spine_buckets(ids)
+    for failed in ids:
+        after = spine_buckets(ids, alive=set(ids) - {failed})
+        moved = [b for b in range(N_SPINE_BUCKETS) if before[b] != after[b]]
+        assert all(before[b] == failed for b in moved)  # only the failed spine's buckets move
+        assert len(moved) == before.count(failed)  # ... and all of them
+        assert abs(len(moved) / N_SPINE_BUCKETS - 1 / m) < 0.6 / m  # about 1/m of them
+        assert spine_buckets(ids, alive=set(ids)) == before  # recovery moves them back

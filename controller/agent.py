@@ -33,6 +33,7 @@ import argparse
 import json
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -52,6 +53,9 @@ from distcache.api import agent_grpc, agent_pb2
 from distcache.cluster import Cluster, Role, Switch
 
 log = logging.getLogger("agent")
+
+# hot-key reports in lists of up to 16, sent within 10 ms; unacknowledged duplicates held back 0.5 s
+DIGEST_DELIVERY = {"max_timeout_ns": 10_000_000, "max_list_size": 16, "ack_timeout_ns": 500_000_000}
 
 
 class CacheFull(RuntimeError):
@@ -199,8 +203,11 @@ class SwitchAgent:
             self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
             self._connect()
 
-    def _connect(self) -> None:
-        """Connect as primary, make sure the pipeline is there, and bring the entries to the plan."""
+    def _connect(self) -> bool:
+        """Connect as primary, make sure the pipeline is there, and bring the entries to the plan.
+
+        True if the switch had no pipeline (new, or restarted) and got it pushed, with an empty cache.
+        """
         conn = SwitchConnection(self.address, self.switch.device_id, election_id=10, name=self.switch.name)
         conn.connect()
         fresh = not self._has_pipeline(conn)
@@ -218,13 +225,12 @@ class SwitchAgent:
         else:
             self._rebuild_cache(conn)
         try:
-            conn.configure_digest(n.HH_DIGEST, max_timeout_ns=10_000_000, max_list_size=16,
-                                  ack_timeout_ns=500_000_000)
+            conn.configure_digest(n.HH_DIGEST, **DIGEST_DELIVERY)
         except P4RuntimeError as e:
             if e.code != "ALREADY_EXISTS":
                 raise
-            conn.configure_digest(n.HH_DIGEST, max_timeout_ns=10_000_000, max_list_size=16,
-                                  ack_timeout_ns=500_000_000, modify=True)
+            conn.configure_digest(n.HH_DIGEST, **DIGEST_DELIVERY, modify=True)
+        return fresh
 
     def _has_pipeline(self, conn: SwitchConnection) -> bool:
         req = p4r.GetForwardingPipelineConfigRequest(device_id=self.switch.device_id)
@@ -281,20 +287,29 @@ class SwitchAgent:
         self.alloc = SlotAllocator(self.slots, self.alloc.versions())
 
     # -- inserting and evicting ---------------------------------------------------------------------
-    def insert(self, key: bytes, *, auto: bool = False, estimate: int | None = None) -> CachedKey | None:
+    def insert(self, key: bytes, *, auto: bool = False, estimate: int | None = None,
+               budget: TokenBucket | None = None) -> CachedKey | None:
         """Cache ``key`` here and have its server fill the value in.
 
-        With ``estimate`` (a hot-key report), a full cache evicts its coldest key only if that
-        key had fewer hits in the last window than the report counted; otherwise None.
+        A full cache evicts its coldest key, but with ``estimate`` (a hot-key report) only if
+        that key had fewer hits in the last window than the report counted; and only then is
+        ``budget`` (the insertion budget of reports) spent.  None if the key was not inserted.
         """
         with self.lock:
             conn = self._need_conn()
             if key in self.cached:
                 return self.cached[key]
+            victim = None
             if not len(self.alloc):
                 victim = self._coldest()
                 if victim is None or (estimate is not None and self.cached[victim].hits[-1] >= estimate):
+                    if auto:
+                        self.counters.not_hotter += 1
                     return None
+            if budget is not None and not budget.take():
+                self.counters.rate_limited += 1
+                return None
+            if victim is not None:
                 self.evict(victim)
             slot, version = self.alloc.take()
             try:
@@ -310,6 +325,8 @@ class SwitchAgent:
         with self.lock:
             if self.cached.get(key) is entry:
                 entry.state = state
+        if auto:
+            self.counters.auto_inserted += 1
         log.info("%s: cached %s in slot %d (v%d)%s: %s", self.switch.name, key.hex(), slot, version,
                  " from a report" if auto else "", state)
         return entry
@@ -365,30 +382,17 @@ class SwitchAgent:
         for row in rows:
             self.counters.digests += 1
             key = int(row["key"]).to_bytes(16, "big")
-            with self.lock:
-                if key in self.cached:
-                    continue
-                if not len(self.alloc):  # full: only a colder key can make room, and the budget is not spent
-                    victim = self._coldest()
-                    if victim is None or self.cached[victim].hits[-1] >= row["estimate"]:
-                        self.counters.not_hotter += 1
-                        continue
-                if not self.bucket.take():
-                    self.counters.rate_limited += 1
-                    continue
             try:
-                e = self.insert(key, auto=True, estimate=row["estimate"])
-                if e is not None:
-                    self.counters.auto_inserted += 1
-                    if e.state == "valid":
-                        self.insert_latencies_us.append(int((time.monotonic() - received) * 1e6))
-                        del self.insert_latencies_us[:-1000]
-            except (P4RuntimeError, CacheFull) as e:
-                log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), e)
+                e = self.insert(key, auto=True, estimate=row["estimate"], budget=self.bucket)
+            except (P4RuntimeError, CacheFull) as err:
+                log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), err)
+                continue
+            # an entry created after the report arrived is this report's insertion (not one already there)
+            if e is not None and e.inserted_at >= received and e.state == "valid":
+                self.insert_latencies_us.append(int((time.monotonic() - received) * 1e6))
+                del self.insert_latencies_us[:-1000]
 
     def _digest_loop(self) -> None:
-        import queue
-
         while not self._stop.is_set():
             conn = self.conn
             if conn is None:
@@ -435,27 +439,15 @@ class SwitchAgent:
             while not self._stop.is_set():
                 try:
                     with self.lock:
-                        before = self.counters.switch_restarts
-                        had_pipeline = self._try_has_pipeline()
-                        self._connect()
-                        if not had_pipeline:
-                            self.counters.switch_restarts = before + 1
+                        fresh = self._connect()
+                        if fresh:
+                            self.counters.switch_restarts += 1
                     log.info("%s: reconnected (%s)", self.switch.name,
-                             "pipeline re-pushed, cache empty" if not had_pipeline else "state kept")
+                             "pipeline re-pushed, cache empty" if fresh else "state kept")
                     break
                 except (P4RuntimeError, grpc.RpcError) as e:
                     log.debug("%s: reconnect failed: %s", self.switch.name, e)
                     time.sleep(0.5)
-
-    def _try_has_pipeline(self) -> bool:
-        probe = SwitchConnection(self.address, self.switch.device_id, name=self.switch.name)
-        try:
-            grpc.channel_ready_future(probe.channel).result(timeout=2)
-            return self._has_pipeline(probe)
-        except grpc.FutureTimeoutError:
-            raise P4RuntimeError(f"{self.switch.name}: switch not reachable", "UNAVAILABLE") from None
-        finally:
-            probe.channel.close()
 
     # -- persistence --------------------------------------------------------------------------------
     def _load_versions(self) -> list[int] | None:
@@ -539,7 +531,9 @@ class AgentService(agent_grpc.AgentServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         except P4RuntimeError as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        assert e is not None
+        if e is None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the cache is full of keys inserted in the last two "
+                          "hit windows (not evictable yet); evict one (Evict) or try again in a few seconds")
         return _cached_pb(bytes(request.key), e)
 
     def Evict(self, request, context):  # noqa: ANN001, ANN201, N802

@@ -196,11 +196,7 @@ class SwitchConnection:
     # -- session ----------------------------------------------------------------------
     def connect(self, timeout: float = 10.0) -> None:
         """Open the stream channel and become primary (master arbitration)."""
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            raise P4RuntimeError(f"{self.name}: no P4Runtime server answers at {self.address} "
-                                 f"within {timeout:.0f}s; is the switch running?", "UNAVAILABLE") from None
+        self.wait_ready(timeout)
 
         def requests() -> Iterator[p4r.StreamMessageRequest]:
             while True:

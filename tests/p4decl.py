@@ -122,13 +122,7 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
     for a, b in reversed(spans):
         outside = outside[:a] + outside[b:]
 
-    def externs(body: str, q: str) -> None:
-        for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
-            d.registers[q + name] = (_int(w, defines), _int(size, defines))
-        for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
-            d.counters[q + name] = (_int(size, defines), unit)
-
-    externs(outside, "")  # top-level instances: p4c names them without a prefix
+    _externs(d, outside, "", defines)  # top-level instances: p4c names them without a prefix
 
     def collect(name: str, q: str) -> None:
         plist, body = controls[name]
@@ -147,6 +141,14 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
     return d
 
 
+def _externs(d: Decls, body: str, q: str, defines: dict[str, str]) -> None:
+    """Registers and counters instantiated in ``body`` (names prefixed with ``q``)."""
+    for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+        d.registers[q + name] = (_int(w, defines), _int(size, defines))
+    for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
+        d.counters[q + name] = (_int(size, defines), unit)
+
+
 def _collect_control(d: Decls, body: str, q: str, params: dict[str, str], member_types: dict[str, dict[str, str]],
                      defines: dict[str, str], width) -> None:  # noqa: ANN001
     """Tables, actions and externs declared directly in one control body (names prefixed with ``q``)."""
@@ -161,10 +163,7 @@ def _collect_control(d: Decls, body: str, q: str, params: dict[str, str], member
             t = member_types[t][p]
         return dict(d.header_fields[t])[parts[-1]]
 
-    for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
-        d.registers[q + name] = (_int(w, defines), _int(size, defines))
-    for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
-        d.counters[q + name] = (_int(size, defines), unit)
+    _externs(d, body, q, defines)
     all_actions: dict[str, list[tuple[str, int]]] = {"NoAction": []}
     for name, plist in re.findall(r"\baction\s+(\w+)\s*\(([^)]*)\)", body):
         ps = []

@@ -20,7 +20,7 @@ import grpc
 from finsy.proto import p4i, p4r
 from google.protobuf import text_format
 
-from tests.softswitch_helpers import REPO_ROOT, Client, error_details, free_tcp_port, running_switch
+from tests.softswitch_helpers import REPO_ROOT, Client, error_details, free_tcp_port, running_switch, stop_process
 
 DEVICE = 1
 PRIMARY_ELECTION_ID = 10
@@ -154,13 +154,7 @@ def bmv2_process(out_dir: Path) -> Iterator[str]:
                         raise TimeoutError("simple_switch_grpc did not open its gRPC port") from None
         yield addr
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
         log.close()
 
 

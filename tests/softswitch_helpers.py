@@ -356,19 +356,24 @@ def wait_line(proc: subprocess.Popen[str], prefix: str, timeout: float) -> str:
             return line.strip()
 
 
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Terminate ``proc`` if it still runs; kill it if it does not stop within 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @contextlib.contextmanager
 def terminated(proc: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
     """Make sure ``proc`` is gone when the block ends."""
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

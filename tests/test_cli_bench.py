@@ -13,8 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,21 +30,6 @@ from shim.server import Shim
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = Cluster(storage_racks=2, servers_per_rack=2)  # four servers: the CLI's --server sends all to one shim
-
-
-@pytest.fixture(scope="module")
-def redis_sock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    d = tmp_path_factory.mktemp("redis")
-    sock = d / "redis.sock"
-    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
-                             "--appendonly", "no", "--dir", str(d)], stdout=subprocess.DEVNULL)
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.05)
-    yield sock
-    proc.terminate()
-    proc.wait(5)
 
 
 class ShimThread:

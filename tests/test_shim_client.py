@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,21 +29,6 @@ from shim.server import Shim
 pytestmark = pytest.mark.timeout(60)
 CLUSTER = Cluster()
 SPINE = CLUSTER.spine(0).switch_id
-
-
-@pytest.fixture(scope="module")
-def redis_sock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    d = tmp_path_factory.mktemp("redis")
-    sock = d / "redis.sock"
-    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
-                             "--appendonly", "no", "--dir", str(d)], stdout=subprocess.DEVNULL)
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.05)
-    yield sock
-    proc.terminate()
-    proc.wait(5)
 
 
 class SwitchPeer:

@@ -36,6 +36,7 @@ from tests.softswitch_helpers import (
     running_switch,
     sh,
     socket_in_netns,
+    stop_process,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -209,13 +210,8 @@ def bmv2_digests(out: Path) -> Iterator[DigestTarget]:
         finally:
             client.close()
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc)
         log.close()
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 

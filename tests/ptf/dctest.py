@@ -38,6 +38,8 @@ CL0 = C.client_leaf(0)
 SERVER, SERVER1, CLIENT = C.server(0, 0), C.server(1, 0), C.client(0, 0)
 BUCKETS = spine_buckets([SP0.switch_id, SP1.switch_id])
 CLIENT_PORT = 40000
+HOST_MAC = "02:00:00:00:00:01"  # the source MAC of the frames tests send
+SWITCH_MAC = "02:00:00:00:00:02"  # their destination MAC; a frame the switch routes leaves with it as source
 WINDOW_SHIFT = 18  # 2^18 us = 262 ms windows for the aging tests (wide margins on a loaded machine)
 STEADY_SHIFT = 32  # 2^32 us = 72 min: other tests never see a window end (counts they check stay put)
 
@@ -56,17 +58,14 @@ KEY1 = key_for_spine(SP1)
 
 
 def dc_frame(src: str, dst: str, msg: Message | bytes, *, sport: int = CLIENT_PORT, dport: int = DC_PORT,
-             smac: str = "02:00:00:00:00:01", dmac: str = "02:00:00:00:00:02", ttl: int = 64,
+             smac: str = HOST_MAC, dmac: str = SWITCH_MAC, ttl: int = 64,
              udp_checksum: int | None = None, ip_options: bytes = b"") -> Packet:
     """An Ethernet/IPv4/UDP frame carrying ``msg`` (or raw bytes)."""
     payload = msg if isinstance(msg, bytes) else encode(msg)
-    ip = IP(src=src, dst=dst, ttl=ttl, id=1, flags=0)
-    if ip_options:
-        ip = IP(src=src, dst=dst, ttl=ttl, id=1, flags=0, ihl=5 + len(ip_options) // 4, options=[])
     u = UDP(sport=sport, dport=dport) if udp_checksum is None else UDP(sport=sport, dport=dport, chksum=udp_checksum)
-    pkt = Ether(src=smac, dst=dmac) / ip / u / Raw(payload)
+    pkt = Ether(src=smac, dst=dmac) / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0) / u / Raw(payload)
     if ip_options:  # scapy's option classes reorder/pad; splice the raw option bytes in instead
-        raw = bytes(Ether(src=smac, dst=dmac) / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0) / u / Raw(payload))
+        raw = bytes(pkt)
         ihl_byte = 0x40 | (5 + len(ip_options) // 4)
         total = len(raw) - 14 + len(ip_options)
         hdr = bytes([ihl_byte]) + raw[15:16] + total.to_bytes(2, "big") + raw[18:24] + b"\0\0" + raw[26:34]
@@ -78,7 +77,7 @@ def dc_frame(src: str, dst: str, msg: Message | bytes, *, sport: int = CLIENT_PO
     return pkt
 
 
-def routed(pkt: Packet, dmac: str, smac: str = "02:00:00:00:00:02") -> Packet:
+def routed(pkt: Packet, dmac: str, smac: str = SWITCH_MAC) -> Packet:
     """``pkt`` as a router forwards it: new MACs, TTL-1, IPv4 checksum recomputed, UDP checksum kept."""
     out = Ether(bytes(pkt))
     out.src, out.dst = smac, dmac

@@ -10,9 +10,21 @@ from __future__ import annotations
 from distcache import p4names as n
 from distcache.p4names import Stat
 from distcache.wire import DC_PORT, Flag, Message, Op
-from tests.ptf.dctest import CL0, CLIENT, CLIENT_PORT, KEY, KEY1, SERVER, SL0, SP0, SP1, DcTest, dc_frame, routed
-
-FABRIC_MAC = "02:00:00:00:00:02"  # the dst MAC of the frames tests send: the switch's own
+from tests.ptf.dctest import (
+    CL0,
+    CLIENT,
+    CLIENT_PORT,
+    KEY,
+    KEY1,
+    SERVER,
+    SL0,
+    SP0,
+    SP1,
+    SWITCH_MAC,
+    DcTest,
+    dc_frame,
+    routed,
+)
 
 
 def reply_frame(value: bytes, served_by: int, *, seq: int, dmac: str, spine_load: int = 0, leaf_load: int = 0,
@@ -23,7 +35,7 @@ def reply_frame(value: bytes, served_by: int, *, seq: int, dmac: str, spine_load
                   served_by=served_by,
                   spine_id=served_by if is_spine else 0, spine_load=spine_load,
                   leaf_id=0 if is_spine else served_by, leaf_load=leaf_load)
-    return dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, smac=FABRIC_MAC, dmac=dmac,
+    return dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, smac=SWITCH_MAC, dmac=dmac,
                     ttl=63, udp_checksum=0)
 
 
@@ -66,10 +78,10 @@ class SpineHitExactReply(DcTest):
         value = b"spine value"
         self.fill(KEY, slot=0, version=1, value=value, seq=5)  # from storage leaf sl0 (port 1)
         get = Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id)
-        self.send(3, dc_frame(CLIENT.ip, C_SPINE_DST, get))
+        self.send(3, dc_frame(CLIENT.ip, SERVER.ip, get))
         want = Message(op=Op.GET_REPLY, key=KEY, seq=8, value=value, flags=Flag.CACHED, target=SP0.switch_id,
                        served_by=SP0.switch_id, spine_id=SP0.switch_id, spine_load=1)
-        self.expect(dc_frame(C_SPINE_DST, CLIENT.ip, want, sport=DC_PORT, dport=CLIENT_PORT, smac=FABRIC_MAC,
+        self.expect(dc_frame(SERVER.ip, CLIENT.ip, want, sport=DC_PORT, dport=CLIENT_PORT, smac=SWITCH_MAC,
                              dmac=CL0.mac, ttl=63, udp_checksum=0), 3)
         self.expect_none()
         self.assertEqual(self.counter(n.CACHE_HITS, 0), 1)
@@ -133,5 +145,3 @@ class ReusedSlotNeverServesThePreviousKey(DcTest):
         self.assertFalse(m.cached)
         self.assertEqual(m.value, b"")
 
-
-C_SPINE_DST = SERVER.ip  # reads travel towards the key's storage server

@@ -12,7 +12,7 @@ from scapy.layers.inet import IP
 
 from distcache.p4names import Stat
 from distcache.wire import DC_PORT, Message, Op
-from tests.ptf.dctest import KEY, KEY1, SERVER, SL0, SP0, DcTest, dc_frame, routed
+from tests.ptf.dctest import KEY, KEY1, SERVER, SL0, SP0, SWITCH_MAC, C, DcTest, dc_frame, routed
 
 
 class _Coherence(DcTest):
@@ -69,8 +69,8 @@ class TargetAcknowledgesInvalidate(DcTest):
     def runTest(self) -> None:
         self.send(1, self.coherence(Op.INVALIDATE, 55, target=SP0.switch_id))
         ack = Message(op=Op.INVALIDATE_ACK, key=KEY, seq=55, target=SP0.switch_id)
-        spine_addr = "10.255.0.1"
-        self.expect(dc_frame(spine_addr, SERVER.ip, ack, sport=DC_PORT, dport=DC_PORT, smac="02:00:00:00:00:02",
+        self.expect(dc_frame(C.spine_address(SP0.switch_id), SERVER.ip, ack, sport=DC_PORT, dport=DC_PORT,
+                             smac=SWITCH_MAC,
                              dmac=SL0.mac, ttl=63, udp_checksum=0), 1)
         self.expect_none()
         self.assertEqual(self.stat(Stat.REFLECTED), 1)

@@ -31,7 +31,6 @@ from tests.ptf.dctest import (
     routed,
 )
 
-FABRIC_MAC = "02:00:00:00:00:02"
 SPINE_PORT = {SP0.switch_id: 2, SP1.switch_id: 3}
 SPINE_MAC = {SP0.switch_id: SP0.mac, SP1.switch_id: SP1.mac}
 
@@ -59,7 +58,7 @@ class PicksTheLessLoadedLeaf(_Routing):
         get = Message(op=Op.GET, key=KEY, seq=2)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, get))
         marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
-        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac, smac=FABRIC_MAC), 2)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac), 2)
         self.expect_none()
         self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (1, 0))
 
@@ -71,7 +70,7 @@ class PicksTheLessLoadedSpine(_Routing):
         self.loads(spine_load=1, leaf_load=50)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3)))
         marked = Message(op=Op.GET, key=KEY, seq=3, target=SP0.switch_id)
-        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac, smac=FABRIC_MAC), 2)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac), 2)
         self.expect_none()
         self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (0, 1))
 

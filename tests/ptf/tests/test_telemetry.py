@@ -22,8 +22,6 @@ from tests.ptf.dctest import (
     routed,
 )
 
-FABRIC_MAC = "02:00:00:00:00:02"
-
 
 def reply(**loads: int) -> Message:
     return Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"from the server", **loads)
@@ -43,8 +41,7 @@ class SpineStampsItsLoadIntoPassingReplies(DcTest):
             port, _ = self.read(3, SP0.switch_id, seq=seq)  # misses: on to the storage rack
             self.assertEqual(port, 1)
         self.send(1, reply_frame(reply(), udp_checksum=0))
-        self.expect(routed(reply_frame(reply(spine_id=SP0.switch_id, spine_load=3), udp_checksum=0), CL0.mac,
-                           smac=FABRIC_MAC), 3)
+        self.expect(routed(reply_frame(reply(spine_id=SP0.switch_id, spine_load=3), udp_checksum=0), CL0.mac), 3)
         self.expect_none()
         self.assertEqual(self.stat(Stat.REPLY_STAMPED), 1)
 
@@ -54,8 +51,7 @@ class LeafStampsItsLoadIntoPassingReplies(DcTest):
 
     def runTest(self) -> None:
         self.send(1, reply_frame(reply(), udp_checksum=0))
-        self.expect(routed(reply_frame(reply(leaf_id=SL0.switch_id, leaf_load=0), udp_checksum=0), SP0.mac,
-                           smac=FABRIC_MAC), 2)
+        self.expect(routed(reply_frame(reply(leaf_id=SL0.switch_id, leaf_load=0), udp_checksum=0), SP0.mac), 2)
         self.expect_none()
 
 
@@ -113,7 +109,7 @@ class ClientRequestsLoseForgedTelemetry(DcTest):
         put = Message(op=Op.PUT, key=KEY, seq=4, value=b"x", **forged)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, put))
         clean = Message(op=Op.PUT, key=KEY, seq=4, value=b"x")
-        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, clean, udp_checksum=0), SP0.mac, smac=FABRIC_MAC), 2)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, clean, udp_checksum=0), SP0.mac), 2)
         self.expect_none()
 
 
@@ -126,7 +122,7 @@ class ClientLeafRecordsLoadsFromFabricReplies(DcTest):
     def runTest(self) -> None:
         msg = reply(spine_id=SP0.switch_id, spine_load=10, leaf_id=SL0.switch_id, leaf_load=2)
         self.send(2, reply_frame(msg, udp_checksum=0))
-        self.expect(routed(reply_frame(msg, udp_checksum=0), CLIENT.mac, smac=FABRIC_MAC), 1)
+        self.expect(routed(reply_frame(msg, udp_checksum=0), CLIENT.mac), 1)
         self.expect_none()
         self.assertEqual(self.stat(Stat.LOAD_RECORDED), 1)
         self.assertEqual(self.counter(n.DC_DROPS, int(n.DropReason.UNTRUSTED)), 0)

@@ -14,7 +14,7 @@ from distcache import p4names as n
 from distcache.cluster import Mechanism, Role
 from distcache.p4names import DropReason
 from distcache.wire import DC_PORT, Message, Op, encode
-from tests.ptf.dctest import CL0, CLIENT, KEY, SERVER, SL0, SP0, DcTest, dc_frame, routed
+from tests.ptf.dctest import CL0, CLIENT, CLIENT_PORT, KEY, SERVER, SL0, SP0, C, DcTest, dc_frame, routed
 
 GET = encode(Message(op=Op.GET, key=KEY, target=SL0.switch_id))
 PUT = encode(Message(op=Op.PUT, key=KEY, value=b"a" * 20))
@@ -95,8 +95,8 @@ class DistCacheWithIpOptions(_Drop):
     """A DistCache message behind IPv4 options is dropped, not looked at past the trust checks."""
 
     def runTest(self) -> None:
-        pkt = dc_frame(SERVER.ip, C_SPINE, Message(op=Op.INVALIDATE, key=KEY, seq=1), sport=DC_PORT,
-                       ip_options=b"\x01\x01\x01\x00")  # NOP NOP NOP EOL
+        pkt = dc_frame(SERVER.ip, C.spine_address(SP0.switch_id), Message(op=Op.INVALIDATE, key=KEY, seq=1),
+                       sport=DC_PORT, ip_options=b"\x01\x01\x01\x00")  # NOP NOP NOP EOL
         self.dropped(1, pkt, DropReason.IP_OPTIONS)
 
 
@@ -149,7 +149,7 @@ class ReplyFromClientIsUntrusted(_Drop):
 
     def runTest(self) -> None:
         forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
-        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_SPORT), DropReason.UNTRUSTED)
+        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT), DropReason.UNTRUSTED)
         self.assertEqual(self.stat(n.Stat.LOAD_RECORDED), 0)
         # with no load recorded, an even seq ties to the spine
         _, m = self.read(1, 0, seq=2)
@@ -163,7 +163,7 @@ class ReplyFromClientLeafIsUntrustedAtSpine(_Drop):
 
     def runTest(self) -> None:
         forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, leaf_id=SL0.switch_id, leaf_load=7)
-        self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_SPORT),
+        self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT),
                      DropReason.UNTRUSTED)
 
 
@@ -177,6 +177,3 @@ class NoConfigNoDistCache(DcTest):
         self.expect(routed(pkt, SERVER.mac), 1)
         self.expect_none()
 
-
-C_SPINE = "10.255.0.1"
-CLIENT_SPORT = 40000

@@ -45,12 +45,14 @@ from pathlib import Path
 import grpc
 from finsy.proto import p4r
 
-from controller.entries import Entry, SwitchPlan, plan
-from controller.p4rt import Match, P4RuntimeError, SwitchConnection, load_p4info
+from controller.entries import SwitchPlan, plan
+from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
+from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimUnavailable
 from distcache import p4names as n
 from distcache.api import agent_grpc, agent_pb2
-from distcache.cluster import Cluster, Role, Switch
+from distcache.cluster import Cluster, Mechanism, Role, Switch
+from distcache.hashing import h0
 
 log = logging.getLogger("agent")
 
@@ -148,6 +150,7 @@ class AgentCounters:
     rate_limited: int = 0
     switch_restarts: int = 0
     not_hotter: int = 0
+    partition_evicted: int = 0
 
 
 class SwitchAgent:
@@ -173,6 +176,8 @@ class SwitchAgent:
         self.conn: SwitchConnection | None = None
         self.plan: SwitchPlan | None = None
         self.buckets: list[int] = []
+        self.live: set[int] | None = None
+        self.configured = False  # set by the first Configure; a restarted agent waits for the controller's
         self.lock = threading.RLock()  # cache state and every write to the switch
         self._stop = threading.Event()
         self._last_hits: dict[int, int] = {}
@@ -195,13 +200,44 @@ class SwitchAgent:
             self.conn.close()
 
     # -- configuration ----------------------------------------------------------------------------------
-    def configure(self, cluster: Cluster, buckets: list[int]) -> None:
-        """Install everything the switch needs for ``cluster`` and ``buckets`` (idempotent)."""
+    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None) -> None:
+        """Install everything the switch needs for ``cluster``, ``buckets`` and the ``live`` spines (idempotent).
+
+        A connected agent only writes the difference (a controller restart changes nothing); a
+        spine then evicts the keys of buckets it no longer owns, so it stops holding copies
+        nobody reads and the shims stop invalidating it for them.
+        """
         with self.lock:
             self.cluster, self.buckets = cluster, list(buckets)
-            self.plan = plan(cluster, self.switch, self.buckets)
+            self.live = set(live) if live else None
+            self.plan = plan(cluster, self.switch, self.buckets, self.live)
             self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
-            self._connect()
+            if self.conn is not None and not self.conn.stream_closed.is_set():
+                apply_plan(self.conn, self.plan)
+            else:
+                self._connect()
+            self.configured = True
+            moved = [k for k in self.cached if not self.owns(k)]
+        for key in moved:
+            if self.evict(key):
+                self.counters.partition_evicted += 1
+        if moved:
+            log.info("%s: evicted %d keys whose buckets moved away", self.switch.name, len(moved))
+
+    def owns(self, key: bytes) -> bool:
+        """Whether this switch should cache ``key`` under the current partition and mechanism."""
+        mech = self.cluster.mechanism
+        if self.switch.role == Role.STORAGE_LEAF:
+            return mech == Mechanism.DISTCACHE
+        if mech in (Mechanism.NOCACHE, Mechanism.REPLICATION):
+            return mech == Mechanism.REPLICATION
+        return len(self.buckets) == n.SPINE_BUCKETS and self.buckets[h0(key)] == self.switch.switch_id
+
+    def flush(self) -> int:
+        """Evict every cached key; returns how many."""
+        with self.lock:
+            keys = list(self.cached)
+        return sum(self.evict(k) for k in keys)
 
     def _connect(self) -> bool:
         """Connect as primary, make sure the pipeline is there, and bring the entries to the plan.
@@ -219,7 +255,7 @@ class SwitchAgent:
         old, self.conn = self.conn, conn
         if old is not None:
             old.close()
-        self._install_plan(conn)
+        apply_plan(conn, self.plan)
         if fresh:
             self._forget_cache("the switch came up empty")
         else:
@@ -241,27 +277,6 @@ class SwitchAgent:
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 return False
             raise
-
-    def _install_plan(self, conn: SwitchConnection) -> None:
-        """Bring every planned table (not the cache) to the plan: add missing, change, remove stale."""
-        assert self.plan is not None
-        conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, self.plan.config)
-        for e in self.plan.defaults:
-            conn.set_default(e.table, e.action, e.params_dict)
-        want: dict[str, dict[tuple, Entry]] = {}
-        for e in self.plan.entries:
-            want.setdefault(e.table, {})[_match_key(e.match_dict)] = e
-        managed = {n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS} | set(want)
-        for table in sorted(managed):
-            have = {_match_key(m): (m, a, p) for m, a, p in conn.read_table(table)}
-            for k, (m, _, _) in have.items():
-                if k not in want.get(table, {}):
-                    conn.delete(table, m)
-            for k, e in want.get(table, {}).items():
-                if k not in have:
-                    conn.insert(e.table, e.match_dict, e.action, e.params_dict)
-                elif have[k][1:] != (e.action, e.params_dict):
-                    conn.modify(e.table, e.match_dict, e.action, e.params_dict)
 
     def _rebuild_cache(self, conn: SwitchConnection) -> None:
         """After an agent restart: the cache entries on the switch are the truth."""
@@ -473,30 +488,26 @@ class SwitchAgent:
             st = agent_pb2.AgentStatus(
                 switch=self.switch.name, switch_id=self.switch.switch_id,
                 switch_connected=conn is not None and not conn.stream_closed.is_set(),
-                slots=self.slots, occupied=len(self.cached), **vars(self.counters))
+                slots=self.slots, occupied=len(self.cached), configured=self.configured, **vars(self.counters))
             lat = sorted(self.insert_latencies_us)
             if lat:
                 st.insert_latency_p50_us, st.insert_latency_max_us = lat[len(lat) // 2], lat[-1]
             if with_keys:
+                cells = {}
+                if st.switch_connected:
+                    try:
+                        cells = conn.read_counter(n.CACHE_HITS)
+                    except P4RuntimeError as e:
+                        log.debug("%s: cache_hits not read: %s", self.switch.name, e)
                 for k, e in self.cached.items():
                     st.keys.append(_cached_pb(k, e))
+                    st.slot_hits.append(cells.get(e.slot, (0, 0))[0])
             return st
 
 
 def _cached_pb(key: bytes, e: CachedKey) -> agent_pb2.CachedKey:
     return agent_pb2.CachedKey(key=key, slot=e.slot, version=e.version, state=e.state, hits=e.recent_hits,
                                auto=e.auto)
-
-
-def _match_key(match: dict[str, object]) -> tuple:
-    """A hashable form of a match (as read back or as planned)."""
-    out = []
-    for name in sorted(match):
-        v = match[name]
-        if isinstance(v, Match):
-            v = (v.value, v.prefix_len, v.mask, v.high)
-        out.append((name, v))
-    return tuple(out)
 
 
 class AgentService(agent_grpc.AgentServicer):
@@ -512,7 +523,7 @@ class AgentService(agent_grpc.AgentServicer):
             if len(buckets) != n.SPINE_BUCKETS:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}")
-            self.agent.configure(cluster, buckets)
+            self.agent.configure(cluster, buckets, set(request.live_spines))
         except (ValueError, TypeError) as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
         except P4RuntimeError as e:
@@ -543,6 +554,14 @@ class AgentService(agent_grpc.AgentServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
 
+    def Flush(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
+        try:
+            self.agent.flush()
+        except P4RuntimeError as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        return self.agent.status()
+
+
 class AgentClient:
     """The controller's side of the agent API."""
 
@@ -558,9 +577,14 @@ class AgentClient:
             raise ConnectionError(f"no agent answers at {self.address}; is it running "
                                   "(python -m controller.agent --help)?") from None
 
-    def configure(self, cluster: Cluster, buckets: list[int]) -> agent_pb2.AgentStatus:
-        return self.stub.Configure(agent_pb2.ConfigureRequest(cluster_json=cluster.to_json(), buckets=buckets),
+    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None
+                  ) -> agent_pb2.AgentStatus:
+        return self.stub.Configure(agent_pb2.ConfigureRequest(cluster_json=cluster.to_json(), buckets=buckets,
+                                                              live_spines=sorted(live or ())),
                                    timeout=self.timeout)
+
+    def flush(self) -> agent_pb2.AgentStatus:
+        return self.stub.Flush(agent_pb2.StatusRequest(), timeout=self.timeout)
 
     def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
         return self.stub.Status(agent_pb2.StatusRequest(with_keys=with_keys), timeout=self.timeout)

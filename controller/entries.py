@@ -56,8 +56,12 @@ def _route(prefix: str, dmac: str, port: int) -> Entry:
                  n.SET_NHOP, (("dmac", _mac(dmac)), ("port", port)))
 
 
-def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
-    """Everything ``sw`` needs: its config action and its table entries."""
+def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None = None) -> SwitchPlan:
+    """Everything ``sw`` needs: its config action and its table entries.
+
+    ``live`` are the spines in service (default: all); leaves send transit traffic through the
+    first of them, so a failed spine carries none.
+    """
     config = {"switch_id": sw.switch_id, "role": int(sw.role), "mechanism": int(cluster.mechanism)}
     p = SwitchPlan(sw, config)
     ports = cluster.ports(sw.name)
@@ -78,8 +82,8 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
         for sp in spines:
             p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
-        # everything else goes up; one uplink for now (ECMP over spines is a later step)
-        first = spines[0]
+        # everything else goes up through the first spine in service (ECMP over spines is a later step)
+        first = transit_spine(cluster, live)
         p.entries.append(_route("10.0.0.0/8", first.mac, spine_port[first.switch_id]))
         if sw.role == Role.CLIENT_LEAF:
             for sp in spines:
@@ -108,6 +112,12 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int]) -> SwitchPlan:
         p.defaults.append(Entry(n.DETECTOR_CONFIG, (), n.SET_DETECTOR,
                                 (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift))))
     return p
+
+
+def transit_spine(cluster: Cluster, live: set[int] | None = None) -> Switch:
+    """The spine leaves send transit traffic through: the first one in service (the first one if none is)."""
+    spines = [cluster.spine(i) for i in range(cluster.spines)]
+    return next((sp for sp in spines if live is None or sp.switch_id in live), spines[0])
 
 
 def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[Entry]:

@@ -18,5 +18,6 @@ if str(_ROOT) not in sys.path:  # protos_and_services resolves the .proto agains
     sys.path.append(str(_ROOT))
 
 agent_pb2, agent_grpc = grpc.protos_and_services("distcache/proto/agent.proto")
+controller_pb2, controller_grpc = grpc.protos_and_services("distcache/proto/controller.proto")
 
-__all__ = ["agent_grpc", "agent_pb2"]
+__all__ = ["agent_grpc", "agent_pb2", "controller_grpc", "controller_pb2"]

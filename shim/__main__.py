@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from distcache.cluster import Cluster
 from shim.control import serve_control
@@ -22,7 +23,7 @@ async def run(args: argparse.Namespace) -> int:
     except StopIteration:
         log.error("no storage server %r in %s", args.server, args.cluster)
         return 2
-    shim = Shim(cluster, host, args.redis_url, listen=args.listen)
+    shim = Shim(cluster, host, args.redis_url, listen=args.listen, state_file=args.state_file)
     try:
         await shim.start()
     except (OSError, ConnectionError) as e:
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", help="address to serve DistCache on (default: the server's address)")
     ap.add_argument("--redis-url", required=True, help="e.g. unix:///run/redis.sock or redis://127.0.0.1:6379")
     ap.add_argument("--control", required=True, help="control channel: unix:/path or tcp:host:port")
+    ap.add_argument("--state-file", type=Path, help="where the shim keeps the controller's partition across restarts")
     ap.add_argument("--log-file", help="log here instead of stderr")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args(argv)

@@ -48,7 +48,7 @@ class Coherence:
     # entry (serial arithmetic): start from the clock in milliseconds, so a restarted shim continues ahead
     # of its previous life unless that life issued more than 1000 sequence numbers per second on average.
     _seq: int = field(default_factory=lambda: int(time.time() * 1000) & 0xFFFFFFFF)
-    _waiters: dict[tuple[int, int], asyncio.Future] = field(default_factory=dict)
+    _waiters: dict[tuple[int, int, int], asyncio.Future] = field(default_factory=dict)
 
     def next_seq(self) -> int:
         self._seq = (self._seq + 1) & 0xFFFFFFFF
@@ -56,7 +56,7 @@ class Coherence:
 
     def on_ack(self, msg: Message) -> None:
         """Called for every INVALIDATE_ACK / UPDATE_ACK the shim receives."""
-        fut = self._waiters.get((int(msg.op), msg.seq))
+        fut = self._waiters.get((int(msg.op), msg.seq, msg.target))
         if fut is None or fut.done():
             self.stats.stray_acks += 1
             return
@@ -64,7 +64,7 @@ class Coherence:
 
     async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> bool:
         loop = asyncio.get_running_loop()
-        key = (int(msg.op.reply()), msg.seq)
+        key = (int(msg.op.reply()), msg.seq, msg.target)  # one exchange per path: same seq, distinct targets
         fut = loop.create_future()
         self._waiters[key] = fut
         data = encode(msg)

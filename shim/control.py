@@ -3,9 +3,12 @@
 One request per line, one answer per line (docs/protocol.md lists them):
 
 * ``{"cmd": "ping"}`` -> ``{"ok": true}``
-* ``{"cmd": "partition", "buckets": [spine id x 1024]}`` -> ``{"ok": true}``
+* ``{"cmd": "partition", "buckets": [spine id x 1024], "down": [ids], "epoch": n}`` -> ``{"ok": true}``
+  (``down`` and ``epoch`` optional: switches declared down, the controller's partition epoch)
+* ``{"cmd": "view", "cached": {"<hex wire key>": [switch ids]}}`` -> ``{"ok": true}``: which
+  switches cache which of this server's keys, from the controller (merged, never replacing)
 * ``{"cmd": "populate", "key": "<hex wire key>", "switch": id}`` -> ``{"ok": true, "state": ...}``
-  with state ``valid`` | ``absent`` | ``too_large`` | ``failed``
+  with state ``valid`` | ``absent`` | ``too_large`` | ``failed`` | ``down``
 * ``{"cmd": "evict", "key": "<hex>", "switch": id}`` -> ``{"ok": true, "evicted": bool}``
 * ``{"cmd": "stats"}`` -> ``{"ok": true, ...counters}``
 
@@ -51,13 +54,21 @@ async def dispatch(shim: Shim, req: object) -> dict:
     if cmd == "stats":
         return {"ok": True, **shim.stats()}
     if cmd == "partition":
-        shim.set_partition(req.get("buckets"))  # type: ignore[arg-type]
+        shim.set_partition(req.get("buckets"), req.get("down"), req.get("epoch"))  # type: ignore[arg-type]
+        return {"ok": True}
+    if cmd == "view":
+        cached = req.get("cached")
+        if not isinstance(cached, dict):
+            raise ValueError("'cached' must map hex wire keys to lists of switch ids")
+        if not all(isinstance(v, list) for v in cached.values()):
+            raise ValueError("'cached' must map hex wire keys to lists of switch ids")
+        shim.add_view({_key({"key": k}): [_switch({"switch": s}) for s in v] for k, v in cached.items()})
         return {"ok": True}
     if cmd == "populate":
         return {"ok": True, "state": await shim.populate(_key(req), _switch(req))}
     if cmd == "evict":
         return {"ok": True, "evicted": shim.evict(_key(req), _switch(req))}
-    raise ValueError(f"unknown cmd {cmd!r}; use ping, stats, partition, populate or evict")
+    raise ValueError(f"unknown cmd {cmd!r}; use ping, stats, partition, view, populate or evict")
 
 
 async def serve_control(shim: Shim, address: str) -> asyncio.AbstractServer:

@@ -7,19 +7,36 @@ key are serialized (one asyncio lock per key in use), and every write checks
 under that lock whether the key is cached, so a write can never slip between
 a cache insertion and its population.  Malformed datagrams are counted by
 reason and dropped; nothing a client sends can stop the shim.
+
+**Which copies a write invalidates.**  Invariant: every switch that may hold
+a valid copy of key k is in ``cached[k]`` (an agent's populate adds its switch
+before any copy can become valid; only the agent's evict, after the entry is
+gone from the switch, removes it).  A write of a cached key invalidates along
+the path to each spine in ``cached[k]`` plus the key's partition owner (the
+storage leaf is on every path), so routing and partition changes never expose
+a stale copy.  Switches the controller declared down are skipped (their acks
+would never come); the controller keeps reads away from them and flushes them
+before they come back.  After a restart the shim does not know which keys
+are cached until the controller sends its view, so until then it treats every
+key as cached, on the partition it saved to its state file (or the partition
+with every spine alive).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from distcache.cluster import Cluster, Host
+from controller.partition import spine_buckets
+from distcache.cluster import MAX_SPINES, Cluster, Host
 from distcache.hashing import N_SPINE_BUCKETS, h0
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import Coherence
@@ -42,13 +59,19 @@ class ShimProtocol(asyncio.DatagramProtocol):
 
 class Shim:
     def __init__(self, cluster: Cluster, server: Host, redis_url: str, listen: str | None = None,
-                 port: int = DC_PORT, coherence_address: CoherenceAddress | None = None) -> None:
+                 port: int = DC_PORT, coherence_address: CoherenceAddress | None = None,
+                 state_file: Path | None = None) -> None:
         self.cluster, self.server = cluster, server
+        self.state_file = state_file
         self.listen, self.port = listen or server.ip, port
         self.redis = aioredis.from_url(redis_url)
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
-        self.buckets: list[int] = []
+        self.buckets: list[int] = spine_buckets([cluster.spine(i).switch_id for i in range(cluster.spines)])
+        self.down: set[int] = set()  # switches the controller declared down: no acks awaited from them
+        self.epoch = 0  # the controller's partition epoch this view came with
+        self.view_known = False  # False until the controller sends its cached-key view: every key counts as cached
         self.cached: dict[bytes, set[int]] = defaultdict(set)  # key -> switch ids caching it
+        self._load_state()
         self._locks: dict[bytes, asyncio.Lock] = {}
         self._users: Counter[bytes] = Counter()
         self.transport: asyncio.DatagramTransport | None = None
@@ -118,9 +141,10 @@ class Shim:
             reply(Status.NOT_FOUND) if value is None else reply(Status.OK, value)
             return
         async with self._key_lock(msg.key):
-            cached = bool(self.cached.get(msg.key))
+            cached = bool(self.cached.get(msg.key)) or not self.view_known
             seq = self.coherence.next_seq()
-            if cached and not await self._invalidate(msg.key, seq):
+            paths = self._paths(msg.key)
+            if cached and not await self._invalidate(msg.key, seq, paths):
                 self.errors["invalidate_timeout"] += 1
                 reply(Status.ERROR)  # copies may still be valid: do not write
                 return
@@ -131,26 +155,37 @@ class Shim:
                 status = Status.OK if await self.redis.delete(msg.key) else Status.NOT_FOUND
             reply(status)  # safe before phase 2: every copy is invalid
             if cached and msg.op == Op.PUT and len(msg.value) <= MAX_CACHEABLE:
-                await self._update(msg.key, seq, msg.value)  # still under the key's lock
+                await self._update(msg.key, seq, msg.value, paths)  # still under the key's lock
 
     # -- coherence paths --------------------------------------------------------------
-    def _target(self, key: bytes) -> tuple[int, tuple[str, int]] | None:
-        """The spine at the far end of the key's coherence path, and where to send to reach it."""
-        if len(self.buckets) != N_SPINE_BUCKETS:
-            return None
-        spine = self.buckets[h0(key)]
-        return (spine, self.coherence_address(spine)) if spine else None
+    def _paths(self, key: bytes, switch: int | None = None) -> list[int]:
+        """Spines at the far ends of the paths a coherence exchange for ``key`` must take.
 
-    async def _invalidate(self, key: bytes, seq: int) -> bool:
-        t = self._target(key)
-        if t is None:
-            log.error("no spine partition known: cannot invalidate %s; has the controller pushed it?", key.hex())
+        For a write: the key's partition owner and every spine known to cache it, minus the
+        spines declared down.  For populating one switch (``switch``): that spine, or for a
+        leaf the owner's path (the storage leaf is on every path).
+        """
+        owner = self.buckets[h0(key)] if len(self.buckets) == N_SPINE_BUCKETS else 0
+        if switch is not None:
+            ends = {switch} if 0 < switch <= MAX_SPINES else {owner}
+        else:
+            ends = {owner} | {s for s in self.cached.get(key, ()) if 0 < s <= MAX_SPINES}
+        return sorted(s for s in ends if s and s not in self.down)
+
+    async def _invalidate(self, key: bytes, seq: int, paths: list[int]) -> bool:
+        if not paths:
+            log.error("no live spine to invalidate %s through; has the controller pushed the partition?", key.hex())
             return False
-        return await self.coherence.invalidate(key, seq, *t)
+        oks = await asyncio.gather(*(self.coherence.invalidate(key, seq, t, self.coherence_address(t))
+                                     for t in paths))
+        return all(oks)
 
-    async def _update(self, key: bytes, seq: int, value: bytes) -> bool:
-        t = self._target(key)
-        return t is not None and await self.coherence.update(key, seq, value, *t)
+    async def _update(self, key: bytes, seq: int, value: bytes, paths: list[int]) -> bool:
+        if not paths:
+            return False
+        oks = await asyncio.gather(*(self.coherence.update(key, seq, value, t, self.coherence_address(t))
+                                     for t in paths))
+        return all(oks)
 
     @asynccontextmanager
     async def _key_lock(self, key: bytes):  # noqa: ANN202
@@ -168,18 +203,24 @@ class Shim:
 
     # -- control commands (from the controller and the switch agents) ---------------------
     async def populate(self, key: bytes, switch: int) -> str:
-        """Fill a freshly inserted (invalid) cache entry with the current value."""
+        """Fill a freshly inserted (invalid) cache entry of ``switch`` with the current value.
+
+        A switch declared down is refused ("down"): writes skip it, so a copy there could go stale.
+        """
+        if switch in self.down:
+            return "down"
         self.cached[key].add(switch)
         async with self._key_lock(key):
             value = await self.redis.get(key)
             seq = self.coherence.next_seq()
-            if not await self._invalidate(key, seq):
+            paths = self._paths(key, switch)
+            if not await self._invalidate(key, seq, paths):
                 return "failed"
             if value is None:
                 return "absent"
             if len(value) > MAX_CACHEABLE:
                 return "too_large"
-            return "valid" if await self._update(key, seq, value) else "failed"
+            return "valid" if await self._update(key, seq, value, paths) else "failed"
 
     def evict(self, key: bytes, switch: int) -> bool:
         switches = self.cached.get(key)
@@ -190,10 +231,50 @@ class Shim:
             del self.cached[key]
         return True
 
-    def set_partition(self, buckets: list[int]) -> None:
-        if len(buckets) != N_SPINE_BUCKETS or not all(isinstance(b, int) and 0 <= b < 256 for b in buckets):
+    def set_partition(self, buckets: list[int], down: list[int] | None = None, epoch: int | None = None) -> None:
+        """Adopt the controller's partition (and the switches it declared down); saved to the state file."""
+        if not isinstance(buckets, list) or len(buckets) != N_SPINE_BUCKETS or not all(
+                isinstance(b, int) and 0 <= b < 256 for b in buckets):
             raise ValueError(f"partition must list {N_SPINE_BUCKETS} spine ids (0..255)")
+        if down is not None and not (isinstance(down, list) and all(isinstance(d, int) and 0 < d < 256
+                                                                      for d in down)):
+            raise ValueError("'down' must list switch ids (1..255)")
         self.buckets = list(buckets)
+        if down is not None:
+            self.down = set(down)
+        if epoch is not None:
+            self.epoch = int(epoch)
+        self._save_state()
+
+    def add_view(self, cached: dict[bytes, list[int]]) -> None:
+        """Merge the controller's view of which switches cache which keys, and leave the restart mode.
+
+        A union, never a replacement: an insertion the view missed (it raced with the
+        controller's collection) must keep its switch here, and one evicted meanwhile only
+        costs an extra invalidation.
+        """
+        for key, switches in cached.items():
+            self.cached[key].update(switches)
+        self.view_known = True
+
+    def _load_state(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            d = json.loads(self.state_file.read_text())
+            self.set_partition(d["buckets"], d.get("down", []), d.get("epoch", 0))
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("ignoring unreadable state file %s: %s", self.state_file, e)
+
+    def _save_state(self) -> None:
+        if self.state_file is None:
+            return
+        tmp = self.state_file.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"buckets": self.buckets, "down": sorted(self.down), "epoch": self.epoch}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_file)
 
     def stats(self) -> dict:
         c = self.coherence.stats
@@ -203,6 +284,9 @@ class Shim:
             "malformed": dict(self.malformed),
             "errors": dict(self.errors),
             "cached_keys": len(self.cached),
+            "view_known": self.view_known,
+            "epoch": self.epoch,
+            "down": sorted(self.down),
             "coherence": {"invalidates": c.invalidates, "updates": c.updates, "retransmits": c.retransmits,
                           "failed_invalidates": c.failed_invalidates, "failed_updates": c.failed_updates,
                           "stray_acks": c.stray_acks},

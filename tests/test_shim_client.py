@@ -42,6 +42,7 @@ class SwitchPeer:
         self.seen: list[tuple[Message, bytes | None]] = []  # message, Redis value when it arrived
         self.drop = 0  # drop this many upcoming packets
         self.mute = False  # never answer
+        self.answer_only: set[int] | None = None  # answer only packets addressed to these spines
         self.redis = redis.Redis(unix_socket_path=str(redis_sock))
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -55,7 +56,7 @@ class SwitchPeer:
                 continue
             m = decode(data)
             self.seen.append((decode(data), self.redis.get(m.key)))
-            if self.mute:
+            if self.mute or (self.answer_only is not None and m.target not in self.answer_only):
                 continue
             if self.drop:
                 self.drop -= 1
@@ -76,10 +77,10 @@ class SwitchPeer:
 class ShimThread:
     """A real Shim with its control channel, on its own event loop thread."""
 
-    def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path) -> None:
+    def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path, state_file: Path | None = None) -> None:
         self.loop = asyncio.new_event_loop()
         self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
-                         coherence_address=lambda spine: ("127.0.0.1", peer.port))
+                         coherence_address=lambda spine: ("127.0.0.1", peer.port), state_file=state_file)
         self.control_addr = f"unix:{control}"
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.run(self._start())
@@ -108,6 +109,7 @@ def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
     shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
     link = ShimLink(shim.control_addr)
     assert link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS) == {"ok": True}
+    assert link.call("view", cached={}) == {"ok": True}  # the controller's view: nothing is cached yet
     client = Client(CLUSTER, resolve=lambda host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
     yield client, shim, peer, link, redis.Redis(unix_socket_path=str(redis_sock))
     client.close()
@@ -158,6 +160,87 @@ def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: AN
     client.put("hot", "uncached again")
     time.sleep(0.1)
     assert peer.seen == []
+
+
+def _wait_seen(peer: SwitchPeer, n: int, timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(peer.seen) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_write_invalidates_every_spine_that_caches_the_key(env) -> None:  # noqa: ANN001
+    """After a partition change a key can be cached on its old and new owner: a write must reach both."""
+    client, _, peer, link, _ = env
+    key = wire_key("moved").hex()
+    client.put("moved", "v0")
+    other = SPINE + 1
+    for sw in (SPINE, other):
+        assert link.call("populate", key=key, switch=sw) == {"ok": True, "state": "valid"}
+    assert [m.target for m, _ in peer.seen] == [SPINE, SPINE, other, other]  # each populate takes its own path
+    peer.seen.clear()
+    client.put("moved", "v1")
+    _wait_seen(peer, 4)
+    invs = [m for m, _ in peer.seen if m.op == Op.INVALIDATE]
+    upds = [m for m, _ in peer.seen if m.op == Op.UPDATE]
+    assert sorted(m.target for m in invs) == [SPINE, other] and len({m.seq for m in invs}) == 1
+    assert sorted(m.target for m in upds) == [SPINE, other] and all(m.value == b"v1" for m in upds)
+
+
+def test_ack_from_one_path_does_not_complete_another(env) -> None:  # noqa: ANN001
+    """Acks are matched by (op, seq, target): one spine's ack must not stand in for a silent spine's."""
+    client, _, peer, link, r = env
+    client.put("two", "before")
+    other = SPINE + 1
+    for sw in (SPINE, other):
+        link.call("populate", key=wire_key("two").hex(), switch=sw)
+    peer.answer_only = {SPINE}  # the other spine stays silent
+    with pytest.raises(ServerError):
+        client.put("two", "after")
+    assert r.get(wire_key("two")) == b"before"
+
+
+def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None:  # noqa: ANN001
+    client, _, peer, link, _ = env
+    other = SPINE + 1
+    client.put("k", "v0")
+    for sw in (SPINE, other):
+        link.call("populate", key=wire_key("k").hex(), switch=sw)
+    assert link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS, down=[other], epoch=2) == {"ok": True}
+    peer.seen.clear()
+    client.put("k", "v1")  # the dead spine never answers; the write must not wait for it
+    _wait_seen(peer, 2)
+    assert {m.target for m, _ in peer.seen} == {SPINE}
+    assert link.call("populate", key=wire_key("k").hex(), switch=other) == {"ok": True, "state": "down"}
+    st = link.call("stats")
+    assert st["down"] == [other] and st["epoch"] == 2
+
+
+def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Path, tmp_path: Path) -> None:
+    """A restarted shim forgot which keys are cached: until the controller's view, every write invalidates,
+    along the partition it saved before the restart."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    state = tmp_path / "shim.state.json"
+    first = ShimThread(redis_sock, peer, tmp_path / "a.sock", state_file=state)
+    ShimLink(first.control_addr).call("partition", buckets=[SPINE + 1] * N_SPINE_BUCKETS, down=[SPINE], epoch=7)
+    first.close()
+    shim = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state)
+    link = ShimLink(shim.control_addr)
+    try:
+        st = link.call("stats")
+        assert st["view_known"] is False and st["epoch"] == 7 and st["down"] == [SPINE]
+        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=3.0, retries=0) as client:
+            client.put("never-cached", "v")
+            _wait_seen(peer, 2)
+            assert [(m.op, m.target) for m, _ in peer.seen] == [(Op.INVALIDATE, SPINE + 1), (Op.UPDATE, SPINE + 1)]
+            assert link.call("view", cached={}) == {"ok": True}
+            peer.seen.clear()
+            client.put("never-cached", "w")
+            time.sleep(0.2)
+            assert peer.seen == []
+    finally:
+        shim.close()
+        peer.close()
 
 
 def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001

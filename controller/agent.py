@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from finsy.proto import p4r
 
 from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
@@ -246,7 +245,7 @@ class SwitchAgent:
         """
         conn = SwitchConnection(self.address, self.switch.device_id, election_id=10, name=self.switch.name)
         conn.connect()
-        fresh = not self._has_pipeline(conn)
+        fresh = not conn.has_pipeline()
         if fresh:
             conn.set_pipeline(self.p4info, self.device_config)
             log.info("%s: pipeline pushed", self.switch.name)
@@ -267,16 +266,6 @@ class SwitchAgent:
                 raise
             conn.configure_digest(n.HH_DIGEST, **DIGEST_DELIVERY, modify=True)
         return fresh
-
-    def _has_pipeline(self, conn: SwitchConnection) -> bool:
-        req = p4r.GetForwardingPipelineConfigRequest(device_id=self.switch.device_id)
-        try:
-            conn.stub.GetForwardingPipelineConfig(req)
-            return True
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                return False
-            raise
 
     def _rebuild_cache(self, conn: SwitchConnection) -> None:
         """After an agent restart: the cache entries on the switch are the truth."""

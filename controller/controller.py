@@ -1,131 +1,489 @@
-"""The DistCache controller: pipelines, routes, partitions and cache placement.
+"""The DistCache controller: partitions, switch health, failover and recovery.
 
-Client-rack leaves have no agent: the controller is their P4Runtime primary,
-pushes their pipeline and installs the entries :mod:`controller.entries`
-derives from the cluster, including the spine partition (``spine_partition``).
-Each cache switch (spine, storage-rack leaf) has its own agent process
-(:mod:`controller.agent`), its P4Runtime primary: the controller gives it the
-cluster and the partition over the agent API and the agent installs its
-entries and manages its cache.  The shims get the partition too (they address
-coherence packets by it).  The controller is off the query path: once entries
-are in, the data plane serves without it.
+It runs as a daemon (``python -m controller``, :mod:`controller.service`) and
+is off the query path: once entries are in, the data plane serves without it,
+so reads and writes go on while it is down.
+
+* **Client-rack leaves** have no agent: the controller is their P4Runtime
+  primary and installs what :func:`controller.entries.plan` derives, the spine
+  partition included.  On start it *reconciles* (reads the tables back and
+  writes only the difference) and pushes a pipeline only to a switch that has
+  none, so a controller restart leaves the data plane untouched.
+* **Cache switches** (spines, storage-rack leaves) each have an agent
+  (:mod:`controller.agent`); the controller gives it the cluster, the
+  partition and the spines in service.
+* **Shims** get the partition, the switches declared down and the cached-key
+  view (:mod:`shim.server` explains how they use them); a restarted shim gets
+  them back at the next heartbeat.
+
+**Failure handling.**  Every switch's P4Runtime server is probed a few times
+a second; two failed probes in a row declare it dead.  A dead spine's buckets
+move to the live spines by consistent hashing (only its buckets move).  The
+order of the steps keeps every read correct; the argument rests on the shims'
+invariant (every switch that may hold a valid copy of k is in the shim's
+``cached[k]``, so writes invalidate it):
+
+1. storage leaves (through their agents) and client leaves send transit
+   traffic through a live spine, and client leaves stop targeting the dead
+   spine: no read can be *served* by it from here on;
+2. after a short drain, the shims learn the new partition and that the spine
+   is down: writes stop waiting for its acks (its copies may now go stale, but
+   nothing reads them);
+3. the live spines' agents get the new partition: their detectors report the
+   moved buckets' hot keys, and those are filled through the shims, so they
+   are in ``cached[k]`` before they can be valid.
+
+Recovery runs the other way: the shims stop skipping the spine *before* its
+agent flushes its cache (so nothing it caches afterwards can be missed by a
+write), then the partition moves back, leaves route to it, and the spines
+that held its buckets evict their keys.  A spine whose process was restarted
+comes back empty anyway; one that was only unreachable may hold copies that
+went stale meanwhile, which the flush removes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import grpc
 
 from controller.agent import AgentClient
 from controller.entries import plan
-from controller.p4rt import SwitchConnection, load_p4info
-from controller.partition import spine_buckets
-from controller.shim_link import ShimLink
+from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
+from controller.partition import cache_switches, spine_buckets
+from controller.reconcile import apply_plan
+from controller.shim_link import ShimLink, ShimUnavailable
+from controller.state import ControllerState, Failure
+from controller.switchproc import SwitchProcessError, SwitchProcesses
 from distcache import p4names as n
 from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
-from distcache.hashing import h0, wire_key
+from distcache.hashing import wire_key
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("controller")
+
+PROBE_INTERVAL = 0.2  # seconds between liveness probes of one switch
+PROBE_TIMEOUT = 0.5
+MISSES_TO_FAIL = 2  # failed probes in a row that declare a switch dead
+DRAIN = 0.05  # after client leaves stop targeting a spine: reads already in flight to it finish
+HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restarted) this often
+
+
+class ControllerError(RuntimeError):
+    """An operator request the controller cannot carry out; the message says what to do instead."""
+
+
+def is_cache_switch(sw: Switch) -> bool:
+    return sw.role in (Role.SPINE, Role.STORAGE_LEAF)
+
+
+@dataclass
+class Health:
+    """What the monitor last saw of one switch."""
+
+    alive: bool = True
+    misses: int = 0
+    first_miss: float = 0.0
+    agent_alive: bool = False
+    agent: agent_pb2.AgentStatus | None = None
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (time, reads) for the load
 
 
 class Controller:
     def __init__(self, cluster: Cluster, p4info_path: str | Path, shim_address: Callable[[Host], str],
-                 device_config: bytes = b"", grpc_host: str = "127.0.0.1") -> None:
+                 device_config: bytes = b"", state_path: Path | None = None,
+                 procs: SwitchProcesses | None = None, grpc_host: str = "127.0.0.1") -> None:
+        self.state_path = state_path
+        self.state = ControllerState.load(state_path)
         self.cluster = cluster
+        if self.state.mechanism:
+            self.cluster = replace(cluster, mechanism=Mechanism[self.state.mechanism.upper()])
         self.p4info = load_p4info(p4info_path)
         self.device_config = device_config
         self.shim_address = shim_address
+        self.procs = procs
         self.grpc_host = grpc_host
-        self.conns: dict[str, SwitchConnection] = {}  # client-rack leaves: primary; cache switches: read only
+        self.lock = threading.RLock()  # every change of state, partition or switch configuration
+        self.leaves: dict[str, SwitchConnection] = {}  # client-rack leaves, as primary
+        self.readers: dict[str, SwitchConnection] = {}  # every switch: probes and counter reads
         self.agents: dict[str, AgentClient] = {}
-        self.alive_spines = {cluster.spine(i).switch_id for i in range(cluster.spines)}
-        self.buckets = self._buckets()
+        self.health = {sw.name: Health() for sw in cluster.switches()}
+        self._stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._buckets_pushed: list[int] | None = None  # the partition the switches hold
+        for name in self.state.failed:
+            self.health[name].alive = False
 
-    def _buckets(self) -> list[int]:
-        ids = [self.cluster.spine(i).switch_id for i in range(self.cluster.spines)]
-        return spine_buckets(ids, self.alive_spines)
+    # -- derived views --------------------------------------------------------------------
+    def spine_ids(self) -> list[int]:
+        return [self.cluster.spine(i).switch_id for i in range(self.cluster.spines)]
 
-    @staticmethod
-    def is_cache_switch(sw: Switch) -> bool:
-        return sw.role in (Role.SPINE, Role.STORAGE_LEAF)
+    def live_spines(self) -> set[int]:
+        failed = {self.cluster.switch(name).switch_id for name in self.state.failed}
+        return set(self.spine_ids()) - failed
 
-    # -- bring-up -----------------------------------------------------------------------
-    def connect(self, timeout: float = 15.0) -> None:
-        for sw in self.cluster.switches():
-            conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, name=sw.name)
-            if self.is_cache_switch(sw):
-                conn.wait_ready(timeout)  # its agent is the primary; the controller only reads
-                self.agents[sw.name] = AgentClient(self.cluster.agent_address(sw))
-                self.agents[sw.name].wait_ready(timeout)
-            else:
-                conn.connect(timeout)
-            self.conns[sw.name] = conn
+    @property
+    def buckets(self) -> list[int]:
+        return spine_buckets(self.spine_ids(), self.live_spines())
 
-    def setup(self) -> None:
-        """Push client-rack pipelines and entries; configure every agent; tell shims the partition."""
-        for sw in self.cluster.switches():
-            conn = self.conns[sw.name]
-            if self.is_cache_switch(sw):
-                st = self.agents[sw.name].configure(self.cluster, self.buckets)
-                conn.use_p4info(self.p4info)
-                log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
-                continue
+    def down_ids(self) -> list[int]:
+        return sorted(self.cluster.switch(name).switch_id for name in self.state.failed)
+
+    def _save(self) -> None:
+        self.state.save(self.state_path)
+
+    # -- bring-up ---------------------------------------------------------------------------
+    def start(self, timeout: float = 15.0, monitor: bool = True) -> None:
+        """Reconcile every reachable switch, agent and shim with the saved state; then watch them."""
+        with self.lock:
+            for sw in self.cluster.switches():
+                self.readers[sw.name] = self._reader(sw)
+                if is_cache_switch(sw):
+                    self.agents[sw.name] = AgentClient(self.cluster.agent_address(sw))
+            for sw in self.cluster.switches():
+                if sw.name in self.state.failed:
+                    continue
+                if is_cache_switch(sw):
+                    self.agents[sw.name].wait_ready(timeout)
+                    self._configure_agent(sw)
+                else:
+                    self._bring_up_client_leaf(sw, timeout)
+            self._push_shims(views=True)
+            self._remember_buckets(self.buckets)
+        if monitor:
+            self._monitor = threading.Thread(target=self._monitor_loop, name="monitor", daemon=True)
+            self._monitor.start()
+
+    def _reader(self, sw: Switch) -> SwitchConnection:
+        conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, name=sw.name)
+        conn.use_p4info(self.p4info)
+        return conn
+
+    def _bring_up_client_leaf(self, sw: Switch, timeout: float = 15.0) -> None:
+        conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, name=sw.name)
+        conn.connect(timeout)
+        if conn.has_pipeline():
+            conn.use_p4info(self.p4info)
+        else:
             conn.set_pipeline(self.p4info, self.device_config)
-            p = plan(self.cluster, sw, self.buckets)
-            conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
-            for e in p.defaults:
-                conn.set_default(e.table, e.action, e.params_dict)
-            for e in p.entries:
-                conn.insert(e.table, e.match_dict, e.action, e.params_dict)
-            log.info("%s: pipeline pushed, %d entries", sw.name, len(p.entries))
-        self.push_partitions_to_shims()
+            log.info("%s: pipeline pushed", sw.name)
+        writes = apply_plan(conn, plan(self.cluster, sw, self.buckets, self.live_spines()))
+        old, self.leaves[sw.name] = self.leaves.get(sw.name), conn
+        if old is not None:
+            old.close()
+        log.info("%s: reconciled (%d entries written)", sw.name, writes)
 
-    def push_partitions_to_shims(self) -> None:
+    def _configure_agent(self, sw: Switch) -> agent_pb2.AgentStatus:
+        st = self.agents[sw.name].configure(self.cluster, self.buckets, self.live_spines())
+        log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
+        return st
+
+    def _configure(self, roles: set[Role]) -> None:
+        """Bring every switch in service of ``roles`` to the current partition and spines in service."""
+        for sw in self.cluster.switches():
+            if sw.role not in roles or sw.name in self.state.failed:
+                continue
+            try:
+                if is_cache_switch(sw):
+                    self._configure_agent(sw)
+                elif sw.name in self.leaves:
+                    apply_plan(self.leaves[sw.name], plan(self.cluster, sw, self.buckets, self.live_spines()))
+            except (grpc.RpcError, P4RuntimeError) as e:
+                log.error("%s: not reconfigured: %s", sw.name, e)
+
+    # -- shims ------------------------------------------------------------------------------
+    def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
+        cached: dict[str, dict[str, list[int]]] = {}
+        if views:
+            for name, agent in self.agents.items():
+                if name in self.state.failed:
+                    continue
+                try:
+                    st = agent.status(with_keys=True)
+                except grpc.RpcError as e:
+                    log.warning("%s: agent unreachable, its keys are not in the view: %s", name, e.code())
+                    continue
+                for k in st.keys:
+                    host = self.cluster.server_for_key(k.key).name
+                    cached.setdefault(host, {}).setdefault(k.key.hex(), []).append(st.switch_id)
+        for host in only or self.cluster.servers():
+            try:
+                link = ShimLink(self.shim_address(host))
+                link.call("partition", buckets=self.buckets, down=self.down_ids(), epoch=self.state.epoch)
+                if views:
+                    link.call("view", cached=cached.get(host.name, {}))
+            except ShimUnavailable as e:
+                log.warning("%s: shim not updated: %s", host.name, e)
+
+    # -- failures -----------------------------------------------------------------------------
+    def _failover(self) -> int:
+        """Move the buckets of failed spines to live ones (steps in the module docstring); returns moved."""
+        before = self._last_buckets()
+        self.state.epoch += 1
+        self._save()
+        self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
+        time.sleep(DRAIN)
+        self._push_shims()
+        self._configure({Role.SPINE})
+        after = self.buckets
+        self._remember_buckets(after)
+        return sum(a != b for a, b in zip(before, after, strict=True))
+
+    def _last_buckets(self) -> list[int]:
+        return self._buckets_pushed or spine_buckets(self.spine_ids())
+
+    def _remember_buckets(self, buckets: list[int]) -> None:
+        self._buckets_pushed = list(buckets)
+
+    def declare_dead(self, sw: Switch, since: float, reason: str) -> None:
+        with self.lock:
+            if sw.name in self.state.failed:
+                return
+            t = time.monotonic()
+            self.state.failed[sw.name] = Failure(admin=False, since=time.time(), reason=reason)
+            self.state.last_detection_s = t - since
+            self.health[sw.name].alive = False
+            log.warning("%s declared dead after %.2fs: %s", sw.name, t - since, reason)
+            if sw.role == Role.SPINE:
+                moved = self._failover()
+                self.state.failovers += 1
+                self.state.last_failover_s = time.monotonic() - t
+                log.warning("%s: %d buckets moved to live spines in %.2fs", sw.name, moved, self.state.last_failover_s)
+            self._save()
+
+    def fail(self, name: str) -> tuple[str, int, float]:
+        """Operator: take ``name`` out of service (and stop its process if the deployment allows)."""
+        sw = self._switch(name)
+        t = time.monotonic()
+        with self.lock:
+            if name in self.state.failed:
+                raise ControllerError(f"{name} is already failed ({self.state.failed[name].reason}); "
+                                      f"use `distcache-ctl recover {name}`")
+            stopped = False
+            if self.procs is not None and name in self.procs:
+                self.procs.stop(name)
+                stopped = True
+            self.state.failed[name] = Failure(admin=True, since=time.time(), reason="failed by the operator",
+                                              stopped=stopped)
+            self.health[name].alive = not stopped
+            moved = 0
+            if sw.role == Role.SPINE:
+                moved = self._failover()
+                self.state.failovers += 1
+                self.state.last_failover_s = time.monotonic() - t
+            self._save()
+        what = "process stopped" if stopped else "taken out of service (its process keeps running)"
+        return f"{name}: {what}; {moved} buckets moved to live spines", moved, time.monotonic() - t
+
+    def recover(self, name: str, timeout: float = 30.0) -> tuple[str, int, float]:
+        """Operator (or the monitor, for a detected failure that came back): put ``name`` back."""
+        sw = self._switch(name)
+        t = time.monotonic()
+        with self.lock:
+            failure = self.state.failed.get(name)
+            if failure is None:
+                raise ControllerError(f"{name} is not failed; nothing to recover (see `distcache-ctl status`)")
+            if failure.stopped and self.procs is not None:
+                try:
+                    self.procs.start(name)
+                except SwitchProcessError as e:
+                    raise ControllerError(f"cannot start {name} again: {e}") from None
+            self._wait_back(sw, timeout)
+            before = self.buckets
+            if sw.role == Role.SPINE:
+                # the shims stop skipping it before its cache is flushed (it still owns no bucket), so
+                # nothing it caches from now on can be missed by a write
+                self._push_shims_down(exclude=sw.switch_id)
+                self._flush(sw)
+                self.state.failed.pop(name)
+                self.state.epoch += 1
+                self._save()
+                self._push_shims()
+                self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
+                self._configure({Role.SPINE})
+                self._remember_buckets(self.buckets)
+            else:
+                self.state.failed.pop(name)
+                self._save()
+                self._push_shims()
+                if sw.role == Role.CLIENT_LEAF:
+                    self._bring_up_client_leaf(sw)
+                else:
+                    self._configure_agent(sw)
+            self.health[name] = Health(alive=True)
+            self.state.recoveries += 1
+            self._save()
+            moved = sum(a != b for a, b in zip(before, self.buckets, strict=True))
+        return f"{name}: back in service; {moved} buckets moved back to it", moved, time.monotonic() - t
+
+    def _push_shims_down(self, exclude: int) -> None:
+        down = [d for d in self.down_ids() if d != exclude]
         for host in self.cluster.servers():
-            ShimLink(self.shim_address(host)).call("partition", buckets=self.buckets)
+            try:
+                ShimLink(self.shim_address(host)).call("partition", buckets=self.buckets, down=down,
+                                                       epoch=self.state.epoch)
+            except ShimUnavailable as e:
+                log.warning("%s: shim not updated: %s", host.name, e)
 
-    def shim_for_key(self, wkey: bytes) -> ShimLink:
-        return ShimLink(self.shim_address(self.cluster.server_for_key(wkey)))
+    def _flush(self, sw: Switch) -> None:
+        try:
+            st = self.agents[sw.name].flush()
+            log.info("%s: cache flushed before it serves again (%d keys left)", sw.name, st.occupied)
+        except grpc.RpcError as e:
+            raise ControllerError(f"{sw.name}: its agent could not flush the cache ({e.code().name}); start "
+                                  f"the agent (python -m controller.agent --switch {sw.name} ...) and retry") from None
 
-    # -- cache placement ----------------------------------------------------------------
-    def cache_switches(self, wkey: bytes) -> list[Switch]:
-        """Where a hot key is cached under the cluster's mechanism."""
-        mech = self.cluster.mechanism
-        if mech == Mechanism.NOCACHE:
-            return []
-        leaf = self.cluster.storage_leaf(self.cluster.server_for_key(wkey).rack)
-        spine_id = self.buckets[h0(wkey)]
-        spine = [self.cluster.switch_by_id(spine_id)] if spine_id else []
-        if mech == Mechanism.DISTCACHE:
-            return spine + [leaf]
-        if mech == Mechanism.PARTITION:
-            return spine
-        return [self.cluster.spine(i) for i in range(self.cluster.spines) if self.cluster.spine(i).switch_id
-                in self.alive_spines]
+    def _wait_back(self, sw: Switch, timeout: float) -> None:
+        """Until the switch answers again and, for a cache switch, its agent has it configured."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.readers[sw.name] = self._reader(sw)
+            if self.readers[sw.name].probe(PROBE_TIMEOUT):
+                if not is_cache_switch(sw):
+                    return
+                try:
+                    st = self.agents[sw.name].status()
+                    if st.switch_connected and st.configured:
+                        return
+                except grpc.RpcError:
+                    pass
+            time.sleep(0.2)
+        raise ControllerError(f"{sw.name} is not back after {timeout:.0f}s: its P4Runtime server at "
+                              f"{self.grpc_host}:{sw.grpc_port} (or its agent) does not answer; start it first")
 
+    def set_mechanism(self, name: str) -> str:
+        try:
+            mech = Mechanism[name.upper()]
+        except KeyError:
+            raise ControllerError(f"unknown mechanism {name!r}; use one of "
+                                  f"{', '.join(m.name.lower() for m in Mechanism)}") from None
+        with self.lock:
+            old = self.cluster.mechanism
+            self.cluster = replace(self.cluster, mechanism=mech)
+            self.state.mechanism = mech.name.lower()
+            self._save()
+            self._configure({Role.CLIENT_LEAF, Role.STORAGE_LEAF, Role.SPINE})  # agents evict what they no longer own
+        return f"mechanism {old.name.lower()} -> {mech.name.lower()}"
+
+    def _switch(self, name: str) -> Switch:
+        try:
+            return self.cluster.switch(name)
+        except KeyError:
+            raise ControllerError(f"no switch named {name!r}; switches: "
+                                  f"{', '.join(sw.name for sw in self.cluster.switches())}") from None
+
+    # -- monitoring -----------------------------------------------------------------------------
+    def _monitor_loop(self) -> None:
+        last_beat = 0.0
+        while not self._stop.wait(PROBE_INTERVAL):
+            for sw in self.cluster.switches():
+                try:
+                    self._probe(sw)
+                except Exception:  # noqa: BLE001 - the monitor must outlive any one failure
+                    log.exception("%s: probe handling failed", sw.name)
+            if time.monotonic() - last_beat >= HEARTBEAT:
+                last_beat = time.monotonic()
+                try:
+                    self._heartbeat()
+                except Exception:  # noqa: BLE001
+                    log.exception("heartbeat failed")
+
+    def _probe(self, sw: Switch) -> None:
+        h = self.health[sw.name]
+        failure = self.state.failed.get(sw.name)
+        reader = self.readers[sw.name]
+        ok = reader.probe(PROBE_TIMEOUT)
+        if not ok:
+            self.readers[sw.name] = self._reader(sw)  # a fresh channel: no reconnect backoff hides its return
+            reader.close()
+        now = time.monotonic()
+        if ok:
+            h.misses = 0
+            h.alive = True
+            if failure is not None and not failure.admin:
+                log.info("%s answers again; recovering it", sw.name)
+                try:
+                    self.recover(sw.name, timeout=3.0)
+                except ControllerError as e:
+                    log.info("%s: not recovered yet: %s", sw.name, e)
+            elif failure is None and sw.role == Role.CLIENT_LEAF and sw.name in self.leaves \
+                    and self.leaves[sw.name].stream_closed.is_set():
+                with self.lock:
+                    log.warning("%s: lost its stream (restarted?); reconnecting", sw.name)
+                    self._bring_up_client_leaf(sw)
+            return
+        if failure is not None:
+            h.alive = False
+            return
+        if h.misses == 0:
+            h.first_miss = now - PROBE_INTERVAL / 2  # it stopped answering somewhere since the last good probe
+        h.misses += 1
+        if h.misses >= MISSES_TO_FAIL:
+            h.alive = False
+            self.declare_dead(sw, h.first_miss, "its P4Runtime server stopped answering")
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        for name, agent in self.agents.items():
+            h = self.health[name]
+            try:
+                st = agent.status()
+                h.agent_alive, h.agent = True, st
+            except grpc.RpcError:
+                h.agent_alive = False
+                continue
+            if not st.configured and name not in self.state.failed:
+                with self.lock:
+                    log.warning("%s: its agent restarted; configuring it again", name)
+                    self._configure_agent(self.cluster.switch(name))
+        for sw in self.cluster.switches():
+            if sw.name in self.state.failed:
+                continue
+            try:
+                stats = self.readers[sw.name].read_counter(n.DC_STATS)
+            except P4RuntimeError:
+                continue
+            idx = (n.Stat.ROUTED_SPINE, n.Stat.ROUTED_LEAF) if sw.role == Role.CLIENT_LEAF else (
+                n.Stat.READ_HIT, n.Stat.READ_MISS)
+            h = self.health[sw.name]
+            h.samples = (h.samples + [(now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
+        for host in self.cluster.servers():
+            try:
+                st = ShimLink(self.shim_address(host), timeout=2.0).call("stats")
+            except ShimUnavailable:
+                continue
+            if not st.get("view_known") or st.get("epoch") != self.state.epoch:
+                with self.lock:
+                    log.warning("%s: shim restarted or behind (epoch %s); sending partition and view",
+                                host.name, st.get("epoch"))
+                    self._push_shims(views=True, only=[host])
+
+    def load(self, name: str) -> float:
+        s = self.health[name].samples
+        if len(s) < 2 or s[1][0] <= s[0][0]:
+            return 0.0
+        return (s[1][1] - s[0][1]) / (s[1][0] - s[0][0])
+
+    # -- manual cache placement (tests, operators) -----------------------------------------------
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it."""
         wkey = wire_key(key)
-        return {sw.name: self.agents[sw.name].cache(wkey) for sw in self.cache_switches(wkey)}
+        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(self.cluster, self.buckets, wkey)}
 
-    def evict(self, key: str | bytes) -> list[str]:
-        wkey = wire_key(key)
-        return [name for name, agent in self.agents.items() if agent.evict(wkey)]
-
-    # -- observation --------------------------------------------------------------------
-    def counters(self, switch: str) -> dict[str, dict[int, tuple[int, int]]]:
-        conn = self.conns[switch]
-        return {c: conn.read_counter(c) for c in (n.DC_STATS, n.DC_DROPS)}
-
-    def agent_status(self, with_keys: bool = False) -> dict[str, agent_pb2.AgentStatus]:
-        return {name: a.status(with_keys) for name, a in self.agents.items()}
-
+    # -- shutdown ---------------------------------------------------------------------------------
     def close(self) -> None:
-        for conn in self.conns.values():
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(3)
+        for conn in [*self.leaves.values(), *self.readers.values()]:
             conn.close()
-        self.conns.clear()
+        self.leaves.clear()
+        self.readers.clear()
         for a in self.agents.values():
             a.close()
         self.agents.clear()

@@ -270,6 +270,26 @@ class SwitchConnection:
         self._call(self.stub.SetForwardingPipelineConfig, req, "SetForwardingPipelineConfig")
         self.p4info = P4Info(p4info)
 
+    def has_pipeline(self) -> bool:
+        """Whether the device holds a forwarding pipeline (False: new, or restarted and empty)."""
+        req = p4r.GetForwardingPipelineConfigRequest(device_id=self.device_id)
+        try:
+            self.stub.GetForwardingPipelineConfig(req, timeout=5)
+            return True
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return False
+            raise P4RuntimeError(f"{self.name}: GetForwardingPipelineConfig failed: {e.code().name}",
+                                 e.code().name) from None
+
+    def probe(self, timeout: float = 0.5) -> bool:
+        """Whether the P4Runtime server answers a Capabilities request within ``timeout`` seconds."""
+        try:
+            self.stub.Capabilities(p4r.CapabilitiesRequest(), timeout=timeout)
+            return True
+        except grpc.RpcError:
+            return False
+
     def use_p4info(self, p4info: p4i.P4Info) -> None:
         """Adopt the P4Info of a pipeline someone already pushed (e.g. after a restart)."""
         self.p4info = P4Info(p4info)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 
-from distcache.hashing import N_SPINE_BUCKETS
+from distcache.cluster import Cluster, Mechanism, Switch
+from distcache.hashing import N_SPINE_BUCKETS, h0
 
 DEFAULT_VNODES = 64
 
@@ -34,3 +35,17 @@ def spine_buckets(spine_ids: list[int], alive: set[int] | None = None,
         i = bisect.bisect(points, _point(f"bucket-{b}")) % len(ring)
         out.append(ring[i][1])
     return out
+
+
+def cache_switches(cluster: Cluster, buckets: list[int], wkey: bytes) -> list[Switch]:
+    """Where a hot key is cached under the cluster's mechanism and the partition ``buckets``."""
+    mech = cluster.mechanism
+    if mech == Mechanism.NOCACHE:
+        return []
+    spine_id = buckets[h0(wkey)]
+    spine = [cluster.switch_by_id(spine_id)] if spine_id else []
+    if mech == Mechanism.DISTCACHE:
+        return spine + [cluster.storage_leaf(cluster.server_for_key(wkey).rack)]
+    if mech == Mechanism.PARTITION:
+        return spine
+    return [cluster.switch_by_id(s) for s in sorted(set(buckets) - {0})]  # replication: every live spine

@@ -10,6 +10,8 @@ modified, stale ones deleted.  An unchanged switch sees no entry written
 
 from __future__ import annotations
 
+from finsy.proto import p4r
+
 from controller.entries import Entry, SwitchPlan
 from controller.p4rt import Match, SwitchConnection
 from distcache import p4names as n
@@ -17,6 +19,8 @@ from distcache import p4names as n
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
 PLANNED_TABLES = frozenset({n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS, n.SPINE_PARTITION,
                             n.STORAGE_RACK, n.CACHE_ROUTE})
+
+BATCH = 1024
 
 
 def match_key(match: dict[str, object]) -> tuple:
@@ -38,18 +42,19 @@ def apply_plan(conn: SwitchConnection, p: SwitchPlan) -> int:
     want: dict[str, dict[tuple, Entry]] = {}
     for e in p.entries:
         want.setdefault(e.table, {})[match_key(e.match_dict)] = e
+    info = conn.p4info
+    assert info is not None  # set_default above raised otherwise
     writes = 0
     for table in sorted(PLANNED_TABLES | set(want)):
         have = {match_key(m): (m, a, prm) for m, a, prm in conn.read_table(table)}
-        for k, (m, _, _) in have.items():
-            if k not in want.get(table, {}):
-                conn.delete(table, m)
-                writes += 1
+        updates = [(p4r.Update.DELETE, info.match_entry(table, m)) for k, (m, _, _) in have.items()
+                   if k not in want.get(table, {})]
         for k, e in want.get(table, {}).items():
             if k not in have:
-                conn.insert(e.table, e.match_dict, e.action, e.params_dict)
-                writes += 1
+                updates.append((p4r.Update.INSERT, info.table_entry(e.table, e.match_dict, e.action, e.params_dict)))
             elif have[k][1:] != (e.action, e.params_dict):
-                conn.modify(e.table, e.match_dict, e.action, e.params_dict)
-                writes += 1
+                updates.append((p4r.Update.MODIFY, info.table_entry(e.table, e.match_dict, e.action, e.params_dict)))
+        for i in range(0, len(updates), BATCH):  # one Write per batch: a partition change is one round trip
+            conn.write(updates[i:i + BATCH])
+        writes += len(updates)
     return writes

@@ -106,6 +106,7 @@ class Cluster:
     mechanism: Mechanism = Mechanism.DISTCACHE
     grpc_base_port: int = 50051
     agent_base_port: int = 51051  # switch agents' control API: 127.0.0.1:<agent_base_port + switch id>
+    controller_address: str = "127.0.0.1:50050"  # the controller's operator API (loopback or management net)
     insert_rate: float = 50.0  # insertions per second an agent may make from hot-key reports
     insert_burst: int = 20
     description: str = ""  # free text: what this topology is for

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import subprocess
 
-PATTERNS = ("-m softswitch", "-m shim", "-m controller.agent", "-m dcnet.client_runner", "-m dcnet.bench_runner",
-            "simple_switch_grpc", "redis-server.*redis-")
+PATTERNS = ("-m softswitch", "-m shim", "-m controller.agent", "-m controller --cluster", "-m dcnet.client_runner",
+            "-m dcnet.bench_runner", "simple_switch_grpc", "redis-server.*redis-")
 
 
 def main() -> None:

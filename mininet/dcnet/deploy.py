@@ -2,8 +2,12 @@
 
 A :class:`Deployment` starts, in order: the switches (softswitch or BMv2
 processes attached to the Mininet veths), one ``redis-server`` and one shim in
-each storage host's namespace, then the controller, which pushes pipelines,
-routes and partitions and creates the cache agents.  Everything it starts is
+each storage host's namespace, one agent per cache switch, then the
+controller daemon (``python -m controller``), which configures agents, client
+leaves and shims, and watches them.  The controller may stop and start switch
+processes itself (``distcache-ctl fail/recover``): the run folder's
+``switches.json`` tells it how, and each switch's pid file says which process
+runs now.  Everything it starts is
 stopped on exit — also on Ctrl-C, SIGTERM or an error — so no process,
 interface or namespace is left behind.  Logs (and optional pcaps) of a run land
 in one run folder.
@@ -27,10 +31,16 @@ from google.protobuf import text_format
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 
-from controller.controller import Controller
+from controller.agent import AgentClient
+from controller.client import ControllerClient, ControllerUnreachable
+from controller.controller import is_cache_switch
+from controller.p4rt import SwitchConnection, load_p4info
+from controller.partition import cache_switches
 from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.topo import LeafSpineTopo
+from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Host, Switch
+from distcache.hashing import wire_key
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +124,55 @@ class ClientProcess:
         self._log.close()
 
 
+class Operator:
+    """The controller's API plus direct reads of agents and switches: what the demo and tests inspect.
+
+    Reads only (counters, tables, agent status) and manual cache insertions; every change of
+    partitions or switch state goes through the controller.
+    """
+
+    def __init__(self, cluster: Cluster, p4info_path: Path, ctl: ControllerClient) -> None:
+        self.cluster, self.ctl = cluster, ctl
+        self.p4info = load_p4info(p4info_path)
+        self.agents = {sw.name: AgentClient(cluster.agent_address(sw)) for sw in cluster.switches()
+                       if is_cache_switch(sw)}
+        self.conns = _Readers(self)
+
+    @property
+    def buckets(self) -> list[int]:
+        return list(self.ctl.partitions().owner)
+
+    def agent_status(self, with_keys: bool = False) -> dict[str, agent_pb2.AgentStatus]:
+        return {name: a.status(with_keys) for name, a in self.agents.items()}
+
+    def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
+        """Insert ``key`` by hand into every cache switch that should hold it."""
+        wkey = wire_key(key)
+        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(self.cluster, self.buckets, wkey)}
+
+    def close(self) -> None:
+        for a in self.agents.values():
+            a.close()
+        for c in self.conns.values():
+            c.close()
+        self.ctl.close()
+
+
+class _Readers(dict):
+    """Read-only P4Runtime sessions by switch name, opened on first use."""
+
+    def __init__(self, op: Operator) -> None:
+        super().__init__()
+        self.op = op
+
+    def __missing__(self, name: str) -> SwitchConnection:
+        sw = self.op.cluster.switch(name)
+        conn = SwitchConnection(f"127.0.0.1:{sw.grpc_port}", sw.device_id, name=name)
+        conn.use_p4info(self.op.p4info)
+        self[name] = conn
+        return conn
+
+
 class Deployment:
     def __init__(self, cluster: Cluster, target: str = "softswitch", run_dir: Path | None = None,
                  pcap: bool = False, quiet: bool = True) -> None:
@@ -123,7 +182,9 @@ class Deployment:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
         self.net: Mininet | None = None
-        self.controller: Controller | None = None
+        self.controller: Operator | None = None
+        self.controller_proc: subprocess.Popen | None = None
+        self._controller_files: tuple[Path, Path] | None = None
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self.agent_procs: dict[str, subprocess.Popen] = {}
         self._agent_files: tuple[Path, Path] | None = None
@@ -175,13 +236,54 @@ class Deployment:
             self._start_storage(h)
         config_path = self.run_dir / "device_config.bin"
         config_path.write_bytes(device_config)
+        (self.run_dir / "switches.json").write_text(json.dumps(
+            {sw.name: self.net[sw.name].spec() for sw in self.cluster.switches()}, indent=1))
         for sw in self.cluster.switches():
-            if Controller.is_cache_switch(sw):
+            if is_cache_switch(sw):
                 self.start_agent(sw, p4info_path, config_path)
-        self.controller = Controller(self.cluster, p4info_path, self.shim_control, device_config)
-        self.controller.connect()
-        self.controller.setup()
+        self._controller_files = (p4info_path, config_path)
+        self.start_controller()
+        self.controller = Operator(self.cluster, p4info_path, ControllerClient(self.cluster.controller_address))
         log.info("deployment up in %s", self.run_dir)
+
+    def start_controller(self, timeout: float = 60.0) -> subprocess.Popen:
+        """Start the controller daemon (again); returns once its API answers (it has reconciled everything)."""
+        assert self._controller_files is not None
+        p4info_path, config_path = self._controller_files
+        out = open(self.run_dir / "controller.out", "ab")  # noqa: SIM115 - child keeps its own fd
+        proc = subprocess.Popen([
+            sys.executable, "-m", "controller", "--cluster", str(self.cluster_path), "--p4info", str(p4info_path),
+            "--device-config", str(config_path), "--shim-dir", str(self.run_dir),
+            "--state-file", str(self.run_dir / "controller.state.json"),
+            "--switches", str(self.run_dir / "switches.json"), "--log-file", str(self.run_dir / "controller.log")],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.close()
+        self._procs.append(("controller", proc))
+        self.controller_proc = proc
+        client = ControllerClient(self.cluster.controller_address)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if proc.poll() is not None:
+                    raise DeploymentError(f"the controller exited with code {proc.returncode}; see "
+                                          f"{self.run_dir / 'controller.log'}")
+                try:
+                    client.wait_ready(1.0)
+                    client.status()
+                    break
+                except ControllerUnreachable:
+                    if time.monotonic() > deadline:
+                        raise DeploymentError(f"the controller did not answer within {timeout:.0f}s; see "
+                                              f"{self.run_dir / 'controller.log'}") from None
+        finally:
+            client.close()
+        return proc
+
+    def kill_controller(self) -> None:
+        """Kill the controller daemon at once (SIGKILL): the data plane must not notice."""
+        assert self.controller_proc is not None
+        self.controller_proc.kill()
+        self.controller_proc.wait(5)
 
     def _config_host(self, h: Host) -> None:
         node = self.net[h.name]
@@ -212,6 +314,7 @@ class Deployment:
         shim = self._popen(f"shim-{h.name}", node, [
             sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server", h.name,
             "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
+            "--state-file", str(self.run_dir / f"shim-{h.name}.state.json"),
             "--log-file", str(self.run_dir / f"shim-{h.name}.log")])
         _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
 
@@ -241,20 +344,21 @@ class Deployment:
         proc.kill()
         proc.wait(5)
 
-    def restart_agent(self, name: str) -> None:
-        """Start the agent of ``name`` again and give it the controller's configuration."""
-        from controller.agent import AgentClient
-
+    def restart_agent(self, name: str, timeout: float = 30.0) -> None:
+        """Start the agent of ``name`` again; returns once the controller has configured it."""
         sw = self.cluster.switch(name)
         self.start_agent(sw)
-        assert self.controller is not None
         client = AgentClient(self.cluster.agent_address(sw))
-        client.wait_ready()
-        old = self.controller.agents.get(name)
-        if old is not None:
-            old.close()
-        self.controller.agents[name] = client
-        client.configure(self.cluster, self.controller.buckets)
+        try:
+            client.wait_ready(timeout)
+            deadline = time.monotonic() + timeout
+            while not client.status().configured:  # the controller's heartbeat notices the restart
+                if time.monotonic() > deadline:
+                    raise DeploymentError(f"the controller did not configure the restarted agent of {name} "
+                                          f"within {timeout:.0f}s; see controller.log")
+                time.sleep(0.1)
+        finally:
+            client.close()
 
     def bench(self, host: Host, config: dict) -> Iterator[dict]:
         """Run the workload generator in ``host``'s namespace; yield its JSON lines as they come."""

@@ -96,15 +96,47 @@ class P4RuntimeSwitch(Switch):
         self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         out.close()
+        self.pid_file.write_text(str(self.proc.pid))
         wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
 
+    @property
+    def pid_file(self) -> Path:
+        """Pid of the switch's current process: the controller's `fail`/`recover` may replace it."""
+        return self.run_dir / f"{self.name}.pid"
+
+    def spec(self) -> dict:
+        """How to start this switch's process again (``controller.switchproc``)."""
+        return {"cmd": self.command(), "pid_file": str(self.pid_file), "log": str(self.run_dir / f"{self.name}.out"),
+                "grpc": f"127.0.0.1:{self.grpc_port}"}
+
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        pids = {self.proc.pid} if self.proc is not None else set()
+        try:
+            pids.add(int(self.pid_file.read_text()))
+        except (OSError, ValueError):
+            pass
+        for pid in pids:  # the process Mininet started, and the one `recover` may have started since
             try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(5)
         self.proc = None
         super().stop(deleteIntfs)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,187 @@
+"""``distcache-ctl``: operate a running DistCache deployment through its controller.
+
+Read commands (``status``, ``partitions``, ``hot``) print rich tables, or with
+``--json`` one JSON object (field names as in distcache/proto/controller.proto).
+``fail``, ``recover`` and ``mechanism`` change the deployment.  The controller
+address comes from ``--controller``, ``$DISTCACHE_CONTROLLER``, or the
+``controller_address`` of ``--cluster`` / ``$DISTCACHE_CLUSTER``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.table import Table
+
+from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachable
+from distcache.cluster import Cluster
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Operate a DistCache deployment through its controller.")
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")]
+
+
+def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
+    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def to_json(msg: Message) -> dict:
+    """Every field, defaults included, under its proto name; 64-bit integers stay numbers, bytes become hex."""
+    d: dict[str, object] = {}
+    for f in msg.DESCRIPTOR.fields:
+        v = getattr(msg, f.name)
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            d[f.name] = {k: _scalar(x) for k, x in v.items()}
+        elif f.label == FieldDescriptor.LABEL_REPEATED:
+            d[f.name] = [to_json(x) if f.message_type is not None else _scalar(x) for x in v]
+        elif f.message_type is not None:
+            d[f.name] = to_json(v)
+        else:
+            d[f.name] = _scalar(v)
+    return d
+
+
+def _scalar(v: object) -> object:
+    return v.hex() if isinstance(v, bytes) else v
+
+
+def _print_json(msg: Message) -> None:
+    print(json.dumps(to_json(msg), indent=1, sort_keys=True))
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    controller: Annotated[str | None, typer.Option(envvar="DISTCACHE_CONTROLLER",
+                                                   help="controller API address HOST:PORT")] = None,
+    cluster: Annotated[Path | None, typer.Option(envvar="DISTCACHE_CLUSTER",
+                                                 help="cluster.json of the deployment (for its controller "
+                                                      "address)")] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait for the controller")] = 60.0,
+) -> None:
+    """Operate a DistCache deployment through its controller."""
+    address = controller
+    if address is None and cluster is not None:
+        try:
+            address = Cluster.load(cluster).controller_address
+        except (OSError, ValueError) as e:
+            fail(f"cannot read {cluster}: {e}")
+    ctx.obj = ControllerClient(address or Cluster().controller_address, timeout=timeout)
+
+
+def _call(ctx: typer.Context, method: str, *args: object) -> Message:
+    client: ControllerClient = ctx.obj
+    try:
+        return getattr(client, method)(*args)
+    except ControllerUnreachable as e:
+        fail(str(e), 2)
+    except ControllerRequestError as e:
+        fail(str(e))
+
+
+@app.command()
+def status(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Every switch: role, liveness, load, cache occupancy, hit ratio, digests, drops."""
+    st = _call(ctx, "status")
+    if as_json:
+        _print_json(st)
+        return
+    t = Table(title=f"mechanism {st.mechanism} · epoch {st.epoch} · failovers {st.failovers} · "
+                    f"recoveries {st.recoveries}", title_justify="left")
+    for col in ("switch", "role", "state", "agent", "load/s", "cached", "hits", "misses", "hit ratio", "digests",
+                "buckets", "drops"):
+        t.add_column(col, justify="left" if col in ("switch", "role", "state", "agent", "drops") else "right")
+    for s in st.switches:
+        state = ("[red]failed[/]" + (" (operator)" if s.admin_failed else " (detected)") if s.failed
+                 else "[green]up[/]" if s.alive else "[red]not answering[/]")
+        cache = s.role != "client_leaf"
+        t.add_row(s.name, s.role, state, ("up" if s.agent_alive else "[red]down[/]") if cache else "-",
+                  f"{s.load:,.0f}", f"{s.occupied}/{s.slots}" if cache else "-", f"{s.hits}" if cache else "-",
+                  f"{s.misses}" if cache else "-", f"{s.hit_ratio:.2f}" if cache else "-",
+                  f"{s.digests}" if cache else "-", f"{s.buckets}" if s.role == "spine" else "-",
+                  ", ".join(f"{k}={v}" for k, v in sorted(s.drops.items())) or "none")
+    out.print(t)
+    if st.failovers:
+        out.print(f"last failure: detected in {st.last_detection_s:.2f} s, partition moved in "
+                  f"{st.last_failover_s:.2f} s")
+    for s in st.switches:
+        if s.detail:
+            out.print(f"{s.name}: {s.detail}")
+
+
+@app.command()
+def partitions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Spine partition: buckets per spine now and with every spine alive, and what moved."""
+    p = _call(ctx, "partitions")
+    if as_json:
+        _print_json(p)
+        return
+    t = Table(title=f"spine partition · epoch {p.epoch} · {len(p.owner)} buckets", title_justify="left")
+    for col in ("spine", "id", "buckets now", "originally", "state"):
+        t.add_column(col)
+    for s in p.spines:
+        t.add_row(s.spine, str(s.switch_id), str(s.buckets), str(s.original), "[red]failed[/]" if s.failed else "up")
+    out.print(t)
+    if not p.moved:
+        out.print("no bucket moved: every spine owns its original buckets")
+        return
+    flows: dict[tuple[str, str], int] = {}
+    for m in p.moved:
+        flows[(m.from_spine, m.to_spine)] = flows.get((m.from_spine, m.to_spine), 0) + 1
+    out.print(f"{len(p.moved)} buckets moved: " + ", ".join(f"{a} -> {b or 'nowhere'}: {k}"
+                                                            for (a, b), k in sorted(flows.items())))
+
+
+@app.command()
+def hot(ctx: typer.Context,
+        switch: Annotated[str, typer.Option(help="one cache switch (default: all)")] = "",
+        top: Annotated[int, typer.Option(min=1, help="keys per switch")] = 10,
+        as_json: JsonOpt = False) -> None:
+    """The most hit cached keys of each cache switch."""
+    h = _call(ctx, "hot", switch, top)
+    if as_json:
+        _print_json(h)
+        return
+    for s in h.switches:
+        t = Table(title=s.switch, title_justify="left")
+        for col in ("key", "recent hits", "hits since cached", "state", "slot"):
+            t.add_column(col, justify="left" if col in ("key", "state") else "right")
+        for k in s.keys:
+            t.add_row(k.text, str(k.hits), str(k.total_hits), k.state, str(k.slot))
+        out.print(t if s.keys else f"{s.switch}: nothing cached")
+
+
+@app.command(name="fail")
+def fail_switch(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")]) -> None:
+    """Take a switch out of service: stop its process (in an emulation) and move a spine's buckets."""
+    r = _call(ctx, "fail", switch)
+    out.print(f"{r.message} ({r.seconds:.2f} s, epoch {r.epoch})", highlight=False)
+
+
+@app.command()
+def recover(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")]) -> None:
+    """Put a failed switch back: start it again, flush its cache, give a spine its buckets back."""
+    r = _call(ctx, "recover", switch)
+    out.print(f"{r.message} ({r.seconds:.2f} s, epoch {r.epoch})", highlight=False)
+
+
+@app.command()
+def mechanism(ctx: typer.Context,
+              name: Annotated[str, typer.Argument(help="nocache, distcache, replication or partition")]) -> None:
+    """Change the caching mechanism of the whole cluster (keys a switch no longer owns are evicted)."""
+    r = _call(ctx, "set_mechanism", name)
+    out.print(r.message, highlight=False)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,199 @@
+"""The controller daemon: ``python -m controller`` (``dc-controller``).
+
+Serves the operator API (distcache/proto/controller.proto) that
+``distcache-ctl`` talks to, on the cluster's ``controller_address`` (loopback
+by default: the API can take switches out of service, so it must not be
+reachable from the data network).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from controller.controller import Controller, ControllerError, is_cache_switch
+from controller.p4rt import P4RuntimeError
+from controller.partition import spine_buckets
+from controller.switchproc import SwitchProcessError, SwitchProcesses
+from distcache import p4names as n
+from distcache.api import controller_grpc, controller_pb2
+from distcache.cluster import Cluster, Role
+from distcache.hashing import user_key
+
+log = logging.getLogger("controller")
+
+ROLE_NAMES = {Role.SPINE: "spine", Role.STORAGE_LEAF: "storage_leaf", Role.CLIENT_LEAF: "client_leaf"}
+
+
+def key_text(wkey: bytes) -> str:
+    """The user key of a wire key when it is short and printable, else its hex."""
+    k = user_key(wkey)
+    if k is not None:
+        try:
+            text = k.decode()
+            if text.isprintable():
+                return text
+        except UnicodeDecodeError:
+            pass
+    return wkey.hex()
+
+
+class ControllerService(controller_grpc.ControllerServicer):
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+
+    def Status(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
+        ctl = self.ctl
+        out = controller_pb2.ClusterStatus(
+            mechanism=ctl.cluster.mechanism.name.lower(), failovers=ctl.state.failovers,
+            recoveries=ctl.state.recoveries, epoch=ctl.state.epoch, last_detection_s=ctl.state.last_detection_s,
+            last_failover_s=ctl.state.last_failover_s)
+        owned: dict[int, int] = {}
+        for sid in ctl.buckets:
+            owned[sid] = owned.get(sid, 0) + 1
+        for sw in ctl.cluster.switches():
+            h = ctl.health[sw.name]
+            failure = ctl.state.failed.get(sw.name)
+            st = out.switches.add(name=sw.name, role=ROLE_NAMES[sw.role], switch_id=sw.switch_id, alive=h.alive,
+                                  failed=failure is not None, admin_failed=bool(failure and failure.admin),
+                                  load=ctl.load(sw.name), buckets=owned.get(sw.switch_id, 0),
+                                  detail=failure.reason if failure else "")
+            if h.alive:
+                try:
+                    stats = ctl.readers[sw.name].read_counter(n.DC_STATS)
+                    drops = ctl.readers[sw.name].read_counter(n.DC_DROPS)
+                except P4RuntimeError as e:
+                    st.detail = st.detail or f"counters not readable: {e}"
+                else:
+                    for s in n.Stat:
+                        st.stats[s.name] = stats.get(int(s), (0, 0))[0]
+                    for d in n.DropReason:
+                        if drops.get(int(d), (0, 0))[0]:
+                            st.drops[d.name] = drops[int(d)][0]
+                    st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]
+                    st.hit_ratio = st.hits / (st.hits + st.misses) if st.hits + st.misses else 0.0
+            if is_cache_switch(sw):
+                try:
+                    a = ctl.agents[sw.name].status()
+                except grpc.RpcError:
+                    st.agent_alive = False
+                    st.detail = st.detail or "its agent does not answer"
+                else:
+                    st.agent_alive = True
+                    st.slots, st.occupied = a.slots, a.occupied
+                    st.digests, st.auto_inserted = a.digests, a.auto_inserted
+        return out
+
+    def Partitions(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
+        ctl = self.ctl
+        now, original = ctl.buckets, spine_buckets(ctl.spine_ids())
+        out = controller_pb2.PartitionStatus(owner=now, epoch=ctl.state.epoch)
+        for sid in ctl.spine_ids():
+            sp = ctl.cluster.switch_by_id(sid)
+            out.spines.add(spine=sp.name, switch_id=sid, buckets=now.count(sid), original=original.count(sid),
+                           failed=sp.name in ctl.state.failed)
+        for b, (was, is_) in enumerate(zip(original, now, strict=True)):
+            if was != is_:
+                out.moved.add(bucket=b, from_spine=ctl.cluster.switch_by_id(was).name,
+                              to_spine=ctl.cluster.switch_by_id(is_).name if is_ else "")
+        return out
+
+    def Hot(self, request, context):  # noqa: ANN001, ANN201, N802
+        ctl = self.ctl
+        names = [request.switch] if request.switch else list(ctl.agents)
+        top = request.top or 10
+        out = controller_pb2.HotReply()
+        for name in names:
+            if name not in ctl.agents:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name!r} is not a cache switch; cache switches: "
+                              f"{', '.join(ctl.agents)}")
+            if name in ctl.state.failed:
+                out.switches.add(switch=name)
+                continue
+            try:
+                st = ctl.agents[name].status(with_keys=True)
+            except grpc.RpcError as e:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"the agent of {name} does not answer ({e.code().name})")
+            rows = sorted(zip(st.keys, st.slot_hits, strict=True), key=lambda r: (-r[0].hits, -r[1]))[:top]
+            sh = out.switches.add(switch=name)
+            for k, total in rows:
+                sh.keys.add(key=k.key, text=key_text(k.key), hits=k.hits, total_hits=total, state=k.state,
+                            slot=k.slot)
+        return out
+
+    def _change(self, context, fn, *args):  # noqa: ANN001, ANN202
+        try:
+            return fn(*args)
+        except ControllerError as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except SwitchProcessError as e:
+            context.abort(grpc.StatusCode.INTERNAL, str(e))
+
+    def Fail(self, request, context):  # noqa: ANN001, ANN201, N802
+        msg, moved, secs = self._change(context, self.ctl.fail, request.switch)
+        return controller_pb2.ChangeReply(message=msg, moved_buckets=moved, seconds=secs, epoch=self.ctl.state.epoch)
+
+    def Recover(self, request, context):  # noqa: ANN001, ANN201, N802
+        msg, moved, secs = self._change(context, self.ctl.recover, request.switch)
+        return controller_pb2.ChangeReply(message=msg, moved_buckets=moved, seconds=secs, epoch=self.ctl.state.epoch)
+
+    def SetMechanism(self, request, context):  # noqa: ANN001, ANN201, N802
+        msg = self._change(context, self.ctl.set_mechanism, request.mechanism)
+        return controller_pb2.ChangeReply(message=msg, epoch=self.ctl.state.epoch)
+
+
+def serve(ctl: Controller, address: str) -> grpc.Server:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    controller_grpc.add_ControllerServicer_to_server(ControllerService(ctl), server)
+    if not server.add_insecure_port(address):
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cluster", required=True, type=Path, help="cluster description (JSON)")
+    ap.add_argument("--p4info", required=True, type=Path, help="P4Info (text) of the pipeline")
+    ap.add_argument("--device-config", type=Path, help="device config file (BMv2 JSON); none for softswitch")
+    ap.add_argument("--shim-dir", required=True, type=Path, help="folder with the shims' control sockets")
+    ap.add_argument("--state-file", type=Path, help="where the controller keeps its state (recovered on restart)")
+    ap.add_argument("--switches", type=Path, help="switches.json of an emulated deployment: lets `fail` stop and "
+                                                  "`recover` start switch processes")
+    ap.add_argument("--listen", help="operator API address (default: the cluster's controller_address, loopback)")
+    ap.add_argument("--log-file", type=Path)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, filename=args.log_file,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        cluster = Cluster.load(args.cluster)
+        procs = SwitchProcesses(args.switches) if args.switches else None
+        ctl = Controller(cluster, args.p4info, lambda h: f"unix:{args.shim_dir / f'shim-{h.name}.sock'}",
+                         args.device_config.read_bytes() if args.device_config else b"", args.state_file, procs)
+    except (OSError, ValueError, SwitchProcessError) as e:
+        ap.error(str(e))
+    listen = args.listen or cluster.controller_address
+    try:
+        ctl.start()
+        server = serve(ctl, listen)
+    except (OSError, P4RuntimeError, ConnectionError, grpc.RpcError) as e:
+        log.error("cannot start: %s", e)
+        print(f"controller: cannot start: {e}", flush=True)
+        ctl.close()
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("controller serving on %s (epoch %d, failed: %s)", listen, ctl.state.epoch,
+             sorted(ctl.state.failed) or "none")
+    print(f"controller ready listen={listen}", flush=True)
+    stop.wait()
+    server.stop(1)
+    ctl.close()
+    return 0

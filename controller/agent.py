@@ -238,13 +238,17 @@ class SwitchAgent:
             keys = list(self.cached)
         return sum(self.evict(k) for k in keys)
 
-    def _connect(self) -> bool:
+    def _connect(self, timeout: float = 10.0) -> bool:
         """Connect as primary, make sure the pipeline is there, and bring the entries to the plan.
 
         True if the switch had no pipeline (new, or restarted) and got it pushed, with an empty cache.
         """
         conn = SwitchConnection(self.address, self.switch.device_id, election_id=10, name=self.switch.name)
-        conn.connect()
+        try:
+            conn.connect(timeout)
+        except P4RuntimeError:
+            conn.close()
+            raise
         fresh = not conn.has_pipeline()
         if fresh:
             conn.set_pipeline(self.p4info, self.device_config)
@@ -351,6 +355,8 @@ class SwitchAgent:
             self._need_conn().delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
             self.alloc.give_back(entry.slot)
             self.counters.evicted += 1
+        log.info("%s: evicted %s from slot %d (%d recent hits)", self.switch.name, key.hex(), entry.slot,
+                 entry.recent_hits)
         self._tell_shim_evicted(key)
         return True
 
@@ -441,9 +447,15 @@ class SwitchAgent:
                 continue
             log.warning("%s: lost the P4Runtime stream; reconnecting", self.switch.name)
             while not self._stop.is_set():
+                probe = SwitchConnection(self.address, self.switch.device_id, name=self.switch.name)
+                back = probe.probe(timeout=1.0)  # without the lock: status calls go on while the switch is away
+                probe.close()
+                if not back:
+                    time.sleep(0.1)
+                    continue
                 try:
                     with self.lock:
-                        fresh = self._connect()
+                        fresh = self._connect(timeout=2.0)
                         if fresh:
                             self.counters.switch_restarts += 1
                     log.info("%s: reconnected (%s)", self.switch.name,
@@ -451,7 +463,7 @@ class SwitchAgent:
                     break
                 except (P4RuntimeError, grpc.RpcError) as e:
                     log.debug("%s: reconnect failed: %s", self.switch.name, e)
-                    time.sleep(0.5)
+                    time.sleep(0.1)
 
     # -- persistence --------------------------------------------------------------------------------
     def _load_versions(self) -> list[int] | None:

@@ -175,13 +175,18 @@ class P4Info:
         return t.preamble.name, match, act.preamble.name, params
 
 
+# a restarted switch must be found within a fraction of a second, not after gRPC's default backoff (up to 2 min)
+FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                  ("grpc.max_reconnect_backoff_ms", 500)]
+
+
 class SwitchConnection:
     """One P4Runtime session to one device, as its primary controller."""
 
     def __init__(self, address: str, device_id: int, election_id: int = 1, name: str = "") -> None:
         self.address, self.device_id, self.name = address, device_id, name or address
         self.election_id = election_id
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=FAST_RECONNECT)
         self.stub = p4r_grpc.P4RuntimeStub(self.channel)
         self._requests: queue.Queue = queue.Queue()
         self._stream = None

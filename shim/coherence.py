@@ -62,6 +62,16 @@ class Coherence:
             return
         fut.set_result(msg)
 
+    def release(self, targets: set[int]) -> None:
+        """Complete the exchanges waiting on switches declared down: their acks will never come.
+
+        Safe for the reason skipping them is (see shim.server): the controller has stopped every
+        read from reaching them and flushes them before they serve again.
+        """
+        for (_, _, target), fut in self._waiters.items():
+            if target in targets and not fut.done():
+                fut.set_result(None)
+
     async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> bool:
         loop = asyncio.get_running_loop()
         key = (int(msg.op.reply()), msg.seq, msg.target)  # one exchange per path: same seq, distinct targets

@@ -71,11 +71,11 @@ class Shim:
         self.epoch = 0  # the controller's partition epoch this view came with
         self.view_known = False  # False until the controller sends its cached-key view: every key counts as cached
         self.cached: dict[bytes, set[int]] = defaultdict(set)  # key -> switch ids caching it
-        self._load_state()
         self._locks: dict[bytes, asyncio.Lock] = {}
         self._users: Counter[bytes] = Counter()
         self.transport: asyncio.DatagramTransport | None = None
         self.coherence = Coherence(send=self._send)
+        self._load_state()
         self.requests: Counter[str] = Counter()
         self.malformed: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -242,6 +242,7 @@ class Shim:
         self.buckets = list(buckets)
         if down is not None:
             self.down = set(down)
+            self.coherence.release(self.down)
         if epoch is not None:
             self.epoch = int(epoch)
         self._save_state()

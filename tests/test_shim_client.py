@@ -215,6 +215,27 @@ def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None: 
     assert st["down"] == [other] and st["epoch"] == 2
 
 
+def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> None:  # noqa: ANN001
+    """A write already retransmitting to a spine that just died finishes as soon as the controller declares
+    the spine down, instead of failing at the invalidation deadline."""
+    client, shim, peer, link, r = env
+    other = SPINE + 1
+    client.put("k", "v0")
+    for sw in (SPINE, other):
+        link.call("populate", key=wire_key("k").hex(), switch=sw)
+    peer.answer_only = {SPINE}
+    shim.shim.coherence.invalidate_deadline = 5.0  # the write would wait this long without the release
+    done: list[float] = []
+    t0 = time.monotonic()
+    writer = threading.Thread(target=lambda: (client.put("k", "v1"), done.append(time.monotonic() - t0)))
+    writer.start()
+    time.sleep(0.3)
+    assert not done and r.get(wire_key("k")) == b"v0"  # still waiting for the silent spine
+    link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS, down=[other], epoch=3)
+    writer.join(3)
+    assert done and done[0] < 1.0 and r.get(wire_key("k")) == b"v1"
+
+
 def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Path, tmp_path: Path) -> None:
     """A restarted shim forgot which keys are cached: until the controller's view, every write invalidates,
     along the partition it saved before the restart."""

@@ -1,30 +1,44 @@
-"""The main demo (``make run``): hot keys cache themselves.
+"""The main demo (``make run``): hot keys cache themselves, and spines fail and come back.
 
 Brings up a leaf-spine topology (2 spines, 2 storage racks, 1 client rack by
 default), loads the keys from the client host, then runs a Zipf-0.99,
 read-mostly workload with nothing cached by hand.  The cache switches' detectors
 report the keys that get hot, their agents insert them and the storage shims
-fill the values; the hit ratio climbs second by second as the caches fill.  At
-the end it prints the workload's report and, last, one line::
+fill the values; the hit ratio climbs second by second as the caches fill.
 
-    reads=<n> hits=<n> misses=<n> errors=<n> auto_cached=<n>
+While the workload runs, the demo drives failures (``--no-failures`` skips
+them): ``distcache-ctl fail`` of the first spine (its process is stopped and its
+buckets move to the other spines), ``distcache-ctl recover`` of it, then a crash
+of the last spine that nobody reports (its process is killed; the controller
+must detect it) and its restart (the controller brings it back by itself).
+For each it prints the read throughput around the event.  At the end it prints
+the workload's report and, last, one line::
+
+    reads=<n> hits=<n> misses=<n> errors=<n> auto_cached=<n> failovers=<n>
 
 ``hits`` are reads answered by a switch cache, ``misses`` reads answered by a
 storage server, ``errors`` operations that failed or reads that returned a
 value the workload never wrote, ``auto_cached`` keys the agents inserted from
-hot-key reports.  Then everything is torn down.
+hot-key reports, ``failovers`` spine failures the controller handled.  Then
+everything is torn down.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from controller.switchproc import SwitchProcesses
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.p4switch import TargetMissing
 from distcache.cluster import Cluster
@@ -51,6 +65,78 @@ def cached_counts(dep: Deployment) -> tuple[dict[str, int], int]:
     return {name: s.occupied for name, s in sorted(st.items())}, sum(s.auto_inserted for s in st.values())
 
 
+@dataclass
+class Event:
+    at: int  # second of the workload it happens in
+    label: str
+    action: Callable[[], str]
+    done: bool = False
+    took: float = 0.0
+
+
+@dataclass
+class Timeline:
+    """Failure events at fixed fractions of the run, and the read rate around each."""
+
+    events: list[Event] = field(default_factory=list)
+    reads: dict[int, float] = field(default_factory=dict)  # second -> reads/s
+
+    def due(self, t: int) -> list[Event]:
+        return [e for e in self.events if not e.done and e.at <= t]
+
+    def dip(self, e: Event) -> tuple[float, float]:
+        """(median reads/s of the 5 seconds before, lowest reads/s of the event's second and the next two)."""
+        before = [self.reads[t] for t in range(e.at - 5, e.at) if t in self.reads]
+        during = [self.reads[t] for t in range(e.at, e.at + 3) if t in self.reads]
+        return (statistics.median(before) if before else 0.0, min(during) if during else 0.0)
+
+
+def ctl(dep: Deployment, *argv: str) -> str:
+    """Run ``distcache-ctl`` as an operator would; its output, or DeploymentError with its message."""
+    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
+    return res.stdout.strip()
+
+
+def wait_status(dep: Deployment, name: str, failed: bool, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = {s.name: s for s in dep.controller.ctl.status().switches}  # type: ignore[union-attr]
+        if st[name].failed == failed and (failed or st[name].alive):
+            return
+        time.sleep(0.1)
+    raise DeploymentError(f"the controller did not {'detect the failure of' if failed else 'recover'} {name} "
+                          f"within {timeout:.0f}s; see controller.log in {dep.run_dir}")
+
+
+def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Timeline:
+    first, last = cluster.spine(0).name, cluster.spine(cluster.spines - 1).name
+    procs = SwitchProcesses(dep.run_dir / "switches.json")
+
+    def crash() -> str:
+        procs.stop(last)
+        t = time.monotonic()
+        wait_status(dep, last, failed=True)
+        st = dep.controller.ctl.status()  # type: ignore[union-attr]
+        return (f"{last} killed (SIGKILL, nobody told the controller); declared dead after "
+                f"{st.last_detection_s:.2f} s, buckets moved in {st.last_failover_s:.2f} s "
+                f"(seen by the demo after {time.monotonic() - t:.2f} s)")
+
+    def restart() -> str:
+        procs.start(last)
+        t = time.monotonic()
+        wait_status(dep, last, failed=False)
+        return f"{last} process started again; the controller recovered it by itself in {time.monotonic() - t:.2f} s"
+
+    d = int(duration)
+    return Timeline([Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: ctl(dep, "fail", first)),
+                     Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: ctl(dep, "recover", first)),
+                     Event(int(d * 0.70), f"crash {last}", crash),
+                     Event(int(d * 0.85), f"restart {last}", restart)])
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cluster = demo_cluster(args.topo, args.slots, args.threshold)
@@ -72,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         for col in ("t", "ops/s", "hit ratio", f"keys cached ({names})", "auto-cached"):
             progress.add_column(col, justify="right")
         report = None
+        timeline = Timeline() if args.no_failures or cluster.spines < 2 else \
+            failure_timeline(dep, cluster, args.duration)
         for msg in dep.bench(cluster.client(0, 0), {
                 "keys": args.keys, "zipf": args.zipf, "read_ratio": args.read_ratio, "value_size": 32,
                 "concurrency": args.concurrency, "duration": args.duration, "load_keys": args.keys,
@@ -79,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
             if msg["type"] == "load" and msg["done"] == msg["total"]:
                 console.print(f"loaded {msg['total']} keys")
             elif msg["type"] == "second":
+                timeline.reads[msg["t"]] = msg["reads"] / max(msg["span"], 1e-9)
+                for e in timeline.due(msg["t"] + 1):
+                    t0 = time.monotonic()
+                    console.print(f"[yellow]>> {e.label}[/]: {e.action()}", highlight=False)
+                    e.done, e.took = True, time.monotonic() - t0
                 held, auto = cached_counts(dep)
                 row = (f"{msg['t'] + 1}", f"{msg['ops'] / max(msg['span'], 1e-9):,.0f}", f"{msg['hit_ratio']:.2f}",
                        " ".join(f"{v:>3}" for v in held.values()), f"{auto}")
@@ -105,10 +198,16 @@ def run(args: argparse.Namespace) -> int:
                     for k, s in sorted(dep.controller.agent_status().items()))),
                 ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none")):
             summary.add_row(label, value)
+        for e in timeline.events:
+            if e.done:
+                before, low = timeline.dip(e)
+                summary.add_row(f"reads/s around '{e.label}' (s{e.at + 1})",
+                                f"{before:,.0f} before -> {low:,.0f} lowest ({low / before if before else 0:.0%})")
         Console().print(summary)
         errors = report["error_count"]
+        failovers = dep.controller.ctl.status().failovers
         print(f"reads={report['reads']} hits={report['hits']} misses={report['misses']} errors={errors} "
-              f"auto_cached={auto}", flush=True)
+              f"auto_cached={auto} failovers={failovers}", flush=True)
         return 0 if errors == 0 else 1
     finally:
         with console.status("tearing down..."):
@@ -131,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run-dir", type=Path, help="where logs go (default runs/<timestamp>)")
     ap.add_argument("--pcap", action="store_true", help="capture every switch port")
+    ap.add_argument("--no-failures", action="store_true", help="run the workload without failing any spine")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         console.print("[red]the demo needs root[/] (Mininet creates network namespaces): run it with sudo, "

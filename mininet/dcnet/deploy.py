@@ -187,6 +187,7 @@ class Deployment:
         self._controller_files: tuple[Path, Path] | None = None
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self.agent_procs: dict[str, subprocess.Popen] = {}
+        self.shim_procs: dict[str, subprocess.Popen] = {}
         self._agent_files: tuple[Path, Path] | None = None
         self._clients: list[ClientProcess] = []
         self._old_handlers: dict[int, object] = {}
@@ -296,7 +297,7 @@ class Deployment:
         node.cmd(f"ip neigh replace {h.gateway} lladdr {h.gateway_mac} dev {intf} nud permanent")
 
     def _popen(self, what: str, node: object, cmd: list[str]) -> subprocess.Popen:
-        out = open(self.run_dir / f"{what}.out", "wb")  # noqa: SIM115 - child keeps its own fd
+        out = open(self.run_dir / f"{what}.out", "ab")  # noqa: SIM115 - child keeps its own fd
         proc = node.popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # type: ignore[attr-defined]
         out.close()
         self._procs.append((what, proc))
@@ -310,13 +311,28 @@ class Deployment:
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(self.run_dir),
             "--logfile", str(self.run_dir / f"redis-{h.name}.log")])
         _wait_for_path(sock, redis, 10.0, f"redis-server on {h.name}")
+        self.start_shim(h)
+
+    def start_shim(self, h: Host) -> subprocess.Popen:
+        """Start (or restart) the shim of storage server ``h`` in its namespace; returns once it listens."""
+        node = self.net[h.name]
+        sock = self.redis_socket(h)
         control = self.shim_control(h)
+        Path(control.removeprefix("unix:")).unlink(missing_ok=True)
         shim = self._popen(f"shim-{h.name}", node, [
             sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server", h.name,
             "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
             "--state-file", str(self.run_dir / f"shim-{h.name}.state.json"),
             "--log-file", str(self.run_dir / f"shim-{h.name}.log")])
         _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
+        self.shim_procs[h.name] = shim
+        return shim
+
+    def kill_shim(self, name: str) -> None:
+        """Kill the shim of storage server ``name`` at once (SIGKILL): it forgets which keys are cached."""
+        proc = self.shim_procs.pop(name)
+        proc.kill()
+        proc.wait(5)
 
     def start_agent(self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None
                     ) -> subprocess.Popen:

@@ -1,7 +1,8 @@
 # DistCache-P4 entry points.  Run as root (Mininet needs it).
 #   make deps    apt packages + Python environment (idempotent, works on a bare Debian 12)
 #   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
-#   make run     bring up the demo topology, write/cache/read keys, print a table, tear down
+#   make run     bring up the demo topology, run a workload, fail and recover spines, print a summary, tear down
+#   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
 #   make ptf     the PTF data-plane tests on one switch in a private netns (TARGET=softswitch|bmv2)
 #   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
@@ -18,7 +19,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build run up test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP)
 
@@ -47,6 +48,9 @@ endif
 
 run: build
 	$(PY) -m dcnet.demo --target $(TARGET) --topo $(TOPO)
+
+up: build
+	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO)
 
 test: deps
 	$(PY) -m pytest -q -rs

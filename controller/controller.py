@@ -67,7 +67,7 @@ from distcache.hashing import wire_key
 
 log = logging.getLogger("controller")
 
-PROBE_INTERVAL = 0.2  # seconds between liveness probes of one switch
+PROBE_INTERVAL = 0.25  # seconds between liveness probes of one switch
 PROBE_TIMEOUT = 0.5
 MISSES_TO_FAIL = 2  # failed probes in a row that declare a switch dead
 DRAIN = 0.05  # after client leaves stop targeting a spine: reads already in flight to it finish

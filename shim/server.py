@@ -16,10 +16,12 @@ the path to each spine in ``cached[k]`` plus the key's partition owner (the
 storage leaf is on every path), so routing and partition changes never expose
 a stale copy.  Switches the controller declared down are skipped (their acks
 would never come); the controller keeps reads away from them and flushes them
-before they come back.  After a restart the shim does not know which keys
-are cached until the controller sends its view, so until then it treats every
-key as cached, on the partition it saved to its state file (or the partition
-with every spine alive).
+before they come back.  After a restart (its state file exists) the shim does
+not know which keys are cached until the controller sends its view, so until
+then it treats every key as cached, on the partition it saved to its state
+file.  A shim without a state file has never validated a copy (only it sends
+the updates that make copies of its keys valid), so it starts with an empty,
+known view.
 """
 
 from __future__ import annotations
@@ -259,7 +261,11 @@ class Shim:
         self.view_known = True
 
     def _load_state(self) -> None:
+        """A state file means this shim was configured before: it restarted, and switches may hold copies
+        of its keys that it no longer knows about.  No state file: nothing of this server can be cached
+        (only this shim validates copies of its keys), so the view is known and empty."""
         if self.state_file is None or not self.state_file.exists():
+            self.view_known = True
             return
         try:
             d = json.loads(self.state_file.read_text())

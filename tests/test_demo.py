@@ -16,16 +16,22 @@ pytestmark = [
 ]
 
 
-def test_demo_caches_hot_keys_by_itself_and_ends_with_truthful_summary(tmp_path) -> None:  # noqa: ANN001
+def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_path) -> None:  # noqa: ANN001
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "dcnet.demo", "--duration", "20", "--run-dir", str(run_dir)],
                           capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"reads=(\d+) hits=(\d+) misses=(\d+) errors=(\d+) auto_cached=(\d+)", last)
+    m = re.fullmatch(r"reads=(\d+) hits=(\d+) misses=(\d+) errors=(\d+) auto_cached=(\d+) failovers=(\d+)", last)
     assert m, last
-    reads, hits, misses, errors, auto = map(int, m.groups())
+    reads, hits, misses, errors, auto, failovers = map(int, m.groups())
     assert errors == 0 and reads > 1000
+    # the demo failed one spine through distcache-ctl and crashed another; the controller handled both
+    assert failovers == 2
+    ctl_log = (run_dir / "controller.log").read_text()
+    assert "sp1 declared dead" in ctl_log and "sp1 answers again; recovering it" in ctl_log
+    assert ctl_log.count("cache flushed before it serves again") == 2
+    assert "distcache-ctl fail sp0" in proc.stderr and "back in service" in proc.stderr
     assert hits + misses <= reads
     assert auto >= 10, "the agents cached nothing from hot-key reports"
     assert hits / reads >= 0.35, f"hit ratio {hits / reads:.2f}"

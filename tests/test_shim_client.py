@@ -109,7 +109,6 @@ def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
     shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
     link = ShimLink(shim.control_addr)
     assert link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS) == {"ok": True}
-    assert link.call("view", cached={}) == {"ok": True}  # the controller's view: nothing is cached yet
     client = Client(CLUSTER, resolve=lambda host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
     yield client, shim, peer, link, redis.Redis(unix_socket_path=str(redis_sock))
     client.close()

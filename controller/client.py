@@ -50,8 +50,8 @@ class ControllerClient:
     def hot(self, switch: str = "", top: int = 10) -> controller_pb2.HotReply:
         return self._call("Hot", controller_pb2.HotRequest(switch=switch, top=top))
 
-    def fail(self, switch: str) -> controller_pb2.ChangeReply:
-        return self._call("Fail", controller_pb2.SwitchRequest(switch=switch))
+    def fail(self, switch: str, keep_running: bool = False) -> controller_pb2.ChangeReply:
+        return self._call("Fail", controller_pb2.SwitchRequest(switch=switch, keep_running=keep_running))
 
     def recover(self, switch: str) -> controller_pb2.ChangeReply:
         return self._call("Recover", controller_pb2.SwitchRequest(switch=switch))

@@ -256,8 +256,10 @@ class Controller:
                 log.warning("%s: %d buckets moved to live spines in %.2fs", sw.name, moved, self.state.last_failover_s)
             self._save()
 
-    def fail(self, name: str) -> tuple[str, int, float]:
-        """Operator: take ``name`` out of service (and stop its process if the deployment allows)."""
+    def fail(self, name: str, keep_running: bool = False) -> tuple[str, int, float]:
+        """Operator: take ``name`` out of service, and stop its process if the deployment lets the
+        controller do so and ``keep_running`` is not asked for (a drain: the switch stays up, serves
+        nothing, and is flushed before it serves again)."""
         sw = self._switch(name)
         t = time.monotonic()
         with self.lock:
@@ -265,7 +267,7 @@ class Controller:
                 raise ControllerError(f"{name} is already failed ({self.state.failed[name].reason}); "
                                       f"use `distcache-ctl recover {name}`")
             stopped = False
-            if self.procs is not None and name in self.procs:
+            if self.procs is not None and name in self.procs and not keep_running:
                 self.procs.stop(name)
                 stopped = True
             self.state.failed[name] = Failure(admin=True, since=time.time(), reason="failed by the operator",
@@ -277,7 +279,7 @@ class Controller:
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t
             self._save()
-        what = "process stopped" if stopped else "taken out of service (its process keeps running)"
+        what = "process stopped" if stopped else "out of service, its process keeps running"
         return f"{name}: {what}; {moved} buckets moved to live spines", moved, time.monotonic() - t
 
     def recover(self, name: str, timeout: float = 30.0) -> tuple[str, int, float]:

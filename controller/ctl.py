@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
@@ -42,7 +41,7 @@ def to_json(msg: Message) -> dict:
         v = getattr(msg, f.name)
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
             d[f.name] = {k: _scalar(x) for k, x in v.items()}
-        elif f.label == FieldDescriptor.LABEL_REPEATED:
+        elif f.is_repeated:
             d[f.name] = [to_json(x) if f.message_type is not None else _scalar(x) for x in v]
         elif f.message_type is not None:
             d[f.name] = to_json(v)
@@ -162,9 +161,12 @@ def hot(ctx: typer.Context,
 
 
 @app.command(name="fail")
-def fail_switch(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")]) -> None:
+def fail_switch(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")],
+                keep_running: Annotated[bool, typer.Option(help="leave its process running (a drain: it serves "
+                                                                "nothing until recover flushes it)")] = False
+                ) -> None:
     """Take a switch out of service: stop its process (in an emulation) and move a spine's buckets."""
-    r = _call(ctx, "fail", switch)
+    r = _call(ctx, "fail", switch, keep_running)
     out.print(f"{r.message} ({r.seconds:.2f} s, epoch {r.epoch})", highlight=False)
 
 

@@ -136,7 +136,7 @@ class ControllerService(controller_grpc.ControllerServicer):
             context.abort(grpc.StatusCode.INTERNAL, str(e))
 
     def Fail(self, request, context):  # noqa: ANN001, ANN201, N802
-        msg, moved, secs = self._change(context, self.ctl.fail, request.switch)
+        msg, moved, secs = self._change(context, self.ctl.fail, request.switch, request.keep_running)
         return controller_pb2.ChangeReply(message=msg, moved_buckets=moved, seconds=secs, epoch=self.ctl.state.epoch)
 
     def Recover(self, request, context):  # noqa: ANN001, ANN201, N802

@@ -222,6 +222,51 @@ def test_crashed_spine_is_detected_and_brought_back_without_an_operator(dep: Dep
     read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
 
 
+def test_drained_spine_serves_nothing_and_is_flushed_before_it_serves_again(dep: Deployment) -> None:
+    """`fail --keep-running`: the spine stays up with its cache; writes skip it, so its copies go stale, but
+    no read reaches it, and `recover` flushes it before it owns buckets again."""
+    key = next(f"key{i}" for i in range(40) if ORIGINAL[h0(wire_key(f"key{i}"))] == SP1.switch_id)
+    c = dep.client()
+    assert dep.controller.agents["sp1"].cache(wire_key(key)).state == "valid"  # a copy at sp1 only
+    assert SP1.switch_id in {c.call("get", key)["served_by"] for _ in range(30)}
+    assert "keeps running" in ctl(dep, "fail", "sp1", "--keep-running")
+    sp1 = switches(dep)["sp1"]
+    assert sp1["alive"] and sp1["failed"] and sp1["admin_failed"]
+    assert wire_key(key) in {k.key for k in dep.controller.agent_status(with_keys=True)["sp1"].keys}
+    c.call("put", key, "new")  # sp1's copy is now stale
+    for _ in range(30):
+        r = c.call("get", key)
+        assert r["value"] == "new" and r["served_by"] != SP1.switch_id
+    evicted = dep.controller.agent_status()["sp1"].evicted
+    ctl(dep, "recover", "sp1")
+    assert ctl_json(dep, "partitions")["owner"] == ORIGINAL
+    assert [r["value"] for r in (c.call("get", key) for _ in range(30))] == ["new"] * 30  # never the stale copy
+    assert dep.controller.agent_status()["sp1"].evicted > evicted  # it was flushed
+    c.call("put", key, f"value{key[3:]}")
+
+
+def test_mechanism_change_applies_everywhere_and_survives_a_controller_restart(dep: Deployment) -> None:
+    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), "mechanism",
+                          "bogus"], capture_output=True, text=True)
+    assert res.returncode == 1 and "unknown mechanism 'bogus'" in res.stderr and "distcache" in res.stderr
+    for k in ("key1", "key2"):
+        dep.controller.cache(k)
+    assert ctl(dep, "mechanism", "partition").strip() == "mechanism distcache -> partition"
+    agents = dep.controller.agent_status()
+    assert agents["sl0"].occupied == agents["sl1"].occupied == 0  # leaves cache nothing under CachePartition
+    dep.kill_controller()
+    dep.start_controller()
+    assert ctl_json(dep, "status")["mechanism"] == "partition"
+    placed = dep.controller.cache("key3")
+    assert set(placed) == {CLUSTER.switch_by_id(ORIGINAL[h0(wire_key("key3"))]).name}  # its spine only
+    c = dep.client()
+    served = {c.call("get", "key3")["served_by"] for _ in range(20)}
+    assert served <= {0, ORIGINAL[h0(wire_key("key3"))]}
+    read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
+    ctl(dep, "mechanism", "distcache")
+    assert ctl_json(dep, "status")["mechanism"] == "distcache"
+
+
 def test_restarted_shim_gets_partition_and_view_back(dep: Deployment) -> None:
     server = CLUSTER.server(0, 0)
     mine = [k for k in (f"key{i}" for i in range(40)) if CLUSTER.server_for_key(wire_key(k)) == server][:3]

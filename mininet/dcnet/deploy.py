@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -39,7 +40,7 @@ from controller.partition import cache_switches
 from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.topo import LeafSpineTopo
 from distcache.api import agent_pb2
-from distcache.cluster import Cluster, Host, Switch
+from distcache.cluster import Cluster, Host, Mechanism, Switch
 from distcache.hashing import wire_key
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,8 @@ class Operator:
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it."""
         wkey = wire_key(key)
-        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(self.cluster, self.buckets, wkey)}
+        now = replace(self.cluster, mechanism=Mechanism[self.ctl.status().mechanism.upper()])  # the operator's
+        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(now, self.buckets, wkey)}
 
     def close(self) -> None:
         for a in self.agents.values():

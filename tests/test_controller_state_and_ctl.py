@@ -1,0 +1,95 @@
+"""The controller's state file and the operator CLI's behaviour without a running deployment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.ctl import to_json
+from controller.partition import cache_switches, spine_buckets
+from controller.state import ControllerState, Failure
+from distcache.api import controller_pb2
+from distcache.cluster import Cluster, Mechanism
+from distcache.hashing import h0, wire_key
+
+
+def test_state_round_trips_through_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "controller.state.json"
+    st = ControllerState(failed={"sp1": Failure(admin=True, since=12.5, reason="failed by the operator",
+                                                stopped=True)}, mechanism="partition", epoch=7, failovers=3,
+                         recoveries=2, last_detection_s=0.4, last_failover_s=0.2)
+    st.save(path)
+    assert ControllerState.load(path) == st
+    assert [p.name for p in tmp_path.iterdir()] == ["controller.state.json"]  # the temporary file was renamed
+    assert ControllerState.load(tmp_path / "absent.json") == ControllerState()
+
+
+def test_unreadable_state_says_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text('{"failed": {"sp0": {"admin": true}}')  # cut short, as by a crash of a non-atomic writer
+    with pytest.raises(ValueError, match="move it away"):
+        ControllerState.load(path)
+    path.write_text(json.dumps({"epoch": 1, "surprise": 2}))
+    with pytest.raises(ValueError, match="unreadable"):
+        ControllerState.load(path)
+
+
+def ctl(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "controller.ctl", *argv], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_ctl_without_a_controller_says_how_to_start_one() -> None:
+    for cmd in (["status"], ["partitions", "--json"], ["fail", "sp0"]):
+        res = ctl("--controller", "127.0.0.1:9", "--timeout", "2", *cmd)
+        assert res.returncode == 2 and res.stdout == ""
+        msg = " ".join(res.stderr.split())
+        assert "controller not reachable at 127.0.0.1:9" in msg and "is it running?" in msg
+        assert "python -m controller --cluster" in msg and "make run" in msg
+
+
+def test_ctl_takes_the_controller_address_from_the_cluster_file(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.json"
+    Cluster(controller_address="127.0.0.1:7").save(path)
+    res = ctl("--cluster", str(path), "--timeout", "2", "status")
+    assert res.returncode == 2 and "127.0.0.1:7" in res.stderr
+    res = ctl("--cluster", str(tmp_path / "nope.json"), "status")
+    assert res.returncode == 1 and "cannot read" in res.stderr
+
+
+def test_ctl_help_lists_every_command() -> None:
+    res = ctl("--help")
+    assert res.returncode == 0
+    for cmd in ("status", "partitions", "hot", "fail", "recover", "mechanism"):
+        assert cmd in res.stdout
+
+
+def test_json_output_keeps_every_field_and_numbers() -> None:
+    msg = controller_pb2.HotReply()
+    sh = msg.switches.add(switch="sp0")
+    sh.keys.add(key=b"\x01\xff", text="k", hits=2**40, total_hits=0)
+    d = to_json(msg)
+    assert d == {"switches": [{"switch": "sp0", "keys": [{"key": "01ff", "text": "k", "hits": 2**40,
+                                                           "total_hits": 0, "state": "", "slot": 0}]}]}
+    st = controller_pb2.SwitchStatus(name="sp0", drops={"TRUNCATED": 3})
+    assert to_json(st)["drops"] == {"TRUNCATED": 3} and to_json(st)["stats"] == {} and to_json(st)["alive"] is False
+
+
+def test_cache_placement_follows_mechanism_and_partition() -> None:
+    c = Cluster(spines=3, storage_racks=2)
+    ids = [c.spine(i).switch_id for i in range(3)]
+    live = spine_buckets(ids, {ids[0], ids[2]})
+    k = wire_key("some-key")
+    spine = c.switch_by_id(live[h0(k)])
+    leaf = c.storage_leaf(c.server_for_key(k).rack)
+    assert cache_switches(c, live, k) == [spine, leaf]
+    c.mechanism = Mechanism.PARTITION
+    assert cache_switches(c, live, k) == [spine]
+    c.mechanism = Mechanism.REPLICATION
+    assert cache_switches(c, live, k) == [c.spine(0), c.spine(2)]  # every spine in service, not the failed one
+    c.mechanism = Mechanism.NOCACHE
+    assert cache_switches(c, live, k) == []

@@ -47,7 +47,7 @@ import grpc
 from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.reconcile import apply_plan
-from controller.shim_link import ShimLink, ShimUnavailable
+from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache import p4names as n
 from distcache.api import agent_grpc, agent_pb2
 from distcache.cluster import Cluster, Mechanism, Role, Switch
@@ -341,11 +341,10 @@ class SwitchAgent:
 
     def _populate(self, key: bytes) -> str:
         try:
-            reply = self.shim_for(key).call("populate", key=key.hex(), switch=self.switch.switch_id)
-        except ShimUnavailable as e:
+            return self.shim_for(key).populate(key, self.switch.switch_id)
+        except (ShimUnavailable, ShimRequestError) as e:
             log.warning("%s: populate %s failed: %s", self.switch.name, key.hex(), e)
             return "failed"
-        return str(reply.get("state", "failed")) if reply.get("ok") else "failed"
 
     def evict(self, key: bytes) -> bool:
         with self.lock:
@@ -362,8 +361,8 @@ class SwitchAgent:
 
     def _tell_shim_evicted(self, key: bytes) -> None:
         try:
-            self.shim_for(key).call("evict", key=key.hex(), switch=self.switch.switch_id)
-        except ShimUnavailable as e:  # the shim then still runs phase 1 for this switch: safe, only slower
+            self.shim_for(key).evict(key, self.switch.switch_id)
+        except (ShimUnavailable, ShimRequestError) as e:  # the shim then still invalidates here: safe, only slower
             log.warning("%s: could not tell the shim %s is evicted: %s", self.switch.name, key.hex(), e)
 
     def _coldest(self) -> bytes | None:

@@ -57,7 +57,7 @@ from controller.entries import plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
 from controller.reconcile import apply_plan
-from controller.shim_link import ShimLink, ShimUnavailable
+from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from controller.state import ControllerState, Failure
 from controller.switchproc import SwitchProcessError, SwitchProcesses
 from distcache import p4names as n
@@ -198,7 +198,7 @@ class Controller:
 
     # -- shims ------------------------------------------------------------------------------
     def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
-        cached: dict[str, dict[str, list[int]]] = {}
+        cached: dict[str, dict[bytes, list[int]]] = {}
         if views:
             for name, agent in self.agents.items():
                 if name in self.state.failed:
@@ -210,14 +210,14 @@ class Controller:
                     continue
                 for k in st.keys:
                     host = self.cluster.server_for_key(k.key).name
-                    cached.setdefault(host, {}).setdefault(k.key.hex(), []).append(st.switch_id)
+                    cached.setdefault(host, {}).setdefault(bytes(k.key), []).append(st.switch_id)
         for host in only or self.cluster.servers():
             try:
                 link = ShimLink(self.shim_address(host))
-                link.call("partition", buckets=self.buckets, down=self.down_ids(), epoch=self.state.epoch)
+                link.partition(self.buckets, self.down_ids(), self.state.epoch)
                 if views:
-                    link.call("view", cached=cached.get(host.name, {}))
-            except ShimUnavailable as e:
+                    link.view(cached.get(host.name, {}))
+            except (ShimUnavailable, ShimRequestError) as e:
                 log.warning("%s: shim not updated: %s", host.name, e)
 
     # -- failures -----------------------------------------------------------------------------
@@ -327,9 +327,8 @@ class Controller:
         down = [d for d in self.down_ids() if d != exclude]
         for host in self.cluster.servers():
             try:
-                ShimLink(self.shim_address(host)).call("partition", buckets=self.buckets, down=down,
-                                                       epoch=self.state.epoch)
-            except ShimUnavailable as e:
+                ShimLink(self.shim_address(host)).partition(self.buckets, down, self.state.epoch)
+            except (ShimUnavailable, ShimRequestError) as e:
                 log.warning("%s: shim not updated: %s", host.name, e)
 
     def _flush(self, sw: Switch) -> None:
@@ -456,7 +455,7 @@ class Controller:
             h.samples = (h.samples + [(now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
         for host in self.cluster.servers():
             try:
-                st = ShimLink(self.shim_address(host), timeout=2.0).call("stats")
+                st = ShimLink(self.shim_address(host), timeout=2.0).stats()
             except ShimUnavailable:
                 continue
             if not st.get("view_known") or st.get("epoch") != self.state.epoch:

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachable
+from distcache.api import message_dict
 from distcache.cluster import Cluster
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -34,28 +35,8 @@ def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
     raise typer.Exit(code)
 
 
-def to_json(msg: Message) -> dict:
-    """Every field, defaults included, under its proto name; 64-bit integers stay numbers, bytes become hex."""
-    d: dict[str, object] = {}
-    for f in msg.DESCRIPTOR.fields:
-        v = getattr(msg, f.name)
-        if f.message_type is not None and f.message_type.GetOptions().map_entry:
-            d[f.name] = {k: _scalar(x) for k, x in v.items()}
-        elif f.is_repeated:
-            d[f.name] = [to_json(x) if f.message_type is not None else _scalar(x) for x in v]
-        elif f.message_type is not None:
-            d[f.name] = to_json(v)
-        else:
-            d[f.name] = _scalar(v)
-    return d
-
-
-def _scalar(v: object) -> object:
-    return v.hex() if isinstance(v, bytes) else v
-
-
 def _print_json(msg: Message) -> None:
-    print(json.dumps(to_json(msg), indent=1, sort_keys=True))
+    print(json.dumps(message_dict(msg), indent=1, sort_keys=True))
 
 
 @app.callback()

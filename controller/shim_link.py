@@ -1,55 +1,82 @@
-"""Client side of a shim's control channel (JSON lines, see docs/protocol.md).
+"""Client side of a shim's control API (distcache/proto/shim.proto).
 
 Agents and the controller run in the root network namespace while each shim
 runs inside its storage host's namespace; a Unix socket in the run folder
 reaches across (sockets bound to a path live in the filesystem, not in a
-network namespace).  ``tcp:HOST:PORT`` works too, for shims elsewhere.
+network namespace).  ``tcp:HOST:PORT`` works too, for shims elsewhere.  One
+channel per address is kept and shared, so frequent calls (an agent
+populating keys) do not pay for a new connection each time.
 """
 
 from __future__ import annotations
 
-import json
-import socket
+import threading
+
+import grpc
+
+from distcache.api import message_dict, shim_grpc, shim_pb2
 
 
 class ShimUnavailable(ConnectionError):
-    """The shim's control socket cannot be reached or answered garbage."""
+    """The shim's control socket cannot be reached, or did not answer in time."""
+
+
+class ShimRequestError(ValueError):
+    """The shim refused a request (bad arguments); the message says what it expected."""
+
+
+def grpc_target(address: str) -> str:
+    """A shim control address, ``unix:/path`` or ``tcp:host:port``, as a gRPC target."""
+    kind, _, rest = address.partition(":")
+    if kind == "unix" and rest:
+        return f"unix:{rest}"
+    if kind == "tcp" and rest:
+        return rest
+    raise ValueError(f"bad shim control address {address!r}; use unix:/path or tcp:host:port")
+
+
+_channels: dict[str, grpc.Channel] = {}
+_channels_lock = threading.Lock()
+
+
+def _channel(address: str) -> grpc.Channel:
+    with _channels_lock:
+        ch = _channels.get(address)
+        if ch is None:
+            ch = _channels[address] = grpc.insecure_channel(
+                grpc_target(address), options=[("grpc.initial_reconnect_backoff_ms", 100),
+                                           ("grpc.max_reconnect_backoff_ms", 500)])
+        return ch
 
 
 class ShimLink:
     def __init__(self, address: str, timeout: float = 5.0) -> None:
         self.address, self.timeout = address, timeout
+        self.stub = shim_grpc.ShimStub(_channel(address))
 
-    def _connect(self) -> socket.socket:
-        kind, _, rest = self.address.partition(":")
+    def _call(self, method: str, request: object) -> object:
         try:
-            if kind == "unix":
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                s.settimeout(self.timeout)
-                s.connect(rest)
-            elif kind == "tcp":
-                host, _, port = rest.rpartition(":")
-                s = socket.create_connection((host, int(port)), timeout=self.timeout)
-            else:
-                raise ShimUnavailable(f"bad shim address {self.address!r}; use unix:/path or tcp:host:port")
-        except OSError as e:
-            raise ShimUnavailable(f"cannot reach shim at {self.address}: {e}") from e
-        return s
+            return getattr(self.stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise ShimRequestError(e.details()) from None
+            raise ShimUnavailable(f"shim at {self.address} failed {method}: {e.code().name} {e.details()}") from None
 
-    def call(self, cmd: str, **args: object) -> dict:
-        """Send one command and return the shim's JSON answer."""
-        with self._connect() as s:
-            try:
-                s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
-                buf = b""
-                while not buf.endswith(b"\n"):
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    buf += chunk
-            except OSError as e:
-                raise ShimUnavailable(f"shim at {self.address} failed during {cmd!r}: {e}") from e
-        try:
-            return json.loads(buf)
-        except ValueError:
-            raise ShimUnavailable(f"shim at {self.address} answered {cmd!r} with {buf[:80]!r}") from None
+    def ping(self) -> None:
+        self._call("Ping", shim_pb2.Empty())
+
+    def stats(self) -> dict:
+        return message_dict(self._call("Stats", shim_pb2.Empty()))
+
+    def partition(self, buckets: list[int], down: list[int] | None = None, epoch: int = 0) -> None:
+        self._call("SetPartition", shim_pb2.PartitionRequest(buckets=buckets, down=down or [], epoch=epoch))
+
+    def view(self, cached: dict[bytes, list[int]]) -> None:
+        req = shim_pb2.ViewRequest(cached=[shim_pb2.KeySwitches(key=k, switches=v) for k, v in cached.items()])
+        self._call("AddView", req)
+
+    def populate(self, key: bytes, switch: int) -> str:
+        return self._call("Populate", shim_pb2.SwitchKey(key=key, switch=switch)).state
+
+    def evict(self, key: bytes, switch: int) -> bool:
+        return self._call("Evict", shim_pb2.SwitchKey(key=key, switch=switch)).evicted

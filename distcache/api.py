@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import Message
 
 _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # protos_and_services resolves the .proto against sys.path
@@ -19,5 +20,27 @@ if str(_ROOT) not in sys.path:  # protos_and_services resolves the .proto agains
 
 agent_pb2, agent_grpc = grpc.protos_and_services("distcache/proto/agent.proto")
 controller_pb2, controller_grpc = grpc.protos_and_services("distcache/proto/controller.proto")
+shim_pb2, shim_grpc = grpc.protos_and_services("distcache/proto/shim.proto")
 
-__all__ = ["agent_grpc", "agent_pb2", "controller_grpc", "controller_pb2"]
+__all__ = ["agent_grpc", "agent_pb2", "controller_grpc", "controller_pb2", "message_dict", "shim_grpc", "shim_pb2"]
+
+
+def message_dict(msg: Message) -> dict:
+    """Every field of ``msg``, defaults included, under its proto name, as plain JSON-ready values:
+    64-bit integers stay numbers (MessageToDict would make them strings) and bytes become hex."""
+    d: dict[str, object] = {}
+    for f in msg.DESCRIPTOR.fields:
+        v = getattr(msg, f.name)
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            d[f.name] = {k: _scalar(x) for k, x in v.items()}
+        elif f.is_repeated:
+            d[f.name] = [message_dict(x) if f.message_type is not None else _scalar(x) for x in v]
+        elif f.message_type is not None:
+            d[f.name] = message_dict(v)
+        else:
+            d[f.name] = _scalar(v)
+    return d
+
+
+def _scalar(v: object) -> object:
+    return v.hex() if isinstance(v, bytes) else v

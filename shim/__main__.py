@@ -37,7 +37,7 @@ async def run(args: argparse.Namespace) -> int:
     print(f"shim ready server={host.name} listen={shim.listen}:{shim.port} control={args.control}", flush=True)
     log.info("serving %s on %s:%d", host.name, shim.listen, shim.port)
     await stop.wait()
-    control.close()
+    await control.stop(0.5)
     log.info("exiting: %s", shim.stats())
     await shim.close()
     return 0

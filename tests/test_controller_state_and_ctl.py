@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.ctl import to_json
 from controller.partition import cache_switches, spine_buckets
 from controller.state import ControllerState, Failure
-from distcache.api import controller_pb2
+from distcache.api import controller_pb2, message_dict
 from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import h0, wire_key
 
@@ -72,11 +71,12 @@ def test_json_output_keeps_every_field_and_numbers() -> None:
     msg = controller_pb2.HotReply()
     sh = msg.switches.add(switch="sp0")
     sh.keys.add(key=b"\x01\xff", text="k", hits=2**40, total_hits=0)
-    d = to_json(msg)
+    d = message_dict(msg)
     assert d == {"switches": [{"switch": "sp0", "keys": [{"key": "01ff", "text": "k", "hits": 2**40,
                                                            "total_hits": 0, "state": "", "slot": 0}]}]}
     st = controller_pb2.SwitchStatus(name="sp0", drops={"TRUNCATED": 3})
-    assert to_json(st)["drops"] == {"TRUNCATED": 3} and to_json(st)["stats"] == {} and to_json(st)["alive"] is False
+    d = message_dict(st)
+    assert d["drops"] == {"TRUNCATED": 3} and d["stats"] == {} and d["alive"] is False
 
 
 def test_cache_placement_follows_mechanism_and_partition() -> None:

@@ -278,8 +278,8 @@ def test_restarted_shim_gets_partition_and_view_back(dep: Deployment) -> None:
     dep.kill_shim(server.name)
     dep.start_shim(server)
     link = ShimLink(dep.shim_control(server))
-    wait_for("the controller to send the view", lambda: link.call("stats")["view_known"], timeout=10)
-    st = link.call("stats")
+    wait_for("the controller to send the view", lambda: link.stats()["view_known"], timeout=10)
+    st = link.stats()
     assert st["cached_keys"] >= len(expected) and st["epoch"] == ctl_json(dep, "status")["epoch"]
     for k in mine:  # writes to cached keys still invalidate: the new value is read, from cache or server
         c.call("put", k, f"{k}-new")

@@ -129,11 +129,11 @@ def test_garbage_to_switch_is_dropped_and_counted(dep: Deployment, client) -> No
 
 def test_garbage_to_shim_is_dropped_and_counted(dep: Deployment, client) -> None:  # noqa: ANN001
     shim = ShimLink(dep.shim_control(SERVER))
-    before = shim.call("stats")
+    before = shim.stats()
     # sent from inside the storage host to its own address: straight to the shim, no switch on the way
     send_garbage(dep, SERVER.name, SERVER.ip, [b"", b"junk", b"\x01\x42" + b"\x00" * 38])
     time.sleep(0.5)
-    after = shim.call("stats")
+    after = shim.stats()
     assert _malformed(after) == _malformed(before) + 3
     assert client.call("put", "after-shim-garbage", "ok")["ok"]
     assert client.call("get", "after-shim-garbage")["value"] == "ok"

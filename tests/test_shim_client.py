@@ -9,7 +9,6 @@ shim's network peer, not a stand-in for any code under test.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import threading
 import time
@@ -19,7 +18,7 @@ import pytest
 import redis
 
 from client_lib import AsyncClient, Client, InvalidKey, InvalidValue, RequestTimeout, ServerError, ValueTooLarge
-from controller.shim_link import ShimLink
+from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.wire import MAX_VALUE_LEN, Message, Op, decode, encode
@@ -95,7 +94,7 @@ class ShimThread:
 
     def close(self) -> None:
         async def stop() -> None:
-            self.control.close()
+            await self.control.stop(0.5)
             await self.shim.close()
 
         self.run(stop())
@@ -108,7 +107,7 @@ def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
     peer = SwitchPeer(redis_sock)
     shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
     link = ShimLink(shim.control_addr)
-    assert link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS) == {"ok": True}
+    link.partition([SPINE] * N_SPINE_BUCKETS)
     client = Client(CLUSTER, resolve=lambda host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
     yield client, shim, peer, link, redis.Redis(unix_socket_path=str(redis_sock))
     client.close()
@@ -138,7 +137,7 @@ def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: AN
     client, shim, peer, link, r = env
     client.put("hot", "old")
     key = wire_key("hot").hex()
-    assert link.call("populate", key=key, switch=SPINE) == {"ok": True, "state": "valid"}
+    assert link.populate(bytes.fromhex(key), SPINE) == "valid"
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE, Op.UPDATE]
     assert peer.seen[1][0].value == b"old" and peer.seen[0][0].seq == peer.seen[1][0].seq
     peer.seen.clear()
@@ -154,7 +153,7 @@ def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: AN
     assert client.delete("hot") is True
     time.sleep(0.2)
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE]  # a delete has no phase 2
-    assert link.call("evict", key=key, switch=SPINE) == {"ok": True, "evicted": True}
+    assert link.evict(bytes.fromhex(key), SPINE) is True
     peer.seen.clear()
     client.put("hot", "uncached again")
     time.sleep(0.1)
@@ -174,7 +173,7 @@ def test_write_invalidates_every_spine_that_caches_the_key(env) -> None:  # noqa
     client.put("moved", "v0")
     other = SPINE + 1
     for sw in (SPINE, other):
-        assert link.call("populate", key=key, switch=sw) == {"ok": True, "state": "valid"}
+        assert link.populate(bytes.fromhex(key), sw) == "valid"
     assert [m.target for m, _ in peer.seen] == [SPINE, SPINE, other, other]  # each populate takes its own path
     peer.seen.clear()
     client.put("moved", "v1")
@@ -191,7 +190,7 @@ def test_ack_from_one_path_does_not_complete_another(env) -> None:  # noqa: ANN0
     client.put("two", "before")
     other = SPINE + 1
     for sw in (SPINE, other):
-        link.call("populate", key=wire_key("two").hex(), switch=sw)
+        link.populate(wire_key("two"), sw)
     peer.answer_only = {SPINE}  # the other spine stays silent
     with pytest.raises(ServerError):
         client.put("two", "after")
@@ -203,14 +202,14 @@ def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None: 
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
-        link.call("populate", key=wire_key("k").hex(), switch=sw)
-    assert link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS, down=[other], epoch=2) == {"ok": True}
+        link.populate(wire_key("k"), sw)
+    link.partition([SPINE] * N_SPINE_BUCKETS, [other], 2)
     peer.seen.clear()
     client.put("k", "v1")  # the dead spine never answers; the write must not wait for it
     _wait_seen(peer, 2)
     assert {m.target for m, _ in peer.seen} == {SPINE}
-    assert link.call("populate", key=wire_key("k").hex(), switch=other) == {"ok": True, "state": "down"}
-    st = link.call("stats")
+    assert link.populate(wire_key("k"), other) == "down"
+    st = link.stats()
     assert st["down"] == [other] and st["epoch"] == 2
 
 
@@ -221,7 +220,7 @@ def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> Non
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
-        link.call("populate", key=wire_key("k").hex(), switch=sw)
+        link.populate(wire_key("k"), sw)
     peer.answer_only = {SPINE}
     shim.shim.coherence.invalidate_deadline = 5.0  # the write would wait this long without the release
     done: list[float] = []
@@ -230,7 +229,7 @@ def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> Non
     writer.start()
     time.sleep(0.3)
     assert not done and r.get(wire_key("k")) == b"v0"  # still waiting for the silent spine
-    link.call("partition", buckets=[SPINE] * N_SPINE_BUCKETS, down=[other], epoch=3)
+    link.partition([SPINE] * N_SPINE_BUCKETS, [other], 3)
     writer.join(3)
     assert done and done[0] < 1.0 and r.get(wire_key("k")) == b"v1"
 
@@ -242,18 +241,18 @@ def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Pa
     peer = SwitchPeer(redis_sock)
     state = tmp_path / "shim.state.json"
     first = ShimThread(redis_sock, peer, tmp_path / "a.sock", state_file=state)
-    ShimLink(first.control_addr).call("partition", buckets=[SPINE + 1] * N_SPINE_BUCKETS, down=[SPINE], epoch=7)
+    ShimLink(first.control_addr).partition([SPINE + 1] * N_SPINE_BUCKETS, [SPINE], 7)
     first.close()
     shim = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state)
     link = ShimLink(shim.control_addr)
     try:
-        st = link.call("stats")
+        st = link.stats()
         assert st["view_known"] is False and st["epoch"] == 7 and st["down"] == [SPINE]
         with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=3.0, retries=0) as client:
             client.put("never-cached", "v")
             _wait_seen(peer, 2)
             assert [(m.op, m.target) for m, _ in peer.seen] == [(Op.INVALIDATE, SPINE + 1), (Op.UPDATE, SPINE + 1)]
-            assert link.call("view", cached={}) == {"ok": True}
+            link.view({})
             peer.seen.clear()
             client.put("never-cached", "w")
             time.sleep(0.2)
@@ -265,33 +264,33 @@ def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Pa
 
 def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
     client, shim, peer, link, _ = env
-    link.call("populate", key=wire_key("k").hex(), switch=SPINE)
+    link.populate(wire_key("k"), SPINE)
     peer.seen.clear()
     peer.drop = 2
     client.put("k", "v")
     invs = [seq for op, seq in peer.ops() if op == Op.INVALIDATE]
     assert len(invs) == 3 and len(set(invs)) == 1
-    assert link.call("stats")["coherence"]["retransmits"] >= 2
+    assert link.stats()["coherence"]["retransmits"] >= 2
 
 
 def test_write_fails_without_touching_redis_when_never_acknowledged(env) -> None:  # noqa: ANN001
     client, shim, peer, link, r = env
     client.put("k", "before")
-    link.call("populate", key=wire_key("k").hex(), switch=SPINE)
+    link.populate(wire_key("k"), SPINE)
     peer.mute = True
     with pytest.raises(ServerError) as e:
         client.put("k", "after")
     assert e.value.status == 2
     assert r.get(wire_key("k")) == b"before"
-    assert link.call("stats")["coherence"]["failed_invalidates"] == 1
+    assert link.stats()["coherence"]["failed_invalidates"] == 1
 
 
 def test_population_of_absent_and_large_values(env) -> None:  # noqa: ANN001
     client, _, peer, link, _ = env
-    assert link.call("populate", key=wire_key("ghost").hex(), switch=SPINE)["state"] == "absent"
+    assert link.populate(wire_key("ghost"), SPINE) == "absent"
     client.put("large", "L" * 200)
     peer.seen.clear()
-    assert link.call("populate", key=wire_key("large").hex(), switch=SPINE)["state"] == "too_large"
+    assert link.populate(wire_key("large"), SPINE) == "too_large"
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE]
 
 
@@ -304,23 +303,22 @@ def test_garbage_is_counted_and_dropped(env) -> None:  # noqa: ANN001
     time.sleep(0.2)
     client.put("still", "serving")
     assert client.get("still") == b"serving"
-    assert link.call("stats")["malformed"] == {"short": 2, "version": 1, "unexpected_op": 1}
+    assert link.stats()["malformed"] == {"short": 2, "version": 1, "unexpected_op": 1}
 
 
-def test_control_channel_rejects_bad_commands_and_stays_usable(env) -> None:  # noqa: ANN001
-    _, shim, _, _, _ = env
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(shim.control_addr.removeprefix("unix:"))
-        f = s.makefile("rwb")
-        for bad in (b"not json\n", b'{"cmd": "fly"}\n', b'{"cmd": "populate", "key": "zz", "switch": 1}\n',
-                    b'{"cmd": "partition", "buckets": [1, 2]}\n', b'[1]\n'):
-            f.write(bad)
-            f.flush()
-            answer = json.loads(f.readline())
-            assert answer["ok"] is False and answer["error"]
-        f.write(b'{"cmd": "ping"}\n')
-        f.flush()
-        assert json.loads(f.readline()) == {"ok": True}
+def test_control_api_rejects_bad_arguments_and_stays_usable(env) -> None:  # noqa: ANN001
+    _, shim, _, link, _ = env
+    for call, expected in ((lambda: link.populate(b"zz", SPINE), "16-byte wire key"),
+                           (lambda: link.evict(wire_key("k"), 0), "switch id"),
+                           (lambda: link.partition([1, 2]), "1024 spine ids"),
+                           (lambda: link.partition([SPINE] * N_SPINE_BUCKETS, [300]), "switch ids"),
+                           (lambda: link.view({b"short": [SPINE]}), "16-byte wire key")):
+        with pytest.raises(ShimRequestError, match=expected):
+            call()
+    link.ping()
+    assert link.stats()["server"] == CLUSTER.server(0, 0).name
+    with pytest.raises(ShimUnavailable):
+        ShimLink(f"unix:{shim.control_addr[5:]}.nothing-here", timeout=1).ping()
 
 
 def test_client_errors_are_typed_and_raised_before_sending(env) -> None:  # noqa: ANN001

@@ -52,6 +52,7 @@ from distcache import p4names as n
 from distcache.api import agent_grpc, agent_pb2
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0
+from distcache.ratelimit import TokenBucket
 
 log = logging.getLogger("agent")
 
@@ -108,23 +109,6 @@ class SlotAllocator:
 
     def versions(self) -> list[int]:
         return list(self._last_version)
-
-
-class TokenBucket:
-    """``rate`` tokens per second, at most ``burst`` saved up."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens, self._at = float(burst), clock()
-
-    def take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        return False
 
 
 @dataclass

@@ -109,6 +109,9 @@ class Cluster:
     controller_address: str = "127.0.0.1:50050"  # the controller's operator API (loopback or management net)
     insert_rate: float = 50.0  # insertions per second an agent may make from hot-key reports
     insert_burst: int = 20
+    server_rate: float = 0.0  # requests per second each storage server serves (its shim's token bucket); 0: no limit
+    server_burst: int = 32
+    link_mbps: float = 0.0  # bandwidth of every emulated link in Mbit/s (Mininet TCLink); 0: no limit
     description: str = ""  # free text: what this topology is for
 
     def __post_init__(self) -> None:
@@ -120,6 +123,8 @@ class Cluster:
             raise ValueError("cluster too large for 8-bit switch ids (≤63 spines, ≤64 storage racks)")
         if self.servers_per_rack > 250 or self.clients_per_rack > 250:
             raise ValueError("at most 250 hosts per rack (one /24 each)")
+        if self.server_rate < 0 or self.link_mbps < 0 or self.server_burst < 1:
+            raise ValueError("server_rate and link_mbps must be >= 0 (0: no limit) and server_burst >= 1")
 
     # -- switches -----------------------------------------------------------------
     def spine(self, i: int) -> Switch:

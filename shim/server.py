@@ -40,12 +40,14 @@ import redis.asyncio as aioredis
 from controller.partition import spine_buckets
 from distcache.cluster import MAX_SPINES, Cluster, Host
 from distcache.hashing import N_SPINE_BUCKETS, h0
+from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import Coherence
 
 log = logging.getLogger(__name__)
 
 CoherenceAddress = Callable[[int], tuple[str, int]]
+MAX_QUEUE_DELAY = 0.1  # seconds a request may wait for the server's rate limit before it is dropped
 
 
 class ShimProtocol(asyncio.DatagramProtocol):
@@ -78,6 +80,9 @@ class Shim:
         self.transport: asyncio.DatagramTransport | None = None
         self.coherence = Coherence(send=self._send)
         self._load_state()
+        # the storage server's capacity (paper §6: rate-limited servers): requests beyond it wait their turn,
+        # up to MAX_QUEUE_DELAY, and are dropped (counted) beyond that, as a saturated server's queue would
+        self.limiter = TokenBucket(cluster.server_rate, cluster.server_burst) if cluster.server_rate else None
         self.requests: Counter[str] = Counter()
         self.malformed: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -110,7 +115,11 @@ class Shim:
             return
         if msg.op in REQUEST_OPS:
             self.requests[msg.op.name] += 1
-            task = asyncio.get_running_loop().create_task(self._serve(msg, addr))
+            wait = self.limiter.reserve(MAX_QUEUE_DELAY) if self.limiter else 0.0
+            if wait is None:
+                self.errors["rate_limited"] += 1
+                return
+            task = asyncio.get_running_loop().create_task(self._serve(msg, addr, wait))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif msg.op in (Op.INVALIDATE_ACK, Op.UPDATE_ACK):
@@ -118,8 +127,10 @@ class Shim:
         else:
             self.malformed["unexpected_op"] += 1
 
-    async def _serve(self, msg: Message, addr: tuple[str, int]) -> None:
+    async def _serve(self, msg: Message, addr: tuple[str, int], wait: float = 0.0) -> None:
         replied = False
+        if wait > 0:
+            await asyncio.sleep(wait)
 
         def reply(status: Status, value: bytes = b"") -> None:
             nonlocal replied

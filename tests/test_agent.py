@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.agent import SlotAllocator, SwitchAgent, TokenBucket, shim_links
+from controller.agent import SlotAllocator, SwitchAgent, shim_links
 from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
+from distcache.ratelimit import TokenBucket
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch
 from tests.softswitch_helpers import free_tcp_port
@@ -34,6 +35,17 @@ def test_token_bucket_allows_burst_then_rate() -> None:
     assert [tb.take() for _ in range(3)] == [True, True, False]
     now[0] += 100
     assert sum(tb.take() for _ in range(10)) == 3  # never more than the burst saved up
+
+
+def test_token_bucket_reservations_are_served_at_the_rate_in_order() -> None:
+    now = [0.0]
+    tb = TokenBucket(rate=10, burst=2, clock=lambda: now[0])
+    waits = [tb.reserve(max_wait=0.35) for _ in range(7)]
+    assert waits[:5] == pytest.approx([0, 0, 0.1, 0.2, 0.3]) and waits[5:] == [None, None]  # beyond the bound
+    now[0] += 0.3  # the three waiting callers got their tokens; none is saved up
+    assert tb.reserve(0.05) is None and tb.reserve(0.1) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0, burst=1)
 
 
 def test_slot_allocator_claims_slots_found_on_the_switch() -> None:

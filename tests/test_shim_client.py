@@ -23,7 +23,7 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.wire import MAX_VALUE_LEN, Message, Op, decode, encode
 from shim.control import serve_control
-from shim.server import Shim
+from shim.server import MAX_QUEUE_DELAY, Shim
 
 pytestmark = pytest.mark.timeout(60)
 CLUSTER = Cluster()
@@ -76,9 +76,10 @@ class SwitchPeer:
 class ShimThread:
     """A real Shim with its control channel, on its own event loop thread."""
 
-    def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path, state_file: Path | None = None) -> None:
+    def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path, state_file: Path | None = None,
+                 cluster: Cluster = CLUSTER) -> None:
         self.loop = asyncio.new_event_loop()
-        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
+        self.shim = Shim(cluster, cluster.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
                          coherence_address=lambda spine: ("127.0.0.1", peer.port), state_file=state_file)
         self.control_addr = f"unix:{control}"
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
@@ -257,6 +258,33 @@ def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Pa
             client.put("never-cached", "w")
             time.sleep(0.2)
             assert peer.seen == []
+    finally:
+        shim.close()
+        peer.close()
+
+
+def test_server_rate_limit_queues_then_drops(redis_sock: Path, tmp_path: Path) -> None:
+    """A rate-limited server (cluster server_rate) serves a burst, queues a little, and drops and counts the rest."""
+    rate, burst = 20.0, 2
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, tmp_path / "s.sock", cluster=Cluster(server_rate=rate, server_burst=burst))
+    link = ShimLink(shim.control_addr)
+
+    async def flood() -> list[bool]:
+        async with AsyncClient(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
+            async def one(i: int) -> bool:
+                try:
+                    await c.get(f"k{i}")
+                    return True
+                except RequestTimeout:
+                    return False
+            return await asyncio.gather(*(one(i) for i in range(40)))
+
+    try:
+        answered = sum(asyncio.run(flood()))
+        dropped = link.stats()["errors"].get("rate_limited", 0)
+        assert answered + dropped == 40
+        assert 1 <= answered <= burst + rate * MAX_QUEUE_DELAY + 2  # the rest arrived beyond the queue bound
     finally:
         shim.close()
         peer.close()

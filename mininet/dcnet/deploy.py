@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 
 from google.protobuf import text_format
+from mininet.link import Link, TCLink
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 
@@ -230,7 +231,7 @@ class Deployment:
         topo = LeafSpineTopo(cluster=self.cluster)
         switch = partial(P4RuntimeSwitch, run_dir=str(self.run_dir), target=self.target, pcap=self.pcap)
         self.net = Mininet(topo=topo, switch=switch, controller=None, autoSetMacs=False, build=False,
-                           waitConnected=False)
+                           waitConnected=False, link=TCLink if self.cluster.link_mbps else Link)
         self.net.build()
         for h in self.cluster.hosts():
             self._config_host(h)

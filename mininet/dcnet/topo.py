@@ -19,5 +19,6 @@ class LeafSpineTopo(Topo):
             self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, **switch_opts)
         for h in cluster.hosts():
             self.addHost(h.name, ip=f"{h.ip}/32", mac=h.mac)
+        shaping = {"bw": cluster.link_mbps} if cluster.link_mbps else {}  # tc htb on both ends (TCLink)
         for ln in cluster.links():
-            self.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port)
+            self.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, **shaping)

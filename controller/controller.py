@@ -148,11 +148,18 @@ class Controller:
             for sw in self.cluster.switches():
                 if sw.name in self.state.failed:
                     continue
-                if is_cache_switch(sw):
-                    self.agents[sw.name].wait_ready(timeout)
-                    self._configure_agent(sw)
-                else:
-                    self._bring_up_client_leaf(sw, timeout)
+                if not self.readers[sw.name].probe(1.0):
+                    log.error("%s: not answering at start; the monitor will declare it dead", sw.name)
+                    continue
+                try:
+                    if is_cache_switch(sw):
+                        self.agents[sw.name].wait_ready(timeout)
+                        self._configure_agent(sw)
+                    else:
+                        self._bring_up_client_leaf(sw, timeout)
+                except (ConnectionError, P4RuntimeError, grpc.RpcError) as e:
+                    # not fatal: the monitor declares a dead switch dead, the heartbeat configures a late agent
+                    log.error("%s: not reconciled at start: %s", sw.name, e)
             self._push_shims(views=True)
             self._remember_buckets(self.buckets)
         if monitor:

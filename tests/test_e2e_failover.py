@@ -314,3 +314,23 @@ def test_controller_restart_keeps_partitions_and_cache_view(dep: Deployment) -> 
     for i in range(10):
         c.call("put", f"key{i}", f"value{i}")
     read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
+
+
+def test_controller_started_while_a_spine_is_dead_fails_it_over(dep: Deployment) -> None:
+    """A controller that comes up while a spine is down (and its state does not know) must not hang or fail:
+    it reconciles what answers, then its monitor fails the dead spine over; the spine comes back as usual."""
+    procs = SwitchProcesses(dep.run_dir / "switches.json")
+    failovers = ctl_json(dep, "status")["failovers"]
+    dep.kill_controller()
+    procs.stop("sp0")
+    c = dep.client()
+    dep.start_controller(timeout=30)
+    wait_for("sp0 to be failed over", lambda: switches(dep)["sp0"]["failed"], timeout=10)
+    assert ctl_json(dep, "status")["failovers"] == failovers + 1
+    assert ctl_json(dep, "partitions")["owner"] == [SP1.switch_id] * len(ORIGINAL)
+    c.call("put", "key9", "value9-again")
+    read_all(dep, {**{f"key{i}": f"value{i}" for i in range(40)}, "key9": "value9-again"})
+    procs.start("sp0")
+    wait_for("sp0 to come back", lambda: not switches(dep)["sp0"]["failed"], timeout=30)
+    assert ctl_json(dep, "partitions")["owner"] == ORIGINAL
+    c.call("put", "key9", "value9")

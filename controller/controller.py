@@ -273,6 +273,9 @@ class Controller:
             if name in self.state.failed:
                 raise ControllerError(f"{name} is already failed ({self.state.failed[name].reason}); "
                                       f"use `distcache-ctl recover {name}`")
+            if sw.role == Role.SPINE and self.live_spines() == {sw.switch_id}:
+                raise ControllerError(f"{name} is the last spine in service: without it no rack reaches another; "
+                                      "recover another spine first")
             stopped = False
             if self.procs is not None and name in self.procs and not keep_running:
                 self.procs.stop(name)

@@ -222,6 +222,22 @@ def test_crashed_spine_is_detected_and_brought_back_without_an_operator(dep: Dep
     read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
 
 
+def test_crashed_leaves_come_back_configured(dep: Deployment) -> None:
+    """A client-rack leaf has no agent: when its process restarts empty, the controller (its primary) pushes
+    the pipeline and entries again.  A storage-rack leaf comes back through its agent, with an empty cache."""
+    procs = SwitchProcesses(dep.run_dir / "switches.json")
+    for name in ("cl0", "sl0"):
+        procs.stop(name)
+        wait_for(f"the controller to declare {name} dead", lambda n=name: switches(dep)[n]["failed"], timeout=10)
+        assert ctl_json(dep, "partitions")["owner"] == ORIGINAL  # leaves own no buckets: nothing moves
+        procs.start(name)
+        wait_for(f"{name} to be back", lambda n=name: not switches(dep)[n]["failed"], timeout=30)
+        read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
+    assert dep.controller.agent_status()["sl0"].switch_restarts >= 1
+    log = (dep.run_dir / "controller.log").read_text()
+    assert "cl0: pipeline pushed" in log.split("cl0 declared dead")[-1]
+
+
 def test_drained_spine_serves_nothing_and_is_flushed_before_it_serves_again(dep: Deployment) -> None:
     """`fail --keep-running`: the spine stays up with its cache; writes skip it, so its copies go stale, but
     no read reaches it, and `recover` flushes it before it owns buckets again."""
@@ -237,6 +253,10 @@ def test_drained_spine_serves_nothing_and_is_flushed_before_it_serves_again(dep:
     for _ in range(30):
         r = c.call("get", key)
         assert r["value"] == "new" and r["served_by"] != SP1.switch_id
+    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), "fail", "sp0"],
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and "last spine in service" in res.stderr  # refused: sp0 is all that is left
+    assert not switches(dep)["sp0"]["failed"]
     evicted = dep.controller.agent_status()["sp1"].evicted
     ctl(dep, "recover", "sp1")
     assert ctl_json(dep, "partitions")["owner"] == ORIGINAL

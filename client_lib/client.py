@@ -14,8 +14,12 @@ longer values raise :class:`ValueTooLarge` before anything is sent.
 
 Replies are matched by sequence number and key; strays and late duplicates of
 retried requests are ignored.  Every request is retried ``retries`` times
-after ``timeout`` seconds each; all requests are idempotent (a PUT writes the
-same value again), so retrying is safe.
+after ``timeout`` seconds each, with the same sequence number from the same
+socket: the shim recognizes a retried write by (address, port, seq) and
+applies it once, answering copies with the first reply (shim/dedup.py), so a
+retry can neither apply a write twice nor out of order, and a write answered
+ERROR stays unwritten.  A request that times out on every attempt has an
+unknown outcome: it may still take effect.
 """
 
 from __future__ import annotations

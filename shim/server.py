@@ -43,11 +43,13 @@ from distcache.hashing import N_SPINE_BUCKETS, h0
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import Coherence
+from shim.dedup import Dedup
 
 log = logging.getLogger(__name__)
 
 CoherenceAddress = Callable[[int], tuple[str, int]]
 MAX_QUEUE_DELAY = 0.1  # seconds a request may wait for the server's rate limit before it is dropped
+MAX_IN_FLIGHT = 4096  # requests being served at once; beyond, new ones are dropped and counted
 
 
 class ShimProtocol(asyncio.DatagramProtocol):
@@ -86,6 +88,8 @@ class Shim:
         self.requests: Counter[str] = Counter()
         self.malformed: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.duplicates: Counter[str] = Counter()  # retried writes not applied again: replayed / in_progress
+        self.dedup = Dedup()
         self._tasks: set[asyncio.Task] = set()
 
     # -- lifecycle --------------------------------------------------------------------
@@ -115,10 +119,21 @@ class Shim:
             return
         if msg.op in REQUEST_OPS:
             self.requests[msg.op.name] += 1
+            if len(self._tasks) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped (and counted), not queued
+                self.errors["overload"] += 1
+                return
             wait = self.limiter.reserve(MAX_QUEUE_DELAY) if self.limiter else 0.0
             if wait is None:
                 self.errors["rate_limited"] += 1
                 return
+            if msg.op != Op.GET:
+                rid = (addr[0], addr[1], msg.seq)
+                done = self.dedup.begin(rid)
+                if done is not None:  # a retry of a write already applied (or being applied): never again
+                    self.duplicates["replayed" if done else "in_progress"] += 1
+                    if done and self.transport is not None:
+                        self.transport.sendto(done, addr)
+                    return
             task = asyncio.get_running_loop().create_task(self._serve(msg, addr, wait))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -135,8 +150,11 @@ class Shim:
         def reply(status: Status, value: bytes = b"") -> None:
             nonlocal replied
             replied = True
+            data = encode(msg.reply(status, value))
+            if msg.op != Op.GET:
+                self.dedup.finish((addr[0], addr[1], msg.seq), data)
             if self.transport is not None:
-                self.transport.sendto(encode(msg.reply(status, value)), addr)
+                self.transport.sendto(data, addr)
 
         try:
             await self.handle(msg, reply)
@@ -301,6 +319,7 @@ class Shim:
             "requests": dict(self.requests),
             "malformed": dict(self.malformed),
             "errors": dict(self.errors),
+            "duplicates": dict(self.duplicates),
             "cached_keys": len(self.cached),
             "view_known": self.view_known,
             "epoch": self.epoch,

@@ -290,6 +290,47 @@ def test_server_rate_limit_queues_then_drops(redis_sock: Path, tmp_path: Path) -
         peer.close()
 
 
+def _raw_write(sock: socket.socket, port: int, key: str, value: str, seq: int) -> Message:
+    sock.sendto(encode(Message(op=Op.PUT, key=wire_key(key), seq=seq, value=value.encode())), ("127.0.0.1", port))
+    return decode(sock.recvfrom(2048)[0])
+
+
+def test_a_retried_write_is_applied_once(env) -> None:  # noqa: ANN001
+    """A's PUT, then B's PUT, then a late copy of A's PUT (a client retry): the copy gets A's reply again and
+    must not overwrite B."""
+    client, shim, _, link, r = env
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.settimeout(3)
+    try:
+        first = _raw_write(a, shim.port, "dup", "A", seq=7)
+        assert first.status == 0 and r.get(wire_key("dup")) == b"A"
+        client.put("dup", "B")
+        again = _raw_write(a, shim.port, "dup", "A", seq=7)
+        assert again == first and r.get(wire_key("dup")) == b"B"
+        assert link.stats()["duplicates"] == {"replayed": 1}
+        assert _raw_write(a, shim.port, "dup", "C", seq=8).status == 0  # a new seq is a new write
+        assert r.get(wire_key("dup")) == b"C"
+    finally:
+        a.close()
+
+
+def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # noqa: ANN001
+    """ERROR means nothing was written; a retry of that request must not write it later."""
+    client, shim, peer, link, r = env
+    client.put("k", "before")
+    link.populate(wire_key("k"), SPINE)
+    peer.mute = True
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.settimeout(3)
+    try:
+        assert _raw_write(a, shim.port, "k", "lost", seq=99).status == 2  # ERROR: the invalidation never acked
+        peer.mute = False  # the fabric works again: a re-applied write would now succeed
+        assert _raw_write(a, shim.port, "k", "lost", seq=99).status == 2
+        assert r.get(wire_key("k")) == b"before"
+    finally:
+        a.close()
+
+
 def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
     client, shim, peer, link, _ = env
     link.populate(wire_key("k"), SPINE)

@@ -21,7 +21,7 @@ STAMP := .venv/.deps-stamp
 
 .PHONY: deps build run up test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP)
+deps: $(STAMP) build/lincheck
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -34,6 +34,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	@$(PY) -c "import mininet.net, finsy, redis, scapy, numpy, scipy, matplotlib, ptf" && touch $(STAMP) && echo "deps ready"
+
+LINCHECK_SRC := tools/lincheck/go.mod tools/lincheck/go.sum $(wildcard tools/lincheck/*.go)
+
+# The linearizability checker (tools/lincheck, Go + porcupine). Debian 12's golang-go (Go 1.19) is enough.
+build/lincheck: $(LINCHECK_SRC)
+	@command -v go >/dev/null 2>&1 || { echo "installing apt packages: golang-go"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go; }
+	@mkdir -p build
+	cd tools/lincheck && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/lincheck .
 
 build: deps
 	@mkdir -p build

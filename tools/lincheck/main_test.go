@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runHistory writes lines to a temporary history file, runs lincheck on it
+// with the extra flags and returns the exit code, stdout and stderr.
+func runHistory(t *testing.T, lines []string, flags ...string) (int, string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "h.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(append([]string{"--history", path}, flags...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// op formats one history line; value and ret may be nil (JSON null).
+func op(client int, key, kind string, value *string, call int64, ret *int64) string {
+	v, r := "null", "null"
+	if value != nil {
+		v = fmt.Sprintf("%q", *value)
+	}
+	if ret != nil {
+		r = fmt.Sprint(*ret)
+	}
+	return fmt.Sprintf(`{"client": %d, "key": %q, "op": %q, "value": %s, "call": %d, "return": %s}`,
+		client, key, kind, v, call, r)
+}
+
+func s(v string) *string { return &v }
+func n(v int64) *int64   { return &v }
+
+func expect(t *testing.T, lines []string, wantCode int, wantStdout string, flags ...string) string {
+	t.Helper()
+	code, stdout, stderr := runHistory(t, lines, flags...)
+	if code != wantCode || stdout != wantStdout {
+		t.Fatalf("exit %d stdout %q, want exit %d stdout %q (stderr %q)", code, stdout, wantCode, wantStdout, stderr)
+	}
+	return stderr
+}
+
+func TestConcurrentPutGetIsLinearizable(t *testing.T) {
+	// The get overlaps the put, so it may see the old (absent) or the new
+	// value; a later get overlapping a second put may see either too.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(100)),
+		op(1, "x", "get", nil, 10, n(20)),
+		op(2, "x", "get", s("1"), 50, n(60)),
+		op(0, "x", "put", s("2"), 200, n(300)),
+		op(1, "x", "get", s("1"), 210, n(220)),
+		op(2, "x", "get", s("2"), 250, n(260)),
+		op(1, "x", "get", s("2"), 310, n(320)),
+	}, 0, "ops=7 violations=0\n")
+}
+
+func TestStaleReadAfterCompletedOverwriteIsViolation(t *testing.T) {
+	// put 2 completed before the get began, so the get must not return 1.
+	stderr := expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(0, "x", "put", s("2"), 20, n(30)),
+		op(1, "x", "get", s("1"), 40, n(50)),
+	}, 1, "ops=3 violations=1\n")
+	if stderr != "violation key=x ops=3\n" {
+		t.Fatalf("stderr %q", stderr)
+	}
+}
+
+func TestTimedOutPutLaterReadIsLinearizable(t *testing.T) {
+	// The client gave up on put 2, but it took effect later on: a read long
+	// after the timeout sees it, and one before it still sees 1.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(0, "x", "put", s("2"), 20, nil),
+		op(1, "x", "get", s("1"), 500, n(510)),
+		op(1, "x", "get", s("2"), 1000, n(1010)),
+	}, 0, "ops=4 violations=0\n")
+}
+
+func TestTimedOutPutNeverTakingEffectIsLinearizable(t *testing.T) {
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(0, "x", "put", s("2"), 20, nil),
+		op(1, "x", "get", s("1"), 1000, n(1010)),
+	}, 0, "ops=3 violations=0\n")
+}
+
+func TestTimedOutPutCannotBeUndone(t *testing.T) {
+	// Unknown outcome is not "anything goes": once 2 was read, the put of 2
+	// has happened, and nothing rewrote 1 afterwards.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(0, "x", "put", s("2"), 20, nil),
+		op(1, "x", "get", s("2"), 100, n(110)),
+		op(1, "x", "get", s("1"), 200, n(210)),
+	}, 1, "ops=4 violations=1\n")
+}
+
+func TestNeverWrittenValueIsViolation(t *testing.T) {
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(1, "x", "get", s("ghost"), 5, n(15)),
+	}, 1, "ops=2 violations=1\n")
+}
+
+func TestDeleteAndAbsent(t *testing.T) {
+	expect(t, []string{
+		op(0, "x", "get", nil, 0, n(5)),
+		op(0, "x", "put", s(""), 10, n(20)),
+		op(1, "x", "get", s(""), 30, n(40)), // empty string is a value, not absent
+		op(0, "x", "delete", nil, 50, n(60)),
+		op(1, "x", "get", nil, 70, n(80)),
+	}, 0, "ops=5 violations=0\n")
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 10, n(20)),
+		op(0, "x", "delete", nil, 50, n(60)),
+		op(1, "x", "get", s("1"), 70, n(80)),
+	}, 1, "ops=3 violations=1\n")
+	expect(t, []string{
+		op(0, "x", "put", s(""), 10, n(20)),
+		op(1, "x", "get", nil, 30, n(40)),
+	}, 1, "ops=2 violations=1\n")
+}
+
+func TestUnknownGetIsSkipped(t *testing.T) {
+	// A get that never returned claims nothing, even an impossible value.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(1, "x", "get", s("ghost"), 20, nil),
+		op(1, "x", "get", nil, 30, nil),
+	}, 0, "ops=1 violations=0\n")
+}
+
+func TestKeysAreIndependent(t *testing.T) {
+	// Reads of y are not constrained by writes to x, and the bad key is named.
+	stderr := expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(1, "y", "get", nil, 20, n(30)),
+		op(1, "x", "get", s("1"), 40, n(50)),
+		op(2, "bad key", "get", s("1"), 40, n(50)),
+	}, 1, "ops=4 violations=1\n")
+	if stderr != "violation key=\"bad key\" ops=1\n" {
+		t.Fatalf("stderr %q", stderr)
+	}
+}
+
+func TestAtMostTenViolatingKeysListed(t *testing.T) {
+	var lines []string
+	for i := 0; i < 12; i++ {
+		lines = append(lines, op(i, fmt.Sprintf("k%02d", i), "get", s("ghost"), 0, n(1)))
+	}
+	stderr := expect(t, lines, 1, "ops=12 violations=12\n")
+	if got := strings.Count(stderr, "violation key="); got != 10 {
+		t.Fatalf("%d violation lines, want 10: %q", got, stderr)
+	}
+	if !strings.Contains(stderr, "and 2 more") {
+		t.Fatalf("stderr %q", stderr)
+	}
+}
+
+func TestTimeoutReportsUnknown(t *testing.T) {
+	// A 1ns budget is spent before any key starts: every key is unknown.
+	stderr := expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		op(0, "y", "put", s("1"), 0, n(10)),
+	}, 3, "ops=2 violations=0\nunknown=2\n", "--timeout", "1ns")
+	if !strings.Contains(stderr, "unknown key=x ops=1") {
+		t.Fatalf("stderr %q", stderr)
+	}
+}
+
+func TestEmptyHistory(t *testing.T) {
+	expect(t, []string{"", "  "}, 0, "ops=0 violations=0\n")
+}
+
+func TestHTML(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.html")
+	expect(t, []string{
+		op(3, "x", "put", s("1"), 0, n(10)),
+		op(7, "x", "put", s("2"), 20, nil),
+		op(7, "y", "get", s("1"), 40, n(50)),
+	}, 1, "ops=3 violations=1\n", "--html", out)
+	html, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Descriptions are embedded as JSON strings (quotes and > escaped).
+	for _, want := range []string{`put(x)=\"1\"`, `put(x)=\"2\" (timed out)`, `get(y) -\u003e \"1\"`, "client 7, line 3"} {
+		if !bytes.Contains(html, []byte(want)) {
+			t.Errorf("HTML lacks %s", want)
+		}
+	}
+}
+
+func TestMalformedLines(t *testing.T) {
+	good := op(0, "x", "put", s("1"), 0, n(10))
+	for _, tc := range []struct{ line, want string }{
+		{`{"client": 0, "key": "x", "op": "put"`, "line 3: unexpected end"},
+		{`not json`, "line 3: invalid character"},
+		{`{"key": "x", "op": "get", "value": null, "call": 0, "return": 1}`, `line 3: missing "client"`},
+		{`{"client": 0, "op": "get", "value": null, "call": 0, "return": 1}`, `line 3: missing "key"`},
+		{`{"client": 0, "key": "x", "op": "cas", "value": "1", "call": 0, "return": 1}`, `line 3: "op" must be`},
+		{`{"client": 0, "key": "x", "op": "get", "value": null, "return": 1}`, `line 3: missing "call"`},
+		{`{"client": 0, "key": "x", "op": "get", "value": null, "call": 0}`, `line 3: missing "return"`},
+		{`{"client": 0, "key": "x", "op": "get", "call": 0, "return": 1}`, `line 3: get needs "value"`},
+		{`{"client": 0, "key": "x", "op": "get", "value": 5, "call": 0, "return": 1}`, `line 3: "value" must be`},
+		{`{"client": 0, "key": "x", "op": "put", "value": null, "call": 0, "return": 1}`, `line 3: put "value" must be a string`},
+		{`{"client": 0, "key": "x", "op": "put", "value": "1", "call": 1.5, "return": 2}`, `line 3: json: cannot unmarshal`},
+		{`{"client": 0, "key": "x", "op": "put", "value": "1", "call": 5, "return": 4}`, `line 3: "return" (4) is before "call" (5)`},
+		{`{"client": 0, "key": "x", "op": "put", "value": "1", "call": 5, "return": "6"}`, `line 3: "return" must be`},
+	} {
+		code, stdout, stderr := runHistory(t, []string{good, "", tc.line, good})
+		if code != exitBadInput || stdout != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d stdout %q stderr %q, want exit 2 and %q", tc.line, code, stdout, stderr, tc.want)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	for _, args := range [][]string{{}, {"--history"}, {"--bogus"}, {"--history", "/nonexistent/h.jsonl"}} {
+		stdout.Reset()
+		stderr.Reset()
+		if code := run(args, &stdout, &stderr); code != exitBadInput || stdout.Len() != 0 {
+			t.Errorf("%v: exit %d stdout %q, want exit 2", args, code, stdout.String())
+		}
+	}
+}

@@ -4,6 +4,7 @@
 #   make run     bring up the demo topology, run a workload, fail and recover spines, print a summary, tear down
 #   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
+#   make linearizability  record histories under faults (and with coherence broken on purpose), check them
 #   make ptf     the PTF data-plane tests on one switch in a private netns (TARGET=softswitch|bmv2)
 #   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
 #   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
@@ -19,7 +20,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run up test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build run up linearizability test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP) build/lincheck
 
@@ -60,6 +61,9 @@ run: build
 
 up: build
 	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO)
+
+linearizability: build
+	$(PY) -m dcnet.linearizability --target $(TARGET)
 
 test: deps
 	$(PY) -m pytest -q -rs

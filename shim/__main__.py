@@ -23,7 +23,10 @@ async def run(args: argparse.Namespace) -> int:
     except StopIteration:
         log.error("no storage server %r in %s", args.server, args.cluster)
         return 2
-    shim = Shim(cluster, host, args.redis_url, listen=args.listen, state_file=args.state_file)
+    peer = args.coherence_peer
+    shim = Shim(cluster, host, args.redis_url, listen=args.listen, state_file=args.state_file,
+                unsafe_ack_first=args.unsafe_ack_before_invalidate,
+                coherence_address=(lambda spine_id: peer) if peer else None)
     try:
         await shim.start()
     except (OSError, ConnectionError) as e:
@@ -43,6 +46,14 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def host_port(text: str) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` for ``--coherence-peer`` (argparse type: a bad value is a usage error)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shim", description=__doc__)
     ap.add_argument("--cluster", required=True, help="cluster.json of the deployment")
@@ -51,7 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis-url", required=True, help="e.g. unix:///run/redis.sock or redis://127.0.0.1:6379")
     ap.add_argument("--control", required=True, help="control channel: unix:/path or tcp:host:port")
     ap.add_argument("--state-file", type=Path, help="where the shim keeps the controller's partition across restarts")
+    ap.add_argument("--coherence-peer", type=host_port, metavar="HOST:PORT",
+                    help="send every coherence packet (INVALIDATE/UPDATE) to this address instead of the spines' "
+                         "10.255.0.<id>:8888; for benchmarks and tests on loopback, where a peer that reflects "
+                         "them as acks plays the switches (default: the real spine addresses)")
     ap.add_argument("--log-file", help="log here instead of stderr")
+    ap.add_argument("--unsafe-ack-before-invalidate", type=float, default=0.0, metavar="SECONDS",
+                    help="TEST ONLY: break coherence on purpose (acknowledge writes to cached keys, wait SECONDS, "
+                         "then invalidate), for the linearizability checker's control run")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args(argv)
     logging.basicConfig(filename=args.log_file, level=args.log_level.upper(),

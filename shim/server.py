@@ -66,8 +66,11 @@ class ShimProtocol(asyncio.DatagramProtocol):
 class Shim:
     def __init__(self, cluster: Cluster, server: Host, redis_url: str, listen: str | None = None,
                  port: int = DC_PORT, coherence_address: CoherenceAddress | None = None,
-                 state_file: Path | None = None) -> None:
+                 state_file: Path | None = None, unsafe_ack_first: float = 0.0) -> None:
         self.cluster, self.server = cluster, server
+        # TEST ONLY: break coherence on purpose (acknowledge a write, wait this long, then invalidate), so the
+        # linearizability check can show it catches a broken protocol (make linearizability's control run)
+        self.unsafe_ack_first = unsafe_ack_first
         self.state_file = state_file
         self.listen, self.port = listen or server.ip, port
         self.redis = aioredis.from_url(redis_url)
@@ -175,6 +178,13 @@ class Shim:
             cached = bool(self.cached.get(msg.key)) or not self.view_known
             seq = self.coherence.next_seq()
             paths = self._paths(msg.key)
+            if cached and self.unsafe_ack_first and msg.op == Op.PUT:  # the deliberately broken order (tests)
+                await self.redis.set(msg.key, msg.value)
+                reply(Status.OK)
+                await asyncio.sleep(self.unsafe_ack_first)
+                if await self._invalidate(msg.key, seq, paths) and len(msg.value) <= MAX_CACHEABLE:
+                    await self._update(msg.key, seq, msg.value, paths)
+                return
             if cached and not await self._invalidate(msg.key, seq, paths):
                 self.errors["invalidate_timeout"] += 1
                 reply(Status.ERROR)  # copies may still be valid: do not write

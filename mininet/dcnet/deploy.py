@@ -178,9 +178,10 @@ class _Readers(dict):
 
 class Deployment:
     def __init__(self, cluster: Cluster, target: str = "softswitch", run_dir: Path | None = None,
-                 pcap: bool = False, quiet: bool = True) -> None:
+                 pcap: bool = False, quiet: bool = True, shim_args: list[str] | None = None) -> None:
         check_target(target)
         self.cluster, self.target, self.pcap = cluster, target, pcap
+        self.shim_args = list(shim_args or [])  # extra shim options (tests: e.g. a deliberately broken mode)
         self.run_dir = run_dir or new_run_dir()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
@@ -326,7 +327,7 @@ class Deployment:
             sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server", h.name,
             "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
             "--state-file", str(self.run_dir / f"shim-{h.name}.state.json"),
-            "--log-file", str(self.run_dir / f"shim-{h.name}.log")])
+            "--log-file", str(self.run_dir / f"shim-{h.name}.log"), *self.shim_args])
         _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
         self.shim_procs[h.name] = shim
         return shim

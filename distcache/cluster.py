@@ -112,6 +112,7 @@ class Cluster:
     server_rate: float = 0.0  # requests per second each storage server serves (its shim's token bucket); 0: no limit
     server_burst: int = 32
     link_mbps: float = 0.0  # bandwidth of every emulated link in Mbit/s (Mininet TCLink); 0: no limit
+    redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
 
     def __post_init__(self) -> None:
@@ -123,6 +124,8 @@ class Cluster:
             raise ValueError("cluster too large for 8-bit switch ids (≤63 spines, ≤64 storage racks)")
         if self.servers_per_rack > 250 or self.clients_per_rack > 250:
             raise ValueError("at most 250 hosts per rack (one /24 each)")
+        if self.redis_appendfsync not in ("always", "everysec", "no"):
+            raise ValueError(f"redis_appendfsync must be always, everysec or no, not {self.redis_appendfsync!r}")
         if self.server_rate < 0 or self.link_mbps < 0 or self.server_burst < 1:
             raise ValueError("server_rate and link_mbps must be >= 0 (0: no limit) and server_burst >= 1")
 

@@ -36,6 +36,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from controller.partition import spine_buckets
 from distcache.cluster import MAX_SPINES, Cluster, Host
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 CoherenceAddress = Callable[[int], tuple[str, int]]
 MAX_QUEUE_DELAY = 0.1  # seconds a request may wait for the server's rate limit before it is dropped
 MAX_IN_FLIGHT = 4096  # requests being served at once; beyond, new ones are dropped and counted
+REDIS_WATCH_INTERVAL = 0.2  # seconds between checks that the shim's redis-server is the same process
 
 
 class ShimProtocol(asyncio.DatagramProtocol):
@@ -93,16 +96,51 @@ class Shim:
         self.errors: Counter[str] = Counter()
         self.duplicates: Counter[str] = Counter()  # retried writes not applied again: replayed / in_progress
         self.dedup = Dedup()
+        self._watcher: asyncio.Task | None = None
+        self._redis_run_id = ""
+        self.redis_down = False
+        self.redis_restarts = 0
+        self.resynced: Counter[str] = Counter()  # cached copies populated again after a Redis restart, by state
         self._tasks: set[asyncio.Task] = set()
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         await self.redis.ping()
+        self._redis_run_id = (await self.redis.info("server"))["run_id"]
         loop = asyncio.get_running_loop()
         self.transport, _ = await loop.create_datagram_endpoint(lambda: ShimProtocol(self),
                                                                 local_addr=(self.listen, self.port))
+        self._watcher = loop.create_task(self._watch_redis())
+
+    async def _watch_redis(self) -> None:
+        """Notice a restart of the shim's redis-server (a new run_id) and resynchronize the caches.
+
+        A restarted Redis holds what its append-only file kept: with ``appendfsync always`` every
+        acknowledged write, with a laxer policy possibly less.  Copies in switches may hold values
+        it no longer has, and the shim cannot vouch for them: every cached key is populated again
+        (phase 1 invalidates every copy, phase 2 fills it with what Redis holds now).
+        """
+        while True:
+            await asyncio.sleep(REDIS_WATCH_INTERVAL)
+            try:
+                run_id = (await self.redis.info("server"))["run_id"]
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                self.redis_down = True
+                continue
+            self.redis_down = False
+            if run_id == self._redis_run_id:
+                continue
+            self._redis_run_id = run_id
+            self.redis_restarts += 1
+            keys = [(k, sorted(sw)) for k, sw in self.cached.items()]
+            log.warning("redis-server restarted: resynchronizing %d cached keys", len(keys))
+            for key, switches in keys:
+                for sw in switches:
+                    self.resynced[await self.populate(key, sw)] += 1
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self.transport is not None:
             self.transport.close()
         for t in list(self._tasks):
@@ -161,6 +199,14 @@ class Shim:
 
         try:
             await self.handle(msg, reply)
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            self.errors["redis_unavailable"] += 1
+            if msg.op == Op.GET and not replied:
+                reply(Status.ERROR)  # a failed read changed nothing
+            # a write may or may not have reached Redis before the connection broke: ERROR would claim
+            # "nothing written", which may be false, so it gets no answer (the client's outcome: unknown)
+            # and its retries are dropped as in progress (shim/dedup.py)
+            log.warning("request %s: redis unavailable: %s", msg.op.name, e)
         except Exception as e:  # noqa: BLE001 - a failing request must not take the shim down
             log.exception("request %s failed", msg.op.name)
             self.errors[type(e).__name__] += 1
@@ -330,6 +376,9 @@ class Shim:
             "malformed": dict(self.malformed),
             "errors": dict(self.errors),
             "duplicates": dict(self.duplicates),
+            "redis_restarts": self.redis_restarts,
+            "redis_down": self.redis_down,
+            "resynced": dict(self.resynced),
             "cached_keys": len(self.cached),
             "view_known": self.view_known,
             "epoch": self.epoch,

@@ -192,6 +192,7 @@ class Deployment:
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self.agent_procs: dict[str, subprocess.Popen] = {}
         self.shim_procs: dict[str, subprocess.Popen] = {}
+        self.redis_procs: dict[str, subprocess.Popen] = {}
         self._agent_files: tuple[Path, Path] | None = None
         self._clients: list[ClientProcess] = []
         self._old_handlers: dict[int, object] = {}
@@ -308,14 +309,29 @@ class Deployment:
         return proc
 
     def _start_storage(self, h: Host) -> None:
+        self.start_redis(h)
+        self.start_shim(h)
+
+    def start_redis(self, h: Host) -> subprocess.Popen:
+        """Start (or restart) the redis-server of storage server ``h``, durable by its append-only file
+        (fsync policy: the cluster's ``redis_appendfsync``; a restart reloads what the file kept)."""
         node = self.net[h.name]
         sock = self.redis_socket(h)
+        sock.unlink(missing_ok=True)
         redis = self._popen(f"redis-{h.name}", node, [
             "redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(self.run_dir),
+            "--save", "", "--appendonly", "yes", "--appendfsync", self.cluster.redis_appendfsync,
+            "--appenddirname", f"redis-{h.name}.aof", "--daemonize", "no", "--dir", str(self.run_dir),
             "--logfile", str(self.run_dir / f"redis-{h.name}.log")])
         _wait_for_path(sock, redis, 10.0, f"redis-server on {h.name}")
-        self.start_shim(h)
+        self.redis_procs[h.name] = redis
+        return redis
+
+    def kill_redis(self, name: str) -> None:
+        """Kill the redis-server of storage server ``name`` at once (SIGKILL, like a crash)."""
+        proc = self.redis_procs.pop(name)
+        proc.kill()
+        proc.wait(5)
 
     def start_shim(self, h: Host) -> subprocess.Popen:
         """Start (or restart) the shim of storage server ``h`` in its namespace; returns once it listens."""

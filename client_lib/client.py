@@ -148,6 +148,44 @@ class Client(_Base):
         """Read ``key`` and say how it was served (cache or server, latency)."""
         return self._call(Op.GET, key)
 
+    def mget(self, keys: list[str | bytes]) -> list[bytes | None]:
+        """The values of ``keys`` (None where absent), read with every request in flight at once.
+
+        Each key is still its own request (to its own server, maybe answered by a cache); the
+        ones without a reply are sent again, up to ``retries`` times, and RequestTimeout names
+        how many never got one.
+        """
+        reqs = [self._prepare(Op.GET, k) for k in keys]
+        pending = {req.seq: (i, req, addr) for i, (req, addr) in enumerate(reqs)}
+        out: list[bytes | None] = [None] * len(reqs)
+        for attempt in range(1, self.retries + 2):
+            for _, req, addr in pending.values():
+                self.sock.sendto(encode(req), addr)
+            sent = time.perf_counter()
+            deadline = sent + self.timeout
+            while pending and (left := deadline - time.perf_counter()) > 0:
+                self.sock.settimeout(left)
+                try:
+                    raw, _ = self.sock.recvfrom(65535)
+                except TimeoutError:
+                    break
+                try:
+                    seq = decode(raw).seq
+                except WireError:
+                    continue
+                if seq not in pending:
+                    continue
+                i, req, _ = pending[seq]
+                m = self._matches(req, raw)
+                if m is not None:
+                    out[i] = self._reply(req, m, time.perf_counter() - sent, attempt).value
+                    del pending[seq]
+            if not pending:
+                return out
+        first = next(iter(pending.values()))
+        raise RequestTimeout(f"{len(pending)} of {len(keys)} reads got no reply after {self.retries + 1} attempts "
+                             f"of {self.timeout}s (e.g. from {first[2][0]}:{first[2][1]}); is the storage up?")
+
     def get(self, key: str | bytes) -> bytes | None:
         """The value of ``key``, or None if it does not exist."""
         return self.get_reply(key).value
@@ -233,6 +271,10 @@ class AsyncClient(_Base):
 
     async def get(self, key: str | bytes) -> bytes | None:
         return (await self.get_reply(key)).value
+
+    async def mget(self, keys: list[str | bytes]) -> list[bytes | None]:
+        """The values of ``keys`` (None where absent), every read in flight at once."""
+        return list(await asyncio.gather(*(self.get(k) for k in keys)))
 
     async def put(self, key: str | bytes, value: bytes | str) -> None:
         await self._call(Op.PUT, key, _value(value))

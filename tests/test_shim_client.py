@@ -290,6 +290,32 @@ def test_server_rate_limit_queues_then_drops(redis_sock: Path, tmp_path: Path) -
         peer.close()
 
 
+def test_mget_reads_many_keys_at_once_sync_and_async(env) -> None:  # noqa: ANN001
+    client, shim, _, _, _ = env
+    for i in range(20):
+        client.put(f"m{i}", f"value{i}")
+    keys = [f"m{i}" for i in range(20)] + ["missing"]
+    expected = [f"value{i}".encode() for i in range(20)] + [None]
+    assert client.mget(keys) == expected
+    assert client.mget([]) == []
+
+    async def amget() -> list[bytes | None]:
+        async with AsyncClient(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=3.0) as c:
+            return await c.mget(keys)
+
+    assert asyncio.run(amget()) == expected
+
+
+def test_mget_without_a_server_names_the_missing_replies() -> None:
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", port), timeout=0.05, retries=1) as c:
+        with pytest.raises(RequestTimeout, match="3 of 3 reads got no reply after 2 attempts"):
+            c.mget(["a", "b", "c"])
+    dead.close()
+
+
 def _raw_write(sock: socket.socket, port: int, key: str, value: str, seq: int) -> Message:
     sock.sendto(encode(Message(op=Op.PUT, key=wire_key(key), seq=seq, value=value.encode())), ("127.0.0.1", port))
     return decode(sock.recvfrom(2048)[0])

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 CoherenceAddress = Callable[[int], tuple[str, int]]
 MAX_QUEUE_DELAY = 0.1  # seconds a request may wait for the server's rate limit before it is dropped
 MAX_IN_FLIGHT = 4096  # requests being served at once; beyond, new ones are dropped and counted
+MGETS_IN_FLIGHT = 2  # read batches at Redis at once (more reads queue and leave with the next batch)
+MAX_BATCH = 256  # reads per MGET
 REDIS_WATCH_INTERVAL = 0.2  # seconds between checks that the shim's redis-server is the same process
 
 
@@ -102,6 +104,10 @@ class Shim:
         self.redis_restarts = 0
         self.resynced: Counter[str] = Counter()  # cached copies populated again after a Redis restart, by state
         self._tasks: set[asyncio.Task] = set()
+        self._gets: list[tuple[Message, tuple[str, int]]] = []  # reads waiting for the next MGET
+        self._mgets_in_flight = 0
+        self._flush_scheduled = False
+        self.batches = 0
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -160,7 +166,7 @@ class Shim:
             return
         if msg.op in REQUEST_OPS:
             self.requests[msg.op.name] += 1
-            if len(self._tasks) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped (and counted), not queued
+            if len(self._tasks) + len(self._gets) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
                 self.errors["overload"] += 1
                 return
             wait = self.limiter.reserve(MAX_QUEUE_DELAY) if self.limiter else 0.0
@@ -175,6 +181,9 @@ class Shim:
                     if done and self.transport is not None:
                         self.transport.sendto(done, addr)
                     return
+            if msg.op == Op.GET and not wait:
+                self._batch_get(msg, addr)
+                return
             task = asyncio.get_running_loop().create_task(self._serve(msg, addr, wait))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -182,6 +191,54 @@ class Shim:
             self.coherence.on_ack(msg)
         else:
             self.malformed["unexpected_op"] += 1
+
+    # -- reads, batched ------------------------------------------------------------------
+    def _batch_get(self, msg: Message, addr: tuple[str, int]) -> None:
+        """Queue a read; queued reads go to Redis together, as one MGET.
+
+        At most MGETS_IN_FLIGHT batches are at Redis at once; reads arriving meanwhile queue up
+        and leave as the next batch when one comes back.  Under load one round trip (and one task)
+        serves many reads, which is what lets one Python process keep up with Redis; when idle a
+        read leaves at once.  Reads take no lock: each is linearized where Redis executes it.
+        """
+        self._gets.append((msg, addr))
+        if self._mgets_in_flight < MGETS_IN_FLIGHT and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_gets)
+
+    def _flush_gets(self) -> None:
+        self._flush_scheduled = False
+        if not self._gets or self._mgets_in_flight >= MGETS_IN_FLIGHT:
+            return
+        batch, self._gets = self._gets[:MAX_BATCH], self._gets[MAX_BATCH:]
+        self._mgets_in_flight += 1
+        task = asyncio.get_running_loop().create_task(self._serve_gets(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve_gets(self, batch: list[tuple[Message, tuple[str, int]]]) -> None:
+        try:
+            values = await self.redis.mget([m.key for m, _ in batch])
+        except Exception as e:  # noqa: BLE001 - a failed read changed nothing: answer ERROR, keep serving
+            self.errors["redis_unavailable" if isinstance(e, (RedisConnectionError, RedisTimeoutError))
+                        else type(e).__name__] += len(batch)
+            values = None
+        finally:
+            self._mgets_in_flight -= 1
+            if self._gets and not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush_gets)
+        send = self.transport.sendto if self.transport is not None else None
+        if send is None:
+            return
+        for i, (m, addr) in enumerate(batch):
+            if values is None:
+                send(encode(m.reply(Status.ERROR)), addr)
+            elif values[i] is None:
+                send(encode(m.reply(Status.NOT_FOUND)), addr)
+            else:
+                send(encode(m.reply(Status.OK, values[i])), addr)
+        self.batches += 1
 
     async def _serve(self, msg: Message, addr: tuple[str, int], wait: float = 0.0) -> None:
         replied = False

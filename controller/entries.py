@@ -70,12 +70,20 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
     def kind(port: int, k: PortKind) -> None:
         p.entries.append(Entry(n.PORT_KIND, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_KIND, (("kind", int(k)),)))
 
+    def source(port: int, prefix: str) -> None:
+        """Packets from client port ``port`` must come from ``prefix`` (anti-spoofing, DcValidation)."""
+        net = ipaddress.IPv4Network(prefix)
+        p.entries.append(Entry(n.CLIENT_SOURCE, ((n.KEY_INGRESS_PORT, port), (n.KEY_IPV4_SRC, Match(
+            int(net.network_address), prefix_len=net.prefixlen))), n.SOURCE_OK))
+
     if sw.role in (Role.STORAGE_LEAF, Role.CLIENT_LEAF):
         hosts = [h for h in cluster.hosts() if h.switch == sw.name]
         host_kind = PortKind.STORAGE if sw.role == Role.STORAGE_LEAF else PortKind.CLIENT
         for h in hosts:
             kind(h.port, host_kind)
             p.entries.append(_route(f"{h.ip}/32", h.mac, h.port))
+            if host_kind == PortKind.CLIENT:
+                source(h.port, f"{h.ip}/32")
         uplinks = {port: name for port, name in ports.items() if name.startswith("sp")}
         for port in uplinks:
             kind(port, PortKind.FABRIC)
@@ -108,6 +116,7 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
             else:
                 kind(port, PortKind.CLIENT)
                 p.entries.append(_route(f"10.2.{leaf.switch_id - 128}.0/24", leaf.mac, port))
+                source(port, f"10.2.{leaf.switch_id - 128}.0/24")
     if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
         p.defaults.append(Entry(n.DETECTOR_CONFIG, (), n.SET_DETECTOR,
                                 (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift))))

@@ -18,7 +18,7 @@ from distcache import p4names as n
 
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
 PLANNED_TABLES = frozenset({n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS, n.SPINE_PARTITION,
-                            n.STORAGE_RACK, n.CACHE_ROUTE})
+                            n.STORAGE_RACK, n.CACHE_ROUTE, n.CLIENT_SOURCE})
 
 BATCH = 1024
 

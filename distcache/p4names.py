@@ -12,6 +12,7 @@ from enum import IntEnum
 # tables (p4c names an entity by its control instance path: DcIngress.<control>.<name>)
 SWITCH_CONFIG = "DcIngress.config.switch_config"
 PORT_KIND = "DcIngress.config.port_kind"
+CLIENT_SOURCE = "DcIngress.validation.client_source"
 LOAD_WINDOW = "DcIngress.config.load_window"
 CACHE_LOOKUP = "DcIngress.cache.cache_lookup"
 SPINE_PARTITION = "DcIngress.routing.spine_partition"
@@ -26,6 +27,7 @@ HH_RACKS = "DcIngress.detector.hh_racks"
 NO_ACTION = "NoAction"
 SET_CONFIG = "DcIngress.config.set_config"
 SET_PORT_KIND = "DcIngress.config.set_port_kind"
+SOURCE_OK = "DcIngress.validation.source_ok"
 SET_LOAD_WINDOW = "DcIngress.config.set_load_window"
 CACHE_HIT = "DcIngress.cache.cache_hit"
 CACHE_MISS = "DcIngress.cache.cache_miss"
@@ -62,6 +64,7 @@ CACHE_HITS = "DcIngress.cache.cache_hits"
 # match field names (p4c names a key by its expression)
 KEY_INGRESS_PORT = "standard_metadata.ingress_port"
 KEY_IPV4_DST = "hdr.ipv4.dstAddr"
+KEY_IPV4_SRC = "hdr.ipv4.srcAddr"
 KEY_DC_KEY = "hdr.dc.key"
 KEY_DC_TARGET = "hdr.dc.target"
 KEY_BUCKET = "meta.bucket"
@@ -74,6 +77,7 @@ MAX_SWITCHES = 256
 N_DROP_REASONS = 16
 N_STATS = 16
 MAX_PORTS = 64
+CLIENT_SOURCES = 1024
 MAX_ROUTES = 1024
 LOAD_WINDOW_SHIFT = 20
 HH_CM_WIDTH = 16384
@@ -94,6 +98,7 @@ class DropReason(IntEnum):
     PARSER_OTHER = 6
     NOT_IPV4 = 7
     IP_OPTIONS = 8
+    SPOOFED = 9
 
 
 class Stat(IntEnum):

@@ -65,6 +65,7 @@ const bit<32> DROP_NO_ROUTE = 5;
 const bit<32> DROP_PARSER_OTHER = 6;
 const bit<32> DROP_NOT_IPV4 = 7;
 const bit<32> DROP_IP_OPTIONS = 8;
+const bit<32> DROP_SPOOFED = 9;
 
 /* ---- indexes of the dc_stats counter (p4names.Stat) ---- */
 const bit<32> STAT_READ_HIT = 0;

@@ -13,6 +13,7 @@
 #define N_DROP_REASONS 16
 #define N_STATS 16
 #define MAX_PORTS 64
+#define CLIENT_SOURCES 1024 /* client_source entries: one per client host, or per client rack at a spine */
 #define MAX_ROUTES 1024
 
 /* Load windows last 2^LOAD_WINDOW_SHIFT us of ingress_global_timestamp

@@ -27,9 +27,9 @@ from softswitch.state import SwitchState
 
 PROGRAM = Program(
     "distcache",
-    actions=(Action(n.NO_ACTION), *config.ACTIONS, *cache.ACTIONS, *detector.ACTIONS, *routing.ACTIONS,
-             *forwarding.ACTIONS),
-    tables=(*config.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES, *forwarding.TABLES),
+    actions=(Action(n.NO_ACTION), *config.ACTIONS, *validation.ACTIONS, *cache.ACTIONS, *detector.ACTIONS,
+             *routing.ACTIONS, *forwarding.ACTIONS),
+    tables=(*config.TABLES, *validation.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES, *forwarding.TABLES),
     registers=(*shared.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS, *telemetry.REGISTERS),
     counters=(*shared.COUNTERS, *cache.COUNTERS),
     digests=detector.DIGESTS,

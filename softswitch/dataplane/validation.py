@@ -6,9 +6,17 @@ from distcache import p4names as n
 from distcache.cluster import PortKind
 from distcache.p4names import DropReason
 from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN, Op
-from softswitch.dataplane.header import Headers, Meta
+from softswitch.dataplane.header import IP_SRC, Headers, Meta
 from softswitch.dataplane.parser import DC_BAD_CHUNKS, DC_BAD_VERSION, NO_ERROR, PACKET_TOO_SHORT
+from softswitch.program import Action, MatchField, Table
 from softswitch.state import SwitchState
+
+ACTIONS = (Action(n.SOURCE_OK, ()),)
+
+TABLES = (
+    Table(n.CLIENT_SOURCE, (MatchField(n.KEY_INGRESS_PORT, 9, "exact"), MatchField(n.KEY_IPV4_SRC, 32, "lpm")),
+          (n.SOURCE_OK, n.NO_ACTION), n.NO_ACTION, size=n.CLIENT_SOURCES),
+)
 
 KNOWN_OPS = frozenset(int(o) for o in Op)
 COHERENCE_OPS = frozenset({int(Op.INVALIDATE), int(Op.UPDATE)})
@@ -31,6 +39,9 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         reason = DropReason.PARSER_OTHER
     elif h.ipv4 is None:
         reason = DropReason.NOT_IPV4
+    elif m.port_kind == PORT_CLIENT and not state.tables[n.CLIENT_SOURCE].lookup(
+            m.ingress_port, int.from_bytes(h.ipv4[IP_SRC], "big"))[2]:
+        reason = DropReason.SPOOFED
     elif dc is None:
         m.dropped = False  # plain IPv4: routed by DcForwarding
         return

@@ -37,6 +37,8 @@ MUTANTS = (
     Mutant("untrusted-coherence drop removed", "control/validation.p4",
            "(op == OP_INVALIDATE || op == OP_UPDATE) && meta.port_kind != PORT_STORAGE", "false"),
     Mutant("FLAG_CACHED changed", "define.p4", "FLAG_CACHED = 0x01;", "FLAG_CACHED = 0x02;"),
+    Mutant("anti-spoofing check removed", "control/validation.p4",
+           "!client_source.apply().hit", "!(client_source.apply().hit || true)"),
     Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 1;", "DC_VERSION = 2;"),
     Mutant("crc32 made crc16", "control/routing.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
     Mutant("IP options accepted by the parser (not extracted)", "parser.p4",

@@ -2,7 +2,12 @@
  * dc_drops under one reason and dropped here, before any other control looks
  * at it.  Trust follows the port kinds: only storage servers may write caches
  * (INVALIDATE, UPDATE), and nothing that enters from a client port may look
- * like it came from a switch or a server (acknowledgements, replies).
+ * like it came from a switch or a server (acknowledgements, replies).  A
+ * packet from a client port must also carry a source address that belongs
+ * behind that port (client_source: the host's address at its leaf, the
+ * rack's prefix at a spine): no client can spoof another host, so none can
+ * aim replies (up to 26 times the request's size) at a victim, or pass for
+ * another client in the shims' retry detection.
  */
 #ifndef DC_VALIDATION_P4
 #define DC_VALIDATION_P4
@@ -12,6 +17,18 @@ control DcValidation(inout headers_t hdr,
                      inout standard_metadata_t standard_metadata) {
 
     bit<32> reason = 0;
+
+    action source_ok() { }
+
+    table client_source {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.ipv4.srcAddr: lpm;
+        }
+        actions = { source_ok; NoAction; }
+        default_action = NoAction();
+        size = CLIENT_SOURCES;
+    }
 
     apply {
         meta.dropped = 1;
@@ -25,6 +42,8 @@ control DcValidation(inout headers_t hdr,
             reason = DROP_PARSER_OTHER;
         } else if (!hdr.ipv4.isValid()) {
             reason = DROP_NOT_IPV4;
+        } else if (meta.port_kind == PORT_CLIENT && !client_source.apply().hit) {
+            reason = DROP_SPOOFED;
         } else if (!hdr.dc.isValid()) {
             meta.dropped = 0;  /* plain IPv4: routed by DcForwarding */
         } else {

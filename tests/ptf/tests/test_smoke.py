@@ -37,6 +37,8 @@ class RoutedFrame(P4RuntimeTest):
 
     def runTest(self) -> None:
         self.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 1}, n.SET_PORT_KIND, {"kind": int(PortKind.CLIENT)})
+        self.insert(n.CLIENT_SOURCE, {n.KEY_INGRESS_PORT: 1, n.KEY_IPV4_SRC: Match(ip("10.0.1.1"), prefix_len=32)},
+                    n.SOURCE_OK)
         self.insert(n.IPV4_LPM, {n.KEY_IPV4_DST: Match(ip("10.0.2.2"), prefix_len=32)}, n.SET_NHOP,
                     {"dmac": mac(NHOP_MAC), "port": 2})
         self.send(1, udp("10.0.2.2"))

@@ -6,7 +6,7 @@ port 1 faces its server (storage), ports 2 and 3 the spines (fabric).
 
 from __future__ import annotations
 
-from scapy.layers.inet import IP
+from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
@@ -14,7 +14,22 @@ from distcache import p4names as n
 from distcache.cluster import Mechanism, Role
 from distcache.p4names import DropReason
 from distcache.wire import DC_PORT, Message, Op, encode
-from tests.ptf.dctest import CL0, CLIENT, CLIENT_PORT, KEY, SERVER, SL0, SP0, C, DcTest, dc_frame, routed
+from tests.ptf.dctest import (
+    CL0,
+    CLIENT,
+    CLIENT_PORT,
+    HOST_MAC,
+    KEY,
+    SERVER,
+    SERVER1,
+    SL0,
+    SP0,
+    SWITCH_MAC,
+    C,
+    DcTest,
+    dc_frame,
+    routed,
+)
 
 GET = encode(Message(op=Op.GET, key=KEY, target=SL0.switch_id))
 PUT = encode(Message(op=Op.PUT, key=KEY, value=b"a" * 20))
@@ -165,6 +180,39 @@ class ReplyFromClientLeafIsUntrustedAtSpine(_Drop):
         forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, leaf_id=SL0.switch_id, leaf_load=7)
         self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT),
                      DropReason.UNTRUSTED)
+
+
+class SpoofedSourceFromClientIsDropped(_Drop):
+    """A client sending as another host (here: a storage server) is dropped at its leaf: it could otherwise aim
+    replies at a victim, or pass for another client in the shims' retry detection."""
+
+    role = CL0
+
+    def runTest(self) -> None:
+        self.dropped(1, dc_frame(SERVER.ip, SERVER1.ip, Message(op=Op.GET, key=KEY, seq=1)), DropReason.SPOOFED)
+
+
+class SpoofedPlainUdpFromClientIsDropped(_Drop):
+    role = CL0
+
+    def runTest(self) -> None:
+        pkt = Ether(src=HOST_MAC, dst=SWITCH_MAC) / IP(src=C.client(1, 0).ip, dst=SERVER.ip) / UDP(
+            sport=4000, dport=5000) / Raw(b"x" * 20)
+        self.dropped(1, pkt, DropReason.SPOOFED)
+
+
+class SpineAcceptsOnlyTheClientRackPrefix(_Drop):
+    """At a spine, a client-rack port carries its rack's prefix only: rack 1's address from rack 0's port is
+    spoofed; rack 0's own addresses pass."""
+
+    role = SP0
+
+    def runTest(self) -> None:
+        get = Message(op=Op.GET, key=KEY, seq=1, target=SP0.switch_id)
+        self.send(3, dc_frame("10.2.0.77", SERVER.ip, get))  # any host of rack 0
+        port, _ = self.receive()
+        self.assertNotEqual(port, 3)
+        self.dropped(3, dc_frame(C.client(1, 0).ip, SERVER.ip, get), DropReason.SPOOFED)
 
 
 class NoConfigNoDistCache(DcTest):

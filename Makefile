@@ -9,6 +9,7 @@
 #   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
 #   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
 #   make bench   softswitch pipeline throughput per path (pkt/s)
+#   make bench-shim  shim GET/PUT throughput and write latency vs redis-benchmark (loopback, its own redis-server)
 #   make clean   remove build outputs, run folders and any leftover Mininet state
 
 SHELL := /bin/bash
@@ -20,7 +21,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run up linearizability test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build run up linearizability bench-shim test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP) build/lincheck
 
@@ -85,6 +86,9 @@ figures: deps
 
 bench: deps
 	$(PY) -m bench.pipeline
+
+bench-shim: deps
+	$(PY) -m bench.shim $(if $(PROFILE),--profile $(PROFILE))
 
 lint: deps
 	$(PY) -m ruff check .

@@ -46,6 +46,7 @@ from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import Coherence
 from shim.dedup import Dedup
+from shim.redis_writes import WriteBatcher
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Shim:
         self.state_file = state_file
         self.listen, self.port = listen or server.ip, port
         self.redis = aioredis.from_url(redis_url)
+        self.writes = WriteBatcher(self.redis)
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
         self.buckets: list[int] = spine_buckets([cluster.spine(i).switch_id for i in range(cluster.spines)])
         self.down: set[int] = set()  # switches the controller declared down: no acks awaited from them
@@ -282,7 +284,7 @@ class Shim:
             seq = self.coherence.next_seq()
             paths = self._paths(msg.key)
             if cached and self.unsafe_ack_first and msg.op == Op.PUT:  # the deliberately broken order (tests)
-                await self.redis.set(msg.key, msg.value)
+                await self.writes.set(msg.key, msg.value)
                 reply(Status.OK)
                 await asyncio.sleep(self.unsafe_ack_first)
                 if await self._invalidate(msg.key, seq, paths) and len(msg.value) <= MAX_CACHEABLE:
@@ -293,10 +295,10 @@ class Shim:
                 reply(Status.ERROR)  # copies may still be valid: do not write
                 return
             if msg.op == Op.PUT:
-                await self.redis.set(msg.key, msg.value)
+                await self.writes.set(msg.key, msg.value)
                 status = Status.OK
             else:
-                status = Status.OK if await self.redis.delete(msg.key) else Status.NOT_FOUND
+                status = Status.OK if await self.writes.delete(msg.key) else Status.NOT_FOUND
             reply(status)  # safe before phase 2: every copy is invalid
             if cached and msg.op == Op.PUT and len(msg.value) <= MAX_CACHEABLE:
                 await self._update(msg.key, seq, msg.value, paths)  # still under the key's lock

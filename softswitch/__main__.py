@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="distcache",
                    help=f"pipeline: {', '.join(sorted(PIPELINES))} or module:Class (default distcache)")
     p.add_argument("--pcap-dir", help="write <iface>_in.pcap / <iface>_out.pcap captures here")
+    p.add_argument("--egress-loss", type=float, default=0.0, metavar="PERCENT",
+                   help="lose this percentage of transmitted frames, like `tc netem loss` on every link (fault "
+                        "injection for tests, where the kernel has no netem; default 0)")
     p.add_argument("--log-file", help="log to this file instead of stderr")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -60,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ports[port] = iface
     if args.device_id <= 0:
         parser.error("--device-id must be > 0")
+    if not 0 <= args.egress_loss < 100:
+        parser.error("--egress-loss must be a percentage in [0, 100)")
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         filename=args.log_file,
@@ -69,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         pipeline = load_pipeline(args.pipeline)
         switch = SoftSwitch(pipeline, device_id=args.device_id, grpc_addr=args.grpc_addr, ports=ports,
-                            pcap_dir=args.pcap_dir)
+                            pcap_dir=args.pcap_dir, egress_loss=args.egress_loss / 100)
         switch.start()
     except Exception as e:
         log.error("cannot start: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import random
 import selectors
 import socket
 import struct
@@ -84,6 +85,7 @@ class PortStats:
     rx: int = 0
     tx: int = 0
     tx_errors: int = 0
+    tx_lost: int = 0  # dropped on purpose by the emulated link loss (--egress-loss)
 
 
 @dataclass
@@ -125,8 +127,12 @@ class PortSet:
     (safe in a signal handler) ends a wait at once.
     """
 
-    def __init__(self, ports: Mapping[int, str], pcap_dir: str | Path | None = None) -> None:
+    def __init__(self, ports: Mapping[int, str], pcap_dir: str | Path | None = None, egress_loss: float = 0.0) -> None:
         self.ports: dict[int, Port] = {n: Port(n, iface, stats=PortStats()) for n, iface in sorted(ports.items())}
+        # fraction of transmitted frames lost on purpose, as `tc netem loss` would on the link (for fault
+        # injection where the kernel has no netem); 0 in normal operation
+        self.egress_loss = egress_loss
+        self._rng = random.Random()
         self.pcap_dir = Path(pcap_dir) if pcap_dir else None
         self.tx_no_port = 0
         self._sel = selectors.DefaultSelector()
@@ -220,6 +226,9 @@ class PortSet:
             self.tx_no_port += 1
             return False
         assert p.stats is not None
+        if self.egress_loss and self._rng.random() < self.egress_loss:
+            p.stats.tx_lost += 1
+            return True  # it left the switch; the link lost it
         try:
             p.sock.send(frame)
         except OSError as e:  # EAGAIN/ENOBUFS under load, ENETDOWN, EMSGSIZE: a drop, not a crash

@@ -88,13 +88,14 @@ class SoftSwitch:
     """A running softswitch: state, P4Runtime server, ports and the packet loop."""
 
     def __init__(self, pipeline: Pipeline, *, device_id: int = 1, grpc_addr: str = DEFAULT_GRPC_ADDR,
-                 ports: Mapping[int, str] | None = None, pcap_dir: str | Path | None = None) -> None:
+                 ports: Mapping[int, str] | None = None, pcap_dir: str | Path | None = None,
+                 egress_loss: float = 0.0) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
         self.state = SwitchState(pipeline.program)
         self.server = P4RuntimeServer(self.state, device_id, grpc_addr)
         self.server.service.on_commit = self._on_commit
-        self.ports = PortSet(ports or {}, pcap_dir)
+        self.ports = PortSet(ports or {}, pcap_dir, egress_loss)
         self.stats = RuntimeStats()
         self._errors = _RateLimitedLog(log)
         self._stop = threading.Event()

@@ -178,10 +178,12 @@ class _Readers(dict):
 
 class Deployment:
     def __init__(self, cluster: Cluster, target: str = "softswitch", run_dir: Path | None = None,
-                 pcap: bool = False, quiet: bool = True, shim_args: list[str] | None = None) -> None:
+                 pcap: bool = False, quiet: bool = True, shim_args: list[str] | None = None,
+                 switch_args: list[str] | None = None) -> None:
         check_target(target)
         self.cluster, self.target, self.pcap = cluster, target, pcap
         self.shim_args = list(shim_args or [])  # extra shim options (tests: e.g. a deliberately broken mode)
+        self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
         self.run_dir = run_dir or new_run_dir()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
@@ -231,7 +233,8 @@ class Deployment:
         if self.pcap:
             (self.run_dir / "pcap").mkdir(exist_ok=True)
         topo = LeafSpineTopo(cluster=self.cluster)
-        switch = partial(P4RuntimeSwitch, run_dir=str(self.run_dir), target=self.target, pcap=self.pcap)
+        switch = partial(P4RuntimeSwitch, run_dir=str(self.run_dir), target=self.target, pcap=self.pcap,
+                         extra_args=self.switch_args)
         self.net = Mininet(topo=topo, switch=switch, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False, link=TCLink if self.cluster.link_mbps else Link)
         self.net.build()

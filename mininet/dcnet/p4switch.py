@@ -56,12 +56,13 @@ class P4RuntimeSwitch(Switch):
     """A switch whose data plane is a softswitch or BMv2 process."""
 
     def __init__(self, name: str, *, device_id: int, grpc_port: int, run_dir: str, target: str = "softswitch",
-                 pcap: bool = False, **params: object) -> None:
+                 pcap: bool = False, extra_args: tuple[str, ...] = (), **params: object) -> None:
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
         self.device_id, self.grpc_port, self.run_dir = device_id, grpc_port, Path(run_dir)
         self.target, self.pcap = target, pcap
+        self.extra_args = list(extra_args)  # appended to the switch process's command line
         self.proc: subprocess.Popen | None = None
 
     def port_args(self) -> list[str]:
@@ -85,7 +86,7 @@ class P4RuntimeSwitch(Switch):
                *self.port_args(), "--log-file", log]
         if self.pcap:
             cmd += ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
-        return cmd
+        return cmd + self.extra_args
 
     def start(self, controllers: list) -> None:  # noqa: ARG002 - P4Runtime, not OpenFlow
         for intf in self.intfList():

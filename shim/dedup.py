@@ -12,8 +12,12 @@ way); a copy arriving after it finished gets the same reply again.
 Entries live ``ttl`` seconds (far beyond any client's retry span: 4 × 0.5 s
 by default) and at most ``capacity`` are kept, oldest dropped first, so memory
 stays bounded.  A shim restart forgets them; a client stops retrying long
-before a shim can restart, so a duplicate arriving after a restart would need
-a packet delayed by seconds in the fabric.
+before a shim can restart.  But a client still retrying when a shim is killed
+and restarted would have its write applied twice (the linearizability check
+found exactly that): so every write also sets a marker key in Redis, in the
+same MULTI/EXEC as the write (shim/redis_writes.py), that lives as long as
+the entries here; for that long after its start, the shim asks Redis before
+applying a write it does not remember, and answers a marked one again instead.
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 RequestId = tuple[str, int, int]  # client address, client port, seq
+
+
+def dedup_marker(rid: RequestId) -> bytes:
+    """The Redis key that records, with the write itself, that request ``rid`` was applied.
+
+    Never a data key: data keys are 16-byte wire keys, this is longer.
+    """
+    return f"dc:applied:{rid[0]}:{rid[1]}:{rid[2]}".encode()
 
 PENDING = b""  # marker: the write is being applied; its reply is not known yet
 

@@ -1,5 +1,9 @@
 """Writes to Redis, pipelined: the SETs and DELs of concurrent writes leave together.
 
+A write may carry a marker (the shim's request id): it is set, with a
+time to live, in the same MULTI/EXEC as the write, so a restarted shim can
+tell that a retried request was applied before it crashed (shim/dedup.py).
+
 Each write still waits for its own result, and the shim's per-key lock keeps
 at most one write per key in flight, so batching never reorders two writes of
 a key; writes of different keys commute.  At most ``in_flight`` pipelines are
@@ -13,12 +17,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-Command = tuple[str, bytes, bytes | None]  # ("set", key, value) or ("del", key, None)
+Command = tuple[str, bytes, bytes | None, bytes | None]  # ("set"|"del", key, value or None, marker or None)
 
 
 class WriteBatcher:
-    def __init__(self, redis: Any, in_flight: int = 2, max_batch: int = 256) -> None:
-        self.redis, self.in_flight, self.max_batch = redis, in_flight, max_batch
+    def __init__(self, redis: Any, in_flight: int = 2, max_batch: int = 256, marker_ttl: int = 30) -> None:
+        self.redis, self.in_flight, self.max_batch, self.marker_ttl = redis, in_flight, max_batch, marker_ttl
         self._queue: list[tuple[Command, asyncio.Future]] = []
         self._running = 0
         self._scheduled = False
@@ -27,11 +31,12 @@ class WriteBatcher:
     def __len__(self) -> int:
         return len(self._queue)
 
-    async def set(self, key: bytes, value: bytes) -> bool:
-        return bool(await self._submit(("set", key, value)))
+    async def set(self, key: bytes, value: bytes, marker: bytes | None = None) -> bool:
+        """SET; with ``marker``, also record it (for ``marker_ttl`` s) in the same transaction as the write."""
+        return bool(await self._submit(("set", key, value, marker)))
 
-    async def delete(self, key: bytes) -> int:
-        return int(await self._submit(("del", key, None)))
+    async def delete(self, key: bytes, marker: bytes | None = None) -> int:
+        return int(await self._submit(("del", key, None, marker)))
 
     def _submit(self, cmd: Command) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -54,13 +59,18 @@ class WriteBatcher:
 
     async def _run(self, batch: list[tuple[Command, asyncio.Future]]) -> None:
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for (op, key, value), _ in batch:
+            pipe = self.redis.pipeline(transaction=True)  # MULTI/EXEC: a write and its marker land together
+            where = []  # index of each write's own result
+            for (op, key, value, marker), _ in batch:
+                where.append(len(pipe))
                 if op == "set":
                     pipe.set(key, value)
                 else:
                     pipe.delete(key)
-            results = await pipe.execute(raise_on_error=False)
+                if marker is not None:
+                    pipe.set(marker, b"1", ex=self.marker_ttl)
+            everything = await pipe.execute(raise_on_error=False)
+            results = [everything[i] for i in where]
         except Exception as e:  # noqa: BLE001 - every write of the batch gets the failure (e.g. Redis gone)
             for _, fut in batch:
                 if not fut.done():

@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -45,7 +46,7 @@ from distcache.hashing import N_SPINE_BUCKETS, h0
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import Coherence
-from shim.dedup import Dedup
+from shim.dedup import Dedup, RequestId, dedup_marker
 from shim.redis_writes import WriteBatcher
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class Shim:
         self.errors: Counter[str] = Counter()
         self.duplicates: Counter[str] = Counter()  # retried writes not applied again: replayed / in_progress
         self.dedup = Dedup()
+        self._recheck_until = 0.0  # until then, new write ids are looked up in Redis (set by start)
         self._watcher: asyncio.Task | None = None
         self._redis_run_id = ""
         self.redis_down = False
@@ -114,6 +116,8 @@ class Shim:
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         await self.redis.ping()
+        # a client may still retry a write our previous life applied: for as long as retries live, ask Redis
+        self._recheck_until = time.monotonic() + self.dedup.ttl
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
         loop = asyncio.get_running_loop()
         self.transport, _ = await loop.create_datagram_endpoint(lambda: ShimProtocol(self),
@@ -183,6 +187,11 @@ class Shim:
                     if done and self.transport is not None:
                         self.transport.sendto(done, addr)
                     return
+                if time.monotonic() < self._recheck_until:  # our memory is younger than a client's retries
+                    task = asyncio.get_running_loop().create_task(self._serve_unless_applied(msg, addr, wait))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                    return
             if msg.op == Op.GET and not wait:
                 self._batch_get(msg, addr)
                 return
@@ -242,6 +251,22 @@ class Shim:
                 send(encode(m.reply(Status.OK, values[i])), addr)
         self.batches += 1
 
+    async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float) -> None:
+        """After a restart: a write whose marker is in Redis was applied by our previous life; answer it again."""
+        try:
+            applied = await self.redis.exists(dedup_marker((addr[0], addr[1], msg.seq)))
+        except (RedisConnectionError, RedisTimeoutError):
+            self.errors["redis_unavailable"] += 1
+            return  # no answer: the client retries
+        if not applied:
+            await self._serve(msg, addr, wait)
+            return
+        self.duplicates["replayed_after_restart"] += 1
+        data = encode(msg.reply(Status.OK))
+        self.dedup.finish((addr[0], addr[1], msg.seq), data)
+        if self.transport is not None:
+            self.transport.sendto(data, addr)
+
     async def _serve(self, msg: Message, addr: tuple[str, int], wait: float = 0.0) -> None:
         replied = False
         if wait > 0:
@@ -257,7 +282,7 @@ class Shim:
                 self.transport.sendto(data, addr)
 
         try:
-            await self.handle(msg, reply)
+            await self.handle(msg, reply, (addr[0], addr[1], msg.seq))
         except (RedisConnectionError, RedisTimeoutError) as e:
             self.errors["redis_unavailable"] += 1
             if msg.op == Op.GET and not replied:
@@ -273,8 +298,9 @@ class Shim:
                 reply(Status.ERROR)
 
     # -- requests ---------------------------------------------------------------------
-    async def handle(self, msg: Message, reply: Callable[..., None]) -> None:
-        """Serve one request; ``reply(status, value)`` answers the client."""
+    async def handle(self, msg: Message, reply: Callable[..., None], rid: RequestId | None = None) -> None:
+        """Serve one request; ``reply(status, value)`` answers the client; ``rid`` marks a write in Redis."""
+        marker = dedup_marker(rid) if rid is not None else None
         if msg.op == Op.GET:
             value = await self.redis.get(msg.key)
             reply(Status.NOT_FOUND) if value is None else reply(Status.OK, value)
@@ -284,7 +310,7 @@ class Shim:
             seq = self.coherence.next_seq()
             paths = self._paths(msg.key)
             if cached and self.unsafe_ack_first and msg.op == Op.PUT:  # the deliberately broken order (tests)
-                await self.writes.set(msg.key, msg.value)
+                await self.writes.set(msg.key, msg.value, marker)
                 reply(Status.OK)
                 await asyncio.sleep(self.unsafe_ack_first)
                 if await self._invalidate(msg.key, seq, paths) and len(msg.value) <= MAX_CACHEABLE:
@@ -295,10 +321,10 @@ class Shim:
                 reply(Status.ERROR)  # copies may still be valid: do not write
                 return
             if msg.op == Op.PUT:
-                await self.writes.set(msg.key, msg.value)
+                await self.writes.set(msg.key, msg.value, marker)
                 status = Status.OK
             else:
-                status = Status.OK if await self.writes.delete(msg.key) else Status.NOT_FOUND
+                status = Status.OK if await self.writes.delete(msg.key, marker) else Status.NOT_FOUND
             reply(status)  # safe before phase 2: every copy is invalid
             if cached and msg.op == Op.PUT and len(msg.value) <= MAX_CACHEABLE:
                 await self._update(msg.key, seq, msg.value, paths)  # still under the key's lock

@@ -340,6 +340,33 @@ def test_a_retried_write_is_applied_once(env) -> None:  # noqa: ANN001
         a.close()
 
 
+def test_a_retried_write_is_applied_once_across_a_shim_restart(redis_sock: Path, tmp_path: Path) -> None:
+    """The shim crashes after applying A's PUT; A's client retries into the restarted shim after B's PUT: the
+    retry must be answered, not applied again (found by make linearizability before the fix)."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.settimeout(3)
+    first = ShimThread(redis_sock, peer, tmp_path / "a.sock")
+    try:
+        assert _raw_write(a, first.port, "k", "A", seq=5).status == 0
+    finally:
+        first.close()
+    second = ShimThread(redis_sock, peer, tmp_path / "b.sock")
+    r = redis.Redis(unix_socket_path=str(redis_sock))
+    try:
+        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", second.port), timeout=3.0, retries=0) as b:
+            b.put("k", "B")
+        assert _raw_write(a, second.port, "k", "A", seq=5).status == 0  # the retry of A, long after
+        assert r.get(wire_key("k")) == b"B"
+        assert ShimLink(second.control_addr).stats()["duplicates"] == {"replayed_after_restart": 1}
+        assert _raw_write(a, second.port, "k", "C", seq=6).status == 0 and r.get(wire_key("k")) == b"C"
+    finally:
+        second.close()
+        peer.close()
+        a.close()
+
+
 def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # noqa: ANN001
     """ERROR means nothing was written; a retry of that request must not write it later."""
     client, shim, peer, link, r = env

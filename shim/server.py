@@ -116,8 +116,9 @@ class Shim:
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         await self.redis.ping()
-        # a client may still retry a write our previous life applied: for as long as retries live, ask Redis
-        self._recheck_until = time.monotonic() + self.dedup.ttl
+        if not self.view_known:  # a restart (the state file exists): clients may still retry writes our
+            # previous life applied; for as long as retries live, ask Redis before applying one we do not know
+            self._recheck_until = time.monotonic() + self.dedup.ttl
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
         loop = asyncio.get_running_loop()
         self.transport, _ = await loop.create_datagram_endpoint(lambda: ShimProtocol(self),

@@ -347,12 +347,14 @@ def test_a_retried_write_is_applied_once_across_a_shim_restart(redis_sock: Path,
     peer = SwitchPeer(redis_sock)
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     a.settimeout(3)
-    first = ShimThread(redis_sock, peer, tmp_path / "a.sock")
+    state = tmp_path / "shim.state.json"  # what tells a shim it is restarting
+    first = ShimThread(redis_sock, peer, tmp_path / "a.sock", state_file=state)
     try:
+        ShimLink(first.control_addr).partition([SPINE] * N_SPINE_BUCKETS)  # the controller configured it
         assert _raw_write(a, first.port, "k", "A", seq=5).status == 0
     finally:
         first.close()
-    second = ShimThread(redis_sock, peer, tmp_path / "b.sock")
+    second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state)
     r = redis.Redis(unix_socket_path=str(redis_sock))
     try:
         with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", second.port), timeout=3.0, retries=0) as b:

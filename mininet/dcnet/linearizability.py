@@ -116,12 +116,13 @@ def run_once(name: str, run_dir: Path, target: str, duration: float, clients: in
     events: list[str] = []
     netem = faults and netem_available()
     switch_args: list[str] = []
-    if faults and not netem:
-        if target != "softswitch":
-            raise DeploymentError("this kernel has no tc netem and BMv2 cannot lose packets on purpose: run the "
-                                  "faulty run with TARGET=softswitch (its --egress-loss emulates the link loss)")
-        switch_args = ["--egress-loss", str(loss)]
-        events.append(f"{loss}% loss on every switch port (softswitch --egress-loss: this kernel has no tc netem)")
+    if faults and loss and not netem:
+        if target == "softswitch":
+            switch_args = ["--egress-loss", str(loss)]
+            events.append(f"{loss}% loss on every switch port (softswitch --egress-loss: this kernel has no tc netem)")
+        else:
+            events.append("NO packet loss: this kernel has no tc netem and BMv2 cannot lose packets on purpose "
+                          "(TARGET=softswitch emulates the loss with --egress-loss); the other faults run")
     with Deployment(CLUSTER, target=target, run_dir=run_dir / name, shim_args=shim_args,
                     switch_args=switch_args) as dep:
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"

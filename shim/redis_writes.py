@@ -21,7 +21,7 @@ Command = tuple[str, bytes, bytes | None, bytes | None]  # ("set"|"del", key, va
 
 
 class WriteBatcher:
-    def __init__(self, redis: Any, in_flight: int = 2, max_batch: int = 256, marker_ttl: int = 30) -> None:
+    def __init__(self, redis: Any, in_flight: int = 1, max_batch: int = 256, marker_ttl: int = 30) -> None:
         self.redis, self.in_flight, self.max_batch, self.marker_ttl = redis, in_flight, max_batch, marker_ttl
         self._queue: list[tuple[Command, asyncio.Future]] = []
         self._running = 0

@@ -23,7 +23,7 @@ STAMP := .venv/.deps-stamp
 
 .PHONY: deps build run up linearizability bench-shim test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP) build/lincheck
+deps: $(STAMP) build/lincheck build/dcload
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -45,6 +45,10 @@ build/lincheck: $(LINCHECK_SRC)
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go; }
 	@mkdir -p build
 	cd tools/lincheck && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/lincheck .
+
+# The compiled load generator of make bench-shim (tools/dcload, Go, no dependencies).
+build/dcload: tools/dcload/go.mod $(wildcard tools/dcload/*.go) build/lincheck
+	cd tools/dcload && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/dcload .
 
 build: deps
 	@mkdir -p build

@@ -1,0 +1,3 @@
+module distcache-p4/tools/dcload
+
+go 1.19

@@ -62,7 +62,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from client_lib import AsyncClient, Client, DistCacheError
@@ -390,6 +390,26 @@ class LoadResult:
     # across machines where throughput is not (the generators share the same cores)
 
 
+def measure_window(watch: dict[str, int], progress: Progress, bar: TaskID, t0: float, seconds: float,
+                   during: Callable[[], subprocess.Popen] | None = None
+                   ) -> tuple[dict[str, float], float, subprocess.Popen | None]:
+    """CPU % of each watched pid, and of everything else, from now until ``t0 + WARMUP + seconds``.
+
+    ``during`` starts a helper as the window opens (py-spy); its CPU is watched too and it is returned.
+    """
+    cpu0 = {name: cpu_seconds(pid) for name, pid in watch.items()}
+    busy0, w0 = machine_busy(), time.monotonic()
+    helper = during() if during is not None else None
+    if helper is not None:
+        watch["py-spy"], cpu0["py-spy"] = helper.pid, 0.0
+    while (elapsed := time.monotonic() - t0) < WARMUP + seconds:
+        progress.update(bar, completed=elapsed)
+        time.sleep(0.05)
+    window = time.monotonic() - w0
+    cpu = {name: 100 * (cpu_seconds(pid) - cpu0[name]) / window for name, pid in watch.items()}
+    return cpu, 100 * (machine_busy() - busy0) / window - sum(cpu.values()), helper
+
+
 def run_load(env: Env, progress: Progress, label: str, port: int, op: str, concurrency: int, seconds: float,
              watch: dict[str, int], keys: tuple[str, ...] = (),
              during: Callable[[], subprocess.Popen] | None = None) -> LoadResult:
@@ -411,17 +431,7 @@ def run_load(env: Env, progress: Progress, label: str, port: int, op: str, concu
     while (elapsed := time.monotonic() - t0) < WARMUP:
         progress.update(bar, completed=elapsed)
         time.sleep(0.05)
-    cpu0 = {name: cpu_seconds(pid) for name, pid in watch.items()}
-    busy0, w0 = machine_busy(), time.monotonic()
-    helper = during() if during is not None else None
-    if helper is not None:
-        watch["py-spy"], cpu0["py-spy"] = helper.pid, 0.0
-    while (elapsed := time.monotonic() - t0) < WARMUP + seconds:
-        progress.update(bar, completed=elapsed)
-        time.sleep(0.05)
-    window = time.monotonic() - w0
-    cpu = {name: 100 * (cpu_seconds(pid) - cpu0[name]) / window for name, pid in watch.items()}
-    others = 100 * (machine_busy() - busy0) / window - sum(cpu.values())
+    cpu, others, helper = measure_window(watch, progress, bar, t0, seconds, during)
     if helper is not None:
         helper.send_signal(signal.SIGINT)
     latencies: list[float] = []
@@ -626,15 +636,7 @@ def compiled_load(env: Env, progress: Progress, label: str, requests: list[bytes
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     time.sleep(WARMUP)
-    watch = {**watch, "generators": proc.pid}
-    cpu0 = {name: cpu_seconds(pid) for name, pid in watch.items()}
-    busy0, w0 = machine_busy(), time.monotonic()
-    while (elapsed := time.monotonic() - t0) < WARMUP + seconds:
-        progress.update(bar, completed=elapsed)
-        time.sleep(0.05)
-    window = time.monotonic() - w0
-    cpu = {name: 100 * (cpu_seconds(pid) - cpu0[name]) / window for name, pid in watch.items()}
-    others = 100 * (machine_busy() - busy0) / window - sum(cpu.values())
+    cpu, others, _ = measure_window({**watch, "generators": proc.pid}, progress, bar, t0, seconds)
     out, errs = proc.communicate(timeout=30)
     if proc.returncode != 0:
         raise RuntimeError(f"dcload failed: {errs.strip()}")

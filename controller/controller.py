@@ -204,7 +204,8 @@ class Controller:
                 log.error("%s: not reconfigured: %s", sw.name, e)
 
     # -- shims ------------------------------------------------------------------------------
-    def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
+    def _push_shims(self, views: bool = False, only: list[Host] | None = None, up: int | None = None) -> None:
+        """Partition, switches down (minus ``up``, which is coming back) and, with ``views``, cached keys."""
         cached: dict[str, dict[bytes, list[int]]] = {}
         if views:
             for name, agent in self.agents.items():
@@ -221,7 +222,7 @@ class Controller:
         for host in only or self.cluster.servers():
             try:
                 link = ShimLink(self.shim_address(host))
-                link.partition(self.buckets, self.down_ids(), self.state.epoch)
+                link.partition(self.buckets, [d for d in self.down_ids() if d != up], self.state.epoch)
                 if views:
                     link.view(cached.get(host.name, {}))
             except (ShimUnavailable, ShimRequestError) as e:
@@ -310,7 +311,7 @@ class Controller:
             if sw.role == Role.SPINE:
                 # the shims stop skipping it before its cache is flushed (it still owns no bucket), so
                 # nothing it caches from now on can be missed by a write
-                self._push_shims_down(exclude=sw.switch_id)
+                self._push_shims(up=sw.switch_id)
                 self._flush(sw)
                 self.state.failed.pop(name)
                 self.state.epoch += 1
@@ -332,14 +333,6 @@ class Controller:
             self._save()
             moved = sum(a != b for a, b in zip(before, self.buckets, strict=True))
         return f"{name}: back in service; {moved} buckets moved back to it", moved, time.monotonic() - t
-
-    def _push_shims_down(self, exclude: int) -> None:
-        down = [d for d in self.down_ids() if d != exclude]
-        for host in self.cluster.servers():
-            try:
-                ShimLink(self.shim_address(host)).partition(self.buckets, down, self.state.epoch)
-            except (ShimUnavailable, ShimRequestError) as e:
-                log.warning("%s: shim not updated: %s", host.name, e)
 
     def _flush(self, sw: Switch) -> None:
         try:

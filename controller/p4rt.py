@@ -18,6 +18,8 @@ import grpc
 from finsy.proto import p4i, p4r, p4r_grpc
 from google.protobuf import text_format
 
+from distcache.api import FAST_RECONNECT
+
 log = logging.getLogger(__name__)
 
 
@@ -173,11 +175,6 @@ class P4Info:
         pnames = {p.id: p.name for p in act.params}
         params = {pnames[p.param_id]: decode(p.value) for p in entry.action.action.params}
         return t.preamble.name, match, act.preamble.name, params
-
-
-# a restarted switch must be found within a fraction of a second, not after gRPC's default backoff (up to 2 min)
-FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                  ("grpc.max_reconnect_backoff_ms", 500)]
 
 
 class SwitchConnection:

@@ -14,7 +14,7 @@ import threading
 
 import grpc
 
-from distcache.api import message_dict, shim_grpc, shim_pb2
+from distcache.api import FAST_RECONNECT, message_dict, shim_grpc, shim_pb2
 
 
 class ShimUnavailable(ConnectionError):
@@ -43,9 +43,7 @@ def _channel(address: str) -> grpc.Channel:
     with _channels_lock:
         ch = _channels.get(address)
         if ch is None:
-            ch = _channels[address] = grpc.insecure_channel(
-                grpc_target(address), options=[("grpc.initial_reconnect_backoff_ms", 100),
-                                           ("grpc.max_reconnect_backoff_ms", 500)])
+            ch = _channels[address] = grpc.insecure_channel(grpc_target(address), options=FAST_RECONNECT)
         return ch
 
 

@@ -20,6 +20,18 @@ import time
 from pathlib import Path
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie, not yet reaped, has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 class SwitchProcessError(RuntimeError):
     """A switch process could not be stopped or started; the message says why."""
 
@@ -44,16 +56,7 @@ class SwitchProcesses:
 
     def running(self, name: str) -> bool:
         pid = self.pid(name)
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        try:  # a zombie (exited, not yet reaped by its parent) is not running
-            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-        except OSError:
-            return False
+        return pid is not None and pid_alive(pid)
 
     def stop(self, name: str) -> None:
         """Kill switch ``name``'s process group with SIGKILL and wait until it is gone."""

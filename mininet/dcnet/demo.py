@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -91,15 +90,6 @@ class Timeline:
         return (statistics.median(before) if before else 0.0, min(during) if during else 0.0)
 
 
-def ctl(dep: Deployment, *argv: str) -> str:
-    """Run ``distcache-ctl`` as an operator would; its output, or DeploymentError with its message."""
-    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
-    return res.stdout.strip()
-
-
 def wait_status(dep: Deployment, name: str, failed: bool, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -131,8 +121,8 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
         return f"{last} process started again; the controller recovered it by itself in {time.monotonic() - t:.2f} s"
 
     d = int(duration)
-    return Timeline([Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: ctl(dep, "fail", first)),
-                     Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: ctl(dep, "recover", first)),
+    return Timeline([Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first)),
+                     Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first)),
                      Event(int(d * 0.70), f"crash {last}", crash),
                      Event(int(d * 0.85), f"restart {last}", restart)])
 

@@ -288,6 +288,14 @@ class Deployment:
             client.close()
         return proc
 
+    def ctl(self, *argv: str) -> str:
+        """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError."""
+        res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(self.cluster_path), *argv],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
+        return res.stdout.strip()
+
     def kill_controller(self) -> None:
         """Kill the controller daemon at once (SIGKILL): the data plane must not notice."""
         assert self.controller_proc is not None

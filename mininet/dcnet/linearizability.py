@@ -101,14 +101,6 @@ def set_loss(dep: Deployment, percent: float) -> None:
                 sw.cmd(f"tc qdisc del dev {intf.name} root 2>/dev/null")
 
 
-def ctl(dep: Deployment, *argv: str) -> str:
-    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise DeploymentError(f"distcache-ctl {' '.join(argv)}: {res.stderr.strip()}")
-    return res.stdout.strip()
-
-
 def run_once(name: str, run_dir: Path, target: str, duration: float, clients: int, faults: bool, broken: bool,
              loss: float = 2.0, seed: int = 1) -> Result:
     """One deployment, one recorded history, one check."""
@@ -182,8 +174,8 @@ def _churn(dep: Deployment, cfg: dict, stop: threading.Event, events: list[str],
 def _timeline(dep: Deployment, duration: float, stop: threading.Event, events: list[str]) -> None:
     """Fail and recover a spine, then restart a shim, while the clients run."""
     server = CLUSTER.server(0, 0)
-    plan = [(0.25, "fail", lambda: ctl(dep, "fail", "sp0")),
-            (0.50, "recover", lambda: ctl(dep, "recover", "sp0")),
+    plan = [(0.25, "fail", lambda: dep.ctl("fail", "sp0")),
+            (0.50, "recover", lambda: dep.ctl("recover", "sp0")),
             (0.65, "shim restart", lambda: _restart_shim(dep, server))]
     t0 = time.monotonic()
     for at, what, action in plan:

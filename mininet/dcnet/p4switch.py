@@ -20,6 +20,8 @@ from pathlib import Path
 
 from mininet.node import Switch
 
+from controller.switchproc import pid_alive
+
 TARGETS = ("softswitch", "bmv2")
 BMV2_BINARY = "simple_switch_grpc"
 BMV2_CPU_PORT = 510  # 511 is BMv2's drop port
@@ -122,22 +124,12 @@ class P4RuntimeSwitch(Switch):
             except ProcessLookupError:
                 continue
             deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _alive(pid):
+            if pid_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
         if self.proc is not None:
             self.proc.wait(5)
         self.proc = None
         super().stop(deleteIntfs)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False

@@ -91,7 +91,7 @@ figures: deps
 bench: deps
 	$(PY) -m bench.pipeline
 
-bench-shim: deps
+bench-shim: build
 	$(PY) -m bench.shim $(if $(PROFILE),--profile $(PROFILE))
 
 lint: deps

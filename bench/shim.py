@@ -28,10 +28,18 @@ What it measures:
   PUT of a key cached by switch 1 (made so with the shim's control API
   ``Populate``), which runs the two-phase coherence protocol with the peer.
 
+Then, as root with Mininet (``--no-switch`` skips it): client-observed read
+latency through the fabric for cache hits versus misses.  A small deployment
+(dcnet.deploy: softswitch, agents, controller, shims, Redis; 2 spines, 2
+storage racks, 16 cache slots) warms its caches with a Zipf-0.99 workload,
+then one client reads sequentially, so the latencies are round trips, not
+queueing: a hit is answered by a switch, a miss goes on to the shim and Redis.
+
 ``--profile DIR`` samples the shim with py-spy during the GET phase and
 summarizes where a GET's time goes (``--profile-phase put``: a PUT's).  The last stdout line is
-``shim_get_vs_redis=R shim_put_vs_redis=R uncached_put_p50_us=N cached_put_p50_us=N``
-(``--json``: one JSON object with those keys and every figure instead).
+``shim_get_vs_redis=R shim_put_vs_redis=R hit_p50_us=N miss_p50_us=N uncached_put_p50_us=N cached_put_p50_us=N``
+(``hit_p50_us=na miss_p50_us=na`` when the switch phase did not run;
+``--json``: one JSON object with those keys and every figure instead).
 """
 
 from __future__ import annotations
@@ -648,8 +656,40 @@ def compiled_load(env: Env, progress: Progress, label: str, requests: list[bytes
                       {**{k: round(v, 1) for k, v in cpu.items()}, "others": round(max(0.0, others), 1)}, per_op)
 
 
+# The switch phase's deployment: small enough for 2 cores, big enough that hits and misses both happen.
+SWITCH_CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=16, hh_threshold=4,
+                         insert_rate=20.0, insert_burst=20)
+SWITCH_KEYS = 2000
+
+
+def switch_latency(seconds: float, progress: Progress) -> dict[str, Latency]:
+    """Read latency of cache hits and misses as a client in a Mininet host sees them (module docstring)."""
+    from dcnet.deploy import Deployment  # Mininet: imported only when this phase runs
+
+    base = {"keys": SWITCH_KEYS, "zipf": 0.99, "read_ratio": 1.0, "value_size": 32, "load_keys": SWITCH_KEYS}
+    bar = progress.add_task("switch path: hits vs misses", total=2)
+    with tempfile.TemporaryDirectory(prefix="bench-shim-net-") as run_dir, \
+            Deployment(SWITCH_CLUSTER, run_dir=Path(run_dir)) as dep:
+        client = SWITCH_CLUSTER.client(0, 0)
+        for _ in dep.bench(client, {**base, "concurrency": 8, "duration": 6}):  # fills the caches
+            pass
+        progress.update(bar, completed=1)
+        report = None
+        for msg in dep.bench(client, {**base, "concurrency": 1, "duration": seconds, "load": False}):
+            report = msg if msg["type"] == "report" else report
+        progress.update(bar, completed=2)
+    if report is None or report["error_count"]:
+        raise RuntimeError(f"the switch-path workload failed: {report and report['errors']}")
+    lat = report["latency_us"]
+    if not lat["hit"]["count"] or not lat["miss"]["count"]:
+        raise RuntimeError(f"the switch-path workload saw no {'hit' if not lat['hit']['count'] else 'miss'}")
+    return {kind: Latency(lat[kind]["p50"], lat[kind]["p99"], lat[kind]["count"]) for kind in ("hit", "miss")}
+
+
 def summary_line(fig: dict) -> str:
+    hit, miss = fig.get("hit_p50_us"), fig.get("miss_p50_us")
     return (f"shim_get_vs_redis={fig['shim_get_vs_redis']:.2f} shim_put_vs_redis={fig['shim_put_vs_redis']:.2f} "
+            f"hit_p50_us={'na' if hit is None else f'{hit:.0f}'} miss_p50_us={'na' if miss is None else f'{miss:.0f}'} "
             f"uncached_put_p50_us={fig['uncached_put_p50_us']:.0f} cached_put_p50_us={fig['cached_put_p50_us']:.0f}")
 
 
@@ -683,6 +723,11 @@ def render(fig: dict, out: Console) -> None:
                       ("cached_put", "shim PUT, key cached by spine 1 (two-phase coherence)")):
         lat = fig["latency"][key]
         lt.add_row(name, f"{lat['p50_us']:.0f}", f"{lat['p99_us']:.0f}")
+    for key, name in (("hit", "GET through the fabric, cache hit (answered by a switch)"),
+                      ("miss", "GET through the fabric, cache miss (shim + Redis)")):
+        if fig["switch_latency"]:
+            lat = fig["switch_latency"][key]
+            lt.add_row(name, f"{lat['p50_us']:.0f}", f"{lat['p99_us']:.0f}")
     out.print(lt)
     out.print(f"CPU 'others': processes not started by this harness (the machine may be shared); "
               f"load average before the run: {' '.join(map(str, fig['config']['loadavg_before']))}")
@@ -761,6 +806,8 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
         latency = {"echo_get": echo_latency, **latency}
         progress.update(bar, total=1, completed=1)
         rb = redis_benchmark(env, args.concurrency, args.redis_seconds or min(3.0, args.seconds), progress)
+        procs.close()  # the loopback phases are over: leave the cores to the deployment
+        via_switch = switch_latency(max(args.seconds, 3.0), progress) if args.switch else None
 
     best_get = load.get("get_compiled", load["get"])
     best_put = load.get("put_compiled", load["put"])
@@ -770,6 +817,9 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
         "generator": "compiled (tools/dcload)" if "get_compiled" in load else "python",
         "uncached_put_p50_us": round(latency["uncached_put"].p50_us),
         "cached_put_p50_us": round(latency["cached_put"].p50_us),
+        "hit_p50_us": round(via_switch["hit"].p50_us) if via_switch else None,
+        "miss_p50_us": round(via_switch["miss"].p50_us) if via_switch else None,
+        "switch_latency": {k: asdict(v) for k, v in via_switch.items()} if via_switch else None,
         "shim_get_vs_ceiling": round(load["get"].ops_per_s / load["echo"].ops_per_s, 2),
         "echo_get_ops_per_s": round(load["echo"].ops_per_s),
         "shim_get_ops_per_s": round(load["get"].ops_per_s),
@@ -808,8 +858,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="sample the shim with py-spy during the GET phase; raw stacks and summary go to DIR")
     ap.add_argument("--profile-phase", choices=["get", "put"], default="get",
                     help="which load phase --profile samples (default get)")
+    ap.add_argument("--no-switch", dest="switch", action="store_false",
+                    help="skip the hit/miss latency through a Mininet deployment (it needs root)")
     ap.add_argument("--json", action="store_true", help="print every figure as one JSON object instead of tables")
     args = ap.parse_args(argv)
+    if args.switch and os.geteuid() != 0:
+        err.log("[yellow]not root: skipping the hit/miss latency through the switches (hit_p50_us=na); "
+                "run as root for it, or pass --no-switch[/]")
+        args.switch = False
     if args.procs < 1 or args.concurrency < args.procs or args.seconds <= 0 or args.latency_ops < 1:
         ap.error("need --procs >= 1, --concurrency >= --procs, --seconds > 0, --latency-ops >= 1")
     for tool in ("redis-server", "redis-benchmark"):

@@ -7,9 +7,10 @@ harness checks the shim's invalidation count) long before anyone reads a
 full benchmark.  No speed threshold is asserted: the machine is shared and
 figures are only comparable as ratios on one machine.
 
-Everything stays on loopback and Unix sockets: the shim on 127.0.0.1:8888
-(the harness refuses to start if that is taken), Redis on a socket in a temp
-dir, no network namespace.
+The loopback phases stay on loopback and Unix sockets: the shim on
+127.0.0.1:8888 (the harness refuses to start if that is taken), Redis on a
+socket in a temp dir, no network namespace.  The switch phase (hit/miss
+latency through a Mininet deployment) is tested on its own, as root.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def test_redis_benchmark_output_is_parsed() -> None:
 
 def test_harness_reports_positive_figures() -> None:
     proc = subprocess.run([sys.executable, "-m", "bench.shim", "--seconds", "1", "--procs", "1",
-                           "--concurrency", "4", "--latency-ops", "100", "--json"],
+                           "--concurrency", "4", "--latency-ops", "100", "--no-switch", "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=100,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -58,6 +59,7 @@ def test_harness_reports_positive_figures() -> None:
         assert fig[key] > 0, key
     assert fig["summary"] == summary_line(fig)
     assert re.fullmatch(r"shim_get_vs_redis=\d+\.\d\d shim_put_vs_redis=\d+\.\d\d "
+                        r"hit_p50_us=na miss_p50_us=na "  # --no-switch: test_switch_phase_* times those
                         r"uncached_put_p50_us=\d+ cached_put_p50_us=\d+", fig["summary"]), fig["summary"]
     for phase in ("echo", "get", "put"):
         r = fig["load"][phase]
@@ -67,3 +69,19 @@ def test_harness_reports_positive_figures() -> None:
         assert 0 < fig["latency"][op]["p50_us"] <= fig["latency"][op]["p99_us"], op
     assert fig["shim_stats"]["coherence"]["invalidates"] >= 100  # the cached key's writes ran phase 1
     assert fig["shim_stats"]["malformed"] == {}
+
+
+@pytest.mark.mininet
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
+def test_switch_phase_times_hits_and_misses() -> None:
+    """Reads through the fabric: some answered by a switch, some by the shim, each kind timed apart."""
+    from rich.progress import Progress
+
+    from bench.shim import switch_latency
+
+    with Progress(disable=True) as progress:
+        lat = switch_latency(3.0, progress)
+    for kind in ("hit", "miss"):
+        assert lat[kind].ops > 0 and 0 < lat[kind].p50_us <= lat[kind].p99_us, (kind, lat)

@@ -37,7 +37,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +160,7 @@ class SwitchAgent:
         self.plan: SwitchPlan | None = None
         self.buckets: list[int] = []
         self.live: set[int] | None = None
+        self.replicated: frozenset[bytes] = frozenset()  # Hybrid: keys every spine may cache
         self.configured = False  # set by the first Configure; a restarted agent waits for the controller's
         self.lock = threading.RLock()  # cache state and every write to the switch
         self._stop = threading.Event()
@@ -183,8 +184,10 @@ class SwitchAgent:
             self.conn.close()
 
     # -- configuration ----------------------------------------------------------------------------------
-    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None) -> None:
-        """Install everything the switch needs for ``cluster``, ``buckets`` and the ``live`` spines (idempotent).
+    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None,
+                  replicated: Iterable[bytes] = ()) -> None:
+        """Install everything the switch needs for ``cluster``, ``buckets``, the ``live`` spines and
+        Hybrid's ``replicated`` keys (idempotent).
 
         A connected agent only writes the difference (a controller restart changes nothing); a
         spine then evicts the keys of buckets it no longer owns, so it stops holding copies
@@ -193,7 +196,8 @@ class SwitchAgent:
         with self.lock:
             self.cluster, self.buckets = cluster, list(buckets)
             self.live = set(live) if live else None
-            self.plan = plan(cluster, self.switch, self.buckets, self.live)
+            self.replicated = frozenset(replicated)
+            self.plan = plan(cluster, self.switch, self.buckets, self.live, self.replicated)
             self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
             if self.conn is not None and not self.conn.stream_closed.is_set():
                 apply_plan(self.conn, self.plan)
@@ -214,6 +218,8 @@ class SwitchAgent:
             return mech == Mechanism.DISTCACHE
         if mech in (Mechanism.NOCACHE, Mechanism.REPLICATION):
             return mech == Mechanism.REPLICATION
+        if mech == Mechanism.HYBRID and key in self.replicated:
+            return True
         return len(self.buckets) == n.SPINE_BUCKETS and self.buckets[h0(key)] == self.switch.switch_id
 
     def flush(self) -> int:
@@ -507,7 +513,7 @@ class AgentService(agent_grpc.AgentServicer):
             if len(buckets) != n.SPINE_BUCKETS:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}")
-            self.agent.configure(cluster, buckets, set(request.live_spines))
+            self.agent.configure(cluster, buckets, set(request.live_spines), [bytes(k) for k in request.replicated])
         except (ValueError, TypeError) as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
         except P4RuntimeError as e:
@@ -561,10 +567,11 @@ class AgentClient:
             raise ConnectionError(f"no agent answers at {self.address}; is it running "
                                   "(python -m controller.agent --help)?") from None
 
-    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None
-                  ) -> agent_pb2.AgentStatus:
+    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None,
+                  replicated: Iterable[bytes] = ()) -> agent_pb2.AgentStatus:
         return self.stub.Configure(agent_pb2.ConfigureRequest(cluster_json=cluster.to_json(), buckets=buckets,
-                                                              live_spines=sorted(live or ())),
+                                                              live_spines=sorted(live or ()),
+                                                              replicated=sorted(replicated)),
                                    timeout=self.timeout)
 
     def flush(self) -> agent_pb2.AgentStatus:

@@ -52,8 +52,9 @@ from pathlib import Path
 
 import grpc
 
+from controller import hybrid
 from controller.agent import AgentClient
-from controller.entries import plan
+from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
 from controller.reconcile import apply_plan
@@ -123,6 +124,10 @@ class Controller:
     def spine_ids(self) -> list[int]:
         return [self.cluster.spine(i).switch_id for i in range(self.cluster.spines)]
 
+    @property
+    def replicated(self) -> set[bytes]:
+        return {bytes.fromhex(k) for k in self.state.replicated}
+
     def live_spines(self) -> set[int]:
         failed = {self.cluster.switch(name).switch_id for name in self.state.failed}
         return set(self.spine_ids()) - failed
@@ -179,27 +184,33 @@ class Controller:
         else:
             conn.set_pipeline(self.p4info, self.device_config)
             log.info("%s: pipeline pushed", sw.name)
-        writes = apply_plan(conn, plan(self.cluster, sw, self.buckets, self.live_spines()))
+        writes = apply_plan(conn, self._plan(sw))
         old, self.leaves[sw.name] = self.leaves.get(sw.name), conn
         if old is not None:
             old.close()
         log.info("%s: reconciled (%d entries written)", sw.name, writes)
 
-    def _configure_agent(self, sw: Switch) -> agent_pb2.AgentStatus:
-        st = self.agents[sw.name].configure(self.cluster, self.buckets, self.live_spines())
+    def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
+        return plan(self.cluster, sw, self.buckets, self.live_spines(),
+                    self.replicated if replicated is None else replicated)
+
+    def _configure_agent(self, sw: Switch, replicated: set[bytes] | None = None) -> agent_pb2.AgentStatus:
+        st = self.agents[sw.name].configure(self.cluster, self.buckets, self.live_spines(),
+                                            self.replicated if replicated is None else replicated)
         log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
         return st
 
-    def _configure(self, roles: set[Role]) -> None:
-        """Bring every switch in service of ``roles`` to the current partition and spines in service."""
+    def _configure(self, roles: set[Role], replicated: set[bytes] | None = None) -> None:
+        """Bring every switch in service of ``roles`` to the current partition and spines in service
+        (and Hybrid's ``replicated`` keys, default: the current ones)."""
         for sw in self.cluster.switches():
             if sw.role not in roles or sw.name in self.state.failed:
                 continue
             try:
                 if is_cache_switch(sw):
-                    self._configure_agent(sw)
+                    self._configure_agent(sw, replicated)
                 elif sw.name in self.leaves:
-                    apply_plan(self.leaves[sw.name], plan(self.cluster, sw, self.buckets, self.live_spines()))
+                    apply_plan(self.leaves[sw.name], self._plan(sw, replicated))
             except (grpc.RpcError, P4RuntimeError) as e:
                 log.error("%s: not reconfigured: %s", sw.name, e)
 
@@ -370,9 +381,61 @@ class Controller:
             old = self.cluster.mechanism
             self.cluster = replace(self.cluster, mechanism=mech)
             self.state.mechanism = mech.name.lower()
+            if mech != Mechanism.HYBRID:
+                self.state.replicated = []
             self._save()
-            self._configure({Role.CLIENT_LEAF, Role.STORAGE_LEAF, Role.SPINE})  # agents evict what they no longer own
+            # Reads first take the new routes, then the caches are reshaped (agents evict what they no longer
+            # own, detectors report what they now should cache).  Every order is safe for coherence (the
+            # shims invalidate every switch in cached[k], whatever the mechanism); this one spares misses.
+            self._configure({Role.CLIENT_LEAF})
+            time.sleep(DRAIN)
+            self._configure({Role.STORAGE_LEAF, Role.SPINE})
         return f"mechanism {old.name.lower()} -> {mech.name.lower()}"
+
+    # -- Hybrid: replicate the keys too hot for two copies -----------------------------------------
+    def rebalance_hybrid(self) -> tuple[set[bytes], set[bytes]]:
+        """Re-choose Hybrid's replicated keys from the measured rates; returns (added, removed).
+
+        Order: the spines first may hold the union (so no configure evicts a key being added),
+        each new key is cached in every live spine (filled through its shim, so it is in the
+        shim's cached[k] before a copy is valid), then client leaves spread the new keys' reads
+        over the spines and stop spreading the dropped ones', and after a drain the spines drop
+        the copies they no longer own.
+        """
+        with self.lock:
+            if self.cluster.mechanism != Mechanism.HYBRID:
+                return set(), set()
+            statuses = []
+            for name, agent in self.agents.items():
+                if name not in self.state.failed:
+                    try:
+                        statuses.append(agent.status(with_keys=True))
+                    except grpc.RpcError:
+                        continue
+            current = self.replicated
+            new = hybrid.choose(hybrid.key_rates(statuses), current, hybrid.threshold(self.cluster),
+                                hybrid.limit(self.cluster))
+            added, removed = new - current, current - new
+            if not added and not removed:
+                return added, removed
+            spines = [sw for sw in self.cluster.switches()
+                      if sw.role == Role.SPINE and sw.name not in self.state.failed]
+            if added:
+                self._configure({Role.SPINE}, current | new)
+                for key in sorted(added):
+                    for sw in spines:
+                        try:
+                            self.agents[sw.name].cache(key)
+                        except grpc.RpcError as e:
+                            log.warning("%s: replica of %s not cached: %s", sw.name, key.hex(), e.code())
+            self.state.replicated = sorted(k.hex() for k in new)
+            self._save()
+            self._configure({Role.CLIENT_LEAF})
+            if removed:
+                time.sleep(DRAIN)
+            self._configure({Role.SPINE})
+            log.info("hybrid: %d keys replicated (+%d, -%d)", len(new), len(added), len(removed))
+            return added, removed
 
     def _switch(self, name: str) -> Switch:
         try:
@@ -466,6 +529,8 @@ class Controller:
                     log.warning("%s: shim restarted or behind (epoch %s); sending partition and view",
                                 host.name, st.get("epoch"))
                     self._push_shims(views=True, only=[host])
+        if self.cluster.mechanism == Mechanism.HYBRID:
+            self.rebalance_hybrid()
 
     def load(self, name: str) -> float:
         s = self.health[name].samples
@@ -477,7 +542,8 @@ class Controller:
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it."""
         wkey = wire_key(key)
-        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(self.cluster, self.buckets, wkey)}
+        return {sw.name: self.agents[sw.name].cache(wkey)
+                for sw in cache_switches(self.cluster, self.buckets, wkey, self.replicated)}
 
     # -- shutdown ---------------------------------------------------------------------------------
     def close(self) -> None:

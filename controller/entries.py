@@ -9,6 +9,7 @@ state when partitions change.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller.p4rt import Match
@@ -56,11 +57,14 @@ def _route(prefix: str, dmac: str, port: int) -> Entry:
                  n.SET_NHOP, (("dmac", _mac(dmac)), ("port", port)))
 
 
-def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None = None) -> SwitchPlan:
+def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None = None,
+         replicated: Iterable[bytes] = ()) -> SwitchPlan:
     """Everything ``sw`` needs: its config action and its table entries.
 
-    ``live`` are the spines in service (default: all); leaves send transit traffic through the
-    first of them, so a failed spine carries none.
+    ``live`` are the spines in service (default: all): leaves spread transit traffic over them
+    (transit_spine) and client-rack leaves spread reads of replicated keys over them
+    (replica_spine), so a failed spine carries none.  ``replicated``: the keys Hybrid replicates
+    in every spine (replicated_keys at client-rack leaves; every spine may cache them).
     """
     config = {"switch_id": sw.switch_id, "role": int(sw.role), "mechanism": int(cluster.mechanism)}
     p = SwitchPlan(sw, config)
@@ -90,10 +94,19 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
         for sp in spines:
             p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
-        # everything else goes up through the first spine in service (ECMP over spines is a later step)
-        first = transit_spine(cluster, live)
-        p.entries.append(_route("10.0.0.0/8", first.mac, spine_port[first.switch_id]))
+        # everything else goes up through the live spines, spread by the key's h0 bucket (ECMP)
+        p.entries.append(Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, Match(_ip("10.0.0.0"), prefix_len=8)),), n.TRANSIT))
+        up = live_spines(cluster, live)
+        for slot in range(n.TRANSIT_SLOTS):
+            sp = up[slot % len(up)]
+            p.entries.append(Entry(n.TRANSIT_SPINE, ((n.KEY_TRANSIT_SLOT, slot),), n.SET_NHOP,
+                                   (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]))))
         if sw.role == Role.CLIENT_LEAF:
+            for slot in range(n.REPLICA_SLOTS):
+                p.entries.append(Entry(n.REPLICA_SPINE, ((n.KEY_REPLICA_SLOT, slot),), n.SET_SPINE_CANDIDATE,
+                                       (("spine_id", up[slot % len(up)].switch_id),)))
+            p.entries.extend(Entry(n.REPLICATED_KEYS, ((n.KEY_DC_KEY, int.from_bytes(k, "big")),), n.REPLICATE)
+                             for k in sorted(set(replicated))[:n.MAX_REPLICATED_KEYS])
             for sp in spines:
                 p.entries.append(Entry(n.CACHE_ROUTE, ((n.KEY_DC_TARGET, sp.switch_id),), n.ROUTE_TO_CACHE,
                                        (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]))))
@@ -102,7 +115,7 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
                 p.entries.append(Entry(n.STORAGE_RACK, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
                                        n.SET_LEAF_CANDIDATE, (("leaf_id", leaf.switch_id),)))
             p.entries.extend(partition_entries(buckets))
-        if sw.role == Role.STORAGE_LEAF and cluster.mechanism == Mechanism.DISTCACHE:
+        if sw.role == Role.STORAGE_LEAF and cluster.mechanism in LEAF_CACHING:
             r = int(sw.switch_id) - 64
             p.entries.append(Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
                                    n.DESIGNATE))
@@ -123,10 +136,13 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
     return p
 
 
-def transit_spine(cluster: Cluster, live: set[int] | None = None) -> Switch:
-    """The spine leaves send transit traffic through: the first one in service (the first one if none is)."""
+LEAF_CACHING = frozenset({Mechanism.DISTCACHE, Mechanism.HYBRID})  # storage leaves cache their rack's hot keys
+
+
+def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:
+    """The spines in service, in id order (all of them if none is: a fabric with no spine cannot route anyway)."""
     spines = [cluster.spine(i) for i in range(cluster.spines)]
-    return next((sp for sp in spines if live is None or sp.switch_id in live), spines[0])
+    return [sp for sp in spines if live is None or sp.switch_id in live] or spines
 
 
 def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[Entry]:

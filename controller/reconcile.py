@@ -18,7 +18,11 @@ from distcache import p4names as n
 
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
 PLANNED_TABLES = frozenset({n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS, n.SPINE_PARTITION,
-                            n.STORAGE_RACK, n.CACHE_ROUTE, n.CLIENT_SOURCE})
+                            n.STORAGE_RACK, n.CACHE_ROUTE, n.CLIENT_SOURCE, n.TRANSIT_SPINE, n.REPLICA_SPINE,
+                            n.REPLICATED_KEYS})
+# written first: the tables other entries lead to (a transit route needs its spines, a replicated key its
+# replica spines), so no packet meets a route whose next table is still empty
+FIRST = (n.TRANSIT_SPINE, n.REPLICA_SPINE)
 
 BATCH = 1024
 
@@ -45,7 +49,7 @@ def apply_plan(conn: SwitchConnection, p: SwitchPlan) -> int:
     info = conn.p4info
     assert info is not None  # set_default above raised otherwise
     writes = 0
-    for table in sorted(PLANNED_TABLES | set(want)):
+    for table in sorted(PLANNED_TABLES | set(want), key=lambda t: (t not in FIRST, t)):
         have = {match_key(m): (m, a, prm) for m, a, prm in conn.read_table(table)}
         updates = [(p4r.Update.DELETE, info.match_entry(table, m)) for k, (m, _, _) in have.items()
                    if k not in want.get(table, {})]

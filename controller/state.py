@@ -36,6 +36,7 @@ class ControllerState:
     recoveries: int = 0
     last_detection_s: float = 0.0
     last_failover_s: float = 0.0
+    replicated: list[str] = field(default_factory=list)  # Hybrid: keys replicated in every spine (hex wire keys)
 
     @classmethod
     def load(cls, path: Path | None) -> ControllerState:

@@ -52,6 +52,7 @@ class Mechanism(IntEnum):
     DISTCACHE = 1
     REPLICATION = 2
     PARTITION = 3
+    HYBRID = 4
 
 
 SPINE_BASE, STORAGE_LEAF_BASE, CLIENT_LEAF_BASE = 0, 64, 128
@@ -111,6 +112,9 @@ class Cluster:
     insert_burst: int = 20
     server_rate: float = 0.0  # requests per second each storage server serves (its shim's token bucket); 0: no limit
     server_burst: int = 32
+    switch_rate: float = 0.0  # reads per second each cache switch answers from its cache (P4 meter); 0: no limit
+    switch_burst: int = 64
+    hybrid_rate: float = 0.0  # Hybrid replicates keys read more often than this per second; 0: switch_rate / 2
     link_mbps: float = 0.0  # bandwidth of every emulated link in Mbit/s (Mininet TCLink); 0: no limit
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
@@ -128,6 +132,8 @@ class Cluster:
             raise ValueError(f"redis_appendfsync must be always, everysec or no, not {self.redis_appendfsync!r}")
         if self.server_rate < 0 or self.link_mbps < 0 or self.server_burst < 1:
             raise ValueError("server_rate and link_mbps must be >= 0 (0: no limit) and server_burst >= 1")
+        if self.switch_rate < 0 or self.hybrid_rate < 0 or self.switch_burst < 1:
+            raise ValueError("switch_rate and hybrid_rate must be >= 0 (0: no limit / derived) and switch_burst >= 1")
 
     # -- switches -----------------------------------------------------------------
     def spine(self, i: int) -> Switch:

@@ -11,7 +11,7 @@ from controller.entries import plan
 from controller.p4rt import Match
 from controller.partition import spine_buckets
 from distcache import p4names as n
-from distcache.cluster import Cluster, PortKind, Role
+from distcache.cluster import Cluster, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS, InvalidKey, h0, h1, user_key, wire_key
 
 
@@ -63,10 +63,11 @@ def test_plan_small_cluster() -> None:
     assert p_sl.config == {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 1}
     kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sl.entries if e.table == n.PORT_KIND}
     assert kinds == {1: PortKind.STORAGE, 2: PortKind.FABRIC}
-    routes = {(e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len): e.params_dict["port"]
-              for e in p_sl.entries if e.table == n.IPV4_LPM}
+    routes = {(e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len):
+              e.params_dict.get("port", e.action) for e in p_sl.entries if e.table == n.IPV4_LPM}
     assert routes[(0x0A010001, 32)] == 1  # the server, on port 1
     assert routes[(0x0AFF0001, 32)] == 2  # the spine's address, up
+    assert routes[(0x0A000000, 8)] == n.TRANSIT  # other racks: over the spines (transit_spine)
     p_cl = plan(c, cl, buckets)
     parts = [e for e in p_cl.entries if e.table == n.SPINE_PARTITION]
     assert len(parts) == N_SPINE_BUCKETS and {e.params_dict["spine_id"] for e in parts} == {1}
@@ -76,6 +77,45 @@ def test_plan_small_cluster() -> None:
     p_sp = plan(c, sp, buckets)
     kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sp.entries if e.table == n.PORT_KIND}
     assert kinds == {1: PortKind.STORAGE, 2: PortKind.CLIENT}
+
+
+def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
+    c = Cluster(spines=3, storage_racks=2, client_racks=1)
+    spines = [c.spine(i) for i in range(3)]
+    live = {spines[0].switch_id, spines[2].switch_id}
+    buckets = spine_buckets([s.switch_id for s in spines], live)
+    cl = plan(c, c.client_leaf(0), buckets, live)
+    port_of = {name: port for port, name in c.ports(c.client_leaf(0).name).items()}
+    transit = Counter(e.params_dict["port"] for e in cl.entries if e.table == n.TRANSIT_SPINE)
+    assert sum(transit.values()) == n.TRANSIT_SLOTS
+    assert set(transit) == {port_of[spines[0].name], port_of[spines[2].name]}  # sp1 is down: no slot
+    assert max(transit.values()) - min(transit.values()) <= 1
+    replica = Counter(e.params_dict["spine_id"] for e in cl.entries if e.table == n.REPLICA_SPINE)
+    assert set(replica) == live and sum(replica.values()) == n.REPLICA_SLOTS
+    assert max(replica.values()) - min(replica.values()) <= 1
+    sl = plan(c, c.storage_leaf(0), buckets, live)
+    assert {e.params_dict["port"] for e in sl.entries if e.table == n.TRANSIT_SPINE} == {
+        p for p, name in c.ports(c.storage_leaf(0).name).items() if name in (spines[0].name, spines[2].name)}
+
+
+def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:
+    hot = [wire_key("hot-a"), wire_key("hot-b")]
+    for mech, leaf_caches, spine_buckets_of_sp0 in ((Mechanism.DISTCACHE, True, "own"),
+                                                    (Mechanism.PARTITION, False, "own"),
+                                                    (Mechanism.REPLICATION, False, "all"),
+                                                    (Mechanism.HYBRID, True, "own"),
+                                                    (Mechanism.NOCACHE, False, "none")):
+        c = Cluster(spines=2, storage_racks=2, mechanism=mech)
+        buckets = spine_buckets([1, 2])
+        sl = plan(c, c.storage_leaf(0), buckets)
+        assert any(e.table == n.HH_RACKS for e in sl.entries) == leaf_caches, mech
+        mine = {e.match_dict[n.KEY_BUCKET] for e in plan(c, c.spine(0), buckets).entries if e.table == n.HH_BUCKETS}
+        want = {"own": {b for b, s in enumerate(buckets) if s == 1}, "all": set(range(N_SPINE_BUCKETS)),
+                "none": set()}[spine_buckets_of_sp0]
+        assert mine == want, mech
+        cl = plan(c, c.client_leaf(0), buckets, replicated=hot)
+        assert {e.match_dict[n.KEY_DC_KEY] for e in cl.entries if e.table == n.REPLICATED_KEYS} == {
+            int.from_bytes(k, "big") for k in hot}
 
 
 def test_cluster_json_round_trip_and_errors() -> None:

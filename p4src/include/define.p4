@@ -54,6 +54,7 @@ const bit<8> MECH_NOCACHE = 0;
 const bit<8> MECH_DISTCACHE = 1;
 const bit<8> MECH_REPLICATION = 2;
 const bit<8> MECH_PARTITION = 3;
+const bit<8> MECH_HYBRID = 4;
 
 /* ---- indexes of the dc_drops counter (p4names.DropReason) ---- */
 const bit<32> DROP_TRUNCATED = 0;

@@ -104,6 +104,11 @@ struct metadata_t {
     bit<16> bucket;
     bit<8>  spine_cand;
     bit<8>  leaf_cand;
+    bit<1>  replicated;     /* the read goes to any live spine (CacheReplication, Hybrid's hottest keys) */
+    bit<8>  replica_slot;
+    /* DcForwarding: the route is transit over the spines (ECMP) */
+    bit<1>  transit;
+    bit<8>  transit_slot;
     /* next hop chosen by DcRouting or DcForwarding, applied by DcForwarding */
     bit<1>  routed;
     mac_t   nhop_dmac;

@@ -15,6 +15,12 @@
 #define MAX_PORTS 64
 #define CLIENT_SOURCES 1024 /* client_source entries: one per client host, or per client rack at a spine */
 #define MAX_ROUTES 1024
+/* Slots of transit_spine (ECMP over spines) and replica_spine (reads of
+ * replicated keys over spines): powers of two, filled round-robin with the
+ * live spines.  MAX_REPLICATED_KEYS: Hybrid's replicated_keys entries. */
+#define TRANSIT_SLOTS 64
+#define REPLICA_SLOTS 64
+#define MAX_REPLICATED_KEYS 256
 
 /* Load windows last 2^LOAD_WINDOW_SHIFT us of ingress_global_timestamp
  * (2^20 us ~ 1.05 s) unless the load_window table says otherwise. */

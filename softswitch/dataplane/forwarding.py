@@ -1,8 +1,9 @@
-"""DcForwarding (p4src/include/control/forwarding.p4): next hop, or the longest-prefix route."""
+"""DcForwarding (p4src/include/control/forwarding.p4): next hop, the longest-prefix route, or transit (ECMP)."""
 
 from __future__ import annotations
 
 from distcache import p4names as n
+from distcache.hashing import h0
 from distcache.p4names import DropReason
 from softswitch.dataplane.header import IP_DST, IP_TTL, Headers, Meta
 from softswitch.program import Action, MatchField, Param, Table
@@ -11,15 +12,27 @@ from softswitch.state import SwitchState
 ACTIONS = (
     Action(n.SET_NHOP, (Param("dmac", 48), Param("port", 9))),
     Action(n.DROP),
+    Action(n.TRANSIT),
 )
 TABLES = (
-    Table(n.IPV4_LPM, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.SET_NHOP, n.DROP), n.DROP, size=n.MAX_ROUTES),
+    Table(n.IPV4_LPM, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.SET_NHOP, n.TRANSIT, n.DROP), n.DROP,
+          size=n.MAX_ROUTES),
+    Table(n.TRANSIT_SPINE, (MatchField(n.KEY_TRANSIT_SLOT, 8, "exact"),), (n.SET_NHOP, n.DROP), n.DROP,
+          size=n.TRANSIT_SLOTS),
 )
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if not m.routed:
         action, p, _ = state.tables[n.IPV4_LPM].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
+        if action == n.SET_NHOP:
+            m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
+        elif action == n.TRANSIT:
+            m.transit = True
+    if m.transit:
+        bucket = h0(h.dc["key"]) if h.dc is not None else 0
+        m.transit_slot = bucket & (n.TRANSIT_SLOTS - 1)
+        action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
         if action == n.SET_NHOP:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
     if m.routed:

@@ -62,6 +62,11 @@ class Meta:
     # DcRouting
     spine_cand: int = 0
     leaf_cand: int = 0
+    replicated: bool = False
+    replica_slot: int = 0
+    # DcForwarding
+    transit: bool = False
+    transit_slot: int = 0
     # next hop (DcRouting or DcForwarding), applied by DcForwarding
     routed: bool = False
     nhop_dmac: int = 0

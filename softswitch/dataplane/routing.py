@@ -13,12 +13,17 @@ from softswitch.state import SwitchState
 
 ACTIONS = (
     Action(n.SET_SPINE_CANDIDATE, (Param("spine_id", 8),)),
+    Action(n.REPLICATE),
     Action(n.SET_LEAF_CANDIDATE, (Param("leaf_id", 8),)),
     Action(n.ROUTE_TO_CACHE, (Param("dmac", 48), Param("port", 9))),
 )
 TABLES = (
     Table(n.SPINE_PARTITION, (MatchField(n.KEY_BUCKET, 16, "exact"),),
           (n.SET_SPINE_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.SPINE_BUCKETS),
+    Table(n.REPLICA_SPINE, (MatchField(n.KEY_REPLICA_SLOT, 8, "exact"),),
+          (n.SET_SPINE_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.REPLICA_SLOTS),
+    Table(n.REPLICATED_KEYS, (MatchField(n.KEY_DC_KEY, 128, "exact"),),
+          (n.REPLICATE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_REPLICATED_KEYS),
     Table(n.STORAGE_RACK, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
           (n.SET_LEAF_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_SWITCHES),
     Table(n.CACHE_ROUTE, (MatchField(n.KEY_DC_TARGET, 8, "exact"),),
@@ -26,7 +31,9 @@ TABLES = (
 )
 
 OP_GET, PORT_CLIENT = int(Op.GET), int(PortKind.CLIENT)
-MECH_DISTCACHE, MECH_PARTITION = int(Mechanism.DISTCACHE), int(Mechanism.PARTITION)
+MECH_NOCACHE, MECH_DISTCACHE, MECH_PARTITION, MECH_REPLICATION, MECH_HYBRID = (
+    int(Mechanism.NOCACHE), int(Mechanism.DISTCACHE), int(Mechanism.PARTITION), int(Mechanism.REPLICATION),
+    int(Mechanism.HYBRID))
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
@@ -35,11 +42,22 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     tables, regs = state.tables, state.registers
     dc = h.dc
     dc["target"] = 0
-    if m.mechanism == MECH_DISTCACHE or m.mechanism == MECH_PARTITION:
-        action, p, _ = tables[n.SPINE_PARTITION].lookup(h0(dc["key"]))  # crc32(key) % SPINE_BUCKETS
+    mech = m.mechanism
+    if mech == MECH_REPLICATION:
+        m.replicated = True
+    elif mech == MECH_HYBRID:
+        m.replicated = tables[n.REPLICATED_KEYS].lookup(int.from_bytes(dc["key"], "big"))[0] == n.REPLICATE
+    bucket = h0(dc["key"]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
+    if m.replicated:
+        m.replica_slot = (bucket + (dc["seq"] & 0xFFFF)) & (n.REPLICA_SLOTS - 1)
+        action, p, _ = tables[n.REPLICA_SPINE].lookup(m.replica_slot)
         if action == n.SET_SPINE_CANDIDATE:
             m.spine_cand = p["spine_id"]
-    if m.mechanism == MECH_DISTCACHE:
+    elif mech == MECH_DISTCACHE or mech == MECH_PARTITION or mech == MECH_HYBRID:
+        action, p, _ = tables[n.SPINE_PARTITION].lookup(bucket)
+        if action == n.SET_SPINE_CANDIDATE:
+            m.spine_cand = p["spine_id"]
+    if not m.replicated and (mech == MECH_DISTCACHE or mech == MECH_HYBRID):
         action, p, _ = tables[n.STORAGE_RACK].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
         if action == n.SET_LEAF_CANDIDATE:
             m.leaf_cand = p["leaf_id"]

@@ -44,11 +44,23 @@ WINDOW_SHIFT = 18  # 2^18 us = 262 ms windows for the aging tests (wide margins 
 STEADY_SHIFT = 32  # 2^32 us = 72 min: other tests never see a window end (counts they check stay put)
 
 
-def key_for_spine(spine: Switch, stem: str = "k") -> bytes:
-    """A wire key whose h0 bucket belongs to ``spine``."""
+SPINES = (SP0, SP1)
+LEAF_UPLINK = {SP0.switch_id: 2, SP1.switch_id: 3}  # a leaf's port to each spine (sl0 and cl0 alike)
+
+
+def transit_spine(key: bytes | None, live: tuple[Switch, ...] = SPINES) -> Switch:
+    """The spine a leaf sends ``key``'s transit traffic through: slot h0 mod TRANSIT_SLOTS of the live
+    spines dealt round-robin (controller.entries.plan); a non-DistCache packet (None) takes slot 0."""
+    slot = (h0(key) if key is not None else 0) & (n.TRANSIT_SLOTS - 1)
+    return live[slot % len(live)]
+
+
+def key_for_spine(spine: Switch, stem: str = "k", transit: Switch | None = None) -> bytes:
+    """A wire key whose h0 bucket belongs to ``spine`` and whose transit goes through ``transit``
+    (default: the same spine, so a leaf sends all of the key's traffic up one port)."""
     for i in range(10_000):
         k = wire_key(f"{stem}{i}")
-        if BUCKETS[h0(k)] == spine.switch_id:
+        if BUCKETS[h0(k)] == spine.switch_id and transit_spine(k) == (transit or spine):
             return k
     raise AssertionError(f"no key maps to {spine.name}")
 
@@ -91,6 +103,8 @@ class DcTest(P4RuntimeTest):
 
     role: Switch = SL0
     mechanism: Mechanism = Mechanism.DISTCACHE
+    live: set[int] | None = None  # spines in service (None: all)
+    replicated: tuple[bytes, ...] = ()  # Hybrid's replicated keys
 
     def setUp(self) -> None:
         super().setUp()
@@ -101,7 +115,7 @@ class DcTest(P4RuntimeTest):
     def install(self, sw: Switch, mechanism: Mechanism) -> None:
         cluster = Cluster(spines=C.spines, storage_racks=C.storage_racks, client_racks=C.client_racks,
                           mechanism=mechanism)
-        p = plan(cluster, sw, BUCKETS)
+        p = plan(cluster, sw, BUCKETS, self.live, self.replicated)
         self.config = p.config
         self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
         for e in p.defaults:

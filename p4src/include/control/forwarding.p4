@@ -1,5 +1,11 @@
 /* IPv4 forwarding: the next hop DcRouting chose, or the longest-prefix route
- * for the destination.  Unroutable packets are counted and dropped. */
+ * for the destination.  A leaf's route to other racks is transit(): the
+ * packet goes up to the spine in transit_spine's slot (the key's h0 bucket
+ * mod TRANSIT_SLOTS; 0 for non-DistCache packets), which the controller fills
+ * round-robin with the live spines.  So traffic spreads over the spines (ECMP
+ * on the key's hash), every key keeps one path, and replies through every
+ * spine carry that spine's load to the client racks.  Unroutable packets are
+ * counted and dropped. */
 #ifndef DC_FORWARDING_P4
 #define DC_FORWARDING_P4
 
@@ -17,16 +23,35 @@ control DcForwarding(inout headers_t hdr,
         meta.routed = 0;
     }
 
+    action transit() {
+        meta.transit = 1;
+    }
+
     table ipv4_lpm {
         key = { hdr.ipv4.dstAddr: lpm; }
-        actions = { set_nhop; drop; }
+        actions = { set_nhop; transit; drop; }
         default_action = drop();
         size = MAX_ROUTES;
+    }
+
+    table transit_spine {
+        key = { meta.transit_slot: exact; }
+        actions = { set_nhop; drop; }
+        default_action = drop();
+        size = TRANSIT_SLOTS;
     }
 
     apply {
         if (meta.routed == 0) {
             ipv4_lpm.apply();
+        }
+        if (meta.transit == 1) {
+            bit<16> bucket = 0;
+            if (hdr.dc.isValid()) {
+                hash(bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+            }
+            meta.transit_slot = (bit<8>)(bucket & (TRANSIT_SLOTS - 1));
+            transit_spine.apply();
         }
         if (meta.routed == 1) {
             standard_metadata.egress_spec = meta.nhop_port;

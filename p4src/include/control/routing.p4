@@ -10,6 +10,12 @@
  * it (cache_route); reads for a storage leaf follow the normal route, which
  * passes through it.  The mechanism decides which candidates exist:
  * DistCache both, CachePartition the spine only, NoCache none.
+ * CacheReplication has every live spine hold the hot keys: a read goes to
+ * the spine in replica_spine's slot (bucket + seq) mod REPLICA_SLOTS, which
+ * the controller fills round-robin with the live spines, so successive reads
+ * spread evenly over them.  Hybrid does that for the keys in replicated_keys
+ * (the few too hot for two copies, chosen by the controller) and DistCache
+ * for the others.
  */
 #ifndef DC_ROUTING_P4
 #define DC_ROUTING_P4
@@ -27,6 +33,24 @@ control DcRouting(inout headers_t hdr,
         actions = { set_spine_candidate; NoAction; }
         default_action = NoAction();
         size = SPINE_BUCKETS;
+    }
+
+    table replica_spine {
+        key = { meta.replica_slot: exact; }
+        actions = { set_spine_candidate; NoAction; }
+        default_action = NoAction();
+        size = REPLICA_SLOTS;
+    }
+
+    action replicate() {
+        meta.replicated = 1;
+    }
+
+    table replicated_keys {
+        key = { hdr.dc.key: exact; }
+        actions = { replicate; NoAction; }
+        default_action = NoAction();
+        size = MAX_REPLICATED_KEYS;
     }
 
     action set_leaf_candidate(bit<8> leaf_id) {
@@ -56,11 +80,23 @@ control DcRouting(inout headers_t hdr,
     apply {
         if (meta.op == OP_GET && meta.port_kind == PORT_CLIENT) {
             hdr.dc.target = 0;
-            if (meta.mechanism == MECH_DISTCACHE || meta.mechanism == MECH_PARTITION) {
+            if (meta.mechanism == MECH_REPLICATION) {
+                meta.replicated = 1;
+            } else if (meta.mechanism == MECH_HYBRID) {
+                replicated_keys.apply();
+            }
+            if (meta.mechanism != MECH_NOCACHE) {
                 hash(meta.bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+            }
+            if (meta.replicated == 1) {
+                bit<16> spread = meta.bucket + hdr.dc.seq[15:0];
+                meta.replica_slot = (bit<8>)(spread & (REPLICA_SLOTS - 1));
+                replica_spine.apply();
+            } else if (meta.mechanism == MECH_DISTCACHE || meta.mechanism == MECH_PARTITION
+                       || meta.mechanism == MECH_HYBRID) {
                 spine_partition.apply();
             }
-            if (meta.mechanism == MECH_DISTCACHE) {
+            if (meta.replicated == 0 && (meta.mechanism == MECH_DISTCACHE || meta.mechanism == MECH_HYBRID)) {
                 storage_rack.apply();
             }
             bit<32> spine_load = 0;

@@ -3,11 +3,13 @@ freshness, and each mechanism's routing.
 
 cl0's port 1 faces its client; ports 2 and 3 the spines sp0 and sp1.  A read marked for a
 spine goes up that spine's port (cache_route); a read marked for a storage leaf, or for no
-cache, follows the normal route (everything to sp0, port 2, until ECMP).
+cache, follows the normal route: transit over the spines by the key's hash (KEY's goes through sp0,
+port 2; test_forwarding.py tests the spread).
 """
 
 from __future__ import annotations
 
+from distcache import p4names as n
 from distcache.cluster import Mechanism
 from distcache.hashing import h0, wire_key
 from distcache.p4names import Stat
@@ -161,13 +163,58 @@ class PartitionAlwaysPicksTheSpine(_Routing):
         self.assertEqual(self.choose(4, key=KEY1), (3, SP1.switch_id))
 
 
-class ReplicationMarksNoTargetYet(_Routing):
-    """CacheReplication has no data-plane choice yet (issue 10): reads go to the servers."""
+def replica_spine(key: bytes, seq: int, live: tuple = (SP0, SP1)) -> int:
+    """The spine a replicated key's read goes to: replica slot (h0 + low 16 bits of seq) mod
+    REPLICA_SLOTS, the live spines dealt round-robin over the slots (controller.entries.plan)."""
+    return live[((h0(key) + (seq & 0xFFFF)) & (n.REPLICA_SLOTS - 1)) % len(live)].switch_id
+
+
+class ReplicationSpreadsReadsOverTheSpines(_Routing):
+    """CacheReplication: every read goes to a spine, successive seqs to every spine in turn, whatever the loads."""
 
     mechanism = Mechanism.REPLICATION
 
     def runTest(self) -> None:
-        self.assertEqual(self.choose(2), (2, 0))
+        self.loads(spine_load=1000, leaf_load=0)  # no leaf candidate: loads do not matter
+        seen = []
+        for seq in range(6):
+            want = replica_spine(KEY, seq)
+            self.assertEqual(self.choose(seq), (SPINE_PORT[want], want), f"seq {seq}")
+            seen.append(want)
+        self.assertEqual(set(seen), {SP0.switch_id, SP1.switch_id})
+        self.assertEqual((self.stat(Stat.ROUTED_SPINE), self.stat(Stat.ROUTED_LEAF)), (6, 0))
+
+
+class ReplicationSkipsSpinesOutOfService(_Routing):
+    """With sp0 failed, every replica slot holds sp1: no read goes to sp0."""
+
+    mechanism = Mechanism.REPLICATION
+    live = {SP1.switch_id}
+
+    def runTest(self) -> None:
+        for seq in range(6):
+            self.assertEqual(self.choose(seq), (3, SP1.switch_id), f"seq {seq}")
+
+
+class HybridReplicatesOnlyTheListedKeys(_Routing):
+    """Hybrid: a key in replicated_keys is read from any spine; another key gets DistCache's two choices."""
+
+    mechanism = Mechanism.HYBRID
+    replicated = (KEY,)
+
+    def runTest(self) -> None:
+        self.loads(spine_load=1000, leaf_load=0)  # DistCache would pick the leaf for KEY; replication ignores it
+        seen = set()
+        for seq in range(6):
+            want = replica_spine(KEY, seq)
+            self.assertEqual(self.choose(seq), (SPINE_PORT[want], want), f"seq {seq}")
+            seen.add(want)
+        self.assertEqual(seen, {SP0.switch_id, SP1.switch_id})
+        # KEY1 is not replicated: its own spine or its rack's leaf, ties by seq parity
+        self.assertEqual(self.choose(10, key=KEY1), (3, SP1.switch_id))
+        self.assertEqual(self.choose(11, key=KEY1)[1], SL0.switch_id)
+        self.sw.delete(n.REPLICATED_KEYS, {n.KEY_DC_KEY: int.from_bytes(KEY, "big")})
+        self.assertEqual(self.choose(13)[1], SL0.switch_id)  # back to DistCache: the less loaded leaf
 
 
 class ReadsFromTheFabricAreNotReMarked(_Routing):

@@ -360,10 +360,12 @@ class SwitchAgent:
 
         Entries younger than two hit windows are not candidates: their hits are not known yet
         (a fresh insert, or an entry read back after an agent restart), and evicting them
-        would only make the cache thrash.
+        would only make the cache thrash.  Hybrid's replicated keys are pinned: the controller
+        placed them in every spine, and reads of them are spread over all spines.
         """
         settled = time.monotonic() - 2 * self.hit_window
-        old = [k for k, e in self.cached.items() if e.inserted_at <= settled]
+        pinned = self.replicated if self.cluster.mechanism == Mechanism.HYBRID else frozenset()
+        old = [k for k, e in self.cached.items() if e.inserted_at <= settled and k not in pinned]
         if not old:
             return None
         return min(old, key=lambda k: (self.cached[k].recent_hits, self.cached[k].inserted_at))

@@ -405,29 +405,32 @@ class Controller:
         with self.lock:
             if self.cluster.mechanism != Mechanism.HYBRID:
                 return set(), set()
-            statuses = []
+            statuses: dict[str, agent_pb2.AgentStatus] = {}
             for name, agent in self.agents.items():
                 if name not in self.state.failed:
                     try:
-                        statuses.append(agent.status(with_keys=True))
+                        statuses[name] = agent.status(with_keys=True)
                     except grpc.RpcError:
                         continue
             current = self.replicated
-            new = hybrid.choose(hybrid.key_rates(statuses), current, hybrid.threshold(self.cluster),
+            new = hybrid.choose(hybrid.key_rates(statuses.values()), current, hybrid.threshold(self.cluster),
                                 hybrid.limit(self.cluster))
             added, removed = new - current, current - new
-            if not added and not removed:
-                return added, removed
             spines = [sw for sw in self.cluster.switches()
-                      if sw.role == Role.SPINE and sw.name not in self.state.failed]
+                      if sw.role == Role.SPINE and sw.name in statuses]
             if added:
                 self._configure({Role.SPINE}, current | new)
-                for key in sorted(added):
-                    for sw in spines:
-                        try:
-                            self.agents[sw.name].cache(key)
-                        except grpc.RpcError as e:
-                            log.warning("%s: replica of %s not cached: %s", sw.name, key.hex(), e.code())
+            # every replicated key in every spine: the new ones, and any a spine could not take before
+            # (its cache was full of keys too young to evict) or lost (a restart)
+            for sw in spines:
+                have = {bytes(k.key) for k in statuses[sw.name].keys}
+                for key in sorted(new - have):
+                    try:
+                        self.agents[sw.name].cache(key)
+                    except grpc.RpcError as e:
+                        log.warning("%s: replica of %s not cached: %s", sw.name, key.hex(), e.code())
+            if not added and not removed:
+                return added, removed
             self.state.replicated = sorted(k.hex() for k in new)
             self._save()
             self._configure({Role.CLIENT_LEAF})

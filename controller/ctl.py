@@ -91,6 +91,9 @@ def status(ctx: typer.Context, as_json: JsonOpt = False) -> None:
                   f"{s.digests}" if cache else "-", f"{s.buckets}" if s.role == "spine" else "-",
                   ", ".join(f"{k}={v}" for k, v in sorted(s.drops.items())) or "none")
     out.print(t)
+    if st.mechanism == "hybrid":
+        out.print(f"replicated in every spine ({len(st.replicated)}): {', '.join(st.replicated) or 'none yet'}",
+                  highlight=False)
     if st.failovers:
         out.print(f"last failure: detected in {st.last_detection_s:.2f} s, partition moved in "
                   f"{st.last_failover_s:.2f} s")
@@ -160,8 +163,13 @@ def recover(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="swit
 
 @app.command()
 def mechanism(ctx: typer.Context,
-              name: Annotated[str, typer.Argument(help="nocache, distcache, replication or partition")]) -> None:
-    """Change the caching mechanism of the whole cluster (keys a switch no longer owns are evicted)."""
+              name: Annotated[str, typer.Argument(help="nocache, partition, replication, distcache or hybrid")]
+              ) -> None:
+    """Change the caching mechanism of the whole cluster, safely while it serves.
+
+    Client leaves take the new routes first, then the cache switches drop the keys they no
+    longer own and cache what they now should; writes invalidate every copy throughout.
+    """
     r = _call(ctx, "set_mechanism", name)
     out.print(r.message, highlight=False)
 

@@ -53,7 +53,7 @@ class ControllerService(controller_grpc.ControllerServicer):
         out = controller_pb2.ClusterStatus(
             mechanism=ctl.cluster.mechanism.name.lower(), failovers=ctl.state.failovers,
             recoveries=ctl.state.recoveries, epoch=ctl.state.epoch, last_detection_s=ctl.state.last_detection_s,
-            last_failover_s=ctl.state.last_failover_s)
+            last_failover_s=ctl.state.last_failover_s, replicated=sorted(key_text(k) for k in ctl.replicated))
         owned: dict[int, int] = {}
         for sid in ctl.buckets:
             owned[sid] = owned.get(sid, 0) + 1

@@ -327,6 +327,37 @@ class SwitchConnection:
         e = self._need_p4info().table_entry(table, {}, action, params, default=True)
         self.write([(p4r.Update.MODIFY, e)])
 
+    # -- meters ------------------------------------------------------------------------
+    def set_meter(self, name: str, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        """Configure cell ``index`` of indirect meter ``name`` (a two-rate three-colour meter).
+
+        Rates are in the meter's unit (packets or bytes) per second, bursts in that unit; ``cir``
+        must not exceed ``pir``.  A new pipeline config leaves every cell unconfigured (all GREEN).
+        """
+        meters = {m.preamble.name: m for m in self._need_p4info().info.meters}
+        if name not in meters:
+            raise P4RuntimeError(f"P4Info has no meter {name!r}", "NOT_FOUND")
+        req = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
+        me = req.updates.add(type=p4r.Update.MODIFY).entity.meter_entry
+        me.meter_id = meters[name].preamble.id
+        me.index.index = index
+        me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = cir, cburst, pir, pburst
+        self._call(self.stub.Write, req, "Write")
+
+    def read_meter(self, name: str) -> dict[int, tuple[int, int, int, int] | None]:
+        """index -> (cir, cburst, pir, pburst) of every cell of meter ``name``; None for an unconfigured cell."""
+        meters = {m.preamble.name: m for m in self._need_p4info().info.meters}
+        if name not in meters:
+            raise P4RuntimeError(f"P4Info has no meter {name!r}", "NOT_FOUND")
+        req = p4r.ReadRequest(device_id=self.device_id)
+        req.entities.add().meter_entry.meter_id = meters[name].preamble.id
+        out: dict[int, tuple[int, int, int, int] | None] = {}
+        for ent in self._read(req):
+            me = ent.meter_entry
+            c = me.config
+            out[me.index.index] = (c.cir, c.cburst, c.pir, c.pburst) if me.HasField("config") else None
+        return out
+
     # -- digests -----------------------------------------------------------------------
     def configure_digest(self, name: str, max_timeout_ns: int = 0, max_list_size: int = 1,
                          ack_timeout_ns: int = 1_000_000_000, modify: bool = False) -> None:

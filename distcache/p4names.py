@@ -66,6 +66,9 @@ DC_DROPS = "dc_drops"
 DC_STATS = "dc_stats"
 CACHE_HITS = "DcIngress.cache.cache_hits"
 
+# meters
+CACHE_METER = "DcIngress.cache.cache_meter"
+
 # match field names (p4c names a key by its expression)
 KEY_INGRESS_PORT = "standard_metadata.ingress_port"
 KEY_IPV4_DST = "hdr.ipv4.dstAddr"
@@ -127,3 +130,4 @@ class Stat(IntEnum):
     INVALIDATE_STALE = 10
     HH_COUNTED = 11
     HH_REPORTED = 12
+    HIT_METERED = 13

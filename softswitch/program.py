@@ -2,7 +2,7 @@
 
 A :class:`Program` lists what the control plane can see of a pipeline —
 tables (keys, match kinds, widths, actions, sizes), actions and their
-parameters, registers, counters — in the shape p4c would emit for the P4
+parameters, registers, counters, meters — in the shape p4c would emit for the P4
 source.  :meth:`Program.p4info` renders it as a P4Info message, so softswitch
 produces its own P4Info from the same description it executes, and the parity
 test compares that P4Info against the declarations in ``p4src/``.
@@ -32,6 +32,7 @@ PREFIX_ACTION = 0x01
 PREFIX_TABLE = 0x02
 PREFIX_COUNTER = 0x12
 PREFIX_DIRECT_COUNTER = 0x13
+PREFIX_METER = 0x14
 PREFIX_REGISTER = 0x16
 PREFIX_DIGEST = 0x17
 
@@ -46,6 +47,10 @@ _COUNTER_UNITS = {
     "packets": p4i.CounterSpec.PACKETS,
     "bytes": p4i.CounterSpec.BYTES,
     "both": p4i.CounterSpec.BOTH,
+}
+_METER_UNITS = {
+    "packets": p4i.MeterSpec.PACKETS,
+    "bytes": p4i.MeterSpec.BYTES,
 }
 
 
@@ -105,6 +110,18 @@ class Counter:
 
 
 @dataclass(frozen=True)
+class Meter:
+    """An indirect v1model ``meter(size, MeterType.unit)``: ``size`` two-rate three-colour meters.
+
+    Configured and read through P4Runtime MeterEntry; see :class:`softswitch.state.MeterArray`.
+    """
+
+    name: str
+    size: int
+    unit: Literal["packets", "bytes"] = "packets"
+
+
+@dataclass(frozen=True)
 class Digest:
     """A v1model ``digest<T>(receiver, data)``: p4c names the digest after the struct ``T``.
 
@@ -124,6 +141,7 @@ class Program:
     registers: tuple[Register, ...] = ()
     counters: tuple[Counter, ...] = ()
     digests: tuple[Digest, ...] = ()
+    meters: tuple[Meter, ...] = ()
     arch: str = "v1model"
     _ids: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
@@ -138,7 +156,7 @@ class Program:
         used: set[int] = set()
         for prefix, items in ((PREFIX_ACTION, self.actions), (PREFIX_TABLE, self.tables),
                               (PREFIX_REGISTER, self.registers), (PREFIX_COUNTER, self.counters),
-                              (PREFIX_DIGEST, self.digests)):
+                              (PREFIX_DIGEST, self.digests), (PREFIX_METER, self.meters)):
             for it in items:
                 low = zlib.crc32(it.name.encode()) & 0xFFFFFF
                 ident = (prefix << 24) | low
@@ -162,6 +180,12 @@ class Program:
             if d.name == name:
                 return d
         raise KeyError(f"no digest {name!r}")
+
+    def meter(self, name: str) -> Meter:
+        for m in self.meters:
+            if m.name == name:
+                return m
+        raise KeyError(f"no meter {name!r}")
 
     def table(self, name: str) -> Table:
         for t in self.tables:
@@ -210,6 +234,11 @@ class Program:
             _preamble(pc.preamble, self.id_of(c.name), c.name)
             pc.spec.unit = _COUNTER_UNITS[c.unit]
             pc.size = c.size
+        for m in self.meters:  # as p4c: spec.type left at its default, TWO_RATE_THREE_COLOR (v1model's meter)
+            pm = info.meters.add()
+            _preamble(pm.preamble, self.id_of(m.name), m.name)
+            pm.spec.unit = _METER_UNITS[m.unit]
+            pm.size = m.size
         for r in self.registers:
             pr = info.registers.add()
             _preamble(pr.preamble, self.id_of(r.name), r.name)

@@ -2,7 +2,7 @@
 
 Everything a controller does to a softswitch goes through here: client
 arbitration on ``StreamChannel``, pipeline config, table writes, counter
-reads.  Semantics follow the P4Runtime 1.4 specification; deliberate
+and meter reads and writes.  Semantics follow the P4Runtime 1.4 specification; deliberate
 differences are listed in :class:`P4RuntimeService`.
 
 The softswitch runs one built-in :class:`~softswitch.program.Program`; a
@@ -36,11 +36,12 @@ from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf import any_pb2
 
 from softswitch.digests import DigestConfig, DigestConfigError, DigestEngine
-from softswitch.program import Action, Counter, Digest, Param, Program, Register, Table
+from softswitch.program import Action, Counter, Digest, Meter, Param, Program, Register, Table
 from softswitch.state import (
     CanonicalMatch,
     EntryExistsError,
     EntryNotFoundError,
+    MeterConfig,
     SwitchState,
     TableEntry,
     TableFullError,
@@ -64,8 +65,10 @@ _MATCH_KIND = {
 }
 _SCOPE_TABLE_ONLY = p4i.ActionRef.TABLE_ONLY
 _SCOPE_DEFAULT_ONLY = p4i.ActionRef.DEFAULT_ONLY
-_UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "meters", "direct_meters",
+_UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "direct_meters",
                        "controller_packet_metadata", "value_sets", "externs")
+_METER_UNIT = {p4i.MeterSpec.PACKETS: "packets", p4i.MeterSpec.BYTES: "bytes"}
+MAX_METER_BURST = 0xFFFFFFFF  # BMv2 (PI) keeps bursts in 32 bits and refuses more with UNIMPLEMENTED; so do we
 _CFG = p4r.SetForwardingPipelineConfigRequest
 _GET = p4r.GetForwardingPipelineConfigRequest
 _UPD = p4r.Update
@@ -125,7 +128,8 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
 
     Compared: entity names per kind; action parameters (names, bit widths);
     tables' match fields (names, kinds, bit widths), action sets and const
-    default action; register widths and sizes; counter sizes; digests (a struct
+    default action; register widths and sizes; counter sizes; meter sizes, units
+    and type (two-rate three-colour, v1model's); digests (a struct
     type whose members' names and bit widths are the program's).  Ids only need to
     be non-zero and unique: they are the pushing client's choice.
     """
@@ -140,6 +144,7 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         ("table", program.tables, info.tables),
         ("register", program.registers, info.registers),
         ("counter", program.counters, info.counters),
+        ("meter", program.meters, info.meters),
         ("digest", program.digests, info.digests),
     ]
     for kind, ours, theirs in groups:
@@ -184,6 +189,16 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         c = next(x for x in program.counters if x.name == pc.preamble.name)
         if pc.size != c.size:
             return f"counter {c.name!r} has size {pc.size} in the P4Info but {c.size} in the program"
+    for pm in info.meters:
+        m = program.meter(pm.preamble.name)
+        if pm.size != m.size:
+            return f"meter {m.name!r} has size {pm.size} in the P4Info but {m.size} in the program"
+        unit = _METER_UNIT.get(pm.spec.unit, p4i.MeterSpec.Unit.Name(pm.spec.unit))
+        if unit != m.unit:
+            return f"meter {m.name!r} counts {unit} in the P4Info but {m.unit} in the program"
+        if pm.spec.type != p4i.MeterSpec.TWO_RATE_THREE_COLOR:
+            return (f"meter {m.name!r} is {p4i.MeterSpec.Type.Name(pm.spec.type)} in the P4Info "
+                    "but a two-rate three-colour meter in the program")
     for pd in info.digests:
         diff = _digest_mismatch(program.digest(pd.preamble.name), pd, info)
         if diff:
@@ -334,6 +349,8 @@ class IdMap:
     counters: dict[int, Counter] = field(default_factory=dict)
     counter_ids: dict[str, int] = field(default_factory=dict)
     registers: dict[int, Register] = field(default_factory=dict)
+    meters: dict[int, Meter] = field(default_factory=dict)
+    meter_ids: dict[str, int] = field(default_factory=dict)
     digests: dict[int, Digest] = field(default_factory=dict)
     digest_ids: dict[str, int] = field(default_factory=dict)
 
@@ -361,6 +378,9 @@ class IdMap:
             m.counter_ids[c.name] = pc.preamble.id
         for pr in info.registers:
             m.registers[pr.preamble.id] = next(x for x in program.registers if x.name == pr.preamble.name)
+        for pm in info.meters:
+            m.meters[pm.preamble.id] = program.meter(pm.preamble.name)
+            m.meter_ids[pm.preamble.name] = pm.preamble.id
         for pd in info.digests:
             m.digests[pd.preamble.id] = program.digest(pd.preamble.name)
             m.digest_ids[pd.preamble.name] = pd.preamble.id
@@ -437,6 +457,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
       spec's code is kept and the place says so ("BMv2 differs").
     * Counters report only what their unit counts: a packets counter reads back
       ``packet_count`` alone (``byte_count`` 0), a bytes counter ``byte_count`` alone.
+    * Meters (MeterEntry) read back exactly the rates written; BMv2 reads back
+      ``int(rate / 1e6 * 1e6)`` in floating point, one less for some rates (249 -> 248).
+      ``eburst`` and ``counter_data`` are ignored, as on BMv2.
     * Between VERIFY_AND_SAVE and COMMIT, Read/Write use a shadow state that
       COMMIT installs (the spec's "replay the writes since the save").
 
@@ -818,6 +841,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             self._write_table_entry(ids, state, upd.type, upd.entity.table_entry)
         elif kind == "counter_entry":
             self._write_counter_entry(ids, state, upd.type, upd.entity.counter_entry)
+        elif kind == "meter_entry":
+            self._write_meter_entry(ids, state, upd.type, upd.entity.meter_entry)
         elif kind == "digest_entry":
             self._write_digest_entry(ids, upd.type, upd.entity.digest_entry)
         elif kind == "register_entry":
@@ -995,6 +1020,75 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             for idx in range(c.size):
                 arr.write(idx, ce.data.packet_count, ce.data.byte_count)
 
+    def _meter(self, ids: IdMap, meter_id: int) -> Meter:
+        m = ids.meters.get(meter_id)
+        if m is None:  # INVALID_ARGUMENT, as BMv2 ("Invalid P4 id"), also for id 0
+            _err(SC.INVALID_ARGUMENT, f"unknown meter id {meter_id:#x}")
+        return m
+
+    def _meter_index(self, m: Meter, index: int) -> int:
+        if index < 0:  # as BMv2
+            _err(SC.INVALID_ARGUMENT, f"negative meter index {index}")
+        if index >= m.size:  # BMv2 differs: UNKNOWN ("Error when writing meter spec"); the spec says this
+            _err(SC.OUT_OF_RANGE, f"meter {m.name} index {index} >= size {m.size}")
+        return index
+
+    def _write_meter_entry(self, ids: IdMap, state: SwitchState, utype: int, me: p4r.MeterEntry) -> None:
+        m = self._meter(ids, me.meter_id)
+        if utype != _UPD.MODIFY:  # as BMv2 (but BMv2 first answers UNIMPLEMENTED for a missing index)
+            _err(SC.INVALID_ARGUMENT, "meter entries can only be modified")
+        if me.HasField("index"):
+            indexes: Sequence[int] = (self._meter_index(m, me.index.index),)
+        else:  # BMv2 differs: UNIMPLEMENTED ("Wildcard write ..."); the spec defines it: every cell
+            indexes = range(m.size)
+        config = self._meter_config(m, me.config) if me.HasField("config") else None
+        arr = state.meters[m.name]
+        for i in indexes:
+            arr.configure(i, config)
+
+    @staticmethod
+    def _meter_config(m: Meter, c: p4r.MeterConfig) -> MeterConfig | None:
+        """A MeterEntry's config, validated; None (unconfigured, every packet GREEN) for the reset forms.
+
+        No config resets the cell (the spec; BMv2 too).  All four values -1 resets it as well, as
+        BMv2 accepts for backward compatibility; another negative value is INVALID_ARGUMENT (BMv2
+        differs for a lone -1: it takes it as the largest unsigned value).  ``eburst`` (single-rate
+        meters only) is ignored, as BMv2 does.
+        """
+        values = (c.cir, c.cburst, c.pir, c.pburst)
+        if values == (-1, -1, -1, -1):
+            return None
+        for name, v in zip(("cir", "cburst", "pir", "pburst"), values, strict=True):
+            if v < 0:
+                _err(SC.INVALID_ARGUMENT, f"meter {m.name}: negative {name} {v}")
+        if c.cburst > MAX_METER_BURST or c.pburst > MAX_METER_BURST:  # as BMv2
+            _err(SC.UNIMPLEMENTED, f"meter {m.name}: burst larger than {MAX_METER_BURST}")
+        if c.cir > c.pir:  # BMv2 differs: UNKNOWN ("Error when writing meter spec") and a half-written meter
+            _err(SC.INVALID_ARGUMENT, f"meter {m.name}: cir {c.cir} > pir {c.pir}")
+        return MeterConfig(c.cir, c.cburst, c.pir, c.pburst)
+
+    def _read_meter(self, ids: IdMap, state: SwitchState, q: p4r.MeterEntry) -> list[p4r.Entity]:
+        # meter_id 0: every meter, and an index applies to each of them (as BMv2)
+        meters = list(ids.meters.items()) if q.meter_id == 0 else [(q.meter_id, self._meter(ids, q.meter_id))]
+        out = []
+        for mid, m in meters:
+            arr = state.meters[m.name]
+            if q.HasField("index"):
+                indexes: Sequence[int] = (self._meter_index(m, q.index.index),)
+            else:
+                indexes = range(m.size)
+            for i in indexes:
+                # BMv2 differs: with an index it echoes the query (its meter_id 0, its config when the
+                # cell is unconfigured); we answer the cell's own id, and its config only when configured
+                me = p4r.MeterEntry(meter_id=mid)
+                me.index.index = i
+                cfg = arr.config(i)
+                if cfg is not None:
+                    me.config.cir, me.config.cburst = cfg.cir, cfg.cburst
+                    me.config.pir, me.config.pburst = cfg.pir, cfg.pburst
+                out.append(p4r.Entity(meter_entry=me))
+        return out
+
     def _digest(self, ids: IdMap, digest_id: int) -> Digest:
         d = ids.digests.get(digest_id)
         if d is None:  # NOT_FOUND, as BMv2 ("... is not a valid digest id"), also for id 0
@@ -1052,6 +1146,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             return self._read_table(ids, state, ent.table_entry)
         if kind == "counter_entry":
             return self._read_counter(ids, state, ent.counter_entry)
+        if kind == "meter_entry":
+            return self._read_meter(ids, state, ent.meter_entry)
         if kind == "digest_entry":
             return self._read_digest(ids, ent.digest_entry)
         if kind == "register_entry":
@@ -1153,7 +1249,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
 
 def _copy_control_state(src: SwitchState, dst: SwitchState) -> None:
-    """Install what P4Runtime wrote into ``src`` (entries, defaults, counter values) into ``dst``."""
+    """Install what P4Runtime wrote into ``src`` (entries, defaults, counter values, meter configs) into ``dst``."""
     for name, st in src.tables.items():
         dt = dst.tables[name]
         for e in st.entries():
@@ -1167,6 +1263,12 @@ def _copy_control_state(src: SwitchState, dst: SwitchState) -> None:
             p, b = sc.read(i)
             if p or b:
                 dc.write(i, p, b)
+    for name, sm in src.meters.items():
+        dm = dst.meters[name]
+        for i in range(sm.size):
+            cfg = sm.config(i)
+            if cfg is not None:
+                dm.configure(i, cfg)
 
 
 class P4RuntimeServer:

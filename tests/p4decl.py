@@ -2,7 +2,7 @@
 
 A deliberately small reader for the subset of P4_16 our program uses: it
 expands ``#include`` and ``#define``, resolves typedefs, header and struct
-field widths, and collects the tables, actions, registers and counters of a
+field widths, and collects the tables, actions, registers, counters and meters of a
 control block in the shape p4c puts into a P4Info (names qualified by the
 control's name; only actions that some table references are visible), and the
 digests: each ``digest<T>(...)`` call is a digest p4c names ``T``, whose fields
@@ -25,6 +25,7 @@ class Decls:
     actions: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # name -> [(param, width)]
     registers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (width, size)
     counters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (size, unit)
+    meters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (size, unit)
     header_fields: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # type -> fields
     digests: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # struct name -> members
 
@@ -142,11 +143,13 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
 
 
 def _externs(d: Decls, body: str, q: str, defines: dict[str, str]) -> None:
-    """Registers and counters instantiated in ``body`` (names prefixed with ``q``)."""
+    """Registers, counters and meters instantiated in ``body`` (names prefixed with ``q``)."""
     for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
         d.registers[q + name] = (_int(w, defines), _int(size, defines))
     for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
         d.counters[q + name] = (_int(size, defines), unit)
+    for size, unit, name in re.findall(r"\bmeter\s*\(([^,]+),\s*MeterType\.(\w+)\)\s*(\w+)\s*;", body):
+        d.meters[q + name] = (_int(size, defines), unit)
 
 
 def _collect_control(d: Decls, body: str, q: str, params: dict[str, str], member_types: dict[str, dict[str, str]],

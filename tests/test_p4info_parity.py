@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "p4src" / "distcache.p4"
 KINDS = {p4i.MatchField.EXACT: "exact", p4i.MatchField.LPM: "lpm", p4i.MatchField.TERNARY: "ternary",
          p4i.MatchField.RANGE: "range", p4i.MatchField.OPTIONAL: "optional"}
-PARTS = ("tables", "actions", "registers", "counters", "digests")  # digests: zero or more
+PARTS = ("tables", "actions", "registers", "counters", "meters", "digests")  # digests: zero or more
 UNITS = {p4i.CounterSpec.PACKETS: "packets", p4i.CounterSpec.BYTES: "bytes", p4i.CounterSpec.BOTH: "both"}
+METER_UNITS = {p4i.MeterSpec.PACKETS: "packets", p4i.MeterSpec.BYTES: "bytes"}
 
 
 def shape(info: p4i.P4Info) -> dict:
@@ -43,6 +44,9 @@ def shape(info: p4i.P4Info) -> dict:
         "actions": {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions},
         "registers": {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in info.registers},
         "counters": {c.preamble.name: (c.size, UNITS[c.spec.unit]) for c in info.counters},
+        # v1model meters are two-rate three-colour: p4c leaves spec.type at that default, and so must we
+        "meters": {m.preamble.name: (m.size, METER_UNITS[m.spec.unit], p4i.MeterSpec.Type.Name(m.spec.type))
+                   for m in info.meters},
         "digests": {dg.preamble.name: digest_members(info, dg) for dg in info.digests},
     }
 
@@ -62,6 +66,7 @@ def source_shape() -> dict:
         "actions": d.actions,
         "registers": d.registers,
         "counters": d.counters,
+        "meters": {name: (size, unit, "TWO_RATE_THREE_COLOR") for name, (size, unit) in d.meters.items()},
         "digests": d.digests,
     }
 

@@ -80,15 +80,35 @@ def counter(N: Names, name: str = n.DC_STATS, index: int | None = 0, *, packets:
     return ce
 
 
-def ent(x: p4r.TableEntry | p4r.CounterEntry | p4r.RegisterEntry) -> p4r.Entity:
+def meter_id(N: Names, name: str = n.CACHE_METER) -> int:
+    return next(m.preamble.id for m in N.info.meters if m.preamble.name == name)
+
+
+def meter(N: Names, index: int | None = 0, config: tuple[int, int, int, int] | None = None, *,
+          mid: int | None = None) -> p4r.MeterEntry:
+    """A MeterEntry of the cache meter (or of id ``mid``); ``config`` is (cir, cburst, pir, pburst)."""
+    me = p4r.MeterEntry(meter_id=meter_id(N) if mid is None else mid)
+    if index is not None:
+        me.index.index = index
+    if config is not None:
+        me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = config
+    return me
+
+
+Entry = p4r.TableEntry | p4r.CounterEntry | p4r.RegisterEntry | p4r.MeterEntry
+
+
+def ent(x: Entry) -> p4r.Entity:
     if isinstance(x, p4r.TableEntry):
         return p4r.Entity(table_entry=x)
     if isinstance(x, p4r.CounterEntry):
         return p4r.Entity(counter_entry=x)
+    if isinstance(x, p4r.MeterEntry):
+        return p4r.Entity(meter_entry=x)
     return p4r.Entity(register_entry=x)
 
 
-def u(kind: int, x: p4r.TableEntry | p4r.CounterEntry | p4r.RegisterEntry) -> p4r.Update:
+def u(kind: int, x: Entry) -> p4r.Update:
     return p4r.Update(type=kind, entity=ent(x))
 
 
@@ -144,6 +164,8 @@ def _no_action(te: p4r.TableEntry) -> None:
 def _set(attr: str, value: object) -> Callable[[p4r.TableEntry], None]:
     return lambda te: setattr(te, attr, value)
 
+
+METER_CFG = (5, 5, 10, 8)  # cir, cburst, pir, pburst: rates BMv2 reads back exactly (see test_meter_rate_rounding)
 
 BEFORE_PIPELINE: list[Case] = [
     Case("write before a pipeline is set", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("FAILED_PRECONDITION")),
@@ -257,6 +279,40 @@ CASES: list[Case] = [
     Case("register write", "write",
          lambda N: [u(UPD.MODIFY, p4r.RegisterEntry(register_id=N.id(n.LOAD_COUNT), index=p4r.Index(index=0),
                                                     data=p4d.P4Data(bitstring=b"\x05")))], W(UNIMPLEMENTED)),
+    # meters (MeterEntry: MODIFY only; no config, or all four values -1, resets a cell to unconfigured)
+    Case("meter MODIFY with a config", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG))], WRITE_OK),
+    Case("meter MODIFY without a config", "write", lambda N: [u(UPD.MODIFY, meter(N, 0))], WRITE_OK,
+         setup=lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG))]),
+    Case("meter MODIFY with all values -1", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (-1, -1, -1, -1)))],
+         WRITE_OK),
+    Case("meter MODIFY with zero rates and bursts", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (0, 0, 0, 0)))],
+         WRITE_OK),
+    Case("meter INSERT", "write", lambda N: [u(UPD.INSERT, meter(N, 0, METER_CFG))], W_INV),
+    Case("meter DELETE", "write", lambda N: [u(UPD.DELETE, meter(N, 0))], W_INV),
+    Case("meter MODIFY, meter_id 0", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG, mid=0))], W_INV),
+    Case("meter MODIFY, unknown meter id", "write",
+         lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG, mid=0x14ABCDEF))], W_INV),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when writing meter spec"; the spec says OUT_OF_RANGE
+    Case("meter MODIFY, index out of range", "write", lambda N: [u(UPD.MODIFY, meter(N, 1, METER_CFG))],
+         W(OUT_OF_RANGE), bmv2=W(UNKNOWN)),
+    Case("meter MODIFY, negative index", "write", lambda N: [u(UPD.MODIFY, meter(N, -1, METER_CFG))], W_INV),
+    # BMV2_DIFFERS: BMv2 has not implemented it; the spec defines it (set every cell)
+    Case("meter MODIFY of every cell (no index)", "write", lambda N: [u(UPD.MODIFY, meter(N, None, METER_CFG))],
+         WRITE_OK, bmv2=W(UNIMPLEMENTED)),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when writing meter spec" (and leaves the cell half written)
+    Case("meter MODIFY, cir > pir", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (10, 5, 5, 5)))], W_INV,
+         bmv2=W(UNKNOWN)),
+    Case("meter MODIFY, negative rate", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (-2, 5, 5, 5)))], W_INV),
+    Case("meter MODIFY, burst wider than 32 bits", "write",
+         lambda N: [u(UPD.MODIFY, meter(N, 0, (5, 1 << 32, 5, 5)))], W(UNIMPLEMENTED)),
+    Case("meter read of one cell", "read", lambda N: [ent(meter(N, 0))], R("OK")),
+    Case("meter read of every meter at one index", "read", lambda N: [ent(meter(N, 0, mid=0))], R("OK")),
+    Case("meter read, unknown meter id", "read", lambda N: [ent(meter(N, 0, mid=0x14ABCDEF))],
+         R("INVALID_ARGUMENT")),
+    # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when reading meter spec from target"; the spec says OUT_OF_RANGE
+    Case("meter read, index out of range", "read", lambda N: [ent(meter(N, 1))], R("OUT_OF_RANGE"),
+         bmv2=R("UNKNOWN")),
+    Case("meter read, negative index", "read", lambda N: [ent(meter(N, -1))], R("INVALID_ARGUMENT")),
     # BMV2_DIFFERS: BMv2 says UNKNOWN; malformed is INVALID_ARGUMENT
     Case("read of an empty entity", "read", lambda N: [p4r.Entity()], R("INVALID_ARGUMENT"), bmv2=R("UNKNOWN")),
     Case("table read, unknown table id", "read", lambda N: [ent(p4r.TableEntry(table_id=0x02ABCDEF))],
@@ -284,11 +340,20 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             yield t
 
 
+def reset_meters(target: Target) -> None:
+    """Every meter cell back to unconfigured (MODIFY without a config), one index at a time as BMv2 needs."""
+    ups = [u(UPD.MODIFY, meter(target.names, i, mid=m.preamble.id))
+           for m in target.names.info.meters for i in range(m.size)]
+    assert target.write(ups) == WRITE_OK
+
+
 @pytest.fixture
 def clean(target: Target) -> Iterator[Target]:
     target.clear_tables()
+    reset_meters(target)
     yield target
     target.clear_tables()
+    reset_meters(target)
 
 
 @pytest.mark.parametrize("case", BEFORE_PIPELINE, ids=lambda c: c.name)
@@ -329,3 +394,63 @@ def test_packet_counters_read_back_without_bytes(target: Target, name: str) -> N
     finally:
         ce.data.packet_count, ce.data.byte_count = 0, 0
         assert target.write([u(UPD.MODIFY, ce)]) == WRITE_OK
+
+
+# -- meters: what a read answers -----------------------------------------------------------------------------
+def read_meters(target: Target, q: p4r.MeterEntry) -> list[p4r.MeterEntry]:
+    outcome, got = target.read([ent(q)])
+    assert outcome == R("OK"), outcome
+    return [e.meter_entry for e in got]
+
+
+def cell(mid: int, config: tuple[int, int, int, int] | None = None) -> p4r.MeterEntry:
+    """What a read of cell 0 answers: its id and index, and its config only when configured."""
+    me = p4r.MeterEntry(meter_id=mid)
+    me.index.index = 0
+    if config is not None:
+        me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = config
+    return me
+
+
+def test_meter_config_reads_back(clean: Target) -> None:
+    """A written config reads back as written: by cell, by meter (every cell) and for every meter."""
+    N = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(N, 0, METER_CFG))]) == WRITE_OK
+    want = [cell(meter_id(N), METER_CFG)]
+    assert read_meters(clean, meter(N, 0)) == want
+    assert read_meters(clean, meter(N, None)) == want
+    assert read_meters(clean, meter(N, None, mid=0)) == want
+
+
+def test_unconfigured_meter_reads_without_config(clean: Target) -> None:
+    """A cell never configured reads back with no config (BMv2: the PI default spec, all -1, is left out)."""
+    N = clean.names
+    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N))]
+    assert read_meters(clean, meter(N, None, mid=0)) == [cell(meter_id(N))]
+
+
+@pytest.mark.parametrize("reset", [None, (-1, -1, -1, -1)], ids=["no config", "all -1"])
+def test_meter_modify_without_config_resets(clean: Target, reset: tuple[int, int, int, int] | None) -> None:
+    """MODIFY with no config (the spec) or all four values -1 (BMv2's old form) makes the cell unconfigured."""
+    N = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(N, 0, METER_CFG))]) == WRITE_OK
+    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N), METER_CFG)]
+    assert clean.write([u(UPD.MODIFY, meter(N, 0, reset))]) == WRITE_OK
+    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N))]
+
+
+def test_meter_zero_config_is_a_config(clean: Target) -> None:
+    """All zeros is a configuration (every packet RED), read back as an empty but present config."""
+    N = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(N, 0, (0, 0, 0, 0)))]) == WRITE_OK
+    (got,) = read_meters(clean, meter(N, 0))
+    assert got.HasField("config") and got.config == p4r.MeterConfig()
+
+
+def test_meter_rate_rounding(clean: Target) -> None:
+    """BMV2_DIFFERS: BMv2 stores a rate as rate / 1e6 per microsecond (a double) and reads back the
+    truncated rate * 1e6, so some rates come back one less (249 -> 248); softswitch answers what was written."""
+    N = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(N, 0, (249, 7, 1000, 9)))]) == WRITE_OK
+    want = (248 if clean.name == "bmv2" else 249, 7, 1000, 9)
+    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N), want)]

@@ -82,6 +82,7 @@ const bit<32> STAT_UPDATE_STALE = 9;
 const bit<32> STAT_INVALIDATE_STALE = 10;
 const bit<32> STAT_HH_COUNTED = 11;
 const bit<32> STAT_HH_REPORTED = 12;
+const bit<32> STAT_HIT_METERED = 13;  /* a valid copy, not served: over the cache meter's rate */
 
 /* ---- digests (receiver ids of v1model digest()) ---- */
 const bit<32> DIGEST_HOT_KEY = 1;

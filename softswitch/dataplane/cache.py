@@ -1,4 +1,8 @@
-"""DcCache (p4src/include/control/cache.p4): cache lookup, and the reply to a read that hits."""
+"""DcCache (p4src/include/control/cache.p4): cache lookup, and the reply to a read that hits.
+
+cache_meter bounds the reads answered here: a valid hit the meter colours RED is
+counted (HIT_METERED, and READ_MISS) and goes on to the server unchanged.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ from distcache.p4names import Stat
 from distcache.wire import CHUNK_LEN, HEADER_LEN, Flag, Op, Status
 from softswitch.dataplane.actions import dc_reflect
 from softswitch.dataplane.header import IP_TOTAL_LEN, IPV4_LEN, UDP_LEN, UDP_LENGTH, Headers, Meta
-from softswitch.program import Action, Counter, MatchField, Param, Table
-from softswitch.state import SwitchState
+from softswitch.program import Action, Counter, MatchField, Meter, Param, Table
+from softswitch.state import RED, SwitchState
 
 ACTIONS = (
     Action(n.CACHE_HIT, (Param("slot", 16), Param("version", 16))),
@@ -19,12 +23,13 @@ TABLES = (
           (n.CACHE_HIT, n.CACHE_MISS), n.CACHE_MISS, size=n.CACHE_SLOTS),
 )
 COUNTERS = (Counter(n.CACHE_HITS, n.CACHE_SLOTS, "packets"),)
+METERS = (Meter(n.CACHE_METER, 1, "packets"),)
 
 OP_GET, OP_GET_REPLY = int(Op.GET), int(Op.GET_REPLY)
 FLAG_CACHED, STATUS_OK = int(Flag.CACHED), int(Status.OK)
 
 
-def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
     dc = h.dc
     action, p, _ = state.tables[n.CACHE_LOOKUP].lookup(int.from_bytes(dc["key"], "big"))
     if action == n.CACHE_HIT:
@@ -34,6 +39,10 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     regs, stats = state.registers, state.counters[n.DC_STATS]
     valid = regs[n.CACHE_VALID].read(m.slot) if m.cache_hit else 0
     if not (m.cache_hit and valid != 0 and valid == m.version):
+        stats.count(Stat.READ_MISS, m.packet_length)
+        return
+    if state.meters[n.CACHE_METER].execute(0, now_us, m.packet_length) == RED:
+        stats.count(Stat.HIT_METERED, m.packet_length)
         stats.count(Stat.READ_MISS, m.packet_length)
         return
     # ---- hit: the request becomes the reply ----

@@ -33,6 +33,7 @@ PROGRAM = Program(
     registers=(*shared.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS, *telemetry.REGISTERS),
     counters=(*shared.COUNTERS, *cache.COUNTERS),
     digests=detector.DIGESTS,
+    meters=cache.METERS,
 )
 
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)
@@ -53,7 +54,7 @@ class DistCachePipeline:
         if h.dc is not None:
             h.udp[UDP_CSUM] = 0  # any switch may rewrite a DistCache message
             if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
-                cache.apply(state, h, m)
+                cache.apply(state, h, m, now_us)
                 coherence.apply(state, h, m)
                 detector.apply(state, h, m, now_us)
             telemetry.apply(state, h, m)

@@ -71,6 +71,13 @@ class P4RuntimeTest(BaseTest):
     def set_default(self, table: str, action: str, params: dict | None = None) -> None:
         self.sw.set_default(table, action, params)
 
+    def set_meter(self, name: str, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        """Configure one cell of an indirect meter: rates in units per second, bursts in units.
+
+        The pipeline push of ``setUp`` leaves every meter unconfigured (every packet GREEN).
+        """
+        self.sw.set_meter(name, index, cir, cburst, pir, pburst)
+
     def counter(self, name: str, index: int) -> int:
         """Packets counted in cell ``index`` of counter ``name``."""
         return self.sw.read_counter(name, index).get(index, (0, 0))[0]

@@ -3,7 +3,9 @@
  * valid only while cache_valid[slot] holds that same tag, which only
  * DcCoherence writes.  A read answered here becomes its own reply.  Only the
  * switch the client rack chose (hdr.dc.target) may answer; any other switch
- * forwards the read.
+ * forwards the read.  cache_meter bounds the reads answered here (the
+ * topology's switch_rate, as the paper's testbed rate-limited its cache
+ * switches): a read it colours red goes on to the server as a miss.
  */
 #ifndef DC_CACHE_P4
 #define DC_CACHE_P4
@@ -13,6 +15,7 @@ control DcCache(inout headers_t hdr,
                 inout standard_metadata_t standard_metadata) {
 
     counter(CACHE_SLOTS, CounterType.packets) cache_hits;  /* per slot: the agent evicts the least hit */
+    meter(1, MeterType.packets) cache_meter;  /* reads answered from cache; unconfigured: no limit */
 
     action cache_hit(bit<16> slot, bit<16> version) {
         meta.cache_hit = 1;
@@ -38,7 +41,14 @@ control DcCache(inout headers_t hdr,
             if (meta.cache_hit == 1) {
                 cache_valid.read(valid, (bit<32>)meta.slot);
             }
+            bit<2> color = V1MODEL_METER_COLOR_GREEN;
             if (meta.cache_hit == 1 && valid != 0 && valid == meta.version) {
+                cache_meter.execute_meter<bit<2>>(0, color);
+                if (color == V1MODEL_METER_COLOR_RED) {
+                    dc_stats.count(STAT_HIT_METERED);
+                }
+            }
+            if (meta.cache_hit == 1 && valid != 0 && valid == meta.version && color != V1MODEL_METER_COLOR_RED) {
                 /* ---- hit: the request becomes the reply ---- */
                 bit<16> vlen;
                 cache_vlen.read(vlen, (bit<32>)meta.slot);

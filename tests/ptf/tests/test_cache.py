@@ -3,13 +3,20 @@
 A read answered from a cache leaves as the exact reply frame: value, lengths,
 flags, served_by, the serving switch's load, addresses and ports swapped,
 TTL 64 then routed (63), IPv4 checksum recomputed, UDP checksum 0.
+
+The cache meter bounds the reads answered: a valid hit it colours red goes on to
+the server as a miss, unchanged but for routing.
 """
 
 from __future__ import annotations
 
+import logging
+
+from scapy.layers.inet import UDP
+
 from distcache import p4names as n
 from distcache.p4names import Stat
-from distcache.wire import DC_PORT, Flag, Message, Op
+from distcache.wire import DC_PORT, Flag, Message, Op, decode
 from tests.ptf.dctest import (
     CL0,
     CLIENT,
@@ -145,3 +152,69 @@ class ReusedSlotNeverServesThePreviousKey(DcTest):
         self.assertFalse(m.cached)
         self.assertEqual(m.value, b"")
 
+
+
+class _MeteredBurst(DcTest):
+    """Reads of a valid cached key sent back to back, with the cache meter as the subclass sets it."""
+
+    READS = 20
+    SLOT = 2
+
+    def burst(self) -> int:
+        """Send the reads, check where each went; the number the switch answered."""
+        value = b"metered value"
+        self.fill(KEY, slot=self.SLOT, version=4, value=value, seq=100)
+        gets = [dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=i, target=SL0.switch_id),
+                         udp_checksum=0) for i in range(self.READS)]
+        for g in gets:  # all sent before any is collected: the burst lasts milliseconds, not round trips
+            self.send(2, g)
+        served, missed = set(), set()
+        for _ in range(self.READS):
+            port, out = self.receive()
+            m = decode(bytes(out[UDP].payload))
+            if port == 2:  # answered from cache, back towards the client
+                self.assertEqual((m.op, m.cached, m.value, m.served_by), (Op.GET_REPLY, True, value, SL0.switch_id))
+                served.add(m.seq)
+            else:  # a miss: on to the server, unchanged but for routing
+                self.assertEqual(port, 1)
+                self.assertEqual(bytes(out), bytes(routed(gets[m.seq], SERVER.mac)))
+                missed.add(m.seq)
+        self.expect_none()
+        self.assertEqual(served | missed, set(range(self.READS)))
+        self.assertFalse(served & missed)
+        n_served, n_missed = len(served), len(missed)
+        logging.getLogger("dcptf").info("%s: %d of %d reads answered", self, n_served, self.READS)
+        self.assertEqual(self.stat(Stat.HIT_METERED), n_missed)
+        self.assertEqual((self.stat(Stat.READ_HIT), self.stat(Stat.READ_MISS)), (n_served, n_missed))
+        self.assertEqual(self.counter(n.CACHE_HITS, self.SLOT), n_served)
+        return n_served
+
+
+class MeterBoundsReadsAnswered(_MeteredBurst):
+    """cir = pir = 2 reads/s, bursts of 5: the switch answers the burst (its buckets start full) and
+    the few the rate adds while the reads last (2 a second), and passes the rest on to the server."""
+
+    def runTest(self) -> None:
+        self.set_meter(n.CACHE_METER, 0, cir=2, cburst=5, pir=2, pburst=5)
+        served = self.burst()
+        self.assertTrue(5 <= served <= 10, f"{served} of {self.READS} reads answered; want the burst of 5 "
+                        "(plus up to 5 more over 2.5 s)")
+
+
+class MeterYellowReadsAreAnswered(_MeteredBurst):
+    """Two rates: over the committed rate (YELLOW) a read is still answered; only over the peak
+    rate (RED) is it passed on.  cburst 1 but pburst 8: the peak bucket bounds what is answered."""
+
+    def runTest(self) -> None:
+        self.set_meter(n.CACHE_METER, 0, cir=1, cburst=1, pir=2, pburst=8)
+        served = self.burst()
+        self.assertTrue(8 <= served <= 12, f"{served} of {self.READS} reads answered; want the peak burst of 8 "
+                        "(plus up to 4 more over 2 s)")
+
+
+class UnconfiguredMeterAnswersEveryRead(_MeteredBurst):
+    """The meter after a pipeline push has no rates: it colours every read GREEN."""
+
+    def runTest(self) -> None:
+        self.assertEqual(self.sw.read_meter(n.CACHE_METER), {0: None})
+        self.assertEqual(self.burst(), self.READS)

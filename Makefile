@@ -10,6 +10,7 @@
 #   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
 #   make bench   softswitch pipeline throughput per path (pkt/s)
 #   make bench-shim  shim GET/PUT throughput and write latency vs redis-benchmark (loopback, its own redis-server)
+#   make bench-switch  pkt/s through one switch (hit, miss, forwarding) on veths in a private netns, softswitch vs BMv2
 #   make clean   remove build outputs, run folders and any leftover Mininet state
 
 SHELL := /bin/bash
@@ -21,7 +22,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run up linearizability bench-shim test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build run up linearizability bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP) build/lincheck build/dcload
 
@@ -93,6 +94,9 @@ bench: deps
 
 bench-shim: build
 	$(PY) -m bench.shim $(if $(PROFILE),--profile $(PROFILE))
+
+bench-switch: build
+	$(PY) -m bench.switch $(if $(PROFILE),--profile $(PROFILE))
 
 lint: deps
 	$(PY) -m ruff check .

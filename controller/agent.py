@@ -44,7 +44,7 @@ from pathlib import Path
 
 import grpc
 
-from controller.entries import SwitchPlan, plan
+from controller.entries import LEAF_CACHING, SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
@@ -215,7 +215,7 @@ class SwitchAgent:
         """Whether this switch should cache ``key`` under the current partition and mechanism."""
         mech = self.cluster.mechanism
         if self.switch.role == Role.STORAGE_LEAF:
-            return mech == Mechanism.DISTCACHE
+            return mech in LEAF_CACHING
         if mech in (Mechanism.NOCACHE, Mechanism.REPLICATION):
             return mech == Mechanism.REPLICATION
         if mech == Mechanism.HYBRID and key in self.replicated:

@@ -41,6 +41,7 @@ class SwitchPlan:
     config: dict[str, int]
     entries: list[Entry] = field(default_factory=list)
     defaults: list[Entry] = field(default_factory=list)  # match is empty: the table's default action
+    meters: dict[tuple[str, int], tuple[int, int, int, int] | None] = field(default_factory=dict)  # None: no limit
 
 
 def _mac(mac: str) -> int:
@@ -131,12 +132,17 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
                 p.entries.append(_route(f"10.2.{leaf.switch_id - 128}.0/24", leaf.mac, port))
                 source(port, f"10.2.{leaf.switch_id - 128}.0/24")
     if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
+        # the reads a cache switch answers: at most switch_rate per second (cir = pir: over it is red)
+        rate, burst = round(cluster.switch_rate), cluster.switch_burst
+        p.meters[(n.CACHE_METER, 0)] = (rate, burst, rate, burst) if rate > 0 else None
         p.defaults.append(Entry(n.DETECTOR_CONFIG, (), n.SET_DETECTOR,
                                 (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift))))
     return p
 
 
-LEAF_CACHING = frozenset({Mechanism.DISTCACHE, Mechanism.HYBRID})  # storage leaves cache their rack's hot keys
+# storage leaves cache their rack's hot keys in every caching mechanism: under DistCache (and Hybrid's other keys)
+# as the second choice, under CachePartition and CacheReplication for the reads no spine answered
+LEAF_CACHING = frozenset(set(Mechanism) - {Mechanism.NOCACHE})
 
 
 def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:

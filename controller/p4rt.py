@@ -334,6 +334,13 @@ class SwitchConnection:
         Rates are in the meter's unit (packets or bytes) per second, bursts in that unit; ``cir``
         must not exceed ``pir``.  A new pipeline config leaves every cell unconfigured (all GREEN).
         """
+        self._write_meter(name, index, (cir, cburst, pir, pburst))
+
+    def clear_meter(self, name: str, index: int) -> None:
+        """Make cell ``index`` of meter ``name`` unconfigured again: every packet GREEN (no limit)."""
+        self._write_meter(name, index, None)
+
+    def _write_meter(self, name: str, index: int, config: tuple[int, int, int, int] | None) -> None:
         meters = {m.preamble.name: m for m in self._need_p4info().info.meters}
         if name not in meters:
             raise P4RuntimeError(f"P4Info has no meter {name!r}", "NOT_FOUND")
@@ -341,7 +348,8 @@ class SwitchConnection:
         me = req.updates.add(type=p4r.Update.MODIFY).entity.meter_entry
         me.meter_id = meters[name].preamble.id
         me.index.index = index
-        me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = cir, cburst, pir, pburst
+        if config is not None:
+            me.config.cir, me.config.cburst, me.config.pir, me.config.pburst = config
         self._call(self.stub.Write, req, "Write")
 
     def read_meter(self, name: str) -> dict[int, tuple[int, int, int, int] | None]:

@@ -61,4 +61,14 @@ def apply_plan(conn: SwitchConnection, p: SwitchPlan) -> int:
         for i in range(0, len(updates), BATCH):  # one Write per batch: a partition change is one round trip
             conn.write(updates[i:i + BATCH])
         writes += len(updates)
+    read_back: dict[str, dict] = {}  # meters are configured, not inserted: compare, rewrite what differs
+    for (name, index), config in p.meters.items():
+        if name not in read_back:
+            read_back[name] = conn.read_meter(name)
+        if read_back[name].get(index) != config:
+            if config is None:
+                conn.clear_meter(name, index)
+            else:
+                conn.set_meter(name, index, *config)
+            writes += 1
     return writes

@@ -10,11 +10,15 @@ The model (every choice is listed in docs/evaluation.md):
 * Keys: Zipf over ``n_keys``; the ``head`` hottest keys are placed one by one
   (owner server by hash h1, spine bucket by hash h0, both modelled as
   independent uniform draws); the tail's load spreads evenly over servers.
-* Each cache switch holds ``cache_per_switch`` keys.  Leaves cache the hottest
-  keys of their rack.  The spine layer depends on the mechanism: DistCache and
-  CachePartition cache each spine's hottest keys of its h0 partition;
-  CacheReplication caches the global hottest keys in every spine; Hybrid
-  replicates only the keys too hot for two copies and uses DistCache otherwise.
+* Each cache switch holds ``cache_per_switch`` keys.  The spine layer depends
+  on the mechanism: DistCache and CachePartition cache each spine's hottest
+  keys of its h0 partition; CacheReplication caches the global hottest keys in
+  every spine; Hybrid replicates only the keys too hot for two copies and uses
+  DistCache otherwise.  Leaves cache the hottest keys of their rack that reach
+  them, as the data plane does: under DistCache (and Hybrid's other keys) every
+  key of the rack; under CachePartition and CacheReplication those no spine
+  copy answers (a read a spine misses goes on through the leaf, which answers
+  it from its cache).
 * Reads of a key cached in two places are routed by the power of two choices:
   a stream of sampled queries picks the less loaded cache according to loads
   refreshed every ``telemetry_batch`` queries (the telemetry delay).
@@ -150,7 +154,6 @@ class Model:
         replicated = np.zeros(n, dtype=bool)
         if mechanism == "nocache":
             return Routing(a, b, x, replicated, np.zeros(n, dtype=bool), np.zeros(n))
-        leaf = _top_k_per_group(self.rack, k, self.R)
         n_alive = int(self.alive.sum())
         if mechanism == "replication":
             replicated[: min(k, n)] = n_alive > 0
@@ -164,7 +167,15 @@ class Model:
             spine_cached = _top_k_per_group(self.spine, k, self.S)
         else:
             raise ValueError(f"unknown mechanism {mechanism!r}; use one of {MECHANISMS}")
-        leaf &= ~replicated
+        # A leaf caches its rack's hottest keys among those reaching it: with two choices (DistCache, Hybrid's
+        # other keys) every key of its rack; otherwise only the keys no spine copy answers, since reads a
+        # spine answers never reach the leaf (its detector does not see them).
+        if mechanism == "distcache":
+            leaf = _top_k_per_group(self.rack, k, self.R)
+        elif mechanism == "hybrid":
+            leaf = _top_k_per_group(self.rack, k, self.R, eligible=~replicated)
+        else:
+            leaf = _top_k_per_group(self.rack, k, self.R, eligible=~(spine_cached | replicated))
         both = spine_cached & leaf
         only_spine, only_leaf = spine_cached & ~leaf, leaf & ~spine_cached
         a[only_spine | both] = self.spine[only_spine | both]

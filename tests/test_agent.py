@@ -109,6 +109,23 @@ def test_agent_installs_the_plan_and_caches_keys(bed: _Bed) -> None:
         agent.stop()
 
 
+def test_agent_sets_the_cache_meter_from_switch_rate(bed: _Bed) -> None:
+    """switch_rate in the topology becomes the cache meter's rate (cir = pir) and burst; 0 clears it."""
+    from dataclasses import replace
+
+    agent = bed.agent()
+    meter = bed.switch.state.meters[n.CACHE_METER]
+    try:
+        assert agent.conn.read_meter(n.CACHE_METER) == {0: None}  # switch_rate 0: no limit
+        agent.configure(replace(bed.cluster, switch_rate=250.0, switch_burst=16), spine_buckets([bed.sw.switch_id]))
+        assert agent.conn.read_meter(n.CACHE_METER) == {0: (250, 16, 250, 16)}
+        assert [meter.execute(0, 1_000_000) for _ in range(17)][-1] == 2  # the 17th packet at once: red
+        agent.configure(bed.cluster, spine_buckets([bed.sw.switch_id]))
+        assert agent.conn.read_meter(n.CACHE_METER) == {0: None}
+    finally:
+        agent.stop()
+
+
 def test_agent_restart_reads_the_cache_back(bed: _Bed) -> None:
     first = bed.agent()
     for k in ("a", "b", "c"):

@@ -9,9 +9,10 @@ the agents' cache contents:
 
 * NoCache: no switch caches or answers anything, no read is marked for a cache,
   and transit spreads over both spines (each stamps replies);
-* CachePartition: reads go to the key's spine only; only spines cache;
+* CachePartition: reads go to the key's spine only, each spine caches its own
+  partition, and a read its spine misses is answered by the key's rack leaf;
 * CacheReplication: reads go to any spine; the hottest keys are cached in both
-  spines and both answer them; storage leaves cache nothing;
+  spines and both answer them; rack leaves answer what the spines miss;
 * DistCache: both layers cache and reads go to both;
 * Hybrid: the keys hotter than ``hybrid_rate`` are replicated in both spines
   (and read from both); every other key a spine caches is of its own partition;
@@ -158,16 +159,15 @@ def test_nocache_caches_nothing_and_transit_uses_every_spine(run: Run) -> None:
 def test_partition_reads_only_the_keys_spine(run: Run) -> None:
     delta, cached, _ = run.measure("partition")
     assert routed(delta, n.Stat.ROUTED_LEAF) == 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
-    assert all(not cached[leaf] for leaf in LEAVES)
     for sp in (SP0, SP1):
         assert all(BUCKETS[h0(k)] == sp.switch_id for k in cached[sp.name]), sp.name
     assert sum(hits(delta, sw) for sw in SPINES) > 0
+    assert sum(hits(delta, sw) for sw in LEAVES) > 0  # no read was marked for a leaf: these the spines missed
 
 
 def test_replication_caches_hot_keys_in_every_spine_and_reads_both(run: Run) -> None:
     delta, cached, _ = run.measure("replication")
     assert routed(delta, n.Stat.ROUTED_LEAF) == 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
-    assert all(not cached[leaf] for leaf in LEAVES)
     both = set(cached[SP0.name]) & set(cached[SP1.name])
     assert both, "no key is cached in both spines"
     hottest = max(both, key=lambda k: cached[SP0.name][k] + cached[SP1.name][k])

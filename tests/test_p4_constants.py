@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from distcache import p4names, wire
-from distcache.cluster import Mechanism, PortKind, Role
+from distcache.cluster import MAX_SPINES, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.wire import Flag, Op, Status
 
@@ -75,6 +75,10 @@ def test_sizes() -> None:
     assert DEFINES["MAX_PORTS"] == p4names.MAX_PORTS
     assert DEFINES["MAX_ROUTES"] == p4names.MAX_ROUTES
     assert DEFINES["LOAD_WINDOW_SHIFT"] == p4names.LOAD_WINDOW_SHIFT
+    assert DEFINES["TRANSIT_SLOTS"] == p4names.TRANSIT_SLOTS
+    assert DEFINES["REPLICA_SLOTS"] == p4names.REPLICA_SLOTS
+    assert DEFINES["MAX_REPLICATED_KEYS"] == p4names.MAX_REPLICATED_KEYS
+    assert CONSTS["MAX_SPINE_ID"] == MAX_SPINES
 
 
 def test_reader_sees_every_constant() -> None:

@@ -101,8 +101,8 @@ def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
 def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:
     hot = [wire_key("hot-a"), wire_key("hot-b")]
     for mech, leaf_caches, spine_buckets_of_sp0 in ((Mechanism.DISTCACHE, True, "own"),
-                                                    (Mechanism.PARTITION, False, "own"),
-                                                    (Mechanism.REPLICATION, False, "all"),
+                                                    (Mechanism.PARTITION, True, "own"),
+                                                    (Mechanism.REPLICATION, True, "all"),
                                                     (Mechanism.HYBRID, True, "own"),
                                                     (Mechanism.NOCACHE, False, "none")):
         c = Cluster(spines=2, storage_racks=2, mechanism=mech)

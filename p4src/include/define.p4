@@ -45,6 +45,7 @@ const bit<8> ROLE_NONE = 0;
 const bit<8> ROLE_SPINE = 1;
 const bit<8> ROLE_STORAGE_LEAF = 2;
 const bit<8> ROLE_CLIENT_LEAF = 3;
+const bit<8> MAX_SPINE_ID = 63;  /* spines have ids 1..63 (distcache.cluster.MAX_SPINES) */
 
 const bit<8> PORT_FABRIC = 0;
 const bit<8> PORT_CLIENT = 1;

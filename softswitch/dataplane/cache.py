@@ -1,5 +1,7 @@
 """DcCache (p4src/include/control/cache.p4): cache lookup, and the reply to a read that hits.
 
+The switch the client rack chose (target) may answer, and so may the storage
+leaf a read targeted at a spine reaches (the spine did not answer it).
 cache_meter bounds the reads answered here: a valid hit the meter colours RED is
 counted (HIT_METERED, and READ_MISS) and goes on to the server unchanged.
 """
@@ -7,6 +9,8 @@ counted (HIT_METERED, and READ_MISS) and goes on to the server unchanged.
 from __future__ import annotations
 
 from distcache import p4names as n
+from distcache.cluster import MAX_SPINES as MAX_SPINE_ID
+from distcache.cluster import Role
 from distcache.p4names import Stat
 from distcache.wire import CHUNK_LEN, HEADER_LEN, Flag, Op, Status
 from softswitch.dataplane.actions import dc_reflect
@@ -26,6 +30,7 @@ COUNTERS = (Counter(n.CACHE_HITS, n.CACHE_SLOTS, "packets"),)
 METERS = (Meter(n.CACHE_METER, 1, "packets"),)
 
 OP_GET, OP_GET_REPLY = int(Op.GET), int(Op.GET_REPLY)
+ROLE_STORAGE_LEAF = int(Role.STORAGE_LEAF)
 FLAG_CACHED, STATUS_OK = int(Flag.CACHED), int(Status.OK)
 
 
@@ -34,7 +39,9 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
     action, p, _ = state.tables[n.CACHE_LOOKUP].lookup(int.from_bytes(dc["key"], "big"))
     if action == n.CACHE_HIT:
         m.cache_hit, m.slot, m.version = True, p["slot"], p["version"]
-    if not (m.op == OP_GET and dc["target"] == m.switch_id):
+    target = dc["target"]
+    spine_missed = m.role == ROLE_STORAGE_LEAF and 0 < target <= MAX_SPINE_ID  # the spine did not answer it
+    if not (m.op == OP_GET and (target == m.switch_id or spine_missed)):
         return
     regs, stats = state.registers, state.counters[n.DC_STATS]
     valid = regs[n.CACHE_VALID].read(m.slot) if m.cache_hit else 0

@@ -26,7 +26,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     reply = dc["op"] in REPLY_OPS
     regs = state.registers
     if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
-        targeted_read = m.op == OP_GET and dc["target"] == m.switch_id
+        targeted_read = m.op == OP_GET and (dc["target"] == m.switch_id or m.served)
         if targeted_read or reply:
             epoch_reg, count_reg = regs[n.LOAD_EPOCH], regs[n.LOAD_COUNT]
             count = count_reg.read(0)

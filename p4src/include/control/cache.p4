@@ -1,9 +1,11 @@
 /* Cache lookup and reply (cache switches).  cache_lookup maps a key to its
  * slot and the version tag the slot's entry was installed with; the entry is
  * valid only while cache_valid[slot] holds that same tag, which only
- * DcCoherence writes.  A read answered here becomes its own reply.  Only the
- * switch the client rack chose (hdr.dc.target) may answer; any other switch
- * forwards the read.  cache_meter bounds the reads answered here (the
+ * DcCoherence writes.  A read answered here becomes its own reply.  The
+ * switch the client rack chose (hdr.dc.target) may answer, and so may the
+ * storage-rack leaf a read targeted at a spine reaches (the spine did not
+ * answer it: not cached there, invalid, or over its meter), as NetCache's
+ * rack cache would; any other switch forwards the read.  cache_meter bounds the reads answered here (the
  * topology's switch_rate, as the paper's testbed rate-limited its cache
  * switches): a read it colours red goes on to the server as a miss.
  */
@@ -36,7 +38,8 @@ control DcCache(inout headers_t hdr,
 
     apply {
         cache_lookup.apply();
-        if (meta.op == OP_GET && hdr.dc.target == meta.switch_id) {
+        bool spine_missed = meta.role == ROLE_STORAGE_LEAF && hdr.dc.target != 0 && hdr.dc.target <= MAX_SPINE_ID;
+        if (meta.op == OP_GET && (hdr.dc.target == meta.switch_id || spine_missed)) {
             bit<16> valid = 0;
             if (meta.cache_hit == 1) {
                 cache_valid.read(valid, (bit<32>)meta.slot);

@@ -1,5 +1,6 @@
 /* Load telemetry (paper §4.2): cache switches count the reads targeted at
- * them in the current load window and stamp that load into every reply they
+ * them (a storage leaf also those it answers for a spine that missed) in the
+ * current load window and stamp that load into every reply they
  * send or pass; the client-rack leaf records the loads replies carry, per
  * switch id, with the window they arrived in (DcRouting ignores records older
  * than the previous window, so stale loads age out).
@@ -23,7 +24,8 @@ control DcTelemetry(inout headers_t hdr,
     apply {
         bool reply = hdr.dc.op == OP_GET_REPLY || hdr.dc.op == OP_PUT_REPLY || hdr.dc.op == OP_DELETE_REPLY;
         if (meta.role == ROLE_SPINE || meta.role == ROLE_STORAGE_LEAF) {
-            bool targeted_read = meta.op == OP_GET && hdr.dc.target == meta.switch_id;
+            /* reads for this switch: targeted at it, or answered here for a spine that missed */
+            bool targeted_read = meta.op == OP_GET && (hdr.dc.target == meta.switch_id || meta.served == 1);
             if (targeted_read || reply) {
                 bit<32> epoch;
                 bit<32> count;

@@ -25,6 +25,7 @@ from tests.ptf.dctest import (
     KEY1,
     SERVER,
     SL0,
+    SL1,
     SP0,
     SP1,
     SWITCH_MAC,
@@ -117,15 +118,29 @@ class InstalledButNeverFilledIsAMiss(DcTest):
 
 
 class OnlyTheTargetAnswers(DcTest):
-    """A valid entry does not answer a read the client rack marked for another cache."""
+    """A valid entry does not answer a read the client rack marked for another leaf, or for no cache."""
 
     def runTest(self) -> None:
         self.fill(KEY, 0, 1, b"v", 5)
-        for target in (SP0.switch_id, 0):
+        for target in (SL1.switch_id, CL0.switch_id, 0):
             port, m = self.read(2, target)
             self.assertEqual((port, m.op, m.cached), (1, Op.GET, False), f"target {target}")
         self.assertEqual(self.stat(Stat.READ_HIT), 0)
         self.assertEqual(self.counter(n.CACHE_HITS, 0), 0)
+
+
+class LeafAnswersAReadItsSpineMissed(_Hit):
+    """A read marked for a spine reaches the storage leaf only if the spine did not answer it: the leaf
+    answers it from its cache (exact reply, its own load stamped, the read counted as its load)."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, slot=3, version=9, value=b"rack-copy", seq=100)
+        for seq, spine in ((41, SP0), (42, SP1)):
+            self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=seq, target=spine.switch_id)))
+            self.expect(reply_frame(b"rack-copy", SL0.switch_id, seq=seq, dmac=SP0.mac, leaf_load=seq - 40,
+                                    target=spine.switch_id), 2)
+        self.expect_none()
+        self.assertEqual((self.stat(Stat.READ_HIT), self.counter(n.CACHE_HITS, 3)), (2, 2))
 
 
 class WritesPassCachedKeys(DcTest):

@@ -217,7 +217,10 @@ def bench(
     zipf: Annotated[float, typer.Option(help="Zipf skew θ: 0 = uniform … 0.99")] = 0.99,
     read_ratio: Annotated[float, typer.Option(help="fraction of reads (the rest are writes)")] = 0.95,
     value_size: Annotated[int, typer.Option(help="value bytes (≤128 can be cached by switches)")] = 64,
-    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 32,
+    concurrency: Annotated[int, typer.Option(help="requests in flight (with --rate: at most)")] = 32,
+    rate: Annotated[float | None, typer.Option(help="open loop: issue this many ops per second whatever the "
+                                                     "replies do (ops due while --concurrency are in flight "
+                                                     "count as 'backlog' errors)")] = None,
     duration: Annotated[float, typer.Option(help="seconds to run (unless --ops)")] = 10.0,
     ops: Annotated[int | None, typer.Option(help="run exactly this many operations instead of --duration")] = None,
     load: Annotated[bool, typer.Option(help="write the --load-keys hottest keys once before the run")] = True,
@@ -230,7 +233,7 @@ def bench(
     """YCSB-style load: Zipf reads and writes, values checked, latency by hit/miss."""
     opts: Opts = ctx.obj
     cfg = BenchConfig(keys=keys, zipf=zipf, read_ratio=read_ratio, value_size=value_size, concurrency=concurrency,
-                      duration=None if ops is not None else duration, ops=ops, load=load and not echo,
+                      rate=rate, duration=None if ops is not None else duration, ops=ops, load=load and not echo,
                       load_keys=load_keys, seed=seed, verify=not echo)
     try:
         cfg.validate()

@@ -38,7 +38,7 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -61,7 +61,8 @@ class BenchConfig:
     zipf: float = 0.99  # 0 = uniform
     read_ratio: float = 0.95
     value_size: int = 64
-    concurrency: int = 32
+    concurrency: int = 32  # requests in flight (with rate: at most)
+    rate: float | None = None  # open loop: issue ops at this many per second (None: closed loop, concurrency)
     duration: float | None = 10.0  # seconds; ignored when ops is set
     ops: int | None = None
     load: bool = True
@@ -82,6 +83,8 @@ class BenchConfig:
             raise ValueError(f"--value-size must be 1..{MAX_VALUE_LEN} bytes (≤128 can be cached by switches)")
         if self.concurrency < 1:
             raise ValueError("--concurrency must be >= 1")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError("--rate must be > 0 ops/s (omit it for a closed loop)")
         if self.ops is None and (self.duration is None or self.duration <= 0):
             raise ValueError("give --duration SECONDS > 0 or --ops N")
         if self.ops is not None and self.ops < 0:
@@ -259,21 +262,54 @@ class _Bench:
         stop = asyncio.Event()
         ticker = asyncio.create_task(self._tick(stop))
 
+        async def one() -> None:
+            is_read, rank = stream.next()
+            if is_read:
+                await self._read(rank)
+            else:
+                await self._write(rank)
+
         async def worker() -> None:
             while stream.issued < limit and time.perf_counter() < deadline:
-                is_read, rank = stream.next()
-                if is_read:
-                    await self._read(rank)
-                else:
-                    await self._write(rank)
+                await one()
 
         try:
-            await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+            if cfg.rate is None:
+                await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+            else:
+                await self._open_loop(one, cfg.rate, deadline, limit)
         finally:
             stop.set()
             await ticker
         elapsed = time.perf_counter() - self.t0
         return elapsed
+
+    async def _open_loop(self, one: Callable[[], Awaitable[None]], rate: float, deadline: float,
+                         limit: float) -> None:
+        """Issue ops on a fixed schedule (i / rate seconds after the start), whatever the replies do.
+
+        What a saturation search needs: a closed loop slows down with the system and never
+        shows the overload.  An op due while ``concurrency`` are in flight is not sent and
+        counts as a ``backlog`` error: the system (or this generator) is not keeping up.
+        """
+        in_flight: set[asyncio.Task] = set()
+        due = 0
+        while due < limit:
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+            target = int((now - self.t0) * rate) + 1  # ops due by now
+            while due < target and due < limit:
+                due += 1
+                if len(in_flight) >= self.cfg.concurrency:
+                    self._error("backlog")
+                    continue
+                t = asyncio.create_task(one())
+                in_flight.add(t)
+                t.add_done_callback(in_flight.discard)
+            await asyncio.sleep(min(0.002, max(0.0, deadline - time.perf_counter())))
+        if in_flight:
+            await asyncio.gather(*in_flight)
 
     async def _tick(self, stop: asyncio.Event) -> None:
         """Close each second: report it and open the next."""

@@ -37,3 +37,8 @@ class TokenBucket:
             return None
         self._tokens -= 1  # may go negative: tokens owed to the callers already waiting
         return wait
+
+    def charge(self, tokens: float) -> None:
+        """Spend ``tokens`` for work done without asking (it may leave a debt later callers wait out)."""
+        self._refill()
+        self._tokens -= tokens

@@ -318,6 +318,10 @@ class Shim:
                 if await self._invalidate(msg.key, seq, paths) and len(msg.value) <= MAX_CACHEABLE:
                     await self._update(msg.key, seq, msg.value, paths)
                 return
+            if cached and self.limiter is not None:
+                # the server's rate pays for coherence too: phase 1 and phase 2 on every path cost a request
+                # each, as the paper's rate-limited servers (and the simulator, coherence_cost = 1) count them
+                self.limiter.charge(2 * len(paths))
             if cached and not await self._invalidate(msg.key, seq, paths):
                 self.errors["invalidate_timeout"] += 1
                 reply(Status.ERROR)  # copies may still be valid: do not write

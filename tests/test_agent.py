@@ -48,6 +48,14 @@ def test_token_bucket_reservations_are_served_at_the_rate_in_order() -> None:
         TokenBucket(rate=0, burst=1)
 
 
+def test_token_bucket_charge_leaves_a_debt_later_callers_wait_out() -> None:
+    now = [0.0]
+    tb = TokenBucket(rate=10, burst=2, clock=lambda: now[0])
+    tb.charge(4)  # work done without asking: 2 tokens saved, 2 owed
+    assert tb.reserve(max_wait=1.0) == pytest.approx(0.3)  # the debt and its own token: 3 tokens at 10/s
+    assert not tb.take()
+
+
 def test_slot_allocator_claims_slots_found_on_the_switch() -> None:
     a = SlotAllocator(3, last_versions=[5, 0, 9])
     a.claim(0, 5)

@@ -281,3 +281,28 @@ def test_progress_callback_sees_each_second(env) -> None:  # noqa: ANN001
     assert [s.t for s in got] == [0, 1, 2]
     assert sum(s.ops for s in got) == rep.ops
     assert got[0].span == 1.0 and 0 < got[2].span < 1
+
+
+# -- open loop (the saturation search of make emulate) --------------------------------------
+
+def test_open_loop_issues_ops_at_the_rate_whatever_the_replies(env) -> None:  # noqa: ANN001
+    shim, _, _ = env
+    rep = bench(shim, keys=200, zipf=0.99, read_ratio=0.9, value_size=16, concurrency=64, rate=300.0, duration=2.0,
+                load_keys=200)
+    assert rep.error_count == 0, rep.errors
+    assert 500 <= rep.ops <= 620, rep.ops  # 600 due in 2 s (the last ones may still be in flight at the end)
+
+
+def test_open_loop_counts_backlog_when_the_system_does_not_keep_up() -> None:
+    """Nothing answers: the first `concurrency` ops time out, every op due meanwhile is a backlog error."""
+    import socket
+
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))  # bound, never read: requests vanish
+    try:
+        rep = run_bench(CLUSTER, BenchConfig(keys=100, concurrency=4, rate=100.0, duration=1.0, load=False),
+                        resolve=lambda _h: dead.getsockname(), timeout=2.0, retries=0)
+    finally:
+        dead.close()
+    assert rep.errors.get("backlog", 0) >= 80, rep.errors  # ~96 of the 100 due found 4 in flight
+    assert rep.errors.get("timeout", 0) == 4

@@ -290,6 +290,36 @@ def test_server_rate_limit_queues_then_drops(redis_sock: Path, tmp_path: Path) -
         peer.close()
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["uncached", "cached"])
+def test_coherence_is_paid_from_the_server_rate(redis_sock: Path, tmp_path: Path, cached: bool) -> None:
+    """A write of a cached key costs the server 1 + 2 per coherence path (phase 1 and 2) of its rate,
+    as the simulator's coherence_cost = 1: three such writes leave too little for the reads after them."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, tmp_path / "s.sock", cluster=Cluster(server_rate=0.5, server_burst=10))
+    link = ShimLink(shim.control_addr)
+    link.partition([SPINE] * N_SPINE_BUCKETS)
+    client = Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=0.5, retries=0)
+    try:
+        if cached:
+            assert link.populate(wire_key("hot"), SPINE) in ("absent", "valid")
+        for i in range(3):
+            client.put("hot", f"v{i}")  # 3 tokens, or 3 x (1 + 2 x 1 path) = 9
+        answered = 0
+        for i in range(5):
+            try:
+                client.get(f"other{i}")
+                answered += 1
+            except RequestTimeout:
+                pass
+        assert answered == (1 if cached else 5)
+        assert link.stats()["errors"].get("rate_limited", 0) == 5 - answered
+    finally:
+        client.close()
+        shim.close()
+        peer.close()
+
+
 def test_mget_reads_many_keys_at_once_sync_and_async(env) -> None:  # noqa: ANN001
     client, shim, _, _, _ = env
     for i in range(20):

@@ -8,6 +8,10 @@ stdout: one ``{"type": "load", "done": n, "total": n}`` line now and then while
 keys are loaded, one ``{"type": "second", ...}`` line per second of the timed
 phase, and a last ``{"type": "report", ...}`` line with the whole report
 (client_lib.workload.Report).
+
+``--serve``: run one workload per JSON config line read from stdin, each ending
+with its ``report`` line, until stdin closes (a saturation search runs many
+short workloads; this spares a process start and the imports per step).
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="{}", help="BenchConfig fields as a JSON object")
     ap.add_argument("--timeout", type=float, default=0.5)
     ap.add_argument("--retries", type=int, default=3)
+    ap.add_argument("--serve", action="store_true", help="run the configs read from stdin, one per line")
     args = ap.parse_args(argv)
-    cfg = BenchConfig(**json.loads(args.config))
 
     def emit(obj: dict) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
@@ -39,9 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     def on_load(done: int, total: int) -> None:
         emit({"type": "load", "done": done, "total": total})
 
-    report = run_bench(args.cluster, cfg, timeout=args.timeout, retries=args.retries, on_second=on_second,
-                       on_load=on_load)
-    emit({"type": "report", **report.to_dict()})
+    def run(cfg: BenchConfig) -> None:
+        report = run_bench(args.cluster, cfg, timeout=args.timeout, retries=args.retries, on_second=on_second,
+                           on_load=on_load)
+        emit({"type": "report", **report.to_dict()})
+
+    if not args.serve:
+        run(BenchConfig(**json.loads(args.config)))
+        return 0
+    for line in sys.stdin:
+        if line.strip():
+            run(BenchConfig(**json.loads(line)))
     return 0
 
 

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -174,6 +174,31 @@ class _Readers(dict):
         conn.use_p4info(self.op.p4info)
         self[name] = conn
         return conn
+
+
+class WorkloadSession:
+    """One generator process (dcnet.bench_runner --serve): ``run(config)`` is one checked workload."""
+
+    def __init__(self, proc: subprocess.Popen, log_path: Path) -> None:
+        self.proc, self.log_path = proc, log_path
+
+    def run(self, config: dict, on_second: Callable[[dict], None] | None = None) -> dict:
+        """The workload's report (client_lib.workload.Report as a dict)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(config) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            msg = json.loads(line)
+            if msg["type"] == "report":
+                return msg
+            if msg["type"] == "second" and on_second is not None:
+                on_second(msg)
+        raise DeploymentError(f"the workload generator exited ({self.proc.wait()}); see {self.log_path}")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        _terminate(self.proc)
 
 
 class Deployment:
@@ -421,6 +446,17 @@ class Deployment:
             yield json.loads(line)
         if proc.wait() != 0:
             raise DeploymentError(f"the workload on {host.name} exited with code {proc.returncode}; see {log_path}")
+
+    def workload_session(self, host: Host, timeout: float = 0.5, retries: int = 3) -> WorkloadSession:
+        """A workload generator process in ``host``'s namespace that runs one workload per call."""
+        log_path = self.run_dir / f"workload-{host.name}.log"
+        with open(log_path, "ab") as err:
+            proc = self.net[host.name].popen(  # type: ignore[union-attr]
+                [sys.executable, "-m", "dcnet.bench_runner", "--cluster", str(self.cluster_path), "--serve",
+                 "--timeout", str(timeout), "--retries", str(retries)],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, text=True, bufsize=1)
+        self._procs.append((f"workload-{host.name}", proc))
+        return WorkloadSession(proc, log_path)
 
     def client(self, host: Host | None = None) -> ClientProcess:
         """A client process on ``host`` (default: the first client)."""

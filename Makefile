@@ -8,6 +8,7 @@
 #   make ptf     the PTF data-plane tests on one switch in a private netns (TARGET=softswitch|bmv2)
 #   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
 #   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
+#   make emulate Figures 9(a), 10, 11 on the running system (rate-limited Mininet), beside the simulator's prediction
 #   make bench   softswitch pipeline throughput per path (pkt/s)
 #   make bench-shim  shim GET/PUT throughput and write latency vs redis-benchmark (loopback, its own redis-server)
 #   make bench-switch  pkt/s through one switch (hit, miss, forwarding) on veths in a private netns, softswitch vs BMv2
@@ -22,7 +23,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run up linearizability bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build run up emulate linearizability bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP) build/lincheck build/dcload
 
@@ -67,6 +68,9 @@ run: build
 
 up: build
 	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO)
+
+emulate: build
+	$(PY) -m dcnet.emulate --target $(TARGET)
 
 linearizability: build
 	$(PY) -m dcnet.linearizability --target $(TARGET)

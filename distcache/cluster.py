@@ -112,6 +112,7 @@ class Cluster:
     insert_burst: int = 20
     server_rate: float = 0.0  # requests per second each storage server serves (its shim's token bucket); 0: no limit
     server_burst: int = 32
+    server_queue: float = 0.1  # seconds a request may wait for its server's rate before it is dropped
     switch_rate: float = 0.0  # reads per second each cache switch answers from its cache (P4 meter); 0: no limit
     switch_burst: int = 64
     hybrid_rate: float = 0.0  # Hybrid replicates keys read more often than this per second; 0: switch_rate / 2
@@ -132,6 +133,8 @@ class Cluster:
             raise ValueError(f"redis_appendfsync must be always, everysec or no, not {self.redis_appendfsync!r}")
         if self.server_rate < 0 or self.link_mbps < 0 or self.server_burst < 1:
             raise ValueError("server_rate and link_mbps must be >= 0 (0: no limit) and server_burst >= 1")
+        if not 0 <= self.server_queue <= 10:
+            raise ValueError("server_queue must be 0..10 seconds")
         if self.switch_rate < 0 or self.hybrid_rate < 0 or self.switch_burst < 1:
             raise ValueError("switch_rate and hybrid_rate must be >= 0 (0: no limit / derived) and switch_burst >= 1")
 

@@ -52,7 +52,6 @@ from shim.redis_writes import WriteBatcher
 log = logging.getLogger(__name__)
 
 CoherenceAddress = Callable[[int], tuple[str, int]]
-MAX_QUEUE_DELAY = 0.1  # seconds a request may wait for the server's rate limit before it is dropped
 MAX_IN_FLIGHT = 4096  # requests being served at once; beyond, new ones are dropped and counted
 MGETS_IN_FLIGHT = 1  # read batches at Redis at once: reads arriving meanwhile leave together with the next
 # (1 gave the biggest batches: 29 us of shim CPU per GET against 48 us with 2, make bench-shim)
@@ -95,7 +94,8 @@ class Shim:
         self.coherence = Coherence(send=self._send)
         self._load_state()
         # the storage server's capacity (paper §6: rate-limited servers): requests beyond it wait their turn,
-        # up to MAX_QUEUE_DELAY, and are dropped (counted) beyond that, as a saturated server's queue would
+        # up to the cluster's server_queue seconds, and are dropped (counted) beyond that, as a saturated
+        # server's queue would
         self.limiter = TokenBucket(cluster.server_rate, cluster.server_burst) if cluster.server_rate else None
         self.requests: Counter[str] = Counter()
         self.malformed: Counter[str] = Counter()
@@ -177,7 +177,7 @@ class Shim:
             if len(self._tasks) + len(self._gets) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
                 self.errors["overload"] += 1
                 return
-            wait = self.limiter.reserve(MAX_QUEUE_DELAY) if self.limiter else 0.0
+            wait = self.limiter.reserve(self.cluster.server_queue) if self.limiter else 0.0
             if wait is None:
                 self.errors["rate_limited"] += 1
                 return

@@ -38,7 +38,7 @@ import numpy as np
 
 from controller.partition import spine_buckets
 from distcache.cluster import Cluster
-from distcache.hashing import N_SPINE_BUCKETS
+from distcache.hashing import N_SPINE_BUCKETS, h0, h1, wire_key
 from simulator.workload import DEFAULT_HEAD, Zipf
 
 MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")
@@ -62,6 +62,9 @@ class SimConfig:
     remapped: bool = True
     head: int = DEFAULT_HEAD
     routing: str = "p2c"  # p2c | random | spine (for the theory checks)
+    # the workload's key names (``<prefix><rank>``, client_lib.workload): place keys by the project's own h1
+    # and h0 instead of uniform draws, as a running system does (make emulate); None: uniform draws
+    key_prefix: str | None = None
 
     @property
     def cap(self) -> float:
@@ -101,7 +104,11 @@ def _zipf(n_keys: int, alpha: float, head: int) -> Zipf:
 
 
 @functools.lru_cache(maxsize=16)
-def _placement(n_servers: int, head: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _placement(n_servers: int, head: int, seed: int, key_prefix: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(owner server, spine bucket) of each head key: uniform draws, or the real hashes of named keys."""
+    if key_prefix is not None:
+        keys = [wire_key(f"{key_prefix}{rank}") for rank in range(head)]
+        return np.array([h1(k, n_servers) for k in keys]), np.array([h0(k) for k in keys])
     rng = np.random.default_rng(seed)
     return rng.integers(0, n_servers, head), rng.integers(0, N_SPINE_BUCKETS, head)
 
@@ -132,7 +139,7 @@ class Model:
         self.S, self.R, self.L = c.spines, c.storage_racks, c.servers_per_rack
         self.zipf = _zipf(cfg.n_keys, cfg.alpha, cfg.head)
         self.p = self.zipf.p
-        self.server, bucket = _placement(cfg.n_servers, self.zipf.head, cfg.seed)
+        self.server, bucket = _placement(cfg.n_servers, self.zipf.head, cfg.seed, cfg.key_prefix)
         self.rack = self.server // self.L
         ids = [i + 1 for i in range(self.S)]
         self.alive = np.array([i not in cfg.failed_spines for i in range(self.S)])

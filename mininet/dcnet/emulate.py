@@ -1,0 +1,414 @@
+"""``make emulate``: the paper's Figures 9(a), 10 and 11 on the running system, beside the simulator.
+
+Why: the simulator (``simulator/``) reproduces the figures at paper scale, but
+it is a model.  Here the real system — P4 switches, agents, controller, shims,
+Redis — runs the same experiments at a scale two cores can emulate, rate
+limited as the paper's testbed was (each storage server serves at most
+``server_rate`` requests/s, its shim's token bucket, which also pays for the
+coherence protocol; each cache switch answers at most ``switch_rate`` reads/s
+from its cache, a P4 meter), and the simulator, given the same cluster file,
+predicts every point.
+
+**Saturation throughput is measured, not assumed.**  For each point the
+workload generator (one open-loop process in the client host) first warms
+the caches, then offers a rate that grows by half each step until a step
+breaks a bound, then bisects between the last good and the first bad rate.
+A step passes while errors (timeouts: the servers' queues overflowed; and
+backlog: requests not sent because too many were in flight) stay under 1 %
+of the requests, reads coloured red by a cache switch's meter stay under 1 %
+of the reads (the simulator's definition: no cache switch over its rate),
+and the p99 latency stays under 750 ms (the servers' queues hold 0.4 s of
+requests; beyond that the emulation host itself is out of CPU).  A point's throughput is the
+goodput of its best passing step.  Values are checked on every read, so a
+stale read fails the run.
+
+Figures (PNG + CSV in ``docs/figures/emulated/``, the simulator's prediction
+dashed on the same axes):
+
+* **9(a)** throughput vs skew (uniform, Zipf 0.9, 0.95, 0.99), read-only;
+* **10** throughput vs write ratio at Zipf 0.99;
+* **11** throughput over time at a fixed offered load (90 % of the healthy
+  saturation) while two spines fail and recover through ``distcache-ctl``;
+  its points are the mean goodput of each phase (the two seconds after an
+  event left out) against min(offered, the simulated saturation with the
+  failed spines).
+
+The last stdout line is ``emulated_vs_simulated_max_error=<percent> points=<n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir  # noqa: E402
+from dcnet.p4switch import TargetMissing  # noqa: E402
+from distcache import p4names as n  # noqa: E402
+from distcache.cluster import Cluster, Role  # noqa: E402
+from simulator.figures import LABELS, STYLE  # noqa: E402
+from simulator.model import MECHANISMS, Model, SimConfig  # noqa: E402
+from simulator.workload import DEFAULT_HEAD  # noqa: E402
+
+console = Console(stderr=True)
+TOPOLOGY = REPO / "topologies" / "emulate-4spine-4x4.json"
+OUT = REPO / "docs" / "figures" / "emulated"
+
+MAX_ERRORS = 0.01  # of the requests: timeouts (a server's queue overflowed) and backlog
+MAX_METERED = 0.01  # of the reads: answered by no cache because a switch was over its rate
+MAX_P99_MS = 750.0  # a guard against the emulation host running out of CPU (queues at the servers stay below)
+GROWTH = 1.5  # each ramp step offers this much more
+BISECTIONS = 2
+SKEWS = (0.0, 0.9, 0.95, 0.99)
+WRITE_RATIOS = (0.02, 0.05, 0.1, 0.2)
+
+
+@dataclass
+class Step:
+    rate: float  # offered ops/s
+    goodput: float  # answered ops/s
+    errors: float  # fraction of the requests
+    metered: float  # fraction of the reads
+    p99_ms: float
+    hit_ratio: float
+
+    @property
+    def ok(self) -> bool:
+        return self.errors <= MAX_ERRORS and self.metered <= MAX_METERED and self.p99_ms <= MAX_P99_MS
+
+
+@dataclass
+class Point:
+    figure: str
+    mechanism: str
+    x: float  # skew, write ratio, or phase start time
+    emulated: float  # ops/s
+    simulated: float  # ops/s
+    bottleneck: str = ""  # the simulator's
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * abs(self.emulated - self.simulated) / self.simulated if self.simulated else math.inf
+
+
+class Emulation:
+    """One deployment, one generator session; a saturation search per point."""
+
+    def __init__(self, dep: Deployment, cluster: Cluster, keys: int, step_seconds: float, warm_seconds: float
+                 ) -> None:
+        self.dep, self.cluster, self.keys = dep, cluster, keys
+        self.step_seconds, self.warm_seconds = step_seconds, warm_seconds
+        self.client = cluster.client(0, 0)
+        self.cache_switches = [sw.name for sw in cluster.switches() if sw.role != Role.CLIENT_LEAF]
+        # the keys are written once, gently (the servers are rate limited) and with retries
+        loader = dep.workload_session(self.client, timeout=0.5, retries=8)
+        try:
+            console.log(f"loading {keys} keys")
+            rep = loader.run({"keys": keys, "value_size": 32, "concurrency": 8, "ops": 0, "load_keys": keys})
+            console.log(f"loaded in {rep['load_seconds']:.0f} s")
+        finally:
+            loader.close()
+        # the measured workloads: no retry, a lost request is an error
+        self.session: WorkloadSession = dep.workload_session(self.client, timeout=1.0, retries=0)
+
+    # -- workloads --------------------------------------------------------------------------
+    def workload(self, rate: float, zipf: float, write_ratio: float, seconds: float,
+                 on_second: Callable[[dict], None] | None = None) -> dict:
+        cfg = {"keys": self.keys, "zipf": zipf, "read_ratio": 1.0 - write_ratio, "value_size": 32,
+               "rate": rate, "concurrency": max(64, int(rate)), "duration": seconds, "load": False}
+        return self.session.run(cfg, on_second)
+
+    def metered(self) -> int:
+        total = 0
+        for name in self.cache_switches:
+            if name in self.failed_now():
+                continue
+            cells = self.dep.controller.conns[name].read_counter(n.DC_STATS)
+            total += cells.get(int(n.Stat.HIT_METERED), (0, 0))[0]
+        return total
+
+    def failed_now(self) -> set[str]:
+        return {s.name for s in self.dep.controller.ctl.status().switches if s.failed}
+
+    def step(self, rate: float, zipf: float, write_ratio: float) -> Step:
+        before = self.metered()
+        rep = self.workload(rate, zipf, write_ratio, self.step_seconds)
+        metered = self.metered() - before
+        requests = rep["ops"] + rep["errors"].get("backlog", 0)
+        failed = rep["failed_reads"] + rep["failed_writes"]
+        # over the scheduled window: every op was issued in it (replies still in flight at its end count)
+        return Step(rate=rate, goodput=(rep["ops"] - failed) / self.step_seconds,
+                    errors=rep["error_count"] / max(1, requests), metered=metered / max(1, rep["reads"]),
+                    p99_ms=(rep["latency_us"]["all"]["p99"] or 0.0) / 1000, hit_ratio=rep["hit_ratio"])
+
+    def saturate(self, zipf: float, write_ratio: float, start: float) -> tuple[float, list[Step]]:
+        """Ramp from ``start`` until a step fails, then bisect; the best passing step's goodput."""
+        self.workload(start, zipf, write_ratio, self.warm_seconds)  # the detectors find this workload's hot keys
+        steps: list[Step] = []
+        rate, good, bad = start, None, None
+        for _ in range(14):
+            s = self.step(rate, zipf, write_ratio)
+            steps.append(s)
+            console.log(f"  offered {rate:7.0f}/s -> {s.goodput:7.0f}/s  errors {s.errors:6.1%}  "
+                        f"metered {s.metered:6.1%}  p99 {s.p99_ms:6.1f} ms  hits {s.hit_ratio:5.1%}"
+                        f"  {'ok' if s.ok else 'over'}")
+            if s.ok:
+                good = rate
+                rate *= GROWTH
+            else:
+                bad = rate
+                break
+        if good is None:  # even the first step failed: search below it
+            good = 0.0
+        for _ in range(BISECTIONS if bad is not None else 0):
+            mid = (good + bad) / 2 if good else bad / GROWTH
+            s = self.step(mid, zipf, write_ratio)
+            steps.append(s)
+            console.log(f"  offered {mid:7.0f}/s -> {s.goodput:7.0f}/s  errors {s.errors:6.1%}  "
+                        f"metered {s.metered:6.1%}  p99 {s.p99_ms:6.1f} ms  {'ok' if s.ok else 'over'}")
+            if s.ok:
+                good = mid
+            else:
+                bad = mid
+        passing = [s.goodput for s in steps if s.ok]
+        return (max(passing) if passing else 0.0), steps
+
+    # -- the simulator's prediction -------------------------------------------------------------
+    def simulated(self, mechanism: str, zipf: float, write_ratio: float = 0.0,
+                  failed: Iterable[int] = ()) -> tuple[float, str]:
+        c = self.cluster
+        cfg = SimConfig(cluster=c, n_keys=self.keys, alpha=zipf, cache_per_switch=c.cache_slots, server_rate=1.0,
+                        switch_rate=c.switch_rate / c.server_rate, write_ratio=write_ratio,
+                        head=min(DEFAULT_HEAD, self.keys), failed_spines=frozenset(failed), key_prefix="key")
+        r = Model(cfg).evaluate(mechanism)
+        return r.throughput * c.server_rate, r.bottleneck
+
+    def close(self) -> None:
+        self.session.close()
+
+
+# -- the figures -------------------------------------------------------------------------------------
+
+
+def sweep(em: Emulation, figure: str, mechanisms: list[str], xs: Iterable[float],
+          params: Callable[[float], tuple[float, float]]) -> list[Point]:
+    points = []
+    for mech in mechanisms:
+        em.dep.ctl("mechanism", mech)
+        start = 50.0
+        for x in xs:
+            zipf, w = params(x)
+            console.rule(f"{figure}: {LABELS[mech]}, {'skew' if figure == 'fig9a' else 'write ratio'} {x}")
+            sat, steps = em.saturate(zipf, w, start)
+            sim, bottleneck = em.simulated(mech, zipf, w)
+            p = Point(figure, mech, x, sat, sim, bottleneck, steps)
+            console.log(f"[bold]{LABELS[mech]} at {x}: emulated {sat:.0f}/s, simulated {sim:.0f}/s "
+                        f"({p.error_pct:.1f} %; simulated bottleneck {bottleneck})")
+            points.append(p)
+            start = max(50.0, sat / GROWTH ** 2)  # the next point starts two steps below this one
+    return points
+
+
+EVENTS = ((8.0, "fail", "sp0"), (16.0, "fail", "sp1"), (24.0, "recover", "sp0"), (30.0, "recover", "sp1"))
+TIMELINE = 36.0
+SETTLE = 2.0  # seconds after an event left out of a phase's mean
+
+
+def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) -> tuple[list[Point], dict]:
+    """Fig. 11: goodput per second at 90 % of the healthy saturation while spines fail and recover."""
+    points, traces = [], {}
+    spine_idx = {em.cluster.spine(i).name: i for i in range(em.cluster.spines)}
+    for mech in mechanisms:
+        em.dep.ctl("mechanism", mech)
+        offered = 0.9 * healthy[mech]
+        console.rule(f"fig11: {LABELS[mech]} at {offered:.0f}/s offered")
+        em.workload(offered, 0.99, 0.0, em.warm_seconds)
+        trace: list[tuple[float, float]] = []
+        t0 = time.monotonic()
+        pending = list(EVENTS)
+
+        def on_second(s: dict, trace: list = trace, pending: list = pending, t0: float = t0) -> None:
+            trace.append((s["t"] + 1.0, max(0, s["ops"] - s["errors"]) / max(s["span"], 1e-3)))
+            while pending and time.monotonic() - t0 >= pending[0][0]:
+                _, what, name = pending.pop(0)
+                console.log(f"  t={time.monotonic() - t0:4.1f}s {what} {name}")
+                em.dep.ctl(what, name)
+
+        em.workload(offered, 0.99, 0.0, TIMELINE, on_second)
+        for _, what, name in pending:  # a slow generator may end before the last events: apply them
+            em.dep.ctl(what, name)
+        traces[mech] = (offered, trace)
+        bounds = [0.0, *(e[0] for e in EVENTS), TIMELINE]
+        failed: set[int] = set()
+        for i in range(len(bounds) - 1):
+            lo, hi = bounds[i], bounds[i + 1]
+            if i:
+                _, what, name = EVENTS[i - 1]
+                (failed.add if what == "fail" else failed.discard)(spine_idx[name])
+            secs = [g for t, g in trace if lo + SETTLE < t <= hi]
+            if not secs:
+                continue
+            sim, bottleneck = em.simulated(mech, 0.99, 0.0, failed)
+            p = Point("fig11", mech, lo, sum(secs) / len(secs), min(offered, sim), bottleneck)
+            points.append(p)
+            console.log(f"  phase from {lo:.0f}s ({len(failed)} failed): {p.emulated:.0f}/s, "
+                        f"predicted {p.simulated:.0f}/s ({p.error_pct:.1f} %)")
+    return points, traces
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+
+def write_csv(out: Path, name: str, points: list[Point]) -> None:
+    with open(out / f"{name}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["mechanism", "x", "emulated_ops", "simulated_ops", "error_pct", "simulated_bottleneck",
+                    "steps"])
+        for p in points:
+            w.writerow([p.mechanism, p.x, round(p.emulated, 1), round(p.simulated, 1), round(p.error_pct, 1),
+                        p.bottleneck, len(p.steps)])
+
+
+def plot_sweep(out: Path, name: str, title: str, xlabel: str, points: list[Point], server_rate: float) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mech in dict.fromkeys(p.mechanism for p in points):
+        ps = [p for p in points if p.mechanism == mech]
+        xs = list(range(len(ps)))
+        line, = ax.plot(xs, [p.emulated / server_rate for p in ps], STYLE[mech], label=f"{LABELS[mech]} (emulated)")
+        ax.plot(xs, [p.simulated / server_rate for p in ps], ":", color=line.get_color(), lw=1.2,
+                label=f"{LABELS[mech]} (simulated)")
+        ax.set_xticks(xs, [("uniform" if p.x == 0 and name == "fig9a_skew" else str(p.x)) for p in ps])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("throughput (x one server)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=120)
+    plt.close(fig)
+
+
+def plot_failures(out: Path, traces: dict, points: list[Point], server_rate: float) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    bounds = [0.0, *(e[0] for e in EVENTS), TIMELINE]
+    for mech, (_offered, trace) in traces.items():
+        line, = ax.plot([t for t, _ in trace], [g / server_rate for _, g in trace],
+                        STYLE[mech].replace("o", "").replace("s", "").replace("^", "").replace("d", "").replace(
+                            "x", ""), label=f"{LABELS[mech]} (emulated)")
+        for p in (p for p in points if p.mechanism == mech):
+            hi = bounds[bounds.index(p.x) + 1]
+            ax.plot([p.x, hi], [p.simulated / server_rate] * 2, ":", color=line.get_color(), lw=1.2)
+    for when, what, name in EVENTS:
+        ax.axvline(when, color="grey", lw=0.5, ls=":")
+        ax.text(when, 0, f" {what} {name}", rotation=90, fontsize=6, va="bottom")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("goodput (x one server)")
+    ax.set_title("Fig. 11 emulated: two spines fail and recover (dotted: simulated)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "fig11_failures.png", dpi=120)
+    plt.close(fig)
+
+
+def summary(points: list[Point]) -> str:
+    worst = max((p.error_pct for p in points), default=0.0)
+    return f"emulated_vs_simulated_max_error={worst:.1f} points={len(points)}"
+
+
+def render(points: list[Point]) -> None:
+    t = Table(title="emulated vs simulated saturation (ops/s)")
+    for col in ("figure", "mechanism", "x", "emulated", "simulated", "error %", "simulated bottleneck"):
+        t.add_column(col, justify="right" if col in ("x", "emulated", "simulated", "error %") else "left")
+    for p in points:
+        err = f"{p.error_pct:.1f}"
+        t.add_row(p.figure, LABELS[p.mechanism], f"{p.x:g}", f"{p.emulated:.0f}", f"{p.simulated:.0f}",
+                  err if p.error_pct <= 15 else f"[yellow]{err}[/]", p.bottleneck)
+    Console(width=120).print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dcnet.emulate", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="softswitch", choices=["softswitch", "bmv2"])
+    ap.add_argument("--topo", type=Path, default=TOPOLOGY, help="cluster file (default %(default)s)")
+    ap.add_argument("--keys", type=int, default=5000, help="key space (all loaded; default 5000)")
+    ap.add_argument("--step-seconds", type=float, default=3.0, help="seconds per ramp step (default 3)")
+    ap.add_argument("--warm-seconds", type=float, default=4.0, help="cache warm-up per point (default 4)")
+    ap.add_argument("--mechanisms", default=",".join(MECHANISMS), help="comma-separated (default: all five)")
+    ap.add_argument("--figures", default="9a,10,11", help="comma-separated subset of 9a,10,11")
+    ap.add_argument("--out", type=Path, default=OUT, help="PNG + CSV go here (default %(default)s)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: Zipf 0.99 only, one write ratio")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        ap.error("Mininet needs root: run as root (sudo make emulate)")
+    mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+    figures = {f.strip() for f in args.figures.split(",")}
+    if bad := [m for m in mechanisms if m not in MECHANISMS]:
+        ap.error(f"unknown mechanism(s) {bad}; use {', '.join(MECHANISMS)}")
+    if bad := sorted(figures - {"9a", "10", "11"}):
+        ap.error(f"unknown figure(s) {bad}; use 9a, 10, 11")
+    cluster = Cluster.load(args.topo)
+    if not (cluster.server_rate > 0 and cluster.switch_rate > 0):
+        ap.error(f"{args.topo}: an emulation needs server_rate and switch_rate (the rate limits the simulator "
+                 "models)")
+    skews = (0.99,) if args.quick else SKEWS
+    writes = WRITE_RATIOS[1:2] if args.quick else WRITE_RATIOS
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_dir = new_run_dir()
+    started = time.monotonic()
+    points: list[Point] = []
+    try:
+        with Deployment(cluster, target=args.target, run_dir=run_dir) as dep:
+            em = Emulation(dep, cluster, args.keys, args.step_seconds, args.warm_seconds)
+            try:
+                fig9 = sweep(em, "fig9a", mechanisms, skews, lambda z: (z, 0.0)) if "9a" in figures or "11" in \
+                    figures else []
+                if "9a" in figures:
+                    points += fig9
+                    write_csv(args.out, "fig9a_skew", fig9)
+                    plot_sweep(args.out, "fig9a_skew", "Fig. 9(a) emulated: throughput vs skew (dotted: simulated)",
+                               "workload skew (Zipf θ)", fig9, cluster.server_rate)
+                if "10" in figures:
+                    fig10 = sweep(em, "fig10", mechanisms, writes, lambda w: (0.99, w))
+                    points += fig10
+                    write_csv(args.out, "fig10_writes", fig10)
+                    plot_sweep(args.out, "fig10_writes", "Fig. 10 emulated: throughput vs write ratio, Zipf 0.99 "
+                               "(dotted: simulated)", "write ratio", fig10, cluster.server_rate)
+                if "11" in figures:
+                    healthy = {p.mechanism: p.emulated for p in fig9 if p.x == 0.99}
+                    fig11, traces = failures(em, mechanisms, healthy)
+                    points += fig11
+                    write_csv(args.out, "fig11_failures", fig11)
+                    plot_failures(args.out, traces, fig11, cluster.server_rate)
+            finally:
+                em.close()
+    except (DeploymentError, TargetMissing) as e:
+        console.print(f"[red]emulation failed:[/] {e}")
+        return 1
+    (args.out / "points.json").write_text(json.dumps(
+        {"topology": json.loads(cluster.to_json()), "keys": args.keys, "target": args.target,
+         "bounds": {"max_errors": MAX_ERRORS, "max_metered": MAX_METERED, "max_p99_ms": MAX_P99_MS},
+         "points": [asdict(p) | {"error_pct": p.error_pct} for p in points]}, indent=1) + "\n")
+    render(points)
+    console.log(f"emulation took {time.monotonic() - started:.0f} s; figures in {args.out}; run folder {run_dir}")
+    print(summary(points))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

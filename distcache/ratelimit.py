@@ -14,6 +14,7 @@ class TokenBucket:
             raise ValueError("a token bucket needs rate > 0 and burst >= 1")
         self.rate, self.burst, self._clock = rate, burst, clock
         self._tokens, self._at = float(burst), clock()
+        self.spent = 0.0  # tokens taken, reserved or charged since creation: the work admitted
 
     def _refill(self) -> None:
         now = self._clock()
@@ -25,6 +26,7 @@ class TokenBucket:
         self._refill()
         if self._tokens >= 1:
             self._tokens -= 1
+            self.spent += 1
             return True
         return False
 
@@ -36,9 +38,11 @@ class TokenBucket:
         if wait > max_wait:
             return None
         self._tokens -= 1  # may go negative: tokens owed to the callers already waiting
+        self.spent += 1
         return wait
 
     def charge(self, tokens: float) -> None:
         """Spend ``tokens`` for work done without asking (it may leave a debt later callers wait out)."""
         self._refill()
         self._tokens -= tokens
+        self.spent += tokens

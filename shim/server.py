@@ -468,6 +468,8 @@ class Shim:
             "errors": dict(self.errors),
             "duplicates": dict(self.duplicates),
             "redis_restarts": self.redis_restarts,
+            # request-equivalents admitted under the server's rate (requests and coherence); 0 with no limit
+            "rate_spent": round(self.limiter.spent, 1) if self.limiter is not None else 0.0,
             "redis_down": self.redis_down,
             "resynced": dict(self.resynced),
             "cached_keys": len(self.cached),

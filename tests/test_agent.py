@@ -54,6 +54,7 @@ def test_token_bucket_charge_leaves_a_debt_later_callers_wait_out() -> None:
     tb.charge(4)  # work done without asking: 2 tokens saved, 2 owed
     assert tb.reserve(max_wait=1.0) == pytest.approx(0.3)  # the debt and its own token: 3 tokens at 10/s
     assert not tb.take()
+    assert tb.spent == 5  # what was admitted: the charge and the reservation (not the refused take)
 
 
 def test_slot_allocator_claims_slots_found_on_the_switch() -> None:

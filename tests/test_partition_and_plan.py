@@ -198,3 +198,16 @@ def test_removing_one_of_m_spines_moves_about_one_mth_of_the_buckets(m: int) -> 
         assert len(moved) == before.count(failed)  # ... and all of them
         assert abs(len(moved) / N_SPINE_BUCKETS - 1 / m) < 0.6 / m  # about 1/m of them
         assert spine_buckets(ids, alive=set(ids)) == before  # recovery moves them back
+
+
+def test_hybrid_replicates_keys_over_the_rate_with_hysteresis() -> None:
+    from controller import hybrid
+
+    rates = {b"a": 100.0, b"b": 40.0, b"c": 26.0, b"d": 5.0}
+    assert hybrid.choose(rates, (), rate=30.0, limit=8) == {b"a", b"b"}
+    assert hybrid.choose(rates, {b"c", b"d"}, rate=30.0, limit=8) == {b"a", b"b", b"c"}  # c stays: over half
+    assert hybrid.choose(rates, (), rate=30.0, limit=1) == {b"a"}  # the hottest first
+    assert hybrid.choose(rates, (), rate=0.0, limit=8) == set()  # no rate: Hybrid replicates nothing
+    assert hybrid.threshold(Cluster(switch_rate=100.0)) == 50.0
+    assert hybrid.threshold(Cluster(switch_rate=100.0, hybrid_rate=7.0)) == 7.0
+    assert hybrid.limit(Cluster(cache_slots=16)) == 8

@@ -20,6 +20,22 @@ import time
 from pathlib import Path
 
 
+def stop_group(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
+    """SIGTERM the process group ``proc`` leads (started with start_new_session), SIGKILL it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and has not exited (a zombie, not yet reaped, has)."""
     try:

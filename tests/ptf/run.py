@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller.switchproc import stop_group
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TEST_DIR = HERE / "tests"
@@ -280,20 +282,7 @@ class TestBed:
                 print(f"warning: could not delete namespace {self.ns}", file=sys.stderr)
 
 
-def stop(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
-    """SIGTERM the process group we started, SIGKILL it if it lingers."""
-    if proc is None or proc.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+stop = stop_group  # the switch and ptf run in their own process groups
 
 
 def ptf_binary() -> str:

@@ -45,7 +45,7 @@ pytestmark = [
 
 KEYS = 1000
 # hybrid_rate: on BMv2 (a few hundred reads/s here) only the hottest keys pass it; on softswitch a few more
-CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=16, hh_threshold=4, hybrid_rate=15.0)
+CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=16, hh_threshold=4, hybrid_rate=10.0)
 CLIENT = CLUSTER.client(0, 0)
 SP0, SP1 = CLUSTER.spine(0), CLUSTER.spine(1)
 SPINES = (SP0.name, SP1.name)
@@ -199,8 +199,8 @@ def test_hybrid_replicates_only_the_hottest_keys(run: Run) -> None:
         snapshot.update(rep=rep, cached=cached)
         return bool(rep) and all(k in cached[SP0.name] and k in cached[SP1.name] for k in rep)
 
-    with run.background(10.0) as result:
-        wait_for("every replicated key in both spines", replicas_in_place, timeout=9.0)
+    with run.background(16.0) as result:
+        wait_for("every replicated key in both spines", replicas_in_place, timeout=15.0)
     assert result["report"]["error_count"] == 0, result["report"]["errors"]
     rep, cached = snapshot["rep"], snapshot["cached"]
     assert len(rep) <= CLUSTER.cache_slots // 2

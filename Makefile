@@ -75,13 +75,13 @@ emulate: build
 linearizability: build
 	$(PY) -m dcnet.linearizability --target $(TARGET)
 
-test: deps
+test: build
 	$(PY) -m pytest -q -rs
 
 test-fast: deps
 	$(PY) -m pytest -q -m "not mininet"
 
-test-mininet: deps
+test-mininet: build
 	$(PY) -m pytest -q -m mininet
 
 ptf: deps

@@ -73,6 +73,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from bench.procstat import cpu_seconds, cpu_ticks
 from client_lib import AsyncClient, Client, DistCacheError
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
@@ -265,20 +266,10 @@ class Processes:
                 self.stop(proc)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process, from /proc (works for processes that are not our children)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return math.nan
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def machine_busy() -> float:
     """CPU seconds all cores spent busy since boot (/proc/stat): the machine may be shared, and what other
     processes took during a phase is what a reader needs to trust or discount its figures."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    ticks = cpu_ticks()
     return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle and iowait
 
 

@@ -89,6 +89,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.procstat import cpu_seconds, cpu_ticks
 from controller.entries import plan
 from controller.partition import spine_buckets
 from controller.switchproc import stop_group
@@ -295,22 +296,10 @@ def machine_cpu() -> tuple[float, float, float]:
     """(user + nice + system, kernel packet work, steal) CPU seconds of all cores since boot: kernel packet work
     is /proc/stat's softirq time plus what the ksoftirqd threads took (the kernel defers softirqs to them under
     load; their time is system time of no process of ours); steal is what the hypervisor gave other guests."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    f = cpu_ticks()
     tck = os.sysconf("SC_CLK_TCK")
-    ksoft = sum(cpu_seconds(pid) for pid in _ksoftirqd() if not math.isnan(cpu_seconds(pid)))
+    ksoft = sum(s for s in map(cpu_seconds, _ksoftirqd()) if not math.isnan(s))
     return (f[0] + f[1] + f[2]) / tck - ksoft, f[6] / tck + ksoft, f[7] / tck
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a live process, all its threads (/proc/PID/stat)."""
-    if not pid:
-        return math.nan
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return math.nan
-    f = stat[stat.rindex(")") + 2:].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- frames ------------------------------------------------------------------------------------------------

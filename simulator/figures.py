@@ -20,6 +20,7 @@ from simulator.model import MECHANISMS, Model, SimConfig, paper_config  # noqa: 
 LABELS = {"nocache": "NoCache", "partition": "CachePartition", "replication": "CacheReplication",
           "distcache": "DistCache", "hybrid": "Hybrid"}
 STYLE = {"nocache": "x:", "partition": "s--", "replication": "^-.", "distcache": "o-", "hybrid": "d-"}
+LINE = {m: s.lstrip("xs^od") for m, s in STYLE.items()}  # the same lines without markers (time series)
 
 
 def _write(out: Path, name: str, header: Sequence[str], rows: list[Sequence[object]]) -> None:

@@ -67,7 +67,7 @@ from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new
 from dcnet.p4switch import TargetMissing  # noqa: E402
 from distcache import p4names as n  # noqa: E402
 from distcache.cluster import Cluster, Role  # noqa: E402
-from simulator.figures import LABELS, STYLE  # noqa: E402
+from simulator.figures import LABELS, LINE, STYLE  # noqa: E402
 from simulator.model import MECHANISMS, Model, SimConfig  # noqa: E402
 from simulator.workload import DEFAULT_HEAD  # noqa: E402
 
@@ -145,8 +145,9 @@ class Emulation:
 
     def metered(self) -> int:
         total = 0
+        failed = self.failed_now()  # one status call, not one per switch
         for name in self.cache_switches:
-            if name in self.failed_now():
+            if name in failed:
                 continue
             cells = self.dep.controller.conns[name].read_counter(n.DC_STATS)
             total += cells.get(int(n.Stat.HIT_METERED), (0, 0))[0]
@@ -330,9 +331,8 @@ def plot_failures(out: Path, traces: dict, points: list[Point], server_rate: flo
     fig, ax = plt.subplots(figsize=(6.5, 4))
     bounds = [0.0, *(e[0] for e in EVENTS), TIMELINE]
     for mech, (_offered, trace) in traces.items():
-        line, = ax.plot([t for t, _ in trace], [g / server_rate for _, g in trace],
-                        STYLE[mech].replace("o", "").replace("s", "").replace("^", "").replace("d", "").replace(
-                            "x", ""), label=f"{LABELS[mech]} (emulated)")
+        line, = ax.plot([t for t, _ in trace], [g / server_rate for _, g in trace], LINE[mech],
+                        label=f"{LABELS[mech]} (emulated)")
         for p in (p for p in points if p.mechanism == mech):
             hi = bounds[bounds.index(p.x) + 1]
             ax.plot([p.x, hi], [p.simulated / server_rate] * 2, ":", color=line.get_color(), lw=1.2)

@@ -319,7 +319,7 @@ def shim_command(cluster_file: Path, redis_sock: Path, control: str, peer_port: 
     """How the shim is started: exactly as a deployment starts it, but on loopback with a coherence peer."""
     return [sys.executable, "-m", "shim", "--cluster", str(cluster_file), "--server", "r0s0", "--listen", HOST,
             "--redis-url", f"unix://{redis_sock}", "--control", control,
-            "--coherence-peer", f"{HOST}:{peer_port}", "--log-file", str(log_file)]
+            "--coherence-peer", f"{HOST}:{peer_port}", "--fresh", "--log-file", str(log_file)]
 
 
 def start_shim(procs: Processes, argv: list[str], log_file: Path) -> subprocess.Popen:
@@ -528,7 +528,7 @@ def write_latency(env: Env, ops: int) -> tuple[dict[str, Latency], dict]:
     out: dict[str, Latency] = {}
     with Client(cluster, resolve=lambda _host: (HOST, DC_PORT), timeout=REPLY_TIMEOUT, retries=2) as c:
         c.put("bench:lat:hot", VALUE)
-        state = link.populate(wire_key("bench:lat:hot"), spine)
+        state = link.populate(wire_key("bench:lat:hot"), spine, 0, 1)  # the tag a fresh agent gives slot 0
         if state != "valid":
             raise RuntimeError(f"Populate(bench:lat:hot, switch={spine}) answered {state!r}, expected 'valid'")
         out["get"] = sequential(lambda: c.get("bench:get:0"), ops)

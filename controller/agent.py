@@ -9,10 +9,17 @@ entry), consumes the hot-key digests the switch's detector sends, and caches
 the reported keys:
 
 * **insert**: the key goes into ``cache_lookup`` pointing at a free slot with a
-  version tag the slot did not have before, which leaves it invalid; then the
-  key's storage shim fills the value with phase 2 of the coherence protocol
-  (``populate``), serialized with the key's writes.  No register is written
-  by the control plane.
+  version the slot has not had in this cache epoch, which leaves it invalid;
+  then the key's storage shim fills the value (``populate``, with the entry's
+  tag, so only this entry's own populate can arm it), serialized with the
+  key's writes.  No register is written by the control plane.
+* **tags**: an entry's tag is (the switch's ``cache_epoch``, its version).  The
+  registers keep the tags of entries long gone, so a tag must never repeat:
+  versions count up per slot, saved to the state file *before* the entry is
+  written; an agent that cannot vouch for the versions handed out before (no
+  state file, or one from another epoch) raises ``cache_epoch`` on the switch,
+  which makes every tag the registers hold unmatchable at once, and fills the
+  entries it finds again.  So does a slot whose versions run out.
 * **evict**: when the cache is full, the entry with the fewest hits over the
   last two hit windows (deltas of the per-slot ``cache_hits`` counter) makes
   room, if the reported key is hotter; the shim is told, so later writes skip
@@ -22,7 +29,7 @@ the reported keys:
   overwhelm the switch or the shims.
 * **resync**: after its own restart the agent reads the cache entries back
   from the switch and rebuilds its view (per-slot version tags come back from
-  its state file); after the switch restarts (the P4Runtime stream breaks and
+  its state file, or a raised epoch); after the switch restarts (the P4Runtime stream breaks and
   the pipeline is gone) it pushes the pipeline and the entries again and
   starts with an empty cache, re-adding nothing.
 """
@@ -64,17 +71,25 @@ class CacheFull(RuntimeError):
     """No free slot: evict a key first."""
 
 
+class VersionsExhausted(RuntimeError):
+    """A slot has had every version of this cache epoch: raise the epoch."""
+
+
+class StateFileError(ValueError):
+    """The agent's state file exists but cannot be used."""
+
+
 class SlotAllocator:
-    """Cache slots and the version tags their entries are installed with.
+    """Cache slots and the versions their entries are installed with.
 
     A slot's valid register keeps the tag of the last entry that was filled
     in it after that entry is evicted (only packets write registers).  A new
     entry in the slot is valid only once its own tag is written there, so the
     tag it gets must differ from every tag the register may still hold: each
-    slot counts its own tags (1..65535, 0 means invalid) and never gets its
-    previous one back.  A single global counter would wrap and could hand a
-    slot the very tag its register holds, making a new key hit with the old
-    key's value.
+    slot counts its versions up (1..65535) within a cache epoch and never
+    wraps -- the last one raises :class:`VersionsExhausted`, and the agent
+    starts a new epoch.  A wrapping counter could hand a slot the very tag
+    its register holds, making a new key hit with the old key's value.
     """
 
     MAX_VERSION = 0xFFFF
@@ -93,8 +108,11 @@ class SlotAllocator:
         """A free slot and a version tag it has not had just before; raises CacheFull."""
         if not self._free:
             raise CacheFull(f"all {self.slots} cache slots are in use; evict a key first")
-        slot = self._free.pop()
-        version = self._last_version[slot] % self.MAX_VERSION + 1
+        slot = self._free[-1]
+        if self._last_version[slot] >= self.MAX_VERSION:
+            raise VersionsExhausted(f"slot {slot} has had all {self.MAX_VERSION} versions of this epoch")
+        self._free.pop()
+        version = self._last_version[slot] + 1
         self._last_version[slot] = version
         return slot, version
 
@@ -109,6 +127,10 @@ class SlotAllocator:
 
     def versions(self) -> list[int]:
         return list(self._last_version)
+
+    def new_epoch(self) -> None:
+        """Every slot may use every version again (the entries' tags changed with the epoch)."""
+        self._last_version = [0] * self.slots
 
 
 @dataclass
@@ -134,6 +156,8 @@ class AgentCounters:
     switch_restarts: int = 0
     not_hotter: int = 0
     partition_evicted: int = 0
+    not_owned: int = 0
+    epoch_raises: int = 0
 
 
 class SwitchAgent:
@@ -152,7 +176,8 @@ class SwitchAgent:
         self.address = f"{grpc_host}:{switch.grpc_port}"
         self.hit_window = hit_window
         self.slots = min(cluster.cache_slots, n.CACHE_SLOTS)
-        self.alloc = SlotAllocator(self.slots, self._load_versions())
+        self.epoch: int | None = None  # the cache_epoch our versions count in; None: unknown (no state)
+        self.alloc = SlotAllocator(self.slots, self._load_state())
         self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
         self.cached: dict[bytes, CachedKey] = {}
         self.counters = AgentCounters()
@@ -253,6 +278,8 @@ class SwitchAgent:
             self._forget_cache("the switch came up empty")
         else:
             self._rebuild_cache(conn)
+        if self._adopt_epoch(conn, fresh):
+            self._refill_all()
         try:
             conn.configure_digest(n.HH_DIGEST, **DIGEST_DELIVERY)
         except P4RuntimeError as e:
@@ -260,6 +287,60 @@ class SwitchAgent:
                 raise
             conn.configure_digest(n.HH_DIGEST, **DIGEST_DELIVERY, modify=True)
         return fresh
+
+    def _adopt_epoch(self, conn: SwitchConnection, fresh: bool) -> bool:
+        """Make sure no tag handed out from now on can match a tag the switch's registers hold.
+
+        Our per-slot versions are good only in the epoch they were counted in.  A switch that
+        came up empty holds no tag at all.  Otherwise, unless our state names the epoch the
+        switch is in, raise it: True if we did (every entry on the switch is invalid now).
+        """
+        _, params = conn.read_default(n.CACHE_EPOCH)
+        on_switch = int(params["epoch"])
+        if fresh or self.epoch == on_switch:
+            self.epoch = on_switch
+            self._save_state()
+            return False
+        why = "no state file" if self.epoch is None else f"state file says epoch {self.epoch}"
+        log.warning("%s: %s, switch is in epoch %d: raising it", self.switch.name, why, on_switch)
+        self._raise_epoch(conn, max(on_switch, self.epoch or 0) + 1)
+        return True
+
+    def _raise_epoch(self, conn: SwitchConnection, epoch: int) -> None:
+        """Move the switch to cache epoch ``epoch``: every entry's tag changes, so each is invalid
+        until populated again; the entries present keep their versions (claimed in the new epoch)."""
+        if epoch > 0xFFFFFFFF:
+            raise P4RuntimeError(f"{self.switch.name}: cache_epoch exhausted; restart the switch", "OUT_OF_RANGE")
+        self.epoch = epoch
+        self.alloc.new_epoch()
+        for e in self.cached.values():
+            self.alloc.claim(e.slot, e.version)
+        self._save_state()  # first: a crash before the switch has the epoch only raises it once more
+        conn.set_default(n.CACHE_EPOCH, n.SET_CACHE_EPOCH, {"epoch": epoch})
+        self.counters.epoch_raises += 1
+
+    def _refill_all(self) -> None:
+        """Populate every entry again (its tag changed with the epoch), in the background."""
+        for e in self.cached.values():
+            e.state = "pending"
+        keys = list(self.cached)
+        if keys:
+            threading.Thread(target=self._refill, args=(keys,), name=f"{self.switch.name}-refill",
+                             daemon=True).start()
+
+    def _refill(self, keys: list[bytes]) -> None:
+        filled = 0
+        for key in keys:
+            with self.lock:
+                entry = self.cached.get(key)
+            if entry is None or self._stop.is_set():
+                continue
+            state = self._populate(key, entry)
+            with self.lock:
+                if self.cached.get(key) is entry:
+                    entry.state = state
+                    filled += state == "valid"
+        log.info("%s: %d of %d entries filled again in epoch %s", self.switch.name, filled, len(keys), self.epoch)
 
     def _rebuild_cache(self, conn: SwitchConnection) -> None:
         """After an agent restart: the cache entries on the switch are the truth."""
@@ -273,7 +354,6 @@ class SwitchAgent:
         self.alloc = SlotAllocator(self.slots, self.alloc.versions())
         for e in found.values():
             self.alloc.claim(e.slot, e.version)
-        self._save_versions()
         log.info("%s: %d cached keys read back from the switch", self.switch.name, len(found))
 
     def _forget_cache(self, why: str) -> None:
@@ -309,7 +389,14 @@ class SwitchAgent:
                 return None
             if victim is not None:
                 self.evict(victim)
-            slot, version = self.alloc.take()
+            try:
+                slot, version = self.alloc.take()
+            except VersionsExhausted as e:
+                log.info("%s: %s", self.switch.name, e)
+                self._raise_epoch(conn, (self.epoch or 0) + 1)
+                self._refill_all()
+                slot, version = self.alloc.take()
+            self._save_state()  # before the entry exists: a version once on the switch is never handed out again
             try:
                 conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT,
                             {"slot": slot, "version": version})
@@ -318,8 +405,7 @@ class SwitchAgent:
                 raise
             entry = CachedKey(slot, version, "pending", auto=auto)
             self.cached[key] = entry
-            self._save_versions()
-        state = self._populate(key)
+        state = self._populate(key, entry)
         with self.lock:
             if self.cached.get(key) is entry:
                 entry.state = state
@@ -329,9 +415,10 @@ class SwitchAgent:
                  " from a report" if auto else "", state)
         return entry
 
-    def _populate(self, key: bytes) -> str:
+    def _populate(self, key: bytes, entry: CachedKey) -> str:
+        """Ask the key's shim to fill ``entry``; its tag goes along, so only this populate arms it."""
         try:
-            return self.shim_for(key).populate(key, self.switch.switch_id)
+            return self.shim_for(key).populate(key, self.switch.switch_id, self.epoch or 0, entry.version)
         except (ShimUnavailable, ShimRequestError) as e:
             log.warning("%s: populate %s failed: %s", self.switch.name, key.hex(), e)
             return "failed"
@@ -383,6 +470,9 @@ class SwitchAgent:
         for row in rows:
             self.counters.digests += 1
             key = int(row["key"]).to_bytes(16, "big")
+            if not self.owns(key):  # reported before its bucket moved away (or the mechanism changed)
+                self.counters.not_owned += 1
+                continue
             try:
                 e = self.insert(key, auto=True, estimate=row["estimate"], budget=self.bucket)
             except (P4RuntimeError, CacheFull) as err:
@@ -457,20 +547,42 @@ class SwitchAgent:
                     time.sleep(0.1)
 
     # -- persistence --------------------------------------------------------------------------------
-    def _load_versions(self) -> list[int] | None:
-        if self.state_file is None or not self.state_file.exists():
-            return None
-        try:
-            return [int(v) for v in json.loads(self.state_file.read_text())["last_versions"]]
-        except (ValueError, KeyError, TypeError) as e:
-            log.warning("%s: ignoring unreadable state file %s: %s", self.switch.name, self.state_file, e)
-            return None
+    def _load_state(self) -> list[int] | None:
+        """Per-slot versions and the epoch they count in, from the state file; None without one.
 
-    def _save_versions(self) -> None:
+        A file that exists but cannot be used is refused (StateFileError), never silently
+        ignored: the operator removes it (the agent then raises the switch's cache epoch) or
+        points at the right one.
+        """
+        if self.state_file is None or not self.state_file.exists():
+            log.info("%s: no state file: the switch's cache epoch will be raised", self.switch.name)
+            return None
+        where = f"agent state file {self.state_file}"
+        try:
+            d = json.loads(self.state_file.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise StateFileError(f"{where} is unreadable ({e}); remove it to start afresh") from None
+        owner = d.get("switch") if isinstance(d, dict) else None
+        if owner != self.switch.name:
+            raise StateFileError(f"{where} is not {self.switch.name}'s (it names {owner!r}); "
+                                 "pass this switch's file, or remove it to start afresh")
+        versions, epoch = d.get("last_versions"), d.get("epoch")
+        if (not isinstance(versions, list) or not all(type(v) is int and 0 <= v <= SlotAllocator.MAX_VERSION
+                                                       for v in versions)
+                or not (epoch is None or (type(epoch) is int and 0 <= epoch <= 0xFFFFFFFF))):
+            raise StateFileError(f"{where} is malformed (expected last_versions: [0..65535], epoch: 0..2^32-1); "
+                                 "remove it to start afresh")
+        self.epoch = epoch
+        return versions
+
+    def _save_state(self) -> None:
         if self.state_file is None:
             return
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"switch": self.switch.name, "last_versions": self.alloc.versions()}))
+        with open(tmp, "w") as f:
+            json.dump({"switch": self.switch.name, "epoch": self.epoch, "last_versions": self.alloc.versions()}, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.state_file)
 
     # -- status -------------------------------------------------------------------------------------
@@ -480,7 +592,9 @@ class SwitchAgent:
             st = agent_pb2.AgentStatus(
                 switch=self.switch.name, switch_id=self.switch.switch_id,
                 switch_connected=conn is not None and not conn.stream_closed.is_set(),
-                slots=self.slots, occupied=len(self.cached), configured=self.configured, **vars(self.counters))
+                slots=self.slots, occupied=len(self.cached), configured=self.configured,
+                digests_dropped=conn.digests_dropped if conn is not None else 0, cache_epoch=self.epoch or 0,
+                **vars(self.counters))
             lat = sorted(self.insert_latencies_us)
             if lat:
                 st.insert_latency_p50_us, st.insert_latency_max_us = lat[len(lat) // 2], lat[-1]
@@ -618,8 +732,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as e:
         ap.error(str(e))
     device_config = args.device_config.read_bytes() if args.device_config else b""
-    agent = SwitchAgent(cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir),
-                        state_file=args.state_file)
+    try:
+        agent = SwitchAgent(cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir),
+                            state_file=args.state_file)
+    except StateFileError as e:
+        ap.exit(2, f"{ap.prog}: error: {e}\n")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     agent_grpc.add_AgentServicer_to_server(AgentService(agent), server)
     listen = args.listen or cluster.agent_address(sw)

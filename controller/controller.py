@@ -216,9 +216,24 @@ class Controller:
 
     # -- shims ------------------------------------------------------------------------------
     def _push_shims(self, views: bool = False, only: list[Host] | None = None, up: int | None = None) -> None:
-        """Partition, switches down (minus ``up``, which is coming back) and, with ``views``, cached keys."""
+        """Partition, switches down (minus ``up``, which is coming back) and, with ``views``, cached keys.
+
+        A view names the switches it is complete for (their agents answered: every key they cache
+        is in it) and the incarnation of the shim it was collected for, read before collecting: a
+        shim that restarted meanwhile refuses it (a copy validated through its previous life after
+        the collection would be missing), and gets the next round's.
+        """
+        hosts = only or self.cluster.servers()
+        links = {h.name: ShimLink(self.shim_address(h)) for h in hosts}
+        incarnations: dict[str, int] = {}
         cached: dict[str, dict[bytes, list[int]]] = {}
+        complete: set[int] = set()
         if views:
+            for h in hosts:
+                try:
+                    incarnations[h.name] = int(links[h.name].stats().get("incarnation", 0))
+                except (ShimUnavailable, ShimRequestError) as e:
+                    log.warning("%s: shim not updated: %s", h.name, e)
             for name, agent in self.agents.items():
                 if name in self.state.failed:
                     continue
@@ -227,15 +242,20 @@ class Controller:
                 except grpc.RpcError as e:
                     log.warning("%s: agent unreachable, its keys are not in the view: %s", name, e.code())
                     continue
+                complete.add(st.switch_id)
                 for k in st.keys:
                     host = self.cluster.server_for_key(k.key).name
                     cached.setdefault(host, {}).setdefault(bytes(k.key), []).append(st.switch_id)
-        for host in only or self.cluster.servers():
+        spines = {self.cluster.spine(i).switch_id for i in range(self.cluster.spines)}
+        for host in hosts:
+            if views and host.name not in incarnations:
+                continue
             try:
-                link = ShimLink(self.shim_address(host))
+                link = links[host.name]
                 link.partition(self.buckets, [d for d in self.down_ids() if d != up], self.state.epoch)
                 if views:
-                    link.view(cached.get(host.name, {}))
+                    mine = spines | {self.cluster.storage_leaf(host.rack).switch_id}
+                    link.view(cached.get(host.name, {}), sorted(complete & mine), incarnations[host.name])
             except (ShimUnavailable, ShimRequestError) as e:
                 log.warning("%s: shim not updated: %s", host.name, e)
 

@@ -22,6 +22,8 @@ from distcache.api import FAST_RECONNECT
 
 log = logging.getLogger(__name__)
 
+DIGEST_QUEUE = 256  # DigestLists waiting for the agent; a burst of reports beyond is dropped (acknowledged)
+
 
 class P4RuntimeError(RuntimeError):
     """A P4Runtime call failed; ``code`` is the gRPC status code name."""
@@ -191,8 +193,11 @@ class SwitchConnection:
         self._arbitration_status: int | None = None
         self._reader: threading.Thread | None = None
         self.p4info: P4Info | None = None
-        self.digest_lists: queue.Queue[p4r.DigestList] = queue.Queue()
-        """DigestLists the switch sent on the stream, in arrival order (ack them with ``ack_digest``)."""
+        self.digest_lists: queue.Queue[p4r.DigestList] = queue.Queue(DIGEST_QUEUE)
+        """DigestLists the switch sent on the stream, in arrival order (ack them with ``ack_digest``);
+        at most DIGEST_QUEUE wait: beyond, a list is acknowledged unread and counted in ``digests_dropped``
+        (reports of keys that stay hot come again next window, so a backlog is never worth keeping)."""
+        self.digests_dropped = 0
         self.stream_closed = threading.Event()
 
     # -- session ----------------------------------------------------------------------
@@ -236,7 +241,11 @@ class SwitchConnection:
                     self._arbitration_status = resp.arbitration.status.code
                     self._arbitrated.set()
                 elif resp.HasField("digest"):
-                    self.digest_lists.put(resp.digest)
+                    try:
+                        self.digest_lists.put_nowait(resp.digest)
+                    except queue.Full:
+                        self.digests_dropped += 1
+                        self.ack_digest(resp.digest)
                 elif resp.HasField("error"):
                     log.warning("%s: stream error: %s", self.name, resp.error)
         except grpc.RpcError as e:
@@ -403,6 +412,17 @@ class SwitchConnection:
             _, match, action, params = info.describe_entry(ent.table_entry)
             out.append((match, action, params))
         return out
+
+    def read_default(self, table: str) -> tuple[str, dict[str, int]]:
+        """The default action of ``table`` and its parameters, as the switch holds them now."""
+        info = self._need_p4info()
+        req = p4r.ReadRequest(device_id=self.device_id)
+        te = req.entities.add().table_entry
+        te.table_id, te.is_default_action = info.table(table).preamble.id, True
+        for ent in self._read(req):
+            _, _, action, params = info.describe_entry(ent.table_entry)
+            return action, params
+        raise P4RuntimeError(f"{self.name}: no default entry read back for {table}", "NOT_FOUND")
 
     def read_counter(self, counter: str, index: int | None = None) -> dict[int, tuple[int, int]]:
         """index -> (packets, bytes) for one cell or, without ``index``, all cells."""

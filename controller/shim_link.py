@@ -56,7 +56,7 @@ class ShimLink:
         try:
             return getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
                 raise ShimRequestError(e.details()) from None
             raise ShimUnavailable(f"shim at {self.address} failed {method}: {e.code().name} {e.details()}") from None
 
@@ -69,12 +69,17 @@ class ShimLink:
     def partition(self, buckets: list[int], down: list[int] | None = None, epoch: int = 0) -> None:
         self._call("SetPartition", shim_pb2.PartitionRequest(buckets=buckets, down=down or [], epoch=epoch))
 
-    def view(self, cached: dict[bytes, list[int]]) -> None:
-        req = shim_pb2.ViewRequest(cached=[shim_pb2.KeySwitches(key=k, switches=v) for k, v in cached.items()])
+    def view(self, cached: dict[bytes, list[int]], complete: list[int] | None = None, incarnation: int = 0) -> None:
+        """Add the cached keys of the ``complete`` switches (every key each one caches), collected
+        after reading the shim's ``incarnation`` from ``stats()`` (0: not checked)."""
+        req = shim_pb2.ViewRequest(cached=[shim_pb2.KeySwitches(key=k, switches=v) for k, v in cached.items()],
+                                   complete=sorted(complete or ()), incarnation=incarnation)
         self._call("AddView", req)
 
-    def populate(self, key: bytes, switch: int) -> str:
-        return self._call("Populate", shim_pb2.SwitchKey(key=key, switch=switch)).state
+    def populate(self, key: bytes, switch: int, cache_epoch: int, version: int) -> str:
+        """Fill ``switch``'s new entry for ``key``, whose tag is (``cache_epoch``, ``version``)."""
+        return self._call("Populate", shim_pb2.SwitchKey(key=key, switch=switch, cache_epoch=cache_epoch,
+                                                          version=version)).state
 
     def evict(self, key: bytes, switch: int) -> bool:
         return self._call("Evict", shim_pb2.SwitchKey(key=key, switch=switch)).evicted

@@ -13,8 +13,10 @@ from enum import IntEnum
 SWITCH_CONFIG = "DcIngress.config.switch_config"
 PORT_KIND = "DcIngress.config.port_kind"
 CLIENT_SOURCE = "DcIngress.validation.client_source"
+RACK_HOSTS = "DcIngress.validation.rack_hosts"
 LOAD_WINDOW = "DcIngress.config.load_window"
 CACHE_LOOKUP = "DcIngress.cache.cache_lookup"
+CACHE_EPOCH = "DcIngress.cache.cache_epoch"
 SPINE_PARTITION = "DcIngress.routing.spine_partition"
 STORAGE_RACK = "DcIngress.routing.storage_rack"
 CACHE_ROUTE = "DcIngress.routing.cache_route"
@@ -31,9 +33,11 @@ NO_ACTION = "NoAction"
 SET_CONFIG = "DcIngress.config.set_config"
 SET_PORT_KIND = "DcIngress.config.set_port_kind"
 SOURCE_OK = "DcIngress.validation.source_ok"
+DEST_OK = "DcIngress.validation.dest_ok"
 SET_LOAD_WINDOW = "DcIngress.config.set_load_window"
 CACHE_HIT = "DcIngress.cache.cache_hit"
 CACHE_MISS = "DcIngress.cache.cache_miss"
+SET_CACHE_EPOCH = "DcIngress.cache.set_cache_epoch"
 SET_SPINE_CANDIDATE = "DcIngress.routing.set_spine_candidate"
 SET_LEAF_CANDIDATE = "DcIngress.routing.set_leaf_candidate"
 ROUTE_TO_CACHE = "DcIngress.routing.route_to_cache"
@@ -112,6 +116,8 @@ class DropReason(IntEnum):
     NOT_IPV4 = 7
     IP_OPTIONS = 8
     SPOOFED = 9
+    TTL_EXPIRED = 10  # arrived with TTL 0 or 1: forwarding it would take the TTL to 0
+    LOOP = 11  # would go back the way it came: down from a spine to no host of the rack, or out its ingress port
 
 
 class Stat(IntEnum):

@@ -92,6 +92,17 @@ class Status(IntEnum):
 class Flag(IntFlag):
     NONE = 0
     CACHED = 0x01  # this reply was served from a switch cache
+    POPULATE = 0x02  # an INVALIDATE filling a new entry of `target`: its tag in spine_load (epoch), leaf_load (version)
+
+
+def populate_invalidate(key: bytes, seq: int, target: int, epoch: int, version: int) -> Message:
+    """The INVALIDATE that starts a populate of ``target``'s entry whose tag is (``epoch``, ``version``).
+
+    Coherence messages carry no telemetry, so the tag rides in the load fields: a switch arms a
+    new entry (a new tenure of its slot) only with its own populate (docs/protocol.md, Coherence).
+    """
+    return Message(op=Op.INVALIDATE, key=key, seq=seq, target=target, flags=Flag.POPULATE,
+                   spine_load=epoch & 0xFFFFFFFF, leaf_load=version & 0xFFFF)
 
 
 class WireError(ValueError):

@@ -25,7 +25,7 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     peer = args.coherence_peer
     shim = Shim(cluster, host, args.redis_url, listen=args.listen, state_file=args.state_file,
-                unsafe_ack_first=args.unsafe_ack_before_invalidate,
+                unsafe_ack_first=args.unsafe_ack_before_invalidate, fresh=args.fresh,
                 coherence_address=(lambda spine_id: peer) if peer else None)
     try:
         await shim.start()
@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="send every coherence packet (INVALIDATE/UPDATE) to this address instead of the spines' "
                          "10.255.0.<id>:8888; for benchmarks and tests on loopback, where a peer that reflects "
                          "them as acks plays the switches (default: the real spine addresses)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="the deployment's switches were just started and cache nothing: start with every switch's "
+                         "cached keys known (none). Without it the shim counts every key as cached at every switch "
+                         "until the controller's view arrives (a restart: switches may hold copies of its keys)")
     ap.add_argument("--log-file", help="log here instead of stderr")
     ap.add_argument("--unsafe-ack-before-invalidate", type=float, default=0.0, metavar="SECONDS",
                     help="TEST ONLY: break coherence on purpose (acknowledge writes to cached keys, wait SECONDS, "

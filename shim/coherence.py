@@ -1,9 +1,9 @@
 """The two-phase coherence protocol as the storage server runs it (paper §4.3).
 
-Phase 1 sends an INVALIDATE along the path through every switch that may
-cache the key — up through the storage-rack leaf to the spine ``h0`` maps the
-key to, which reflects it back as INVALIDATE_ACK — and retransmits until the
-acknowledgement arrives.  Only then may the server write its copy and answer
+Phase 1 sends an INVALIDATE along each path through switches that may cache
+the key — up through the storage-rack leaf to a spine, which reflects it back
+as INVALIDATE_ACK, or only to the leaf, which then reflects it — and
+retransmits until the acknowledgement arrives.  Only then may the server write its copy and answer
 the client.  Phase 2 sends an UPDATE with the *same* sequence number and the
 new value; switches accept it only if the last INVALIDATE they saw for the
 slot carried that number, so a late or duplicated phase 2 of an older write
@@ -18,11 +18,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from distcache.wire import MAX_CACHEABLE, Message, Op, encode
+from distcache.wire import MAX_CACHEABLE, Message, Op, encode, populate_invalidate
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[bytes, tuple[str, int]], None]
+
+# How an exchange on one path ended.  RELEASED: the path's far end was declared down while we waited;
+# its ack will never come, and the path does NOT count as done -- the switches before the far end (the
+# storage leaf) may not have seen the message (shim.server then covers them by a path of their own).
+ACKED, RELEASED, TIMED_OUT = "acked", "released", "timeout"
 
 
 @dataclass
@@ -63,16 +68,17 @@ class Coherence:
         fut.set_result(msg)
 
     def release(self, targets: set[int]) -> None:
-        """Complete the exchanges waiting on switches declared down: their acks will never come.
+        """End the exchanges waiting on switches declared down (their acks will never come) as RELEASED.
 
-        Safe for the reason skipping them is (see shim.server): the controller has stopped every
-        read from reaching them and flushes them before they serve again.
+        Skipping the dead far end is safe (see shim.server: the controller has stopped every read
+        from reaching it and flushes it before it serves again); the rest of its path is not
+        covered by that, so the caller decides what to send instead.
         """
         for (_, _, target), fut in self._waiters.items():
             if target in targets and not fut.done():
                 fut.set_result(None)
 
-    async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> bool:
+    async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> str:
         loop = asyncio.get_running_loop()
         key = (int(msg.op.reply()), msg.seq, msg.target)  # one exchange per path: same seq, distinct targets
         fut = loop.create_future()
@@ -84,31 +90,38 @@ class Coherence:
                     self.stats.retransmits += 1
                 self.send(data, dest)
                 try:
-                    await asyncio.wait_for(asyncio.shield(fut), self.retry_interval)
-                    return True
+                    ack = await asyncio.wait_for(asyncio.shield(fut), self.retry_interval)
+                    return RELEASED if ack is None else ACKED
                 except TimeoutError:
                     continue
-            return False
+            return TIMED_OUT
         finally:
             self._waiters.pop(key, None)
 
-    async def invalidate(self, key: bytes, seq: int, target: int, dest: tuple[str, int]) -> bool:
-        """Phase 1; True once every copy on the path is invalid."""
+    async def invalidate(self, key: bytes, seq: int, target: int, dest: tuple[str, int],
+                         tag: tuple[int, int] | None = None) -> str:
+        """Phase 1 on one path; ACKED once every copy on it is invalid.
+
+        ``tag=(cache_epoch, version)``: the INVALIDATE of a populate of ``target``'s entry with that
+        tag, the only one that may arm a new entry (p4src/include/control/coherence.p4).
+        """
         self.stats.invalidates += 1
         attempts = max(1, round(self.invalidate_deadline / self.retry_interval))
-        ok = await self._exchange(Message(op=Op.INVALIDATE, key=key, seq=seq, target=target), dest, attempts)
-        if not ok:
+        msg = (Message(op=Op.INVALIDATE, key=key, seq=seq, target=target) if tag is None
+               else populate_invalidate(key, seq, target, *tag))
+        result = await self._exchange(msg, dest, attempts)
+        if result == TIMED_OUT:
             self.stats.failed_invalidates += 1
             log.warning("invalidate of %s (seq %d) not acknowledged by switch %d", key.hex(), seq, target)
-        return ok
+        return result
 
     async def update(self, key: bytes, seq: int, value: bytes, target: int, dest: tuple[str, int]) -> bool:
-        """Phase 2 (also cache population); a failure only leaves copies invalid, which is safe."""
+        """Phase 2 (also cache population) on one path; a failure only leaves copies invalid, which is safe."""
         if len(value) > MAX_CACHEABLE:
             return False
         self.stats.updates += 1
-        ok = await self._exchange(Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest,
-                                  self.update_attempts)
-        if not ok:
+        result = await self._exchange(Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest,
+                                      self.update_attempts)
+        if result != ACKED:
             self.stats.failed_updates += 1
-        return ok
+        return result == ACKED

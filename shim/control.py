@@ -16,7 +16,7 @@ import grpc
 from controller.shim_link import grpc_target
 from distcache.api import shim_grpc, shim_pb2
 from distcache.wire import KEY_LEN
-from shim.server import Shim
+from shim.server import Shim, StaleView
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,10 @@ class ShimService(shim_grpc.ShimServicer):
 
     async def AddView(self, request, context):  # noqa: ANN001, ANN201, N802
         try:
-            self.shim.add_view({_key(e.key): [_switch(s) for s in e.switches] for e in request.cached})
+            self.shim.add_view({_key(e.key): [_switch(s) for s in e.switches] for e in request.cached},
+                               [_switch(s) for s in request.complete], request.incarnation or None)
+        except StaleView as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         return shim_pb2.Empty()
@@ -62,7 +65,14 @@ class ShimService(shim_grpc.ShimServicer):
             key, sw = _key(request.key), _switch(request.switch)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        return shim_pb2.PopulateReply(state=await self.shim.populate(key, sw))
+        if not 0 < request.version <= 0xFFFF:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "version: the entry's version, 1..65535 (with cache_epoch, its tag)")
+        try:
+            state = await self.shim.populate(key, sw, (request.cache_epoch, request.version))
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return shim_pb2.PopulateReply(state=state)
 
     async def Evict(self, request, context):  # noqa: ANN001, ANN201, N802
         try:

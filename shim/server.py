@@ -8,20 +8,23 @@ under that lock whether the key is cached, so a write can never slip between
 a cache insertion and its population.  Malformed datagrams are counted by
 reason and dropped; nothing a client sends can stop the shim.
 
-**Which copies a write invalidates.**  Invariant: every switch that may hold
-a valid copy of key k is in ``cached[k]`` (an agent's populate adds its switch
-before any copy can become valid; only the agent's evict, after the entry is
-gone from the switch, removes it).  A write of a cached key invalidates along
-the path to each spine in ``cached[k]`` plus the key's partition owner (the
-storage leaf is on every path), so routing and partition changes never expose
-a stale copy.  Switches the controller declared down are skipped (their acks
-would never come); the controller keeps reads away from them and flushes them
-before they come back.  After a restart (its state file exists) the shim does
-not know which keys are cached until the controller sends its view, so until
-then it treats every key as cached, on the partition it saved to its state
-file.  A shim without a state file has never validated a copy (only it sends
-the updates that make copies of its keys valid), so it starts with an empty,
-known view.
+**Which copies a write invalidates.**  Invariant: every switch in service
+that may hold a valid copy of key k is in ``cached[k]`` or not in ``known``
+(the switches whose cached keys this shim knows).  An agent's populate adds
+its switch to ``cached[k]`` before any copy can become valid; only the agent's
+evict, after the entry is gone from the switch, removes it.  A shim that
+starts knows nothing (``known`` is empty: switches may hold copies a previous
+life of this shim validated, whether or not its state file survived), except
+on the deployment's very first start (``fresh``: the switches were just
+started empty); the controller's view adds the switches whose agents it
+heard from.  A write of k invalidates every such switch not declared down:
+one path per spine (each passes the storage leaf) and, if the leaf may hold
+a copy and no spine path is taken or acknowledged, a path that ends at the
+leaf.  A spine declared down while its path is pending does not count as an
+acknowledgement for the leaf before it.  So routing, partition and mechanism
+changes, restarts and failovers never leave a stale copy where a read can
+reach it: the controller keeps reads away from a spine declared down and
+flushes it before it comes back.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -41,11 +45,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from controller.partition import spine_buckets
-from distcache.cluster import MAX_SPINES, Cluster, Host
-from distcache.hashing import N_SPINE_BUCKETS, h0
+from distcache.cluster import Cluster, Host
+from distcache.hashing import N_SPINE_BUCKETS
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
-from shim.coherence import Coherence
+from shim.coherence import ACKED, RELEASED, Coherence
 from shim.dedup import Dedup, RequestId, dedup_marker
 from shim.redis_writes import WriteBatcher
 
@@ -57,6 +61,10 @@ MGETS_IN_FLIGHT = 1  # read batches at Redis at once: reads arriving meanwhile l
 # (1 gave the biggest batches: 29 us of shim CPU per GET against 48 us with 2, make bench-shim)
 MAX_BATCH = 256  # reads per MGET
 REDIS_WATCH_INTERVAL = 0.2  # seconds between checks that the shim's redis-server is the same process
+
+
+class StaleView(ValueError):
+    """A cached-key view collected for another incarnation of this shim."""
 
 
 class ShimProtocol(asyncio.DatagramProtocol):
@@ -73,7 +81,7 @@ class ShimProtocol(asyncio.DatagramProtocol):
 class Shim:
     def __init__(self, cluster: Cluster, server: Host, redis_url: str, listen: str | None = None,
                  port: int = DC_PORT, coherence_address: CoherenceAddress | None = None,
-                 state_file: Path | None = None, unsafe_ack_first: float = 0.0) -> None:
+                 state_file: Path | None = None, unsafe_ack_first: float = 0.0, fresh: bool = False) -> None:
         self.cluster, self.server = cluster, server
         # TEST ONLY: break coherence on purpose (acknowledge a write, wait this long, then invalidate), so the
         # linearizability check can show it catches a broken protocol (make linearizability's control run)
@@ -86,7 +94,13 @@ class Shim:
         self.buckets: list[int] = spine_buckets([cluster.spine(i).switch_id for i in range(cluster.spines)])
         self.down: set[int] = set()  # switches the controller declared down: no acks awaited from them
         self.epoch = 0  # the controller's partition epoch this view came with
-        self.view_known = False  # False until the controller sends its cached-key view: every key counts as cached
+        self.leaf_id = cluster.storage_leaf(server.rack).switch_id  # on every coherence path of this server
+        self.spine_ids = frozenset(cluster.spine(i).switch_id for i in range(cluster.spines))
+        self.cache_switches = self.spine_ids | {self.leaf_id}  # the switches that may cache our keys
+        self.fresh = fresh
+        # switches whose cached keys we know (every other one counts as caching every key)
+        self.known: set[int] = set(self.cache_switches) if fresh else set()
+        self.incarnation = secrets.randbits(63)  # a view collected before we started is refused (add_view)
         self.cached: dict[bytes, set[int]] = defaultdict(set)  # key -> switch ids caching it
         self._locks: dict[bytes, asyncio.Lock] = {}
         self._users: Counter[bytes] = Counter()
@@ -117,8 +131,8 @@ class Shim:
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         await self.redis.ping()
-        if not self.view_known:  # a restart (the state file exists): clients may still retry writes our
-            # previous life applied; for as long as retries live, ask Redis before applying one we do not know
+        if not self.fresh:  # maybe a restart (with or without the state file): clients may still retry writes
+            # our previous life applied; for as long as retries live, ask Redis before applying one we do not know
             self._recheck_until = time.monotonic() + self.dedup.ttl
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
         loop = asyncio.get_running_loop()
@@ -131,8 +145,8 @@ class Shim:
 
         A restarted Redis holds what its append-only file kept: with ``appendfsync always`` every
         acknowledged write, with a laxer policy possibly less.  Copies in switches may hold values
-        it no longer has, and the shim cannot vouch for them: every cached key is populated again
-        (phase 1 invalidates every copy, phase 2 fills it with what Redis holds now).
+        it no longer has, and the shim cannot vouch for them: every cached key is refreshed as if
+        written again with what Redis holds now (phase 1 invalidates every copy, phase 2 fills it).
         """
         while True:
             await asyncio.sleep(REDIS_WATCH_INTERVAL)
@@ -146,11 +160,14 @@ class Shim:
                 continue
             self._redis_run_id = run_id
             self.redis_restarts += 1
-            keys = [(k, sorted(sw)) for k, sw in self.cached.items()]
+            keys = list(self.cached)
+            if not self.view_known:
+                log.warning("redis-server restarted while the cached keys of switches %s are unknown: "
+                            "their copies are refreshed when each key is next written",
+                            sorted(self.cache_switches - self.known - self.down))
             log.warning("redis-server restarted: resynchronizing %d cached keys", len(keys))
-            for key, switches in keys:
-                for sw in switches:
-                    self.resynced[await self.populate(key, sw)] += 1
+            for key in keys:
+                self.resynced[await self._refresh(key)] += 1
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -308,24 +325,27 @@ class Shim:
             reply(Status.NOT_FOUND) if value is None else reply(Status.OK, value)
             return
         async with self._key_lock(msg.key):
-            cached = bool(self.cached.get(msg.key)) or not self.view_known
+            cached = bool(self.holders(msg.key))
             seq = self.coherence.next_seq()
-            paths = self._paths(msg.key)
+            paths = self._paths(msg.key) if cached else []
             if cached and self.unsafe_ack_first and msg.op == Op.PUT:  # the deliberately broken order (tests)
                 await self.writes.set(msg.key, msg.value, marker)
                 reply(Status.OK)
                 await asyncio.sleep(self.unsafe_ack_first)
-                if await self._invalidate(msg.key, seq, paths) and len(msg.value) <= MAX_CACHEABLE:
+                paths = await self._invalidate(msg.key, seq, paths)
+                if paths and len(msg.value) <= MAX_CACHEABLE:
                     await self._update(msg.key, seq, msg.value, paths)
                 return
             if cached and self.limiter is not None:
                 # the server's rate pays for coherence too: phase 1 and phase 2 on every path cost a request
                 # each, as the paper's rate-limited servers (and the simulator, coherence_cost = 1) count them
                 self.limiter.charge(2 * len(paths))
-            if cached and not await self._invalidate(msg.key, seq, paths):
-                self.errors["invalidate_timeout"] += 1
-                reply(Status.ERROR)  # copies may still be valid: do not write
-                return
+            if cached:
+                paths = await self._invalidate(msg.key, seq, paths)
+                if paths is None:
+                    self.errors["invalidate_timeout"] += 1
+                    reply(Status.ERROR)  # copies may still be valid: do not write
+                    return
             if msg.op == Op.PUT:
                 await self.writes.set(msg.key, msg.value, marker)
                 status = Status.OK
@@ -336,27 +356,44 @@ class Shim:
                 await self._update(msg.key, seq, msg.value, paths)  # still under the key's lock
 
     # -- coherence paths --------------------------------------------------------------
-    def _paths(self, key: bytes, switch: int | None = None) -> list[int]:
-        """Spines at the far ends of the paths a coherence exchange for ``key`` must take.
+    @property
+    def view_known(self) -> bool:
+        """Whether we know the cached keys of every cache switch in service."""
+        return self.cache_switches <= self.known | self.down
 
-        For a write: the key's partition owner and every spine known to cache it, minus the
-        spines declared down.  For populating one switch (``switch``): that spine, or for a
-        leaf the owner's path (the storage leaf is on every path).
+    def holders(self, key: bytes) -> set[int]:
+        """The switches in service that may hold a valid copy of ``key`` (the module's invariant)."""
+        return (self.cached.get(key, set()) | (self.cache_switches - self.known)) - self.down
+
+    def _paths(self, key: bytes) -> list[int]:
+        """Far ends of the paths a write's phase 1 takes: every spine in service that may hold a copy;
+        or, if there is none and the storage leaf may hold one, the leaf itself (it reflects the message)."""
+        ends = sorted(self.holders(key) & self.spine_ids)
+        return ends or ([self.leaf_id] if self.leaf_id in self.holders(key) else [])
+
+    async def _invalidate(self, key: bytes, seq: int, paths: list[int],
+                          tag: tuple[int, int] | None = None) -> list[int] | None:
+        """Phase 1 along ``paths``; the far ends that acknowledged it, or None if a path timed out.
+
+        A path whose far end was declared down meanwhile is dropped, but the storage leaf before it
+        still counts: if no acknowledged path passed the leaf and it may hold a copy, the same
+        message goes on a path ending at the leaf.
         """
-        owner = self.buckets[h0(key)] if len(self.buckets) == N_SPINE_BUCKETS else 0
-        if switch is not None:
-            ends = {switch} if 0 < switch <= MAX_SPINES else {owner}
-        else:
-            ends = {owner} | {s for s in self.cached.get(key, ()) if 0 < s <= MAX_SPINES}
-        return sorted(s for s in ends if s and s not in self.down)
-
-    async def _invalidate(self, key: bytes, seq: int, paths: list[int]) -> bool:
         if not paths:
-            log.error("no live spine to invalidate %s through; has the controller pushed the partition?", key.hex())
-            return False
-        oks = await asyncio.gather(*(self.coherence.invalidate(key, seq, t, self.coherence_address(t))
-                                     for t in paths))
-        return all(oks)
+            log.error("no live switch to invalidate %s at; has the controller pushed the partition?", key.hex())
+            return None
+        results = await asyncio.gather(*(self.coherence.invalidate(key, seq, t, self.coherence_address(t), tag)
+                                         for t in paths))
+        if any(r not in (ACKED, RELEASED) for r in results):
+            return None
+        acked = [t for t, r in zip(paths, results, strict=True) if r == ACKED]
+        if not acked and tag is None and self.leaf_id in self.holders(key):
+            r = await self.coherence.invalidate(key, seq, self.leaf_id, self.coherence_address(self.leaf_id))
+            if r == ACKED:
+                acked = [self.leaf_id]
+            elif r != RELEASED:
+                return None
+        return acked
 
     async def _update(self, key: bytes, seq: int, value: bytes, paths: list[int]) -> bool:
         if not paths:
@@ -380,19 +417,42 @@ class Shim:
                 self._locks.pop(key, None)
 
     # -- control commands (from the controller and the switch agents) ---------------------
-    async def populate(self, key: bytes, switch: int) -> str:
-        """Fill a freshly inserted (invalid) cache entry of ``switch`` with the current value.
+    async def populate(self, key: bytes, switch: int, tag: tuple[int, int] = (0, 0)) -> str:
+        """Fill a freshly inserted (invalid) cache entry of ``switch``, tagged ``tag`` = (cache_epoch,
+        version), with the current value: an INVALIDATE that carries the tag (only it may arm the
+        new entry), addressed to ``switch`` itself, then the UPDATE of the same seq.
 
         A switch declared down is refused ("down"): writes skip it, so a copy there could go stale.
         """
         if switch in self.down:
             return "down"
+        if switch not in self.cache_switches:
+            raise ValueError(f"switch {switch} cannot cache keys of {self.server.name} "
+                             f"(its spines and storage leaf: {sorted(self.cache_switches)})")
         self.cached[key].add(switch)
         async with self._key_lock(key):
             value = await self.redis.get(key)
             seq = self.coherence.next_seq()
-            paths = self._paths(key, switch)
-            if not await self._invalidate(key, seq, paths):
+            paths = await self._invalidate(key, seq, [switch], tag)
+            if paths is None:
+                return "failed"
+            if not paths:
+                return "down"
+            if value is None:
+                return "absent"
+            if len(value) > MAX_CACHEABLE:
+                return "too_large"
+            return "valid" if await self._update(key, seq, value, paths) else "failed"
+
+    async def _refresh(self, key: bytes) -> str:
+        """Invalidate every copy of ``key`` and fill it again with Redis's value, as a write of it would."""
+        async with self._key_lock(key):
+            if not self.holders(key):
+                return "uncached"
+            value = await self.redis.get(key)
+            seq = self.coherence.next_seq()
+            paths = await self._invalidate(key, seq, self._paths(key))
+            if paths is None:
                 return "failed"
             if value is None:
                 return "absent"
@@ -425,23 +485,32 @@ class Shim:
             self.epoch = int(epoch)
         self._save_state()
 
-    def add_view(self, cached: dict[bytes, list[int]]) -> None:
-        """Merge the controller's view of which switches cache which keys, and leave the restart mode.
+    def add_view(self, cached: dict[bytes, list[int]], complete: list[int] | None = None,
+                 incarnation: int | None = None) -> None:
+        """Merge the controller's view of which switches cache which keys; ``complete``: the switches
+        whose every cached key the view lists (their agents answered), which become known.
 
         A union, never a replacement: an insertion the view missed (it raced with the
         controller's collection) must keep its switch here, and one evicted meanwhile only
-        costs an extra invalidation.
+        costs an extra invalidation.  ``incarnation`` must be ours (from Stats): a view collected
+        before this shim started could miss a copy a previous life validated after the collection.
         """
+        complete = list(complete or [])
+        if incarnation is not None and incarnation != self.incarnation:
+            raise StaleView(f"view collected for shim incarnation {incarnation}, this is {self.incarnation}; "
+                            "read Stats again and resend")
+        if not all(s in self.cache_switches for s in complete):
+            raise ValueError(f"complete: switches that cache keys of {self.server.name} are "
+                             f"{sorted(self.cache_switches)}, got {sorted(complete)}")
         for key, switches in cached.items():
             self.cached[key].update(switches)
-        self.view_known = True
+        self.known.update(complete)
 
     def _load_state(self) -> None:
         """A state file means this shim was configured before: it restarted, and switches may hold copies
         of its keys that it no longer knows about.  No state file: nothing of this server can be cached
         (only this shim validates copies of its keys), so the view is known and empty."""
         if self.state_file is None or not self.state_file.exists():
-            self.view_known = True
             return
         try:
             d = json.loads(self.state_file.read_text())
@@ -474,6 +543,8 @@ class Shim:
             "resynced": dict(self.resynced),
             "cached_keys": len(self.cached),
             "view_known": self.view_known,
+            "unknown_switches": sorted(self.cache_switches - self.known - self.down),
+            "incarnation": self.incarnation,
             "epoch": self.epoch,
             "down": sorted(self.down),
             "coherence": {"invalidates": c.invalidates, "updates": c.updates, "retransmits": c.retransmits,

@@ -9,19 +9,24 @@ entries back).  Its storage shims are unreachable here, so values stay unfilled
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
+from scapy.layers.inet import UDP
+from scapy.layers.l2 import Ether
 
-from controller.agent import SlotAllocator, SwitchAgent, shim_links
+from controller.agent import SlotAllocator, StateFileError, SwitchAgent, shim_links
 from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.ratelimit import TokenBucket
+from distcache.wire import DC_PORT, Message, Op, decode, populate_invalidate
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch
+from tests.ptf.dctest import dc_frame
 from tests.softswitch_helpers import free_tcp_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -172,6 +177,119 @@ def test_switch_restart_is_resynced_with_an_empty_cache(bed: _Bed) -> None:
         assert set(bed.cache_table()) == {wire_key("fresh")}
     finally:
         agent.stop()
+
+
+def _through(bed: _Bed, port: int, src: str, dst: str, msg: Message) -> Message | None:
+    """One DistCache message into the switch on ``port``; the one that comes out (None: dropped)."""
+    sport = DC_PORT if msg.op in (Op.INVALIDATE, Op.UPDATE) else 40000
+    out = bed.switch.process_packet(port, bytes(dc_frame(src, dst, msg, sport=sport, dport=DC_PORT)))
+    return decode(bytes(Ether(out[0][1])[UDP].payload)) if out else None
+
+
+def _fill(bed: _Bed, key: bytes, value: bytes, seq: int, epoch: int, version: int) -> None:
+    """Populate the spine's entry for ``key`` with packets, as its shim would (from the storage leaf's port)."""
+    server, spine = bed.cluster.server(0, 0), bed.sw.switch_id
+    for msg in (populate_invalidate(key, seq, spine, epoch, version),
+                Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=spine)):
+        assert _through(bed, 1, server.ip, bed.cluster.spine_address(spine), msg).op == msg.op.reply()
+
+
+def _read(bed: _Bed, key: bytes) -> Message:
+    client, server = bed.cluster.client(0, 0), bed.cluster.server(0, 0)
+    return _through(bed, 2, client.ip, server.ip, Message(op=Op.GET, key=key, seq=1, target=bed.sw.switch_id))
+
+
+@pytest.mark.parametrize("state", ["deleted", "kept"])
+def test_agent_restarted_without_its_state_never_serves_another_keys_value(bed: _Bed, state: str) -> None:
+    """Issue 15, defect 1: key a was valid in slot 0 and evicted (the registers keep its tag and value).
+    An agent that restarts without its state file would count versions from 1 again: key b lands in slot 0
+    with a's tag and hits at once with a's value.  It raises the switch's cache epoch instead, so b misses
+    until its own populate; with its state file it continues the versions and keeps the epoch."""
+    a, b = wire_key("a"), wire_key("b")
+    first = bed.agent()
+    e = first.insert(a)
+    _fill(bed, a, b"value of a", 10, 0, e.version)
+    assert _read(bed, a).value == b"value of a"
+    first.evict(a)
+    first.stop()
+    if state == "deleted":
+        bed.state_file.unlink()
+    second = bed.agent()
+    try:
+        e = second.insert(b)
+        st = second.status()
+        assert (e.slot, st.cache_epoch, st.epoch_raises) == ((0, 1, 1) if state == "deleted" else (0, 0, 0))
+        assert e.version == (1 if state == "deleted" else 2)
+        assert not _read(bed, b).cached  # not a's value
+        _fill(bed, b, b"value of b", 11, st.cache_epoch, e.version)
+        assert _read(bed, b).value == b"value of b"
+    finally:
+        second.stop()
+
+
+def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_them(bed: _Bed) -> None:
+    first = bed.agent()
+    e = first.insert(wire_key("a"))
+    _fill(bed, wire_key("a"), b"v", 10, 0, e.version)
+    first.stop()
+    bed.state_file.unlink()
+    second = bed.agent()
+    try:
+        assert not _read(bed, wire_key("a")).cached  # the entry's tag changed with the epoch
+        _, params = second.conn.read_default(n.CACHE_EPOCH)
+        assert params == {"epoch": 1} and json.loads(bed.state_file.read_text())["epoch"] == 1
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and second.status(with_keys=True).keys[0].state == "pending":
+            time.sleep(0.05)
+        assert second.status(with_keys=True).keys[0].state == "failed"  # refill tried (no shim here)
+    finally:
+        second.stop()
+
+
+def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: _Bed) -> None:
+    agent = bed.agent()
+    try:
+        agent.insert(wire_key("a"))
+        agent.alloc._last_version[1] = SlotAllocator.MAX_VERSION  # the next free slot has had every version
+        e = agent.insert(wire_key("b"))
+        st = agent.status()
+        assert (st.cache_epoch, st.epoch_raises, e.slot, e.version) == (1, 1, 1, 1)
+    finally:
+        agent.stop()
+
+
+def test_an_unusable_state_file_is_refused_not_ignored(bed: _Bed) -> None:
+    for text, msg in (("{not json", "unreadable"), ('{"switch": "sp9", "last_versions": []}', "not sp0's"),
+                      ('{"switch": "sp0", "last_versions": [70000]}', "malformed")):
+        bed.state_file.write_text(text)
+        with pytest.raises(StateFileError, match=msg):
+            SwitchAgent(bed.cluster, bed.sw, bed.p4info, b"", shim_links(bed.cluster, bed.shim_dir),
+                        state_file=bed.state_file)
+
+
+def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: _Bed) -> None:
+    """Suspected in issue 15 and confirmed: reports queued before a partition move re-inserted keys of
+    buckets the spine no longer owns (a copy nobody reads, and writes invalidate it for nothing)."""
+    agent = bed.agent()
+    try:
+        other = [bed.sw.switch_id + 1] * n.SPINE_BUCKETS
+        agent.configure(bed.cluster, other)  # every bucket moved to another spine
+        agent.on_reports([{"key": int.from_bytes(wire_key("hot"), "big"), "estimate": 50}])
+        st = agent.status()
+        assert (st.occupied, st.not_owned) == (0, 1) and bed.cache_table() == {}
+    finally:
+        agent.stop()
+
+
+def test_the_digest_queue_is_bounded() -> None:
+    """Suspected in issue 15 and confirmed: the queue of digest lists had no bound."""
+    from controller.p4rt import DIGEST_QUEUE, SwitchConnection
+
+    conn = SwitchConnection("127.0.0.1:1", 1)
+    try:
+        assert conn.digest_lists.maxsize == DIGEST_QUEUE > 0
+    finally:
+        conn.close()
 
 
 def test_dedup_remembers_writes_for_a_while_and_a_bounded_number() -> None:

@@ -37,7 +37,8 @@ class ShimThread:
 
     def __init__(self, redis_sock: Path) -> None:
         self.loop = asyncio.new_event_loop()
-        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0)
+        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
+                         fresh=True)
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         asyncio.run_coroutine_threadsafe(self.shim.start(), self.loop).result(10)
         self.port = self.shim.transport.get_extra_info("sockname")[1]

@@ -21,13 +21,14 @@ from client_lib import AsyncClient, Client, InvalidKey, InvalidValue, RequestTim
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
-from distcache.wire import MAX_VALUE_LEN, Message, Op, decode, encode
+from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, decode, encode
 from shim.control import serve_control
 from shim.server import Shim
 
 pytestmark = pytest.mark.timeout(60)
-CLUSTER = Cluster()
+CLUSTER = Cluster(spines=2)
 SPINE = CLUSTER.spine(0).switch_id
+LEAF = CLUSTER.storage_leaf(0).switch_id  # server r0s0's
 
 
 class SwitchPeer:
@@ -77,10 +78,11 @@ class ShimThread:
     """A real Shim with its control channel, on its own event loop thread."""
 
     def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path, state_file: Path | None = None,
-                 cluster: Cluster = CLUSTER) -> None:
+                 cluster: Cluster = CLUSTER, fresh: bool = True) -> None:
         self.loop = asyncio.new_event_loop()
         self.shim = Shim(cluster, cluster.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
-                         coherence_address=lambda spine: ("127.0.0.1", peer.port), state_file=state_file)
+                         coherence_address=lambda spine: ("127.0.0.1", peer.port), state_file=state_file,
+                         fresh=fresh)
         self.control_addr = f"unix:{control}"
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.run(self._start())
@@ -138,7 +140,7 @@ def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: AN
     client, shim, peer, link, r = env
     client.put("hot", "old")
     key = wire_key("hot").hex()
-    assert link.populate(bytes.fromhex(key), SPINE) == "valid"
+    assert link.populate(bytes.fromhex(key), SPINE, 0, 1) == "valid"
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE, Op.UPDATE]
     assert peer.seen[1][0].value == b"old" and peer.seen[0][0].seq == peer.seen[1][0].seq
     peer.seen.clear()
@@ -174,7 +176,7 @@ def test_write_invalidates_every_spine_that_caches_the_key(env) -> None:  # noqa
     client.put("moved", "v0")
     other = SPINE + 1
     for sw in (SPINE, other):
-        assert link.populate(bytes.fromhex(key), sw) == "valid"
+        assert link.populate(bytes.fromhex(key), sw, 0, 1) == "valid"
     assert [m.target for m, _ in peer.seen] == [SPINE, SPINE, other, other]  # each populate takes its own path
     peer.seen.clear()
     client.put("moved", "v1")
@@ -191,7 +193,7 @@ def test_ack_from_one_path_does_not_complete_another(env) -> None:  # noqa: ANN0
     client.put("two", "before")
     other = SPINE + 1
     for sw in (SPINE, other):
-        link.populate(wire_key("two"), sw)
+        link.populate(wire_key("two"), sw, 0, 1)
     peer.answer_only = {SPINE}  # the other spine stays silent
     with pytest.raises(ServerError):
         client.put("two", "after")
@@ -203,13 +205,13 @@ def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None: 
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
-        link.populate(wire_key("k"), sw)
+        link.populate(wire_key("k"), sw, 0, 1)
     link.partition([SPINE] * N_SPINE_BUCKETS, [other], 2)
     peer.seen.clear()
     client.put("k", "v1")  # the dead spine never answers; the write must not wait for it
     _wait_seen(peer, 2)
     assert {m.target for m, _ in peer.seen} == {SPINE}
-    assert link.populate(wire_key("k"), other) == "down"
+    assert link.populate(wire_key("k"), other, 0, 1) == "down"
     st = link.stats()
     assert st["down"] == [other] and st["epoch"] == 2
 
@@ -221,7 +223,7 @@ def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> Non
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
-        link.populate(wire_key("k"), sw)
+        link.populate(wire_key("k"), sw, 0, 1)
     peer.answer_only = {SPINE}
     shim.shim.coherence.invalidate_deadline = 5.0  # the write would wait this long without the release
     done: list[float] = []
@@ -244,7 +246,7 @@ def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Pa
     first = ShimThread(redis_sock, peer, tmp_path / "a.sock", state_file=state)
     ShimLink(first.control_addr).partition([SPINE + 1] * N_SPINE_BUCKETS, [SPINE], 7)
     first.close()
-    shim = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state)
+    shim = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state, fresh=False)
     link = ShimLink(shim.control_addr)
     try:
         st = link.stats()
@@ -253,7 +255,8 @@ def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Pa
             client.put("never-cached", "v")
             _wait_seen(peer, 2)
             assert [(m.op, m.target) for m, _ in peer.seen] == [(Op.INVALIDATE, SPINE + 1), (Op.UPDATE, SPINE + 1)]
-            link.view({})
+            link.view({}, [SPINE + 1, LEAF], st["incarnation"])  # every switch in service: known
+            assert link.stats()["view_known"] is True
             peer.seen.clear()
             client.put("never-cached", "w")
             time.sleep(0.2)
@@ -302,7 +305,7 @@ def test_coherence_is_paid_from_the_server_rate(redis_sock: Path, tmp_path: Path
     client = Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=0.5, retries=0)
     try:
         if cached:
-            assert link.populate(wire_key("hot"), SPINE) in ("absent", "valid")
+            assert link.populate(wire_key("hot"), SPINE, 0, 1) in ("absent", "valid")
         for i in range(3):
             client.put("hot", f"v{i}")  # 3 tokens, or 3 x (1 + 2 x 1 path) = 9
         answered = 0
@@ -384,7 +387,7 @@ def test_a_retried_write_is_applied_once_across_a_shim_restart(redis_sock: Path,
         assert _raw_write(a, first.port, "k", "A", seq=5).status == 0
     finally:
         first.close()
-    second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state)
+    second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state, fresh=False)
     r = redis.Redis(unix_socket_path=str(redis_sock))
     try:
         with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", second.port), timeout=3.0, retries=0) as b:
@@ -403,7 +406,7 @@ def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # no
     """ERROR means nothing was written; a retry of that request must not write it later."""
     client, shim, peer, link, r = env
     client.put("k", "before")
-    link.populate(wire_key("k"), SPINE)
+    link.populate(wire_key("k"), SPINE, 0, 1)
     peer.mute = True
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     a.settimeout(3)
@@ -418,7 +421,7 @@ def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # no
 
 def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
     client, shim, peer, link, _ = env
-    link.populate(wire_key("k"), SPINE)
+    link.populate(wire_key("k"), SPINE, 0, 1)
     peer.seen.clear()
     peer.drop = 2
     client.put("k", "v")
@@ -430,7 +433,7 @@ def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
 def test_write_fails_without_touching_redis_when_never_acknowledged(env) -> None:  # noqa: ANN001
     client, shim, peer, link, r = env
     client.put("k", "before")
-    link.populate(wire_key("k"), SPINE)
+    link.populate(wire_key("k"), SPINE, 0, 1)
     peer.mute = True
     with pytest.raises(ServerError) as e:
         client.put("k", "after")
@@ -441,10 +444,10 @@ def test_write_fails_without_touching_redis_when_never_acknowledged(env) -> None
 
 def test_population_of_absent_and_large_values(env) -> None:  # noqa: ANN001
     client, _, peer, link, _ = env
-    assert link.populate(wire_key("ghost"), SPINE) == "absent"
+    assert link.populate(wire_key("ghost"), SPINE, 0, 1) == "absent"
     client.put("large", "L" * 200)
     peer.seen.clear()
-    assert link.populate(wire_key("large"), SPINE) == "too_large"
+    assert link.populate(wire_key("large"), SPINE, 0, 1) == "too_large"
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE]
 
 
@@ -462,7 +465,7 @@ def test_garbage_is_counted_and_dropped(env) -> None:  # noqa: ANN001
 
 def test_control_api_rejects_bad_arguments_and_stays_usable(env) -> None:  # noqa: ANN001
     _, shim, _, link, _ = env
-    for call, expected in ((lambda: link.populate(b"zz", SPINE), "16-byte wire key"),
+    for call, expected in ((lambda: link.populate(b"zz", SPINE, 0, 1), "16-byte wire key"),
                            (lambda: link.evict(wire_key("k"), 0), "switch id"),
                            (lambda: link.partition([1, 2]), "1024 spine ids"),
                            (lambda: link.partition([SPINE] * N_SPINE_BUCKETS, [300]), "switch ids"),
@@ -518,3 +521,97 @@ def test_async_client_many_in_flight(env) -> None:  # noqa: ANN001
             return values
 
     assert asyncio.run(main()) == [f"v{i}".encode() for i in range(50)]
+
+
+def test_restarted_shim_invalidates_every_live_spine_until_each_switch_is_known(redis_sock: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Issue 15, defect 2: a restarted shim -- with or without its state file -- cannot know which switches
+    cache a key (CacheReplication and Hybrid keep copies in every spine, not only at the partition owner).
+    Until the controller's view covers a switch, every write invalidates it; a view that leaves a switch out
+    (its agent did not answer) leaves that switch counted as caching every key."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    other = SPINE + 1
+    for name, state in (("with-state", tmp_path / "shim.state.json"), ("without-state", None)):
+        first = ShimThread(redis_sock, peer, tmp_path / f"{name}-a.sock", state_file=state)
+        ShimLink(first.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
+        first.close()
+        shim = ShimThread(redis_sock, peer, tmp_path / f"{name}-b.sock", state_file=state, fresh=False)
+        link = ShimLink(shim.control_addr)
+        try:
+            with Client(CLUSTER, resolve=lambda h, s=shim: ("127.0.0.1", s.port), timeout=3.0, retries=0) as c:
+                peer.seen.clear()
+                c.put("replicated", "v1")
+                _wait_seen(peer, 4)
+                assert sorted((m.op, m.target) for m, _ in peer.seen) == [
+                    (Op.INVALIDATE, SPINE), (Op.INVALIDATE, other), (Op.UPDATE, SPINE), (Op.UPDATE, other)], name
+                st = link.stats()
+                assert st["view_known"] is False and st["unknown_switches"] == [SPINE, other, LEAF]
+                link.view({}, [SPINE, LEAF], st["incarnation"])  # other's agent did not answer
+                assert link.stats()["unknown_switches"] == [other]
+                peer.seen.clear()
+                c.put("replicated", "v2")
+                _wait_seen(peer, 2)
+                assert sorted((m.op, m.target) for m, _ in peer.seen) == [(Op.INVALIDATE, other),
+                                                                           (Op.UPDATE, other)], name
+                link.view({}, [other], st["incarnation"])
+                peer.seen.clear()
+                c.put("replicated", "v3")
+                time.sleep(0.2)
+                assert peer.seen == [], name  # every switch known, none caches the key
+        finally:
+            shim.close()
+    peer.close()
+
+
+def test_a_view_collected_for_an_earlier_life_of_the_shim_is_refused(env) -> None:  # noqa: ANN001
+    _, shim, _, link, _ = env
+    inc = link.stats()["incarnation"]
+    with pytest.raises(ShimRequestError, match="incarnation"):
+        link.view({}, [SPINE], inc + 1)
+    with pytest.raises(ShimRequestError, match="complete"):
+        link.view({}, [99], inc)
+    link.view({}, [SPINE], inc)
+
+
+def test_spine_declared_down_mid_write_still_invalidates_and_updates_the_leaf(env) -> None:  # noqa: ANN001
+    """Issue 15, defect 3: a write's INVALIDATE towards a spine may be lost before the storage leaf on its
+    path sees it.  When the controller declares that spine down, the path does not count as done: the
+    leaf gets the INVALIDATE on a path of its own, and phase 2 goes there too, not to the dead spine."""
+    client, shim, peer, link, r = env
+    other = SPINE + 1
+    link.partition([other] * N_SPINE_BUCKETS)
+    client.put("k", "v0")
+    for sw in (other, LEAF):
+        assert link.populate(wire_key("k"), sw, 0, 1) == "valid"
+    peer.answer_only = {SPINE, LEAF}  # the spine other died
+    shim.shim.coherence.invalidate_deadline = 5.0
+    peer.seen.clear()
+    done: list[bool] = []
+    writer = threading.Thread(target=lambda: done.append(client.put("k", "v1") is None))
+    writer.start()
+    time.sleep(0.3)
+    assert not done
+    link.partition([SPINE] * N_SPINE_BUCKETS, [other], 2)
+    writer.join(3)
+    assert done and r.get(wire_key("k")) == b"v1"
+    _wait_seen(peer, 1)
+    leaf_ops = [m.op for m, _ in peer.seen if m.target == LEAF]
+    assert leaf_ops[:1] == [Op.INVALIDATE] and Op.UPDATE in leaf_ops
+    assert not [m for m, _ in peer.seen if m.op == Op.UPDATE and m.target == other]
+    upd = next(m for m, _ in peer.seen if m.op == Op.UPDATE and m.target == LEAF)
+    assert upd.value == b"v1"
+
+
+def test_populate_carries_the_entry_tag_and_is_addressed_to_the_switch(env) -> None:  # noqa: ANN001
+    """Only an INVALIDATE carrying a new entry's own tag may arm it (p4src coherence.p4): the shim puts the
+    agent's (cache_epoch, version) into the populate, addressed to the switch it fills (a leaf reflects it)."""
+    client, _, peer, link, _ = env
+    client.put("k", "v0")
+    peer.seen.clear()
+    assert link.populate(wire_key("k"), LEAF, 7, 42) == "valid"
+    inv, upd = (m for m, _ in peer.seen)
+    assert (inv.op, inv.target, inv.flags, inv.spine_load, inv.leaf_load) == (Op.INVALIDATE, LEAF, Flag.POPULATE, 7, 42)
+    assert (upd.op, upd.target, upd.seq, upd.value) == (Op.UPDATE, LEAF, inv.seq, b"v0")
+    with pytest.raises(ShimRequestError, match="version"):
+        link.populate(wire_key("k"), LEAF, 7, 0)

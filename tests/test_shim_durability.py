@@ -112,7 +112,7 @@ def test_cached_copies_follow_the_restarted_redis(durable: DurableRedis, tmp_pat
     try:
         with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
             c.put("hot", "v1")
-        assert link.populate(wire_key("hot"), SPINE) == "valid"
+        assert link.populate(wire_key("hot"), SPINE, 0, 1) == "valid"
         durable.kill()
         for f in durable.dir.glob("appendonly*"):  # the restarted Redis comes back without the key (data lost)
             subprocess.run(["rm", "-rf", str(f)], check=True)

@@ -346,7 +346,7 @@ class Deployment:
 
     def _start_storage(self, h: Host) -> None:
         self.start_redis(h)
-        self.start_shim(h)
+        self.start_shim(h, fresh=True)
 
     def start_redis(self, h: Host) -> subprocess.Popen:
         """Start (or restart) the redis-server of storage server ``h``, durable by its append-only file
@@ -369,8 +369,11 @@ class Deployment:
         proc.kill()
         proc.wait(5)
 
-    def start_shim(self, h: Host) -> subprocess.Popen:
-        """Start (or restart) the shim of storage server ``h`` in its namespace; returns once it listens."""
+    def start_shim(self, h: Host, fresh: bool = False) -> subprocess.Popen:
+        """Start (or restart) the shim of storage server ``h`` in its namespace; returns once it listens.
+
+        ``fresh`` only when the deployment starts: its switches were just started and cache nothing.
+        """
         node = self.net[h.name]
         sock = self.redis_socket(h)
         control = self.shim_control(h)
@@ -379,7 +382,8 @@ class Deployment:
             sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server", h.name,
             "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
             "--state-file", str(self.run_dir / f"shim-{h.name}.state.json"),
-            "--log-file", str(self.run_dir / f"shim-{h.name}.log"), *self.shim_args])
+            "--log-file", str(self.run_dir / f"shim-{h.name}.log"), *(["--fresh"] if fresh else []),
+            *self.shim_args])
         _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
         self.shim_procs[h.name] = shim
         return shim

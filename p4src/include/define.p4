@@ -39,6 +39,7 @@ const bit<8> STATUS_TOO_LARGE = 3;
 const bit<8> STATUS_BAD_REQUEST = 4;
 
 const bit<8> FLAG_CACHED = 0x01;
+const bit<8> FLAG_POPULATE = 0x02;  /* an INVALIDATE that fills a new entry of `target`; tag in the load fields */
 
 /* ---- what the controller tells a switch (distcache/cluster.py) ---- */
 const bit<8> ROLE_NONE = 0;
@@ -68,6 +69,8 @@ const bit<32> DROP_PARSER_OTHER = 6;
 const bit<32> DROP_NOT_IPV4 = 7;
 const bit<32> DROP_IP_OPTIONS = 8;
 const bit<32> DROP_SPOOFED = 9;
+const bit<32> DROP_TTL_EXPIRED = 10;  /* arrived with TTL 0 or 1: forwarding would take it to 0 */
+const bit<32> DROP_LOOP = 11;  /* would go back the way it came (valley-free routing) */
 
 /* ---- indexes of the dc_stats counter (p4names.Stat) ---- */
 const bit<32> STAT_READ_HIT = 0;

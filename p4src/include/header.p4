@@ -93,6 +93,7 @@ struct metadata_t {
     bit<1>  cache_hit;     /* the key is in cache_lookup (valid or not) */
     bit<16> slot;
     bit<16> version;
+    bit<32> cache_epoch;   /* cache_epoch table: the agent's epoch; the entry's tag is cache_epoch ++ version */
     bit<1>  served;        /* this switch answered the read from its cache */
     /* DcTelemetry */
     bit<32> load;

@@ -10,7 +10,7 @@
 #include "size.p4"
 
 /* The value store: read by DcCache (hits), written by DcCoherence. */
-register<bit<16>>(CACHE_SLOTS) cache_valid;        /* version tag of the valid entry; 0 = invalid */
+register<bit<48>>(CACHE_SLOTS) cache_valid;        /* tag (epoch ++ version) of the valid entry; 0 = invalid */
 register<bit<16>>(CACHE_SLOTS) cache_vlen;
 register<bit<128>>(CACHE_VALUE_CELLS) cache_value;  /* slot * MAX_CHUNKS + chunk */
 

@@ -21,10 +21,12 @@ from softswitch.state import RED, SwitchState
 ACTIONS = (
     Action(n.CACHE_HIT, (Param("slot", 16), Param("version", 16))),
     Action(n.CACHE_MISS),
+    Action(n.SET_CACHE_EPOCH, (Param("epoch", 32),)),
 )
 TABLES = (
     Table(n.CACHE_LOOKUP, (MatchField(n.KEY_DC_KEY, 128, "exact"),),
           (n.CACHE_HIT, n.CACHE_MISS), n.CACHE_MISS, size=n.CACHE_SLOTS),
+    Table(n.CACHE_EPOCH, (), (n.SET_CACHE_EPOCH,), n.SET_CACHE_EPOCH, default_params=(("epoch", 0),), size=1),
 )
 COUNTERS = (Counter(n.CACHE_HITS, n.CACHE_SLOTS, "packets"),)
 METERS = (Meter(n.CACHE_METER, 1, "packets"),)
@@ -34,8 +36,14 @@ ROLE_STORAGE_LEAF = int(Role.STORAGE_LEAF)
 FLAG_CACHED, STATUS_OK = int(Flag.CACHED), int(Status.OK)
 
 
+def tag(m: Meta) -> int:
+    """The entry's tag, ``cache_epoch ++ version`` (48 bits), as cache_valid and cache_inval hold it."""
+    return (m.cache_epoch << 16) | m.version
+
+
 def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
     dc = h.dc
+    m.cache_epoch = state.tables[n.CACHE_EPOCH].lookup()[1]["epoch"]
     action, p, _ = state.tables[n.CACHE_LOOKUP].lookup(int.from_bytes(dc["key"], "big"))
     if action == n.CACHE_HIT:
         m.cache_hit, m.slot, m.version = True, p["slot"], p["version"]
@@ -45,7 +53,7 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
         return
     regs, stats = state.registers, state.counters[n.DC_STATS]
     valid = regs[n.CACHE_VALID].read(m.slot) if m.cache_hit else 0
-    if not (m.cache_hit and valid != 0 and valid == m.version):
+    if not (m.cache_hit and valid != 0 and valid == tag(m)):
         stats.count(Stat.READ_MISS, m.packet_length)
         return
     if state.meters[n.CACHE_METER].execute(0, now_us, m.packet_length) == RED:

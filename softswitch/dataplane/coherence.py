@@ -1,22 +1,25 @@
 """DcCoherence (p4src/include/control/coherence.p4): INVALIDATE and UPDATE on cache switches.
 
-cache_inval[slot] is ``version << 32 | seq`` of the last INVALIDATE the slot
-accepted; see the P4 file for why an UPDATE must match both.
+cache_inval[slot] is ``tag << 32 | seq`` of the INVALIDATE that last armed the
+slot (tag = cache_epoch ++ version); see the P4 file for why an UPDATE must
+match both, and why only an entry's own populate arms a new tenure.
 """
 
 from __future__ import annotations
 
 from distcache import p4names as n
 from distcache.p4names import Stat
-from distcache.wire import MAX_CACHEABLE, Op
+from distcache.wire import MAX_CACHEABLE, Flag, Op
 from softswitch.dataplane.actions import dc_reflect
+from softswitch.dataplane.cache import tag as entry_tag
 from softswitch.dataplane.header import Headers, Meta
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
-REGISTERS = (Register(n.CACHE_INVAL, 48, n.CACHE_SLOTS),)
+REGISTERS = (Register(n.CACHE_INVAL, 80, n.CACHE_SLOTS),)
 
 OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
+FLAG_POPULATE = int(Flag.POPULATE)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
@@ -28,14 +31,17 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.cache_hit:
         regs = state.registers
         slot, seq = m.slot, dc["seq"]
+        tag = entry_tag(m)
         last = regs[n.CACHE_INVAL].read(slot)
-        same_tenure = (last >> 32) == m.version
+        same_tenure = (last >> 32) == tag
         last_seq = last & 0xFFFFFFFF
         if op == OP_INVALIDATE:
             regs[n.CACHE_VALID].write(slot, 0)
             ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
-            if not same_tenure or not ahead >> 31:
-                regs[n.CACHE_INVAL].write(slot, (m.version << 32) | seq)
+            own_populate = (dc["flags"] & FLAG_POPULATE and dc["target"] == m.switch_id
+                            and dc["spine_load"] == m.cache_epoch and dc["leaf_load"] == m.version)
+            if (same_tenure and not ahead >> 31) or (not same_tenure and own_populate):
+                regs[n.CACHE_INVAL].write(slot, (tag << 32) | seq)
                 stats.count(Stat.INVALIDATE, m.packet_length)
             else:
                 stats.count(Stat.INVALIDATE_STALE, m.packet_length)
@@ -45,7 +51,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             values = regs[n.CACHE_VALUE]
             for i, chunk in enumerate(h.vals[:dc["nchunks"]]):
                 values.write(base + i, int.from_bytes(chunk, "big"))
-            regs[n.CACHE_VALID].write(slot, m.version)
+            regs[n.CACHE_VALID].write(slot, tag)
             stats.count(Stat.UPDATE, m.packet_length)
         else:
             stats.count(Stat.UPDATE_STALE, m.packet_length)

@@ -56,6 +56,7 @@ class Meta:
     cache_hit: bool = False
     slot: int = 0
     version: int = 0
+    cache_epoch: int = 0
     served: bool = False
     # DcTelemetry
     load: int = 0

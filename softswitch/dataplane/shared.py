@@ -6,7 +6,7 @@ from distcache import p4names as n
 from softswitch.program import Counter, Register
 
 REGISTERS = (
-    Register(n.CACHE_VALID, 16, n.CACHE_SLOTS),  # read by DcCache, written by DcCoherence
+    Register(n.CACHE_VALID, 48, n.CACHE_SLOTS),  # tag (epoch ++ version): read by DcCache, written by DcCoherence
     Register(n.CACHE_VLEN, 16, n.CACHE_SLOTS),
     Register(n.CACHE_VALUE, 128, n.CACHE_SLOTS * n.MAX_CHUNKS),
     Register(n.PEER_LOAD, 32, n.MAX_SWITCHES),  # written by DcTelemetry, read by DcRouting

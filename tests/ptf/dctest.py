@@ -28,7 +28,7 @@ from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
-from distcache.wire import DC_PORT, Message, Op, decode, encode
+from distcache.wire import DC_PORT, Message, Op, decode, encode, populate_invalidate
 from tests.ptf.base import P4RuntimeTest
 
 C = Cluster(spines=2, storage_racks=2, client_racks=2)
@@ -157,21 +157,31 @@ class DcTest(P4RuntimeTest):
         return out_port, decode(bytes(out[UDP].payload))
 
     def coherence(self, op: Op, seq: int, value: bytes = b"", *, key: bytes = KEY, target: int = 0,
-                  port: int = 1, src: str = SERVER.ip, dst: str | None = None) -> Packet:
-        """A coherence message from the storage server, addressed as the shim addresses it."""
-        msg = Message(op=op, key=key, seq=seq, value=value, target=target)
+                  port: int = 1, src: str = SERVER.ip, dst: str | None = None,
+                  populate: tuple[int, int] | None = None) -> Packet:
+        """A coherence message from the storage server, addressed as the shim addresses it.
+
+        ``populate=(epoch, version)``: the INVALIDATE of a populate of ``target``'s entry with that tag.
+        """
+        if populate is not None:
+            msg = populate_invalidate(key, seq, target, *populate)
+        else:
+            msg = Message(op=op, key=key, seq=seq, value=value, target=target)
         return dc_frame(src, dst or C.spine_address(BUCKETS[h0(key)]), msg, sport=DC_PORT, dport=DC_PORT)
 
-    def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1) -> None:
-        """Install ``key`` and make it valid with ``value`` (INVALIDATE then UPDATE of one write).
+    def set_cache_epoch(self, epoch: int) -> None:
+        self.set_default(n.CACHE_EPOCH, n.SET_CACHE_EPOCH, {"epoch": epoch})
 
-        On a spine the messages are addressed to it, the far end of the path, and come back as
-        acknowledgements; on a storage leaf they go on up.
-        """
+    def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1,
+             epoch: int = 0) -> None:
+        """Install ``key`` and populate it with ``value`` as the shim does: an INVALIDATE flagged
+        POPULATE with the entry's tag, then the UPDATE of the same seq, both addressed to the
+        switch under test, which reflects them as acknowledgements."""
         self.cache(key, slot, version)
-        target = self.role.switch_id if self.role.role == Role.SPINE else 0
+        target = self.role.switch_id
         for op, v in ((Op.INVALIDATE, b""), (Op.UPDATE, value)):
-            self.send(port, self.coherence(op, seq, v, key=key, target=target))
+            populate = (epoch, version) if op == Op.INVALIDATE else None
+            self.send(port, self.coherence(op, seq, v, key=key, target=target, populate=populate))
             self.receive()
 
     def read(self, port: int, target: int, *, key: bytes = KEY, seq: int = 7, src: str = CLIENT.ip,

@@ -1,7 +1,11 @@
 /* Cache lookup and reply (cache switches).  cache_lookup maps a key to its
- * slot and the version tag the slot's entry was installed with; the entry is
- * valid only while cache_valid[slot] holds that same tag, which only
- * DcCoherence writes.  A read answered here becomes its own reply.  The
+ * slot and the version the slot's entry was installed with; the entry's tag
+ * is cache_epoch ++ version, and the entry is valid only while
+ * cache_valid[slot] holds that same tag, which only DcCoherence writes.
+ * cache_epoch is the agent's: an agent that cannot vouch for the versions it
+ * handed out before (it lost its state) raises it, and every tag the
+ * registers hold stops matching at once, so no slot can hit with a value
+ * written for an earlier entry.  A read answered here becomes its own reply.  The
  * switch the client rack chose (hdr.dc.target) may answer, and so may the
  * storage-rack leaf a read targeted at a spine reaches (the spine did not
  * answer it: not cached there, invalid, or over its meter), as NetCache's
@@ -36,22 +40,34 @@ control DcCache(inout headers_t hdr,
         size = CACHE_SLOTS;
     }
 
+    action set_cache_epoch(bit<32> epoch) {
+        meta.cache_epoch = epoch;
+    }
+
+    table cache_epoch {
+        actions = { set_cache_epoch; }
+        default_action = set_cache_epoch(0);
+        size = 1;
+    }
+
     apply {
+        cache_epoch.apply();
         cache_lookup.apply();
+        bit<48> tag = meta.cache_epoch ++ meta.version;
         bool spine_missed = meta.role == ROLE_STORAGE_LEAF && hdr.dc.target != 0 && hdr.dc.target <= MAX_SPINE_ID;
         if (meta.op == OP_GET && (hdr.dc.target == meta.switch_id || spine_missed)) {
-            bit<16> valid = 0;
+            bit<48> valid = 0;
             if (meta.cache_hit == 1) {
                 cache_valid.read(valid, (bit<32>)meta.slot);
             }
             bit<2> color = V1MODEL_METER_COLOR_GREEN;
-            if (meta.cache_hit == 1 && valid != 0 && valid == meta.version) {
+            if (meta.cache_hit == 1 && valid != 0 && valid == tag) {
                 cache_meter.execute_meter<bit<2>>(0, color);
                 if (color == V1MODEL_METER_COLOR_RED) {
                     dc_stats.count(STAT_HIT_METERED);
                 }
             }
-            if (meta.cache_hit == 1 && valid != 0 && valid == meta.version && color != V1MODEL_METER_COLOR_RED) {
+            if (meta.cache_hit == 1 && valid != 0 && valid == tag && color != V1MODEL_METER_COLOR_RED) {
                 /* ---- hit: the request becomes the reply ---- */
                 bit<16> vlen;
                 cache_vlen.read(vlen, (bit<32>)meta.slot);

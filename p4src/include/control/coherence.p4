@@ -1,16 +1,20 @@
 /* Coherence (paper §4.3): INVALIDATE (phase 1) and UPDATE (phase 2 or cache
  * population) from the key's storage server, on cache switches.
  *
- * cache_inval[slot] records the last INVALIDATE the slot accepted as
- * {version tag of the entry, seq}.  An UPDATE writes the value and makes the
- * entry valid only if it follows that very INVALIDATE: same entry (version)
- * and same write (seq).  So an UPDATE left over from an earlier tenure of the
- * slot, or of an older write, never validates anything.  An INVALIDATE
- * always clears the entry (clearing is always safe) but replaces the record
- * only when it is not older than it (serial-number arithmetic on seq, RFC
- * 1982), or when the record belongs to an earlier tenure: a duplicated old
- * INVALIDATE+UPDATE pair arriving after a newer write can then neither
- * re-arm nor re-validate the old value.
+ * An entry's tag is cache_epoch ++ version (DcCache).  cache_inval[slot]
+ * records the INVALIDATE that last armed the slot as {tag, seq}.  An UPDATE
+ * writes the value and makes the entry valid only if it follows that very
+ * INVALIDATE: same entry (tag) and same write (seq).  An INVALIDATE always
+ * clears the entry (clearing is always safe).  It re-arms a record of the
+ * same entry only when it is not older than it (serial-number arithmetic on
+ * seq, RFC 1982), so a duplicated old INVALIDATE+UPDATE pair arriving after a
+ * newer write can neither re-arm nor re-validate the old value.  A record of
+ * an earlier tenure (another key, or this key before an eviction) is replaced
+ * only by the new entry's own populate: an INVALIDATE flagged POPULATE,
+ * addressed to this switch, carrying this entry's tag (epoch in spine_load,
+ * version in leaf_load).  Any other INVALIDATE could be an old write's,
+ * delayed or duplicated past the new entry's insertion, whose UPDATE would
+ * then validate a value older than the one the shim populates.
  *
  * The switch the message is addressed to (hdr.dc.target) is the far end of
  * the coherence path and turns it back to the server as the acknowledgement.
@@ -22,22 +26,26 @@ control DcCoherence(inout headers_t hdr,
                     inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
 
-    register<bit<48>>(CACHE_SLOTS) cache_inval;  /* version ++ seq of the last accepted INVALIDATE */
+    register<bit<80>>(CACHE_SLOTS) cache_inval;  /* tag ++ seq of the INVALIDATE that last armed the slot */
 
     apply {
         bit<8> op = meta.op;
         if (op == OP_INVALIDATE || op == OP_UPDATE) {
             if (meta.cache_hit == 1) {
                 bit<32> slot = (bit<32>)meta.slot;
-                bit<48> last;
+                bit<48> tag = meta.cache_epoch ++ meta.version;
+                bit<80> last;
                 cache_inval.read(last, slot);
-                bool same_tenure = last[47:32] == meta.version;
+                bool same_tenure = last[79:32] == tag;
                 bit<32> last_seq = last[31:0];
                 if (op == OP_INVALIDATE) {
                     cache_valid.write(slot, 0);
                     bit<32> ahead = hdr.dc.seq - last_seq;  /* seq >= last_seq in serial arithmetic */
-                    if (!same_tenure || ahead[31:31] == 0) {
-                        cache_inval.write(slot, meta.version ++ hdr.dc.seq);
+                    bool own_populate = (hdr.dc.flags & FLAG_POPULATE) != 0 && hdr.dc.target == meta.switch_id
+                                        && hdr.dc.spine_load == meta.cache_epoch
+                                        && hdr.dc.leaf_load == (bit<32>)meta.version;
+                    if ((same_tenure && ahead[31:31] == 0) || (!same_tenure && own_populate)) {
+                        cache_inval.write(slot, tag ++ hdr.dc.seq);
                         dc_stats.count(STAT_INVALIDATE);
                     } else {
                         dc_stats.count(STAT_INVALIDATE_STALE);
@@ -53,7 +61,7 @@ control DcCoherence(inout headers_t hdr,
                     if (hdr.dc.nchunks > 5) { cache_value.write(base + 5, hdr.vals[5].chunk); }
                     if (hdr.dc.nchunks > 6) { cache_value.write(base + 6, hdr.vals[6].chunk); }
                     if (hdr.dc.nchunks > 7) { cache_value.write(base + 7, hdr.vals[7].chunk); }
-                    cache_valid.write(slot, meta.version);
+                    cache_valid.write(slot, tag);
                     dc_stats.count(STAT_UPDATE);
                 } else {
                     dc_stats.count(STAT_UPDATE_STALE);

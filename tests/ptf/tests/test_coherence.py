@@ -25,9 +25,11 @@ class _Coherence(DcTest):
         self._read_seq = getattr(self, "_read_seq", 1000) + 1
         return self._read_seq
 
-    def coh(self, op: Op, seq: int, value: bytes = b"") -> Message:
-        """Send one coherence message from the server; return what the leaf sends on."""
-        _, m = self.exchange(1, self.coherence(op, seq, value))
+    def coh(self, op: Op, seq: int, value: bytes = b"", populate: tuple[int, int] | None = None) -> Message:
+        """Send one coherence message from the server; return what the leaf sends on (or reflects:
+        a populate is addressed to the leaf itself)."""
+        target = SL0.switch_id if populate is not None else 0
+        _, m = self.exchange(1, self.coherence(op, seq, value, target=target, populate=populate))
         return m
 
 
@@ -35,13 +37,13 @@ class InvalidateGoesOnUpUnchanged(_Coherence):
     """Not the target: the INVALIDATE is forwarded towards the key's spine, exactly, but for routing."""
 
     def runTest(self) -> None:
-        self.cache(KEY, 0, 1)
+        self.fill(KEY, 0, 1, b"v", 4)
         pkt = self.coherence(Op.INVALIDATE, 5)
         pkt[IP].payload.chksum = 0  # the switch zeroes the UDP checksum of every DistCache message
         self.send(1, pkt)
         self.expect(routed(pkt, SP0.mac), 2)
         self.expect_none()
-        self.assertEqual(self.stat(Stat.INVALIDATE), 1)
+        self.assertEqual(self.stat(Stat.INVALIDATE), 2)  # the populate's and this write's
 
 
 class InvalidateStopsHits(_Coherence):
@@ -59,6 +61,7 @@ class UpdateAfterItsInvalidateFillsTheValue(_Coherence):
         self.coh(Op.UPDATE, 11, b"v2")
         self.assertEqual(self.value_read(), b"v2")
         self.assertEqual(self.stat(Stat.UPDATE), 2)
+        self.assertEqual(self.stat(Stat.INVALIDATE), 2)
 
 
 class TargetAcknowledgesInvalidate(DcTest):
@@ -83,7 +86,8 @@ class TargetAcknowledgesUpdate(DcTest):
     def runTest(self) -> None:
         self.cache(KEY, 4, 2)
         for op, value in ((Op.INVALIDATE, b""), (Op.UPDATE, b"spine copy")):
-            port, m = self.exchange(1, self.coherence(op, 9, value, target=SP0.switch_id))
+            populate = (0, 2) if op == Op.INVALIDATE else None
+            port, m = self.exchange(1, self.coherence(op, 9, value, target=SP0.switch_id, populate=populate))
             self.assertEqual((port, m.op, m.seq, m.key), (1, op.reply(), 9, KEY))
         self.assertEqual((self.stat(Stat.INVALIDATE), self.stat(Stat.UPDATE)), (1, 1))
         _, m = self.read(3, SP0.switch_id)
@@ -122,7 +126,7 @@ class LateUpdateFromEarlierTenureIsRefused(_Coherence):
         self.coh(Op.UPDATE, 20, b"from tenure 1")
         self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
         self.assertIsNone(self.value_read())
-        self.coh(Op.INVALIDATE, 21)  # tenure 2's own fill still works
+        self.coh(Op.INVALIDATE, 21, populate=(0, 2))  # tenure 2's own populate still works
         self.coh(Op.UPDATE, 21, b"tenure 2")
         self.assertEqual(self.value_read(), b"tenure 2")
 
@@ -159,7 +163,7 @@ class LargeValueIsNeverCached(_Coherence):
 
     def runTest(self) -> None:
         self.cache(KEY, 0, 1)
-        self.coh(Op.INVALIDATE, 8)
+        self.coh(Op.INVALIDATE, 8, populate=(0, 1))
         m = self.coh(Op.UPDATE, 8, b"z" * 200)
         self.assertEqual((m.op, len(m.value)), (Op.UPDATE, 200))
         self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
@@ -176,3 +180,56 @@ class CoherenceForUncachedKeyChangesNothing(_Coherence):
             self.assertEqual((m.op, m.key), (op, KEY1))
         self.assertEqual((self.stat(Stat.INVALIDATE), self.stat(Stat.UPDATE), self.stat(Stat.UPDATE_STALE)), (1, 1, 0))
         self.assertEqual(self.value_read(), b"kept")
+
+
+class NewTenureIsArmedOnlyByItsOwnPopulate(_Coherence):
+    """The key was evicted and installed again in the same slot (tenure 2).  Before its populate
+    lands, an old write's INVALIDATE+UPDATE pair arrives (delayed or duplicated): it must not
+    arm the new entry, or its UPDATE would validate a value older than the one the shim is
+    about to populate.  Neither may a populate carrying another tag, or addressed to another
+    switch; the entry's own populate arms it."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"v10", 10)
+        self.uncache(KEY)
+        self.cache(KEY, 0, 2)  # tenure 2
+        self.coh(Op.INVALIDATE, 30)  # an old write's pair, arriving late
+        self.coh(Op.UPDATE, 30, b"old write")
+        self.assertIsNone(self.value_read())
+        self.coh(Op.INVALIDATE, 31, populate=(0, 1))  # tenure 1's populate, duplicated late
+        self.coh(Op.UPDATE, 31, b"tenure 1 fill")
+        self.assertIsNone(self.value_read())
+        _, m = self.exchange(1, self.coherence(Op.INVALIDATE, 32, target=SP0.switch_id, populate=(0, 2)))
+        self.assertEqual((m.op, m.target), (Op.INVALIDATE, SP0.switch_id))  # the spine's populate: on up
+        self.coh(Op.UPDATE, 32, b"spine's fill")
+        self.assertIsNone(self.value_read())
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 3)
+        self.coh(Op.INVALIDATE, 33, populate=(0, 2))
+        self.coh(Op.UPDATE, 33, b"current")
+        self.assertEqual(self.value_read(), b"current")
+
+
+class RaisedEpochInvalidatesEveryEntry(_Coherence):
+    """An agent that lost its state raises cache_epoch: every entry's tag changes, so no slot can
+    hit with what an earlier entry left in the registers -- not even a new key installed with a
+    version the slot's valid tag happens to hold (another key's value)."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"key 0's value", 10)
+        self.assertEqual(self.value_read(), b"key 0's value")
+        self.set_cache_epoch(1)
+        self.assertIsNone(self.value_read())
+        self.uncache(KEY)
+        self.cache(KEY1, 0, 1)  # same slot, same version: a fresh agent's first choice
+        _, m = self.read(2, SL0.switch_id, key=KEY1, seq=self.next_seq())
+        self.assertFalse(m.cached)
+        self.assertEqual(self.stat(Stat.READ_HIT), 1)
+        self.send(1, self.coherence(Op.INVALIDATE, 11, key=KEY1, target=SL0.switch_id, populate=(0, 1)))
+        self.receive()  # a populate with the old epoch's tag does not arm it
+        self.assertEqual(self.stat(Stat.INVALIDATE_STALE), 1)
+        self.send(1, self.coherence(Op.INVALIDATE, 12, key=KEY1, target=SL0.switch_id, populate=(1, 1)))
+        self.receive()
+        self.send(1, self.coherence(Op.UPDATE, 12, b"key 1's value", key=KEY1, target=SL0.switch_id))
+        self.receive()
+        _, m = self.read(2, SL0.switch_id, key=KEY1, seq=self.next_seq())
+        self.assertEqual((m.cached, m.value), (True, b"key 1's value"))

@@ -1,19 +1,29 @@
 """Record a history of concurrent operations for a linearizability check (Jepsen style).
 
 Several logical clients (asyncio tasks sharing one :class:`AsyncClient`, so
-every request has its own sequence number) read and write a few hot keys at
-random, each write with a value no other write uses.  Every operation is
+every request has its own sequence number) read, write and delete a few hot
+keys at random, each write with a value no other write uses.  What each client
+asks for (key, operation, value) is drawn from its own generator seeded by
+``(seed, client id)`` and never from an outcome, so a seed replays the same
+requests in the same order (:func:`plan`); with ``ops`` set, the same number
+of them.  Every operation is
 recorded with the time it was invoked and the time its reply arrived, on the
 machine's monotonic clock (``CLOCK_MONOTONIC`` is one clock for every process
 and network namespace of the machine, so histories of several hosts can be
 merged).  The outcome rules follow the protocol:
 
-* a reply is a completed operation (a read's value, or NOT_FOUND);
+* a reply is a completed operation (a read's value, or NOT_FOUND; a delete's
+  status, OK or NOT_FOUND, recorded as ``"found": true|false``, since a delete
+  of an absent key must answer NOT_FOUND and of a present one OK);
 * a write answered ERROR wrote nothing (docs/protocol.md), so it is left out;
   a read answered ERROR returned nothing and is left out too;
 * a request that timed out on every attempt has an unknown outcome: it is
   recorded with ``"return": null`` (it may take effect at any time after its
-  call, or never), which the checker (tools/lincheck) understands.
+  call, or never; a delete's status is then unknown too: ``"found": null``),
+  which the checker (tools/lincheck) understands;
+* a retried request is one operation, from its first call to the reply
+  accepted: the client retries with the same sequence number and the shim
+  answers every copy of a write with its first reply (shim/dedup.py).
 
 The JSON Lines it writes are tools/lincheck's input format.
 """
@@ -24,9 +34,10 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from client_lib.client import AsyncClient, Resolver
 from distcache.cluster import Cluster
@@ -37,69 +48,134 @@ from distcache.errors import RequestTimeout, ServerError
 class HistoryConfig:
     keys: int = 8  # hot keys h0..h<keys-1>
     clients: int = 8  # concurrent logical clients
-    duration: float = 10.0  # seconds
+    duration: float = 10.0  # seconds; each client stops at the first of duration and ops
     read_ratio: float = 0.7
+    delete_ratio: float = 0.15  # share of the writes (1 - read_ratio) that are DELETEs; the rest are PUTs
     prefix: str = "lin"  # keys are <prefix><i>
-    seed: int = 1
+    seed: int = 1  # with client ids, fixes every client's requests (plan)
     client_id_base: int = 0  # client ids start here (several hosts recording into one history)
     timeout: float = 0.5
     retries: int = 3
+    ops: int = 0  # requests per client; 0: as many as fit in duration
+
+    def __post_init__(self) -> None:
+        """Reject a configuration that would record a meaningless history, with one clear line."""
+        for name in ("read_ratio", "delete_ratio"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ValueError(f"HistoryConfig.{name} must be a number in [0, 1], not {v!r}")
+        for name in ("keys", "clients"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"HistoryConfig.{name} must be a positive integer, not {v!r}")
+        for name in ("ops", "retries", "seed", "client_id_base"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"HistoryConfig.{name} must be an integer >= 0, not {v!r}")
+        for name in ("duration", "timeout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"HistoryConfig.{name} must be a positive number of seconds, not {v!r}")
 
 
 @dataclass
 class HistoryStats:
     ops: int = 0  # recorded
     reads: int = 0
-    writes: int = 0
+    writes: int = 0  # PUTs and DELETEs
+    deletes: int = 0  # of the writes
+    deletes_not_found: int = 0  # deletes answered NOT_FOUND
     unknown: int = 0  # timed out: recorded with an open end
     errors: int = 0  # answered ERROR: left out
 
 
+Kind = Literal["get", "put", "delete"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a client will make: ``value`` is the value a put writes (None otherwise)."""
+
+    key: str
+    op: Kind
+    value: str | None
+
+
+def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
+    """Client ``cid``'s requests, in order: a function of ``cfg.seed`` and ``cid`` alone.
+
+    Every request draws the same three numbers whatever it turns out to be, so changing a ratio changes
+    which requests are reads, puts or deletes but not which keys they go to.  Keys follow an exponential
+    law: a few keys much hotter than the rest, so writes and reads of one key overlap often.
+    """
+    rng = random.Random(f"history:{cfg.seed}:{cid}")  # a str seed hashes the same in every process
+    keys = [f"{cfg.prefix}{i}" for i in range(cfg.keys)]
+    n = 0
+    while cfg.ops == 0 or n < cfg.ops:
+        key = keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]
+        read, delete = rng.random() < cfg.read_ratio, rng.random() < cfg.delete_ratio
+        if read:
+            yield Request(key, "get", None)
+        elif delete:
+            yield Request(key, "delete", None)
+        else:
+            yield Request(key, "put", f"c{cid}-{n}")
+        n += 1
+
+
 async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, resolve: Resolver | None = None,
                  on_progress: Callable[[HistoryStats], None] | None = None) -> HistoryStats:
-    """Run the clients for ``cfg.duration`` seconds and write the history to ``out`` (JSON Lines)."""
+    """Run the clients until ``cfg.duration`` seconds pass (or each made ``cfg.ops`` requests) and write the
+    history to ``out`` (JSON Lines, tools/lincheck's input)."""
     stats = HistoryStats()
     lines: list[str] = []
-    keys = [f"{cfg.prefix}{i}" for i in range(cfg.keys)]
     stop_at = time.monotonic() + cfg.duration
 
     async def one_client(cid: int, client: AsyncClient) -> None:
-        rng = random.Random(cfg.seed * 1000 + cid)
-        n = 0
-        while time.monotonic() < stop_at:
-            key = keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]  # a few keys much hotter than the rest
-            read = rng.random() < cfg.read_ratio
-            value = None if read else f"c{cid}-{n}"
-            n += 1
+        for req in plan(cfg, cid):
+            if time.monotonic() >= stop_at:
+                break
+            line: dict[str, object] = {"client": cid, "key": req.key, "op": req.op}
+            if req.op == "put":
+                line["value"] = req.value
+            elif req.op == "delete":
+                line["found"] = None  # no status until a reply comes
             call = time.monotonic_ns()
             try:
-                if read:
-                    got = await client.get(key)
-                    value = None if got is None else got.decode()
+                if req.op == "get":
+                    got = await client.get(req.key)
+                    line["value"] = None if got is None else got.decode()
+                elif req.op == "put":
+                    await client.put(req.key, str(req.value))
                 else:
-                    await client.put(key, value)
+                    line["found"] = found = await client.delete(req.key)  # True: OK, False: NOT_FOUND
+                    stats.deletes_not_found += not found
                 ret: int | None = time.monotonic_ns()
             except RequestTimeout:
-                ret = None
-                if read:
+                if req.op == "get":
                     continue  # a read that returned nothing constrains nothing
+                ret = None
                 stats.unknown += 1
             except ServerError:
                 stats.errors += 1
                 continue  # ERROR: nothing written, nothing read
-            lines.append(json.dumps({"client": cid, "key": key, "op": "get" if read else "put", "value": value,
-                                     "call": call, "return": ret}))
+            line["call"], line["return"] = call, ret
+            lines.append(json.dumps(line))
             stats.ops += 1
-            stats.reads += read
-            stats.writes += not read
+            stats.reads += req.op == "get"
+            stats.writes += req.op != "get"
+            stats.deletes += req.op == "delete"
 
     async def progress() -> None:
-        while time.monotonic() < stop_at:
+        while on_progress is not None:
             await asyncio.sleep(1.0)
-            if on_progress is not None:
-                on_progress(stats)
+            on_progress(stats)
 
     async with AsyncClient(cluster, timeout=cfg.timeout, retries=cfg.retries, resolve=resolve) as client:
-        await asyncio.gather(progress(), *(one_client(cfg.client_id_base + i, client) for i in range(cfg.clients)))
+        reporter = asyncio.create_task(progress())
+        try:
+            await asyncio.gather(*(one_client(cfg.client_id_base + i, client) for i in range(cfg.clients)))
+        finally:
+            reporter.cancel()  # the clients are done (duration or ops): no more progress to report
     out.write_text("".join(line + "\n" for line in lines))
     return stats

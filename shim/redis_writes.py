@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+# A DELETE and its marker in one step: the marker holds DEL's result (1: the key existed, 0: NOT_FOUND).
+DEL_WITH_MARKER = "local n = redis.call('DEL', KEYS[1]); redis.call('SET', KEYS[2], n, 'EX', ARGV[1]); return n"
+MARKER_OK = b"1"  # what a PUT's marker holds (a DELETE's: b"1" or b"0")
 Command = tuple[str, bytes, bytes | None, bytes | None]  # ("set"|"del", key, value or None, marker or None)
 
 
@@ -65,10 +68,12 @@ class WriteBatcher:
                 where.append(len(pipe))
                 if op == "set":
                     pipe.set(key, value)
+                    if marker is not None:
+                        pipe.set(marker, MARKER_OK, ex=self.marker_ttl)
+                elif marker is not None:  # the marker records whether the key existed: a retry gets the same status
+                    pipe.eval(DEL_WITH_MARKER, 2, key, marker, self.marker_ttl)
                 else:
                     pipe.delete(key)
-                if marker is not None:
-                    pipe.set(marker, b"1", ex=self.marker_ttl)
             everything = await pipe.execute(raise_on_error=False)
             results = [everything[i] for i in where]
         except Exception as e:  # noqa: BLE001 - every write of the batch gets the failure (e.g. Redis gone)

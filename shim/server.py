@@ -271,17 +271,18 @@ class Shim:
         self.batches += 1
 
     async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float) -> None:
-        """After a restart: a write whose marker is in Redis was applied by our previous life; answer it again."""
+        """After a restart: a write whose marker is in Redis was applied by our previous life; answer it again,
+        with the status it had (a DELETE's marker says whether the key existed: OK or NOT_FOUND)."""
         try:
-            applied = await self.redis.exists(dedup_marker((addr[0], addr[1], msg.seq)))
+            marker = await self.redis.get(dedup_marker((addr[0], addr[1], msg.seq)))
         except (RedisConnectionError, RedisTimeoutError):
             self.errors["redis_unavailable"] += 1
             return  # no answer: the client retries
-        if not applied:
+        if marker is None:
             await self._serve(msg, addr, wait)
             return
         self.duplicates["replayed_after_restart"] += 1
-        data = encode(msg.reply(Status.OK))
+        data = encode(msg.reply(Status.NOT_FOUND if msg.op == Op.DELETE and marker == b"0" else Status.OK))
         self.dedup.finish((addr[0], addr[1], msg.seq), data)
         if self.transport is not None:
             self.transport.sendto(data, addr)

@@ -21,7 +21,7 @@ from client_lib import AsyncClient, Client, InvalidKey, InvalidValue, RequestTim
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
-from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, decode, encode
+from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
 from shim.control import serve_control
 from shim.server import Shim
 
@@ -615,3 +615,33 @@ def test_populate_carries_the_entry_tag_and_is_addressed_to_the_switch(env) -> N
     assert (upd.op, upd.target, upd.seq, upd.value) == (Op.UPDATE, LEAF, inv.seq, b"v0")
     with pytest.raises(ShimRequestError, match="version"):
         link.populate(wire_key("k"), LEAF, 7, 0)
+
+
+def test_a_retried_delete_gets_its_first_status_across_a_shim_restart(redis_sock: Path, tmp_path: Path) -> None:
+    """A DELETE answered NOT_FOUND, retried into a restarted shim, must answer NOT_FOUND again (and one answered
+    OK, OK): the marker the write leaves in Redis records the status (found by the delete-aware checker)."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    redis.Redis(unix_socket_path=str(redis_sock)).set(wire_key("there"), b"x")
+    peer = SwitchPeer(redis_sock)
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.settimeout(3)
+
+    def delete(port: int, key: str, seq: int) -> Status:
+        a.sendto(encode(Message(op=Op.DELETE, key=wire_key(key), seq=seq)), ("127.0.0.1", port))
+        return Status(decode(a.recvfrom(2048)[0]).status)
+
+    state = tmp_path / "shim.state.json"
+    first = ShimThread(redis_sock, peer, tmp_path / "a.sock", state_file=state)
+    try:
+        ShimLink(first.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
+        assert (delete(first.port, "absent", 5), delete(first.port, "there", 6)) == (Status.NOT_FOUND, Status.OK)
+    finally:
+        first.close()
+    second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state, fresh=False)
+    try:
+        assert (delete(second.port, "absent", 5), delete(second.port, "there", 6)) == (Status.NOT_FOUND, Status.OK)
+        assert ShimLink(second.control_addr).stats()["duplicates"] == {"replayed_after_restart": 2}
+    finally:
+        second.close()
+        peer.close()
+        a.close()

@@ -10,26 +10,41 @@
 // JSON Lines, one completed or attempted client operation per line:
 //
 //	{"client": 3, "key": "k1", "op": "put", "value": "v7", "call": 1000, "return": 2500}
+//	{"client": 4, "key": "k1", "op": "delete", "found": true, "call": 2600, "return": 2900}
 //
 // client is an integer, key a string, op one of "get", "put", "delete"; call
 // and return are integer nanoseconds on one clock shared by every client. For
 // put, value is the value written; for get, the value read, null meaning the
-// key was absent (NOT_FOUND); for delete it is ignored. Blank lines are
-// skipped. Any other malformed line stops the run with exit code 2 and names
-// the line. Unknown extra fields are ignored, so recorders may add their own.
-// Intervals are closed, as in porcupine: an operation returning at t overlaps
-// one called at t. Only real-time order matters; operations of one client
-// need not be sequential (a client may go on after a timeout).
+// key was absent (NOT_FOUND). A delete's output is its status: "found" is true
+// when the server answered OK (the key existed and is now gone) and false when
+// it answered NOT_FOUND (the key was already absent). "found" is required for
+// a delete that returned, and must be null or missing for one that did not
+// (return null: no status was received). A delete's "value", and "found" on a
+// get or put, are ignored. A write answered ERROR wrote nothing and does not
+// belong in the history. Blank lines are skipped. Any other malformed line
+// stops the run with exit code 2 and names the line. Unknown extra fields are
+// ignored, so recorders may add their own. Intervals are closed, as in
+// porcupine: an operation returning at t overlaps one called at t. Only
+// real-time order matters; operations of one client need not be sequential (a
+// client may go on after a timeout).
 //
 // # Model
 //
 // Each key is an independent register whose state is either a string or
-// "absent" (the initial state): put sets it, delete makes it absent, and a get
-// must return exactly the current state. Operations on different keys commute
-// and never constrain one another, so the history is linearizable iff every
-// key's sub-history is; the model's Partition function splits the history by
-// key and each key is checked on its own. This keeps the (NP-hard) search
-// small and lets the tool name the keys that fail.
+// "absent" (the initial state): put sets it, delete makes it absent, a get
+// must return exactly the current state, and a delete must answer OK ("found":
+// true) exactly when the key is present at its linearization point and
+// NOT_FOUND otherwise. A client that retries a request sends it again with the
+// same sequence number and records one operation, from its first call to the
+// one reply it accepts; the shim applies a write once and answers every copy
+// with the first copy's reply (shim/dedup.py), so the status recorded is the
+// one the register had where the delete took effect. A retry applied a second
+// time, or answered with a status the first application did not have, shows up
+// here as a status no linearization explains. Operations on different keys
+// commute and never constrain one another, so the history is linearizable iff
+// every key's sub-history is; the model's Partition function splits the
+// history by key and each key is checked on its own. This keeps the (NP-hard)
+// search small and lets the tool name the keys that fail.
 //
 // # Operations whose outcome is unknown
 //
@@ -38,16 +53,17 @@
 // possibly long after the client stopped waiting, or never. Following
 // porcupine's documented advice, such a put or delete is given a return time
 // of +infinity (math.MaxInt64, later than every real timestamp) and the model
-// does not look at its output. The checker may then place its linearization
-// point anywhere after its call, including after every other operation, which
-// is indistinguishable from it never taking effect. This is sound: a recorded
-// history is reported as a violation only if no choice of "took effect at
-// some time t >= call" or "never took effect" explains it, which is exactly
-// the set of real behaviours the client could not rule out. It is not vacuous
-// either: once a later read has observed the value, the write must have
-// happened before that read, and it cannot be "undone" for reads after it.
-// A get whose outcome is unknown returned nothing to check against, so it
-// constrains nothing and is dropped (it is not counted in ops=).
+// does not look at its output (a delete's status is unconstrained). The
+// checker may then place its linearization point anywhere after its call,
+// including after every other operation, which is indistinguishable from it
+// never taking effect. This is sound: a recorded history is reported as a
+// violation only if no choice of "took effect at some time t >= call" or
+// "never took effect" explains it, which is exactly the set of real behaviours
+// the client could not rule out. It is not vacuous either: once a later read
+// has observed the value, the write must have happened before that read, and
+// it cannot be "undone" for reads after it. A get whose outcome is unknown
+// returned nothing to check against, so it constrains nothing and is dropped
+// (it is not counted in ops=).
 //
 // # Output and exit codes
 //
@@ -57,8 +73,8 @@
 // finish within --timeout (those keys are neither passed nor counted as
 // violations). stderr gets "violation key=K ops=N" for up to 10 violating
 // keys. Exit code: 0 when every key is linearizable; 1 when V > 0 (even if
-// some keys are also unknown: a definite violation wins); 3 when V = 0 but
-// U > 0; 2 on bad usage, bad input or an I/O error.
+// some keys are also unknown: a definite violation wins); 3 when V = 0 but U >
+// 0; 2 on bad usage, bad input or an I/O error.
 //
 // --timeout bounds the wall time of the whole verdict (0: no limit). Keys are
 // checked smallest first on GOMAXPROCS workers against one shared deadline, so
@@ -111,9 +127,10 @@ type kvInput struct {
 	Value string // the value written, for put
 }
 
-// kvOutput is an operation's response. Found/Value are what a get read.
-// Unknown marks a put or delete whose outcome was never learned; the model
-// ignores the output of writes, so it only serves the visualization.
+// kvOutput is an operation's response. Found/Value are what a get read;
+// Found is also a delete's status (true: OK, false: NOT_FOUND). Unknown marks
+// a put or delete whose outcome was never learned: the model does not check
+// its output.
 type kvOutput struct {
 	Found   bool
 	Value   string
@@ -140,7 +157,8 @@ func kvModel() porcupine.Model {
 			case "put":
 				return true, kvState{Present: true, Value: in.Value}
 			case "delete":
-				return true, kvState{}
+				out := output.(kvOutput)
+				return out.Unknown || out.Found == st.Present, kvState{}
 			default: // get
 				out := output.(kvOutput)
 				return out.Found == st.Present && (!out.Found || out.Value == st.Value), st
@@ -157,6 +175,9 @@ func kvModel() porcupine.Model {
 				s = fmt.Sprintf("put(%s)=%q", in.Key, in.Value)
 			case "delete":
 				s = fmt.Sprintf("delete(%s)", in.Key)
+				if !out.Unknown {
+					s += " -> " + deleteStatus(out.Found)
+				}
 			default:
 				s = fmt.Sprintf("get(%s) -> %s", in.Key, describeValue(out.Found, out.Value))
 			}
@@ -170,6 +191,14 @@ func kvModel() porcupine.Model {
 			return describeValue(st.Present, st.Value)
 		},
 	}
+}
+
+// deleteStatus names a delete's reply status as the wire protocol does.
+func deleteStatus(found bool) string {
+	if found {
+		return "OK"
+	}
+	return "NOT_FOUND"
 }
 
 func describeValue(present bool, value string) string {
@@ -222,6 +251,7 @@ type rawOp struct {
 	Key    *string         `json:"key"`
 	Op     *string         `json:"op"`
 	Value  json.RawMessage `json:"value"`
+	Found  json.RawMessage `json:"found"`
 	Call   *int64          `json:"call"`
 	Return json.RawMessage `json:"return"`
 }
@@ -308,7 +338,19 @@ func parseLine(lineNo int, text []byte) (record, error) {
 		r.out.Found = err == nil
 		r.out.Value = v
 	case "delete":
-		// value is ignored
+		found := bytes.TrimSpace(raw.Found)
+		switch {
+		case r.unknown:
+			if found != nil && !bytes.Equal(found, []byte("null")) {
+				return record{}, errors.New(`delete with "return": null has no status: "found" must be null or missing`)
+			}
+		case found == nil || bytes.Equal(found, []byte("null")):
+			return record{}, errors.New(`delete needs "found" (true: answered OK, false: answered NOT_FOUND)`)
+		default:
+			if err := json.Unmarshal(found, &r.out.Found); err != nil {
+				return record{}, errors.New(`"found" must be true or false`)
+			}
+		}
 	default:
 		return record{}, fmt.Errorf(`"op" must be "get", "put" or "delete", not %q`, r.in.Op)
 	}

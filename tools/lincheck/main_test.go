@@ -35,6 +35,26 @@ func op(client int, key, kind string, value *string, call int64, ret *int64) str
 		client, key, kind, v, call, r)
 }
 
+// del formats one delete line; found is its status (true: OK, false:
+// NOT_FOUND) and nil writes "found": null, as for a delete that never returned.
+func del(client int, key string, found *bool, call int64, ret *int64) string {
+	f, r := "null", "null"
+	if found != nil {
+		f = fmt.Sprint(*found)
+	}
+	if ret != nil {
+		r = fmt.Sprint(*ret)
+	}
+	return fmt.Sprintf(`{"client": %d, "key": %q, "op": "delete", "found": %s, "call": %d, "return": %s}`,
+		client, key, f, call, r)
+}
+
+// Delete statuses.
+var (
+	ok       = func() *bool { b := true; return &b }()
+	notFound = func() *bool { b := false; return &b }()
+)
+
 func s(v string) *string { return &v }
 func n(v int64) *int64   { return &v }
 
@@ -115,18 +135,125 @@ func TestDeleteAndAbsent(t *testing.T) {
 		op(0, "x", "get", nil, 0, n(5)),
 		op(0, "x", "put", s(""), 10, n(20)),
 		op(1, "x", "get", s(""), 30, n(40)), // empty string is a value, not absent
-		op(0, "x", "delete", nil, 50, n(60)),
+		del(0, "x", ok, 50, n(60)),
 		op(1, "x", "get", nil, 70, n(80)),
 	}, 0, "ops=5 violations=0\n")
 	expect(t, []string{
 		op(0, "x", "put", s("1"), 10, n(20)),
-		op(0, "x", "delete", nil, 50, n(60)),
+		del(0, "x", ok, 50, n(60)),
 		op(1, "x", "get", s("1"), 70, n(80)),
 	}, 1, "ops=3 violations=1\n")
 	expect(t, []string{
 		op(0, "x", "put", s(""), 10, n(20)),
 		op(1, "x", "get", nil, 30, n(40)),
 	}, 1, "ops=2 violations=1\n")
+}
+
+func TestDeleteStatusAfterPut(t *testing.T) {
+	// The key was written before the delete began: it must answer OK.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		del(1, "x", ok, 20, n(30)),
+	}, 0, "ops=2 violations=0\n")
+	stderr := expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		del(1, "x", notFound, 20, n(30)),
+	}, 1, "ops=2 violations=1\n")
+	if stderr != "violation key=x ops=2\n" {
+		t.Fatalf("stderr %q", stderr)
+	}
+}
+
+func TestDeleteStatusOfAbsentKey(t *testing.T) {
+	// Never written, or already deleted: NOT_FOUND, also for a second delete.
+	expect(t, []string{
+		del(0, "x", notFound, 0, n(10)),
+		op(1, "x", "put", s("1"), 20, n(30)),
+		del(0, "x", ok, 40, n(50)),
+		del(1, "x", notFound, 60, n(70)),
+	}, 0, "ops=4 violations=0\n")
+	expect(t, []string{del(0, "x", ok, 0, n(10))}, 1, "ops=1 violations=1\n")
+	expect(t, []string{
+		op(1, "x", "put", s("1"), 0, n(10)),
+		del(0, "x", ok, 20, n(30)),
+		del(1, "x", ok, 40, n(50)), // the key was gone: this one must say NOT_FOUND
+	}, 1, "ops=3 violations=1\n")
+}
+
+func TestConcurrentDeletesOnlyOneFindsTheKey(t *testing.T) {
+	// Two overlapping deletes of a present key: one takes it, the other finds
+	// nothing; both answering OK would need two puts.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		del(1, "x", notFound, 20, n(50)),
+		del(2, "x", ok, 30, n(40)),
+	}, 0, "ops=3 violations=0\n")
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		del(1, "x", ok, 20, n(50)),
+		del(2, "x", ok, 30, n(40)),
+	}, 1, "ops=3 violations=1\n")
+	// A put overlapping the delete may come first: OK and NOT_FOUND both fit.
+	for _, status := range []*bool{ok, notFound} {
+		expect(t, []string{
+			op(0, "x", "put", s("1"), 10, n(40)),
+			del(1, "x", status, 20, n(30)),
+		}, 0, "ops=2 violations=0\n")
+	}
+}
+
+func TestRetriedDelete(t *testing.T) {
+	// Client 0's delete was sent, lost its reply and was retried: the client
+	// records it once, from its first call (10) to the reply it accepted
+	// (100). Client 1's NOT_FOUND at [20,30] shows it took effect before 30.
+	prefix := []string{
+		op(2, "x", "put", s("a"), 0, n(5)),
+		del(0, "x", ok, 10, n(100)),
+		del(1, "x", notFound, 20, n(30)),
+		op(2, "x", "put", s("b"), 40, n(50)),
+		op(1, "x", "get", s("b"), 60, n(70)),
+	}
+	// The shim replays the first reply to the retry (shim/dedup.py): b stays.
+	expect(t, append(prefix, op(1, "x", "get", s("b"), 110, n(120))), 0, "ops=6 violations=0\n")
+	// A retry applied a second time deletes b, which no single delete explains.
+	expect(t, append(prefix, op(1, "x", "get", nil, 110, n(120))), 1, "ops=6 violations=1\n")
+	// A retry answered OK though the first copy found nothing (a replay that
+	// forgot the status): no put precedes it, so OK is impossible.
+	expect(t, []string{
+		del(0, "x", ok, 10, n(100)),
+		op(1, "x", "get", nil, 20, n(30)),
+	}, 1, "ops=2 violations=1\n")
+}
+
+func TestTimedOutDelete(t *testing.T) {
+	// No status: it may delete at any time after its call, or never.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		del(0, "x", nil, 20, nil),
+		op(1, "x", "get", s("1"), 500, n(510)),
+		op(1, "x", "get", nil, 1000, n(1010)),
+		del(1, "x", notFound, 1100, n(1110)),
+	}, 0, "ops=5 violations=0\n")
+	// Once its effect was seen, the key stays deleted.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, n(10)),
+		del(0, "x", nil, 20, nil),
+		del(1, "x", notFound, 100, n(110)),
+		del(1, "x", ok, 200, n(210)),
+	}, 1, "ops=4 violations=1\n")
+	// A delete that answered OK needs the timed-out put to have happened
+	// before it; a read of absent then a read of the value needs a second put.
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, nil),
+		del(1, "x", ok, 100, n(110)),
+		op(1, "x", "get", nil, 200, n(210)),
+	}, 0, "ops=3 violations=0\n")
+	expect(t, []string{
+		op(0, "x", "put", s("1"), 0, nil),
+		del(1, "x", ok, 100, n(110)),
+		op(1, "x", "get", nil, 200, n(210)),
+		op(1, "x", "get", s("1"), 300, n(310)),
+	}, 1, "ops=4 violations=1\n")
 }
 
 func TestUnknownGetIsSkipped(t *testing.T) {
@@ -186,13 +313,16 @@ func TestHTML(t *testing.T) {
 		op(3, "x", "put", s("1"), 0, n(10)),
 		op(7, "x", "put", s("2"), 20, nil),
 		op(7, "y", "get", s("1"), 40, n(50)),
-	}, 1, "ops=3 violations=1\n", "--html", out)
+		del(3, "x", notFound, 60, n(70)),
+		del(3, "y", nil, 80, nil),
+	}, 1, "ops=5 violations=2\n", "--html", out)
 	html, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Descriptions are embedded as JSON strings (quotes and > escaped).
-	for _, want := range []string{`put(x)=\"1\"`, `put(x)=\"2\" (timed out)`, `get(y) -\u003e \"1\"`, "client 7, line 3"} {
+	for _, want := range []string{`put(x)=\"1\"`, `put(x)=\"2\" (timed out)`, `get(y) -\u003e \"1\"`, "client 7, line 3",
+		`delete(x) -\u003e NOT_FOUND`, `delete(y) (timed out)`} {
 		if !bytes.Contains(html, []byte(want)) {
 			t.Errorf("HTML lacks %s", want)
 		}
@@ -215,6 +345,11 @@ func TestMalformedLines(t *testing.T) {
 		{`{"client": 0, "key": "x", "op": "put", "value": "1", "call": 1.5, "return": 2}`, `line 3: json: cannot unmarshal`},
 		{`{"client": 0, "key": "x", "op": "put", "value": "1", "call": 5, "return": 4}`, `line 3: "return" (4) is before "call" (5)`},
 		{`{"client": 0, "key": "x", "op": "put", "value": "1", "call": 5, "return": "6"}`, `line 3: "return" must be`},
+		{`{"client": 0, "key": "x", "op": "delete", "call": 0, "return": 1}`, `line 3: delete needs "found"`},
+		{`{"client": 0, "key": "x", "op": "delete", "value": null, "found": null, "call": 0, "return": 1}`, `line 3: delete needs "found"`},
+		{`{"client": 0, "key": "x", "op": "delete", "found": "OK", "call": 0, "return": 1}`, `line 3: "found" must be true or false`},
+		{`{"client": 0, "key": "x", "op": "delete", "found": 1, "call": 0, "return": 1}`, `line 3: "found" must be true or false`},
+		{`{"client": 0, "key": "x", "op": "delete", "found": false, "call": 0, "return": null}`, `line 3: delete with "return": null has no status`},
 	} {
 		code, stdout, stderr := runHistory(t, []string{good, "", tc.line, good})
 		if code != exitBadInput || stdout != "" || !strings.Contains(stderr, tc.want) {

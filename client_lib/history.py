@@ -82,6 +82,7 @@ class HistoryConfig:
 class HistoryStats:
     ops: int = 0  # recorded
     reads: int = 0
+    cached_reads: int = 0  # of the reads: answered by a switch cache
     writes: int = 0  # PUTs and DELETEs
     deletes: int = 0  # of the writes
     deletes_not_found: int = 0  # deletes answered NOT_FOUND
@@ -143,8 +144,9 @@ async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, r
             call = time.monotonic_ns()
             try:
                 if req.op == "get":
-                    got = await client.get(req.key)
-                    line["value"] = None if got is None else got.decode()
+                    reply = await client.get_reply(req.key)
+                    line["value"] = None if reply.value is None else reply.value.decode()
+                    stats.cached_reads += reply.cached
                 elif req.op == "put":
                     await client.put(req.key, str(req.value))
                 else:

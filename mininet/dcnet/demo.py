@@ -90,17 +90,6 @@ class Timeline:
         return (statistics.median(before) if before else 0.0, min(during) if during else 0.0)
 
 
-def wait_status(dep: Deployment, name: str, failed: bool, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = {s.name: s for s in dep.controller.ctl.status().switches}  # type: ignore[union-attr]
-        if st[name].failed == failed and (failed or st[name].alive):
-            return
-        time.sleep(0.1)
-    raise DeploymentError(f"the controller did not {'detect the failure of' if failed else 'recover'} {name} "
-                          f"within {timeout:.0f}s; see controller.log in {dep.run_dir}")
-
-
 def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Timeline:
     first, last = cluster.spine(0).name, cluster.spine(cluster.spines - 1).name
     procs = SwitchProcesses(dep.run_dir / "switches.json")
@@ -108,7 +97,7 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
     def crash() -> str:
         procs.stop(last)
         t = time.monotonic()
-        wait_status(dep, last, failed=True)
+        dep.wait_switch(last, failed=True)
         st = dep.controller.ctl.status()  # type: ignore[union-attr]
         return (f"{last} killed (SIGKILL, nobody told the controller); declared dead after "
                 f"{st.last_detection_s:.2f} s, buckets moved in {st.last_failover_s:.2f} s "
@@ -117,7 +106,7 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
     def restart() -> str:
         procs.start(last)
         t = time.monotonic()
-        wait_status(dep, last, failed=False)
+        dep.wait_switch(last, failed=False)
         return f"{last} process started again; the controller recovered it by itself in {time.monotonic() - t:.2f} s"
 
     d = int(duration)

@@ -1,25 +1,39 @@
-"""``make linearizability``: record histories under faults and check them with porcupine.
+"""``make linearizability``: every mechanism under a randomized fault schedule, histories checked by porcupine.
 
-Two runs on a 2-spine, 2-rack Mininet deployment whose caches are small
-(4 slots, detector threshold 2), so the hot keys are inserted and evicted
-all the time while clients read and write them:
+For each mechanism (NoCache, CachePartition, CacheReplication, DistCache, Hybrid) one
+*cell*: a fresh 2-spine, 2-rack Mininet deployment whose caches are tiny (4 slots,
+detector threshold 2), so hot keys are inserted and evicted all the time, while
+clients read, write and delete a few hot keys and record every operation.
+Meanwhile a schedule drawn from the seed (:mod:`dcnet.fault_schedule`) runs, in
+two lanes that overlap:
 
-1. **faulty run** — packet loss on every switch port (``tc netem``), hot keys
-   evicted by hand at random on top of the detector's churn, one spine failed
-   and recovered through the controller, and one shim killed and restarted;
-2. **control run** — no faults, but the shims break coherence on purpose
-   (``--unsafe-ack-before-invalidate``: a write to a cached key is
-   acknowledged before its copies are invalidated).  The checker must report
-   violations here, or it proves nothing about the first run.
+* packets: loss, loss bursts, duplicates and reordering of DistCache packets on
+  every switch port, by the tc eBPF injector (:mod:`dcnet.netfaults`; it reaches
+  BMv2 and softswitch alike);
+* the fabric: spine crashes the controller must detect (and restarts it must
+  notice), spines failed and recovered by the operator, controller crashes
+  (also in the middle of a failover) and restarts, mechanism changes away and
+  back;
+* processes: agents killed and restarted with and without their state file,
+  shims killed and restarted with and without theirs, ``kill -9`` of
+  redis-server, shifts of the hot set (another client makes other keys hot).
 
-Each history is checked per key by ``build/lincheck`` (tools/lincheck), which
-also draws porcupine's visualization; histories and HTML stay in the run
-folder.  The command prints, for each run in that order, one line::
+Faults are counted by their effect (packets the injector actually dropped,
+duplicated or reordered; a spine declared dead and back; a process that
+answers again as a new process...).  Each cell's history is checked per key by
+``build/lincheck`` (tools/lincheck, porcupine); histories, and porcupine's HTML
+of any violation, stay in the run folder.  Then a control run with coherence
+broken on purpose must be caught.  It prints ``seed=<n>`` first, one line per
+mechanism::
 
-    ops=<n> violations=<n>
+    mechanism=<m> ops=<n> violations=<n> faults=<n> reads_cached=<pct>% <kind>=<n> ...
 
-and exits 0 only if the faulty run has no violation and the control run has
-at least one.
+and the total line ``ops=<n> violations=<n> faults=<n>`` (then the control run's
+``control: ops=<n> violations=<n>``).  It exits 0 only if no cell has a
+violation or an undecided key, every fault kind took effect at least
+``--min-effects`` times in every cell, every cell recorded ``--min-ops``
+operations, every caching mechanism served at least ``--min-cached`` of its
+reads from a cache, and the control run was caught.
 """
 
 from __future__ import annotations
@@ -33,34 +47,54 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
+from controller.controller import is_cache_switch
 from controller.shim_link import ShimLink
+from controller.switchproc import SwitchProcesses
 from dcnet.deploy import REPO, Deployment, DeploymentError, new_run_dir
+from dcnet.fault_schedule import KINDS, PACKET_KINDS, Fault, Schedule, Tally, draw
+from dcnet.netfaults import FaultConfig, FaultInjectorError, PacketFaults
 from dcnet.p4switch import TargetMissing
-from distcache.cluster import Cluster
-from distcache.hashing import wire_key
+from distcache.cluster import Cluster, Host, Mechanism
 
-console = Console(stderr=True)
+console = Console(stderr=True, highlight=False)
 LINCHECK = REPO / "build" / "lincheck"
-CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=4, hh_threshold=2)
+MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")
+CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 2, "cache_slots": 4,
+        "hh_threshold": 2}
+# background packet faults on every switch port (DistCache packets: requests, replies and coherence)
+PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
+BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
+BURST_LEN = 6  # DistCache packets each burst drops
 
 
 @dataclass
-class Result:
-    ops: int
-    violations: int
-    unknown_keys: int
-    stats: dict
-    history: Path
-    html: Path
+class Cell:
+    """One mechanism's run: what was recorded, what it showed, what faults took effect."""
+
+    mechanism: str
+    ops: int = 0
+    violations: int = 0
+    unknown_keys: int = 0
+    reads: int = 0
+    cached_reads: int = 0
+    tally: Tally = field(default_factory=Tally)
+    history: Path | None = None
+    html: Path | None = None
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached_reads / self.reads if self.reads else 0.0
 
     @property
     def line(self) -> str:
-        return f"ops={self.ops} violations={self.violations}"
+        return (f"mechanism={self.mechanism} ops={self.ops} violations={self.violations} faults={self.tally.total} "
+                f"reads_cached={100 * self.cached_share:.0f}% {self.tally.summary()}")
 
 
 def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, int]:
@@ -76,159 +110,293 @@ def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, i
     return int(m.group(1)), int(m.group(2)), int(unknown.group(1)) if unknown else 0
 
 
-def netem_available() -> bool:
-    """Whether this kernel can run `tc netem` (some VMs' kernels ship without sch_netem)."""
-    probe = "dcnetem0"
-    if subprocess.run(["ip", "link", "add", probe, "type", "veth", "peer", "name", probe + "p"],
-                      capture_output=True).returncode != 0:
-        return False
-    try:
-        return subprocess.run(["tc", "qdisc", "add", "dev", probe, "root", "netem", "loss", "1%"],
-                              capture_output=True).returncode == 0
-    finally:
-        subprocess.run(["ip", "link", "del", probe], capture_output=True)
+def switch_ports(dep: Deployment) -> list[str]:
+    """Every switch-side interface of the deployment: their egress carries every frame a switch sends."""
+    return sorted(intf.name for sw in dep.net.switches for intf in sw.intfList()  # type: ignore[union-attr]
+                  if intf.name != "lo")
 
 
-def set_loss(dep: Deployment, percent: float) -> None:
-    """Drop ``percent`` % of the packets leaving every switch port with `tc netem` (0: remove it)."""
-    for sw in dep.net.switches:  # type: ignore[union-attr]
-        for intf in sw.intfList():
-            if intf.name == "lo":
-                continue
-            if percent:
-                sw.cmd(f"tc qdisc replace dev {intf.name} root netem loss {percent}%")
-            else:
-                sw.cmd(f"tc qdisc del dev {intf.name} root 2>/dev/null")
+class Faults:
+    """The actions of a schedule on one deployment, each waiting for its own effect."""
 
+    def __init__(self, dep: Deployment, mechanism: str, tally: Tally, running: threading.Event) -> None:
+        self.dep, self.mechanism, self.tally, self.running = dep, mechanism, tally, running
+        self.cluster = dep.cluster
+        self.procs = SwitchProcesses(dep.run_dir / "switches.json")
+        self.shifts = 0
 
-def run_once(name: str, run_dir: Path, target: str, duration: float, clients: int, faults: bool, broken: bool,
-             loss: float = 2.0, seed: int = 1) -> Result:
-    """One deployment, one recorded history, one check."""
-    shim_args = ["--unsafe-ack-before-invalidate", "0.05"] if broken else []
-    events: list[str] = []
-    netem = faults and netem_available()
-    switch_args: list[str] = []
-    if faults and loss and not netem:
-        if target == "softswitch":
-            switch_args = ["--egress-loss", str(loss)]
-            events.append(f"{loss}% loss on every switch port (softswitch --egress-loss: this kernel has no tc netem)")
+    def apply(self, f: Fault) -> None:
+        """Apply one fault; count it only if it took effect while the clients were running."""
+        action: Callable[[str], str] = getattr(self, f.kind)
+        t = time.monotonic()
+        try:
+            what = action(f.target)
+        except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, never fatal
+            self.tally.could_not(f.kind, f"{f.target}: {type(e).__name__}: {e}")
+            return
+        if self.running.is_set():
+            self.tally.took_effect(f.kind, f"{what} ({time.monotonic() - t:.1f} s)")
         else:
-            events.append("NO packet loss: this kernel has no tc netem and BMv2 cannot lose packets on purpose "
-                          "(TARGET=softswitch emulates the loss with --egress-loss); the other faults run")
-    with Deployment(CLUSTER, target=target, run_dir=run_dir / name, shim_args=shim_args,
-                    switch_args=switch_args) as dep:
+            self.tally.could_not(f.kind, f"{f.target}: took effect after the clients stopped")
+
+    # -- fabric ---------------------------------------------------------------------------------
+    def spine_crash(self, spine: str) -> str:
+        self.procs.stop(spine)
+        self.dep.wait_switch(spine, failed=True)
+        detected = self.dep.controller.ctl.status().last_detection_s  # type: ignore[union-attr]
+        self.procs.start(spine)
+        self.dep.wait_switch(spine, failed=False)
+        return f"{spine} killed, declared dead after {detected:.2f} s, back by itself"
+
+    def spine_operator(self, spine: str) -> str:
+        self.dep.ctl("fail", spine)
+        time.sleep(1.0)
+        self.dep.ctl("recover", spine)
+        self.dep.wait_switch(spine, failed=False)
+        return f"distcache-ctl fail {spine}, recover {spine}"
+
+    def controller_restart(self, _: str) -> str:
+        self.dep.kill_controller()
+        time.sleep(0.5)
+        self.dep.start_controller()
+        return "controller killed (SIGKILL) and started again"
+
+    def controller_mid_failover(self, spine: str) -> str:
+        self.procs.stop(spine)
+        time.sleep(random.uniform(0.2, 0.6))  # while the controller detects the crash and moves buckets
+        self.dep.kill_controller()
+        self.dep.start_controller()
+        self.dep.wait_switch(spine, failed=True)
+        self.procs.start(spine)
+        self.dep.wait_switch(spine, failed=False)
+        return f"{spine} killed, controller killed during its failover, restarted: {spine} failed over and back"
+
+    def mechanism_change(self, away: str) -> str:
+        self.dep.ctl("mechanism", away)
+        time.sleep(1.5)
+        self.dep.ctl("mechanism", self.mechanism)
+        return f"mechanism {away} and back to {self.mechanism}"
+
+    # -- processes ------------------------------------------------------------------------------
+    def _agent_restart(self, name: str, stateless: bool) -> str:
+        self.dep.kill_agent(name)
+        if stateless:
+            (self.dep.run_dir / f"agent-{name}.state.json").unlink(missing_ok=True)
+        time.sleep(0.3)
+        self.dep.restart_agent(name)
+        st = self.dep.controller.agent_status()[name]  # type: ignore[union-attr]
+        if stateless and st.epoch_raises < 1 and st.switch_restarts < 1:
+            raise DeploymentError(f"agent of {name} restarted without its state but did not raise the epoch")
+        return f"agent of {name} killed, restarted {'without' if stateless else 'with'} its state file" + (
+            f" (cache epoch raised to {st.cache_epoch})" if stateless else "")
+
+    def agent_restart(self, name: str) -> str:
+        return self._agent_restart(name, stateless=False)
+
+    def agent_restart_stateless(self, name: str) -> str:
+        return self._agent_restart(name, stateless=True)
+
+    def _server(self, name: str) -> Host:
+        return next(h for h in self.cluster.servers() if h.name == name)
+
+    def _shim_restart(self, name: str, stateless: bool) -> str:
+        h = self._server(name)
+        self.dep.kill_shim(name)
+        if stateless:
+            (self.dep.run_dir / f"shim-{name}.state.json").unlink(missing_ok=True)
+        self.dep.start_shim(h)
+        link = ShimLink(self.dep.shim_control(h))
+        deadline = time.monotonic() + 20
+        while not link.stats()["view_known"]:
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"the restarted shim {name} did not get the controller's view within 20 s")
+            time.sleep(0.05)
+        return f"shim {name} killed, restarted {'without' if stateless else 'with'} its state file, view back"
+
+    def shim_restart(self, name: str) -> str:
+        return self._shim_restart(name, stateless=False)
+
+    def shim_restart_stateless(self, name: str) -> str:
+        return self._shim_restart(name, stateless=True)
+
+    def redis_kill(self, name: str) -> str:
+        h = self._server(name)
+        link = ShimLink(self.dep.shim_control(h))
+        before = link.stats()["redis_restarts"]
+        self.dep.kill_redis(name)
+        self.dep.start_redis(h)
+        deadline = time.monotonic() + 10
+        while link.stats()["redis_restarts"] == before:
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"the shim of {name} did not notice its redis-server restart")
+            time.sleep(0.05)
+        return f"redis-server of {name} killed (-9) and restarted; the shim resynchronized"
+
+    def hot_shift(self, _: str) -> str:
+        """Another client makes 64 other keys hot for a while: the caches evict the history's keys."""
+        self.shifts += 1
+        evicted = self._evictions()
+        host = self.cluster.client(0, self.cluster.clients_per_rack - 1)
+        cfg = {"keys": 64, "zipf": 0.0, "read_ratio": 1.0, "duration": 2.5, "load_keys": 64,
+               "concurrency": 8, "prefix": f"shift{self.shifts}-", "seed": self.shifts}
+        for _line in self.dep.bench(host, cfg):
+            pass
+        moved = self._evictions() - evicted
+        if moved <= 0:
+            raise DeploymentError("the hot set moved but no cache evicted anything")
+        return f"64 other keys made hot: {moved} evictions"
+
+    def _evictions(self) -> int:
+        return sum(st.evicted for st in self.dep.controller.agent_status().values())  # type: ignore[union-attr]
+
+
+def _lane(faults: Faults, lane: list[Fault], t0: float, stop: threading.Event) -> None:
+    for f in lane:
+        if stop.wait(max(0.0, t0 + f.at - time.monotonic())):
+            return
+        faults.apply(f)
+
+
+def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event) -> None:
+    rng = random.Random(seed)
+    while not stop.wait(BURST_EVERY * rng.uniform(0.5, 1.5)):
+        pf.start_burst(BURST_LEN, ports=[rng.choice(ports)])
+
+
+def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, clients: int, seed: int,
+             per_kind: int, broken: bool = False) -> Cell:
+    """One deployment under ``mechanism``, one recorded history under the seed's schedule, one check."""
+    cell = Cell(mechanism)
+    cluster = Cluster(**CELL, mechanism=Mechanism[mechanism.upper()])
+    shim_args = ["--unsafe-ack-before-invalidate", "0.05"] if broken else []
+    with Deployment(cluster, target=target, run_dir=run_dir / mechanism, shim_args=shim_args) as dep:
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
         # short timeouts, many retries: a lost packet costs a client 0.1 s, and retried writes are frequent
-        cfg = {"keys": 8, "clients": clients, "duration": duration, "read_ratio": 0.7, "prefix": f"{name[:4]}",
+        cfg = {"keys": 8, "clients": clients, "duration": duration, "read_ratio": 0.75, "prefix": "h",
                "seed": seed, "timeout": 0.1, "retries": 9}
-        host = dep.host(CLUSTER.client(0, 0).name)
+        host = dep.host(cluster.client(0, 0).name)
         proc = host.popen([sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path),  # type: ignore[attr-defined]
                            "--config", json.dumps(cfg), "--out", str(history)],
                           stdout=subprocess.PIPE, stderr=open(dep.run_dir / "history.err", "wb"), text=True)
-        stop = threading.Event()
-        if netem:
-            set_loss(dep, loss)
-            events.append(f"{loss}% loss on every switch port (tc netem)")
-        if faults:
-            threading.Thread(target=_churn, args=(dep, cfg, stop, events, seed), daemon=True).start()
-            threading.Thread(target=_timeline, args=(dep, duration, stop, events), daemon=True).start()
-        totals: dict = {}
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            msg = json.loads(line)
-            if msg["type"] == "done":
-                totals = msg
-            else:
-                console.print(f"  {name}: {msg['ops']} ops ({msg['writes']} writes, {msg['unknown']} timed out)",
-                              highlight=False)
-        stop.set()
+        running, stop = threading.Event(), threading.Event()
+        ports = switch_ports(dep)
+        with PacketFaults(ports) as pf:
+            threads: list[threading.Thread] = []
+            if not broken:
+                pf.configure(PACKETS)
+                sched: Schedule = draw(seed, duration, spines=[cluster.spine(i).name for i in range(cluster.spines)],
+                                       cache_switches=[s.name for s in cluster.switches() if is_cache_switch(s)],
+                                       servers=[h.name for h in cluster.servers()], mechanism=mechanism,
+                                       per_kind=per_kind)
+                (dep.run_dir / "schedule.json").write_text(json.dumps(
+                    {"seed": seed, "faults": [vars(f) for f in sched.faults]}, indent=1))
+                faults = Faults(dep, mechanism, cell.tally, running)
+                t0 = time.monotonic()
+                threads = [threading.Thread(target=_lane, args=(faults, sched.lane(lane), t0, stop), daemon=True)
+                           for lane in sched.lanes]
+                threads.append(threading.Thread(target=_bursts, args=(pf, ports, seed, stop), daemon=True))
+            running.set()
+            for t in threads:
+                t.start()
+            totals: dict = {}
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                msg = json.loads(line)
+                if msg["type"] == "done":
+                    totals = msg
+                elif int(msg.get("ops", 0)) % 2000 < 400:
+                    console.print(f"  {mechanism}: {msg['ops']} ops ({msg['writes']} writes, "
+                                  f"{msg['unknown']} timed out), {cell.tally.total} faults so far")
+            running.clear()
+            stop.set()
+            for t in threads:
+                t.join(120)
+            c = pf.counters()
         if proc.wait() != 0 or not totals:
             raise DeploymentError(f"the history recorder failed; see {dep.run_dir / 'history.err'}")
-        if netem:
-            set_loss(dep, 0)
-        shims = [ShimLink(dep.shim_control(h)).stats() for h in CLUSTER.servers()]
-        totals["retransmits"] = sum(s["coherence"]["retransmits"] for s in shims)
-        totals["retried_writes_answered_once"] = sum(sum(s["duplicates"].values()) for s in shims)
-        events.append(f"shims: {totals['retransmits']} coherence retransmits, {totals['retried_writes_answered_once']}"
-                      " client retries of writes answered without applying them again")
-        for e in events:
-            console.print(f"  {name}: {e}", highlight=False)
-        ops, violations, unknown = check(history, html)
-        return Result(ops, violations, unknown, totals, history, html)
-
-
-def _churn(dep: Deployment, cfg: dict, stop: threading.Event, events: list[str], seed: int) -> None:
-    """Evict hot keys by hand, at random, on top of the detectors' own insertions and evictions."""
-    rng = random.Random(seed)
-    keys = [wire_key(f"{cfg['prefix']}{i}") for i in range(cfg["keys"])]
-    n = 0
-    while not stop.wait(0.3):
-        name = rng.choice(sorted(dep.controller.agents))  # type: ignore[union-attr]
-        try:
-            n += dep.controller.agents[name].evict(rng.choice(keys))  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001 - a switch may be failed at that moment
-            pass
-    events.append(f"{n} hot keys evicted by hand")
-
-
-def _timeline(dep: Deployment, duration: float, stop: threading.Event, events: list[str]) -> None:
-    """Fail and recover a spine, then restart a shim, while the clients run."""
-    server = CLUSTER.server(0, 0)
-    plan = [(0.25, "fail", lambda: dep.ctl("fail", "sp0")),
-            (0.50, "recover", lambda: dep.ctl("recover", "sp0")),
-            (0.65, "shim restart", lambda: _restart_shim(dep, server))]
-    t0 = time.monotonic()
-    for at, what, action in plan:
-        if stop.wait(max(0.0, t0 + at * duration - time.monotonic())):
-            return
-        t = time.monotonic()
-        out = action()
-        events.append(f"{what} at {t - t0:.1f} s ({time.monotonic() - t:.2f} s): {out}")
-
-
-def _restart_shim(dep: Deployment, server: object) -> str:
-    dep.kill_shim(server.name)  # type: ignore[attr-defined]
-    dep.start_shim(server)  # type: ignore[arg-type]
-    link = ShimLink(dep.shim_control(server))  # type: ignore[arg-type]
-    deadline = time.monotonic() + 10
-    while not link.stats()["view_known"]:
-        if time.monotonic() > deadline:
-            raise DeploymentError("the restarted shim did not get the controller's view within 10 s")
-        time.sleep(0.05)
-    return f"shim {server.name} killed and restarted; view back from the controller"  # type: ignore[attr-defined]
+        if not broken:
+            for kind, n in zip(PACKET_KINDS, (c.dropped, c.bursts if c.burst_dropped else 0, c.duplicated,
+                                              c.reordered), strict=True):
+                cell.tally.took_effect(kind, f"{n} DistCache packets" if kind != "loss_burst" else
+                                       f"{n} bursts, {c.burst_dropped} packets", n)
+        (dep.run_dir / "faults.log").write_text("\n".join(cell.tally.log + ["-- not applied --"] + cell.tally.failed)
+                                                + "\n")
+        cell.reads, cell.cached_reads = int(totals.get("reads", 0)), int(totals.get("cached_reads", 0))
+        cell.ops, cell.violations, cell.unknown_keys = check(history, html)
+        cell.history = history
+        if cell.violations:
+            cell.html = html
+        else:
+            html.unlink(missing_ok=True)
+    return cell
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dcnet.linearizability", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
-    ap.add_argument("--duration", type=float, default=30.0, help="seconds of recorded operations per run")
+    ap.add_argument("--mechanisms", default=",".join(MECHANISMS),
+                    help=f"comma-separated cells to run (default: all: {','.join(MECHANISMS)})")
+    ap.add_argument("--seed", type=int, help="schedule seed (default: drawn and printed; give it to replay)")
+    ap.add_argument("--duration", type=float, default=90.0, help="seconds of recorded operations per cell")
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients")
-    ap.add_argument("--loss", type=float, default=2.0, help="packet loss in percent on every switch port")
+    ap.add_argument("--per-kind", type=int, default=4, help="scheduled faults of each process kind per cell")
+    ap.add_argument("--min-effects", type=int, default=3, help="fail unless every kind took effect this often")
+    ap.add_argument("--min-ops", type=int, default=8000, help="fail unless every cell recorded this many operations")
+    ap.add_argument("--min-cached", type=float, default=0.30,
+                    help="fail unless every caching mechanism served this share of reads from a cache")
+    ap.add_argument("--no-control", action="store_true", help="skip the control run (coherence broken on purpose)")
     ap.add_argument("--run-dir", type=Path, help="where histories, HTML and logs go (default runs/<timestamp>)")
     args = ap.parse_args(argv)
+    mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+    bad = [m for m in mechanisms if m not in MECHANISMS]
+    if bad or not mechanisms:
+        ap.error(f"--mechanisms: choose from {','.join(MECHANISMS)}, not {','.join(bad) or 'nothing'}")
+    for name in ("duration", "clients", "per_kind", "min_effects", "min_ops"):
+        if getattr(args, name) < (0 if name in ("per_kind", "min_effects", "min_ops") else 1):
+            ap.error(f"--{name.replace('_', '-')} is out of range")
     if os.geteuid() != 0:
-        console.print("[red]needs root[/] (Mininet): run it as root: make linearizability")
+        console.print("[red]needs root[/] (Mininet, tc, BPF): run it as root: make linearizability")
         return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
+    print(f"seed={seed}", flush=True)
     run_dir = args.run_dir or new_run_dir()
+    console.print(f"{len(mechanisms)} cells of {args.duration:.0f} s on {args.target}, {args.clients} clients, "
+                  f"faults: {', '.join(KINDS)}; run folder {run_dir}")
+    cells: list[Cell] = []
+    problems: list[str] = []
     try:
-        console.print(f"faulty run: {args.duration:.0f} s, {args.clients} clients, 8 hot keys, {args.loss}% loss, "
-                      "a spine failed and recovered, a shim restarted, hot keys churned")
-        faulty = run_once("faulty", run_dir, args.target, args.duration, args.clients, faults=True, broken=False,
-                          loss=args.loss)
-        console.print(f"  history {faulty.history}, visualization {faulty.html}")
-        print(faulty.line, flush=True)
-        console.print("control run: coherence broken on purpose (writes acknowledged before invalidation)")
-        control = run_once("control", run_dir, args.target, min(args.duration, 15.0), args.clients, faults=False,
-                           broken=True)
-        console.print(f"  history {control.history}, visualization {control.html}")
-        print(control.line, flush=True)
-    except (TargetMissing, DeploymentError) as e:
+        for i, mech in enumerate(mechanisms):
+            cell = run_cell(mech, run_dir, args.target, args.duration, args.clients, seed + i, args.per_kind)
+            cells.append(cell)
+            print(cell.line, flush=True)
+            if cell.violations or cell.unknown_keys:
+                problems.append(f"{mech}: {cell.violations} violations, {cell.unknown_keys} keys undecided; "
+                                f"see {cell.html or cell.history}")
+            short = cell.tally.short_of(args.min_effects)
+            if short:
+                problems.append(f"{mech}: took effect fewer than {args.min_effects} times: {', '.join(short)} "
+                                f"(see {run_dir / mech / 'faults.log'})")
+            if cell.ops < args.min_ops:
+                problems.append(f"{mech}: {cell.ops} operations recorded, fewer than {args.min_ops}")
+            if mech != "nocache" and cell.cached_share < args.min_cached:
+                problems.append(f"{mech}: {100 * cell.cached_share:.0f}% of reads from a cache, "
+                                f"under {100 * args.min_cached:.0f}%")
+        print(f"ops={sum(c.ops for c in cells)} violations={sum(c.violations for c in cells)} "
+              f"faults={sum(c.tally.total for c in cells)}", flush=True)
+        if not args.no_control:
+            control = run_cell("distcache", run_dir / "control", args.target, min(args.duration, 15.0), args.clients,
+                               seed, 0, broken=True)
+            print(f"control: ops={control.ops} violations={control.violations}", flush=True)
+            if not control.violations:
+                problems.append("the control run (writes acknowledged before invalidation) was not caught")
+    except (TargetMissing, DeploymentError, FaultInjectorError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2
-    ok = faulty.violations == 0 and faulty.unknown_keys == 0 and control.violations > 0
-    console.print("[green]linearizable under faults; the broken control run was caught[/]" if ok else
-                  "[red]unexpected: see the histories and visualizations above[/]")
-    return 0 if ok else 1
+    for p in problems:
+        console.print(f"[red]{p}[/]")
+    if not problems:
+        console.print("[green]linearizable under every fault in every mechanism; the broken control run was caught[/]")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,115 @@
+"""Randomized fault schedules for ``make linearizability`` (Jepsen style), drawn from a seed.
+
+A schedule is pure data: which fault happens when, in which lane.  Faults of one
+lane run one after another (each waits for its own effect: a spine declared dead,
+a process answering again); the lanes run side by side, so faults overlap.  The
+same seed gives the same schedule, so a run can be replayed with
+``make linearizability SEED=<n>`` (the packet faults and the thread timing are
+not replayed exactly: the schedule is).
+
+Effects are counted by what happened, not by what was attempted
+(:class:`Tally`): a fault counts only if it took effect while the clients were
+running, and a kind that took effect fewer than ``min_effects`` times in a cell is
+reported as such.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Every kind of fault, in the order the summary lists them.  Packet kinds are counted in packets
+# (the injector's counters); the others in events (a process killed and back, a failover logged...).
+PACKET_KINDS = ("loss", "loss_burst", "duplicate", "reorder")
+PROCESS_KINDS = ("spine_crash", "spine_operator", "agent_restart", "agent_restart_stateless", "shim_restart",
+                 "shim_restart_stateless", "controller_restart", "controller_mid_failover", "redis_kill",
+                 "mechanism_change", "hot_shift")
+KINDS = PACKET_KINDS + PROCESS_KINDS
+
+# Which lane a process fault runs in: faults that move buckets or restart the controller in one lane (each
+# waits for the controller to finish), process restarts of agents, shims and Redis in the other.
+LANES = {
+    "spine_crash": "fabric", "spine_operator": "fabric", "controller_restart": "fabric",
+    "controller_mid_failover": "fabric", "mechanism_change": "fabric",
+    "agent_restart": "process", "agent_restart_stateless": "process", "shim_restart": "process",
+    "shim_restart_stateless": "process", "redis_kill": "process", "hot_shift": "process",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds after the clients start
+    kind: str
+    target: str  # a switch or server name, a mechanism, or "" when the kind needs none
+
+
+@dataclass
+class Schedule:
+    seed: int
+    faults: list[Fault]
+
+    def lane(self, name: str) -> list[Fault]:
+        return [f for f in self.faults if LANES[f.kind] == name]
+
+    @property
+    def lanes(self) -> list[str]:
+        return sorted({LANES[f.kind] for f in self.faults})
+
+
+def draw(seed: int, duration: float, *, spines: list[str], cache_switches: list[str], servers: list[str],
+         mechanism: str, per_kind: int = 3, kinds: tuple[str, ...] = PROCESS_KINDS) -> Schedule:
+    """``per_kind`` faults of every kind at seeded random times in the first 85 % of ``duration``.
+
+    Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,
+    to ``nocache`` away from a caching one, alternating with ``partition``).
+    """
+    if duration <= 0 or per_kind < 0:
+        raise ValueError("duration must be positive and per_kind at least 0")
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    away = [m for m in ("nocache", "partition", "distcache") if m != mechanism]
+    for kind in kinds:
+        for i in range(per_kind):
+            at = round(rng.uniform(0.05, 0.85) * duration, 2)
+            if kind in ("spine_crash", "spine_operator", "controller_mid_failover"):
+                target = rng.choice(spines)
+            elif kind.startswith("agent_restart"):
+                target = rng.choice(cache_switches)
+            elif kind.startswith("shim_restart") or kind == "redis_kill":
+                target = rng.choice(servers)
+            elif kind == "mechanism_change":
+                target = away[i % len(away)]
+            else:
+                target = ""
+            faults.append(Fault(at, kind, target))
+    faults.sort(key=lambda f: (f.at, f.kind))
+    return Schedule(seed, faults)
+
+
+@dataclass
+class Tally:
+    """Faults that took effect, by kind, and what each did (one line per event for the log)."""
+
+    effects: Counter[str] = field(default_factory=Counter)
+    log: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # faults that could not be applied (and why)
+
+    def took_effect(self, kind: str, what: str, n: int = 1) -> None:
+        if n > 0:
+            self.effects[kind] += n
+            self.log.append(f"{kind}: {what}")
+
+    def could_not(self, kind: str, why: str) -> None:
+        self.failed.append(f"{kind}: {why}")
+
+    @property
+    def total(self) -> int:
+        return sum(self.effects.values())
+
+    def short_of(self, min_effects: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
+        """Kinds that took effect fewer than ``min_effects`` times."""
+        return [k for k in kinds if self.effects[k] < min_effects]
+
+    def summary(self, kinds: tuple[str, ...] = KINDS) -> str:
+        return " ".join(f"{k}={self.effects[k]}" for k in kinds)

@@ -321,6 +321,21 @@ class Deployment:
             raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
         return res.stdout.strip()
 
+    def wait_switch(self, name: str, failed: bool, timeout: float = 30.0) -> None:
+        """Wait until the controller reports switch ``name`` failed (``failed``) or back in service and alive."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                st = {s.name: s for s in self.controller.ctl.status().switches}  # type: ignore[union-attr]
+            except ControllerUnreachable:  # restarting: ask again
+                time.sleep(0.2)
+                continue
+            if st[name].failed == failed and (failed or st[name].alive):
+                return
+            time.sleep(0.1)
+        raise DeploymentError(f"the controller did not {'detect the failure of' if failed else 'recover'} {name} "
+                              f"within {timeout:.0f}s; see controller.log in {self.run_dir}")
+
     def kill_controller(self) -> None:
         """Kill the controller daemon at once (SIGKILL): the data plane must not notice."""
         assert self.controller_proc is not None

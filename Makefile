@@ -19,13 +19,13 @@ PY := .venv/bin/python
 TARGET ?= softswitch
 TOPO ?= topologies/demo-2spine-2rack.json
 APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
-                ethtool tcpdump iputils-ping procps psmisc net-tools
+                ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
 .PHONY: deps build run up emulate linearizability bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP) build/lincheck build/dcload
+deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -52,6 +52,16 @@ build/lincheck: $(LINCHECK_SRC)
 build/dcload: tools/dcload/go.mod $(wildcard tools/dcload/*.go) build/lincheck
 	cd tools/dcload && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/dcload .
 
+# The packet fault injector (tools/faultinject, a tc clsact eBPF program; mininet/dcnet/netfaults.py loads it).
+# Debian's clang; asm/types.h lives under the multiarch include directory.
+BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -I/usr/include/$(shell uname -m)-linux-gnu
+build/faultinject.bpf.o: tools/faultinject/faultinject.bpf.c | $(STAMP)
+	@{ command -v clang && [ -f /usr/include/bpf/bpf_helpers.h ] && { command -v bpftool || [ -x /usr/sbin/bpftool ]; }; } \
+		>/dev/null 2>&1 || { echo "installing apt packages: clang llvm libbpf-dev bpftool"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang llvm libbpf-dev bpftool; }
+	@mkdir -p build
+	clang $(BPF_CFLAGS) -c $< -o $@
+
 build: deps
 	@mkdir -p build
 	@$(PY) -m softswitch.p4info build/softswitch.p4info.txt
@@ -73,7 +83,7 @@ emulate: build
 	$(PY) -m dcnet.emulate --target $(TARGET)
 
 linearizability: build
-	$(PY) -m dcnet.linearizability --target $(TARGET)
+	$(PY) -m dcnet.linearizability --target $(TARGET) $(if $(SEED),--seed $(SEED))
 
 test: build
 	$(PY) -m pytest -q -rs

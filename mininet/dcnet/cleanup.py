@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 
+from dcnet.netfaults import remove_leftovers
+
 PATTERNS = ("-m softswitch", "-m shim", "-m controller.agent", "-m controller --cluster", "-m dcnet.client_runner",
             "-m dcnet.bench_runner", "simple_switch_grpc", "redis-server.*redis-")
 
@@ -21,6 +23,7 @@ def main() -> None:
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()
     for ns in (x for x in names if x.startswith(("dcptf-", "dcbench-"))):
         subprocess.run(["ip", "netns", "delete", ns], check=False)
+    remove_leftovers()  # the packet fault injector's filters, pinned programs and maps, test namespaces
     print("cleanup done")
 
 

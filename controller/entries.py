@@ -87,6 +87,8 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
         for h in hosts:
             kind(h.port, host_kind)
             p.entries.append(_route(f"{h.ip}/32", h.mac, h.port))
+            # valley-free: from a spine only the rack's hosts are destinations (DcValidation drops the rest)
+            p.entries.append(Entry(n.RACK_HOSTS, ((n.KEY_IPV4_DST, _ip(h.ip)),), n.DEST_OK))
             if host_kind == PortKind.CLIENT:
                 source(h.port, f"{h.ip}/32")
         uplinks = {port: name for port, name in ports.items() if name.startswith("sp")}

@@ -1,4 +1,5 @@
-"""DcForwarding (p4src/include/control/forwarding.p4): next hop, the longest-prefix route, or transit (ECMP)."""
+"""DcForwarding (p4src/include/control/forwarding.p4): next hop, the longest-prefix route, or transit (ECMP);
+nothing forwarded out of the port it came in by, TTL less one."""
 
 from __future__ import annotations
 
@@ -35,10 +36,17 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
         if action == n.SET_NHOP:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
-    if m.routed:
+    # an answer (a cache hit, a reflected coherence message: its op gained the reply bit here) is this
+    # switch's own packet and goes back the way its request came; no other packet leaves by its ingress port
+    answered = h.dc is not None and h.dc["op"] != m.op
+    if m.routed and m.nhop_port == m.ingress_port and not answered:
+        state.counters[n.DC_DROPS].count(DropReason.LOOP, m.packet_length)
+        m.dropped = True
+    elif m.routed:
         m.egress_spec = m.nhop_port
         h.eth[1] = h.eth[0]
         h.eth[0] = m.nhop_dmac.to_bytes(6, "big")
+        # bit<8> arithmetic as in P4; never wraps: validation passes TTL >= 2 only, an answer starts from 64
         h.ipv4[IP_TTL] = (h.ipv4[IP_TTL] - 1) & 0xFF
     else:
         state.counters[n.DC_DROPS].count(DropReason.NO_ROUTE, m.packet_length)

@@ -1,21 +1,24 @@
-"""DcValidation (p4src/include/control/validation.p4): malformed input and trust."""
+"""DcValidation (p4src/include/control/validation.p4): malformed input, trust, expired TTLs, valley-free routing."""
 
 from __future__ import annotations
 
 from distcache import p4names as n
-from distcache.cluster import PortKind
+from distcache.cluster import PortKind, Role
 from distcache.p4names import DropReason
 from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN, Op
-from softswitch.dataplane.header import IP_SRC, Headers, Meta
+from softswitch.dataplane.header import IP_DST, IP_SRC, IP_TTL, Headers, Meta
 from softswitch.dataplane.parser import DC_BAD_CHUNKS, DC_BAD_VERSION, NO_ERROR, PACKET_TOO_SHORT
 from softswitch.program import Action, MatchField, Table
 from softswitch.state import SwitchState
 
-ACTIONS = (Action(n.SOURCE_OK, ()),)
+ACTIONS = (Action(n.SOURCE_OK, ()), Action(n.DEST_OK, ()))
 
 TABLES = (
     Table(n.CLIENT_SOURCE, (MatchField(n.KEY_INGRESS_PORT, 9, "exact"), MatchField(n.KEY_IPV4_SRC, 32, "lpm")),
           (n.SOURCE_OK, n.NO_ACTION), n.NO_ACTION, size=n.CLIENT_SOURCES),
+    # a leaf's hosts: what may come down to it from a spine
+    Table(n.RACK_HOSTS, (MatchField(n.KEY_IPV4_DST, 32, "exact"),), (n.DEST_OK, n.NO_ACTION), n.NO_ACTION,
+          size=n.MAX_PORTS),
 )
 
 KNOWN_OPS = frozenset(int(o) for o in Op)
@@ -23,7 +26,8 @@ COHERENCE_OPS = frozenset({int(Op.INVALIDATE), int(Op.UPDATE)})
 # what only switches and servers send: nothing entering from a client port may carry these
 FROM_FABRIC_ONLY = frozenset({int(Op.INVALIDATE_ACK), int(Op.UPDATE_ACK), int(Op.GET_REPLY), int(Op.PUT_REPLY),
                               int(Op.DELETE_REPLY)})
-PORT_CLIENT, PORT_STORAGE = int(PortKind.CLIENT), int(PortKind.STORAGE)
+PORT_FABRIC, PORT_CLIENT, PORT_STORAGE = int(PortKind.FABRIC), int(PortKind.CLIENT), int(PortKind.STORAGE)
+LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
@@ -44,7 +48,6 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         reason = DropReason.SPOOFED
     elif dc is None:
         m.dropped = False  # plain IPv4: routed by DcForwarding
-        return
     else:
         op = m.op = dc["op"]
         vlen = dc["vlen"]
@@ -61,5 +64,13 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             reason = DropReason.UNTRUSTED
         else:
             m.dropped = False
+    if not m.dropped:  # a sound packet (what is wrong with it is counted first): where it is going
+        if h.ipv4[IP_TTL] <= 1:  # forwarding would take it to 0: dropped before anything counts it
+            reason = DropReason.TTL_EXPIRED
+        elif m.role in LEAVES and m.port_kind == PORT_FABRIC and not state.tables[n.RACK_HOSTS].lookup(
+                int.from_bytes(h.ipv4[IP_DST], "big"))[2]:
+            reason = DropReason.LOOP  # down from a spine for no host of the rack: never back up (valley-free)
+        else:
             return
+        m.dropped = True
     state.counters[n.DC_DROPS].count(reason, m.packet_length)

@@ -61,6 +61,12 @@ MUTANTS = (
            "if (meta.op == OP_GET && meta.cache_hit == 0) {", "if (meta.op == OP_GET) {"),
     Mutant("detector windows never age", "control/detector.p4",
            "(bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift)", "16w1"),
+    Mutant("TTL not checked (wraps from 0 to 255)", "control/validation.p4",
+           "if (hdr.ipv4.ttl <= 1) {", "if (false) {"),
+    Mutant("leaves send what came down from a spine back up (not valley-free)", "control/validation.p4",
+           "!rack_hosts.apply().hit", "!(rack_hosts.apply().hit || true)"),
+    Mutant("packets forwarded back out of their ingress port", "control/forwarding.p4",
+           "meta.nhop_port == standard_metadata.ingress_port && !answered", "false && !answered"),
 )
 
 

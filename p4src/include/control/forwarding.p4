@@ -5,7 +5,11 @@
  * round-robin with the live spines.  So traffic spreads over the spines (ECMP
  * on the key's hash), every key keeps one path, and replies through every
  * spine carry that spine's load to the client racks.  Unroutable packets are
- * counted and dropped. */
+ * counted and dropped.
+ *
+ * Transit is the way out of a rack, for what its hosts send: DcValidation has
+ * already dropped whatever came down from a spine for no host of the rack, so
+ * nothing goes back up.  Every forwarded packet loses one from its TTL. */
 #ifndef DC_FORWARDING_P4
 #define DC_FORWARDING_P4
 
@@ -53,10 +57,19 @@ control DcForwarding(inout headers_t hdr,
             meta.transit_slot = (bit<8>)(bucket & (TRANSIT_SLOTS - 1));
             transit_spine.apply();
         }
-        if (meta.routed == 1) {
+        /* A packet this switch answered (a cache hit, a reflected coherence message: its op gained the
+         * reply bit here) is its own, new packet and goes back the way the request came.  Any other packet
+         * never leaves by the port it came in by: a spine would hand a leaf's packet for its own rack
+         * straight back to it. */
+        bool answered = hdr.dc.isValid() && hdr.dc.op != meta.op;
+        if (meta.routed == 1 && meta.nhop_port == standard_metadata.ingress_port && !answered) {
+            dc_drops.count(DROP_LOOP);
+            mark_to_drop(standard_metadata);
+        } else if (meta.routed == 1) {
             standard_metadata.egress_spec = meta.nhop_port;
             hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
             hdr.ethernet.dstAddr = meta.nhop_dmac;
+            /* never wraps: DcValidation passes only TTL >= 2, and an answer starts again from 64 */
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
         } else {
             dc_drops.count(DROP_NO_ROUTE);

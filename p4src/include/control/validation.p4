@@ -8,6 +8,15 @@
  * rack's prefix at a spine): no client can spoof another host, so none can
  * aim replies (up to 26 times the request's size) at a victim, or pass for
  * another client in the shims' retry detection.
+ *
+ * No packet can circle the fabric.  A packet that arrives with TTL 0 or 1
+ * cannot be forwarded (DcForwarding takes one off every packet it sends) and
+ * is dropped here, before the cache, the load or the detector counts it.  And
+ * routing is valley-free: a leaf sends nothing that came down from a spine
+ * back up, so from a fabric port only the rack's own hosts (rack_hosts) are
+ * destinations; anything else (an unused address of the rack, its gateway)
+ * is dropped here as LOOP rather than taken up again by the catch-all
+ * transit route.
  */
 #ifndef DC_VALIDATION_P4
 #define DC_VALIDATION_P4
@@ -28,6 +37,16 @@ control DcValidation(inout headers_t hdr,
         actions = { source_ok; NoAction; }
         default_action = NoAction();
         size = CLIENT_SOURCES;
+    }
+
+    action dest_ok() { }
+
+    /* a leaf's hosts: what may come down to it from a spine */
+    table rack_hosts {
+        key = { hdr.ipv4.dstAddr: exact; }
+        actions = { dest_ok; NoAction; }
+        default_action = NoAction();
+        size = MAX_PORTS;
     }
 
     apply {
@@ -69,6 +88,18 @@ control DcValidation(inout headers_t hdr,
             } else if ((op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK || reply)
                        && meta.port_kind == PORT_CLIENT) {
                 reason = DROP_UNTRUSTED;
+            } else {
+                meta.dropped = 0;
+            }
+        }
+        /* a sound packet (what is wrong with it is counted first): where it is going */
+        if (meta.dropped == 0) {
+            meta.dropped = 1;
+            if (hdr.ipv4.ttl <= 1) {
+                reason = DROP_TTL_EXPIRED;
+            } else if ((meta.role == ROLE_STORAGE_LEAF || meta.role == ROLE_CLIENT_LEAF)
+                       && meta.port_kind == PORT_FABRIC && !rack_hosts.apply().hit) {
+                reason = DROP_LOOP;
             } else {
                 meta.dropped = 0;
             }

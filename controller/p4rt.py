@@ -45,8 +45,14 @@ def decode(data: bytes) -> int:
 
 
 def load_p4info(path: str | Path) -> p4i.P4Info:
+    """The P4Info in text format in ``path``; ValueError (one line) if it is not one."""
     info = p4i.P4Info()
-    text_format.Parse(Path(path).read_text(), info)
+    try:
+        text_format.Parse(Path(path).read_text(), info)
+    except (text_format.ParseError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a P4Info in protobuf text format ({' '.join(str(e).split())})") from None
+    if not info.tables:
+        raise ValueError(f"{path} is not the P4Info of a pipeline: it declares no table")
     return info
 
 
@@ -191,6 +197,9 @@ class SwitchConnection:
         self._stream = None
         self._arbitrated = threading.Event()
         self._arbitration_status: int | None = None
+        self.arbitration: p4r.MasterArbitrationUpdate | None = None
+        """The switch's last arbitration answer: its status says whether anyone is primary, its
+        election_id the highest the switch has seen (a new primary needs at least that)."""
         self._reader: threading.Thread | None = None
         self.p4info: P4Info | None = None
         self.digest_lists: queue.Queue[p4r.DigestList] = queue.Queue(DIGEST_QUEUE)
@@ -199,6 +208,9 @@ class SwitchConnection:
         (reports of keys that stay hot come again next window, so a backlog is never worth keeping)."""
         self.digests_dropped = 0
         self.stream_closed = threading.Event()
+        self.timeout: float | None = None
+        """Deadline in seconds of each unary call and read (None: none); a hung switch then fails a call
+        instead of holding its caller forever (the controller sets one, so no switch can stall it)."""
 
     # -- session ----------------------------------------------------------------------
     def connect(self, timeout: float = 10.0) -> None:
@@ -239,6 +251,7 @@ class SwitchConnection:
             for resp in self._stream:
                 if resp.HasField("arbitration"):
                     self._arbitration_status = resp.arbitration.status.code
+                    self.arbitration = resp.arbitration
                     self._arbitrated.set()
                 elif resp.HasField("digest"):
                     try:
@@ -438,14 +451,14 @@ class SwitchConnection:
 
     def _read(self, req: p4r.ReadRequest) -> Iterator[p4r.Entity]:
         try:
-            for resp in self.stub.Read(req):
+            for resp in self.stub.Read(req, timeout=self.timeout):
                 yield from resp.entities
         except grpc.RpcError as e:
             raise P4RuntimeError(f"{self.name}: Read failed: {e.code().name}: {e.details()}", e.code().name) from None
 
     def _call(self, method, req, what: str):  # noqa: ANN001, ANN202
         try:
-            return method(req)
+            return method(req, timeout=self.timeout)
         except grpc.RpcError as e:
             text, codes = _details(e)
             # a batch's status is UNKNOWN by the spec; when its failures agree, report their code

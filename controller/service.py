@@ -8,12 +8,11 @@ reachable from the data network).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import threading
+import time
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 
@@ -23,11 +22,13 @@ from controller.partition import spine_buckets
 from controller.switchproc import SwitchProcessError, SwitchProcesses
 from distcache import p4names as n
 from distcache.api import controller_grpc, controller_pb2
-from distcache.cluster import Cluster, Role
+from distcache.cluster import Role
+from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import user_key
 
 log = logging.getLogger("controller")
 
+STATUS_WAIT = 1.5  # seconds the Status API waits for live counters and agents before using cached ones
 ROLE_NAMES = {Role.SPINE: "spine", Role.STORAGE_LEAF: "storage_leaf", Role.CLIENT_LEAF: "client_leaf"}
 
 
@@ -47,9 +48,27 @@ def key_text(wkey: bytes) -> str:
 class ControllerService(controller_grpc.ControllerServicer):
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
+        self.pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="status")
 
     def Status(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
+        """Answers within STATUS_WAIT whatever hangs: counters and agents are read now, all at once and
+        each with a short deadline; what does not answer in time is shown as the health poll last saw it
+        (an agent that the poll found not answering is not asked again here)."""
         ctl = self.ctl
+        switches = ctl.cluster.switches()
+        reads = {sw.name: self.pool.submit(ctl.read_stats, sw.name) for sw in switches if ctl.health[sw.name].alive}
+        agents = {name: self.pool.submit(ctl.poll_agent, name) for name in ctl.agent_status
+                  if ctl.health[name].agent_alive is not False}
+        by = time.monotonic() + STATUS_WAIT
+
+        def result(job: futures.Future | None) -> object:
+            if job is None:
+                return None
+            try:
+                return job.result(timeout=max(0.0, by - time.monotonic()))
+            except Exception:  # noqa: BLE001 - a switch or agent that did not answer: shown from the cache
+                return None
+
         out = controller_pb2.ClusterStatus(
             mechanism=ctl.cluster.mechanism.name.lower(), failovers=ctl.state.failovers,
             recoveries=ctl.state.recoveries, epoch=ctl.state.epoch, last_detection_s=ctl.state.last_detection_s,
@@ -57,37 +76,37 @@ class ControllerService(controller_grpc.ControllerServicer):
         owned: dict[int, int] = {}
         for sid in ctl.buckets:
             owned[sid] = owned.get(sid, 0) + 1
-        for sw in ctl.cluster.switches():
+        for sw in switches:
             h = ctl.health[sw.name]
             failure = ctl.state.failed.get(sw.name)
+            notes = [d] if (d := ctl.detail(sw.name)) else []
             st = out.switches.add(name=sw.name, role=ROLE_NAMES[sw.role], switch_id=sw.switch_id, alive=h.alive,
                                   failed=failure is not None, admin_failed=bool(failure and failure.admin),
-                                  load=ctl.load(sw.name), buckets=owned.get(sw.switch_id, 0),
-                                  detail=failure.reason if failure else "")
-            if h.alive:
-                try:
-                    stats = ctl.readers[sw.name].read_counter(n.DC_STATS)
-                    drops = ctl.readers[sw.name].read_counter(n.DC_DROPS)
-                except P4RuntimeError as e:
-                    st.detail = st.detail or f"counters not readable: {e}"
-                else:
-                    for s in n.Stat:
-                        st.stats[s.name] = stats.get(int(s), (0, 0))[0]
-                    for d in n.DropReason:
-                        if drops.get(int(d), (0, 0))[0]:
-                            st.drops[d.name] = drops[int(d)][0]
-                    st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]
-                    st.hit_ratio = st.hits / (st.hits + st.misses) if st.hits + st.misses else 0.0
+                                  load=ctl.load(sw.name), buckets=owned.get(sw.switch_id, 0))
+            counters = result(reads.get(sw.name))
+            if counters is None and sw.name in reads:
+                notes.append("counters not readable now" + (", as last read" if h.stats else ""))
+                counters = (h.stats, h.drops) if h.stats else None
+            if counters is not None:
+                stats, drops = counters
+                for s in n.Stat:
+                    st.stats[s.name] = stats.get(int(s), (0, 0))[0]
+                for d in n.DropReason:
+                    if drops.get(int(d), (0, 0))[0]:
+                        st.drops[d.name] = drops[int(d)][0]
+                st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]
+                st.hit_ratio = st.hits / (st.hits + st.misses) if st.hits + st.misses else 0.0
             if is_cache_switch(sw):
-                try:
-                    a = ctl.agents[sw.name].status()
-                except grpc.RpcError:
-                    st.agent_alive = False
-                    st.detail = st.detail or "its agent does not answer"
-                else:
-                    st.agent_alive = True
+                a = result(agents.get(sw.name))
+                st.agent_alive = a is not None
+                if a is None:
+                    notes.append(f"agent: not answering ({h.agent_error or 'no reply in time'})"
+                                 + (", figures as last seen" if h.agent is not None else ""))
+                    a = h.agent
+                if a is not None:
                     st.slots, st.occupied = a.slots, a.occupied
                     st.digests, st.auto_inserted = a.digests, a.auto_inserted
+            st.detail = "; ".join(notes)
         return out
 
     def Partitions(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
@@ -116,6 +135,9 @@ class ControllerService(controller_grpc.ControllerServicer):
             if name in ctl.state.failed:
                 out.switches.add(switch=name)
                 continue
+            if ctl.health[name].agent_alive is False:  # known hung or gone: do not wait for it
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"the agent of {name} is not answering "
+                              f"({ctl.health[name].agent_error})")
             try:
                 st = ctl.agents[name].status(with_keys=True)
             except grpc.RpcError as e:
@@ -158,21 +180,23 @@ def serve(ctl: Controller, address: str) -> grpc.Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cluster", required=True, type=Path, help="cluster description (JSON)")
-    ap.add_argument("--p4info", required=True, type=Path, help="P4Info (text) of the pipeline")
-    ap.add_argument("--device-config", type=Path, help="device config file (BMv2 JSON); none for softswitch")
-    ap.add_argument("--shim-dir", required=True, type=Path, help="folder with the shims' control sockets")
-    ap.add_argument("--state-file", type=Path, help="where the controller keeps its state (recovered on restart)")
-    ap.add_argument("--switches", type=Path, help="switches.json of an emulated deployment: lets `fail` stop and "
-                                                  "`recover` start switch processes")
-    ap.add_argument("--listen", help="operator API address (default: the cluster's controller_address, loopback)")
-    ap.add_argument("--log-file", type=Path)
+    ap = ArgumentParser(prog="python -m controller", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cluster", required=True, type=input_file, help="cluster description (JSON)")
+    ap.add_argument("--p4info", required=True, type=input_file, help="P4Info (text) of the pipeline")
+    ap.add_argument("--device-config", type=input_file, help="device config file (BMv2 JSON); none for softswitch")
+    ap.add_argument("--shim-dir", required=True, type=existing_dir, help="folder with the shims' control sockets")
+    ap.add_argument("--state-file", type=output_file,
+                    help="where the controller keeps its state (recovered on restart)")
+    ap.add_argument("--switches", type=input_file, help="switches.json of an emulated deployment: lets `fail` stop "
+                                                        "and `recover` start switch processes")
+    ap.add_argument("--listen", type=listen_address,
+                    help="operator API address (default: the cluster's controller_address, loopback)")
+    ap.add_argument("--log-file", type=output_file)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, filename=args.log_file,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        cluster = Cluster.load(args.cluster)
+        cluster = load_cluster(ap, args.cluster)
         procs = SwitchProcesses(args.switches) if args.switches else None
         ctl = Controller(cluster, args.p4info, lambda h: f"unix:{args.shim_dir / f'shim-{h.name}.sock'}",
                          args.device_config.read_bytes() if args.device_config else b"", args.state_file, procs)

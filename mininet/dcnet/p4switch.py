@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from controller.switchproc import pid_alive
+from controller.switchproc import is_ours, pid_alive, read_pid_file, write_pid_file
 
 TARGETS = ("softswitch", "bmv2")
 BMV2_BINARY = "simple_switch_grpc"
@@ -66,6 +66,7 @@ class P4RuntimeSwitch(Switch):
         self.target, self.pcap = target, pcap
         self.extra_args = list(extra_args)  # appended to the switch process's command line
         self.proc: subprocess.Popen | None = None
+        self._cmd: list[str] = []
 
     def port_args(self) -> list[str]:
         args = []
@@ -96,10 +97,11 @@ class P4RuntimeSwitch(Switch):
                 self.cmd(f"ethtool -K {intf.name} tx off rx off >/dev/null 2>&1")
                 self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
         out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        self._cmd = self.command()  # what stop() recognizes the process by (Mininet may delete the ports first)
+        self.proc = subprocess.Popen(self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         out.close()
-        self.pid_file.write_text(str(self.proc.pid))
+        write_pid_file(self.pid_file, self.proc.pid)
         wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
 
     @property
@@ -113,12 +115,14 @@ class P4RuntimeSwitch(Switch):
                 "grpc": f"127.0.0.1:{self.grpc_port}"}
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
-        pids = {self.proc.pid} if self.proc is not None else set()
-        try:
-            pids.add(int(self.pid_file.read_text()))
-        except (OSError, ValueError):
-            pass
-        for pid in pids:  # the process Mininet started, and the one `recover` may have started since
+        # the process started here while it runs (not yet reaped, so its pid is still its own), and the one
+        # `recover` may have started since if the pid file still names it (a pid file outlives its process:
+        # its pid may belong to a stranger by now, see controller.switchproc)
+        pids = {self.proc.pid} if self.proc is not None and self.proc.poll() is None else set()
+        record = read_pid_file(self.pid_file)
+        if record is not None and is_ours(record, self._cmd or self.command()):
+            pids.add(record[0])
+        for pid in pids:
             try:
                 os.killpg(pid, signal.SIGTERM)
             except ProcessLookupError:

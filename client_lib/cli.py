@@ -4,6 +4,9 @@ Every command needs the deployment's ``cluster.json`` (``--cluster`` or
 ``$DISTCACHE_CLUSTER``): it says which storage server owns each key.
 ``--server HOST[:PORT]`` sends every request to one address instead (a shim
 on loopback, outside Mininet).
+
+Keys and values are the user's data: messages print them as they are (rich
+``Text``), never as rich markup, and errors are one line on stderr.
 """
 
 from __future__ import annotations
@@ -20,16 +23,18 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from client_lib.client import Client, Resolver
+from client_lib.client import Client, Resolver, numeric_address
 from client_lib.workload import BenchConfig, Report, Second, run_bench
-from distcache.cluster import Cluster, Host
+from distcache.cluster import Cluster, ClusterError, Host, parse_address
+from distcache.cmdline import Typer
 from distcache.errors import DistCacheError, RequestTimeout
 from distcache.hashing import wire_key
 from distcache.wire import DC_PORT
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Get, put and delete keys of a DistCache deployment, and benchmark it.")
+app = Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+            help="Get, put and delete keys of a DistCache deployment, and benchmark it.")
 err = Console(stderr=True)
 
 
@@ -43,22 +48,29 @@ class Opts:
     def load(self) -> Cluster:
         if self.cluster is None:
             fail("no cluster description: pass --cluster PATH (a run's cluster.json) or set DISTCACHE_CLUSTER")
-        try:
-            return Cluster.load(self.cluster)
-        except FileNotFoundError:
+        if not self.cluster.exists():
             fail(f"cluster file {self.cluster} does not exist; pass the cluster.json of a running deployment "
                  f"(runs/<run>/cluster.json)")
-        except (ValueError, TypeError) as e:
-            fail(f"cluster file {self.cluster} is not a valid cluster description: {e}")
+        try:
+            return Cluster.load(self.cluster)
+        except ClusterError as e:
+            fail(f"cluster file {e}")
 
     def resolver(self) -> Resolver | None:
+        """--server as a resolver (every key to that address), checked now: a bad port or a name that
+        does not resolve is one line here rather than an error at the first request."""
         if not self.server:
             return None
-        host, _, port = self.server.partition(":")
+        host, sep, port = self.server.rpartition(":")
+        text = f"{host or '127.0.0.1'}:{port}" if sep else f"{self.server}:{DC_PORT}"
         try:
-            addr = (host or "127.0.0.1", int(port) if port else DC_PORT)
-        except ValueError:
-            fail(f"--server {self.server!r}: expected HOST or HOST:PORT")
+            addr = numeric_address(parse_address(text, "--server", names=True))
+        except ClusterError as e:
+            fail(str(e))
+        except ValueError as e:
+            fail(f"--server {self.server}: {e}")
+        except OSError as e:
+            fail(f"--server {self.server}: cannot resolve {text.rpartition(':')[0]} ({e.strerror or e})")
         return lambda _host: addr
 
     def client(self) -> tuple[Client, Cluster, Resolver]:
@@ -71,7 +83,8 @@ class Opts:
 
 
 def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
-    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+    """One line on stderr; ``msg`` is data (it may quote a key or a path), never markup."""
+    err.print(Text.assemble(("error:", "red"), " ", msg), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -133,7 +146,7 @@ def get(ctx: typer.Context, key: str,
         sys.stdout.flush()
     if r.value is None:
         if not as_json:
-            err.print(f"not found: {key}", highlight=False)
+            err.print(Text(f"not found: {key}"), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 

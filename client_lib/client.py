@@ -12,8 +12,11 @@ hashed).  Values are ``bytes`` or ``str``: up to ``MAX_CACHEABLE`` (128) bytes
 can be cached by switches, up to ``MAX_VALUE_LEN`` (1024) bytes can be stored;
 longer values raise :class:`ValueTooLarge` before anything is sent.
 
-Replies are matched by sequence number and key; strays and late duplicates of
-retried requests are ignored.  Every request is retried ``retries`` times
+A reply is taken only from the address and port its request went to (a cache
+hit comes from there too: the switch swaps the addresses), and only when its
+sequence number, key and op match the request; anything else (strays, late
+duplicates of retried requests, a reply forged by another host from another
+port or address) is ignored and counted in ``ignored``.  Every request is retried ``retries`` times
 after ``timeout`` seconds each, with the same sequence number from the same
 socket: the shim recognizes a retried write by (address, port, seq) and
 applies it once, answering copies with the first reply (shim/dedup.py), so a
@@ -58,6 +61,17 @@ def _cluster(c: Cluster | str | Path) -> Cluster:
     return c if isinstance(c, Cluster) else Cluster.load(c)
 
 
+def numeric_address(addr: tuple[str, int]) -> tuple[str, int]:
+    """``(host, port)`` as the kernel reports a datagram's source: an IPv4 address, so replies can be
+    held to the address their request went to.  Raises ValueError for a port outside 1..65535
+    (getaddrinfo would silently wrap it) and OSError (socket.gaierror) for a name that does not resolve."""
+    host, port = addr
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port {port!r} of {host}: expected 1..65535")
+    info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
+    return info[0][4][0], port
+
+
 def _value(value: bytes | str) -> bytes:
     if isinstance(value, str):
         value = value.encode("utf-8")
@@ -80,11 +94,18 @@ class _Base:
         self.timeout, self.retries = timeout, retries
         self.resolve = resolve or (lambda host: (host.ip, DC_PORT))
         self._seq = itertools.count(random.getrandbits(31))
+        self._numeric: dict[tuple[str, int], tuple[str, int]] = {}  # resolve()'s answers, as sources look
+        self.ignored = 0  # datagrams not taken as a reply: wrong source, seq, key or op, or malformed
 
     def _prepare(self, op: Op, key: str | bytes, value: bytes = b"") -> tuple[Message, tuple[str, int]]:
+        """The request and where it goes (numeric: a reply must come from exactly there)."""
         wkey = wire_key(key)
         msg = Message(op=op, key=wkey, seq=next(self._seq) & 0xFFFFFFFF, value=value)
-        return msg, self.resolve(self.cluster.server_for_key(wkey))
+        addr = self.resolve(self.cluster.server_for_key(wkey))
+        dest = self._numeric.get(addr)
+        if dest is None:
+            dest = self._numeric[addr] = numeric_address(addr)
+        return msg, dest
 
     @staticmethod
     def _matches(req: Message, data: bytes) -> Message | None:
@@ -136,12 +157,14 @@ class Client(_Base):
             while (left := deadline - time.perf_counter()) > 0:
                 self.sock.settimeout(left)
                 try:
-                    raw, _ = self.sock.recvfrom(65535)
+                    raw, src = self.sock.recvfrom(65535)
                 except TimeoutError:
                     break
-                m = self._matches(req, raw)
-                if m is not None:
-                    return self._reply(req, m, time.perf_counter() - sent, attempt)
+                m = self._matches(req, raw) if src == addr else None
+                if m is None:
+                    self.ignored += 1
+                    continue
+                return self._reply(req, m, time.perf_counter() - sent, attempt)
         raise self._timeout(req, addr)
 
     def get_reply(self, key: str | bytes) -> Reply:
@@ -166,20 +189,21 @@ class Client(_Base):
             while pending and (left := deadline - time.perf_counter()) > 0:
                 self.sock.settimeout(left)
                 try:
-                    raw, _ = self.sock.recvfrom(65535)
+                    raw, src = self.sock.recvfrom(65535)
                 except TimeoutError:
                     break
                 try:
                     seq = decode(raw).seq
                 except WireError:
+                    self.ignored += 1
                     continue
-                if seq not in pending:
+                entry = pending.get(seq)
+                m = self._matches(entry[1], raw) if entry is not None and src == entry[2] else None
+                if m is None:
+                    self.ignored += 1
                     continue
-                i, req, _ = pending[seq]
-                m = self._matches(req, raw)
-                if m is not None:
-                    out[i] = self._reply(req, m, time.perf_counter() - sent, attempt).value
-                    del pending[seq]
+                out[entry[0]] = self._reply(entry[1], m, time.perf_counter() - sent, attempt).value
+                del pending[seq]
             if not pending:
                 return out
         first = next(iter(pending.values()))
@@ -203,19 +227,21 @@ class Client(_Base):
 
 class _Protocol(asyncio.DatagramProtocol):
     def __init__(self) -> None:
-        self.waiters: dict[int, tuple[Message, asyncio.Future]] = {}
+        self.waiters: dict[int, tuple[Message, tuple[str, int], asyncio.Future]] = {}  # seq -> (req, dest, fut)
+        self.ignored = 0
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
             seq = decode(data).seq
         except WireError:
+            self.ignored += 1
             return
         entry = self.waiters.get(seq)
-        if entry is not None:
-            req, fut = entry
-            m = _Base._matches(req, data)
-            if m is not None and not fut.done():
-                fut.set_result(m)
+        m = _Base._matches(entry[0], data) if entry is not None and addr == entry[1] else None
+        if m is None or entry[2].done():
+            self.ignored += 1
+            return
+        entry[2].set_result(m)
 
 
 class AsyncClient(_Base):
@@ -224,10 +250,19 @@ class AsyncClient(_Base):
 
     def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
                  resolve: Resolver | None = None, bind: str = "0.0.0.0") -> None:
+        self._proto = _Protocol()  # before the base class sets ``ignored``, which lives here
         super().__init__(cluster, timeout, retries, resolve)
         self.bind = bind
         self._transport: asyncio.DatagramTransport | None = None
-        self._proto = _Protocol()
+
+    @property  # type: ignore[override]
+    def ignored(self) -> int:
+        """Datagrams not taken as a reply (wrong source, seq, key or op; malformed; late)."""
+        return self._proto.ignored
+
+    @ignored.setter
+    def ignored(self, value: int) -> None:
+        self._proto.ignored = value
 
     async def start(self) -> AsyncClient:
         loop = asyncio.get_running_loop()
@@ -254,7 +289,7 @@ class AsyncClient(_Base):
         try:
             for attempt in range(1, self.retries + 2):
                 fut = loop.create_future()
-                self._proto.waiters[req.seq] = (req, fut)
+                self._proto.waiters[req.seq] = (req, addr, fut)
                 sent = time.perf_counter()
                 self._transport.sendto(data, addr)
                 try:

@@ -83,9 +83,9 @@ class BenchConfig:
             raise ValueError(f"--value-size must be 1..{MAX_VALUE_LEN} bytes (≤128 can be cached by switches)")
         if self.concurrency < 1:
             raise ValueError("--concurrency must be >= 1")
-        if self.rate is not None and self.rate <= 0:
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
             raise ValueError("--rate must be > 0 ops/s (omit it for a closed loop)")
-        if self.ops is None and (self.duration is None or self.duration <= 0):
+        if self.ops is None and (self.duration is None or not (self.duration > 0 and math.isfinite(self.duration))):
             raise ValueError("give --duration SECONDS > 0 or --ops N")
         if self.ops is not None and self.ops < 0:
             raise ValueError("--ops must be >= 0")

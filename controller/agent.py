@@ -36,7 +36,6 @@ the reported keys:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -58,6 +57,7 @@ from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache import p4names as n
 from distcache.api import agent_grpc, agent_pb2
 from distcache.cluster import Cluster, Mechanism, Role, Switch
+from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import h0
 from distcache.ratelimit import TokenBucket
 
@@ -714,29 +714,31 @@ def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m controller.agent", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cluster", required=True, type=Path, help="cluster.json of the deployment")
+    ap = ArgumentParser(prog="python -m controller.agent", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cluster", required=True, type=input_file, help="cluster.json of the deployment")
     ap.add_argument("--switch", required=True, help="name of the cache switch (e.g. sp0, sl1)")
-    ap.add_argument("--p4info", required=True, type=Path, help="P4Info (text) of the pipeline")
-    ap.add_argument("--device-config", type=Path, help="device config file (BMv2 JSON); none for softswitch")
-    ap.add_argument("--shim-dir", required=True, type=Path, help="folder with the shims' control sockets")
-    ap.add_argument("--state-file", type=Path, help="where the agent keeps its per-slot version tags")
-    ap.add_argument("--listen", help="agent API address (default: the cluster's, on loopback)")
-    ap.add_argument("--log-file", type=Path)
+    ap.add_argument("--p4info", required=True, type=input_file, help="P4Info (text) of the pipeline")
+    ap.add_argument("--device-config", type=input_file, help="device config file (BMv2 JSON); none for softswitch")
+    ap.add_argument("--shim-dir", required=True, type=existing_dir, help="folder with the shims' control sockets")
+    ap.add_argument("--state-file", type=output_file, help="where the agent keeps its per-slot version tags")
+    ap.add_argument("--listen", type=listen_address, help="agent API address (default: the cluster's, on loopback)")
+    ap.add_argument("--log-file", type=output_file)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, filename=args.log_file,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cluster = Cluster.load(args.cluster)
+    cluster = load_cluster(ap, args.cluster)
     try:
         sw = cluster.switch(args.switch)
     except KeyError as e:
-        ap.error(str(e))
+        ap.error(e.args[0])
     device_config = args.device_config.read_bytes() if args.device_config else b""
     try:
         agent = SwitchAgent(cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir),
                             state_file=args.state_file)
     except StateFileError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
+    except (ValueError, OSError) as e:  # not a cache switch, a P4Info that is not one
+        ap.error(str(e))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     agent_grpc.add_AgentServicer_to_server(AgentService(agent), server)
     listen = args.listen or cluster.agent_address(sw)

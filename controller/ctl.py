@@ -5,6 +5,10 @@ Read commands (``status``, ``partitions``, ``hot``) print rich tables, or with
 ``fail``, ``recover`` and ``mechanism`` change the deployment.  The controller
 address comes from ``--controller``, ``$DISTCACHE_CONTROLLER``, or the
 ``controller_address`` of ``--cluster`` / ``$DISTCACHE_CLUSTER``.
+
+Everything shown comes from the deployment and much of it from its clients (keys above all: a
+client may write a key named ``[/]`` or ``[bold]x[/bold]``), so every string is printed as data
+(rich ``Text``), never parsed as rich markup: a key is shown exactly as written, whatever it is.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ import typer
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachable
 from distcache.api import message_dict
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, ClusterError, parse_address
+from distcache.cmdline import Typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Operate a DistCache deployment through its controller.")
+app = Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+            help="Operate a DistCache deployment through its controller.")
 out = Console()
 err = Console(stderr=True)
 
@@ -31,8 +37,18 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object ins
 
 
 def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
-    err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+    """One line on stderr; ``msg`` is data (it may quote a key or a switch name), never markup."""
+    err.print(Text.assemble(("error:", "red"), " ", msg), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def say(*parts: str | Text) -> None:
+    """Print one line of data to stdout: strings are shown as they are, never parsed as markup."""
+    out.print(Text.assemble(*parts), highlight=False, soft_wrap=True)
+
+
+def red(text: str) -> Text:
+    return Text(text, style="red")
 
 
 def _print_json(msg: Message) -> None:
@@ -51,11 +67,16 @@ def main(
 ) -> None:
     """Operate a DistCache deployment through its controller."""
     address = controller
+    if address is not None:
+        try:
+            parse_address(address, "--controller", names=True)
+        except ClusterError as e:
+            fail(str(e))
     if address is None and cluster is not None:
         try:
             address = Cluster.load(cluster).controller_address
-        except (OSError, ValueError) as e:
-            fail(f"cannot read {cluster}: {e}")
+        except ClusterError as e:
+            fail(f"cluster file {e}")
     ctx.obj = ControllerClient(address or Cluster().controller_address, timeout=timeout)
 
 
@@ -76,30 +97,29 @@ def status(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json(st)
         return
-    t = Table(title=f"mechanism {st.mechanism} · epoch {st.epoch} · failovers {st.failovers} · "
-                    f"recoveries {st.recoveries}", title_justify="left")
+    t = Table(title=Text(f"mechanism {st.mechanism} · epoch {st.epoch} · failovers {st.failovers} · "
+                         f"recoveries {st.recoveries}"), title_justify="left")
     for col in ("switch", "role", "state", "agent", "load/s", "cached", "hits", "misses", "hit ratio", "digests",
                 "buckets", "drops"):
         t.add_column(col, justify="left" if col in ("switch", "role", "state", "agent", "drops") else "right")
     for s in st.switches:
-        state = ("[red]failed[/]" + (" (operator)" if s.admin_failed else " (detected)") if s.failed
-                 else "[green]up[/]" if s.alive else "[red]not answering[/]")
+        state = (red("failed" + (" (operator)" if s.admin_failed else " (detected)")) if s.failed
+                 else Text("up", style="green") if s.alive else red("not answering"))
         cache = s.role != "client_leaf"
-        t.add_row(s.name, s.role, state, ("up" if s.agent_alive else "[red]down[/]") if cache else "-",
-                  f"{s.load:,.0f}", f"{s.occupied}/{s.slots}" if cache else "-", f"{s.hits}" if cache else "-",
-                  f"{s.misses}" if cache else "-", f"{s.hit_ratio:.2f}" if cache else "-",
-                  f"{s.digests}" if cache else "-", f"{s.buckets}" if s.role == "spine" else "-",
-                  ", ".join(f"{k}={v}" for k, v in sorted(s.drops.items())) or "none")
+        cells = (s.name, s.role, state, (Text("up") if s.agent_alive else red("down")) if cache else "-",
+                 f"{s.load:,.0f}", f"{s.occupied}/{s.slots}" if cache else "-", f"{s.hits}" if cache else "-",
+                 f"{s.misses}" if cache else "-", f"{s.hit_ratio:.2f}" if cache else "-",
+                 f"{s.digests}" if cache else "-", f"{s.buckets}" if s.role == "spine" else "-",
+                 ", ".join(f"{k}={v}" for k, v in sorted(s.drops.items())) or "none")
+        t.add_row(*(c if isinstance(c, Text) else Text(c) for c in cells))
     out.print(t)
     if st.mechanism == "hybrid":
-        out.print(f"replicated in every spine ({len(st.replicated)}): {', '.join(st.replicated) or 'none yet'}",
-                  highlight=False)
+        say(f"replicated in every spine ({len(st.replicated)}): ", ", ".join(st.replicated) or "none yet")
     if st.failovers:
-        out.print(f"last failure: detected in {st.last_detection_s:.2f} s, partition moved in "
-                  f"{st.last_failover_s:.2f} s")
+        say(f"last failure: detected in {st.last_detection_s:.2f} s, partition moved in {st.last_failover_s:.2f} s")
     for s in st.switches:
         if s.detail:
-            out.print(f"{s.name}: {s.detail}")
+            say(s.name, ": ", s.detail)
 
 
 @app.command()
@@ -109,20 +129,21 @@ def partitions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json(p)
         return
-    t = Table(title=f"spine partition · epoch {p.epoch} · {len(p.owner)} buckets", title_justify="left")
+    t = Table(title=Text(f"spine partition · epoch {p.epoch} · {len(p.owner)} buckets"), title_justify="left")
     for col in ("spine", "id", "buckets now", "originally", "state"):
         t.add_column(col)
     for s in p.spines:
-        t.add_row(s.spine, str(s.switch_id), str(s.buckets), str(s.original), "[red]failed[/]" if s.failed else "up")
+        t.add_row(Text(s.spine), Text(str(s.switch_id)), Text(str(s.buckets)), Text(str(s.original)),
+                  red("failed") if s.failed else Text("up"))
     out.print(t)
     if not p.moved:
-        out.print("no bucket moved: every spine owns its original buckets")
+        say("no bucket moved: every spine owns its original buckets")
         return
     flows: dict[tuple[str, str], int] = {}
     for m in p.moved:
         flows[(m.from_spine, m.to_spine)] = flows.get((m.from_spine, m.to_spine), 0) + 1
-    out.print(f"{len(p.moved)} buckets moved: " + ", ".join(f"{a} -> {b or 'nowhere'}: {k}"
-                                                            for (a, b), k in sorted(flows.items())))
+    say(f"{len(p.moved)} buckets moved: ", ", ".join(f"{a} -> {b or 'nowhere'}: {k}"
+                                                    for (a, b), k in sorted(flows.items())))
 
 
 @app.command()
@@ -136,12 +157,15 @@ def hot(ctx: typer.Context,
         _print_json(h)
         return
     for s in h.switches:
-        t = Table(title=s.switch, title_justify="left")
+        if not s.keys:
+            say(s.switch, ": nothing cached")
+            continue
+        t = Table(title=Text(s.switch), title_justify="left")
         for col in ("key", "recent hits", "hits since cached", "state", "slot"):
-            t.add_column(col, justify="left" if col in ("key", "state") else "right")
+            t.add_column(col, justify="left" if col in ("key", "state") else "right", overflow="fold")
         for k in s.keys:
-            t.add_row(k.text, str(k.hits), str(k.total_hits), k.state, str(k.slot))
-        out.print(t if s.keys else f"{s.switch}: nothing cached")
+            t.add_row(Text(k.text), Text(str(k.hits)), Text(str(k.total_hits)), Text(k.state), Text(str(k.slot)))
+        out.print(t)
 
 
 @app.command(name="fail")
@@ -151,14 +175,14 @@ def fail_switch(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="
                 ) -> None:
     """Take a switch out of service: stop its process (in an emulation) and move a spine's buckets."""
     r = _call(ctx, "fail", switch, keep_running)
-    out.print(f"{r.message} ({r.seconds:.2f} s, epoch {r.epoch})", highlight=False)
+    say(r.message, f" ({r.seconds:.2f} s, epoch {r.epoch})")
 
 
 @app.command()
 def recover(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")]) -> None:
     """Put a failed switch back: start it again, flush its cache, give a spine its buckets back."""
     r = _call(ctx, "recover", switch)
-    out.print(f"{r.message} ({r.seconds:.2f} s, epoch {r.epoch})", highlight=False)
+    say(r.message, f" ({r.seconds:.2f} s, epoch {r.epoch})")
 
 
 @app.command()
@@ -171,7 +195,7 @@ def mechanism(ctx: typer.Context,
     longer own and cache what they now should; writes invalidate every copy throughout.
     """
     r = _call(ctx, "set_mechanism", name)
-    out.print(r.message, highlight=False)
+    say(r.message)
 
 
 if __name__ == "__main__":

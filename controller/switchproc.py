@@ -7,6 +7,13 @@ live in the root namespace and survive the process) and the file holding its
 pid.  Stopping kills the process group at once (a crash, not a shutdown);
 starting runs the same command again, with the same ports, and records the
 new pid, so the deployment's teardown stops whichever process runs last.
+
+A pid file outlives its process: once the switch has exited, the kernel may
+give its pid to anything else, and killing that pid's process group would kill
+a stranger.  So a pid file records the process's start time too (``PID
+START``, start in clock ticks since boot, from ``/proc/PID/stat``), and a
+process is signalled only when it is still the one that was started: same
+start time, same command line, and the leader of its own process group.
 """
 
 from __future__ import annotations
@@ -36,6 +43,43 @@ def stop_group(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
             continue
 
 
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot: /proc/PID/stat field 22), None if it is gone.
+    With the pid it names one process: a pid handed out again comes with a later start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)" start at field 3
+
+
+def write_pid_file(path: str | Path, pid: int) -> None:
+    """Record the process ``pid`` (just started) in ``path`` as ``PID START``."""
+    Path(path).write_text(f"{pid} {start_time(pid)}\n")
+
+
+def read_pid_file(path: str | Path) -> tuple[int, int | None] | None:
+    """(pid, start time or None for a file written before start times were recorded), None if unreadable."""
+    try:
+        fields = Path(path).read_text().split()
+        return int(fields[0]), (int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_ours(record: tuple[int, int | None], cmd: list[str]) -> bool:
+    """Whether the process a pid file records is still the one started with ``cmd``: it is alive, started
+    when recorded, runs ``cmd`` and leads its own process group (what stopping it signals)."""
+    pid, started = record
+    if not pid_alive(pid) or (started is not None and start_time(pid) != started):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+        return [a.decode(errors="surrogateescape") for a in argv] == list(cmd) and os.getpgid(pid) == pid
+    except (OSError, ProcessLookupError):
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and has not exited (a zombie, not yet reaped, has)."""
     try:
@@ -59,31 +103,39 @@ class SwitchProcesses:
             self.specs: dict[str, dict] = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise SwitchProcessError(f"cannot read switch process list {path}: {e}") from None
+        shape = {"cmd": list, "pid_file": str, "log": str, "grpc": str}
+        if not isinstance(self.specs, dict) or not all(
+                isinstance(spec, dict) and all(isinstance(spec.get(k), t) for k, t in shape.items())
+                and all(isinstance(a, str) for a in spec["cmd"]) for spec in self.specs.values()):
+            raise SwitchProcessError(f"switch process list {path}: expected an object of switch name -> "
+                                     "{cmd: [args], pid_file, log, grpc} (the deployment's switches.json)")
         self._children: dict[str, subprocess.Popen] = {}  # processes started here, reaped when stopped
 
     def __contains__(self, name: str) -> bool:
         return name in self.specs
 
     def pid(self, name: str) -> int | None:
-        try:
-            return int(Path(self.specs[name]["pid_file"]).read_text())
-        except (OSError, ValueError, KeyError):
-            return None
+        """The pid of switch ``name``'s process if it is still the process its pid file records."""
+        record = read_pid_file(self.specs[name]["pid_file"]) if name in self.specs else None
+        return record[0] if record is not None and is_ours(record, self.specs[name]["cmd"]) else None
 
     def running(self, name: str) -> bool:
-        pid = self.pid(name)
-        return pid is not None and pid_alive(pid)
+        return self.pid(name) is not None
 
     def stop(self, name: str) -> None:
-        """Kill switch ``name``'s process group with SIGKILL and wait until it is gone."""
-        pid = self.pid(name)
-        if pid is None:
+        """Kill switch ``name``'s process group with SIGKILL and wait until it is gone.
+
+        Only a process that is still the recorded one is signalled (``is_ours``): when the
+        switch has exited already, its pid may belong to another process by now."""
+        if name not in self.specs or read_pid_file(self.specs[name]["pid_file"]) is None:
             raise SwitchProcessError(f"no pid recorded for {name} in {self.path}")
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+        pid = self.pid(name)
         child = self._children.pop(name, None)
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if child is not None:
             child.wait(5)
         deadline = time.monotonic() + 5
@@ -98,7 +150,7 @@ class SwitchProcesses:
         with open(spec["log"], "ab") as out:
             proc = subprocess.Popen(spec["cmd"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        Path(spec["pid_file"]).write_text(str(proc.pid))
+        write_pid_file(spec["pid_file"], proc.pid)
         self._children[name] = proc
         host, _, port = spec["grpc"].rpartition(":")
         deadline = time.monotonic() + timeout

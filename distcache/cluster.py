@@ -20,11 +20,14 @@ Numbering and addressing plan (all derived, never configured twice):
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 from enum import IntEnum
 from pathlib import Path
 
+from distcache import p4names
 from distcache.hashing import h1
 
 
@@ -57,6 +60,100 @@ class Mechanism(IntEnum):
 
 SPINE_BASE, STORAGE_LEAF_BASE, CLIENT_LEAF_BASE = 0, 64, 128
 MAX_SPINES = 63
+MAX_STORAGE_RACKS = CLIENT_LEAF_BASE - STORAGE_LEAF_BASE  # storage leaves are ids 64..127
+MAX_CLIENT_RACKS = p4names.MAX_SWITCHES - 1 - CLIENT_LEAF_BASE  # client leaves are ids 128..254
+MAX_HOSTS_PER_RACK = 250  # hosts are .1 .. .250 of their rack's /24 (.254 is the gateway)
+MAX_PORT = 65535  # TCP/UDP ports
+# the data network of the addressing plan above (storage racks, client racks, spines' coherence
+# addresses): hosts in the emulation reach these, so no operator API may listen on them
+DATA_NETS = tuple(ipaddress.ip_network(net) for net in ("10.1.0.0/16", "10.2.0.0/16", "10.255.0.0/16"))
+REDIS_APPENDFSYNC = ("always", "everysec", "no")
+
+
+class ClusterError(ValueError):
+    """A cluster description (or an address in one) that cannot be used; the message is one line that
+    names the field and what it must be."""
+
+
+def _show(value: object) -> str:
+    """A value as the user wrote it in JSON (``true``, not ``True``)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def parse_address(text: object, what: str, *, port_zero: bool = False, names: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port), or ClusterError naming ``what``.
+
+    HOST is an IP address or ``localhost`` (``names``: any host name, resolved later by whoever
+    connects); PORT is 1..65535 (``port_zero``: 0 too, "pick a free one").
+    """
+    if not isinstance(text, str):
+        raise ClusterError(f"{what}: expected \"HOST:PORT\", got {_show(text)}")
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise ClusterError(f"{what}: expected HOST:PORT (e.g. 127.0.0.1:50050), got {text!r}")
+    lo = 0 if port_zero else 1
+    if not lo <= int(port) <= MAX_PORT:
+        raise ClusterError(f"{what}: port {int(port)} is not in {lo}..{MAX_PORT}")
+    if host != "localhost" and not names:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ClusterError(f"{what}: {host!r} is not an IP address (give the address itself, e.g. "
+                               f"127.0.0.1:{port})") from None
+    return host, int(port)
+
+
+def service_address(text: object, what: str) -> tuple[str, int]:
+    """An operator API address (the controller's, an agent's): loopback or a management address.
+
+    Never a wildcard (it would listen on every interface, the data network's included), a
+    multicast or broadcast address, or an address of the data network (``DATA_NETS``), where
+    the emulated hosts, clients included, could reach it.
+    """
+    host, port = parse_address(text, what)
+    if host == "localhost":
+        return host, port
+    ip = ipaddress.ip_address(host)
+    if ip.is_unspecified:
+        raise ClusterError(f"{what}: {host} listens on every interface; use loopback (127.0.0.1:{port}) or a "
+                           "management address")
+    if ip.is_multicast or ip == ipaddress.ip_address("255.255.255.255"):
+        raise ClusterError(f"{what}: {host} is not a unicast address; use loopback or a management address")
+    for net in DATA_NETS:
+        if ip in net:
+            raise ClusterError(f"{what}: {host} is in the data network {net}, which the emulated hosts reach; "
+                               "use loopback or a management address")
+    return host, port
+
+
+def _check_int(name: str, value: object, lo: int, hi: int | None, why: str) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ClusterError(f"{name}: expected an integer {bound}{why}, got {_show(value)}")
+
+
+def _check_number(name: str, value: object, lo: float, hi: float | None, why: str) -> None:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and value >= lo and (hi is None or value <= hi))
+    if not ok:
+        bound = f"{lo:g}..{hi:g}" if hi is not None else f">= {lo:g}"
+        raise ClusterError(f"{name}: expected a number {bound}{why}, got {_show(value)}")
+
+
+def _mininet_max_mbps() -> float | None:
+    """The largest bandwidth Mininet's TCLink sets (it ignores larger ones with a message), where Mininet
+    is installed; the emulation is the only user of ``link_mbps``."""
+    try:
+        from mininet.link import TCIntf
+    except ImportError:
+        return None
+    return float(TCIntf.bwParamMax)
 
 
 def _mac(*octets: int) -> str:
@@ -120,23 +217,99 @@ class Cluster:
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
 
+    # integer fields: (low, high, why); the limits come from where they are defined (switch id plan
+    # above, p4src/include/size.p4 and the P4 field widths as mirrored in distcache/p4names.py)
+    _INTS = {
+        "spines": (1, MAX_SPINES, " (spines are switch ids 1..63)"),
+        "storage_racks": (1, MAX_STORAGE_RACKS, " (storage leaves are switch ids 64..127)"),
+        "servers_per_rack": (1, MAX_HOSTS_PER_RACK, " (hosts .1-.250 of the rack's /24)"),
+        "client_racks": (1, MAX_CLIENT_RACKS, " (client leaves are switch ids 128..254)"),
+        "clients_per_rack": (1, MAX_HOSTS_PER_RACK, " (hosts .1-.250 of the rack's /24)"),
+        "cache_slots": (1, p4names.CACHE_SLOTS, " (the cache table holds CACHE_SLOTS entries, p4src size.p4)"),
+        "hh_threshold": (1, (1 << p4names.HH_THRESHOLD_BITS) - 1,
+                         f" (the detector's threshold is a {p4names.HH_THRESHOLD_BITS}-bit field)"),
+        "hh_window_shift": (0, min(p4names.TIMESTAMP_BITS, 1 << p4names.HH_WINDOW_SHIFT_BITS) - 1,
+                            f" (windows of 2^shift us cut from the {p4names.TIMESTAMP_BITS}-bit timestamp)"),
+        "grpc_base_port": (0, MAX_PORT, " (switch P4Runtime ports are grpc_base_port + switch id)"),
+        "agent_base_port": (0, MAX_PORT, " (agent ports are agent_base_port + switch id)"),
+        "insert_burst": (1, None, ""),
+        "server_burst": (1, None, ""),
+        "switch_burst": (1, None, ""),
+    }
+    # number fields: (low, high, why)
+    _NUMBERS = {
+        "server_rate": (0, None, " (requests/s; 0: no limit)"),
+        "server_queue": (0, 10, " (seconds)"),
+        "switch_rate": (0, None, " (reads/s; 0: no limit)"),
+        "hybrid_rate": (0, None, " (reads/s; 0: half of switch_rate)"),
+        "link_mbps": (0, None, " (Mbit/s; 0: no limit)"),
+    }
+
     def __post_init__(self) -> None:
-        self.mechanism = Mechanism(self.mechanism)
-        for name in ("spines", "storage_racks", "servers_per_rack", "client_racks", "clients_per_rack"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"cluster needs at least one of {name}")
-        if self.spines > MAX_SPINES or self.storage_racks > 64 or self.client_racks > 127:
-            raise ValueError("cluster too large for 8-bit switch ids (≤63 spines, ≤64 storage racks)")
-        if self.servers_per_rack > 250 or self.clients_per_rack > 250:
-            raise ValueError("at most 250 hosts per rack (one /24 each)")
-        if self.redis_appendfsync not in ("always", "everysec", "no"):
-            raise ValueError(f"redis_appendfsync must be always, everysec or no, not {self.redis_appendfsync!r}")
-        if self.server_rate < 0 or self.link_mbps < 0 or self.server_burst < 1:
-            raise ValueError("server_rate and link_mbps must be >= 0 (0: no limit) and server_burst >= 1")
-        if not 0 <= self.server_queue <= 10:
-            raise ValueError("server_queue must be 0..10 seconds")
-        if self.switch_rate < 0 or self.hybrid_rate < 0 or self.switch_burst < 1:
-            raise ValueError("switch_rate and hybrid_rate must be >= 0 (0: no limit / derived) and switch_burst >= 1")
+        """Refuse what no part could run with, naming the field and what it must be (ClusterError).
+
+        Types are checked too (JSON ``true`` is not a number here, ``2.5`` not a count), so a
+        description that loads is one every part can use as it is.
+        """
+        for name, (lo, hi, why) in self._INTS.items():
+            _check_int(name, getattr(self, name), lo, hi, why)
+        for name, (lo, hi, why) in self._NUMBERS.items():
+            _check_number(name, getattr(self, name), lo, hi, why)
+        ok_rate = (isinstance(self.insert_rate, (int, float)) and not isinstance(self.insert_rate, bool)
+                   and math.isfinite(self.insert_rate) and self.insert_rate > 0)
+        if not ok_rate:
+            raise ClusterError(f"insert_rate: expected a number > 0 (insertions/s an agent may make), "
+                               f"got {_show(self.insert_rate)}")
+        if float(self.switch_rate) != int(self.switch_rate):
+            raise ClusterError(f"switch_rate: expected a whole number of reads/s (the P4 meter's rate is an "
+                               f"integer), got {_show(self.switch_rate)}")
+        mbps = _mininet_max_mbps() if self.link_mbps else None
+        if mbps is not None and self.link_mbps > mbps:
+            raise ClusterError(f"link_mbps: expected at most {mbps:g} (Mininet's TCLink ignores larger limits), "
+                               f"got {_show(self.link_mbps)}")
+        if isinstance(self.mechanism, bool) or not isinstance(self.mechanism, int):
+            raise ClusterError(f"mechanism: expected one of {[m.name.lower() for m in Mechanism]}, "
+                               f"got {_show(self.mechanism)}")
+        try:
+            self.mechanism = Mechanism(self.mechanism)
+        except ValueError:
+            raise ClusterError(f"mechanism: unknown mechanism {_show(self.mechanism)}; expected one of "
+                               f"{[m.name.lower() for m in Mechanism]}") from None
+        if self.redis_appendfsync not in REDIS_APPENDFSYNC:
+            raise ClusterError(f"redis_appendfsync: expected one of {list(REDIS_APPENDFSYNC)}, "
+                               f"got {_show(self.redis_appendfsync)}")
+        if not isinstance(self.description, str):
+            raise ClusterError(f"description: expected a string, got {_show(self.description)}")
+        _, controller_port = service_address(self.controller_address, "controller_address")
+        self._check_ports(controller_port)
+
+    def _check_ports(self, controller_port: int) -> None:
+        """Every listener on loopback gets its own port in 1..65535: switches' P4Runtime servers,
+        cache switches' agents and the controller."""
+        used: dict[int, str] = {controller_port: "the controller (controller_address)"}
+        for sw in self.switches():
+            listeners = [("grpc_base_port", self.grpc_base_port, "P4Runtime server")]
+            if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
+                listeners.append(("agent_base_port", self.agent_base_port, "agent"))
+            for field_name, base, what in listeners:
+                port = base + sw.switch_id
+                if port > MAX_PORT:
+                    raise ClusterError(f"{field_name}: {base} + switch id {sw.switch_id} ({sw.name}) is port {port}, "
+                                       f"over {MAX_PORT}; use a smaller {field_name}")
+                if port in used:
+                    raise ClusterError(f"{field_name}: port {port} of {sw.name}'s {what} is also used by {used[port]}; "
+                                       "move grpc_base_port, agent_base_port or controller_address apart")
+                used[port] = f"{sw.name}'s {what}"
+
+    def check_deployable(self) -> None:
+        """What a running deployment needs beyond a valid description: every switch's ports fit its
+        ``port_kind`` table (MAX_PORTS entries, p4src size.p4).  The simulator's paper-scale clusters
+        need not fit, so this is checked where switches are programmed, not in every Cluster."""
+        for sw in self.switches():
+            ports = self.ports(sw.name)
+            if len(ports) > p4names.MAX_PORTS:
+                raise ClusterError(f"{sw.name} would have {len(ports)} ports, over the {p4names.MAX_PORTS} its "
+                                   "port_kind table holds (leaf: hosts per rack + spines; spine: racks)")
 
     # -- switches -----------------------------------------------------------------
     def spine(self, i: int) -> Switch:
@@ -235,26 +408,42 @@ class Cluster:
 
     @classmethod
     def from_json(cls, text: str) -> Cluster:
-        d = json.loads(text)
+        """Parse and validate a description; ClusterError (one line) says what is wrong."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ClusterError(f"not JSON: {e}") from None
         if not isinstance(d, dict):
-            raise ValueError("a cluster description is a JSON object")
+            raise ClusterError(f"a cluster description is a JSON object of fields, not {type(d).__name__}")
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"unknown cluster field(s) {unknown}; known: {sorted(f.name for f in fields(cls))}")
+            raise ClusterError(f"unknown cluster field(s) {unknown}; known: {sorted(f.name for f in fields(cls))}")
         if isinstance(d.get("mechanism"), str):
             try:
                 d["mechanism"] = Mechanism[d["mechanism"].upper()]
             except KeyError:
-                raise ValueError(f"unknown mechanism {d['mechanism']!r}; "
-                                 f"use one of {[m.name.lower() for m in Mechanism]}") from None
+                raise ClusterError(f"mechanism: unknown mechanism {_show(d['mechanism'])}; expected one of "
+                                   f"{[m.name.lower() for m in Mechanism]}") from None
         return cls(**d)
 
     @classmethod
     def load(cls, path: str | Path) -> Cluster:
+        """Read a cluster file; ClusterError (one line, naming the file) if it cannot be read or used."""
         try:
-            return cls.from_json(Path(path).read_text())
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{path}: {e}") from None
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ClusterError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise ClusterError(f"{path}: is a directory, not a cluster file (e.g. runs/<run>/cluster.json or "
+                               "topologies/<name>.json)") from None
+        except OSError as e:
+            raise ClusterError(f"{path}: cannot read it ({e.strerror or e})") from None
+        except UnicodeDecodeError:
+            raise ClusterError(f"{path}: not a text (UTF-8) file") from None
+        try:
+            return cls.from_json(text)
+        except ClusterError as e:
+            raise ClusterError(f"{path}: {e}") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")

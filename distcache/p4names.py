@@ -101,6 +101,12 @@ HH_CM_WIDTH = 16384
 HH_BLOOM_WIDTH = 65536
 HH_THRESHOLD = 16
 HH_WINDOW_SHIFT = 20
+# widths of what the control plane writes into the detector (set_detector's parameters in
+# p4src/include/control/detector.p4; the P4Info parity test holds them) and of the clock the
+# windows are cut from (v1model's standard_metadata.ingress_global_timestamp)
+HH_THRESHOLD_BITS = 16
+HH_WINDOW_SHIFT_BITS = 8
+TIMESTAMP_BITS = 48
 
 
 class DropReason(IntEnum):

@@ -16,10 +16,12 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
+from distcache.cmdline import ArgumentParser, bind_address, output_dir, output_file
 from softswitch.server import DEFAULT_GRPC_ADDR
 from softswitch.switch import PIPELINES, SoftSwitch, load_pipeline
 
 DROP_PORT = 511  # BMv2's drop port: never a real port
+MAX_DEVICE_ID = (1 << 64) - 1  # P4Runtime's device_id is a uint64
 
 
 def parse_port(text: str) -> tuple[int, str]:
@@ -34,19 +36,19 @@ def parse_port(text: str) -> tuple[int, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="softswitch", description="Software P4 switch with a P4Runtime server.")
+    p = ArgumentParser(prog="softswitch", description="Software P4 switch with a P4Runtime server.")
     p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (> 0; default 1)")
-    p.add_argument("--grpc-addr", default=DEFAULT_GRPC_ADDR,
+    p.add_argument("--grpc-addr", default=DEFAULT_GRPC_ADDR, type=bind_address,
                    help=f"P4Runtime server address host:port (default {DEFAULT_GRPC_ADDR}; port 0 picks one)")
     p.add_argument("-i", "--interface", dest="interfaces", action="append", type=parse_port, default=[],
                    metavar="PORT@IFACE", help="attach switch port PORT to interface IFACE (repeatable)")
     p.add_argument("--pipeline", default="distcache",
                    help=f"pipeline: {', '.join(sorted(PIPELINES))} or module:Class (default distcache)")
-    p.add_argument("--pcap-dir", help="write <iface>_in.pcap / <iface>_out.pcap captures here")
+    p.add_argument("--pcap-dir", type=output_dir, help="write <iface>_in.pcap / <iface>_out.pcap captures here")
     p.add_argument("--egress-loss", type=float, default=0.0, metavar="PERCENT",
                    help="lose this percentage of transmitted frames, like `tc netem loss` on every link (fault "
                         "injection for tests, where the kernel has no netem; default 0)")
-    p.add_argument("--log-file", help="log to this file instead of stderr")
+    p.add_argument("--log-file", type=output_file, help="log to this file instead of stderr")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -61,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if iface in ports.values():
             parser.error(f"interface {iface} given twice")
         ports[port] = iface
-    if args.device_id <= 0:
-        parser.error("--device-id must be > 0")
+    if not 0 < args.device_id <= MAX_DEVICE_ID:
+        parser.error(f"--device-id must be 1..{MAX_DEVICE_ID} (P4Runtime's device_id is a uint64)")
     if not 0 <= args.egress_loss < 100:
         parser.error("--egress-loss must be a percentage in [0, 100)")
     logging.basicConfig(
@@ -77,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             pcap_dir=args.pcap_dir, egress_loss=args.egress_loss / 100)
         switch.start()
     except Exception as e:
-        log.error("cannot start: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+        if args.log_file or log.isEnabledFor(logging.DEBUG):  # on stderr, the line below says it once
+            log.error("cannot start: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
         print(f"softswitch: cannot start: {e}", file=sys.stderr)
         return 1
 

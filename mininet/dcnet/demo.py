@@ -31,16 +31,19 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from client_lib.workload import BenchConfig
 from controller.switchproc import SwitchProcesses
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.p4switch import TargetMissing
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, ClusterError
+from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
 console = Console(stderr=True)
 
@@ -48,14 +51,24 @@ console = Console(stderr=True)
 DEFAULT_TOPO = Path(__file__).resolve().parents[2] / "topologies" / "demo-2spine-2rack.json"
 
 
-def demo_cluster(topo: Path, slots: int | None, threshold: int | None) -> Cluster:
-    """The topology file's cluster, with --slots / --threshold overriding it when given."""
-    cluster = Cluster.load(topo)
-    if slots is not None:
-        cluster.cache_slots = slots
-    if threshold is not None:
-        cluster.hh_threshold = threshold
+def demo_cluster(cluster: Cluster, slots: int | None, threshold: int | None) -> Cluster:
+    """The topology's cluster with --slots / --threshold overriding it when given (validated like the
+    file's own fields: ClusterError names the field and its range)."""
+    for option, name, value in (("--slots", "cache_slots", slots), ("--threshold", "hh_threshold", threshold)):
+        if value is not None:
+            try:
+                cluster = replace(cluster, **{name: value})
+            except ClusterError as e:
+                raise ClusterError(f"{option}: {e}") from None
     return cluster
+
+
+def workload(args: argparse.Namespace) -> dict:
+    """The workload the client host runs (BenchConfig fields), checked: ValueError names the option."""
+    cfg = {"keys": args.keys, "zipf": args.zipf, "read_ratio": args.read_ratio, "value_size": 32,
+           "concurrency": args.concurrency, "duration": args.duration, "load_keys": args.keys, "seed": args.seed}
+    BenchConfig(**cfg).validate()
+    return cfg
 
 
 def cached_counts(dep: Deployment) -> tuple[dict[str, int], int]:
@@ -116,11 +129,7 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
                      Event(int(d * 0.85), f"restart {last}", restart)])
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        cluster = demo_cluster(args.topo, args.slots, args.threshold)
-    except (OSError, ValueError) as e:
-        raise DeploymentError(f"topology {args.topo}: {e}") from None
+def run(args: argparse.Namespace, cluster: Cluster) -> int:
     shape = (f"{cluster.spines} spines, {cluster.storage_racks} storage racks x {cluster.servers_per_rack} servers, "
              f"{cluster.client_racks} client racks, {cluster.mechanism.name.lower()}")
     with console.status(f"starting {args.target} topology {args.topo.name} ({shape})..."):
@@ -139,10 +148,7 @@ def run(args: argparse.Namespace) -> int:
         report = None
         timeline = Timeline() if args.no_failures or cluster.spines < 2 else \
             failure_timeline(dep, cluster, args.duration)
-        for msg in dep.bench(cluster.client(0, 0), {
-                "keys": args.keys, "zipf": args.zipf, "read_ratio": args.read_ratio, "value_size": 32,
-                "concurrency": args.concurrency, "duration": args.duration, "load_keys": args.keys,
-                "seed": args.seed}):
+        for msg in dep.bench(cluster.client(0, 0), workload(args)):
             if msg["type"] == "load" and msg["done"] == msg["total"]:
                 console.print(f"loaded {msg['total']} keys")
             elif msg["type"] == "second":
@@ -194,9 +200,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
-    ap.add_argument("--topo", type=Path, default=DEFAULT_TOPO,
+    ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO,
                     help=f"cluster description (JSON; default {DEFAULT_TOPO.relative_to(DEFAULT_TOPO.parents[1])})")
     ap.add_argument("--keys", type=int, default=10_000, help="keys in the workload (all loaded first)")
     ap.add_argument("--zipf", type=float, default=0.99, help="skew of the reads (0 = uniform)")
@@ -207,18 +213,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=int, help="reads per detector window that make a key hot (default: the "
                                                   "topology's)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--run-dir", type=Path, help="where logs go (default runs/<timestamp>)")
+    ap.add_argument("--run-dir", type=output_dir, help="where logs go (default runs/<timestamp>)")
     ap.add_argument("--pcap", action="store_true", help="capture every switch port")
     ap.add_argument("--no-failures", action="store_true", help="run the workload without failing any spine")
     args = ap.parse_args(argv)
+    try:  # every bad argument is one line here, before Mininet starts anything
+        cluster = demo_cluster(load_cluster(ap, args.topo), args.slots, args.threshold)
+        cluster.check_deployable()
+        workload(args)
+    except ValueError as e:
+        ap.error(str(e))
     if os.geteuid() != 0:
         console.print("[red]the demo needs root[/] (Mininet creates network namespaces): run it with sudo, "
                       "or as root: make run")
         return 2
     try:
-        return run(args)
+        return run(args, cluster)
     except (TargetMissing, DeploymentError) as e:
-        console.print(f"[red]error:[/] {e}")
+        console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)  # data, not markup
         return 2
 
 

@@ -44,7 +44,6 @@ The last stdout line is ``emulated_vs_simulated_max_error=<percent> points=<n>``
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -67,6 +66,7 @@ from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new
 from dcnet.p4switch import TargetMissing  # noqa: E402
 from distcache import p4names as n  # noqa: E402
 from distcache.cluster import Cluster, Role  # noqa: E402
+from distcache.cmdline import ArgumentParser, input_file, load_cluster
 from simulator.figures import LABELS, LINE, STYLE  # noqa: E402
 from simulator.model import MECHANISMS, Model, SimConfig  # noqa: E402
 from simulator.workload import DEFAULT_HEAD  # noqa: E402
@@ -366,9 +366,9 @@ def render(points: list[Point]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dcnet.emulate", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m dcnet.emulate", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="softswitch", choices=["softswitch", "bmv2"])
-    ap.add_argument("--topo", type=Path, default=TOPOLOGY, help="cluster file (default %(default)s)")
+    ap.add_argument("--topo", type=input_file, default=TOPOLOGY, help="cluster file (default %(default)s)")
     ap.add_argument("--keys", type=int, default=5000, help="key space (all loaded; default 5000)")
     ap.add_argument("--step-seconds", type=float, default=3.0, help="seconds per ramp step (default 3)")
     ap.add_argument("--warm-seconds", type=float, default=4.0, help="cache warm-up per point (default 4)")
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown mechanism(s) {bad}; use {', '.join(MECHANISMS)}")
     if bad := sorted(figures - {"9a", "10", "11"}):
         ap.error(f"unknown figure(s) {bad}; use 9a, 10, 11")
-    cluster = Cluster.load(args.topo)
+    cluster = load_cluster(ap, args.topo)
     if not (cluster.server_rate > 0 and cluster.switch_rate > 0):
         ap.error(f"{args.topo}: an emulation needs server_rate and switch_rate (the rate limits the simulator "
                  "models)")

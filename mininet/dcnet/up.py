@@ -14,39 +14,39 @@ controller daemon) stays up while the Mininet prompt runs.  From the prompt:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 from mininet.cli import CLI
 from rich.console import Console
+from rich.text import Text
 
 from dcnet.demo import DEFAULT_TOPO
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.p4switch import TargetMissing
-from distcache.cluster import Cluster
+from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
 console = Console(stderr=True)
 VENV_BIN = Path(sys.executable).parent
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dcnet.up", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m dcnet.up", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
-    ap.add_argument("--topo", type=Path, default=DEFAULT_TOPO, help="cluster description (JSON)")
-    ap.add_argument("--run-dir", type=Path, help="where logs go (default runs/<timestamp>)")
+    ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO, help="cluster description (JSON)")
+    ap.add_argument("--run-dir", type=output_dir, help="where logs go (default runs/<timestamp>)")
     args = ap.parse_args(argv)
+    cluster = load_cluster(ap, args.topo)  # a bad topology is one line, before Mininet starts anything
     if os.geteuid() != 0:
         console.print("[red]needs root[/] (Mininet creates network namespaces): run it as root: make up")
         return 2
     try:
-        cluster = Cluster.load(args.topo)
         with console.status(f"starting {args.target} topology {args.topo.name}..."):
             dep = Deployment(cluster, target=args.target, run_dir=args.run_dir)
             dep.__enter__()
     except (OSError, ValueError, TargetMissing, DeploymentError) as e:
-        console.print(f"[red]error:[/] {e}")
+        console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)  # data, not markup
         return 2
     try:
         c = dep.cluster_path

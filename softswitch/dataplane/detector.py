@@ -14,7 +14,7 @@ from softswitch.program import Action, Digest, MatchField, Param, Register, Tabl
 from softswitch.state import SwitchState
 
 ACTIONS = (
-    Action(n.SET_DETECTOR, (Param("threshold", 16), Param("window_shift", 8))),
+    Action(n.SET_DETECTOR, (Param("threshold", n.HH_THRESHOLD_BITS), Param("window_shift", n.HH_WINDOW_SHIFT_BITS))),
     Action(n.DESIGNATE),
 )
 TABLES = (

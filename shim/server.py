@@ -435,15 +435,7 @@ class Shim:
             value = await self.redis.get(key)
             seq = self.coherence.next_seq()
             paths = await self._invalidate(key, seq, [switch], tag)
-            if paths is None:
-                return "failed"
-            if not paths:
-                return "down"
-            if value is None:
-                return "absent"
-            if len(value) > MAX_CACHEABLE:
-                return "too_large"
-            return "valid" if await self._update(key, seq, value, paths) else "failed"
+            return "down" if paths == [] else await self._fill(key, seq, value, paths)
 
     async def _refresh(self, key: bytes) -> str:
         """Invalidate every copy of ``key`` and fill it again with Redis's value, as a write of it would."""
@@ -452,14 +444,17 @@ class Shim:
                 return "uncached"
             value = await self.redis.get(key)
             seq = self.coherence.next_seq()
-            paths = await self._invalidate(key, seq, self._paths(key))
-            if paths is None:
-                return "failed"
-            if value is None:
-                return "absent"
-            if len(value) > MAX_CACHEABLE:
-                return "too_large"
-            return "valid" if await self._update(key, seq, value, paths) else "failed"
+            return await self._fill(key, seq, value, await self._invalidate(key, seq, self._paths(key)))
+
+    async def _fill(self, key: bytes, seq: int, value: bytes | None, paths: list[int] | None) -> str:
+        """Phase 2 of a populate or refresh whose phase 1 took ``paths`` (None: it failed), and its outcome."""
+        if paths is None:
+            return "failed"
+        if value is None:
+            return "absent"
+        if len(value) > MAX_CACHEABLE:
+            return "too_large"
+        return "valid" if await self._update(key, seq, value, paths) else "failed"
 
     def evict(self, key: bytes, switch: int) -> bool:
         switches = self.cached.get(key)

@@ -121,6 +121,17 @@ def running_switch(device_id: int, pipeline: Any = None) -> Iterator[Any]:
         sw.close()
 
 
+def ports_free(ports: list[int]) -> bool:
+    """Whether every one of ``ports`` can be bound on loopback now (a cluster's ports nobody holds)."""
+    for p in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
 def free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

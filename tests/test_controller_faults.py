@@ -37,20 +37,13 @@ from distcache.api import message_dict
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
 from softswitch.dataplane import PROGRAM
+from tests.softswitch_helpers import ports_free
 
 pytestmark = pytest.mark.timeout(120)
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _ports_free(ports: list[int]) -> bool:
-    for p in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
 
 
 def _cluster() -> Cluster:
@@ -62,7 +55,7 @@ def _cluster() -> Cluster:
                     agent_base_port=base + 256, controller_address=f"127.0.0.1:{base + 255}")
         ports = [sw.grpc_port for sw in c.switches()] + [base + 255] + [
             c.agent_base_port + sw.switch_id for sw in c.switches()]
-        if _ports_free(ports):
+        if ports_free(ports):
             return c
     raise RuntimeError("no free loopback ports for the test bed")
 

@@ -12,7 +12,6 @@ every one of them exactly as written (a key longer than 15 bytes travels hashed:
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import wire_key
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.switch import SoftSwitch
+from tests.softswitch_helpers import ports_free
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,21 +41,13 @@ KEYS = ["[/]", "[bold]x[/bold]", "[link=f]a[/]", "[red]", "[link=file:///etc]a[/
 SHOWN = [k if len(k.encode()) <= 15 else wire_key(k).hex() for k in KEYS]
 
 
-def _free(ports: list[int]) -> bool:
-    for p in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
 
 
 def _cluster() -> Cluster:
     for base in range(22000 + os.getpid() % 89 * 200, 60000, 991):
         c = Cluster(spines=1, storage_racks=1, client_racks=1, cache_slots=16, mechanism=Mechanism.HYBRID,
                     grpc_base_port=base, agent_base_port=base + 256, controller_address=f"127.0.0.1:{base + 255}")
-        if _free([sw.grpc_port for sw in c.switches()] + [base + 255, base + 256 + 1, base + 256 + 64]):
+        if ports_free([sw.grpc_port for sw in c.switches()] + [base + 255, base + 256 + 1, base + 256 + 64]):
             return c
     raise RuntimeError("no free loopback ports")
 

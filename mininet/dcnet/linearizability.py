@@ -105,7 +105,10 @@ def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, i
                          capture_output=True, text=True)
     m = re.search(r"ops=(\d+) violations=(\d+)", res.stdout)
     if res.returncode == 2 or m is None:
-        raise DeploymentError(f"lincheck failed on {history}: {res.stderr.strip() or res.stdout.strip()}")
+        why = res.stderr.strip() or res.stdout.strip() or (
+            f"killed by signal {-res.returncode} (out of memory? fewer operations per key: more --keys or a shorter "
+            "--duration)" if res.returncode < 0 else f"exit code {res.returncode}")
+        raise DeploymentError(f"lincheck failed on {history}: {why}")
     unknown = re.search(r"unknown=(\d+)", res.stdout)
     return int(m.group(1)), int(m.group(2)), int(unknown.group(1)) if unknown else 0
 
@@ -280,16 +283,17 @@ def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event
 
 
 def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, clients: int, seed: int,
-             per_kind: int, broken: bool = False) -> Cell:
+             per_kind: int, broken: bool = False, keys: int = 16) -> Cell:
     """One deployment under ``mechanism``, one recorded history under the seed's schedule, one check."""
     cell = Cell(mechanism)
     cluster = Cluster(**CELL, mechanism=Mechanism[mechanism.upper()])
     shim_args = ["--unsafe-ack-before-invalidate", "0.05"] if broken else []
     with Deployment(cluster, target=target, run_dir=run_dir / mechanism, shim_args=shim_args) as dep:
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
-        # short timeouts, many retries: a lost packet costs a client 0.1 s, and retried writes are frequent
-        cfg = {"keys": 8, "clients": clients, "duration": duration, "read_ratio": 0.75, "prefix": "h",
-               "seed": seed, "timeout": 0.1, "retries": 9}
+        # short timeouts, many retries: a lost packet costs a client 0.1 s, retried writes are frequent, and a
+        # write gives up (an unknown outcome, the checker's costliest case) only after 3 s without an answer
+        cfg = {"keys": keys, "clients": clients, "duration": duration, "read_ratio": 0.75, "prefix": "h",
+               "seed": seed, "timeout": 0.1, "retries": 29}
         host = dep.host(cluster.client(0, 0).name)
         proc = host.popen([sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path),  # type: ignore[attr-defined]
                            "--config", json.dumps(cfg), "--out", str(history)],
@@ -353,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mechanisms", default=",".join(MECHANISMS),
                     help=f"comma-separated cells to run (default: all: {','.join(MECHANISMS)})")
     ap.add_argument("--seed", type=int, help="schedule seed (default: drawn and printed; give it to replay)")
-    ap.add_argument("--duration", type=float, default=90.0, help="seconds of recorded operations per cell")
+    ap.add_argument("--duration", type=float, default=75.0, help="seconds of recorded operations per cell")
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients")
     ap.add_argument("--per-kind", type=int, default=4, help="scheduled faults of each process kind per cell")
     ap.add_argument("--min-effects", type=int, default=3, help="fail unless every kind took effect this often")

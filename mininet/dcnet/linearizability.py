@@ -54,7 +54,7 @@ from pathlib import Path
 from rich.console import Console
 
 from controller.controller import is_cache_switch
-from controller.shim_link import ShimLink
+from controller.shim_link import ShimLink, ShimUnavailable
 from controller.switchproc import SwitchProcesses
 from dcnet.deploy import REPO, Deployment, DeploymentError, new_run_dir
 from dcnet.fault_schedule import KINDS, PACKET_KINDS, Fault, Schedule, Tally, draw
@@ -244,11 +244,18 @@ class Faults:
         self.dep.start_shim(h)
         link = ShimLink(self.dep.shim_control(h))
         deadline = time.monotonic() + 20
-        while not link.stats()["view_known"]:
+        while not self._view_known(link):
             if time.monotonic() > deadline:
                 raise DeploymentError(f"the restarted shim {name} did not get the controller's view within 20 s")
             time.sleep(0.05)
         return f"shim {name} killed, restarted {'without' if stateless else 'with'} its state file, view back"
+
+    @staticmethod
+    def _view_known(link: ShimLink) -> bool:
+        try:
+            return bool(link.stats()["view_known"])
+        except ShimUnavailable:  # its control socket is not accepting yet
+            return False
 
     def shim_restart(self, name: str) -> str:
         return self._shim_restart(name, stateless=False)

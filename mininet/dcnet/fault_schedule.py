@@ -27,13 +27,14 @@ PROCESS_KINDS = ("spine_crash", "spine_operator", "agent_restart", "agent_restar
                  "mechanism_change", "hot_shift")
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
-# Which lane a process fault runs in: faults that move buckets or restart the controller in one lane (each
-# waits for the controller to finish), process restarts of agents, shims and Redis in the other.
+# Which lane a process fault runs in.  Faults that stop spines or the controller share one lane (two of them
+# at once would fight over the same process); mechanism changes, agent restarts and storage faults (shims,
+# Redis, the hot set) each have a lane of their own, so they overlap with everything else.
 LANES = {
     "spine_crash": "fabric", "spine_operator": "fabric", "controller_restart": "fabric",
-    "controller_mid_failover": "fabric", "mechanism_change": "fabric",
-    "agent_restart": "process", "agent_restart_stateless": "process", "shim_restart": "process",
-    "shim_restart_stateless": "process", "redis_kill": "process", "hot_shift": "process",
+    "controller_mid_failover": "fabric", "mechanism_change": "mechanism",
+    "agent_restart": "agents", "agent_restart_stateless": "agents", "shim_restart": "storage",
+    "shim_restart_stateless": "storage", "redis_kill": "storage", "hot_shift": "storage",
 }
 
 
@@ -59,7 +60,7 @@ class Schedule:
 
 def draw(seed: int, duration: float, *, spines: list[str], cache_switches: list[str], servers: list[str],
          mechanism: str, per_kind: int = 3, kinds: tuple[str, ...] = PROCESS_KINDS) -> Schedule:
-    """``per_kind`` faults of every kind at seeded random times in the first 85 % of ``duration``.
+    """``per_kind`` faults of every kind at seeded random times in the first 80 % of ``duration``.
 
     Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,
     to ``nocache`` away from a caching one, alternating with ``partition``).
@@ -71,7 +72,7 @@ def draw(seed: int, duration: float, *, spines: list[str], cache_switches: list[
     away = [m for m in ("nocache", "partition", "distcache") if m != mechanism]
     for kind in kinds:
         for i in range(per_kind):
-            at = round(rng.uniform(0.05, 0.85) * duration, 2)
+            at = round(rng.uniform(0.05, 0.80) * duration, 2)
             if kind in ("spine_crash", "spine_operator", "controller_mid_failover"):
                 target = rng.choice(spines)
             elif kind.startswith("agent_restart"):

@@ -169,7 +169,7 @@ class Faults:
         return f"{spine} killed, declared dead after {detected:.2f} s, back by itself"
 
     def spine_operator(self, spine: str) -> str:
-        self.dep.ctl("fail", spine)
+        self._until_done(lambda: self.dep.ctl("fail", spine))
         time.sleep(1.0)
         tries = self._until_done(lambda: self.dep.ctl("recover", spine))
         self.dep.wait_switch(spine, failed=False)
@@ -286,15 +286,25 @@ class Faults:
                "concurrency": 24, "prefix": f"shift{self.shifts}-", "seed": self.shifts}
         for _line in self.dep.bench(host, cfg):
             pass
-        inserted, evicted = (a - b for a, b in zip(self._churn(), before, strict=True))
+        after = self._churn()
+        # an agent restarted meanwhile starts its counters again: count the agents that answered both times
+        inserted = sum(max(0, after[n][0] - before[n][0]) for n in after.keys() & before.keys())
+        evicted = sum(max(0, after[n][1] - before[n][1]) for n in after.keys() & before.keys())
         if inserted <= 0 and evicted <= 0:
             raise DeploymentError("6 other keys were made hot but no cache inserted or evicted anything")
         return f"6 other keys made hot: {inserted} insertions, {evicted} evictions"
 
-    def _churn(self) -> tuple[int, int]:
-        """Keys the agents inserted from reports and evicted, so far (summed over cache switches)."""
-        sts = self.dep.controller.agent_status().values()  # type: ignore[union-attr]
-        return sum(st.auto_inserted for st in sts), sum(st.evicted for st in sts)
+    def _churn(self) -> dict[str, tuple[int, int]]:
+        """Keys each answering agent inserted from reports and evicted, so far (an agent another fault is
+        restarting is left out)."""
+        out = {}
+        for name, agent in self.dep.controller.agents.items():  # type: ignore[union-attr]
+            try:
+                st = agent.status()
+            except Exception:  # noqa: BLE001 - not answering right now
+                continue
+            out[name] = (st.auto_inserted, st.evicted)
+        return out
 
 
 def _lane(faults: Faults, lane: list[Fault], t0: float, stop: threading.Event) -> None:
@@ -385,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mechanisms", default=",".join(MECHANISMS),
                     help=f"comma-separated cells to run (default: all: {','.join(MECHANISMS)})")
     ap.add_argument("--seed", type=int, help="schedule seed (default: drawn and printed; give it to replay)")
-    ap.add_argument("--duration", type=float, default=75.0, help="seconds of recorded operations per cell")
+    ap.add_argument("--duration", type=float, default=80.0, help="seconds of recorded operations per cell")
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients")
     ap.add_argument("--per-kind", type=int, default=4, help="scheduled faults of each process kind per cell")
     ap.add_argument("--min-effects", type=int, default=3, help="fail unless every kind took effect this often")

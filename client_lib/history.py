@@ -146,6 +146,7 @@ async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, r
                 if req.op == "get":
                     reply = await client.get_reply(req.key)
                     line["value"] = None if reply.value is None else reply.value.decode()
+                    line["served_by"] = reply.served_by  # which switch answered (0: the server): for diagnosis
                     stats.cached_reads += reply.cached
                 elif req.op == "put":
                     await client.put(req.key, str(req.value))

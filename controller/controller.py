@@ -360,6 +360,11 @@ class Controller:
                 except grpc.RpcError as e:
                     log.warning("%s: agent unreachable, its keys are not in the view: %s", name, e.code())
                     continue
+                if not (st.configured and st.switch_connected):
+                    # a restarted agent knows its switch's entries only once connected and configured (it reads
+                    # them back then): its empty list now would tell a shim the switch caches nothing
+                    log.info("%s: agent not configured yet, its keys are not in the view", name)
+                    continue
                 complete.add(st.switch_id)
                 for k in st.keys:
                     host = self.cluster.server_for_key(k.key).name

@@ -22,7 +22,7 @@ Three paths, each offered from spine port 3 by a sender process that writes
 one prebuilt frame to an AF_PACKET socket on ``bpt3``, paced:
 
 * hit: a GET for a cached, valid key (inserted into ``cache_lookup``, then made
-  valid by an INVALIDATE and an UPDATE from the server port, as the shim does)
+  valid by a populate from the server port, as the shim does)
   with target = sl0's switch id: the switch answers it; the reply goes to the
   client through the spine the key's hash picks (ECMP; the key is chosen so it
   is sp0, port 2, but both spine ports are counted);
@@ -97,7 +97,7 @@ from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
 from distcache.scapy_layer import frame as dc_frame
-from distcache.wire import DC_PORT, HEADER_LEN, Flag, Message, Op, WireError, decode
+from distcache.wire import DC_PORT, HEADER_LEN, Flag, Message, Op, WireError, decode, populate_invalidate
 
 if TYPE_CHECKING:
     from controller.p4rt import SwitchConnection
@@ -333,9 +333,11 @@ def build_frames() -> Frames:
     hit_key = pick_key("bench-hit-", transit, SPINE_PORTS[0])  # requests in on port 3, replies out on port 2
     miss_key = pick_key("bench-miss-", transit, SPINE_PORTS[0])
     owner = CLUSTER.spine_address(BUCKETS[h0(hit_key)])
-    fill = [bytes(dc_frame(Message(op=op, key=hit_key, seq=FILL_SEQ, value=v), SERVER.ip, owner,
-                           sport=DC_PORT, dport=DC_PORT))
-            for op, v in ((Op.INVALIDATE, b""), (Op.UPDATE, VALUE))]
+    # a populate of the leaf's own entry, as the shim sends it: the INVALIDATE carries the entry's tag (only it
+    # arms a new entry), both are addressed to the leaf, which reflects them back to the server
+    fill = [bytes(dc_frame(m, SERVER.ip, owner, sport=DC_PORT, dport=DC_PORT))
+            for m in (populate_invalidate(hit_key, FILL_SEQ, LEAF.switch_id, 0, VERSION_TAG),
+                      Message(op=Op.UPDATE, key=hit_key, seq=FILL_SEQ, value=VALUE, target=LEAF.switch_id))]
     get = lambda k: bytes(dc_frame(Message(op=Op.GET, key=k, seq=7, target=LEAF.switch_id),  # noqa: E731
                                    CLIENT.ip, SERVER.ip, sport=UDP_SPORT))
     from scapy.layers.inet import IP, UDP

@@ -431,9 +431,12 @@ class SwitchAgent:
             self._need_conn().delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
             self.alloc.give_back(entry.slot)
             self.counters.evicted += 1
+            # still under the lock: an insertion of the same key by another thread (reports, Cache, a refill)
+            # must not populate it before the shim hears of this eviction, or the late Evict would remove
+            # the new copy from the shim's view and writes would skip a valid copy
+            self._tell_shim_evicted(key)
         log.info("%s: evicted %s from slot %d (%d recent hits)", self.switch.name, key.hex(), entry.slot,
                  entry.recent_hits)
-        self._tell_shim_evicted(key)
         return True
 
     def _tell_shim_evicted(self, key: bytes) -> None:

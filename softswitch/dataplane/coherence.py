@@ -1,8 +1,9 @@
 """DcCoherence (p4src/include/control/coherence.p4): INVALIDATE and UPDATE on cache switches.
 
-cache_inval[slot] is ``tag << 32 | seq`` of the INVALIDATE that last armed the
-slot (tag = cache_epoch ++ version); see the P4 file for why an UPDATE must
-match both, and why only an entry's own populate arms a new tenure.
+cache_inval[slot] is ``tag << 33 | armed << 32 | seq`` of the newest INVALIDATE
+the slot's entry has seen (tag = cache_epoch ++ version); see the P4 file for
+why an UPDATE must match both and find the record armed, why only an entry's
+own populate arms a new tenure, and why other INVALIDATEs still set its floor.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from softswitch.dataplane.header import Headers, Meta
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
-REGISTERS = (Register(n.CACHE_INVAL, 80, n.CACHE_SLOTS),)
+REGISTERS = (Register(n.CACHE_INVAL, 81, n.CACHE_SLOTS),)
 
 OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
 FLAG_POPULATE = int(Flag.POPULATE)
@@ -33,19 +34,21 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         slot, seq = m.slot, dc["seq"]
         tag = entry_tag(m)
         last = regs[n.CACHE_INVAL].read(slot)
-        same_tenure = (last >> 32) == tag
+        same_tenure = (last >> 33) == tag
+        armed = bool(last >> 32 & 1)
         last_seq = last & 0xFFFFFFFF
         if op == OP_INVALIDATE:
             regs[n.CACHE_VALID].write(slot, 0)
             ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
             own_populate = (dc["flags"] & FLAG_POPULATE and dc["target"] == m.switch_id
                             and dc["spine_load"] == m.cache_epoch and dc["leaf_load"] == m.version)
-            if (same_tenure and not ahead >> 31) or (not same_tenure and own_populate):
-                regs[n.CACHE_INVAL].write(slot, (tag << 32) | seq)
+            if not same_tenure or not ahead >> 31:
+                arm = bool(own_populate) or (same_tenure and armed)
+                regs[n.CACHE_INVAL].write(slot, (tag << 33) | (arm << 32) | seq)
                 stats.count(Stat.INVALIDATE, m.packet_length)
             else:
                 stats.count(Stat.INVALIDATE_STALE, m.packet_length)
-        elif same_tenure and last_seq == seq and dc["vlen"] <= MAX_CACHEABLE:
+        elif same_tenure and armed and last_seq == seq and dc["vlen"] <= MAX_CACHEABLE:
             base = slot * n.MAX_CHUNKS
             regs[n.CACHE_VLEN].write(slot, dc["vlen"])
             values = regs[n.CACHE_VALUE]

@@ -2,19 +2,23 @@
  * population) from the key's storage server, on cache switches.
  *
  * An entry's tag is cache_epoch ++ version (DcCache).  cache_inval[slot]
- * records the INVALIDATE that last armed the slot as {tag, seq}.  An UPDATE
- * writes the value and makes the entry valid only if it follows that very
- * INVALIDATE: same entry (tag) and same write (seq).  An INVALIDATE always
- * clears the entry (clearing is always safe).  It re-arms a record of the
- * same entry only when it is not older than it (serial-number arithmetic on
- * seq, RFC 1982), so a duplicated old INVALIDATE+UPDATE pair arriving after a
- * newer write can neither re-arm nor re-validate the old value.  A record of
- * an earlier tenure (another key, or this key before an eviction) is replaced
- * only by the new entry's own populate: an INVALIDATE flagged POPULATE,
- * addressed to this switch, carrying this entry's tag (epoch in spine_load,
- * version in leaf_load).  Any other INVALIDATE could be an old write's,
- * delayed or duplicated past the new entry's insertion, whose UPDATE would
- * then validate a value older than the one the shim populates.
+ * records the newest INVALIDATE the slot's entry has seen as {tag, armed, seq}.
+ * An UPDATE writes the value and makes the entry valid only if the record is
+ * armed and the UPDATE follows that very INVALIDATE: same entry (tag) and same
+ * write (seq).  An INVALIDATE always clears the entry (clearing is always
+ * safe) and moves the record of the same entry forward only when it is not
+ * older than it (serial-number arithmetic on seq, RFC 1982), so a duplicated
+ * old INVALIDATE+UPDATE pair arriving after a newer write can neither re-arm
+ * nor re-validate the old value.  A new tenure of the slot (another key, or
+ * this key after an eviction) is armed only by the entry's own populate: an
+ * INVALIDATE flagged POPULATE, addressed to this switch, carrying this entry's
+ * tag (epoch in spine_load, version in leaf_load).  Any other INVALIDATE
+ * reaching a new entry is still recorded, unarmed: it could be an old write's,
+ * delayed or duplicated past the insertion (its UPDATE must not validate), or a
+ * newer write's that passed before the populate did -- then the populate, or a
+ * duplicate of an older write, arriving after it is older than the record and
+ * cannot arm the entry with a value that write replaced (model/: the
+ * "unarmed floor").
  *
  * The switch the message is addressed to (hdr.dc.target) is the far end of
  * the coherence path and turns it back to the server as the acknowledgement.
@@ -26,7 +30,7 @@ control DcCoherence(inout headers_t hdr,
                     inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
 
-    register<bit<80>>(CACHE_SLOTS) cache_inval;  /* tag ++ seq of the INVALIDATE that last armed the slot */
+    register<bit<81>>(CACHE_SLOTS) cache_inval;  /* tag ++ armed ++ seq of the newest INVALIDATE of the entry */
 
     apply {
         bit<8> op = meta.op;
@@ -34,9 +38,10 @@ control DcCoherence(inout headers_t hdr,
             if (meta.cache_hit == 1) {
                 bit<32> slot = (bit<32>)meta.slot;
                 bit<48> tag = meta.cache_epoch ++ meta.version;
-                bit<80> last;
+                bit<81> last;
                 cache_inval.read(last, slot);
-                bool same_tenure = last[79:32] == tag;
+                bool same_tenure = last[80:33] == tag;
+                bool armed = last[32:32] == 1;
                 bit<32> last_seq = last[31:0];
                 if (op == OP_INVALIDATE) {
                     cache_valid.write(slot, 0);
@@ -44,13 +49,14 @@ control DcCoherence(inout headers_t hdr,
                     bool own_populate = (hdr.dc.flags & FLAG_POPULATE) != 0 && hdr.dc.target == meta.switch_id
                                         && hdr.dc.spine_load == meta.cache_epoch
                                         && hdr.dc.leaf_load == (bit<32>)meta.version;
-                    if ((same_tenure && ahead[31:31] == 0) || (!same_tenure && own_populate)) {
-                        cache_inval.write(slot, tag ++ hdr.dc.seq);
+                    if (!same_tenure || ahead[31:31] == 0) {
+                        bit<1> arm = (own_populate || (same_tenure && armed)) ? 1w1 : 1w0;
+                        cache_inval.write(slot, tag ++ arm ++ hdr.dc.seq);
                         dc_stats.count(STAT_INVALIDATE);
                     } else {
                         dc_stats.count(STAT_INVALIDATE_STALE);
                     }
-                } else if (same_tenure && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
+                } else if (same_tenure && armed && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
                     bit<32> base = slot * MAX_CHUNKS;
                     cache_vlen.write(slot, hdr.dc.vlen);
                     if (hdr.dc.nchunks > 0) { cache_value.write(base + 0, hdr.vals[0].chunk); }

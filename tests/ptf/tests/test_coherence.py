@@ -119,7 +119,7 @@ class LateUpdateFromEarlierTenureIsRefused(_Coherence):
     from the earlier tenure (same seq as that tenure's INVALIDATE) must not make it valid."""
 
     def runTest(self) -> None:
-        self.cache(KEY, 0, 1)
+        self.fill(KEY, 0, 1, b"tenure 1", 19)  # tenure 1, populated (armed)
         self.coh(Op.INVALIDATE, 20)  # tenure 1, write 20: phase 1 done, phase 2 delayed
         self.uncache(KEY)
         self.cache(KEY, 0, 2)  # tenure 2: same key, same slot, new version
@@ -209,6 +209,34 @@ class NewTenureIsArmedOnlyByItsOwnPopulate(_Coherence):
         self.assertEqual(self.value_read(), b"current")
 
 
+class WritesThatPassANewEntryFirstSetItsFloor(_Coherence):
+    """The model's counterexample (model/README.md, the unarmed floor).  A new entry's populate
+    (seq 30) is delayed; meanwhile writes 31 and 32 pass the entry and are acknowledged.  When the
+    populate arrives it is older than write 32, so it must not arm the entry: otherwise a
+    duplicate of write 31's pair, arriving next, re-arms it and validates write 31's value,
+    older than the acknowledged write 32."""
+
+    def runTest(self) -> None:
+        self.fill(KEY, 0, 1, b"v10", 10)
+        self.uncache(KEY)
+        self.cache(KEY, 0, 2)  # tenure 2, its populate (seq 30) on its way
+        self.coh(Op.INVALIDATE, 31)  # write 31 passes first; its UPDATE cannot fill an unarmed entry
+        self.coh(Op.UPDATE, 31, b"v31")
+        self.coh(Op.INVALIDATE, 32)  # write 32 likewise (acknowledged: the newest value is v32)
+        self.coh(Op.INVALIDATE, 30, populate=(0, 2))  # the populate, late: older than write 32
+        self.coh(Op.INVALIDATE, 31)  # a duplicate of write 31's pair
+        self.coh(Op.UPDATE, 31, b"v31")
+        self.assertIsNone(self.value_read())
+        self.coh(Op.UPDATE, 30, b"v10 (populate's read)")
+        self.coh(Op.UPDATE, 32, b"v32")  # a write's phase 2 cannot arm a new tenure either
+        self.assertIsNone(self.value_read())
+        self.assertEqual(self.stat(Stat.INVALIDATE_STALE), 2)  # the late populate and the duplicate
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 4)
+        self.coh(Op.INVALIDATE, 33, populate=(0, 2))  # the agent's next populate arms it
+        self.coh(Op.UPDATE, 33, b"v32")
+        self.assertEqual(self.value_read(), b"v32")
+
+
 class RaisedEpochInvalidatesEveryEntry(_Coherence):
     """An agent that lost its state raises cache_epoch: every entry's tag changes, so no slot can
     hit with what an earlier entry left in the registers -- not even a new key installed with a
@@ -226,7 +254,11 @@ class RaisedEpochInvalidatesEveryEntry(_Coherence):
         self.assertEqual(self.stat(Stat.READ_HIT), 1)
         self.send(1, self.coherence(Op.INVALIDATE, 11, key=KEY1, target=SL0.switch_id, populate=(0, 1)))
         self.receive()  # a populate with the old epoch's tag does not arm it
-        self.assertEqual(self.stat(Stat.INVALIDATE_STALE), 1)
+        self.send(1, self.coherence(Op.UPDATE, 11, b"old epoch's fill", key=KEY1, target=SL0.switch_id))
+        self.receive()
+        self.assertEqual(self.stat(Stat.UPDATE_STALE), 1)
+        _, m = self.read(2, SL0.switch_id, key=KEY1, seq=self.next_seq())
+        self.assertFalse(m.cached)
         self.send(1, self.coherence(Op.INVALIDATE, 12, key=KEY1, target=SL0.switch_id, populate=(1, 1)))
         self.receive()
         self.send(1, self.coherence(Op.UPDATE, 12, b"key 1's value", key=KEY1, target=SL0.switch_id))

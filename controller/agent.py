@@ -19,7 +19,10 @@ the reported keys:
   written; an agent that cannot vouch for the versions handed out before (no
   state file, or one from another epoch) raises ``cache_epoch`` on the switch,
   which makes every tag the registers hold unmatchable at once, and fills the
-  entries it finds again.  So does a slot whose versions run out.
+  entries it finds again.  So does a slot whose versions run out, and so does
+  a switch that came up empty (a delayed packet of its earlier life could carry
+  a tag of an epoch it had then): a new epoch is above the switch's, our
+  state's and the wall clock's seconds, so no epoch ever comes back.
 * **evict**: when the cache is full, the entry with the fewest hits over the
   last two hit windows (deltas of the per-slot ``cache_hits`` counter) makes
   room, if the reported key is hotter; the shim is told, so later writes skip
@@ -289,28 +292,44 @@ class SwitchAgent:
         return fresh
 
     def _adopt_epoch(self, conn: SwitchConnection, fresh: bool) -> bool:
-        """Make sure no tag handed out from now on can match a tag the switch's registers hold.
+        """Make sure no tag handed out from now on can match a tag the switch's registers hold, or
+        one a packet still on its way carries.
 
-        Our per-slot versions are good only in the epoch they were counted in.  A switch that
-        came up empty holds no tag at all.  Otherwise, unless our state names the epoch the
-        switch is in, raise it: True if we did (every entry on the switch is invalid now).
+        Our per-slot versions are good only in the epoch they were counted in.  Unless our state
+        names the epoch the switch is in, raise it: True if we did (every entry on the switch is
+        invalid now).  A switch that came up empty is raised too, above every epoch it had in
+        earlier lives (its registers start at zero, but a populate of an earlier life, delayed,
+        could carry a tag we would hand out again).
         """
         _, params = conn.read_default(n.CACHE_EPOCH)
         on_switch = int(params["epoch"])
-        if fresh or self.epoch == on_switch:
-            self.epoch = on_switch
+        if not fresh and self.epoch == on_switch:
             self._save_state()
             return False
-        why = "no state file" if self.epoch is None else f"state file says epoch {self.epoch}"
+        why = ("the switch came up empty" if fresh else
+               "no state file" if self.epoch is None else f"state file says epoch {self.epoch}")
         log.warning("%s: %s, switch is in epoch %d: raising it", self.switch.name, why, on_switch)
-        self._raise_epoch(conn, max(on_switch, self.epoch or 0) + 1)
-        return True
+        self._raise_epoch(conn, self._next_epoch(on_switch))
+        return not fresh
+
+    def _next_epoch(self, on_switch: int) -> int:
+        """An epoch above every one the switch has had (the model's "epoch clock").
+
+        Above the switch's and our state's, and at least the wall clock's seconds: that is what
+        vouches for the epochs of the switch's earlier lives when neither survived (a restarted
+        switch is back at 0, an agent may lose its state file).  :meth:`_raise_epoch` puts an
+        epoch to use only once the clock has passed it, so any epoch chosen later is above it.
+        """
+        return max(on_switch + 1, (self.epoch or 0) + 1, int(time.time()))
 
     def _raise_epoch(self, conn: SwitchConnection, epoch: int) -> None:
         """Move the switch to cache epoch ``epoch``: every entry's tag changes, so each is invalid
         until populated again; the entries present keep their versions (claimed in the new epoch)."""
         if epoch > 0xFFFFFFFF:
             raise P4RuntimeError(f"{self.switch.name}: cache_epoch exhausted; restart the switch", "OUT_OF_RANGE")
+        ahead = epoch + 1 - time.time()
+        if ahead > 0:  # (under a second, unless raises came faster than one a second)
+            time.sleep(ahead)  # the clock passes the epoch before it is used (see _next_epoch)
         self.epoch = epoch
         self.alloc.new_epoch()
         for e in self.cached.values():
@@ -393,7 +412,7 @@ class SwitchAgent:
                 slot, version = self.alloc.take()
             except VersionsExhausted as e:
                 log.info("%s: %s", self.switch.name, e)
-                self._raise_epoch(conn, (self.epoch or 0) + 1)
+                self._raise_epoch(conn, self._next_epoch(self.epoch or 0))
                 self._refill_all()
                 slot, version = self.alloc.take()
             self._save_state()  # before the entry exists: a version once on the switch is never handed out again

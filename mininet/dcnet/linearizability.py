@@ -220,9 +220,9 @@ class Faults:
         time.sleep(0.3)
         self.dep.restart_agent(name)
         st = self.dep.controller.agent_status()[name]  # type: ignore[union-attr]
-        # without its state the agent must raise the cache epoch, unless the switch came up empty meanwhile
-        # (epoch 0 again: its registers hold no tag)
-        if stateless and st.epoch_raises < 1 and st.cache_epoch != 0:
+        # without its state the agent must raise the cache epoch (a switch that came up empty meanwhile is
+        # raised too)
+        if stateless and st.epoch_raises < 1:
             raise DeploymentError(f"agent of {name} restarted without its state but did not raise the epoch")
         return f"agent of {name} killed, restarted {'without' if stateless else 'with'} its state file" + (
             f" (cache epoch {st.cache_epoch})" if stateless else "")

@@ -161,6 +161,7 @@ class AgentCounters:
     partition_evicted: int = 0
     not_owned: int = 0
     epoch_raises: int = 0
+    fills_retried: int = 0
 
 
 class SwitchAgent:
@@ -193,6 +194,7 @@ class SwitchAgent:
         self.lock = threading.RLock()  # cache state and every write to the switch
         self._stop = threading.Event()
         self._last_hits: dict[int, int] = {}
+        self._refilling = threading.Event()  # a retry of incomplete populates is running (fill_again)
         self.insert_latencies_us: list[int] = []  # report received -> entry valid, last 1000 inserts
         self._threads: list[threading.Thread] = []
 
@@ -347,7 +349,14 @@ class SwitchAgent:
             threading.Thread(target=self._refill, args=(keys,), name=f"{self.switch.name}-refill",
                              daemon=True).start()
 
-    def _refill(self, keys: list[bytes]) -> None:
+    def _refill(self, keys: list[bytes], retry: bool = False) -> None:
+        try:
+            self._refill_keys(keys, retry)
+        finally:
+            if retry:
+                self._refilling.clear()
+
+    def _refill_keys(self, keys: list[bytes], retry: bool) -> None:
         filled = 0
         for key in keys:
             with self.lock:
@@ -359,7 +368,8 @@ class SwitchAgent:
                 if self.cached.get(key) is entry:
                     entry.state = state
                     filled += state == "valid"
-        log.info("%s: %d of %d entries filled again in epoch %s", self.switch.name, filled, len(keys), self.epoch)
+        log.log(logging.DEBUG if retry else logging.INFO, "%s: %d of %d entries filled again in epoch %s",
+                self.switch.name, filled, len(keys), self.epoch)
 
     def _rebuild_cache(self, conn: SwitchConnection) -> None:
         """After an agent restart: the cache entries on the switch are the truth."""
@@ -528,6 +538,31 @@ class SwitchAgent:
                 self.sample_hits()
             except P4RuntimeError as e:
                 log.debug("%s: hit counters not read: %s", self.switch.name, e)
+            self.fill_again()
+
+    #: populate outcomes worth another try: the shim could not complete it, or refused the switch for now
+    RETRY_STATES = frozenset({"failed", "down"})
+
+    def fill_again(self) -> int:
+        """Populate again, in the background, the entries whose populate did not complete; how many.
+
+        Such an entry is invalid and takes a slot, and the detector no longer reports its key (the key is
+        in the table), so without this a hot key could stay uncached until it is evicted.  Each try is a
+        populate like the first (its own tag, a new seq at the shim): it arms the entry only if no write
+        passed it since (coherence.p4's floor).
+        """
+        if self.conn is None or self._refilling.is_set():
+            return 0
+        with self.lock:
+            keys = [k for k, e in self.cached.items() if e.state in self.RETRY_STATES]
+            for k in keys:
+                self.cached[k].state = "pending"
+        if keys:
+            self.counters.fills_retried += len(keys)
+            self._refilling.set()
+            threading.Thread(target=self._refill, args=(keys, True), name=f"{self.switch.name}-retry",
+                             daemon=True).start()
+        return len(keys)
 
     def sample_hits(self) -> None:
         """Shift every cached key's hit window: hits since the last sample become the newest."""

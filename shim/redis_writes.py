@@ -20,6 +20,7 @@ from typing import Any
 # A DELETE and its marker in one step: the marker holds DEL's result (1: the key existed, 0: NOT_FOUND).
 DEL_WITH_MARKER = "local n = redis.call('DEL', KEYS[1]); redis.call('SET', KEYS[2], n, 'EX', ARGV[1]); return n"
 MARKER_OK = b"1"  # what a PUT's marker holds (a DELETE's: b"1" or b"0")
+MARKER_ERROR = b"E"  # a write answered ERROR: nothing was written, and a retry must not write it either
 Command = tuple[str, bytes, bytes | None, bytes | None]  # ("set"|"del", key, value or None, marker or None)
 
 
@@ -40,6 +41,13 @@ class WriteBatcher:
 
     async def delete(self, key: bytes, marker: bytes | None = None) -> int:
         return int(await self._submit(("del", key, None, marker)))
+
+    async def refuse(self, marker: bytes) -> bytes | None:
+        """Record that the write of ``marker`` was answered ERROR (nothing written), unless it was applied:
+        None if recorded, else the marker the write left (then its outcome stands, not ERROR)."""
+        if await self.redis.set(marker, MARKER_ERROR, ex=self.marker_ttl, nx=True):
+            return None
+        return await self.redis.get(marker)
 
     def _submit(self, cmd: Command) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()

@@ -51,7 +51,7 @@ from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import ACKED, RELEASED, Coherence
 from shim.dedup import Dedup, RequestId, dedup_marker
-from shim.redis_writes import WriteBatcher
+from shim.redis_writes import MARKER_ERROR, WriteBatcher
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,9 @@ class Shim:
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
         self.buckets: list[int] = spine_buckets([cluster.spine(i).switch_id for i in range(cluster.spines)])
         self.down: set[int] = set()  # switches the controller declared down: no acks awaited from them
+        # whether ``down`` is the controller's (from it or our state file): until then no spine is populated,
+        # as it may be one the controller declared down, whose copies writes would then skip
+        self.down_known = fresh
         self.epoch = 0  # the controller's partition epoch this view came with
         self.leaf_id = cluster.storage_leaf(server.rack).switch_id  # on every coherence path of this server
         self.spine_ids = frozenset(cluster.spine(i).switch_id for i in range(cluster.spines))
@@ -282,10 +285,29 @@ class Shim:
             await self._serve(msg, addr, wait)
             return
         self.duplicates["replayed_after_restart"] += 1
-        data = encode(msg.reply(Status.NOT_FOUND if msg.op == Op.DELETE and marker == b"0" else Status.OK))
+        data = encode(msg.reply(self._marked_status(msg, marker)))
         self.dedup.finish((addr[0], addr[1], msg.seq), data)
         if self.transport is not None:
             self.transport.sendto(data, addr)
+
+    @staticmethod
+    def _marked_status(msg: Message, marker: bytes) -> Status:
+        """The answer a write's Redis marker records (a DELETE's says whether the key existed)."""
+        if marker == MARKER_ERROR:
+            return Status.ERROR
+        return Status.NOT_FOUND if msg.op == Op.DELETE and marker == b"0" else Status.OK
+
+    async def _refuse(self, msg: Message, reply: Callable[..., None], marker: bytes | None) -> None:
+        """Answer a write ERROR ("nothing was written"), recorded in Redis first like an applied write's
+        marker: a copy of it reaching a later life of this shim (which remembers no reply) is answered
+        ERROR again instead of being applied after all.  If Redis cannot record it, no answer (the
+        client's outcome stays unknown, which is true)."""
+        if marker is not None and msg.op != Op.GET:
+            existing = await self.writes.refuse(marker)
+            if existing is not None:  # it was applied after all: that outcome stands
+                reply(self._marked_status(msg, existing))
+                return
+        reply(Status.ERROR)
 
     async def _serve(self, msg: Message, addr: tuple[str, int], wait: float = 0.0) -> None:
         replied = False
@@ -315,7 +337,10 @@ class Shim:
             log.exception("request %s failed", msg.op.name)
             self.errors[type(e).__name__] += 1
             if not replied:
-                reply(Status.ERROR)
+                try:
+                    await self._refuse(msg, reply, dedup_marker((addr[0], addr[1], msg.seq)))
+                except (RedisConnectionError, RedisTimeoutError):
+                    self.errors["redis_unavailable"] += 1  # no answer: the outcome stays unknown
 
     # -- requests ---------------------------------------------------------------------
     async def handle(self, msg: Message, reply: Callable[..., None], rid: RequestId | None = None) -> None:
@@ -345,7 +370,7 @@ class Shim:
                 paths = await self._invalidate(msg.key, seq, paths)
                 if paths is None:
                     self.errors["invalidate_timeout"] += 1
-                    reply(Status.ERROR)  # copies may still be valid: do not write
+                    await self._refuse(msg, reply, marker)  # copies may still be valid: do not write
                     return
             if msg.op == Op.PUT:
                 await self.writes.set(msg.key, msg.value, marker)
@@ -423,9 +448,10 @@ class Shim:
         version), with the current value: an INVALIDATE that carries the tag (only it may arm the
         new entry), addressed to ``switch`` itself, then the UPDATE of the same seq.
 
-        A switch declared down is refused ("down"): writes skip it, so a copy there could go stale.
+        A switch declared down is refused ("down"): writes skip it, so a copy there could go stale.  So is
+        every spine until we have the controller's down-set (a restart without our state file).
         """
-        if switch in self.down:
+        if switch in self.down or (switch != self.leaf_id and not self.down_known):
             return "down"
         if switch not in self.cache_switches:
             raise ValueError(f"switch {switch} cannot cache keys of {self.server.name} "
@@ -476,6 +502,7 @@ class Shim:
         self.buckets = list(buckets)
         if down is not None:
             self.down = set(down)
+            self.down_known = True
             self.coherence.release(self.down)
         if epoch is not None:
             self.epoch = int(epoch)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from scapy.layers.inet import UDP
 from scapy.layers.l2 import Ether
 
@@ -351,3 +352,32 @@ def test_dedup_remembers_writes_for_a_while_and_a_bounded_number() -> None:
     for seq in range(5):
         d.begin(("10.2.0.1", 4000, 100 + seq))
     assert len(d) == 3 and d.begin(("10.2.0.1", 4000, 100)) is None  # the oldest were dropped first
+
+
+def test_an_entry_whose_populate_failed_is_filled_again(bed: _Bed, redis_sock: Path) -> None:
+    """A populate that did not complete (here: the key's shim was not up yet) leaves the entry invalid in its
+    slot, and the detector no longer reports the key: the agent tries again until it is filled."""
+    from tests.test_shim_client import ShimThread, SwitchPeer
+    agent = bed.agent()
+    peer = shim = None
+    try:
+        e = agent.insert(wire_key("a"))
+        assert e.state == "failed"  # no shim is listening
+        peer = SwitchPeer(redis_sock)  # plays the switch's side of the coherence path
+        shim = ShimThread(redis_sock, peer, bed.shim_dir / "shim-r0s0.sock", cluster=bed.cluster)
+        redis.Redis(unix_socket_path=str(redis_sock)).set(wire_key("a"), b"v")
+        deadline = time.monotonic() + 10  # (gRPC may wait out its reconnect backoff: a try or two fail)
+        while time.monotonic() < deadline and agent.status(with_keys=True).keys[0].state != "valid":
+            agent.fill_again()  # what the agent does every hit window
+            time.sleep(0.1)
+        assert agent.status(with_keys=True).keys[0].state == "valid"
+        assert agent.status().fills_retried >= 1
+        assert [m.op for m, _ in peer.seen] == [Op.INVALIDATE, Op.UPDATE]  # the populate, with its tag
+        assert (peer.seen[0][0].spine_load, peer.seen[0][0].leaf_load) == (agent.status().cache_epoch, e.version)
+        assert agent.fill_again() == 0  # nothing left to fill
+    finally:
+        agent.stop()
+        if shim is not None:
+            shim.close()
+        if peer is not None:
+            peer.close()

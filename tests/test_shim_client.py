@@ -617,6 +617,59 @@ def test_populate_carries_the_entry_tag_and_is_addressed_to_the_switch(env) -> N
         link.populate(wire_key("k"), LEAF, 7, 0)
 
 
+def test_a_shim_restarted_without_state_populates_no_spine_before_it_has_the_down_set(
+        redis_sock: Path, tmp_path: Path) -> None:
+    """Without its state file the shim does not know which spines the controller declared down: a copy it
+    populated in one would be skipped by writes once the controller's down-set arrives.  It refuses spines
+    until then (the storage leaf is never declared down)."""
+    redis.Redis(unix_socket_path=str(redis_sock)).set(wire_key("k"), b"v")
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, tmp_path / "a.sock", fresh=False)  # restarted, no state file
+    try:
+        link = ShimLink(shim.control_addr)
+        assert link.populate(wire_key("k"), SPINE, 1, 1) == "down"
+        assert link.populate(wire_key("k"), LEAF, 1, 1) == "valid"
+        assert peer.ops() == [(Op.INVALIDATE, peer.seen[0][0].seq), (Op.UPDATE, peer.seen[0][0].seq)]  # leaf's
+        link.partition([SPINE] * N_SPINE_BUCKETS)  # the controller's push (no spine down)
+        assert link.populate(wire_key("k"), SPINE, 1, 2) == "valid"
+    finally:
+        shim.close()
+        peer.close()
+
+
+def test_a_write_answered_error_is_not_applied_by_a_restarted_shim(redis_sock: Path, tmp_path: Path) -> None:
+    """A PUT answered ERROR (phase 1 not acknowledged: nothing written) whose copy reaches the shim's next
+    life must be answered ERROR again, not applied: the client was told it did not happen (found by the
+    model: model/README.md, the error marker)."""
+    r = redis.Redis(unix_socket_path=str(redis_sock))
+    r.flushall()
+    r.set(wire_key("k"), b"before")
+    peer = SwitchPeer(redis_sock)
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.settimeout(5)
+    state = tmp_path / "shim.state.json"
+    first = ShimThread(redis_sock, peer, tmp_path / "a.sock", state_file=state, fresh=False)  # knows no view
+    try:
+        ShimLink(first.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
+        peer.mute = True  # no switch acknowledges phase 1
+        assert _raw_write(a, first.port, "k", "lost", seq=9).status == Status.ERROR
+        assert r.get(wire_key("k")) == b"before"
+    finally:
+        first.close()
+    peer.mute = False
+    second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state, fresh=False)
+    try:
+        assert _raw_write(a, second.port, "k", "lost", seq=9).status == Status.ERROR  # the copy, later
+        assert r.get(wire_key("k")) == b"before"
+        assert ShimLink(second.control_addr).stats()["duplicates"] == {"replayed_after_restart": 1}
+        assert _raw_write(a, second.port, "k", "next", seq=10).status == Status.OK  # a new write goes through
+        assert r.get(wire_key("k")) == b"next"
+    finally:
+        second.close()
+        peer.close()
+        a.close()
+
+
 def test_a_retried_delete_gets_its_first_status_across_a_shim_restart(redis_sock: Path, tmp_path: Path) -> None:
     """A DELETE answered NOT_FOUND, retried into a restarted shim, must answer NOT_FOUND again (and one answered
     OK, OK): the marker the write leaves in Redis records the status (found by the delete-aware checker)."""

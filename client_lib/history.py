@@ -57,6 +57,7 @@ class HistoryConfig:
     timeout: float = 0.5
     retries: int = 3
     ops: int = 0  # requests per client; 0: as many as fit in duration
+    stop_file: str = ""  # if set, the clients also stop once this file exists (a fault schedule finished early)
 
     def __post_init__(self) -> None:
         """Reject a configuration that would record a meaningless history, with one clear line."""
@@ -131,6 +132,7 @@ async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, r
     stats = HistoryStats()
     lines: list[str] = []
     stop_at = time.monotonic() + cfg.duration
+    stop_file = Path(cfg.stop_file) if cfg.stop_file else None
 
     async def one_client(cid: int, client: AsyncClient) -> None:
         for req in plan(cfg, cid):
@@ -170,9 +172,15 @@ async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, r
             stats.deletes += req.op == "delete"
 
     async def progress() -> None:
-        while on_progress is not None:
-            await asyncio.sleep(1.0)
-            on_progress(stats)
+        nonlocal stop_at
+        ticks = 0
+        while True:
+            await asyncio.sleep(0.2)
+            ticks += 1
+            if stop_file is not None and stop_file.exists():
+                stop_at = min(stop_at, time.monotonic())
+            if on_progress is not None and ticks % 5 == 0:
+                on_progress(stats)
 
     async with AsyncClient(cluster, timeout=cfg.timeout, retries=cfg.retries, resolve=resolve) as client:
         reporter = asyncio.create_task(progress())

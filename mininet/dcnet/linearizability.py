@@ -71,6 +71,7 @@ CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 
 PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
 BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
 BURST_LEN = 6  # DistCache packets each burst drops
+OVERRUN = 2.0  # the clients run on while the fault lanes finish, up to this many times the duration
 
 
 @dataclass
@@ -314,6 +315,14 @@ def _lane(faults: Faults, lane: list[Fault], t0: float, stop: threading.Event) -
         faults.apply(f)
 
 
+def _stop_clients_after(lanes: list[threading.Thread], not_before: float, stop_file: Path) -> None:
+    """Tell the history recorder to stop once every lane has run its faults, and not before ``not_before``."""
+    for t in lanes:
+        t.join()
+    time.sleep(max(0.0, not_before - time.monotonic()))
+    stop_file.touch()
+
+
 def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event) -> None:
     rng = random.Random(seed)
     while not stop.wait(BURST_EVERY * rng.uniform(0.5, 1.5)):
@@ -330,8 +339,13 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
         # short timeouts, many retries: a lost packet costs a client 0.1 s, retried writes are frequent, and a
         # write gives up (an unknown outcome, the checker's costliest case) only after 3 s without an answer
-        cfg = {"keys": keys, "clients": clients, "duration": duration, "read_ratio": 0.75, "prefix": "h",
-               "seed": seed, "timeout": 0.1, "retries": 29}
+        # the clients run for ``duration`` and on until every lane of the schedule has finished (a fault that
+        # waits for its effect can push a lane's last faults past ``duration``): a fault counts only while
+        # they run; never beyond OVERRUN x duration
+        stop_file = dep.run_dir / "clients.stop"
+        stop_file.unlink(missing_ok=True)
+        cfg = {"keys": keys, "clients": clients, "duration": duration * OVERRUN, "read_ratio": 0.75, "prefix": "h",
+               "seed": seed, "timeout": 0.1, "retries": 29, "stop_file": str(stop_file)}
         host = dep.host(cluster.client(0, 0).name)
         proc = host.popen([sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path),  # type: ignore[attr-defined]
                            "--config", json.dumps(cfg), "--out", str(history)],
@@ -354,8 +368,11 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
                            for lane in sched.lanes]
                 threads.append(threading.Thread(target=_bursts, args=(pf, ports, seed, stop), daemon=True))
             running.set()
+            t0 = time.monotonic()
             for t in threads:
                 t.start()
+            lanes = threads[:-1]  # (the last one is the loss bursts', which runs until stopped)
+            threading.Thread(target=_stop_clients_after, args=(lanes, t0 + duration, stop_file), daemon=True).start()
             totals: dict = {}
             assert proc.stdout is not None
             for line in proc.stdout:

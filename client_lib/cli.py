@@ -113,7 +113,8 @@ def main(
     ctx: typer.Context,
     cluster: Annotated[Path | None, typer.Option(envvar="DISTCACHE_CLUSTER",
                                                  help="cluster.json of the deployment")] = None,
-    timeout: Annotated[float, typer.Option(min=0.001, help="seconds to wait for each reply")] = 0.5,
+    timeout: Annotated[float, typer.Option(min=0.001, help="seconds to wait for a reply to one copy of a request "
+                                                "(the retransmission timeout learns the round trip below it)")] = 0.5,
     retries: Annotated[int, typer.Option(min=0, help="retries after a timeout")] = 3,
     server: Annotated[str | None, typer.Option(envvar="DISTCACHE_SERVER",
                                                help="send every request to HOST[:PORT] (e.g. a shim on "

@@ -16,12 +16,26 @@ A reply is taken only from the address and port its request went to (a cache
 hit comes from there too: the switch swaps the addresses), and only when its
 sequence number, key and op match the request; anything else (strays, late
 duplicates of retried requests, a reply forged by another host from another
-port or address) is ignored and counted in ``ignored``.  Every request is retried ``retries`` times
-after ``timeout`` seconds each, with the same sequence number from the same
-socket: the shim recognizes a retried write by (address, port, seq) and
-applies it once, answering copies with the first reply (shim/dedup.py), so a
-retry can neither apply a write twice nor out of order, and a write answered
-ERROR stays unwritten.  A request that times out on every attempt has an
+port or address) is ignored and counted in ``ignored``.
+
+A request without a reply is sent again after a retransmission timeout learned
+as TCP learns it (client_lib/rto.py: RFC 6298 from the round-trip times of
+requests sent once, per storage server and reads apart from writes, between
+``min_timeout`` and ``timeout``, doubling with every timeout in a row), so a
+copy lost on a dead path costs milliseconds, not ``timeout``.  Each copy
+carries its attempt number in the header's flags (``wire.attempt_flags``): the
+client-rack leaf sends attempt 1 of a read to the key's other cache and later
+ones straight to the storage server, each attempt through another transit
+spine.  A request gives up ``(retries + 1) * timeout`` after its first copy,
+as with a fixed timeout, having sent at most ``retries + 1 +
+ceil(log2(timeout / min_timeout))`` copies (``retries=0``: one); before a
+server has answered once, its RTO is ``timeout``, so the first requests
+behave exactly as before.  Every copy has
+the same sequence number and leaves the same socket: the shim recognizes a
+retried write by (address, port, seq) and applies it once, answering copies
+with the first reply (shim/dedup.py), so a retry can neither apply a write
+twice nor out of order, and a write answered ERROR stays unwritten.  A reply
+to any copy is taken.  A request that times out on every attempt has an
 unknown outcome: it may still take effect.
 """
 
@@ -36,10 +50,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from client_lib.rto import DEFAULT_FLOOR, Rto, Schedule
 from distcache.cluster import Cluster, Host
 from distcache.errors import InvalidValue, RequestTimeout, ServerError, ValueTooLarge
 from distcache.hashing import wire_key
-from distcache.wire import DC_PORT, MAX_VALUE_LEN, Message, Op, Status, WireError, decode, encode
+from distcache.wire import DC_PORT, MAX_VALUE_LEN, Message, Op, Status, WireError, attempt_flags, decode, encode
 
 Resolver = Callable[[Host], tuple[str, int]]
 
@@ -54,7 +69,7 @@ class Reply:
     cached: bool
     served_by: int  # switch id that served a cache hit, 0 for a server
     latency: float  # seconds, request sent to reply received (last attempt)
-    attempts: int
+    attempts: int  # copies sent (the reply may answer any of them)
 
 
 def _cluster(c: Cluster | str | Path) -> Cluster:
@@ -87,11 +102,17 @@ def _value(value: bytes | str) -> bytes:
 
 class _Base:
     def __init__(self, cluster: Cluster | str | Path, timeout: float, retries: int,
-                 resolve: Resolver | None) -> None:
+                 resolve: Resolver | None, min_timeout: float | None) -> None:
         if timeout <= 0 or retries < 0:
             raise ValueError("timeout must be > 0 and retries >= 0")
+        if min_timeout is None:
+            min_timeout = min(DEFAULT_FLOOR, timeout)
+        elif not 0 < min_timeout <= timeout:
+            raise ValueError(f"min_timeout must be > 0 and at most timeout ({timeout}s), got {min_timeout}")
         self.cluster = _cluster(cluster)
-        self.timeout, self.retries = timeout, retries
+        self.timeout, self.retries, self.min_timeout = timeout, retries, min_timeout
+        # (server address, is a write) -> its retransmission timeout: coherence makes writes slower than reads
+        self.rtos: dict[tuple[tuple[str, int], bool], Rto] = {}
         self.resolve = resolve or (lambda host: (host.ip, DC_PORT))
         self._seq = itertools.count(random.getrandbits(31))
         self._numeric: dict[tuple[str, int], tuple[str, int]] = {}  # resolve()'s answers, as sources look
@@ -106,6 +127,23 @@ class _Base:
         if dest is None:
             dest = self._numeric[addr] = numeric_address(addr)
         return msg, dest
+
+    def rto(self, addr: tuple[str, int], op: Op = Op.GET) -> Rto:
+        """The retransmission timeout of requests like ``op`` to ``addr`` (numeric), created on first use."""
+        k = (addr, op != Op.GET)
+        r = self.rtos.get(k)
+        if r is None:
+            r = self.rtos[k] = Rto(initial=self.timeout, floor=self.min_timeout, cap=self.timeout)
+        return r
+
+    def _schedule(self, req: Message, addr: tuple[str, int]) -> Schedule:
+        return Schedule(self.rto(addr, req.op), self.retries)
+
+    @staticmethod
+    def _copy(req: Message, sched: Schedule) -> bytes:
+        """The next copy of ``req``: its attempt number (the copies sent so far) in flags, same seq."""
+        req.flags = attempt_flags(sched.sent - 1)
+        return encode(req)
 
     @staticmethod
     def _matches(req: Message, data: bytes) -> Message | None:
@@ -124,17 +162,25 @@ class _Base:
         value = m.value if (m.op == Op.GET_REPLY and m.status == Status.OK) else None
         return Reply(req.key, value, m.status, m.cached, m.served_by, latency, attempts)
 
-    def _timeout(self, req: Message, addr: tuple[str, int]) -> RequestTimeout:
-        return RequestTimeout(f"no reply to {req.op.name} from {addr[0]}:{addr[1]} after {self.retries + 1} "
-                              f"attempts of {self.timeout}s; is the storage server (shim) up and reachable?")
+    def _timeout(self, req: Message, addr: tuple[str, int], sched: Schedule) -> RequestTimeout:
+        return RequestTimeout(f"no reply to {req.op.name} from {addr[0]}:{addr[1]} after {sched.sent} attempts "
+                              f"in {sched.deadline - sched.start:.3g}s (timeout {self.timeout}s, retries "
+                              f"{self.retries}); is the storage server (shim) up and reachable?")
 
 
 class Client(_Base):
-    """Blocking client.  Not thread-safe: use one per thread (they are cheap)."""
+    """Blocking client.  Not thread-safe: use one per thread (they are cheap).
+
+    ``timeout`` is the longest wait for one copy and the RTO before a server has answered;
+    ``min_timeout`` the RTO's floor (default 5 ms, or ``timeout`` if that is less;
+    ``min_timeout=timeout``: a fixed timeout, as before); a request gives up ``(retries + 1) * timeout``
+    after its first copy.
+    """
 
     def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
-                 resolve: Resolver | None = None, bind: str = "0.0.0.0") -> None:
-        super().__init__(cluster, timeout, retries, resolve)
+                 min_timeout: float | None = None, resolve: Resolver | None = None,
+                 bind: str = "0.0.0.0") -> None:
+        super().__init__(cluster, timeout, retries, resolve, min_timeout)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((bind, 0))
 
@@ -149,12 +195,10 @@ class Client(_Base):
 
     def _call(self, op: Op, key: str | bytes, value: bytes = b"") -> Reply:
         req, addr = self._prepare(op, key, value)
-        data = encode(req)
-        for attempt in range(1, self.retries + 2):
-            sent = time.perf_counter()
-            self.sock.sendto(data, addr)
-            deadline = sent + self.timeout
-            while (left := deadline - time.perf_counter()) > 0:
+        sched = self._schedule(req, addr)
+        while (until := sched.next_copy(sent := time.perf_counter())) is not None:
+            self.sock.sendto(self._copy(req, sched), addr)
+            while (left := until - time.perf_counter()) > 0:
                 self.sock.settimeout(left)
                 try:
                     raw, src = self.sock.recvfrom(65535)
@@ -164,8 +208,11 @@ class Client(_Base):
                 if m is None:
                     self.ignored += 1
                     continue
-                return self._reply(req, m, time.perf_counter() - sent, attempt)
-        raise self._timeout(req, addr)
+                now = time.perf_counter()
+                sched.replied(now)
+                return self._reply(req, m, now - sent, sched.sent)
+            sched.timed_out()
+        raise self._timeout(req, addr, sched)
 
     def get_reply(self, key: str | bytes) -> Reply:
         """Read ``key`` and say how it was served (cache or server, latency)."""
@@ -174,41 +221,60 @@ class Client(_Base):
     def mget(self, keys: list[str | bytes]) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), read with every request in flight at once.
 
-        Each key is still its own request (to its own server, maybe answered by a cache); the
-        ones without a reply are sent again, up to ``retries`` times, and RequestTimeout names
-        how many never got one.
+        Each key is still its own request (to its own server, maybe answered by a cache, with its
+        own retransmission schedule); RequestTimeout names how many never got a reply.
         """
-        reqs = [self._prepare(Op.GET, k) for k in keys]
-        pending = {req.seq: (i, req, addr) for i, (req, addr) in enumerate(reqs)}
-        out: list[bytes | None] = [None] * len(reqs)
-        for attempt in range(1, self.retries + 2):
-            for _, req, addr in pending.values():
-                self.sock.sendto(encode(req), addr)
-            sent = time.perf_counter()
-            deadline = sent + self.timeout
-            while pending and (left := deadline - time.perf_counter()) > 0:
-                self.sock.settimeout(left)
-                try:
-                    raw, src = self.sock.recvfrom(65535)
-                except TimeoutError:
-                    break
-                try:
-                    seq = decode(raw).seq
-                except WireError:
-                    self.ignored += 1
-                    continue
-                entry = pending.get(seq)
-                m = self._matches(entry[1], raw) if entry is not None and src == entry[2] else None
-                if m is None:
-                    self.ignored += 1
-                    continue
-                out[entry[0]] = self._reply(entry[1], m, time.perf_counter() - sent, attempt).value
-                del pending[seq]
+        out: list[bytes | None] = [None] * len(keys)
+        pending: dict[int, tuple[int, Message, tuple[str, int], Schedule]] = {}  # seq -> (index, req, dest, sched)
+        until: dict[int, float] = {}  # seq -> end of its current copy's wait
+        sent: dict[int, float] = {}
+        failed: list[tuple[Message, tuple[str, int], Schedule]] = []
+
+        def send(seq: int) -> None:
+            _, req, addr, sched = pending[seq]
+            end = sched.next_copy(now := time.perf_counter())
+            if end is None:
+                failed.append(pending.pop(seq)[1:])
+                until.pop(seq, None)
+                return
+            self.sock.sendto(self._copy(req, sched), addr)
+            until[seq], sent[seq] = end, now
+
+        for i, k in enumerate(keys):
+            req, addr = self._prepare(Op.GET, k)
+            pending[req.seq] = (i, req, addr, self._schedule(req, addr))
+            send(req.seq)
+        while pending:
+            for seq in [s for s, t in until.items() if t <= time.perf_counter()]:
+                pending[seq][3].timed_out()
+                send(seq)
             if not pending:
-                return out
-        first = next(iter(pending.values()))
-        raise RequestTimeout(f"{len(pending)} of {len(keys)} reads got no reply after {self.retries + 1} attempts "
-                             f"of {self.timeout}s (e.g. from {first[2][0]}:{first[2][1]}); is the storage up?")
+                break
+            self.sock.settimeout(max(1e-4, min(until.values()) - time.perf_counter()))  # 0: non-blocking
+            try:
+                raw, src = self.sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            try:
+                seq = decode(raw).seq
+            except WireError:
+                self.ignored += 1
+                continue
+            entry = pending.get(seq)
+            m = self._matches(entry[1], raw) if entry is not None and src == entry[2] else None
+            if entry is None or m is None:
+                self.ignored += 1
+                continue
+            now = time.perf_counter()
+            entry[3].replied(now)
+            out[entry[0]] = self._reply(entry[1], m, now - sent[seq], entry[3].sent).value
+            del pending[seq], until[seq]
+        if failed:
+            req, addr, sched = failed[0]
+            raise RequestTimeout(f"{len(failed)} of {len(keys)} reads got no reply after {sched.sent} attempts in "
+                                 f"{sched.deadline - sched.start:.3g}s (e.g. from {addr[0]}:{addr[1]}); is the "
+                                 f"storage up?")
+        return out
 
     def get(self, key: str | bytes) -> bytes | None:
         """The value of ``key``, or None if it does not exist."""
@@ -249,9 +315,10 @@ class AsyncClient(_Base):
     (or use ``async with``)."""
 
     def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
-                 resolve: Resolver | None = None, bind: str = "0.0.0.0") -> None:
+                 min_timeout: float | None = None, resolve: Resolver | None = None,
+                 bind: str = "0.0.0.0") -> None:
         self._proto = _Protocol()  # before the base class sets ``ignored``, which lives here
-        super().__init__(cluster, timeout, retries, resolve)
+        super().__init__(cluster, timeout, retries, resolve, min_timeout)
         self.bind = bind
         self._transport: asyncio.DatagramTransport | None = None
 
@@ -284,22 +351,22 @@ class AsyncClient(_Base):
         if self._transport is None:
             raise RuntimeError("AsyncClient not started: use `async with AsyncClient(...)` or `await client.start()`")
         req, addr = self._prepare(op, key, value)
-        data = encode(req)
-        loop = asyncio.get_running_loop()
+        sched = self._schedule(req, addr)
+        fut = asyncio.get_running_loop().create_future()  # a reply to any copy resolves it
+        self._proto.waiters[req.seq] = (req, addr, fut)
         try:
-            for attempt in range(1, self.retries + 2):
-                fut = loop.create_future()
-                self._proto.waiters[req.seq] = (req, addr, fut)
-                sent = time.perf_counter()
-                self._transport.sendto(data, addr)
-                try:
-                    m = await asyncio.wait_for(fut, self.timeout)
-                except TimeoutError:
-                    continue
-                return self._reply(req, m, time.perf_counter() - sent, attempt)
+            while (until := sched.next_copy(sent := time.perf_counter())) is not None:
+                self._transport.sendto(self._copy(req, sched), addr)
+                done, _ = await asyncio.wait((fut,), timeout=max(0.0, until - time.perf_counter()))
+                if done:
+                    now = time.perf_counter()
+                    sched.replied(now)
+                    return self._reply(req, fut.result(), now - sent, sched.sent)
+                sched.timed_out()
         finally:
             self._proto.waiters.pop(req.seq, None)
-        raise self._timeout(req, addr)
+            fut.cancel()
+        raise self._timeout(req, addr, sched)
 
     async def get_reply(self, key: str | bytes) -> Reply:
         return await self._call(Op.GET, key)

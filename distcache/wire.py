@@ -93,6 +93,31 @@ class Flag(IntFlag):
     NONE = 0
     CACHED = 0x01  # this reply was served from a switch cache
     POPULATE = 0x02  # an INVALIDATE filling a new entry of `target`: its tag in spine_load (epoch), leaf_load (version)
+    ATTEMPT = 0x1C  # a request's attempt number, bits 2..4 (attempt_flags): the client leaf routes a retry elsewhere
+
+
+ATTEMPT_SHIFT = 2  # the attempt number's lowest bit in ``flags`` (FLAG_ATTEMPT_SHIFT in p4src/include/define.p4)
+MAX_WIRE_ATTEMPT = int(Flag.ATTEMPT) >> ATTEMPT_SHIFT  # 7: the largest attempt number the field holds
+
+
+def attempt_flags(attempt: int) -> Flag:
+    """The ``flags`` bits that carry a request's attempt number (0 = its first copy).
+
+    The client-rack leaf sends attempt 0 on its usual path, attempt 1 to the key's other cache, and
+    attempt 2 and later past every cache to the storage server, each through another transit spine
+    (docs/protocol.md, "Retries and their paths").  Attempts past the field's 7 carry 2..7 again, so
+    late retries keep going to the server, each through the next transit spine.
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt {attempt}: expected 0 or more")
+    if attempt > MAX_WIRE_ATTEMPT:
+        attempt = 2 + (attempt - 2) % (MAX_WIRE_ATTEMPT - 1)
+    return Flag(attempt << ATTEMPT_SHIFT)
+
+
+def attempt_of(flags: int) -> int:
+    """The attempt number a request's ``flags`` carry (what routing.p4 reads)."""
+    return (int(flags) & Flag.ATTEMPT) >> ATTEMPT_SHIFT
 
 
 def populate_invalidate(key: bytes, seq: int, target: int, epoch: int, version: int) -> Message:

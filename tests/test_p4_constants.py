@@ -11,6 +11,8 @@ Python member.
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from enum import IntEnum
 from pathlib import Path
@@ -43,7 +45,7 @@ FAMILIES: list[tuple[str, type[IntEnum]]] = [
     ("OP_", Op), ("STATUS_", Status), ("ROLE_", Role), ("PORT_", PortKind), ("MECH_", Mechanism),
     ("DROP_", p4names.DropReason), ("STAT_", p4names.Stat),
 ]
-NOT_ENUM = {"OP_REPLY_BIT"}  # a mask over op codes, not one
+NOT_ENUM = {"OP_REPLY_BIT", "FLAG_ATTEMPT_SHIFT"}  # a mask over op codes, a shift: not members
 
 
 @pytest.mark.parametrize(("prefix", "enum"), FAMILIES, ids=[p.rstrip("_") for p, _ in FAMILIES])
@@ -60,8 +62,19 @@ def test_wire_constants() -> None:
     assert CONSTS["MAX_CACHEABLE"] == wire.MAX_CACHEABLE
     assert CONSTS["MAX_VALUE_LEN"] == wire.MAX_VALUE_LEN
     assert CONSTS["FLAG_CACHED"] == int(Flag.CACHED)
+    assert CONSTS["FLAG_ATTEMPT_SHIFT"] == wire.ATTEMPT_SHIFT
+    assert CONSTS["FLAG_ATTEMPT"] >> CONSTS["FLAG_ATTEMPT_SHIFT"] == wire.MAX_WIRE_ATTEMPT
     assert CONSTS["OP_REPLY_BIT"] == int(Op.GET_REPLY) ^ int(Op.GET)
     assert all(int(op.reply()) == int(op) | CONSTS["OP_REPLY_BIT"] for op in wire.REQUEST_OPS | wire.COHERENCE_OPS)
+
+
+def test_flags_are_equal_both_ways() -> None:
+    """Every FLAG_* of define.p4 is a ``wire.Flag`` member and back (the attempt field included, a
+    multi-bit member that iterating an IntFlag would skip); the flag bits do not overlap."""
+    p4 = {k[len("FLAG_"):]: v for k, v in CONSTS.items() if k.startswith("FLAG_") and k not in NOT_ENUM}
+    py = {name: int(m) for name, m in Flag.__members__.items() if m}
+    assert p4 == py, "FLAG_* in define.p4 differ from distcache.wire.Flag"
+    assert sum(py.values()) == functools.reduce(operator.or_, py.values())
 
 
 def test_sizes() -> None:

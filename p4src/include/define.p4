@@ -40,6 +40,8 @@ const bit<8> STATUS_BAD_REQUEST = 4;
 
 const bit<8> FLAG_CACHED = 0x01;
 const bit<8> FLAG_POPULATE = 0x02;  /* an INVALIDATE that fills a new entry of `target`; tag in the load fields */
+const bit<8> FLAG_ATTEMPT = 0x1C;  /* a request's attempt number (0 = first copy): retries take other paths */
+const bit<8> FLAG_ATTEMPT_SHIFT = 2;  /* the attempt number's lowest bit (wire.ATTEMPT_SHIFT) */
 
 /* ---- what the controller tells a switch (distcache/cluster.py) ---- */
 const bit<8> ROLE_NONE = 0;

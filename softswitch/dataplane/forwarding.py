@@ -1,11 +1,13 @@
-"""DcForwarding (p4src/include/control/forwarding.p4): next hop, the longest-prefix route, or transit (ECMP);
-nothing forwarded out of the port it came in by, TTL less one."""
+"""DcForwarding (p4src/include/control/forwarding.p4): next hop, the longest-prefix route, or transit (ECMP;
+a client's retry one slot further per attempt); nothing forwarded out of the port it came in by, TTL less one."""
 
 from __future__ import annotations
 
 from distcache import p4names as n
+from distcache.cluster import PortKind
 from distcache.hashing import h0
 from distcache.p4names import DropReason
+from distcache.wire import attempt_of
 from softswitch.dataplane.header import IP_DST, IP_TTL, Headers, Meta
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
@@ -23,6 +25,9 @@ TABLES = (
 )
 
 
+PORT_CLIENT = int(PortKind.CLIENT)
+
+
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if not m.routed:
         action, p, _ = state.tables[n.IPV4_LPM].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
@@ -32,6 +37,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             m.transit = True
     if m.transit:
         bucket = h0(h.dc["key"]) if h.dc is not None else 0
+        if h.dc is not None and m.port_kind == PORT_CLIENT:  # a client's retry: through another spine
+            bucket += attempt_of(h.dc["flags"])
         m.transit_slot = bucket & (n.TRANSIT_SLOTS - 1)
         action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
         if action == n.SET_NHOP:

@@ -1,4 +1,5 @@
-"""DcRouting (p4src/include/control/routing.p4): the client-rack leaf's power of two choices."""
+"""DcRouting (p4src/include/control/routing.p4): the client-rack leaf's power of two choices, and where a
+client's retry goes instead (its attempt number in flags: the other cache, then no cache at all)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from distcache import p4names as n
 from distcache.cluster import Mechanism, PortKind
 from distcache.hashing import h0
 from distcache.p4names import Stat
-from distcache.wire import Op
+from distcache.wire import Op, attempt_of
 from softswitch.dataplane.header import IP_DST, Headers, Meta
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
@@ -41,6 +42,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         return
     tables, regs = state.tables, state.registers
     dc = h.dc
+    attempt = attempt_of(dc["flags"])
     dc["target"] = 0
     mech = m.mechanism
     if mech == MECH_REPLICATION:
@@ -49,7 +51,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         m.replicated = tables[n.REPLICATED_KEYS].lookup(int.from_bytes(dc["key"], "big"))[0] == n.REPLICATE
     bucket = h0(dc["key"]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
     if m.replicated:
-        m.replica_slot = (bucket + (dc["seq"] & 0xFFFF)) & (n.REPLICA_SLOTS - 1)
+        m.replica_slot = (bucket + (dc["seq"] & 0xFFFF) + attempt) & (n.REPLICA_SLOTS - 1)
         action, p, _ = tables[n.REPLICA_SPINE].lookup(m.replica_slot)
         if action == n.SET_SPINE_CANDIDATE:
             m.spine_cand = p["spine_id"]
@@ -69,15 +71,21 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
 
     spine_load = fresh_load(m.spine_cand) if m.spine_cand else 0
     leaf_load = fresh_load(m.leaf_cand) if m.leaf_cand else 0
+    chosen = other = 0  # the power of two choices' pick, and the candidate it did not pick (if two)
     if m.spine_cand and m.leaf_cand:
         if spine_load < leaf_load or (spine_load == leaf_load and dc["seq"] & 1 == 0):
-            dc["target"] = m.spine_cand
+            chosen, other = m.spine_cand, m.leaf_cand
         else:
-            dc["target"] = m.leaf_cand
+            chosen, other = m.leaf_cand, m.spine_cand
     elif m.spine_cand:
-        dc["target"] = m.spine_cand
+        chosen = m.spine_cand
     elif m.leaf_cand:
-        dc["target"] = m.leaf_cand
+        chosen = m.leaf_cand
+    if attempt == 0 or (attempt == 1 and m.replicated):
+        dc["target"] = chosen  # a replicated key's retry: already the next replica slot's spine
+    elif attempt == 1:
+        dc["target"] = other
+    # attempt 2 and later: no cache, straight to the storage server
     stats = state.counters[n.DC_STATS]
     if dc["target"] != 0 and dc["target"] == m.spine_cand:
         action, p, _ = tables[n.CACHE_ROUTE].lookup(dc["target"])

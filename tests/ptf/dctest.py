@@ -48,10 +48,11 @@ SPINES = (SP0, SP1)
 LEAF_UPLINK = {SP0.switch_id: 2, SP1.switch_id: 3}  # a leaf's port to each spine (sl0 and cl0 alike)
 
 
-def transit_spine(key: bytes | None, live: tuple[Switch, ...] = SPINES) -> Switch:
+def transit_spine(key: bytes | None, live: tuple[Switch, ...] = SPINES, attempt: int = 0) -> Switch:
     """The spine a leaf sends ``key``'s transit traffic through: slot h0 mod TRANSIT_SLOTS of the live
-    spines dealt round-robin (controller.entries.plan); a non-DistCache packet (None) takes slot 0."""
-    slot = (h0(key) if key is not None else 0) & (n.TRANSIT_SLOTS - 1)
+    spines dealt round-robin (controller.entries.plan); a non-DistCache packet (None) takes slot 0.
+    A client's retry (``attempt``, from a client port only) takes the slot ``attempt`` further on."""
+    slot = ((h0(key) if key is not None else 0) + attempt) & (n.TRANSIT_SLOTS - 1)
     return live[slot % len(live)]
 
 

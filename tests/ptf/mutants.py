@@ -71,6 +71,15 @@ MUTANTS = (
            "!rack_hosts.apply().hit", "!(rack_hosts.apply().hit || true)"),
     Mutant("packets forwarded back out of their ingress port", "control/forwarding.p4",
            "meta.nhop_port == standard_metadata.ingress_port && !answered", "false && !answered"),
+    Mutant("attempt ignored by routing (retries go to the first copy's cache)", "control/routing.p4",
+           "bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT;", "bit<8> attempt = 0;"),
+    Mutant("attempt 1 goes to the pick, not the other candidate", "control/routing.p4",
+           "hdr.dc.target = other;", "hdr.dc.target = chosen;"),
+    Mutant("attempt ignored by transit (retries go up the first copy's spine)", "control/forwarding.p4",
+           "bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);", "bucket = bucket;"),
+    Mutant("attempt steers transit from any port (replies leave their key's spine)", "control/forwarding.p4",
+           "if (meta.port_kind == PORT_CLIENT) {\n                    bucket = bucket +",
+           "if (true) {\n                    bucket = bucket +"),
 )
 
 

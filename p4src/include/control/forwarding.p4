@@ -4,7 +4,10 @@
  * mod TRANSIT_SLOTS; 0 for non-DistCache packets), which the controller fills
  * round-robin with the live spines.  So traffic spreads over the spines (ECMP
  * on the key's hash), every key keeps one path, and replies through every
- * spine carry that spine's load to the client racks.  Unroutable packets are
+ * spine carry that spine's load to the client racks.  A client's retry
+ * (FLAG_ATTEMPT, see DcRouting) takes the slot its attempt number further on,
+ * so it goes up through another spine than the copy that was lost; replies
+ * and coherence messages keep their key's path.  Unroutable packets are
  * counted and dropped.
  *
  * Transit is the way out of a rack, for what its hosts send: DcValidation has
@@ -53,6 +56,9 @@ control DcForwarding(inout headers_t hdr,
             bit<16> bucket = 0;
             if (hdr.dc.isValid()) {
                 hash(bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+                if (meta.port_kind == PORT_CLIENT) {
+                    bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);
+                }
             }
             meta.transit_slot = (bit<8>)(bucket & (TRANSIT_SLOTS - 1));
             transit_spine.apply();

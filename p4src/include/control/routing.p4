@@ -16,6 +16,15 @@
  * spread evenly over them.  Hybrid does that for the keys in replicated_keys
  * (the few too hot for two copies, chosen by the controller) and DistCache
  * for the others.
+ *
+ * A client's retry does not take the path its lost copy took: it carries its
+ * attempt number in flags (FLAG_ATTEMPT; the same seq, so the shim still
+ * recognises a retried write).  Attempt 0 is routed as above; attempt 1 goes
+ * to the cache the choice above did not pick (a replicated key: the next
+ * replica slot's spine; a key with one candidate: no cache); attempt 2 and
+ * later go past every cache (target 0) to the storage server, and
+ * DcForwarding sends each attempt through another transit spine.  A client
+ * can only pick among paths a router could pick anyway: no new way in.
  */
 #ifndef DC_ROUTING_P4
 #define DC_ROUTING_P4
@@ -79,6 +88,7 @@ control DcRouting(inout headers_t hdr,
 
     apply {
         if (meta.op == OP_GET && meta.port_kind == PORT_CLIENT) {
+            bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT;
             hdr.dc.target = 0;
             if (meta.mechanism == MECH_REPLICATION) {
                 meta.replicated = 1;
@@ -89,7 +99,7 @@ control DcRouting(inout headers_t hdr,
                 hash(meta.bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
             }
             if (meta.replicated == 1) {
-                bit<16> spread = meta.bucket + hdr.dc.seq[15:0];
+                bit<16> spread = meta.bucket + hdr.dc.seq[15:0] + (bit<16>)attempt;
                 meta.replica_slot = (bit<8>)(spread & (REPLICA_SLOTS - 1));
                 replica_spine.apply();
             } else if (meta.mechanism == MECH_DISTCACHE || meta.mechanism == MECH_PARTITION
@@ -110,17 +120,26 @@ control DcRouting(inout headers_t hdr,
                 peer_load_epoch.read(e, (bit<32>)meta.leaf_cand);
                 if (meta.epoch - e <= 1) { peer_load.read(leaf_load, (bit<32>)meta.leaf_cand); }
             }
+            bit<8> chosen = 0;  /* the power of two choices' pick */
+            bit<8> other = 0;  /* the candidate it did not pick, if there are two */
             if (meta.spine_cand != 0 && meta.leaf_cand != 0) {
                 if (spine_load < leaf_load || (spine_load == leaf_load && hdr.dc.seq[0:0] == 0)) {
-                    hdr.dc.target = meta.spine_cand;
+                    chosen = meta.spine_cand;
+                    other = meta.leaf_cand;
                 } else {
-                    hdr.dc.target = meta.leaf_cand;
+                    chosen = meta.leaf_cand;
+                    other = meta.spine_cand;
                 }
             } else if (meta.spine_cand != 0) {
-                hdr.dc.target = meta.spine_cand;
+                chosen = meta.spine_cand;
             } else if (meta.leaf_cand != 0) {
-                hdr.dc.target = meta.leaf_cand;
+                chosen = meta.leaf_cand;
             }
+            if (attempt == 0 || (attempt == 1 && meta.replicated == 1)) {
+                hdr.dc.target = chosen;  /* a replicated key's retry: already the next slot's spine */
+            } else if (attempt == 1) {
+                hdr.dc.target = other;
+            }  /* attempt 2 and later: no cache, straight to the storage server */
             if (hdr.dc.target != 0 && hdr.dc.target == meta.spine_cand) {
                 cache_route.apply();
                 dc_stats.count(STAT_ROUTED_SPINE);

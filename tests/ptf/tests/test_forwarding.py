@@ -4,8 +4,11 @@ A leaf's route to other racks is ``transit``: the packet goes up through the
 spine in transit_spine's slot h0(key) mod TRANSIT_SLOTS, the live spines dealt
 round-robin over the slots.  Every key keeps one path (its writes, misses and
 replies all go through one spine), different keys spread over every spine, and
-a spine out of service gets no slot.  Expected frames are built from the
-protocol; the expected spine from the slot formula (tests.ptf.dctest.transit_spine).
+a spine out of service gets no slot.  A client's retry (its attempt number in
+flags) takes the slot ``attempt`` further on, so it leaves by another spine than
+the copy that was lost; what comes from other ports keeps its key's spine.
+Expected frames are built from the protocol; the expected spine from the slot
+formula (tests.ptf.dctest.transit_spine).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from scapy.packet import Raw
 
 from distcache import p4names as n
 from distcache.hashing import h0, wire_key
-from distcache.wire import DC_PORT, Message, Op
+from distcache.wire import DC_PORT, Flag, Message, Op, attempt_flags
 from tests.ptf.dctest import (
     CL0,
     CLIENT,
@@ -111,3 +114,34 @@ class EmptyTransitSlotDrops(DcTest):
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, key=key, seq=1, value=b"v")))
         self.expect_none()
         self.assertEqual(self.drops(n.DropReason.NO_ROUTE), 1)
+
+
+class ClientRetriesTakeAnotherTransitSpine(DcTest):
+    """A write's retry (same seq, attempt 1) leaves cl0 up another spine than its first copy; exact frames."""
+
+    role = CL0
+
+    def runTest(self) -> None:
+        for i, key in enumerate(KEYS[:4]):
+            self.assertNotEqual(transit_spine(key), transit_spine(key, attempt=1))
+            for attempt in (0, 1):
+                put = Message(op=Op.PUT, key=key, seq=i, value=b"v", flags=attempt_flags(attempt))
+                sp = transit_spine(key, attempt=attempt)
+                self.send(1, dc_frame(CLIENT.ip, SERVER.ip, put))
+                self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, put, udp_checksum=0), sp.mac),
+                            LEAF_UPLINK[sp.switch_id])
+        self.expect_none()
+
+
+class RepliesKeepTheirKeysSpineWhateverTheirFlags(DcTest):
+    """At sl0, replies from the server keep their key's transit spine even with attempt bits set (a cache
+    hit echoes its request's flags): only what a client sends is steered by its attempt."""
+
+    role = SL0
+
+    def runTest(self) -> None:
+        for key in KEYS[:6]:
+            sp = transit_spine(key)
+            reply = Message(op=Op.GET_REPLY, key=key, seq=1, flags=Flag.CACHED | attempt_flags(1))
+            port, _ = self.exchange(1, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
+            self.assertEqual(port, LEAF_UPLINK[sp.switch_id], f"{key!r}")

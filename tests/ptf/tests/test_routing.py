@@ -4,7 +4,9 @@ freshness, and each mechanism's routing.
 cl0's port 1 faces its client; ports 2 and 3 the spines sp0 and sp1.  A read marked for a
 spine goes up that spine's port (cache_route); a read marked for a storage leaf, or for no
 cache, follows the normal route: transit over the spines by the key's hash (KEY's goes through sp0,
-port 2; test_forwarding.py tests the spread).
+port 2; test_forwarding.py tests the spread).  A client's retry carries its attempt number in flags:
+attempt 1 goes to the other candidate, attempt 2 and later to no cache, each through the transit spine
+``attempt`` slots on (issue 16, item 3).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from distcache import p4names as n
 from distcache.cluster import Mechanism
 from distcache.hashing import h0, wire_key
 from distcache.p4names import Stat
-from distcache.wire import DC_PORT, Message, Op
+from distcache.wire import DC_PORT, Flag, Message, Op, attempt_flags
 from tests.ptf.dctest import (
     BUCKETS,
     CL0,
@@ -21,6 +23,7 @@ from tests.ptf.dctest import (
     CLIENT_PORT,
     KEY,
     KEY1,
+    LEAF_UPLINK,
     SERVER,
     SERVER1,
     SL0,
@@ -31,6 +34,7 @@ from tests.ptf.dctest import (
     DcTest,
     dc_frame,
     routed,
+    transit_spine,
 )
 
 SPINE_PORT = {SP0.switch_id: 2, SP1.switch_id: 3}
@@ -46,9 +50,11 @@ class _Routing(DcTest):
                       leaf_load=leaf_load)
         self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT))
 
-    def choose(self, seq: int, key: bytes = KEY, dst: str = SERVER.ip) -> tuple[int, int]:
-        """(out port, target) of a client's read."""
-        port, m = self.exchange(1, dc_frame(CLIENT.ip, dst, Message(op=Op.GET, key=key, seq=seq)))
+    def choose(self, seq: int, key: bytes = KEY, dst: str = SERVER.ip, attempt: int = 0,
+               flags: Flag = Flag.NONE) -> tuple[int, int]:
+        """(out port, target) of a client's read (``attempt``: which copy of it)."""
+        get = Message(op=Op.GET, key=key, seq=seq, flags=flags | attempt_flags(attempt))
+        port, m = self.exchange(1, dc_frame(CLIENT.ip, dst, get))
         return port, m.target
 
 
@@ -224,3 +230,80 @@ class ReadsFromTheFabricAreNotReMarked(_Routing):
         get = Message(op=Op.GET, key=KEY, seq=2, target=SP1.switch_id)
         port, m = self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, get))
         self.assertEqual((port, m.target), (1, SP1.switch_id))
+
+
+class RetryGoesToTheOtherCandidate(_Routing):
+    """Attempt 1 of a read (same seq) goes to the cache the power of two choices did not pick: the storage
+    leaf through the transit spine one slot on (exact frame), or the spine through cache_route."""
+
+    def runTest(self) -> None:
+        self.loads(spine_load=1, leaf_load=50)  # the spine is the pick
+        self.assertEqual(self.choose(3), (2, SP0.switch_id))
+        sp = transit_spine(KEY, attempt=1)
+        self.assertNotEqual(sp, transit_spine(KEY))  # KEY's own transit is sp0: its retry goes up sp1
+        flags = attempt_flags(1)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3, flags=flags)))
+        marked = Message(op=Op.GET, key=KEY, seq=3, flags=flags, target=SL0.switch_id)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), sp.mac), LEAF_UPLINK[sp.switch_id])
+        self.expect_none()
+        self.loads(spine_load=50, leaf_load=1)  # now the leaf is the pick: the retry goes to the spine
+        self.assertEqual(self.choose(3)[1], SL0.switch_id)
+        self.assertEqual(self.choose(3, attempt=1), (2, SP0.switch_id))
+        self.assertEqual(self.choose(6, key=KEY1, attempt=1)[1], SL0.switch_id)  # sp1 picked, the retry: leaf
+        self.assertEqual((self.stat(Stat.ROUTED_SPINE), self.stat(Stat.ROUTED_LEAF)), (2, 3))
+
+
+class LaterRetriesGoStraightToTheServer(_Routing):
+    """Attempt 2 and later: no cache at all (target 0), straight to the storage server through the transit
+    spine ``attempt`` slots on, so successive retries go up different spines (exact frames)."""
+
+    def runTest(self) -> None:
+        self.loads(spine_load=1, leaf_load=50)
+        ports = set()
+        for attempt in (2, 3, 7):
+            sp = transit_spine(KEY, attempt=attempt)
+            flags = attempt_flags(attempt)
+            self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=4, flags=flags)))
+            out = Message(op=Op.GET, key=KEY, seq=4, flags=flags, target=0)
+            self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, out, udp_checksum=0), sp.mac),
+                        LEAF_UPLINK[sp.switch_id])
+            ports.add(LEAF_UPLINK[sp.switch_id])
+        self.expect_none()
+        self.assertEqual(ports, {2, 3})
+        self.assertEqual((self.stat(Stat.ROUTED_SPINE), self.stat(Stat.ROUTED_LEAF)), (0, 0))
+
+
+class PartitionRetryTakesNoCache(_Routing):
+    """CachePartition has one candidate: a retry goes past every cache to the server."""
+
+    mechanism = Mechanism.PARTITION
+
+    def runTest(self) -> None:
+        self.assertEqual(self.choose(2), (2, SP0.switch_id))
+        self.assertEqual(self.choose(2, attempt=1), (LEAF_UPLINK[transit_spine(KEY, attempt=1).switch_id], 0))
+        self.assertEqual(self.choose(2, attempt=2)[1], 0)
+
+
+class ReplicatedRetryTakesTheNextReplicaSlot(_Routing):
+    """CacheReplication: attempt 1 goes to the next replica slot's spine (another spine), attempt 2 to none."""
+
+    mechanism = Mechanism.REPLICATION
+
+    def runTest(self) -> None:
+        for seq in range(4):
+            first = replica_spine(KEY, seq)
+            again = replica_spine(KEY, seq + 1)
+            self.assertNotEqual(first, again)
+            self.assertEqual(self.choose(seq), (SPINE_PORT[first], first), f"seq {seq}")
+            self.assertEqual(self.choose(seq, attempt=1), (SPINE_PORT[again], again), f"seq {seq}")
+            self.assertEqual(self.choose(seq, attempt=2)[1], 0, f"seq {seq}")
+
+
+class OtherClientFlagsChangeNothing(_Routing):
+    """CACHED and POPULATE in a client's read route it as if they were not there; only the attempt counts."""
+
+    def runTest(self) -> None:
+        self.loads(spine_load=1, leaf_load=50)
+        junk = Flag.CACHED | Flag.POPULATE
+        self.assertEqual(self.choose(4, flags=junk), (2, SP0.switch_id))
+        self.assertEqual(self.choose(4, flags=junk, attempt=1)[1], SL0.switch_id)

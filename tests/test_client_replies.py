@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from client_lib.client import AsyncClient, Client
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
-from distcache.wire import Message, Op, Status, decode, encode
+from distcache.wire import Message, Op, Status, encode
+from tests.udp_server import LoopbackServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,45 +40,25 @@ def _forgeries(req: Message, port: int) -> list[tuple[tuple[str, int], Message]]
     ]
 
 
-class Server:
+class Server(LoopbackServer):
     """A UDP server on 127.0.0.1 that has every request answered by forgers first, then answers it."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.forged = 0
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self._stop:
-            try:
-                data, client = self.sock.recvfrom(2048)
-            except TimeoutError:
-                continue
-            req = decode(data)
-            for src, msg in _forgeries(req, self.port):
-                if src == ("127.0.0.1", self.port):
-                    self.sock.sendto(encode(msg), client)
-                else:
-                    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
-                        forger.bind(src)
-                        forger.sendto(encode(msg), client)
-                self.forged += 1
-            time.sleep(0.05)  # the forgeries are all in the client's socket before the genuine reply
-            self.sock.sendto(encode(Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK,
-                                            value=GENUINE if req.op == Op.GET else b"")), client)
-
-    def resolve(self) -> Callable[[object], tuple[str, int]]:
-        return lambda _host: ("127.0.0.1", self.port)
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join()
-        self.sock.close()
+    def serve(self, req: Message, client: tuple[str, int]) -> None:
+        for src, msg in _forgeries(req, self.port):
+            if src == ("127.0.0.1", self.port):
+                self.sock.sendto(encode(msg), client)
+            else:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+                    forger.bind(src)
+                    forger.sendto(encode(msg), client)
+            self.forged += 1
+        time.sleep(0.05)  # the forgeries are all in the client's socket before the genuine reply
+        self.sock.sendto(encode(Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK,
+                                        value=GENUINE if req.op == Op.GET else b"")), client)
 
 
 @pytest.fixture

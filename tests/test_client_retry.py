@@ -11,8 +11,6 @@ seq and attempt 1, and the request succeeds.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from distcache.cluster import Cluster
 from distcache.errors import RequestTimeout
 from distcache.hashing import wire_key
 from distcache.wire import Flag, Message, Op, Status, attempt_flags, attempt_of, decode, encode
+from tests.udp_server import LoopbackServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,44 +39,24 @@ class Copy:
     attempt: int
 
 
-class Server:
+class Server(LoopbackServer):
     """Answers requests on 127.0.0.1; ``drop(msg)`` says which copies are lost on the way."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.copies: list[Copy] = []
         self.drop: Callable[[Message], bool] = lambda _m: False
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop:
-            try:
-                data, client = self.sock.recvfrom(2048)
-            except TimeoutError:
-                continue
-            req = decode(data)
-            self.copies.append(Copy(time.perf_counter(), req.seq, req.op, attempt_of(req.flags)))
-            if self.drop(req):
-                continue
-            value = b"v:" + req.key if req.op == Op.GET else b""
-            self.sock.sendto(encode(Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK,
-                                            value=value)), client)
+    def serve(self, req: Message, client: tuple[str, int]) -> None:
+        self.copies.append(Copy(time.perf_counter(), req.seq, req.op, attempt_of(req.flags)))
+        if self.drop(req):
+            return
+        value = b"v:" + req.key if req.op == Op.GET else b""
+        self.sock.sendto(encode(Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK,
+                                        value=value)), client)
 
     def of(self, seq: int) -> list[Copy]:
         return [c for c in self.copies if c.seq == seq]
-
-    def resolve(self) -> Callable[[object], tuple[str, int]]:
-        return lambda _host: ("127.0.0.1", self.port)
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join()
-        self.sock.close()
 
 
 @pytest.fixture

@@ -58,6 +58,8 @@ class HistoryConfig:
     retries: int = 3
     ops: int = 0  # requests per client; 0: as many as fit in duration
     stop_file: str = ""  # if set, the clients also stop once this file exists (a fault schedule finished early)
+    rate: float = 0.0  # requests per second per client at most (0: as fast as replies come); bounds the
+    #                    operations per key, which is what the checker's time and memory grow with
 
     def __post_init__(self) -> None:
         """Reject a configuration that would record a meaningless history, with one clear line."""
@@ -77,6 +79,8 @@ class HistoryConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"HistoryConfig.{name} must be a positive number of seconds, not {v!r}")
+        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or self.rate < 0:
+            raise ValueError(f"HistoryConfig.rate must be a number of requests per second >= 0, not {self.rate!r}")
 
 
 @dataclass
@@ -135,7 +139,12 @@ async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, r
     stop_file = Path(cfg.stop_file) if cfg.stop_file else None
 
     async def one_client(cid: int, client: AsyncClient) -> None:
+        next_at = time.monotonic()
         for req in plan(cfg, cid):
+            if cfg.rate:
+                next_at += 1.0 / cfg.rate
+                if next_at > time.monotonic():
+                    await asyncio.sleep(next_at - time.monotonic())
             if time.monotonic() >= stop_at:
                 break
             line: dict[str, object] = {"client": cid, "key": req.key, "op": req.op}

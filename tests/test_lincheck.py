@@ -11,6 +11,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,3 +232,14 @@ def test_history_config_rejects_bad_fields(field: str, value: object, message: s
     with pytest.raises(ValueError) as e:
         HistoryConfig(**{field: value})  # type: ignore[arg-type]
     assert str(e.value) == message
+
+
+def test_a_rate_bounds_the_requests_each_client_makes(tmp_path: Path, shim: ShimThread) -> None:
+    """``rate`` keeps each client to that many requests a second (what keeps a long fault-matrix cell's history
+    small enough for the checker), and a bad one is refused with one line."""
+    t0 = time.monotonic()
+    stats = record_history(shim, tmp_path / "paced.jsonl", clients=2, duration=1.0, rate=20.0)
+    assert time.monotonic() - t0 < 3.0
+    assert 30 <= stats.ops <= 2 * 21  # 20 a second each, over one second
+    with pytest.raises(ValueError, match="rate must be"):
+        HistoryConfig(rate=-1)

@@ -71,6 +71,7 @@ CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 
 PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
 BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
 BURST_LEN = 6  # DistCache packets each burst drops
+CLIENT_RATE = 75.0  # requests per second per client at most: a cell's history stays small enough to check
 OVERRUN = 2.0  # the clients run on while the fault lanes finish, up to this many times the duration
 
 
@@ -345,7 +346,7 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
         stop_file = dep.run_dir / "clients.stop"
         stop_file.unlink(missing_ok=True)
         cfg = {"keys": keys, "clients": clients, "duration": duration * OVERRUN, "read_ratio": 0.75, "prefix": "h",
-               "seed": seed, "timeout": 0.1, "retries": 29, "stop_file": str(stop_file)}
+               "seed": seed, "timeout": 0.1, "retries": 29, "stop_file": str(stop_file), "rate": CLIENT_RATE}
         host = dep.host(cluster.client(0, 0).name)
         proc = host.popen([sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path),  # type: ignore[attr-defined]
                            "--config", json.dumps(cfg), "--out", str(history)],

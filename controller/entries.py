@@ -64,7 +64,10 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
 
     ``live`` are the spines in service (default: all): leaves spread transit traffic over them
     (transit_spine) and client-rack leaves spread reads of replicated keys over them
-    (replica_spine), so a failed spine carries none.  ``replicated``: the keys Hybrid replicates
+    (replica_spine), so a failed spine carries none.  Each slot also names the next live spine of
+    the round-robin, which a leaf takes instead when it finds the slot's spine dead (liveness.p4),
+    so a leaf never detours to a spine outside ``live``; port_spine tells every leaf which of its
+    ports faces which spine (what it hears from them).  ``replicated``: the keys Hybrid replicates
     in every spine (replicated_keys at client-rack leaves; every spine may cache them).
     """
     config = {"switch_id": sw.switch_id, "role": int(sw.role), "mechanism": int(cluster.mechanism)}
@@ -95,19 +98,25 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
         for port in uplinks:
             kind(port, PortKind.FABRIC)
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
+        for port, sid in sorted((port, sid) for sid, port in spine_port.items()):
+            p.entries.append(Entry(n.PORT_SPINE, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_SPINE,
+                                   (("spine_id", sid),)))
         for sp in spines:
             p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
         # everything else goes up through the live spines, spread by the key's h0 bucket (ECMP)
         p.entries.append(Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, Match(_ip("10.0.0.0"), prefix_len=8)),), n.TRANSIT))
         up = live_spines(cluster, live)
         for slot in range(n.TRANSIT_SLOTS):
-            sp = up[slot % len(up)]
-            p.entries.append(Entry(n.TRANSIT_SPINE, ((n.KEY_TRANSIT_SLOT, slot),), n.SET_NHOP,
-                                   (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]))))
+            sp, alt = slot_spines(up, slot)
+            p.entries.append(Entry(n.TRANSIT_SPINE, ((n.KEY_TRANSIT_SLOT, slot),), n.SET_TRANSIT, (
+                ("spine_id", sp.switch_id), ("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]),
+                ("alt_spine_id", alt.switch_id if alt else 0), ("alt_dmac", _mac(alt.mac) if alt else 0),
+                ("alt_port", spine_port[alt.switch_id] if alt else 0))))
         if sw.role == Role.CLIENT_LEAF:
             for slot in range(n.REPLICA_SLOTS):
-                p.entries.append(Entry(n.REPLICA_SPINE, ((n.KEY_REPLICA_SLOT, slot),), n.SET_SPINE_CANDIDATE,
-                                       (("spine_id", up[slot % len(up)].switch_id),)))
+                sp, alt = slot_spines(up, slot)
+                p.entries.append(Entry(n.REPLICA_SPINE, ((n.KEY_REPLICA_SLOT, slot),), n.SET_REPLICA_SPINES,
+                                       (("spine_id", sp.switch_id), ("alt_spine_id", alt.switch_id if alt else 0))))
             p.entries.extend(Entry(n.REPLICATED_KEYS, ((n.KEY_DC_KEY, int.from_bytes(k, "big")),), n.REPLICATE)
                              for k in sorted(set(replicated))[:n.MAX_REPLICATED_KEYS])
             for sp in spines:
@@ -151,6 +160,12 @@ def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:
     """The spines in service, in id order (all of them if none is: a fabric with no spine cannot route anyway)."""
     spines = [cluster.spine(i) for i in range(cluster.spines)]
     return [sp for sp in spines if live is None or sp.switch_id in live] or spines
+
+
+def slot_spines(up: list[Switch], slot: int) -> tuple[Switch, Switch | None]:
+    """The spine of a transit or replica slot (the live spines dealt round-robin) and the next one, which a
+    leaf uses instead when it finds the first dead (None: no other live spine)."""
+    return up[slot % len(up)], (up[(slot + 1) % len(up)] if len(up) > 1 else None)
 
 
 def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[Entry]:

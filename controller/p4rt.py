@@ -77,6 +77,7 @@ class P4Info:
         self.counters = {c.preamble.name: c for c in info.counters}
         self.registers = {r.preamble.name: r for r in info.registers}
         self.digests = {d.preamble.name: d for d in info.digests}
+        self.controller_headers = {h.preamble.name: h for h in info.controller_packet_metadata}
         self._digest_by_id = {d.preamble.id: d for d in info.digests}
         self._action_by_id = {a.preamble.id: a for a in info.actions}
         self._table_by_id = {t.preamble.id: t for t in info.tables}
@@ -104,6 +105,26 @@ class P4Info:
             return self.digests[name]
         except KeyError:
             raise P4RuntimeError(f"P4Info has no digest {name!r}", "NOT_FOUND") from None
+
+    def controller_header(self, name: str) -> p4i.ControllerPacketMetadata:
+        try:
+            return self.controller_headers[name]
+        except KeyError:
+            raise P4RuntimeError(f"P4Info has no controller header {name!r} (the program takes no packet-out)",
+                                 "NOT_FOUND") from None
+
+    def packet_out(self, payload: bytes, metadata: dict[str, int]) -> p4r.PacketOut:
+        """A PacketOut of ``payload`` with the ``packet_out`` header's fields by name (each one required)."""
+        header = self.controller_header("packet_out")
+        pkt = p4r.PacketOut(payload=payload)
+        given = dict(metadata)
+        for md in header.metadata:
+            if md.name not in given:
+                raise P4RuntimeError(f"packet-out needs metadata {md.name!r}", "INVALID_ARGUMENT")
+            pkt.metadata.add(metadata_id=md.id, value=encode(given.pop(md.name), md.bitwidth))
+        if given:
+            raise P4RuntimeError(f"packet_out has no metadata {sorted(given)[0]!r}", "INVALID_ARGUMENT")
+        return pkt
 
     def digest_fields(self, digest_id: int) -> tuple[str, list[str]]:
         """(digest name, member names in order) of a digest id."""
@@ -387,6 +408,18 @@ class SwitchConnection:
             c = me.config
             out[me.index.index] = (c.cir, c.cburst, c.pir, c.pburst) if me.HasField("config") else None
         return out
+
+    # -- packet-out --------------------------------------------------------------------
+    def packet_out(self, payload: bytes, **metadata: int) -> None:
+        """Send ``payload`` into the switch's pipeline at its CPU port (P4Runtime PacketOut on the stream),
+        with the program's packet_out header fields given by name.  Fire and forget, as P4Runtime's
+        PacketOut is: a switch that refuses it answers with a stream error, which is logged."""
+        if self._stream is None or self.stream_closed.is_set():
+            raise P4RuntimeError(f"{self.name}: no open stream to send a packet-out on; connect first",
+                                 "FAILED_PRECONDITION")
+        req = p4r.StreamMessageRequest()
+        req.packet.CopyFrom(self._need_p4info().packet_out(payload, metadata))
+        self._requests.put(req)
 
     # -- digests -----------------------------------------------------------------------
     def configure_digest(self, name: str, max_timeout_ns: int = 0, max_list_size: int = 1,

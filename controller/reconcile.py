@@ -19,7 +19,7 @@ from distcache import p4names as n
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
 PLANNED_TABLES = frozenset({n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS, n.SPINE_PARTITION,
                             n.STORAGE_RACK, n.CACHE_ROUTE, n.CLIENT_SOURCE, n.TRANSIT_SPINE, n.REPLICA_SPINE,
-                            n.REPLICATED_KEYS, n.RACK_HOSTS})
+                            n.REPLICATED_KEYS, n.RACK_HOSTS, n.PORT_SPINE})
 # written first: the tables other entries lead to (a transit route needs its spines, a replicated key its
 # replica spines), so no packet meets a route whose next table is still empty; and a leaf's hosts, so what
 # comes down to them from a spine is not dropped while the rest is written

@@ -27,6 +27,8 @@ IPV4_LPM = "DcIngress.forwarding.ipv4_lpm"
 DETECTOR_CONFIG = "DcIngress.detector.detector_config"
 HH_BUCKETS = "DcIngress.detector.hh_buckets"
 HH_RACKS = "DcIngress.detector.hh_racks"
+PORT_SPINE = "DcIngress.liveness.port_spine"
+LIVENESS_CONFIG = "DcIngress.liveness.liveness_config"
 
 # actions
 NO_ACTION = "NoAction"
@@ -42,8 +44,12 @@ SET_SPINE_CANDIDATE = "DcIngress.routing.set_spine_candidate"
 SET_LEAF_CANDIDATE = "DcIngress.routing.set_leaf_candidate"
 ROUTE_TO_CACHE = "DcIngress.routing.route_to_cache"
 REPLICATE = "DcIngress.routing.replicate"
+SET_REPLICA_SPINES = "DcIngress.routing.set_replica_spines"
 TRANSIT = "DcIngress.forwarding.transit"
 SET_NHOP = "DcIngress.forwarding.set_nhop"
+SET_TRANSIT = "DcIngress.forwarding.set_transit"
+SET_PORT_SPINE = "DcIngress.liveness.set_port_spine"
+SET_LIVENESS = "DcIngress.liveness.set_liveness"
 SET_DETECTOR = "DcIngress.detector.set_detector"
 DESIGNATE = "DcIngress.detector.designate"
 DROP = "DcIngress.forwarding.drop"
@@ -54,6 +60,9 @@ CACHE_VLEN = "cache_vlen"
 CACHE_VALUE = "cache_value"
 PEER_LOAD = "peer_load"
 PEER_LOAD_EPOCH = "peer_load_epoch"
+SPINE_HEARD = "spine_heard"  # liveness (p4src/include/control/liveness.p4): written by DcLiveness and DcProbe,
+SPINE_ASKED = "spine_asked"  # read by DcRouting and DcForwarding
+SPINE_HOLD = "spine_hold"
 # ... the others inside the control that owns them
 CACHE_INVAL = "DcIngress.coherence.cache_inval"
 LOAD_COUNT = "DcIngress.telemetry.load_count"
@@ -69,6 +78,13 @@ HH_DIGEST_FIELDS = (("key", 128), ("estimate", 16), ("switch_id", 8))
 DC_DROPS = "dc_drops"
 DC_STATS = "dc_stats"
 CACHE_HITS = "DcIngress.cache.cache_hits"
+PROBES_SENT = "DcIngress.probe.probes_sent"  # per spine id, at a leaf
+PROBES_ANSWERED = "DcIngress.probe.probes_answered"
+
+# controller packet metadata (P4Runtime PacketOut; p4c names it by its @controller_header)
+PACKET_OUT = "packet_out"
+PACKET_OUT_FIELDS = (("spine_id", 8),)
+CPU_PORT = 510  # where packet-out enters (BMv2's --cpu-port; CPU_PORT in p4src/include/define.p4)
 
 # meters
 CACHE_METER = "DcIngress.cache.cache_meter"
@@ -89,7 +105,7 @@ MAX_CHUNKS = 8
 SPINE_BUCKETS = 1024
 MAX_SWITCHES = 256
 N_DROP_REASONS = 16
-N_STATS = 16
+N_STATS = 32
 MAX_PORTS = 64
 CLIENT_SOURCES = 1024
 MAX_ROUTES = 1024
@@ -101,6 +117,9 @@ HH_CM_WIDTH = 16384
 HH_BLOOM_WIDTH = 65536
 HH_THRESHOLD = 16
 HH_WINDOW_SHIFT = 20
+LIVENESS_SPINES = 64
+DEAD_AFTER_US = 30_000  # a probed spine heard from by nothing for this long is dead
+HOLD_US = 100_000  # and stays excluded until heard from this long after it was found dead
 # widths of what the control plane writes into the detector (set_detector's parameters in
 # p4src/include/control/detector.p4; the P4Info parity test holds them) and of the clock the
 # windows are cut from (v1model's standard_metadata.ingress_global_timestamp)
@@ -124,6 +143,7 @@ class DropReason(IntEnum):
     SPOOFED = 9
     TTL_EXPIRED = 10  # arrived with TTL 0 or 1: forwarding it would take the TTL to 0
     LOOP = 11  # would go back the way it came: down from a spine to no host of the rack, or out its ingress port
+    PROBE = 12  # a probe or probe reply from where none may come (a host, a leaf's spine port...), or a packet-out
 
 
 class Stat(IntEnum):
@@ -143,3 +163,6 @@ class Stat(IntEnum):
     HH_COUNTED = 11
     HH_REPORTED = 12
     HIT_METERED = 13
+    READ_REROUTED = 14  # a client's read whose spine candidate the leaf found dead
+    TRANSIT_REROUTED = 15  # transit sent up the slot's other spine, its own being dead
+    PROBE_REFLECTED = 16  # a spine answered a leaf's probe

@@ -67,6 +67,8 @@ class Op(IntEnum):
     UPDATE = 0x11  # coherence phase 2 / cache population
     INVALIDATE_ACK = 0x90
     UPDATE_ACK = 0x91
+    PROBE = 0x20  # liveness: the controller, through a leaf (packet-out), to one spine, which reflects it
+    PROBE_REPLY = 0xA0
 
     @property
     def is_reply(self) -> bool:

@@ -30,6 +30,7 @@ DEVICE_CONFIG_TARGET = "softswitch"
 # P4Info id prefixes (p4/config/v1/p4info.proto, P4Ids.Prefix)
 PREFIX_ACTION = 0x01
 PREFIX_TABLE = 0x02
+PREFIX_CONTROLLER_HEADER = 0x04
 PREFIX_COUNTER = 0x12
 PREFIX_DIRECT_COUNTER = 0x13
 PREFIX_METER = 0x14
@@ -133,6 +134,24 @@ class Digest:
     fields: tuple[tuple[str, int], ...]
 
 
+@dataclass(frozen=True)
+class ControllerHeader:
+    """A v1model ``@controller_header("name") header``: the metadata of P4Runtime PacketOut or PacketIn.
+
+    ``fields`` are the header's members in order, each (name, bit width), as p4c lists them in
+    ``controller_packet_metadata`` (ids 1, 2, ...).  The runtime serializes a PacketOut's metadata
+    into these bits, big-endian, ahead of its payload, as BMv2 does, and injects the result at the
+    program's CPU port.
+    """
+
+    name: str
+    fields: tuple[tuple[str, int], ...]
+
+    @property
+    def bitwidth(self) -> int:
+        return sum(w for _, w in self.fields)
+
+
 @dataclass
 class Program:
     name: str
@@ -142,6 +161,8 @@ class Program:
     counters: tuple[Counter, ...] = ()
     digests: tuple[Digest, ...] = ()
     meters: tuple[Meter, ...] = ()
+    controller_headers: tuple[ControllerHeader, ...] = ()
+    cpu_port: int | None = None  # where packet-out enters (p4src's CPU_PORT; None: no packet-out)
     arch: str = "v1model"
     _ids: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
@@ -153,10 +174,14 @@ class Program:
                     raise ValueError(f"table {t.name} refers to undeclared action {a}")
             if t.default_action not in t.actions:
                 raise ValueError(f"table {t.name}: default action {t.default_action} not in its actions")
+        for h in self.controller_headers:
+            if h.bitwidth % 8:
+                raise ValueError(f"controller header {h.name}: {h.bitwidth} bits, not whole bytes")
         used: set[int] = set()
         for prefix, items in ((PREFIX_ACTION, self.actions), (PREFIX_TABLE, self.tables),
                               (PREFIX_REGISTER, self.registers), (PREFIX_COUNTER, self.counters),
-                              (PREFIX_DIGEST, self.digests), (PREFIX_METER, self.meters)):
+                              (PREFIX_DIGEST, self.digests), (PREFIX_METER, self.meters),
+                              (PREFIX_CONTROLLER_HEADER, self.controller_headers)):
             for it in items:
                 low = zlib.crc32(it.name.encode()) & 0xFFFFFF
                 ident = (prefix << 24) | low
@@ -180,6 +205,12 @@ class Program:
             if d.name == name:
                 return d
         raise KeyError(f"no digest {name!r}")
+
+    def controller_header(self, name: str) -> ControllerHeader:
+        for h in self.controller_headers:
+            if h.name == name:
+                return h
+        raise KeyError(f"no controller header {name!r}")
 
     def meter(self, name: str) -> Meter:
         for m in self.meters:
@@ -244,6 +275,12 @@ class Program:
             _preamble(pr.preamble, self.id_of(r.name), r.name)
             pr.type_spec.bitstring.bit.bitwidth = r.bitwidth
             pr.size = r.size
+        for h in self.controller_headers:  # as p4c: named by the annotation, metadata ids 1.. in field order
+            ph = info.controller_packet_metadata.add()
+            _preamble(ph.preamble, self.id_of(h.name), h.name)
+            ph.preamble.annotations.append(f'@controller_header("{h.name}")')
+            for i, (fname, width) in enumerate(h.fields, start=1):
+                ph.metadata.add(id=i, name=fname, bitwidth=width)
         for d in self.digests:  # as p4c: type_spec names the struct, type_info holds its bit<W> members
             pd = info.digests.add()
             _preamble(pd.preamble, self.id_of(d.name), d.name)

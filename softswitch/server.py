@@ -36,7 +36,7 @@ from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf import any_pb2
 
 from softswitch.digests import DigestConfig, DigestConfigError, DigestEngine
-from softswitch.program import Action, Counter, Digest, Meter, Param, Program, Register, Table
+from softswitch.program import Action, ControllerHeader, Counter, Digest, Meter, Param, Program, Register, Table
 from softswitch.state import (
     CanonicalMatch,
     EntryExistsError,
@@ -65,8 +65,7 @@ _MATCH_KIND = {
 }
 _SCOPE_TABLE_ONLY = p4i.ActionRef.TABLE_ONLY
 _SCOPE_DEFAULT_ONLY = p4i.ActionRef.DEFAULT_ONLY
-_UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "direct_meters",
-                       "controller_packet_metadata", "value_sets", "externs")
+_UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "direct_meters", "value_sets", "externs")
 _METER_UNIT = {p4i.MeterSpec.PACKETS: "packets", p4i.MeterSpec.BYTES: "bytes"}
 MAX_METER_BURST = 0xFFFFFFFF  # BMv2 (PI) keeps bursts in 32 bits and refuses more with UNIMPLEMENTED; so do we
 _CFG = p4r.SetForwardingPipelineConfigRequest
@@ -146,6 +145,7 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         ("counter", program.counters, info.counters),
         ("meter", program.meters, info.meters),
         ("digest", program.digests, info.digests),
+        ("controller header", program.controller_headers, info.controller_packet_metadata),
     ]
     for kind, ours, theirs in groups:
         names: set[str] = set()
@@ -203,6 +203,12 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         diff = _digest_mismatch(program.digest(pd.preamble.name), pd, info)
         if diff:
             return diff
+    for ph in info.controller_packet_metadata:
+        h = program.controller_header(ph.preamble.name)
+        theirs = [(m.name, m.bitwidth) for m in ph.metadata]
+        if theirs != list(h.fields) or sorted(m.id for m in ph.metadata) != list(range(1, len(theirs) + 1)):
+            return (f"controller header {h.name!r} has metadata {theirs} in the P4Info but {list(h.fields)} "
+                    "in the program (ids 1.. in order)")
     return None
 
 
@@ -353,6 +359,7 @@ class IdMap:
     meter_ids: dict[str, int] = field(default_factory=dict)
     digests: dict[int, Digest] = field(default_factory=dict)
     digest_ids: dict[str, int] = field(default_factory=dict)
+    packet_out: dict[int, tuple[str, int]] = field(default_factory=dict)  # metadata id -> (name, bit width)
 
     @classmethod
     def build(cls, program: Program, info: p4i.P4Info) -> IdMap:
@@ -384,6 +391,9 @@ class IdMap:
         for pd in info.digests:
             m.digests[pd.preamble.id] = program.digest(pd.preamble.name)
             m.digest_ids[pd.preamble.name] = pd.preamble.id
+        for ph in info.controller_packet_metadata:
+            if ph.preamble.name == PACKET_OUT:
+                m.packet_out = {md.id: (md.name, md.bitwidth) for md in ph.metadata}
         return m
 
 
@@ -395,6 +405,34 @@ class PipelineConfig:
     device_config: bytes
     cookie: int | None
     ids: IdMap
+
+
+PACKET_OUT = "packet_out"
+"""The controller header a PacketOut's metadata fills (p4c: ``@controller_header("packet_out")``)."""
+
+
+def packet_out_frame(program: Program, cfg: PipelineConfig, packet: p4r.PacketOut) -> bytes:
+    """The bytes a PacketOut enters the pipeline with at the CPU port: its metadata serialized into the
+    program's packet_out header (fields in order, big-endian bits; a field not given is 0), then the
+    payload, as BMv2's P4Runtime server hands a packet-out to its ``--cpu-port``.
+
+    P4RuntimeError (INVALID_ARGUMENT) for a metadata id the P4Info does not define or a value too wide;
+    UNIMPLEMENTED when the program has no packet_out header.
+    """
+    try:
+        header: ControllerHeader = program.controller_header(PACKET_OUT)
+    except KeyError:
+        _err(SC.UNIMPLEMENTED, f"program {program.name!r} has no packet_out header: it takes no packet-out")
+    given: dict[str, int] = {}
+    for md in packet.metadata:
+        if md.metadata_id not in cfg.ids.packet_out:
+            _err(SC.INVALID_ARGUMENT, f"packet-out metadata id {md.metadata_id} is not in the P4Info's packet_out")
+        name, width = cfg.ids.packet_out[md.metadata_id]
+        given[name] = decode_bytes(md.value, width, f"packet-out metadata {name!r}")
+    bits = 0
+    for name, width in header.fields:
+        bits = (bits << width) | given.get(name, 0)
+    return bits.to_bytes(header.bitwidth // 8, "big") + packet.payload
 
 
 # -- arbitration --------------------------------------------------------------------------

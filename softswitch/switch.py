@@ -8,20 +8,28 @@ the packet, is counted and logged (rate-limited), and never stops the switch.
 
 The packet loop runs in the calling thread (``run``); gRPC runs on its own
 thread pool.  ``stop`` may be called from a signal handler or another thread.
+A controller's PacketOut (for a program with a CPU port and a packet_out
+header) is queued by the gRPC thread and run by the packet loop, entering the
+pipeline at the CPU port with its metadata ahead of the frame, as BMv2's
+``--cpu-port`` does.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import grpc
+from finsy.proto import p4r
+
 from softswitch.ports import PortSet
-from softswitch.server import DEFAULT_GRPC_ADDR, P4RuntimeServer, PipelineConfig
+from softswitch.server import DEFAULT_GRPC_ADDR, P4RuntimeError, P4RuntimeServer, PipelineConfig, packet_out_frame
 from softswitch.state import Pipeline, SwitchState
 
 log = logging.getLogger("softswitch")
@@ -59,6 +67,7 @@ class RuntimeStats:
     dropped_pipeline_error: int = 0
     dropped_by_pipeline: int = 0
     tx_failed: int = 0
+    packet_out: int = 0
 
     def summary(self) -> str:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -95,6 +104,9 @@ class SoftSwitch:
         self.state = SwitchState(pipeline.program)
         self.server = P4RuntimeServer(self.state, device_id, grpc_addr)
         self.server.service.on_commit = self._on_commit
+        self._injected: queue.SimpleQueue[bytes] = queue.SimpleQueue()  # packet-outs for the packet loop
+        if pipeline.program.cpu_port is not None:
+            self.server.service.packet_out_handler = self._on_packet_out
         self.ports = PortSet(ports or {}, pcap_dir, egress_loss)
         self.stats = RuntimeStats()
         self._errors = _RateLimitedLog(log)
@@ -122,6 +134,27 @@ class SoftSwitch:
                 self.handle_packet(port, frame)
                 if self._stop.is_set():
                     break
+            self.run_packet_outs()
+
+    def run_packet_outs(self) -> None:
+        """Process the packet-outs queued so far, at the CPU port (the packet loop's thread)."""
+        cpu_port = self.pipeline.program.cpu_port
+        while cpu_port is not None:
+            try:
+                frame = self._injected.get_nowait()
+            except queue.Empty:
+                return
+            self.stats.packet_out += 1
+            self.handle_packet(cpu_port, frame)
+
+    def _on_packet_out(self, packet: p4r.PacketOut) -> None:
+        """A primary controller's PacketOut (gRPC thread): queued for the packet loop, which sends it
+        through the pipeline (nothing else touches the ports from this thread)."""
+        cfg = self.server.service.committed
+        if cfg is None:
+            raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
+        self._injected.put(packet_out_frame(self.state.program, cfg, packet))
+        self.ports.wakeup()
 
     def stop(self) -> None:
         """Ask ``run`` to return (safe from signal handlers and other threads)."""

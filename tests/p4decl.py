@@ -6,7 +6,8 @@ field widths, and collects the tables, actions, registers, counters and meters o
 control block in the shape p4c puts into a P4Info (names qualified by the
 control's name; only actions that some table references are visible), and the
 digests: each ``digest<T>(...)`` call is a digest p4c names ``T``, whose fields
-are struct T's members.  The
+are struct T's members; and the ``@controller_header("name")`` headers (P4Info
+``controller_packet_metadata``: the header's fields, named by the annotation).  The
 parity test compares the result with softswitch's own declarations.
 """
 
@@ -28,6 +29,7 @@ class Decls:
     meters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (size, unit)
     header_fields: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # type -> fields
     digests: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # struct name -> members
+    controller_headers: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # annotation -> fields
 
 
 def _preprocess(path: Path, seen: set[Path] | None = None) -> str:
@@ -135,6 +137,8 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
         _collect_control(d, body, q, params, member_types, defines, width)
 
     collect(control, f"{control}.")
+    for cname, htype in re.findall(r'@controller_header\(\s*"(\w+)"\s*\)\s*header\s+(\w+)', text):
+        d.controller_headers[cname] = d.header_fields[htype]
     for sname in re.findall(r"\bdigest\s*<\s*(\w+)\s*>\s*\(", text):  # v1model digest<T>(receiver, data)
         if sname not in d.header_fields:
             raise ValueError(f"digest<{sname}>: no struct {sname}")

@@ -92,6 +92,17 @@ def test_sizes() -> None:
     assert DEFINES["REPLICA_SLOTS"] == p4names.REPLICA_SLOTS
     assert DEFINES["MAX_REPLICATED_KEYS"] == p4names.MAX_REPLICATED_KEYS
     assert CONSTS["MAX_SPINE_ID"] == MAX_SPINES
+    assert DEFINES["LIVENESS_SPINES"] == p4names.LIVENESS_SPINES > MAX_SPINES
+    assert DEFINES["DEAD_AFTER_US"] == p4names.DEAD_AFTER_US
+    assert DEFINES["HOLD_US"] == p4names.HOLD_US
+
+
+def test_cpu_port_is_the_one_every_launcher_gives_bmv2() -> None:
+    """Packet-out enters at CPU_PORT: the P4 parser's constant, softswitch's, and BMv2's --cpu-port."""
+    from tests.ptf import run as ptf_run
+
+    assert CONSTS["CPU_PORT"] == p4names.CPU_PORT == ptf_run.CPU_PORT
+    assert "BMV2_CPU_PORT = p4names.CPU_PORT" in (INCLUDE.parents[1] / "mininet/dcnet/p4switch.py").read_text()
 
 
 def test_reader_sees_every_constant() -> None:

@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "p4src" / "distcache.p4"
 KINDS = {p4i.MatchField.EXACT: "exact", p4i.MatchField.LPM: "lpm", p4i.MatchField.TERNARY: "ternary",
          p4i.MatchField.RANGE: "range", p4i.MatchField.OPTIONAL: "optional"}
-PARTS = ("tables", "actions", "registers", "counters", "meters", "digests")  # digests: zero or more
+PARTS = ("tables", "actions", "registers", "counters", "meters", "digests",  # digests: zero or more
+         "controller_headers")
 UNITS = {p4i.CounterSpec.PACKETS: "packets", p4i.CounterSpec.BYTES: "bytes", p4i.CounterSpec.BOTH: "both"}
 METER_UNITS = {p4i.MeterSpec.PACKETS: "packets", p4i.MeterSpec.BYTES: "bytes"}
 
@@ -48,6 +49,9 @@ def shape(info: p4i.P4Info) -> dict:
         "meters": {m.preamble.name: (m.size, METER_UNITS[m.spec.unit], p4i.MeterSpec.Type.Name(m.spec.type))
                    for m in info.meters},
         "digests": {dg.preamble.name: digest_members(info, dg) for dg in info.digests},
+        "controller_headers": {h.preamble.name: [(md.name, md.bitwidth) for md in sorted(h.metadata,
+                                                                                          key=lambda x: x.id)]
+                               for h in info.controller_packet_metadata},
     }
 
 
@@ -68,6 +72,7 @@ def source_shape() -> dict:
         "counters": d.counters,
         "meters": {name: (size, unit, "TWO_RATE_THREE_COLOR") for name, (size, unit) in d.meters.items()},
         "digests": d.digests,
+        "controller_headers": d.controller_headers,
     }
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from mininet.node import Switch
 
 from controller.switchproc import is_ours, pid_alive, read_pid_file, write_pid_file
+from distcache import p4names
 
 TARGETS = ("softswitch", "bmv2")
 BMV2_BINARY = "simple_switch_grpc"
-BMV2_CPU_PORT = 510  # 511 is BMv2's drop port
+BMV2_CPU_PORT = p4names.CPU_PORT  # packet-out (probes) enters here; 511 is BMv2's drop port
 BMV2_THRIFT_BASE = 9090  # one Thrift (debug CLI) port per switch: 9090 + device id
 
 

@@ -30,6 +30,8 @@ const bit<8> OP_INVALIDATE = 0x10;
 const bit<8> OP_UPDATE = 0x11;
 const bit<8> OP_INVALIDATE_ACK = 0x90;
 const bit<8> OP_UPDATE_ACK = 0x91;
+const bit<8> OP_PROBE = 0x20;  /* liveness: controller -> leaf (packet-out) -> one spine, which reflects it */
+const bit<8> OP_PROBE_REPLY = 0xA0;
 const bit<8> OP_REPLY_BIT = 0x80;
 
 const bit<8> STATUS_OK = 0;
@@ -49,6 +51,7 @@ const bit<8> ROLE_SPINE = 1;
 const bit<8> ROLE_STORAGE_LEAF = 2;
 const bit<8> ROLE_CLIENT_LEAF = 3;
 const bit<8> MAX_SPINE_ID = 63;  /* spines have ids 1..63 (distcache.cluster.MAX_SPINES) */
+const bit<9> CPU_PORT = 510;  /* packet-out enters here (BMv2 --cpu-port; 511 is its drop port) */
 
 const bit<8> PORT_FABRIC = 0;
 const bit<8> PORT_CLIENT = 1;
@@ -73,6 +76,7 @@ const bit<32> DROP_IP_OPTIONS = 8;
 const bit<32> DROP_SPOOFED = 9;
 const bit<32> DROP_TTL_EXPIRED = 10;  /* arrived with TTL 0 or 1: forwarding would take it to 0 */
 const bit<32> DROP_LOOP = 11;  /* would go back the way it came (valley-free routing) */
+const bit<32> DROP_PROBE = 12;  /* a probe or probe reply from where none may come (or a packet-out that is no probe) */
 
 /* ---- indexes of the dc_stats counter (p4names.Stat) ---- */
 const bit<32> STAT_READ_HIT = 0;
@@ -89,6 +93,9 @@ const bit<32> STAT_INVALIDATE_STALE = 10;
 const bit<32> STAT_HH_COUNTED = 11;
 const bit<32> STAT_HH_REPORTED = 12;
 const bit<32> STAT_HIT_METERED = 13;  /* a valid copy, not served: over the cache meter's rate */
+const bit<32> STAT_READ_REROUTED = 14;  /* a client's read whose spine candidate was dead (DcLiveness) */
+const bit<32> STAT_TRANSIT_REROUTED = 15;  /* transit sent up the slot's other spine: its own was dead */
+const bit<32> STAT_PROBE_REFLECTED = 16;  /* a spine answered a leaf's PROBE */
 
 /* ---- digests (receiver ids of v1model digest()) ---- */
 const bit<32> DIGEST_HOT_KEY = 1;

@@ -12,6 +12,13 @@ typedef bit<9>  port_t;
 typedef bit<48> mac_t;
 typedef bit<32> ip4_t;
 
+/* What the controller's P4Runtime PacketOut carries ahead of the frame: the spine a probe is for
+ * (DcProbe).  Parsed only from CPU_PORT; never emitted. */
+@controller_header("packet_out")
+header packet_out_t {
+    bit<8> spine_id;
+}
+
 header ethernet_t {
     mac_t   dstAddr;
     mac_t   srcAddr;
@@ -68,6 +75,7 @@ header dc_value_t {
 }
 
 struct headers_t {
+    packet_out_t           packet_out;
     ethernet_t             ethernet;
     ipv4_t                 ipv4;
     ipv4_options_t         ipv4_options;
@@ -89,6 +97,12 @@ struct metadata_t {
     /* DcValidation */
     bit<1>  dropped;
     bit<8>  op;            /* the op as the packet arrived */
+    /* DcLiveness (leaves) */
+    bit<8>  from_spine;    /* port_spine: the spine whose port the packet came in by (0: none) */
+    bit<32> dead_after;    /* liveness_config, in us */
+    bit<32> hold;
+    /* DcProbe */
+    bit<1>  consumed;      /* the packet ends here (a probe reply the leaf counted) */
     /* DcCache */
     bit<1>  cache_hit;     /* the key is in cache_lookup (valid or not) */
     bit<16> slot;
@@ -107,9 +121,14 @@ struct metadata_t {
     bit<8>  leaf_cand;
     bit<1>  replicated;     /* the read goes to any live spine (CacheReplication, Hybrid's hottest keys) */
     bit<8>  replica_slot;
+    bit<8>  replica_alt;    /* the spine after the replica slot's (replica_spine): used if that one is dead */
     /* DcForwarding: the route is transit over the spines (ECMP) */
     bit<1>  transit;
     bit<8>  transit_slot;
+    bit<8>  transit_id;     /* the slot's spine, and the next one in the round-robin (transit_spine) */
+    bit<8>  alt_id;
+    mac_t   alt_dmac;
+    port_t  alt_port;
     /* next hop chosen by DcRouting or DcForwarding, applied by DcForwarding */
     bit<1>  routed;
     mac_t   nhop_dmac;

@@ -11,7 +11,7 @@
 #define SPINE_BUCKETS 1024
 #define MAX_SWITCHES 256
 #define N_DROP_REASONS 16
-#define N_STATS 16
+#define N_STATS 32
 #define MAX_PORTS 64
 #define CLIENT_SOURCES 1024 /* client_source entries: one per client host, or per client rack at a spine */
 #define MAX_ROUTES 1024
@@ -21,6 +21,12 @@
 #define TRANSIT_SLOTS 64
 #define REPLICA_SLOTS 64
 #define MAX_REPLICATED_KEYS 256
+/* Liveness (control/liveness.p4): registers and probe counters per spine id (1..63); a spine probed
+ * and not heard from for DEAD_AFTER_US is dead, and stays excluded until heard from HOLD_US or more
+ * after it was found dead (defaults of the liveness_config table, in us of ingress_global_timestamp). */
+#define LIVENESS_SPINES 64
+#define DEAD_AFTER_US 30000
+#define HOLD_US 100000
 
 /* Load windows last 2^LOAD_WINDOW_SHIFT us of ingress_global_timestamp
  * (2^20 us ~ 1.05 s) unless the load_window table says otherwise. */

@@ -8,7 +8,9 @@ include/parser.p4                       parser.py
 include/shared.p4                       shared.py
 include/actions.p4                      actions.py
 include/control/config.p4               config.py
+include/control/liveness.p4             liveness.py
 include/control/validation.p4           validation.py
+include/control/probe.p4                probe.py
 include/control/cache.p4                cache.py
 include/control/coherence.p4            coherence.py
 include/control/detector.p4             detector.py

@@ -1,26 +1,30 @@
 """DcForwarding (p4src/include/control/forwarding.p4): next hop, the longest-prefix route, or transit (ECMP;
-a client's retry one slot further per attempt); nothing forwarded out of the port it came in by, TTL less one."""
+a client's retry one slot further per attempt; the slot's other spine if its own is dead); nothing forwarded
+out of the port it came in by, TTL less one."""
 
 from __future__ import annotations
 
 from distcache import p4names as n
 from distcache.cluster import PortKind
 from distcache.hashing import h0
-from distcache.p4names import DropReason
+from distcache.p4names import DropReason, Stat
 from distcache.wire import attempt_of
 from softswitch.dataplane.header import IP_DST, IP_TTL, Headers, Meta
+from softswitch.dataplane.liveness import spine_excluded
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
 
 ACTIONS = (
     Action(n.SET_NHOP, (Param("dmac", 48), Param("port", 9))),
+    Action(n.SET_TRANSIT, (Param("spine_id", 8), Param("dmac", 48), Param("port", 9), Param("alt_spine_id", 8),
+                           Param("alt_dmac", 48), Param("alt_port", 9))),
     Action(n.DROP),
     Action(n.TRANSIT),
 )
 TABLES = (
     Table(n.IPV4_LPM, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.SET_NHOP, n.TRANSIT, n.DROP), n.DROP,
           size=n.MAX_ROUTES),
-    Table(n.TRANSIT_SPINE, (MatchField(n.KEY_TRANSIT_SLOT, 8, "exact"),), (n.SET_NHOP, n.DROP), n.DROP,
+    Table(n.TRANSIT_SPINE, (MatchField(n.KEY_TRANSIT_SLOT, 8, "exact"),), (n.SET_TRANSIT, n.DROP), n.DROP,
           size=n.TRANSIT_SLOTS),
 )
 
@@ -41,8 +45,16 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             bucket += attempt_of(h.dc["flags"])
         m.transit_slot = bucket & (n.TRANSIT_SLOTS - 1)
         action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
-        if action == n.SET_NHOP:
+        if action == n.SET_TRANSIT:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
+            m.transit_id, m.alt_id, m.alt_dmac, m.alt_port = (p["spine_id"], p["alt_spine_id"], p["alt_dmac"],
+                                                              p["alt_port"])
+        if m.routed and m.transit_id != 0 and m.alt_id != 0:
+            now = m.ingress_global_timestamp
+            if (spine_excluded(state, m.transit_id, now, m.dead_after)
+                    and not spine_excluded(state, m.alt_id, now, m.dead_after)):
+                m.nhop_dmac, m.nhop_port = m.alt_dmac, m.alt_port
+                state.counters[n.DC_STATS].count(Stat.TRANSIT_REROUTED, m.packet_length)
     # an answer (a cache hit, a reflected coherence message: its op gained the reply bit here) is this
     # switch's own packet and goes back the way its request came; no other packet leaves by its ingress port
     answered = h.dc is not None and h.dc["op"] != m.op

@@ -29,6 +29,7 @@ UDP_SPORT, UDP_DPORT, UDP_LENGTH, UDP_CSUM = range(4)
 class Headers:
     """headers_t: parsed headers (``None`` = invalid) plus the bytes no header covers."""
 
+    packet_out: int | None = None  # packet_out_t.spine_id: only a packet-out from the CPU port has it
     eth: list | None = None  # [dst, src, type]
     ipv4: list | None = None  # see IP_* indexes
     ipv4_options: bytes | None = None
@@ -52,6 +53,12 @@ class Meta:
     # DcValidation
     dropped: bool = False
     op: int = 0
+    # DcLiveness (leaves)
+    from_spine: int = 0
+    dead_after: int = 0
+    hold: int = 0
+    # DcProbe
+    consumed: bool = False
     # DcCache
     cache_hit: bool = False
     slot: int = 0
@@ -65,9 +72,14 @@ class Meta:
     leaf_cand: int = 0
     replicated: bool = False
     replica_slot: int = 0
+    replica_alt: int = 0
     # DcForwarding
     transit: bool = False
     transit_slot: int = 0
+    transit_id: int = 0
+    alt_id: int = 0
+    alt_dmac: int = 0
+    alt_port: int = 0
     # next hop (DcRouting or DcForwarding), applied by DcForwarding
     routed: bool = False
     nhop_dmac: int = 0
@@ -77,3 +89,4 @@ class Meta:
     packet_length: int = 0
     egress_spec: int = 0
     parser_error: str = "NoError"
+    ingress_global_timestamp: int = 0  # us, as v1model's (softswitch: since the switch started)

@@ -15,6 +15,8 @@ from softswitch.dataplane import (
     config,
     detector,
     forwarding,
+    liveness,
+    probe,
     routing,
     shared,
     telemetry,
@@ -22,18 +24,22 @@ from softswitch.dataplane import (
 )
 from softswitch.dataplane.header import UDP_CSUM, Meta
 from softswitch.dataplane.parser import deparse, parse
-from softswitch.program import Action, Program
+from softswitch.program import Action, ControllerHeader, Program
 from softswitch.state import SwitchState
 
 PROGRAM = Program(
     "distcache",
-    actions=(Action(n.NO_ACTION), *config.ACTIONS, *validation.ACTIONS, *cache.ACTIONS, *detector.ACTIONS,
-             *routing.ACTIONS, *forwarding.ACTIONS),
-    tables=(*config.TABLES, *validation.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES, *forwarding.TABLES),
-    registers=(*shared.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS, *telemetry.REGISTERS),
-    counters=(*shared.COUNTERS, *cache.COUNTERS),
+    actions=(Action(n.NO_ACTION), *config.ACTIONS, *liveness.ACTIONS, *validation.ACTIONS, *cache.ACTIONS,
+             *detector.ACTIONS, *routing.ACTIONS, *forwarding.ACTIONS),
+    tables=(*config.TABLES, *liveness.TABLES, *validation.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES,
+            *forwarding.TABLES),
+    registers=(*shared.REGISTERS, *liveness.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS,
+               *telemetry.REGISTERS),
+    counters=(*shared.COUNTERS, *cache.COUNTERS, *probe.COUNTERS),
     digests=detector.DIGESTS,
     meters=cache.METERS,
+    controller_headers=(ControllerHeader(n.PACKET_OUT, n.PACKET_OUT_FIELDS),),
+    cpu_port=n.CPU_PORT,
 )
 
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)
@@ -45,14 +51,17 @@ class DistCachePipeline:
     program: Program = PROGRAM
 
     def process(self, state: SwitchState, ingress_port: int, packet: bytes, now_us: int) -> list[tuple[int, bytes]]:
-        h, perr = parse(packet)
-        m = Meta(ingress_port=ingress_port, packet_length=len(packet), parser_error=perr)
+        h, perr = parse(packet, ingress_port)
+        m = Meta(ingress_port=ingress_port, packet_length=len(packet), parser_error=perr,
+                 ingress_global_timestamp=now_us & 0xFFFFFFFFFFFF)
         config.apply(state, m, now_us)
+        liveness.apply(state, m)  # heard: every packet from a spine, before any drop
         validation.apply(state, h, m)
         if m.dropped:
             return []
         if h.dc is not None:
             h.udp[UDP_CSUM] = 0  # any switch may rewrite a DistCache message
+            probe.apply(state, h, m)
             if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
                 cache.apply(state, h, m, now_us)
                 coherence.apply(state, h, m)
@@ -60,6 +69,8 @@ class DistCachePipeline:
             telemetry.apply(state, h, m)
             if m.role == ROLE_CLIENT_LEAF:
                 routing.apply(state, h, m)
+        if m.consumed:
+            return []
         forwarding.apply(state, h, m)
         if m.dropped:
             return []

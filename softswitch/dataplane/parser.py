@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+from distcache.p4names import CPU_PORT, PACKET_OUT_FIELDS
 from distcache.wire import CHUNK_LEN, DC_PORT, HEADER_LEN, HEADER_STRUCT, MAX_CHUNKS, VERSION
 from softswitch.dataplane.header import (
     DC_FIELDS,
@@ -18,17 +19,26 @@ from softswitch.dataplane.header import (
 )
 
 TYPE_IPV4, PROTO_UDP, IPV4_MIN_IHL = 0x0800, 17, 5
+assert PACKET_OUT_FIELDS == (("spine_id", 8),), "parse() reads packet_out_t as one byte"
 NO_ERROR, PACKET_TOO_SHORT = "NoError", "PacketTooShort"
 DC_BAD_VERSION, DC_BAD_CHUNKS, IPV4_BAD_IHL = "DcBadVersion", "DcBadChunks", "Ipv4BadIhl"
 
 
-def parse(pkt: bytes) -> tuple[Headers, str]:
-    """The headers of ``pkt`` and the parser error (``NoError`` if none)."""
+def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
+    """The headers of ``pkt`` and the parser error (``NoError`` if none).
+
+    A packet-out (from ``CPU_PORT``) starts with its packet_out header (the spine id, one byte)."""
     h = Headers()
-    if len(pkt) < ETH_LEN:
+    off = 0
+    if ingress_port == CPU_PORT:
+        if len(pkt) < 1:
+            return h, PACKET_TOO_SHORT
+        h.packet_out = pkt[0]
+        off = 1
+    if len(pkt) < off + ETH_LEN:
         return h, PACKET_TOO_SHORT
-    h.eth = list(ETH.unpack_from(pkt, 0))
-    off = ETH_LEN
+    h.eth = list(ETH.unpack_from(pkt, off))
+    off += ETH_LEN
     if h.eth[2] != TYPE_IPV4:
         h.payload = pkt[off:]
         return h, NO_ERROR
@@ -83,7 +93,7 @@ def ipv4_checksum(fields: list, options: bytes | None) -> int:
 
 
 def deparse(h: Headers) -> bytes:
-    """DcComputeChecksum, then DcDeparser: emit the valid headers in order."""
+    """DcComputeChecksum, then DcDeparser: emit the valid headers in order (packet_out never is)."""
     out = [ETH.pack(*h.eth)] if h.eth else []
     if h.ipv4:
         h.ipv4[IP_CSUM] = ipv4_checksum(h.ipv4, h.ipv4_options)

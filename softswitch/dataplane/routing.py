@@ -1,5 +1,6 @@
 """DcRouting (p4src/include/control/routing.p4): the client-rack leaf's power of two choices, and where a
-client's retry goes instead (its attempt number in flags: the other cache, then no cache at all)."""
+client's retry goes instead (its attempt number in flags: the other cache, then no cache at all); a spine the
+leaf found dead (DcLiveness) is no candidate."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import Op, attempt_of
 from softswitch.dataplane.header import IP_DST, Headers, Meta
+from softswitch.dataplane.liveness import spine_excluded
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
 
 ACTIONS = (
     Action(n.SET_SPINE_CANDIDATE, (Param("spine_id", 8),)),
+    Action(n.SET_REPLICA_SPINES, (Param("spine_id", 8), Param("alt_spine_id", 8))),
     Action(n.REPLICATE),
     Action(n.SET_LEAF_CANDIDATE, (Param("leaf_id", 8),)),
     Action(n.ROUTE_TO_CACHE, (Param("dmac", 48), Param("port", 9))),
@@ -22,7 +25,7 @@ TABLES = (
     Table(n.SPINE_PARTITION, (MatchField(n.KEY_BUCKET, 16, "exact"),),
           (n.SET_SPINE_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.SPINE_BUCKETS),
     Table(n.REPLICA_SPINE, (MatchField(n.KEY_REPLICA_SLOT, 8, "exact"),),
-          (n.SET_SPINE_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.REPLICA_SLOTS),
+          (n.SET_REPLICA_SPINES, n.NO_ACTION), n.NO_ACTION, size=n.REPLICA_SLOTS),
     Table(n.REPLICATED_KEYS, (MatchField(n.KEY_DC_KEY, 128, "exact"),),
           (n.REPLICATE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_REPLICATED_KEYS),
     Table(n.STORAGE_RACK, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
@@ -53,8 +56,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.replicated:
         m.replica_slot = (bucket + (dc["seq"] & 0xFFFF) + attempt) & (n.REPLICA_SLOTS - 1)
         action, p, _ = tables[n.REPLICA_SPINE].lookup(m.replica_slot)
-        if action == n.SET_SPINE_CANDIDATE:
-            m.spine_cand = p["spine_id"]
+        if action == n.SET_REPLICA_SPINES:
+            m.spine_cand, m.replica_alt = p["spine_id"], p["alt_spine_id"]
     elif mech == MECH_DISTCACHE or mech == MECH_PARTITION or mech == MECH_HYBRID:
         action, p, _ = tables[n.SPINE_PARTITION].lookup(bucket)
         if action == n.SET_SPINE_CANDIDATE:
@@ -63,6 +66,15 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         action, p, _ = tables[n.STORAGE_RACK].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
         if action == n.SET_LEAF_CANDIDATE:
             m.leaf_cand = p["leaf_id"]
+    stats = state.counters[n.DC_STATS]
+    if m.spine_cand != 0:
+        now = m.ingress_global_timestamp
+        if spine_excluded(state, m.spine_cand, now, m.dead_after):
+            instead = 0  # another live replica spine, else no spine at all
+            if m.replicated and m.replica_alt != 0 and not spine_excluded(state, m.replica_alt, now, m.dead_after):
+                instead = m.replica_alt
+            m.spine_cand = instead
+            stats.count(Stat.READ_REROUTED, m.packet_length)
     loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
 
     def fresh_load(sid: int) -> int:
@@ -86,7 +98,6 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     elif attempt == 1:
         dc["target"] = other
     # attempt 2 and later: no cache, straight to the storage server
-    stats = state.counters[n.DC_STATS]
     if dc["target"] != 0 and dc["target"] == m.spine_cand:
         action, p, _ = tables[n.CACHE_ROUTE].lookup(dc["target"])
         if action == n.ROUTE_TO_CACHE:

@@ -1,9 +1,10 @@
-"""DcValidation (p4src/include/control/validation.p4): malformed input, trust, expired TTLs, valley-free routing."""
+"""DcValidation (p4src/include/control/validation.p4): malformed input, trust (probes too), expired TTLs,
+valley-free routing."""
 
 from __future__ import annotations
 
 from distcache import p4names as n
-from distcache.cluster import PortKind, Role
+from distcache.cluster import MAX_SPINES, PortKind, Role
 from distcache.p4names import DropReason
 from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN, Op
 from softswitch.dataplane.header import IP_DST, IP_SRC, IP_TTL, Headers, Meta
@@ -28,9 +29,13 @@ FROM_FABRIC_ONLY = frozenset({int(Op.INVALIDATE_ACK), int(Op.UPDATE_ACK), int(Op
                               int(Op.DELETE_REPLY)})
 PORT_FABRIC, PORT_CLIENT, PORT_STORAGE = int(PortKind.FABRIC), int(PortKind.CLIENT), int(PortKind.STORAGE)
 LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
+ROLE_SPINE = int(Role.SPINE)
+OP_PROBE, OP_PROBE_REPLY = int(Op.PROBE), int(Op.PROBE_REPLY)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    from_cpu = h.packet_out is not None  # the controller's packet-out
+    leaf = m.role in LEAVES
     m.dropped = True
     perr, dc = m.parser_error, h.dc
     if perr == PACKET_TOO_SHORT:
@@ -43,6 +48,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         reason = DropReason.PARSER_OTHER
     elif h.ipv4 is None:
         reason = DropReason.NOT_IPV4
+    elif from_cpu and not (leaf and dc is not None and dc["op"] == OP_PROBE):
+        reason = DropReason.PROBE  # what a controller sends into the data plane is a probe, through a leaf
     elif m.port_kind == PORT_CLIENT and not state.tables[n.CLIENT_SOURCE].lookup(
             m.ingress_port, int.from_bytes(h.ipv4[IP_SRC], "big"))[2]:
         reason = DropReason.SPOOFED
@@ -52,12 +59,17 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         op = m.op = dc["op"]
         vlen = dc["vlen"]
         want_chunks = (vlen + 15) >> 4 if vlen <= MAX_CACHEABLE else 0
+        probe_ok = ((leaf and from_cpu and op == OP_PROBE and 0 < h.packet_out <= MAX_SPINES)
+                    or (leaf and not from_cpu and op == OP_PROBE_REPLY and m.from_spine != 0)
+                    or (m.role == ROLE_SPINE and not from_cpu and op == OP_PROBE))
         if h.ipv4_options is not None:
             reason = DropReason.IP_OPTIONS
         elif op not in KNOWN_OPS:
             reason = DropReason.UNKNOWN_OP
         elif vlen > MAX_VALUE_LEN or dc["nchunks"] != want_chunks:
             reason = DropReason.BAD_CHUNKS
+        elif (op == OP_PROBE or op == OP_PROBE_REPLY) and not probe_ok:
+            reason = DropReason.PROBE
         elif op in COHERENCE_OPS and m.port_kind != PORT_STORAGE:
             reason = DropReason.UNTRUSTED
         elif op in FROM_FABRIC_ONLY and m.port_kind == PORT_CLIENT:
@@ -67,8 +79,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if not m.dropped:  # a sound packet (what is wrong with it is counted first): where it is going
         if h.ipv4[IP_TTL] <= 1:  # forwarding would take it to 0: dropped before anything counts it
             reason = DropReason.TTL_EXPIRED
-        elif m.role in LEAVES and m.port_kind == PORT_FABRIC and not state.tables[n.RACK_HOSTS].lookup(
-                int.from_bytes(h.ipv4[IP_DST], "big"))[2]:
+        elif (leaf and m.port_kind == PORT_FABRIC and not from_cpu and m.op != OP_PROBE_REPLY
+              and not state.tables[n.RACK_HOSTS].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))[2]):
             reason = DropReason.LOOP  # down from a spine for no host of the rack: never back up (valley-free)
         else:
             return

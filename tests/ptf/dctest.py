@@ -25,6 +25,7 @@ from scapy.packet import Packet, Raw
 
 from controller.entries import plan
 from controller.partition import spine_buckets
+from controller.probes import ProbeCounts, read_probe_counts, send_probe
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
@@ -88,6 +89,24 @@ def dc_frame(src: str, dst: str, msg: Message | bytes, *, sport: int = CLIENT_PO
             del pkt[UDP].chksum
         pkt = Ether(bytes(pkt))
     return pkt
+
+
+def gateway(leaf: Switch) -> str:
+    """A leaf's rack gateway address (the addressing plan's ``.254``), where its probes come from."""
+    return (C.server(leaf.switch_id - SL0.switch_id, 0) if leaf.role == Role.STORAGE_LEAF
+            else C.client(leaf.switch_id - CL0.switch_id, 0)).gateway
+
+
+def probe_wire(leaf: Switch, spine: Switch, seq: int, *, reply: bool = False, ttl: int = 63) -> Packet:
+    """A probe between ``leaf`` and ``spine`` as it travels the link: the PROBE the leaf sends up (from its
+    gateway address to the spine's, TTL 64 less the leaf's hop), or the PROBE_REPLY the spine sends back
+    (addresses swapped, stamped with the spine's id, TTL 64 less the spine's hop).  UDP checksum 0."""
+    msg = Message(op=Op.PROBE_REPLY if reply else Op.PROBE, key=bytes(16), seq=seq, target=spine.switch_id,
+                  leaf_id=leaf.switch_id, spine_id=spine.switch_id if reply else 0)
+    a, b = gateway(leaf), C.spine_address(spine.switch_id)
+    src, dst, smac, dmac = (b, a, spine.mac, leaf.mac) if reply else (a, b, leaf.mac, spine.mac)
+    return Ether(src=smac, dst=dmac) / IP(src=src, dst=dst, ttl=ttl, id=0, flags=0) / \
+        UDP(sport=DC_PORT, dport=DC_PORT, chksum=0) / Raw(encode(msg))
 
 
 def routed(pkt: Packet, dmac: str, smac: str = SWITCH_MAC) -> Packet:
@@ -217,6 +236,25 @@ class DcTest(P4RuntimeTest):
         finally:
             self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, self.config)
         raise AssertionError("unreachable")
+
+    # -- probes (liveness) ----------------------------------------------------------------------
+    def probe(self, spine: Switch, seq: int = 1) -> None:
+        """The controller's probe for ``spine``: a P4Runtime PacketOut into the leaf under test
+        (controller.probes, as the controller sends it); fails unless it leaves up ``spine``'s port
+        exactly as the protocol says."""
+        send_probe(self.sw, self.role, spine, seq)
+        self.expect(probe_wire(self.role, spine, seq), LEAF_UPLINK[spine.switch_id])
+
+    def answer(self, spine: Switch, seq: int = 1) -> None:
+        """``spine``'s reply to a probe, arriving on its port; returns once the leaf counted it (it keeps
+        the reply: nothing comes out), so what the test sends next is heard after it."""
+        before = self.counter(n.PROBES_ANSWERED, spine.switch_id)
+        self.send(LEAF_UPLINK[spine.switch_id], probe_wire(self.role, spine, seq, reply=True))
+        got = self.wait_counter(n.PROBES_ANSWERED, spine.switch_id, before + 1)
+        self.assertEqual(got, before + 1, f"the leaf did not count {spine.name}'s probe reply")
+
+    def probe_counts(self) -> dict[int, ProbeCounts]:
+        return read_probe_counts(self.sw)
 
     # -- digests ------------------------------------------------------------------------------
     def enable_hot_key_digests(self, threshold: int, window_shift: int = STEADY_SHIFT) -> None:

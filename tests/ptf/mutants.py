@@ -80,6 +80,27 @@ MUTANTS = (
     Mutant("attempt steers transit from any port (replies leave their key's spine)", "control/forwarding.p4",
            "if (meta.port_kind == PORT_CLIENT) {\n                    bucket = bucket +",
            "if (true) {\n                    bucket = bucket +"),
+    # liveness (issue 16, item 1)
+    Mutant("probes and probe replies from hosts accepted", "control/validation.p4",
+           "} else if ((op == OP_PROBE || op == OP_PROBE_REPLY) && !probe_ok) {", "} else if (false) {"),
+    Mutant("any packet-out accepted, not only probes", "control/validation.p4",
+           "} else if (from_cpu && !(leaf && hdr.dc.isValid() && hdr.dc.op == OP_PROBE)) {", "} else if (false) {"),
+    Mutant("a dead spine stays a read candidate", "control/routing.p4",
+           "if (dead == 1) {\n                    bit<8> instead = 0;",
+           "if (false) {\n                    bit<8> instead = 0;"),
+    Mutant("a replicated key's read gives up the other replica", "control/routing.p4",
+           "instead = meta.replica_alt;", "instead = 0;"),
+    Mutant("transit ignores dead spines", "control/forwarding.p4", "if (alt_dead == 0) {", "if (false) {"),
+    Mutant("no hysteresis: a dead spine is back at its first reply", "control/liveness.p4",
+           "|| heard < hold) ? 1w1 : 1w0;", ") ? 1w1 : 1w0;"),
+    Mutant("hold counted from the reply, not from when the spine was found dead", "control/liveness.p4",
+           "spine_hold.write(s, asked + (bit<48>)meta.dead_after + (bit<48>)meta.hold);",
+           "spine_hold.write(s, now + (bit<48>)meta.hold);"),
+    Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
+    Mutant("only probe replies are heard (traffic does not keep a spine alive)", "control/liveness.p4",
+           "if (port_spine.apply().hit && meta.from_spine != 0) {",
+           "if (port_spine.apply().hit && meta.from_spine != 0 && hdr.dc.isValid() && hdr.dc.op == OP_PROBE_REPLY) {"),
+    Mutant("probe replies not counted", "control/probe.p4", "probes_answered.count((bit<32>)meta.from_spine);", ""),
 )
 
 

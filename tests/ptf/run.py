@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.switchproc import stop_group
+from distcache import p4names as n
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -43,7 +44,7 @@ TARGETS = ("softswitch", "bmv2")
 GRPC_ADDR = "127.0.0.1:9559"
 THRIFT_PORT = 9090
 DEVICE_ID = 1
-CPU_PORT = 510  # 511 is BMv2's drop port
+CPU_PORT = n.CPU_PORT  # packet-out enters here (the P4 parser's CPU_PORT); 511 is BMv2's drop port
 BMV2_SWITCH = "simple_switch_grpc"
 BMV2_COMPILER = "p4c-bm2-ss"
 P4_SOURCE = REPO / "p4src" / "distcache.p4"

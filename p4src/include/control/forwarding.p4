@@ -7,8 +7,11 @@
  * spine carry that spine's load to the client racks.  A client's retry
  * (FLAG_ATTEMPT, see DcRouting) takes the slot its attempt number further on,
  * so it goes up through another spine than the copy that was lost; replies
- * and coherence messages keep their key's path.  Unroutable packets are
- * counted and dropped.
+ * and coherence messages keep their key's path.  Each slot also names the
+ * next spine of the round-robin: when the leaf found the slot's spine dead
+ * (control/liveness.p4) and that one is alive, the packet goes up it instead
+ * (TRANSIT_REROUTED); with no live alternative it keeps its slot's spine.
+ * Unroutable packets are counted and dropped.
  *
  * Transit is the way out of a rack, for what its hosts send: DcValidation has
  * already dropped whatever came down from a spine for no host of the rack, so
@@ -41,9 +44,20 @@ control DcForwarding(inout headers_t hdr,
         size = MAX_ROUTES;
     }
 
+    action set_transit(bit<8> spine_id, bit<48> dmac, bit<9> port,
+                       bit<8> alt_spine_id, bit<48> alt_dmac, bit<9> alt_port) {
+        meta.routed = 1;
+        meta.nhop_dmac = dmac;
+        meta.nhop_port = port;
+        meta.transit_id = spine_id;
+        meta.alt_id = alt_spine_id;
+        meta.alt_dmac = alt_dmac;
+        meta.alt_port = alt_port;
+    }
+
     table transit_spine {
         key = { meta.transit_slot: exact; }
-        actions = { set_nhop; drop; }
+        actions = { set_transit; drop; }
         default_action = drop();
         size = TRANSIT_SLOTS;
     }
@@ -62,6 +76,20 @@ control DcForwarding(inout headers_t hdr,
             }
             meta.transit_slot = (bit<8>)(bucket & (TRANSIT_SLOTS - 1));
             transit_spine.apply();
+            if (meta.routed == 1 && meta.transit_id != 0 && meta.alt_id != 0) {
+                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<1> dead;
+                spine_excluded(meta.transit_id, now, meta.dead_after, dead);
+                if (dead == 1) {
+                    bit<1> alt_dead;
+                    spine_excluded(meta.alt_id, now, meta.dead_after, alt_dead);
+                    if (alt_dead == 0) {
+                        meta.nhop_dmac = meta.alt_dmac;
+                        meta.nhop_port = meta.alt_port;
+                        dc_stats.count(STAT_TRANSIT_REROUTED);
+                    }
+                }
+            }
         }
         /* A packet this switch answered (a cache hit, a reflected coherence message: its op gained the
          * reply bit here) is its own, new packet and goes back the way the request came.  Any other packet

@@ -25,6 +25,13 @@
  * later go past every cache (target 0) to the storage server, and
  * DcForwarding sends each attempt through another transit spine.  A client
  * can only pick among paths a router could pick anyway: no new way in.
+ *
+ * A spine the leaf found dead (control/liveness.p4) is no candidate: a read whose spine is dead goes
+ * to its storage leaf (DistCache, Hybrid's other keys) or, with no other candidate (CachePartition),
+ * to no cache: the server.  A replicated key's read goes to the spine after its slot's (replica_spine
+ * names both; the controller deals the live spines round-robin) if that one is alive, else to no
+ * cache.  Each such read counts as READ_REROUTED; the retry rules above apply to the candidates left,
+ * and DcForwarding keeps transit off dead spines too.
  */
 #ifndef DC_ROUTING_P4
 #define DC_ROUTING_P4
@@ -44,9 +51,14 @@ control DcRouting(inout headers_t hdr,
         size = SPINE_BUCKETS;
     }
 
+    action set_replica_spines(bit<8> spine_id, bit<8> alt_spine_id) {
+        meta.spine_cand = spine_id;
+        meta.replica_alt = alt_spine_id;
+    }
+
     table replica_spine {
         key = { meta.replica_slot: exact; }
-        actions = { set_spine_candidate; NoAction; }
+        actions = { set_replica_spines; NoAction; }
         default_action = NoAction();
         size = REPLICA_SLOTS;
     }
@@ -108,6 +120,23 @@ control DcRouting(inout headers_t hdr,
             }
             if (meta.replicated == 0 && (meta.mechanism == MECH_DISTCACHE || meta.mechanism == MECH_HYBRID)) {
                 storage_rack.apply();
+            }
+            if (meta.spine_cand != 0) {
+                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<1> dead;
+                spine_excluded(meta.spine_cand, now, meta.dead_after, dead);
+                if (dead == 1) {
+                    bit<8> instead = 0;  /* another live replica spine, else no spine at all */
+                    if (meta.replicated == 1 && meta.replica_alt != 0) {
+                        bit<1> alt_dead;
+                        spine_excluded(meta.replica_alt, now, meta.dead_after, alt_dead);
+                        if (alt_dead == 0) {
+                            instead = meta.replica_alt;
+                        }
+                    }
+                    meta.spine_cand = instead;
+                    dc_stats.count(STAT_READ_REROUTED);
+                }
             }
             bit<32> spine_load = 0;
             bit<32> leaf_load = 0;

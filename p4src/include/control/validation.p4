@@ -17,6 +17,11 @@
  * destinations; anything else (an unused address of the rack, its gateway)
  * is dropped here as LOOP rather than taken up again by the catch-all
  * transit route.
+ *
+ * Probes (control/probe.p4) have their own trust: a leaf takes a PROBE only from its controller
+ * (a packet-out, which must be a PROBE for a spine id) and a PROBE_REPLY only from a spine's port (port_spine); a
+ * spine takes a PROBE only from a leaf, never from its own CPU port.  Anything else is DROP_PROBE:
+ * no host can make a spine look alive or dead, or count as a probe source.
  */
 #ifndef DC_VALIDATION_P4
 #define DC_VALIDATION_P4
@@ -50,6 +55,8 @@ control DcValidation(inout headers_t hdr,
     }
 
     apply {
+        bool from_cpu = hdr.packet_out.isValid();  /* the controller's packet-out */
+        bool leaf = meta.role == ROLE_STORAGE_LEAF || meta.role == ROLE_CLIENT_LEAF;
         meta.dropped = 1;
         if (standard_metadata.parser_error == error.PacketTooShort) {
             reason = DROP_TRUNCATED;
@@ -61,6 +68,8 @@ control DcValidation(inout headers_t hdr,
             reason = DROP_PARSER_OTHER;
         } else if (!hdr.ipv4.isValid()) {
             reason = DROP_NOT_IPV4;
+        } else if (from_cpu && !(leaf && hdr.dc.isValid() && hdr.dc.op == OP_PROBE)) {
+            reason = DROP_PROBE;  /* what a controller sends into the data plane is a probe, through a leaf */
         } else if (meta.port_kind == PORT_CLIENT && !client_source.apply().hit) {
             reason = DROP_SPOOFED;
         } else if (!hdr.dc.isValid()) {
@@ -71,8 +80,12 @@ control DcValidation(inout headers_t hdr,
             bool known = op == OP_GET || op == OP_PUT || op == OP_DELETE
                 || op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY
                 || op == OP_INVALIDATE || op == OP_UPDATE
-                || op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK;
+                || op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK || op == OP_PROBE || op == OP_PROBE_REPLY;
             bool reply = op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY;
+            bool probe_ok = (leaf && from_cpu && op == OP_PROBE
+                             && hdr.packet_out.spine_id != 0 && hdr.packet_out.spine_id <= MAX_SPINE_ID)
+                || (leaf && !from_cpu && op == OP_PROBE_REPLY && meta.from_spine != 0)
+                || (meta.role == ROLE_SPINE && !from_cpu && op == OP_PROBE);
             bit<16> want_chunks = 0;
             if (hdr.dc.vlen <= MAX_CACHEABLE) {
                 want_chunks = (hdr.dc.vlen + 15) >> 4;
@@ -83,6 +96,8 @@ control DcValidation(inout headers_t hdr,
                 reason = DROP_UNKNOWN_OP;
             } else if (hdr.dc.vlen > MAX_VALUE_LEN || (bit<16>)hdr.dc.nchunks != want_chunks) {
                 reason = DROP_BAD_CHUNKS;
+            } else if ((op == OP_PROBE || op == OP_PROBE_REPLY) && !probe_ok) {
+                reason = DROP_PROBE;
             } else if ((op == OP_INVALIDATE || op == OP_UPDATE) && meta.port_kind != PORT_STORAGE) {
                 reason = DROP_UNTRUSTED;
             } else if ((op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK || reply)
@@ -97,8 +112,8 @@ control DcValidation(inout headers_t hdr,
             meta.dropped = 1;
             if (hdr.ipv4.ttl <= 1) {
                 reason = DROP_TTL_EXPIRED;
-            } else if ((meta.role == ROLE_STORAGE_LEAF || meta.role == ROLE_CLIENT_LEAF)
-                       && meta.port_kind == PORT_FABRIC && !rack_hosts.apply().hit) {
+            } else if (leaf && meta.port_kind == PORT_FABRIC && !from_cpu && meta.op != OP_PROBE_REPLY
+                       && !rack_hosts.apply().hit) {
                 reason = DROP_LOOP;
             } else {
                 meta.dropped = 0;

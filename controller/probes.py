@@ -1,0 +1,135 @@
+"""Probes of the spines' data planes: what the controller's probe loop calls (issue 16).
+
+A leaf learns by itself which spines forward (p4src/include/control/liveness.p4), but only once
+something asks: the probe source is the controller.  For each leaf and spine it sends a PROBE into
+the leaf as a P4Runtime PacketOut (:func:`send_probe`); the leaf sends it up the port facing that
+spine, the spine reflects it, and the leaf counts both per spine id (``probes_sent``,
+``probes_answered``: :func:`read_probe_counts`).  So the controller learns, from those counters,
+of a spine whose data plane stopped (its probes go unanswered at every leaf) even while its
+P4Runtime server answers (:class:`ProbeLedger`).  Probing every 10 ms per spine keeps a leaf's
+detection within DEAD_AFTER_US plus one interval; the loop itself is the controller's.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.p4rt import SwitchConnection
+from distcache import p4names as n
+from distcache.cluster import CLIENT_LEAF_BASE, STORAGE_LEAF_BASE, Cluster, Role, Switch
+from distcache.wire import DC_PORT, KEY_LEN, Message, Op, encode
+
+PROBE_TTL = 64
+_ETH = struct.Struct("!6s6sH")
+_IPV4 = struct.Struct("!BBHHHBBH4s4s")
+_UDP = struct.Struct("!HHHH")
+
+
+def leaf_address(leaf: Switch) -> str:
+    """The address a leaf's probes come from: its rack's gateway (``.254`` of the rack's /24), which
+    a spine's anti-spoofing check (client_source) accepts from a client rack's leaf."""
+    if leaf.role == Role.STORAGE_LEAF:
+        return f"10.1.{leaf.switch_id - STORAGE_LEAF_BASE}.254"
+    if leaf.role == Role.CLIENT_LEAF:
+        return f"10.2.{leaf.switch_id - CLIENT_LEAF_BASE}.254"
+    raise ValueError(f"{leaf.name} is not a leaf: only leaves send probes")
+
+
+def _ipv4_checksum(header: bytes) -> int:
+    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:
+    """The Ethernet frame of one PROBE from ``leaf`` to ``spine``: to the spine's address (the leaf's
+    route to it leads up the port facing it), from the leaf's gateway address, UDP checksum 0."""
+    if spine.role != Role.SPINE:
+        raise ValueError(f"{spine.name} is not a spine: probes go to spines")
+    dc = encode(Message(op=Op.PROBE, key=bytes(KEY_LEN), seq=seq, target=spine.switch_id,
+                        leaf_id=leaf.switch_id))
+    udp = _UDP.pack(DC_PORT, DC_PORT, _UDP.size + len(dc), 0)
+    src = ipaddress.IPv4Address(leaf_address(leaf)).packed
+    dst = ipaddress.IPv4Address(Cluster.spine_address(spine.switch_id)).packed
+    total = _IPV4.size + len(udp) + len(dc)
+    ip = _IPV4.pack(0x45, 0, total, 0, 0, PROBE_TTL, 17, 0, src, dst)
+    ip = ip[:10] + struct.pack("!H", _ipv4_checksum(ip)) + ip[12:]
+    mac = bytes.fromhex(leaf.mac.replace(":", ""))
+    return _ETH.pack(mac, mac, 0x0800) + ip + udp + dc
+
+
+def send_probe(conn: SwitchConnection, leaf: Switch, spine: Switch, seq: int) -> None:
+    """Send one probe for ``spine`` into ``leaf`` (``conn`` is the leaf's primary session)."""
+    conn.packet_out(probe_frame(leaf, spine, seq), spine_id=spine.switch_id)
+
+
+@dataclass(frozen=True)
+class ProbeCounts:
+    """A leaf's probe counters for one spine: probes it sent up, replies that came back down."""
+
+    sent: int
+    answered: int
+
+
+def read_probe_counts(conn: SwitchConnection) -> dict[int, ProbeCounts]:
+    """spine id -> counts, from a leaf (two counter reads; spines never probed are left out)."""
+    sent = conn.read_counter(n.PROBES_SENT)
+    answered = conn.read_counter(n.PROBES_ANSWERED)
+    out = {}
+    for sid in range(1, n.LIVENESS_SPINES):
+        s, a = sent.get(sid, (0, 0))[0], answered.get(sid, (0, 0))[0]
+        if s or a:
+            out[sid] = ProbeCounts(s, a)
+    return out
+
+
+@dataclass
+class _Track:
+    sent: int = 0
+    answered: int = 0
+    sent_at_answer: int = 0  # ``sent`` when ``answered`` last moved
+
+
+class ProbeLedger:
+    """Which spines stopped answering probes, from successive reads of the leaves' counters.
+
+    A spine is silent at a leaf once ``misses`` probes were sent to it there since its last reply;
+    its data plane is dead (:meth:`dead`) when it is silent at every leaf that probes it.  Counters
+    that went down (the leaf restarted, or its pipeline was pushed again) start the leaf afresh.
+    """
+
+    def __init__(self, misses: int = 3) -> None:
+        if misses < 1:
+            raise ValueError(f"misses {misses}: expected 1 or more")
+        self.misses = misses
+        self._tracks: dict[tuple[str, int], _Track] = {}
+
+    def update(self, leaf: str, counts: Mapping[int, ProbeCounts]) -> None:
+        """Take one read of ``leaf``'s counters (:func:`read_probe_counts`)."""
+        for sid, c in counts.items():
+            t = self._tracks.get((leaf, sid))
+            if t is None or c.sent < t.sent or c.answered < t.answered:
+                # first seen (or counters reset): a spine that ever answered counts as answering now,
+                # one that never did as silent since its first probe
+                self._tracks[(leaf, sid)] = _Track(c.sent, c.answered, c.sent if c.answered else 0)
+                continue
+            if c.answered != t.answered:
+                t.sent_at_answer = c.sent
+            t.sent, t.answered = c.sent, c.answered
+
+    def silent(self, leaf: str) -> set[int]:
+        """Spines ``leaf`` sent ``misses`` probes or more since their last reply."""
+        return {sid for (lf, sid), t in self._tracks.items()
+                if lf == leaf and t.sent - t.sent_at_answer >= self.misses}
+
+    def dead(self, spines: Iterable[int] | None = None) -> set[int]:
+        """Spines silent at every leaf that probes them (among ``spines``, default: all seen)."""
+        by_spine: dict[int, list[bool]] = {}
+        for (_, sid), t in self._tracks.items():
+            by_spine.setdefault(sid, []).append(t.sent - t.sent_at_answer >= self.misses)
+        wanted = set(by_spine) if spines is None else set(spines)
+        return {sid for sid, flags in by_spine.items() if sid in wanted and flags and all(flags)}

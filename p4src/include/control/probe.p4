@@ -1,0 +1,61 @@
+/* Probes: how a leaf asks a spine whether its data plane forwards (issue 16).
+ *
+ * The probe source is the controller: a P4Runtime PacketOut into a leaf (CPU_PORT, packet_out
+ * header naming the spine), carrying a PROBE addressed to that spine's address, so the leaf's route
+ * to it sends it up the port facing that spine.  The leaf marks the probe for the spine (target),
+ * counts it (probes_sent[spine]) and starts the spine's ask (spine_asked, control/liveness.p4) unless
+ * one is already outstanding.  The spine turns it around as PROBE_REPLY, stamped with its id, out of
+ * the port it came in by, so the reply comes back through the port facing that spine; the leaf
+ * counts it (probes_answered[spine of that port]: port_spine, never the packet's own fields) and
+ * the reply ends there.  DcLiveness has already recorded it as heard.
+ *
+ * The controller reads both counters (controller/probes.py): a spine that stopped answering every
+ * leaf has a dead data plane even if its P4Runtime server still answers.
+ *
+ * DcValidation lets through only what belongs here: a PROBE at a leaf only from its controller, a
+ * PROBE_REPLY at a leaf only from a spine's port, a PROBE at a spine only from a leaf (any port of
+ * a spine faces a leaf, and leaves drop the probes their hosts send); everything else is DROP_PROBE.
+ */
+#ifndef DC_PROBE_P4
+#define DC_PROBE_P4
+
+control DcProbe(inout headers_t hdr,
+                inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+
+    counter(LIVENESS_SPINES, CounterType.packets) probes_sent;      /* a leaf's probes, per spine */
+    counter(LIVENESS_SPINES, CounterType.packets) probes_answered;  /* their replies, per spine */
+
+    apply {
+        if (meta.op == OP_PROBE && hdr.packet_out.isValid()) {
+            /* a leaf: its controller's probe for one spine */
+            bit<8> spine = hdr.packet_out.spine_id;
+            hdr.packet_out.setInvalid();
+            hdr.dc.target = spine;
+            bit<48> heard;
+            bit<48> asked;
+            spine_heard.read(heard, (bit<32>)spine);
+            spine_asked.read(asked, (bit<32>)spine);
+            if (asked <= heard) {
+                spine_asked.write((bit<32>)spine, standard_metadata.ingress_global_timestamp);
+            }
+            probes_sent.count((bit<32>)spine);
+        } else if (meta.op == OP_PROBE) {
+            /* a spine: back to the leaf, out of the port it came in by */
+            hdr.dc.op = OP_PROBE_REPLY;
+            hdr.dc.spine_id = meta.switch_id;
+            dc_reflect(hdr);
+            meta.routed = 1;
+            meta.nhop_port = standard_metadata.ingress_port;
+            meta.nhop_dmac = hdr.ethernet.srcAddr;
+            dc_stats.count(STAT_PROBE_REFLECTED);
+        } else if (meta.op == OP_PROBE_REPLY) {
+            /* a leaf: a spine's answer */
+            probes_answered.count((bit<32>)meta.from_spine);
+            meta.consumed = 1;
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,65 @@
+"""DcLiveness (p4src/include/control/liveness.p4): which spines a leaf hears from, and which it leaves out.
+
+Per spine id: ``spine_heard`` (last packet from it), ``spine_asked`` (oldest unanswered probe to it),
+``spine_hold`` (excluded while heard < hold: the end of the hold time of its last death).  A spine
+is dead when asked > heard and now - asked > dead_after; see the P4 file for why only probes ask,
+and why the hysteresis needs no register for the moment a spine was found dead.
+"""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.cluster import Role
+from softswitch.dataplane.header import Meta
+from softswitch.program import Action, MatchField, Param, Register, Table
+from softswitch.state import SwitchState
+
+ACTIONS = (
+    Action(n.SET_PORT_SPINE, (Param("spine_id", 8),)),
+    Action(n.SET_LIVENESS, (Param("dead_after", 32), Param("hold", 32))),
+)
+TABLES = (
+    # a leaf's ports to the spines
+    Table(n.PORT_SPINE, (MatchField(n.KEY_INGRESS_PORT, 9, "exact"),), (n.SET_PORT_SPINE, n.NO_ACTION), n.NO_ACTION,
+          size=n.MAX_PORTS),
+    Table(n.LIVENESS_CONFIG, (), (n.SET_LIVENESS,), n.SET_LIVENESS,
+          default_params=(("dead_after", n.DEAD_AFTER_US), ("hold", n.HOLD_US)), size=1),
+)
+# declared at the top level in P4: written here and by DcProbe, read by DcRouting and DcForwarding
+REGISTERS = (
+    Register(n.SPINE_HEARD, 48, n.LIVENESS_SPINES),
+    Register(n.SPINE_ASKED, 48, n.LIVENESS_SPINES),
+    Register(n.SPINE_HOLD, 48, n.LIVENESS_SPINES),
+)
+
+MASK48 = (1 << 48) - 1
+LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
+
+
+def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int) -> bool:
+    """Whether routing must leave ``spine`` out now (the P4 action of the same name)."""
+    regs = state.registers
+    heard = regs[n.SPINE_HEARD].read(spine)
+    asked = regs[n.SPINE_ASKED].read(spine)
+    hold = regs[n.SPINE_HOLD].read(spine)
+    return (asked > heard and ((now - asked) & MASK48) > dead_after) or heard < hold
+
+
+def apply(state: SwitchState, m: Meta) -> None:
+    """Every packet at a leaf, before DcValidation may drop it: what comes in by a spine's port is heard."""
+    if m.role not in LEAVES:
+        return
+    tables = state.tables
+    _, p, _ = tables[n.LIVENESS_CONFIG].lookup()
+    m.dead_after, m.hold = p["dead_after"], p["hold"]
+    action, p, hit = tables[n.PORT_SPINE].lookup(m.ingress_port)
+    if action == n.SET_PORT_SPINE:
+        m.from_spine = p["spine_id"]
+    if not (hit and m.from_spine != 0):
+        return
+    regs, s, now = state.registers, m.from_spine, m.ingress_global_timestamp
+    heard, asked = regs[n.SPINE_HEARD].read(s), regs[n.SPINE_ASKED].read(s)
+    if asked > heard and ((now - asked) & MASK48) > m.dead_after:
+        # it was dead until now: held until hold time after it was found dead
+        regs[n.SPINE_HOLD].write(s, (asked + m.dead_after + m.hold) & MASK48)
+    regs[n.SPINE_HEARD].write(s, now)

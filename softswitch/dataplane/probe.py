@@ -1,0 +1,41 @@
+"""DcProbe (p4src/include/control/probe.p4): a leaf sends its controller's probes, a spine reflects them,
+the leaf counts the replies (probes_sent, probes_answered: per spine id)."""
+
+from __future__ import annotations
+
+from distcache import p4names as n
+from distcache.p4names import Stat
+from distcache.wire import Op
+from softswitch.dataplane.actions import dc_reflect
+from softswitch.dataplane.header import Headers, Meta
+from softswitch.program import Counter
+from softswitch.state import SwitchState
+
+COUNTERS = (
+    Counter(n.PROBES_SENT, n.LIVENESS_SPINES, "packets"),  # a leaf's probes, per spine
+    Counter(n.PROBES_ANSWERED, n.LIVENESS_SPINES, "packets"),  # their replies, per spine (of the port)
+)
+
+OP_PROBE, OP_PROBE_REPLY = int(Op.PROBE), int(Op.PROBE_REPLY)
+
+
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    if m.op == OP_PROBE and h.packet_out is not None:
+        # a leaf: its controller's probe for one spine
+        spine, h.packet_out = h.packet_out, None
+        h.dc["target"] = spine
+        regs = state.registers
+        if regs[n.SPINE_ASKED].read(spine) <= regs[n.SPINE_HEARD].read(spine):
+            regs[n.SPINE_ASKED].write(spine, m.ingress_global_timestamp)
+        state.counters[n.PROBES_SENT].count(spine, m.packet_length)
+    elif m.op == OP_PROBE:
+        # a spine: back to the leaf, out of the port it came in by
+        h.dc["op"] = OP_PROBE_REPLY
+        h.dc["spine_id"] = m.switch_id
+        dc_reflect(h)
+        m.routed, m.nhop_port, m.nhop_dmac = True, m.ingress_port, int.from_bytes(h.eth[1], "big")
+        state.counters[n.DC_STATS].count(Stat.PROBE_REFLECTED, m.packet_length)
+    elif m.op == OP_PROBE_REPLY:
+        # a leaf: a spine's answer, counted under the spine of the port it came in by
+        state.counters[n.PROBES_ANSWERED].count(m.from_spine, m.packet_length)
+        m.consumed = True

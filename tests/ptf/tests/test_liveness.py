@@ -1,0 +1,312 @@
+"""Liveness in the data plane (issue 16): probes, dead spines left out, hysteresis, trust.
+
+The controller's probe for a spine enters a leaf as a P4Runtime PacketOut (controller.probes) and leaves
+up that spine's port; the spine reflects it back down the same port; the leaf counts both per spine.  A
+probed spine the leaf hears nothing from for DEAD_AFTER_US (30 ms) is dead: reads and transit go around
+it until it is heard from HOLD_US (100 ms) or more after it was found dead.  Without probes nothing is
+ever excluded.  The test plays the spines (cl0 and sl0: port 2 faces sp0, port 3 sp1), or the leaves
+(sp0: port 1 faces sl0, port 3 cl0).  KEY's spine and transit spine are sp0; the slot's other spine is
+sp1, so a read around a dead sp0 leaves by port 3.  Waits are lower bounds only (a dead spine is waited
+for past its deadline); where a test needs an upper bound it lengthens the hold with liveness_config.
+"""
+
+from __future__ import annotations
+
+import time
+
+from distcache import p4names as n
+from distcache.cluster import Mechanism
+from distcache.p4names import DropReason, Stat
+from distcache.wire import DC_PORT, Message, Op, attempt_flags
+from tests.ptf.dctest import (
+    CL0,
+    CLIENT,
+    CLIENT_PORT,
+    KEY,
+    LEAF_UPLINK,
+    SERVER,
+    SL0,
+    SP0,
+    SP1,
+    DcTest,
+    dc_frame,
+    probe_wire,
+    routed,
+    transit_spine,
+)
+
+DEAD = n.DEAD_AFTER_US / 1e6
+HOLD = n.HOLD_US / 1e6
+MARGIN = 0.02
+PORT = LEAF_UPLINK  # a leaf's port to each spine
+
+
+class _Liveness(DcTest):
+    role = CL0
+
+    def silence(self, spine, seq: int = 1) -> float:  # noqa: ANN001 - a Switch
+        """Probe ``spine`` and answer nothing until it is dead; returns when the probe left the leaf
+        (time.monotonic(), an upper bound of when the leaf asked)."""
+        self.probe(spine, seq)
+        asked_by = time.monotonic()
+        self.wait_until(asked_by + DEAD + MARGIN)
+        return asked_by
+
+    def choose(self, seq: int, key: bytes = KEY, attempt: int = 0) -> tuple[int, int]:
+        """(out port, target) of a client's read."""
+        get = Message(op=Op.GET, key=key, seq=seq, flags=attempt_flags(attempt))
+        port, m = self.exchange(1, dc_frame(CLIENT.ip, SERVER.ip, get))
+        return port, m.target
+
+    def liveness(self, dead_after: float, hold: float) -> None:
+        self.set_default(n.LIVENESS_CONFIG, n.SET_LIVENESS,
+                         {"dead_after": round(dead_after * 1e6), "hold": round(hold * 1e6)})
+
+
+class ProbesGoUpToTheirSpineAndAreCounted(_Liveness):
+    """A PacketOut probe leaves cl0 up its spine's port, exact frame (the packet_out header gone, the
+    target set, TTL less one); the reply is counted per spine and goes no further; the controller reads
+    both counts (controller.probes.read_probe_counts)."""
+
+    def runTest(self) -> None:
+        self.probe(SP0, seq=5)
+        self.probe(SP1, seq=6)
+        self.probe(SP1, seq=7)
+        self.expect_none()
+        self.answer(SP1, seq=6)
+        self.expect_none()
+        counts = self.probe_counts()
+        self.assertEqual({sid: (c.sent, c.answered) for sid, c in counts.items()},
+                         {SP0.switch_id: (1, 0), SP1.switch_id: (2, 1)})
+        self.assertEqual(self.drops(DropReason.PROBE), 0)
+
+
+class StorageLeafProbesToo(_Liveness):
+    """sl0 is a probe source as well: its probes come from its rack's gateway address."""
+
+    role = SL0
+
+    def runTest(self) -> None:
+        self.probe(SP1, seq=9)
+        self.answer(SP1, seq=9)
+        self.expect_none()
+        c = self.probe_counts()[SP1.switch_id]
+        self.assertEqual((c.sent, c.answered), (1, 1))
+
+
+class SpineReflectsProbesFromItsLeaves(_Liveness):
+    """sp0 turns a leaf's PROBE around as PROBE_REPLY, stamped with its id, out of the port it came in by
+    (exact frames, from a storage leaf's and a client leaf's port); it takes no probe reply, and no
+    packet-out."""
+
+    role = SP0
+
+    def runTest(self) -> None:
+        for leaf, port in ((SL0, 1), (CL0, 3)):
+            self.send(port, probe_wire(leaf, SP0, seq=4))
+            self.expect(probe_wire(leaf, SP0, seq=4, reply=True), port)
+        self.assertEqual(self.stat(Stat.PROBE_REFLECTED), 2)
+        self.send(1, probe_wire(SL0, SP0, seq=4, reply=True))  # a reply, into a spine
+        self.sw.packet_out(bytes(probe_wire(CL0, SP0, seq=5, ttl=64)), spine_id=SP0.switch_id)
+        self.expect_none()
+        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 2), 2)
+        self.assertEqual(self.stat(Stat.PROBE_REFLECTED), 2)
+
+
+class SilentSpineIsRoutedAround(_Liveness):
+    """sp0 probed and silent past DEAD_AFTER: KEY's next read goes to its storage leaf, up sp1 (the
+    transit slot's other spine), exact frame; both detours counted."""
+
+    def runTest(self) -> None:
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+        self.silence(SP0)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2)))
+        marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP1.mac), PORT[SP1.switch_id])
+        self.expect_none()
+        self.assertEqual((self.stat(Stat.READ_REROUTED), self.stat(Stat.TRANSIT_REROUTED)), (1, 1))
+        self.assertEqual(self.choose(4)[0], PORT[SP1.switch_id])  # and stays so
+
+
+class AnsweredSpineStaysIn(_Liveness):
+    """A probe answered: past DEAD_AFTER the spine is still used."""
+
+    def runTest(self) -> None:
+        self.probe(SP0)
+        self.answer(SP0)
+        self.wait_until(time.monotonic() + DEAD + MARGIN)
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+        self.assertEqual(self.stat(Stat.READ_REROUTED), 0)
+
+
+class TrafficKeepsASpineAlive(_Liveness):
+    """A probe's reply lost, but a server's reply came down through the spine after it: heard, not dead."""
+
+    def runTest(self) -> None:
+        self.probe(SP0)
+        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+        self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
+        self.wait_until(time.monotonic() + DEAD + MARGIN)
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+
+
+class NoProbesNothingExcluded(_Liveness):
+    """With no probe source, a spine that is silent (reads go up to it, nothing comes back) is never
+    left out: only probes ask."""
+
+    def runTest(self) -> None:
+        for seq in (2, 4, 6):
+            self.assertEqual(self.choose(seq), (PORT[SP0.switch_id], SP0.switch_id))
+        self.wait_until(time.monotonic() + 3 * DEAD)
+        self.assertEqual(self.choose(8), (PORT[SP0.switch_id], SP0.switch_id))
+        self.assertEqual((self.stat(Stat.READ_REROUTED), self.stat(Stat.TRANSIT_REROUTED)), (0, 0))
+
+
+class OnlyTheOldestUnansweredProbeCounts(_Liveness):
+    """Probes to a silent spine do not restart its clock: dead_after after the first one it is dead,
+    however recent the last (dead_after lengthened to 300 ms so the waits are wide)."""
+
+    def runTest(self) -> None:
+        self.liveness(dead_after=0.3, hold=HOLD)
+        self.probe(SP0, seq=1)
+        first = time.monotonic()
+        self.assertEqual(self.choose(2)[1], SP0.switch_id)  # not yet dead
+        self.wait_until(first + 0.2)
+        self.probe(SP0, seq=2)
+        self.wait_until(first + 0.3 + MARGIN)
+        self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
+
+
+class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
+    """Dead, then answering again HOLD after it was found dead: the next read goes to it again."""
+
+    def runTest(self) -> None:
+        self.assertEqual(self.sw.read_default(n.LIVENESS_CONFIG),
+                         (n.SET_LIVENESS, {"dead_after": n.DEAD_AFTER_US, "hold": n.HOLD_US}))
+        asked_by = self.silence(SP0)
+        self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
+        self.wait_until(asked_by + DEAD + HOLD + MARGIN)
+        self.answer(SP0)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2)))
+        marked = Message(op=Op.GET, key=KEY, seq=2, target=SP0.switch_id)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac), PORT[SP0.switch_id])
+        self.expect_none()
+
+
+class HeardWithinTheHoldStaysExcluded(_Liveness):
+    """Hysteresis: a dead spine heard from again before the hold time is over stays out (however many
+    replies), and comes back only once heard from after it (hold lengthened to 1 s for wide margins)."""
+
+    def runTest(self) -> None:
+        self.liveness(dead_after=DEAD, hold=1.0)
+        asked_by = self.silence(SP0)
+        self.answer(SP0)
+        self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
+        self.probe(SP0, seq=2)
+        self.answer(SP0, seq=2)
+        self.wait_until(time.monotonic() + DEAD + MARGIN)
+        self.assertEqual(self.choose(4), (PORT[SP1.switch_id], SL0.switch_id))
+        self.wait_until(asked_by + DEAD + 1.0 + MARGIN)
+        self.assertEqual(self.choose(6), (PORT[SP1.switch_id], SL0.switch_id))  # not heard since: still out
+        self.answer(SP0, seq=3)
+        self.assertEqual(self.choose(8), (PORT[SP0.switch_id], SP0.switch_id))
+
+
+class ProbesFromHostsAreRefused(_Liveness):
+    """A PROBE or PROBE_REPLY from the client port is dropped and counted (no host can probe, or answer
+    for a spine); so is a PROBE coming down from a spine, a packet-out that is no probe, and a probe for
+    no spine.  None of them moves a probe counter or makes a spine look alive or dead."""
+
+    def runTest(self) -> None:
+        probe = Message(op=Op.PROBE, key=bytes(16), seq=1, target=SP0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, probe))
+        reply = Message(op=Op.PROBE_REPLY, key=bytes(16), seq=1, spine_id=SP0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, reply, sport=DC_PORT, dport=DC_PORT))
+        self.send(PORT[SP0.switch_id], probe_wire(CL0, SP0, seq=1))  # a PROBE coming down from a spine
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2))
+        self.sw.packet_out(bytes(get), spine_id=SP0.switch_id)
+        self.sw.packet_out(bytes(probe_wire(CL0, SP0, seq=1, ttl=64)), spine_id=0)
+        self.expect_none()
+        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 5), 5)
+        self.assertEqual(self.probe_counts(), {})
+        self.silence(SP1)  # sp1 really is silent; sp0 is untouched by any of the above
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+
+
+class StoragePortProbesAreRefused(_Liveness):
+    """At sl0 a PROBE from the storage server's port is dropped and counted too."""
+
+    role = SL0
+
+    def runTest(self) -> None:
+        probe = Message(op=Op.PROBE, key=bytes(16), seq=1, target=SP0.switch_id)
+        self.send(1, dc_frame(SERVER.ip, "10.255.0.1", probe, sport=DC_PORT))
+        self.expect_none()
+        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 1), 1)
+        self.assertEqual(self.probe_counts(), {})
+
+
+class TransitAvoidsADeadSpine(_Liveness):
+    """At sl0, a server's reply for KEY goes up its transit spine sp0 until sp0 is dead, then up the slot's
+    other spine sp1 (exact frames); plain IPv4 (slot 0, sp0) too."""
+
+    role = SL0
+
+    def runTest(self) -> None:
+        self.assertEqual(transit_spine(KEY), SP0)
+        reply = dc_frame(SERVER.ip, CLIENT.ip, Message(op=Op.PUT_REPLY, key=KEY, seq=1), sport=DC_PORT,
+                         dport=CLIENT_PORT)
+        self.assertEqual(self.exchange(1, reply)[0], PORT[SP0.switch_id])
+        self.silence(SP0)
+        port, m = self.exchange(1, reply)
+        self.assertEqual((port, m.op, m.key, m.leaf_id), (PORT[SP1.switch_id], Op.PUT_REPLY, KEY, SL0.switch_id))
+        self.assertEqual(transit_spine(None), SP0)
+        plain = dc_frame(SERVER.ip, CLIENT.ip, b"not distcache", sport=4000, dport=5000)
+        self.send(1, plain)
+        self.expect(routed(plain, SP1.mac), PORT[SP1.switch_id])
+        self.expect_none()
+        self.assertEqual(self.stat(Stat.TRANSIT_REROUTED), 2)
+
+
+class PartitionReadsOfADeadSpineGoToTheServer(_Liveness):
+    """CachePartition: the dead spine was KEY's only cache: its reads go to no cache (target 0), up sp1."""
+
+    mechanism = Mechanism.PARTITION
+
+    def runTest(self) -> None:
+        self.assertEqual(self.choose(3), (PORT[SP0.switch_id], SP0.switch_id))
+        self.silence(SP0)
+        for seq in (2, 3):
+            self.assertEqual(self.choose(seq), (PORT[SP1.switch_id], 0))
+        self.assertEqual(self.stat(Stat.READ_REROUTED), 2)
+
+
+class ReplicatedReadsTakeAnotherReplica(_Liveness):
+    """CacheReplication: reads whose replica slot holds a dead sp0 go to the slot's other spine, sp1;
+    with both dead, to no cache."""
+
+    mechanism = Mechanism.REPLICATION
+
+    def runTest(self) -> None:
+        self.silence(SP0)
+        for seq in range(6):
+            self.assertEqual(self.choose(seq), (PORT[SP1.switch_id], SP1.switch_id), f"seq {seq}")
+        self.assertEqual(self.stat(Stat.READ_REROUTED), 3)  # the slots of sp0 (every other one)
+        self.silence(SP1, seq=2)
+        for seq in range(4):
+            port, target = self.choose(seq)
+            self.assertEqual(target, 0, f"seq {seq}")
+            self.assertEqual(port, PORT[transit_spine(KEY).switch_id])  # no live alternative: the slot's own
+
+
+class RetriesStillTakeOtherPaths(_Liveness):
+    """Item 3 on top: with sp0 dead, KEY's attempt 0 goes to the leaf, attempt 1 (the other candidate:
+    none left) and 2 to the server, every copy up the live spine."""
+
+    def runTest(self) -> None:
+        self.silence(SP0)
+        self.assertEqual(self.choose(2, attempt=0), (PORT[SP1.switch_id], SL0.switch_id))
+        self.assertEqual(self.choose(2, attempt=1), (PORT[SP1.switch_id], 0))
+        self.assertEqual(self.choose(2, attempt=2), (PORT[SP1.switch_id], 0))
+        self.assertEqual(transit_spine(KEY, attempt=2), SP0)  # its own slot's spine is the dead one
+

@@ -1,0 +1,161 @@
+"""The controller's probe piece (controller/probes.py) and packet-out through P4Runtime on softswitch.
+
+The data-plane behaviour (probes forwarded, reflected, counted; dead spines routed around) is tested
+packet by packet on both targets by tests/ptf/tests/test_liveness.py; here: the probe frame against
+the protocol, the ledger that tells the controller which spines stopped answering, and the packet-out
+plumbing (metadata by name, serialized into the packet_out header, refused when malformed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from finsy.proto import p4i, p4r
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller.entries import plan
+from controller.p4rt import P4RuntimeError, SwitchConnection
+from controller.partition import spine_buckets
+from controller.probes import ProbeCounts, ProbeLedger, leaf_address, probe_frame, read_probe_counts, send_probe
+from distcache import p4names as n
+from distcache.cluster import Cluster
+from distcache.wire import DC_PORT, Op, decode
+from softswitch.dataplane import PROGRAM, DistCachePipeline
+from softswitch.server import P4RuntimeError as ServerError
+from softswitch.server import p4info_mismatch, packet_out_frame
+from softswitch.switch import SoftSwitch
+
+pytestmark = pytest.mark.timeout(60)
+
+C = Cluster(spines=2, storage_racks=2, client_racks=2)
+SP0, SP1, SL1, CL0 = C.spine(0), C.spine(1), C.storage_leaf(1), C.client_leaf(0)
+
+
+def test_probe_frame_is_a_probe_from_the_leafs_gateway_to_the_spines_address() -> None:
+    f = Ether(probe_frame(CL0, SP1, 77))
+    assert (f.src, f.dst, f.type) == (CL0.mac, CL0.mac, 0x0800)
+    ip = f[IP]
+    assert (ip.src, ip.dst, ip.ttl, ip.proto, ip.ihl) == ("10.2.0.254", "10.255.0.2", 64, 17, 5)
+    checksum = ip.chksum
+    del ip.chksum
+    assert Ether(bytes(f))[IP].chksum == checksum
+    assert (f[UDP].sport, f[UDP].dport, f[UDP].chksum) == (DC_PORT, DC_PORT, 0)
+    m = decode(bytes(f[UDP].payload))
+    assert (m.op, m.seq, m.target, m.leaf_id, m.key, m.value) == (Op.PROBE, 77, SP1.switch_id, CL0.switch_id,
+                                                                  bytes(16), b"")
+    assert leaf_address(SL1) == C.server(1, 0).gateway and leaf_address(CL0) == C.client(0, 0).gateway
+
+
+def test_only_leaves_probe_and_only_spines_are_probed() -> None:
+    with pytest.raises(ValueError, match="not a leaf"):
+        probe_frame(SP0, SP1, 1)
+    with pytest.raises(ValueError, match="not a spine"):
+        probe_frame(CL0, SL1, 1)
+
+
+def test_ledger_finds_spines_silent_at_every_leaf() -> None:
+    led = ProbeLedger(misses=3)
+    led.update("cl0", {1: ProbeCounts(5, 5), 2: ProbeCounts(5, 5)})
+    led.update("sl0", {1: ProbeCounts(4, 4), 2: ProbeCounts(4, 4)})
+    assert led.silent("cl0") == set() and led.dead() == set()
+    led.update("cl0", {1: ProbeCounts(8, 5), 2: ProbeCounts(8, 8)})  # sp1: 3 probes, no reply
+    assert led.silent("cl0") == {1} and led.dead() == set()  # sl0 still hears sp1
+    led.update("sl0", {1: ProbeCounts(6, 4), 2: ProbeCounts(6, 6)})
+    assert led.dead() == set()  # only 2 unanswered at sl0
+    led.update("sl0", {1: ProbeCounts(7, 4), 2: ProbeCounts(7, 7)})
+    assert led.silent("sl0") == {1} and led.dead() == {1} and led.dead([2]) == set()
+    led.update("cl0", {1: ProbeCounts(9, 6), 2: ProbeCounts(9, 9)})  # sp1 answered at cl0 again
+    assert led.silent("cl0") == set() and led.dead() == set()
+
+
+def test_ledger_restarts_a_leaf_whose_counters_went_down() -> None:
+    led = ProbeLedger(misses=2)
+    led.update("cl0", {1: ProbeCounts(100, 100)})
+    led.update("cl0", {1: ProbeCounts(3, 3)})  # the leaf's pipeline was pushed again
+    assert led.silent("cl0") == set()
+    led.update("cl0", {1: ProbeCounts(5, 3)})
+    assert led.silent("cl0") == {1}
+    fresh = ProbeLedger(misses=2)
+    fresh.update("cl0", {1: ProbeCounts(2, 0)})  # never answered since it was first seen
+    assert fresh.silent("cl0") == {1}
+    with pytest.raises(ValueError, match="misses"):
+        ProbeLedger(misses=0)
+
+
+def test_packet_out_metadata_is_serialized_ahead_of_the_frame() -> None:
+    sw = SoftSwitch(DistCachePipeline(), device_id=3, grpc_addr="127.0.0.1:0")
+    sw.start()
+    c = SwitchConnection(sw.server.address, 3, name="t")
+    try:
+        c.connect()
+        c.set_pipeline(PROGRAM.p4info())
+        cfg = sw.server.service.committed
+        assert cfg is not None
+        pkt = c.p4info.packet_out(b"frame", {"spine_id": 7})
+        assert packet_out_frame(PROGRAM, cfg, pkt) == b"\x07frame"
+        bad = p4r.PacketOut(payload=b"x")
+        bad.metadata.add(metadata_id=9, value=b"\x01")
+        with pytest.raises(ServerError, match="metadata id 9"):
+            packet_out_frame(PROGRAM, cfg, bad)
+        wide = p4r.PacketOut(payload=b"x")
+        wide.metadata.add(metadata_id=1, value=b"\x01\x00")
+        with pytest.raises(ServerError, match="does not fit in 8 bits"):
+            packet_out_frame(PROGRAM, cfg, wide)
+        with pytest.raises(P4RuntimeError, match="needs metadata 'spine_id'"):
+            c.packet_out(b"x")
+        with pytest.raises(P4RuntimeError, match="no metadata 'port'"):
+            c.packet_out(b"x", spine_id=1, port=2)
+    finally:
+        c.close()
+        sw.close()
+
+
+def test_p4info_with_another_packet_out_header_is_refused() -> None:
+    info = PROGRAM.p4info()
+    assert p4info_mismatch(PROGRAM, info) is None
+    info.controller_packet_metadata[0].metadata[0].bitwidth = 16
+    assert "controller header 'packet_out'" in (p4info_mismatch(PROGRAM, info) or "")
+    info = PROGRAM.p4info()
+    del info.controller_packet_metadata[:]
+    assert "missing from the P4Info" in (p4info_mismatch(PROGRAM, info) or "")
+    assert isinstance(PROGRAM.p4info().controller_packet_metadata[0], p4i.ControllerPacketMetadata)
+
+
+@pytest.fixture
+def leaf() -> Iterator[tuple[SoftSwitch, SwitchConnection]]:
+    """A softswitch playing cl0 with the controller's entries, its packet loop running."""
+    sw = SoftSwitch(DistCachePipeline(), device_id=4, grpc_addr="127.0.0.1:0")
+    sw.start()
+    loop = threading.Thread(target=sw.run, daemon=True)
+    loop.start()
+    c = SwitchConnection(sw.server.address, 4, name="cl0")
+    try:
+        c.connect()
+        c.set_pipeline(PROGRAM.p4info())
+        p = plan(C, CL0, spine_buckets([SP0.switch_id, SP1.switch_id]))
+        c.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        for e in p.entries:
+            c.insert(e.table, e.match_dict, e.action, e.params_dict)
+        yield sw, c
+    finally:
+        c.close()
+        sw.stop()
+        loop.join(5)
+        sw.close()
+
+
+def test_probes_sent_by_packet_out_are_counted_per_spine(leaf: tuple[SoftSwitch, SwitchConnection]) -> None:
+    sw, c = leaf
+    for seq in range(3):
+        send_probe(c, CL0, SP1, seq)
+    send_probe(c, CL0, SP0, 9)
+    deadline = time.monotonic() + 5
+    while read_probe_counts(c) != {SP0.switch_id: ProbeCounts(1, 0), SP1.switch_id: ProbeCounts(3, 0)}:
+        assert time.monotonic() < deadline, read_probe_counts(c)
+        time.sleep(0.02)
+    assert sw.stats.packet_out == 4
+    assert c.read_counter(n.DC_DROPS, int(n.DropReason.PROBE)) == {int(n.DropReason.PROBE): (0, 0)}

@@ -78,6 +78,7 @@ from controller.agent import AgentClient
 from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
+from controller.probes import ProbeLedger, read_probe_counts, send_probe
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from controller.state import ControllerState, Failure
@@ -94,6 +95,14 @@ PROBE_TIMEOUT = 0.5
 MISSES_TO_FAIL = 2  # failed probes in a row that declare a switch dead
 DRAIN = 0.05  # after client leaves stop targeting a spine: reads already in flight to it finish
 HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restarted) this often
+# Data-plane probes (p4src/include/control/liveness.p4): one PROBE per client leaf and spine this often, sent
+# into the leaf as a PacketOut; the leaves exclude a spine that stops answering by themselves, within
+# DEAD_AFTER_US of a probe.  The controller reads the leaves' probe counters this often and declares a spine
+# dead whose probes went unanswered DP_MISSES times in a row at every leaf (its data plane stopped, even if
+# its P4Runtime server still answers).
+DP_PROBE_INTERVAL = 0.01
+DP_CHECK_INTERVAL = 0.05
+DP_MISSES = 30  # 0.3 s of unanswered probes: a failover is costly, a slow round trip under load is not death
 RETRY = 1.0  # a configuration that failed, or a recovery that could not finish yet, is tried again this often
 # Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
 READ_TIMEOUT = 1.0  # a P4Runtime read (counters) by the monitor or the Status API
@@ -129,6 +138,7 @@ class Health:
     misses: int = 0
     first_miss: float = 0.0
     detected: tuple[float, float] | None = None  # probes declared it dead: (stopped answering, decided)
+    dp_detected: tuple[float, float] | None = None  # its data plane stopped answering the leaves' probes
     agent_alive: bool | None = None  # its agent answered its last Status (None: not asked yet)
     agent_error: str = ""  # why it did not
     agent: agent_pb2.AgentStatus | None = None
@@ -172,6 +182,9 @@ class Controller:
         self._failover_pending = False  # a failover stopped before the shims: a client leaf kept old routes
         self._recovering: set[str] = set()  # switches a recover() is bringing back (one at a time each)
         self._shims_behind: dict[str, bool] = {}  # shim host -> needs its view again (else: partition only)
+        self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
+        self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
+        self._dp_silent_since: dict[int, float] = {}  # spine id -> when the ledger first found it silent
         for name in self.state.failed:
             self.health[name].alive = False
 
@@ -225,6 +238,7 @@ class Controller:
         if monitor:
             for sw in self.cluster.switches():
                 self._spawn(f"probe-{sw.name}", self._probe_loop, sw)
+            self._spawn("dp-probe", self._dp_probe_loop)
             self._spawn("health", self._health_loop)
             self._spawn("reconcile", self._reconcile_loop)
 
@@ -723,6 +737,45 @@ class Controller:
                 h.detected = (h.first_miss, now)
                 self._wake.set()
 
+    def _dp_probe_loop(self) -> None:
+        """Probe every spine's data plane through every client leaf, and watch the answers."""
+        seq, next_check = 0, time.monotonic()
+        spines = self._spines()
+        while not self._stop.wait(DP_PROBE_INTERVAL):
+            for name, conn in list(self.leaves.items()):
+                leaf = self.cluster.switch(name)
+                for spine in spines:
+                    seq = (seq + 1) & 0xFFFFFFFF
+                    try:
+                        send_probe(conn, leaf, spine, seq)
+                    except P4RuntimeError:
+                        break  # its stream is down: the reconciler brings the leaf back
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + DP_CHECK_INTERVAL
+                try:
+                    self._dp_check()
+                except Exception:  # noqa: BLE001 - the probe loop must outlive any one failure
+                    log.exception("data-plane probe check failed")
+
+    def _dp_check(self) -> None:
+        """Read the client leaves' probe counters; a spine silent at all of them is declared dead."""
+        for name in list(self.leaves):
+            try:
+                self.probes.update(name, read_probe_counts(self.readers[name]))
+            except P4RuntimeError:
+                continue
+        now = time.monotonic()
+        dead = self.probes.dead(self.spine_ids())
+        for sid in dead - set(self._dp_silent_since):
+            self._dp_silent_since[sid] = now - DP_MISSES * DP_PROBE_INTERVAL
+        for sid in set(self._dp_silent_since) - dead:
+            del self._dp_silent_since[sid]
+        self.dp_dead = dead
+        for sw in self._spines():
+            if sw.switch_id in dead and sw.name not in self.state.failed and self.health[sw.name].dp_detected is None:
+                self.health[sw.name].dp_detected = (self._dp_silent_since[sw.switch_id], now)
+                self._wake.set()
+
     def _health_loop(self) -> None:
         while not self._stop.is_set():
             try:
@@ -815,6 +868,10 @@ class Controller:
             detected = self.health[sw.name].detected
             if detected is not None:
                 self.declare_dead(sw, detected[0], "its P4Runtime server stopped answering", detected[1])
+            dp = self.health[sw.name].dp_detected
+            if dp is not None:
+                self.health[sw.name].dp_detected = None
+                self.declare_dead(sw, dp[0], "its data plane stopped answering the leaves' probes", dp[1])
         for sw in self.cluster.switches():
             self._maybe_recover(sw)
         for name in list(self._stale):
@@ -838,6 +895,8 @@ class Controller:
         failure, h = self.state.failed.get(sw.name), self.health[sw.name]
         if failure is None or failure.admin or not h.alive or sw.name in self._recovering:
             return
+        if sw.switch_id in self.dp_dead:
+            return  # its P4Runtime server answers, but its data plane still does not
         if is_cache_switch(sw) and not h.agent_alive:
             return
         if time.monotonic() - h.recover_tried < RETRY:

@@ -92,6 +92,7 @@ class _Track:
     sent: int = 0
     answered: int = 0
     sent_at_answer: int = 0  # ``sent`` when ``answered`` last moved
+    answered_once: bool = False  # a spine never heard at this leaf is not "silent": maybe no link is up yet
 
 
 class ProbeLedger:
@@ -113,23 +114,28 @@ class ProbeLedger:
         for sid, c in counts.items():
             t = self._tracks.get((leaf, sid))
             if t is None or c.sent < t.sent or c.answered < t.answered:
-                # first seen (or counters reset): a spine that ever answered counts as answering now,
-                # one that never did as silent since its first probe
-                self._tracks[(leaf, sid)] = _Track(c.sent, c.answered, c.sent if c.answered else 0)
+                # first seen (or counters reset): counted from now on.  A spine that never answered here is
+                # never called silent (a leaf whose links are not up yet, a harness without links): a data
+                # plane is declared dead only once it stopped answering, so probes can never make a spine
+                # look dead that was not heard before (its P4Runtime server's silence is the other detector)
+                self._tracks[(leaf, sid)] = _Track(c.sent, c.answered, c.sent, c.answered > 0)
                 continue
             if c.answered != t.answered:
                 t.sent_at_answer = c.sent
+                t.answered_once = True
             t.sent, t.answered = c.sent, c.answered
 
     def silent(self, leaf: str) -> set[int]:
         """Spines ``leaf`` sent ``misses`` probes or more since their last reply."""
-        return {sid for (lf, sid), t in self._tracks.items()
-                if lf == leaf and t.sent - t.sent_at_answer >= self.misses}
+        return {sid for (lf, sid), t in self._tracks.items() if lf == leaf and self._silent(t)}
+
+    def _silent(self, t: _Track) -> bool:
+        return t.answered_once and t.sent - t.sent_at_answer >= self.misses
 
     def dead(self, spines: Iterable[int] | None = None) -> set[int]:
         """Spines silent at every leaf that probes them (among ``spines``, default: all seen)."""
         by_spine: dict[int, list[bool]] = {}
         for (_, sid), t in self._tracks.items():
-            by_spine.setdefault(sid, []).append(t.sent - t.sent_at_answer >= self.misses)
+            by_spine.setdefault(sid, []).append(self._silent(t))
         wanted = set(by_spine) if spines is None else set(spines)
         return {sid for sid, flags in by_spine.items() if sid in wanted and flags and all(flags)}

@@ -81,7 +81,11 @@ def test_ledger_restarts_a_leaf_whose_counters_went_down() -> None:
     assert led.silent("cl0") == {1}
     fresh = ProbeLedger(misses=2)
     fresh.update("cl0", {1: ProbeCounts(2, 0)})  # never answered since it was first seen
-    assert fresh.silent("cl0") == {1}
+    fresh.update("cl0", {1: ProbeCounts(9, 0)})
+    assert fresh.silent("cl0") == set() and fresh.dead() == set()  # never heard: not "silent" (no link yet?)
+    fresh.update("cl0", {1: ProbeCounts(10, 1)})
+    fresh.update("cl0", {1: ProbeCounts(12, 1)})
+    assert fresh.silent("cl0") == {1}  # heard once, then silent
     with pytest.raises(ValueError, match="misses"):
         ProbeLedger(misses=0)
 

@@ -100,9 +100,10 @@ HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restar
 # DEAD_AFTER_US of a probe.  The controller reads the leaves' probe counters this often and declares a spine
 # dead whose probes went unanswered DP_MISSES times in a row at every leaf (its data plane stopped, even if
 # its P4Runtime server still answers).
+DP_DEAD_REASON = "its data plane stopped answering the leaves' probes"
 DP_PROBE_INTERVAL = 0.01
 DP_CHECK_INTERVAL = 0.05
-DP_MISSES = 30  # 0.3 s of unanswered probes: a failover is costly, a slow round trip under load is not death
+DP_MISSES = 50  # 0.5 s of unanswered probes: a failover is costly, a slow round trip under load is not death
 RETRY = 1.0  # a configuration that failed, or a recovery that could not finish yet, is tried again this often
 # Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
 READ_TIMEOUT = 1.0  # a P4Runtime read (counters) by the monitor or the Status API
@@ -731,6 +732,11 @@ class Controller:
         if h.misses == 0:
             h.first_miss = now - PROBE_INTERVAL / 2  # it stopped answering somewhere since the last good probe
         h.misses += 1
+        failure = self.state.failed.get(sw.name)
+        if failure is not None and failure.reason == DP_DEAD_REASON and h.misses >= MISSES_TO_FAIL:
+            # failed for its data plane, now its process is gone too: it comes back unconfigured (no probe
+            # answers until recovered), so recover it like a crashed switch once it answers
+            self.state.failed[sw.name] = replace(failure, reason="its P4Runtime server stopped answering")
         if h.misses >= MISSES_TO_FAIL and h.alive:
             h.alive = False
             if sw.name not in self.state.failed:
@@ -871,7 +877,7 @@ class Controller:
             dp = self.health[sw.name].dp_detected
             if dp is not None:
                 self.health[sw.name].dp_detected = None
-                self.declare_dead(sw, dp[0], "its data plane stopped answering the leaves' probes", dp[1])
+                self.declare_dead(sw, dp[0], DP_DEAD_REASON, dp[1])
         for sw in self.cluster.switches():
             self._maybe_recover(sw)
         for name in list(self._stale):
@@ -895,8 +901,9 @@ class Controller:
         failure, h = self.state.failed.get(sw.name), self.health[sw.name]
         if failure is None or failure.admin or not h.alive or sw.name in self._recovering:
             return
-        if sw.switch_id in self.dp_dead:
-            return  # its P4Runtime server answers, but its data plane still does not
+        if failure.reason == DP_DEAD_REASON and sw.switch_id in self.dp_dead:
+            return  # its P4Runtime server answers, but its data plane still does not (a switch that
+            #         restarted meanwhile had its reason changed: it is unconfigured, so it cannot answer yet)
         if is_cache_switch(sw) and not h.agent_alive:
             return
         if time.monotonic() - h.recover_tried < RETRY:

@@ -5,6 +5,7 @@
 #   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
 #   make linearizability  record histories under faults (and with coherence broken on purpose), check them
+#   make verify  model-check the coherence protocol (model/distcache.m, Rumur): it holds; seeded bugs give counterexamples
 #   make ptf     the PTF data-plane tests on one switch in a private netns (TARGET=softswitch|bmv2)
 #   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
 #   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
@@ -19,11 +20,11 @@ PY := .venv/bin/python
 TARGET ?= softswitch
 TOPO ?= topologies/demo-2spine-2rack.json
 APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
-                ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool
+                ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool rumur gcc
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run up emulate linearizability bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o
 
@@ -84,6 +85,12 @@ emulate: build
 
 linearizability: build
 	$(PY) -m dcnet.linearizability --target $(TARGET) $(if $(SEED),--seed $(SEED))
+
+# The coherence protocol's model, checked exhaustively (model/README.md): Debian's rumur generates a C verifier.
+verify: $(STAMP)
+	@{ command -v rumur && command -v cc; } >/dev/null 2>&1 || { echo "installing apt packages: rumur gcc"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rumur gcc; }
+	$(PY) -m model.run --suite verify --save build/model/runs --show-trace
 
 test: build
 	$(PY) -m pytest -q -rs

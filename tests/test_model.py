@@ -1,0 +1,106 @@
+"""The coherence protocol's model (model/distcache.m), checked exhaustively by Rumur.
+
+The protocol must hold in a small configuration (every reachable state, with the faults of that
+configuration), and each seeded bug must give a counterexample that breaks the invariant the bug
+is about: a model that never fails proves nothing.  ``make verify`` checks the larger
+configurations (model/run.py --suite verify).  The verifiers are built with -O1 (quicker to
+compile) and cached under build/model/.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from model import run
+
+needs_rumur = pytest.mark.skipif(shutil.which("rumur") is None or shutil.which("cc") is None,
+                                 reason="needs rumur and cc (make deps installs Debian's rumur and gcc)")
+
+TEST_CONFIGS = {c.name: c for c in run.suite("test")}
+FINDINGS = {c.name: c for c in run.suite("findings")}
+
+
+def _check(cfg: run.Config) -> run.Result:
+    return run.check(cfg, threads=1, timeout=240, opt="-O1")
+
+
+def _covers(cfg: run.Config) -> set[str]:
+    return set(re.findall(r'^\s*cover "([^"]+)"', run.render(cfg), re.M))
+
+
+def test_the_model_is_the_protocol_with_every_fix_and_no_bug() -> None:
+    """docs/protocol.md specifies the protocol with every fix the model found: the model's own constants
+    say so, and run.py knows every fix and bug constant the model has (so none is left out of a suite)."""
+    consts = run.effective(run.Config("defaults", {}))
+    model_fixes = {k for k in consts if k.startswith("FIX_")}
+    model_bugs = {k for k in consts if k.startswith("BUG_")}
+    assert model_fixes == set(run.FIXES) and model_bugs == set(run.BUGS)
+    assert all(consts[f] == 1 for f in run.FIXES), {f: consts[f] for f in run.FIXES}
+    assert all(consts[b] == 0 for b in run.BUGS), {b: consts[b] for b in run.BUGS}
+    # every fix but one has a configuration without it that must give a counterexample
+    off = {f for c in FINDINGS.values() for f in run.FIXES if not c.consts[f]}
+    assert off == set(run.FIXES) - {"FIX_DOWNSET_FIRST"}
+
+
+def test_a_cover_is_demanded_only_where_the_fault_budget_reaches_it() -> None:
+    """A retried write answered from its Redis marker needs a shim restart and a duplicate: two faults.
+    With one fault in all it is unreachable and must not be demanded; with two it must be."""
+    small = TEST_CONFIGS["small"]
+    marker = "a retried write was answered from its Redis marker"
+    every = "every fault kind happened in one trace"
+    assert small.consts["B_FAULTS"] == 1
+    assert marker not in _covers(small)
+    two = replace(small, consts={**small.consts, "B_FAULTS": 2})
+    assert marker in _covers(two) and every not in _covers(two)
+    eight = replace(small, consts={**small.consts, "B_FAULTS": 8})
+    assert every in _covers(eight)
+    # a configuration that must give a counterexample demands no cover at all
+    assert _covers(TEST_CONFIGS["bug-ack-before-p1"]) == set()
+
+
+@needs_rumur
+def test_protocol_holds_in_the_small_configuration() -> None:
+    res = _check(TEST_CONFIGS["small"])
+    assert res.result == "ok", res.line() + "\n" + res.message + "\n" + run.brief_trace(res.trace)
+    # not vacuous: the state space is real, and every cover of the configuration was reached
+    assert res.states > 100_000
+    assert res.covers_missed == []
+    assert res.covers["two writes of one key overlap"] > 0 and res.covers["fault: shim restart"] > 0
+
+
+@needs_rumur
+@pytest.mark.parametrize("name", [n for n, c in TEST_CONFIGS.items() if c.expect != "ok"])
+def test_seeded_bug_gives_a_counterexample(name: str) -> None:
+    cfg = TEST_CONFIGS[name]
+    res = _check(cfg)
+    assert res.result == "violation", res.line()
+    assert res.invariant == cfg.expect, f"{name}: broke {res.invariant!r}, expected {cfg.expect!r}: {res.message}"
+    steps = run.brief_trace(res.trace).splitlines()
+    assert steps[0].startswith("broken: ") and steps[1] == "start" and len(steps) > 3, res.trace[:2000]
+
+
+@needs_rumur
+def test_the_same_configurations_hold_without_the_seeded_bug() -> None:
+    """Each bug configuration with the bug switched off holds: the counterexample is the bug's."""
+    for name, cfg in TEST_CONFIGS.items():
+        if cfg.expect == "ok":
+            continue
+        res = _check(run.without_bug(cfg))
+        assert res.result == "ok", f"{name} without its bug: " + res.line() + " " + res.message
+
+
+@needs_rumur
+def test_a_populate_arms_only_the_slot_it_was_asked_for() -> None:
+    """Versions count per slot, so after an eviction the key's next entry in another slot can get the
+    evicted entry's tag; a delayed copy of the old populate must not arm it (FIX_POPULATE_SLOT)."""
+    cfg = FINDINGS["spec-populate-slot"]
+    res = _check(cfg)
+    assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
+    steps = run.brief_trace(res.trace)
+    assert "agent evicts a key" in steps and "the network duplicates a packet" in steps
+    fixed = _check(run.without_bug(cfg))
+    assert fixed.result == "ok", fixed.line()

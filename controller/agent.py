@@ -85,14 +85,22 @@ class StateFileError(ValueError):
 class SlotAllocator:
     """Cache slots and the versions their entries are installed with.
 
-    A slot's valid register keeps the tag of the last entry that was filled
-    in it after that entry is evicted (only packets write registers).  A new
-    entry in the slot is valid only once its own tag is written there, so the
-    tag it gets must differ from every tag the register may still hold: each
-    slot counts its versions up (1..65535) within a cache epoch and never
-    wraps -- the last one raises :class:`VersionsExhausted`, and the agent
-    starts a new epoch.  A wrapping counter could hand a slot the very tag
-    its register holds, making a new key hit with the old key's value.
+    An entry's tag is (cache epoch, version); the data plane arms an entry only
+    for a populate carrying its tag, and a slot's valid register keeps the tag
+    of the last entry filled in it after that entry is evicted (only packets
+    write registers).  So within an epoch no two entries of this switch may
+    share a version, in the same slot or not:
+
+    * the same slot: a new key would hit at once with the previous key's value;
+    * another slot: a delayed populate of an evicted entry of key k would arm
+      k's next entry in another slot if it had the same version, and fill it
+      with a value a write acknowledged since has replaced (the model's
+      ``spec-populate-slot`` counterexample).
+
+    Versions therefore count up per switch (1..65535) within a cache epoch and
+    never wrap -- the last one raises :class:`VersionsExhausted`, and the
+    agent starts a new epoch.  Each slot's last version is kept (state file,
+    ``claim``) and the counter resumes above the highest of them.
     """
 
     MAX_VERSION = 0xFFFF
@@ -102,28 +110,29 @@ class SlotAllocator:
         self._free = list(range(slots - 1, -1, -1))
         self._last_version = list(last_versions or [0] * slots)[:slots]
         self._last_version += [0] * (slots - len(self._last_version))
+        self._top = max(self._last_version, default=0)
 
     def __len__(self) -> int:
         """Free slots."""
         return len(self._free)
 
     def take(self) -> tuple[int, int]:
-        """A free slot and a version tag it has not had just before; raises CacheFull."""
+        """A free slot and a version no entry of this switch had in this epoch; raises CacheFull."""
         if not self._free:
             raise CacheFull(f"all {self.slots} cache slots are in use; evict a key first")
-        slot = self._free[-1]
-        if self._last_version[slot] >= self.MAX_VERSION:
-            raise VersionsExhausted(f"slot {slot} has had all {self.MAX_VERSION} versions of this epoch")
-        self._free.pop()
-        version = self._last_version[slot] + 1
-        self._last_version[slot] = version
-        return slot, version
+        if self._top >= self.MAX_VERSION:
+            raise VersionsExhausted(f"this switch has had all {self.MAX_VERSION} versions of this epoch")
+        slot = self._free.pop()
+        self._top += 1
+        self._last_version[slot] = self._top
+        return slot, self._top
 
     def claim(self, slot: int, version: int) -> None:
         """Mark ``slot`` used by an entry found on the switch (agent restart)."""
         if slot in self._free:
             self._free.remove(slot)
         self._last_version[slot] = version
+        self._top = max(self._top, version)
 
     def give_back(self, slot: int) -> None:
         self._free.append(slot)
@@ -132,8 +141,9 @@ class SlotAllocator:
         return list(self._last_version)
 
     def new_epoch(self) -> None:
-        """Every slot may use every version again (the entries' tags changed with the epoch)."""
+        """Every version may be used again (the entries' tags changed with the epoch)."""
         self._last_version = [0] * self.slots
+        self._top = 0
 
 
 @dataclass
@@ -398,9 +408,10 @@ class SwitchAgent:
                budget: TokenBucket | None = None) -> CachedKey | None:
         """Cache ``key`` here and have its server fill the value in.
 
-        A full cache evicts its coldest key, but with ``estimate`` (a hot-key report) only if
-        that key had fewer hits in the last window than the report counted; and only then is
-        ``budget`` (the insertion budget of reports) spent.  None if the key was not inserted.
+        A full cache evicts its coldest key, but with ``estimate`` (a hot-key report's reads per
+        hit window, :meth:`report_rate`) only if that key had fewer hits in the last window; and
+        only then is ``budget`` (the insertion budget of reports) spent.  None if the key was not
+        inserted.
         """
         with self.lock:
             conn = self._need_conn()
@@ -506,7 +517,7 @@ class SwitchAgent:
                 self.counters.not_owned += 1
                 continue
             try:
-                e = self.insert(key, auto=True, estimate=row["estimate"], budget=self.bucket)
+                e = self.insert(key, auto=True, estimate=self.report_rate(row), budget=self.bucket)
             except (P4RuntimeError, CacheFull) as err:
                 log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), err)
                 continue
@@ -514,6 +525,22 @@ class SwitchAgent:
             if e is not None and e.inserted_at >= received and e.state == "valid":
                 self.insert_latencies_us.append(int((time.monotonic() - received) * 1e6))
                 del self.insert_latencies_us[:-1000]
+
+    def report_rate(self, row: dict[str, int]) -> float:
+        """The reads per hit window a hot-key report implies.
+
+        Every report counts about the threshold (the detector reports a key once its estimate
+        reaches it), so its count alone cannot be held against a cached key's hits: under load
+        every cached key has more, and no new key would ever replace one.  The report says how
+        far into the detector's window the count was reached; the k-th read of a key read at
+        rate r arrives after k/r on average, and (k-1)/t is the unbiased estimate of r.  The
+        elapsed time is taken as at least 1/256 of the window, so a burst right at a window's
+        start does not count as an unbounded rate.
+        """
+        window_us = 1 << self.cluster.hh_window_shift
+        elapsed = max(int(row["elapsed_us"]), window_us >> 8, 1)
+        reads = max(int(row["estimate"]) - 1, 1)
+        return reads * self.hit_window * 1e6 / elapsed
 
     def _digest_loop(self) -> None:
         while not self._stop.is_set():

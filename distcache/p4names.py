@@ -72,7 +72,7 @@ HH_BLOOM = tuple(f"DcIngress.detector.hh_bloom{i}" for i in range(3))
 
 # digests (p4c names a v1model digest by its struct type)
 HH_DIGEST = "hh_digest_t"
-HH_DIGEST_FIELDS = (("key", 128), ("estimate", 16), ("switch_id", 8))
+HH_DIGEST_FIELDS = (("key", 128), ("estimate", 16), ("switch_id", 8), ("elapsed_us", 48))
 
 # counters
 DC_DROPS = "dc_drops"

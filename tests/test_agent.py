@@ -67,8 +67,8 @@ def test_slot_allocator_claims_slots_found_on_the_switch() -> None:
     a = SlotAllocator(3, last_versions=[5, 0, 9])
     a.claim(0, 5)
     slot, version = a.take()
-    assert (slot, version) == (1, 1)
-    assert a.take() == (2, 10)  # the state file's last version of slot 2 was 9
+    assert (slot, version) == (1, 10)  # versions count per switch: above every slot's last version (9)
+    assert a.take() == (2, 11)
     with pytest.raises(RuntimeError):
         a.take()
 
@@ -294,11 +294,12 @@ def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: _Bed) -> None:
     try:
         agent.insert(wire_key("a"))
         before = agent.status()
-        agent.alloc._last_version[1] = SlotAllocator.MAX_VERSION  # the next free slot has had every version
+        agent.alloc._top = SlotAllocator.MAX_VERSION  # the switch has had every version of this epoch
         e = agent.insert(wire_key("b"))
         st = agent.status()
         assert st.cache_epoch > before.cache_epoch
-        assert (st.epoch_raises - before.epoch_raises, e.slot, e.version) == (1, 1, 1)
+        # a's entry keeps version 1, claimed in the new epoch: b gets the next one
+        assert (st.epoch_raises - before.epoch_raises, e.slot, e.version) == (1, 1, 2)
     finally:
         agent.stop()
 
@@ -319,9 +320,34 @@ def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: _Bed) -> 
     try:
         other = [bed.sw.switch_id + 1] * n.SPINE_BUCKETS
         agent.configure(bed.cluster, other)  # every bucket moved to another spine
-        agent.on_reports([{"key": int.from_bytes(wire_key("hot"), "big"), "estimate": 50}])
+        agent.on_reports([{"key": int.from_bytes(wire_key("hot"), "big"), "estimate": 50, "elapsed_us": 1000}])
         st = agent.status()
         assert (st.occupied, st.not_owned) == (0, 1) and bed.cache_table() == {}
+    finally:
+        agent.stop()
+
+
+def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: _Bed) -> None:
+    """A report counts about the threshold whatever the key's rate: the switch says how far into its
+    window the count was reached, and a full cache evicts its coldest key only for a key read faster.
+    Before, the count itself was held against the cached keys' hits: once each had more hits per
+    window than the threshold (any busy cache), no new hot key was ever cached (CI, issue 15 run)."""
+    agent = bed.agent()
+    try:
+        for i in range(bed.cluster.cache_slots):
+            agent.insert(wire_key(f"k{i}"))
+        with agent.lock:
+            for i, e in enumerate(agent.cached.values()):
+                e.inserted_at -= 10  # settled: evictable
+                e.hits = [20, 20 + i]  # every cached key: 20 or more hits in the last window
+        window_us = 1 << bed.cluster.hh_window_shift
+        row = {"key": int.from_bytes(wire_key("new"), "big"), "estimate": 4}
+        agent.on_reports([{**row, "elapsed_us": int(0.9 * window_us)}])  # 3 more reads in 0.9 window: slow
+        assert wire_key("new") not in bed.cache_table() and agent.status().not_hotter == 1
+        agent.on_reports([{**row, "elapsed_us": window_us // 20}])  # 3 in a twentieth: ~60 per window
+        table = bed.cache_table()
+        assert wire_key("new") in table and wire_key("k0") not in table  # k0 had the fewest hits
+        assert agent.report_rate({**row, "elapsed_us": 0}) == 3 * 256 * agent.hit_window * 1e6 / window_us
     finally:
         agent.stop()
 

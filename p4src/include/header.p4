@@ -140,6 +140,7 @@ struct hh_digest_t {
     bit<128> key;
     bit<16>  estimate;
     bit<8>   switch_id;
+    bit<48>  elapsed_us;  /* how far into the window the estimate was reached: the agent's rate */
 }
 
 error {

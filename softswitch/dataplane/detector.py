@@ -72,5 +72,6 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
         return  # reported already in this window
     for reg, i in cells:
         reg.write(i, tag)
-    state.emit_digest(n.HH_DIGEST, (int.from_bytes(key, "big"), estimate, m.switch_id))
+    elapsed = (now_us & 0xFFFFFFFFFFFF) & ((1 << p["window_shift"]) - 1)  # into the window (detector.p4)
+    state.emit_digest(n.HH_DIGEST, (int.from_bytes(key, "big"), estimate, m.switch_id, elapsed))
     stats.count(Stat.HH_REPORTED, m.packet_length)

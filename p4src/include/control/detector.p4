@@ -4,7 +4,10 @@
  * not in its cache table are counted in a Count-Min sketch; once a key's
  * estimate in the current window reaches the threshold it is reported to the
  * switch's agent with a digest, at most once per window (a Bloom filter of
- * the keys reported in the window).
+ * the keys reported in the window).  The report says how far into the window
+ * the estimate was reached: the threshold alone says nothing of a key's rate
+ * (every key reported has the threshold's count), and the agent compares the
+ * rate with its cached keys' hits before it evicts one for the key.
  *
  * Windows age in the data plane: every Count-Min cell holds {window, count}
  * and every Bloom cell the window it was set in (plus one, so 0 is "never"),
@@ -101,7 +104,9 @@ control DcDetector(inout headers_t hdr,
                 bit<16> tag = window + 1;
                 if (s0 != tag || s1 != tag || s2 != tag) {
                     hh_bloom0.write(b0, tag); hh_bloom1.write(b1, tag); hh_bloom2.write(b2, tag);
-                    digest<hh_digest_t>(DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id });
+                    bit<48> now = standard_metadata.ingress_global_timestamp;
+                    bit<48> elapsed = now - ((now >> meta.hh_window_shift) << meta.hh_window_shift);
+                    digest<hh_digest_t>(DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id, elapsed });
                     dc_stats.count(STAT_HH_REPORTED);
                 }
             }

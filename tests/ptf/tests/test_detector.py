@@ -11,7 +11,7 @@ from __future__ import annotations
 from distcache import p4names as n
 from distcache.cluster import Mechanism
 from distcache.p4names import Stat
-from tests.ptf.dctest import KEY, KEY1, SERVER, SERVER1, SL0, SP0, WINDOW_SHIFT, DcTest
+from tests.ptf.dctest import KEY, KEY1, SERVER, SERVER1, SL0, SP0, STEADY_SHIFT, WINDOW_SHIFT, DcTest
 
 THRESHOLD = 3
 
@@ -26,6 +26,13 @@ class _Detector(DcTest):
     def report(self, key: bytes, estimate: int, switch_id: int) -> dict[str, int]:
         return {"key": int.from_bytes(key, "big"), "estimate": estimate, "switch_id": switch_id}
 
+    def reports(self, window_shift: int = STEADY_SHIFT) -> list[dict[str, int]]:
+        """The next digest's reports without their elapsed_us, each checked to lie within the window."""
+        rows = self.hot_keys()
+        for r in rows:
+            self.assertLess(r["elapsed_us"], 1 << window_shift)
+        return [{k: v for k, v in r.items() if k != "elapsed_us"} for r in rows]
+
 
 class DigestAtTheThreshold(_Detector):
     def runTest(self) -> None:
@@ -33,7 +40,7 @@ class DigestAtTheThreshold(_Detector):
         self.reads(THRESHOLD - 1)
         self.expect_no_digest()
         self.reads(1)
-        self.assertEqual(self.hot_keys(), [self.report(KEY, THRESHOLD, SP0.switch_id)])
+        self.assertEqual(self.reports(), [self.report(KEY, THRESHOLD, SP0.switch_id)])
         self.assertEqual((self.stat(Stat.HH_COUNTED), self.stat(Stat.HH_REPORTED)), (THRESHOLD, 1))
 
 
@@ -55,7 +62,12 @@ class AgainInTheNextWindow(_Detector):
         self.enable_hot_key_digests(THRESHOLD, WINDOW_SHIFT)
         self.wait_until(start + 0.25 * w)
         self.reads(THRESHOLD)
-        self.assertEqual(self.hot_keys(), [self.report(KEY, THRESHOLD, SP0.switch_id)])
+        first = self.hot_keys()
+        # the report says how far into the window it came: a quarter of it (the window start is known
+        # to within a few ms; the reads take a few more)
+        elapsed = first[0].pop("elapsed_us") / (1 << WINDOW_SHIFT)
+        self.assertTrue(0.2 < elapsed < 0.4, elapsed)
+        self.assertEqual(first, [self.report(KEY, THRESHOLD, SP0.switch_id)])
         self.wait_until(start + 0.5 * w)
         self.reads(THRESHOLD)  # same window: counted, not reported again
         self.expect_no_digest(0.1)
@@ -63,7 +75,7 @@ class AgainInTheNextWindow(_Detector):
         self.reads(THRESHOLD - 1)  # a new window starts counting from zero
         self.expect_no_digest(0.05)
         self.reads(1)
-        self.assertEqual(self.hot_keys(), [self.report(KEY, THRESHOLD, SP0.switch_id)])
+        self.assertEqual(self.reports(WINDOW_SHIFT), [self.report(KEY, THRESHOLD, SP0.switch_id)])
 
 
 class NoneForCachedKeys(_Detector):
@@ -114,7 +126,7 @@ class StorageLeafReportsKeysOfItsRack(_Detector):
     def runTest(self) -> None:
         self.enable_hot_key_digests(THRESHOLD)
         self.reads(THRESHOLD, key=KEY1, port=2)  # any key, as long as its server is in this rack
-        self.assertEqual(self.hot_keys(), [self.report(KEY1, THRESHOLD, SL0.switch_id)])
+        self.assertEqual(self.reports(), [self.report(KEY1, THRESHOLD, SL0.switch_id)])
         # reads for rack 1's server (sent up by this rack's server: from a spine only reads for this rack's
         # hosts come down) pass but are not ours
         self.reads(THRESHOLD * 2, key=KEY, port=1, dst=SERVER1.ip)

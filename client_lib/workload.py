@@ -108,6 +108,8 @@ class Second:
     writes: int = 0
     errors: int = 0
     span: float = 1.0  # seconds this covers: 1 except for the run's last, partial second
+    read_p99_us: float = 0.0  # of the reads that ended in this second (failed ones: until the client gave up)
+    write_p99_us: float = 0.0  # likewise of the writes
 
     @property
     def rate(self) -> float:
@@ -259,6 +261,7 @@ class _Bench:
         deadline = math.inf if cfg.ops is not None else self.t0 + float(cfg.duration or 0)
         limit = cfg.ops if cfg.ops is not None else math.inf
         self.seconds = [Second(0)]
+        self._sec_lat: dict[str, list[float]] = {"read": [], "write": []}  # the current second's latencies
         stop = asyncio.Event()
         ticker = asyncio.create_task(self._tick(stop))
 
@@ -318,18 +321,27 @@ class _Bench:
             try:
                 await asyncio.wait_for(stop.wait(), max(0.0, self.t0 + t - time.perf_counter()))
             except TimeoutError:
+                self._close(self.seconds[-1])
                 self.seconds.append(Second(t))
                 if self.on_second:
                     self.on_second(self.seconds[t - 1])
                 continue
             last = self.seconds[-1]
             last.span = round(min(1.0, time.perf_counter() - self.t0 - last.t), 3)
+            self._close(last)
             if self.on_second and last.ops:
                 self.on_second(last)
             return
 
     def _sec(self) -> Second:
         return self.seconds[-1]
+
+    def _close(self, sec: Second) -> None:
+        """The second's tail latencies, from what ended in it (then the next second starts afresh)."""
+        for what, lat in self._sec_lat.items():
+            if lat:
+                setattr(sec, f"{what}_p99_us", round(float(np.percentile(np.asarray(lat) * 1e6, 99)), 1))
+            lat.clear()
 
     # -- operations -----------------------------------------------------------------
     async def _read(self, rank: int) -> None:
@@ -346,6 +358,7 @@ class _Bench:
         sec = self._sec()
         sec.ops += 1
         sec.reads += 1
+        self._sec_lat["read"].append(lat)
         self.n["reads"] += 1
         if r.cached:
             sec.hits += 1
@@ -394,6 +407,7 @@ class _Bench:
             self._fail("write", e, time.perf_counter() - start)
             return
         self.lat["write"].append(time.perf_counter() - start)
+        self._sec_lat["write"].append(self.lat["write"][-1])
         if rank >= self.loaded:
             self.acked.add(rank)
         sec = self._sec()
@@ -412,6 +426,7 @@ class _Bench:
             sec.reads += 1
         else:
             sec.writes += 1
+        self._sec_lat[what].append(lat)
         self.lat["fail"].append(lat)
         self._error(kind)
 

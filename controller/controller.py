@@ -66,6 +66,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field, replace
@@ -78,7 +79,7 @@ from controller.agent import AgentClient
 from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
-from controller.probes import ProbeLedger, read_probe_counts, send_probe
+from controller.probes import ProbeLedger, SpineDeath, read_probe_counts, send_probe, spine_deaths
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from controller.state import ControllerState, Failure
@@ -103,6 +104,8 @@ HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restar
 DP_DEAD_REASON = "its data plane stopped answering the leaves' probes"
 DP_PROBE_INTERVAL = 0.01
 DP_CHECK_INTERVAL = 0.05
+SPINE_DEATHS_KEPT = 1000  # the last spine deaths the client leaves reported (distcache-ctl status)
+DEATH_DIGESTS = {"max_timeout_ns": 1_000_000, "max_list_size": 16, "ack_timeout_ns": 1_000_000_000}
 DP_MISSES = 50  # 0.5 s of unanswered probes: a failover is costly, a slow round trip under load is not death
 RETRY = 1.0  # a configuration that failed, or a recovery that could not finish yet, is tried again this often
 # Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
@@ -186,6 +189,7 @@ class Controller:
         self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
         self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
         self._dp_silent_since: dict[int, float] = {}  # spine id -> when the ledger first found it silent
+        self.spine_deaths: deque[SpineDeath] = deque(maxlen=SPINE_DEATHS_KEPT)  # reported by the client leaves
         for name in self.state.failed:
             self.health[name].alive = False
 
@@ -268,6 +272,7 @@ class Controller:
                 conn.set_pipeline(self.p4info, self.device_config)
                 log.info("%s: pipeline pushed", sw.name)
             writes = self._apply_leaf(sw, conn, replicated)
+            conn.enable_digest(n.SPINE_DEATH_DIGEST, **DEATH_DIGESTS)
         except BaseException:
             conn.close()
             raise
@@ -756,12 +761,24 @@ class Controller:
                         send_probe(conn, leaf, spine, seq)
                     except P4RuntimeError:
                         break  # its stream is down: the reconciler brings the leaf back
+                self._take_deaths(name, conn)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + DP_CHECK_INTERVAL
                 try:
                     self._dp_check()
                 except Exception:  # noqa: BLE001 - the probe loop must outlive any one failure
                     log.exception("data-plane probe check failed")
+
+    def _take_deaths(self, name: str, conn: SwitchConnection) -> None:
+        """Keep the spine deaths client leaf ``name`` reported since the last look."""
+        try:
+            deaths = spine_deaths(conn, self.cluster.switch(name), self.cluster, time.time())
+        except P4RuntimeError:
+            return
+        for d in deaths:
+            log.info("%s: %s was dead in its data plane: found dead %.1f ms after it was last heard, silent "
+                     "%.0f ms", d.leaf, d.spine, d.detect_s * 1e3, d.silent_s * 1e3)
+        self.spine_deaths.extend(deaths)
 
     def _dp_check(self) -> None:
         """Read the client leaves' probe counters; a spine silent at all of them is declared dead."""
@@ -794,6 +811,14 @@ class Controller:
         """dc_stats and dc_drops of switch ``name``, read now (READ_TIMEOUT each)."""
         reader = self.readers[name]
         return reader.read_counter(n.DC_STATS), reader.read_counter(n.DC_DROPS)
+
+    def read_deaths(self, name: str) -> dict[str, int]:
+        """Leaf ``name``'s spine_deaths counter by spine name (deaths that ended), read now."""
+        out = {}
+        for sid, (packets, _) in self.readers[name].read_counter(n.SPINE_DEATHS).items():
+            if packets and sid in self.spine_ids():
+                out[self.cluster.switch_by_id(sid).name] = packets
+        return out
 
     def poll_agent(self, name: str) -> agent_pb2.AgentStatus | None:
         """The agent's Status now (AGENT_STATUS_TIMEOUT), kept in its Health; None if it did not answer."""

@@ -117,6 +117,13 @@ def status(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         say(f"replicated in every spine ({len(st.replicated)}): ", ", ".join(st.replicated) or "none yet")
     if st.failovers:
         say(f"last failure: detected in {st.last_detection_s:.2f} s, partition moved in {st.last_failover_s:.2f} s")
+    ended = {f"{s.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(s.spine_deaths.items()))
+             for s in st.switches if s.spine_deaths}
+    say("spine deaths seen by leaves' data planes: ", "; ".join(sorted(ended)) or "none")
+    if st.spine_deaths:
+        d = st.spine_deaths[-1]
+        say(f"last: {d.leaf} found {d.spine} dead {d.detect_s * 1e3:.1f} ms after it last heard from it "
+            f"(silent {d.silent_s:.2f} s)")
     for s in st.switches:
         if s.detail:
             say(s.name, ": ", s.detail)

@@ -434,6 +434,16 @@ class SwitchConnection:
         de.config.ack_timeout_ns = ack_timeout_ns
         self._call(self.stub.Write, req, "Write")
 
+    def enable_digest(self, name: str, **config: int) -> None:
+        """Deliver digest ``name`` on the stream with ``config`` (configure_digest's fields), whether or
+        not it was configured before (a switch that kept its pipeline keeps its digest entries too)."""
+        try:
+            self.configure_digest(name, **config)
+        except P4RuntimeError as e:
+            if e.code != "ALREADY_EXISTS":
+                raise
+            self.configure_digest(name, **config, modify=True)
+
     def ack_digest(self, dl: p4r.DigestList) -> None:
         """Acknowledge a DigestList, so the switch may report the same data again."""
         req = p4r.StreamMessageRequest()

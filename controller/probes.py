@@ -6,13 +6,16 @@ the leaf as a P4Runtime PacketOut (:func:`send_probe`); the leaf sends it up the
 spine, the spine reflects it, and the leaf counts both per spine id (``probes_sent``,
 ``probes_answered``: :func:`read_probe_counts`).  So the controller learns, from those counters,
 of a spine whose data plane stopped (its probes go unanswered at every leaf) even while its
-P4Runtime server answers (:class:`ProbeLedger`).  Probing every 10 ms per spine keeps a leaf's
-detection within DEAD_AFTER_US plus one interval; the loop itself is the controller's.
+P4Runtime server answers (:class:`ProbeLedger`).  A client leaf reports each death of a spine when
+it hears from it again (:func:`spine_deaths`): the detection time in the data plane, measured there.
+Probing every 10 ms per spine keeps a leaf's detection within DEAD_AFTER_US plus one interval; the
+loop itself is the controller's.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import queue
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -139,3 +142,39 @@ class ProbeLedger:
             by_spine.setdefault(sid, []).append(self._silent(t))
         wanted = set(by_spine) if spines is None else set(spines)
         return {sid for sid, flags in by_spine.items() if sid in wanted and flags and all(flags)}
+
+
+@dataclass(frozen=True)
+class SpineDeath:
+    """A spine's death as a client leaf saw it, reported (digest ``spine_death_t``) when the spine was
+    heard from again: how long after the last packet heard from it the leaf found it dead (the detection
+    time in the data plane) and how long it was silent.  ``at``: when the report arrived (time.time())."""
+
+    leaf: str
+    spine: str
+    detect_s: float
+    silent_s: float
+    at: float
+
+
+def spine_deaths(conn: SwitchConnection, leaf: Switch, cluster: Cluster, at: float) -> list[SpineDeath]:
+    """The death reports waiting on ``leaf``'s primary session, each list acknowledged (a client leaf
+    sends no other digest: it has no detector entries)."""
+    out = []
+    while True:
+        try:
+            dl = conn.digest_lists.get_nowait()
+        except queue.Empty:
+            return out
+        try:
+            name, rows = conn.decode_digest(dl)
+        finally:
+            conn.ack_digest(dl)
+        if name != n.SPINE_DEATH_DIGEST:
+            continue
+        for r in rows:
+            try:
+                spine = cluster.switch_by_id(r["spine_id"]).name
+            except KeyError:
+                spine = f"switch id {r['spine_id']}"
+            out.append(SpineDeath(leaf.name, spine, r["detect_us"] / 1e6, r["silent_us"] / 1e6, at))

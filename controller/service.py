@@ -57,6 +57,8 @@ class ControllerService(controller_grpc.ControllerServicer):
         ctl = self.ctl
         switches = ctl.cluster.switches()
         reads = {sw.name: self.pool.submit(ctl.read_stats, sw.name) for sw in switches if ctl.health[sw.name].alive}
+        deaths = {sw.name: self.pool.submit(ctl.read_deaths, sw.name) for sw in switches
+                  if ctl.health[sw.name].alive and sw.role in (Role.CLIENT_LEAF, Role.STORAGE_LEAF)}
         agents = {name: self.pool.submit(ctl.poll_agent, name) for name in ctl.agent_status
                   if ctl.health[name].agent_alive is not False}
         by = time.monotonic() + STATUS_WAIT
@@ -73,6 +75,8 @@ class ControllerService(controller_grpc.ControllerServicer):
             mechanism=ctl.cluster.mechanism.name.lower(), failovers=ctl.state.failovers,
             recoveries=ctl.state.recoveries, epoch=ctl.state.epoch, last_detection_s=ctl.state.last_detection_s,
             last_failover_s=ctl.state.last_failover_s, replicated=sorted(key_text(k) for k in ctl.replicated))
+        for d in list(ctl.spine_deaths):
+            out.spine_deaths.add(leaf=d.leaf, spine=d.spine, detect_s=d.detect_s, silent_s=d.silent_s, at=d.at)
         owned: dict[int, int] = {}
         for sid in ctl.buckets:
             owned[sid] = owned.get(sid, 0) + 1
@@ -96,6 +100,8 @@ class ControllerService(controller_grpc.ControllerServicer):
                         st.drops[d.name] = drops[int(d)][0]
                 st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]
                 st.hit_ratio = st.hits / (st.hits + st.misses) if st.hits + st.misses else 0.0
+            if (dead := result(deaths.get(sw.name))) is not None:
+                st.spine_deaths.update(dead)  # type: ignore[arg-type]
             if is_cache_switch(sw):
                 a = result(agents.get(sw.name))
                 st.agent_alive = a is not None

@@ -73,11 +73,14 @@ HH_BLOOM = tuple(f"DcIngress.detector.hh_bloom{i}" for i in range(3))
 # digests (p4c names a v1model digest by its struct type)
 HH_DIGEST = "hh_digest_t"
 HH_DIGEST_FIELDS = (("key", 128), ("estimate", 16), ("switch_id", 8), ("elapsed_us", 48))
+SPINE_DEATH_DIGEST = "spine_death_t"  # a client leaf's report of a spine's death, when it is heard again
+SPINE_DEATH_FIELDS = (("switch_id", 8), ("spine_id", 8), ("detect_us", 32), ("silent_us", 32))
 
 # counters
 DC_DROPS = "dc_drops"
 DC_STATS = "dc_stats"
 CACHE_HITS = "DcIngress.cache.cache_hits"
+SPINE_DEATHS = "DcIngress.liveness.spine_deaths"  # per spine id, at a leaf: deaths that ended
 PROBES_SENT = "DcIngress.probe.probes_sent"  # per spine id, at a leaf
 PROBES_ANSWERED = "DcIngress.probe.probes_answered"
 

@@ -21,7 +21,12 @@
 --   * clients: writes (PUT, or DELETE / a value too large to cache) retried with the same id,
 --     and reads;
 --   * a network that loses, duplicates (up to CAP copies of a packet), delays and reorders
---     everything: a multiset of counters net[op][seq][target].
+--     everything: a multiset of counters net[op][seq][target];
+--   * a spine's data plane that dies while its P4Runtime server and agent go on (tests/: the
+--     eBPF injector drops every DistCache packet to and from it): its registers are kept, every
+--     coherence packet to it is lost and no read is answered by it until it revives; the
+--     controller may declare it dead (failover as for a crash) or not (a death shorter than
+--     its detection: leaves route around it and use it again once they hear from it).
 --
 -- Abstractions (each keeps every behaviour of the system, or says which bound it is):
 --   * A packet's key, value, populate flag and tag are fixed by its seq (one shim job per
@@ -91,6 +96,7 @@ const
   B_CRASH: 1;         -- spine process crashes (registers and tables lost; restarted later)
   B_FAIL: 1;          -- spine failovers (detected or by the operator), each followed by recovery
   B_MECH: 1;          -- mechanism changes (to NoCache and back)
+  B_DPDEAD: 1;        -- a spine's data plane dies while its P4Runtime server answers (revives later)
   B_VIEW: 1;          -- cached-key views the controller collects for the shim (not a fault)
 
   -- seeded bugs: each must yield a counterexample (tests/test_model.py)
@@ -99,6 +105,8 @@ const
   BUG_NO_EPOCH_BUMP: false;     -- an agent without state resets its counters, same epoch
   BUG_ANY_INV_ARMS: false;      -- any INVALIDATE arms a new tenure, not only its own populate
   BUG_SHIM_TRUSTS_VIEW: false;  -- a restarted shim takes its empty view as complete (known = all)
+  BUG_DP_NO_FLUSH: false;       -- a spine failed for its data plane is recovered without the flush (it
+                                -- did not restart and its agent kept running: its cache looks intact)
 
   -- the changes the model found the protocol needed; it is specified and implemented with all
   -- of them (docs/protocol.md).  Each set false is the protocol as it was specified before, and
@@ -185,6 +193,8 @@ var
   -- controller and client-rack switches
   cph: array[spine_t] of cph_t;
   routed: array[spine_t] of boolean; -- client leaves send reads to it
+  dpdead: array[spine_t] of boolean; -- its data plane is dead: packets to it lost, no read answered
+  cdp: array[spine_t] of boolean;    -- failed for its data plane (only written with BUG_DP_NO_FLUSH)
   nocache: boolean;                  -- the mechanism is NoCache
   vs: view_t;
   -- the history (ghost)
@@ -198,6 +208,7 @@ var
   -- remaining fault budgets
   bloss: 0..B_LOSS; bdup: 0..B_DUP; bshim: 0..B_SHIM;
   bagent: 0..B_AGENT; bctrl: 0..B_CTRL; bcrash: 0..B_CRASH; bfail: 0..B_FAIL; bmech: 0..B_MECH;
+  bdpdead: 0..B_DPDEAD;
   bview: 0..B_VIEW;
   bfaults: 0..B_FAULTS;
   bad: 0..6;                         -- ghost: the invariant broken (Check), 0 if none
@@ -281,6 +292,12 @@ end;
 function cdown(s: spine_t): boolean;          -- the controller has the shims treat it as down
 begin
   return cph[s] = C_DOWN;
+end;
+
+function dpalive(t: sw_t): boolean;           -- its data plane forwards (the storage leaf's always does)
+begin
+  if t = LEAF then return true; end;
+  return !dpdead[t];
 end;
 
 
@@ -547,7 +564,8 @@ begin
   if !sw[LEAF].up then return; end;
   if o = INV then sw_inv(LEAF, q); else sw_upd(LEAF, q); end;
   if t != LEAF then
-    if !reach | !sw[t].up then return; end;          -- lost on the way, or a crashed spine
+    if !reach | !sw[t].up | !dpalive(t) then return; end;   -- lost on the way, a crashed spine, or
+                                                             -- one whose data plane is dead
     if o = INV then sw_inv(t, q); else sw_upd(t, q); end;
   end;
   if o = INV then Acked(q, t); end;                  -- (UPDATE_ACKs only stop retransmissions)
@@ -675,12 +693,12 @@ end;
 
 function readable(s: sw_t; k: key_t): boolean;
 begin
-  return reads_go(s) & served(s, k) != 0;
+  return reads_go(s) & dpalive(s) & served(s, k) != 0;
 end;
 
 function late(s: sw_t; k: key_t): boolean;       -- only a read sent before a routing change
 begin
-  return !reads_go(s) & served(s, k) != 0;
+  return !reads_go(s) & dpalive(s) & served(s, k) != 0;
 end;
 
 -- Check() evaluates every read invariant in one pass over the cache hits and keeps the first
@@ -697,7 +715,8 @@ begin
       v := served(s, k);
       if v != 0 then
         c := cval(v);
-        if keyof(v) != k then b := 1;                                         -- OtherKey
+        if !dpalive(s) then                      -- a dead data plane answers no read (until it revives)
+        elsif keyof(v) != k then b := 1;                                      -- OtherKey
         elsif v > NK & wout[v - NK] = O_ERR then if b = 0 | b > 2 then b := 2; end;  -- ErrorValue
         elsif v > NK & wc[v - NK] = 0 then if b = 0 | b > 3 then b := 3; end;      -- Uncommitted
         elsif reads_go(s) then
@@ -933,6 +952,32 @@ ruleset s: spine_t do
     ag[s].synced := false;
     Check();
   end;
+
+  -- its data plane stops forwarding while its P4Runtime server and its agent go on (registers,
+  -- tables, epoch kept): every coherence packet to or from it is lost from now on, those in
+  -- flight too, until it revives (deliver), and no read is answered by it (Check: a leaf excludes
+  -- it, or a read sent to it is lost).  Nothing tells the shim: the shims do not look at leaves'
+  -- liveness, only the controller's down-set.  (A packet delayed past the revival is a shim's
+  -- retransmission: it retransmits every 50 ms for 1 s.)
+  rule "a spine's data plane dies (its P4Runtime server and agent go on)"
+    bdpdead > 0 & bfaults > 0 & !dpdead[s]
+  ==> begin
+    bdpdead := bdpdead - 1; bfaults := bfaults - 1;
+    dpdead[s] := true;
+    Check();
+  end;
+
+  -- it forwards again, with the registers it had: leaves that excluded it hear from it and use it
+  -- again (reads_go: unless the controller routed reads away), with no flush in between
+  rule "a spine's data plane revives"
+    dpdead[s]
+  ==> begin
+    dpdead[s] := false;
+    if cph[s] = C_UP & exists k: key_t do served(s, k) != 0 end then
+      cover "a spine serves its copies again: its data plane revived before a failover" true;
+    end;
+    Check();
+  end;
 end;
 
 ------------------------------------------------------------------------------------------
@@ -968,6 +1013,7 @@ ruleset keep: boolean do
     if !keep then                                       -- reconcile: a spine reads do not reach is failed
       for s: spine_t do
         if routed[s] & !sdown[s] then cph[s] := C_UP; else cph[s] := C_F1; end;
+        cdp[s] := false;                                -- (the reason a spine failed is lost)
       end;
     end;
     if keep then
@@ -1074,6 +1120,21 @@ ruleset s: spine_t do
     Check();
   end;
 
+  -- controller/controller.py _dp_probe_loop: a spine whose probes go unanswered at every client
+  -- leaf for 0.5 s is declared dead (declare_dead, DP_DEAD_REASON) and failed over like a crashed
+  -- one, but its switch keeps its registers and its agent keeps running.  Any time after the
+  -- death, or never (the death may end first); the death was the fault, this costs no budget
+  rule "failover 1 (its data plane is dead): client leaves stop sending reads to the spine"
+    dpdead[s] & cph[s] = C_UP & cph[other(s)] = C_UP
+  ==> begin
+    if !nocache then routing_off(s); end;
+    routed[s] := false;
+    cph[s] := C_F1;
+    if BUG_DP_NO_FLUSH then cdp[s] := true; end;
+    cover "the controller failed a spine over for its dead data plane" true;
+    Check();
+  end;
+
   -- one SetPartition(buckets, down) to the shims (shim/server.py set_partition): pending
   -- paths to the spine are released.  (The buckets move too: what partitions decide, which
   -- keys agents insert and where reads go, the model leaves free.)
@@ -1089,7 +1150,10 @@ ruleset s: spine_t do
 
   -- controller/controller.py recover(): once the switch and its agent answer, the shims
   -- stop skipping the spine (it owns no bucket yet), then its agent flushes its cache (evicts
-  -- every entry), then the partition moves back and client leaves route reads to it
+  -- every entry), then the partition moves back and client leaves route reads to it.  The
+  -- same for a spine failed for its data plane: the reconciler recovers it once its probes are
+  -- answered again (_maybe_recover), an operator's `recover` at any time (its data plane may
+  -- still be dead: recovery 1 does not ask)
   rule "recovery 1: the shims are told the spine is up"
     cph[s] = C_DOWN & sw[s].up & ag[s].synced
   ==> begin
@@ -1101,9 +1165,12 @@ ruleset s: spine_t do
   rule "recovery 2: the spine's agent flushes its cache (evictions)"
     cph[s] = C_R1 & sw[s].up & ag[s].synced
   ==> begin
-    for k: key_t do
-      if sw[s].tbl[k].present then clear sw[s].tbl[k]; cached[k][s] := false; end;
+    if !cdp[s] then                                   -- (cdp only with BUG_DP_NO_FLUSH)
+      for k: key_t do
+        if sw[s].tbl[k].present then clear sw[s].tbl[k]; cached[k][s] := false; end;
+      end;
     end;
+    cdp[s] := false;
     cph[s] := C_R2;
     Check();
   end;
@@ -1143,7 +1210,9 @@ begin
   brepop := B_REPOP;
   seqctr := 0;
   clear cached;
-  for s: spine_t do sdown[s] := false; cph[s] := C_UP; routed[s] := true; end;
+  for s: spine_t do
+    sdown[s] := false; cph[s] := C_UP; routed[s] := true; dpdead[s] := false; cdp[s] := false;
+  end;
   dsknown := true;
   for k: key_t do
     redis[k] := k; ccount[k] := 0;
@@ -1154,6 +1223,7 @@ begin
   clear wkey; clear wnc; clear wc; clear wout; clear offack; clear offcom;
   bloss := B_LOSS; bdup := B_DUP; bshim := B_SHIM;
   bagent := B_AGENT; bctrl := B_CTRL; bcrash := B_CRASH; bfail := B_FAIL; bmech := B_MECH;
+  bdpdead := B_DPDEAD;
   bview := B_VIEW;
   bfaults := B_FAULTS;
   Check();
@@ -1191,9 +1261,10 @@ cover "fault: controller restart" bctrl < B_CTRL;
 cover "fault: spine crash" bcrash < B_CRASH;
 cover "fault: spine failover" bfail < B_FAIL;
 cover "fault: mechanism change" bmech < B_MECH;
+cover "fault: a data-plane death happens" bdpdead < B_DPDEAD;
 cover "fault: view pushed" bview < B_VIEW;
 -- (run.py drops a cover the configuration cannot reach line by line: each is one line)
-cover "every fault kind happened in one trace" bloss < B_LOSS & bdup < B_DUP & bshim < B_SHIM & bagent < B_AGENT & bctrl < B_CTRL & bcrash < B_CRASH & bfail < B_FAIL & bmech < B_MECH;
+cover "every fault kind happened in one trace" bloss < B_LOSS & bdup < B_DUP & bshim < B_SHIM & bagent < B_AGENT & bctrl < B_CTRL & bcrash < B_CRASH & bfail < B_FAIL & bmech < B_MECH & bdpdead < B_DPDEAD;
 cover "two writes of one key overlap" wkey[1] = wkey[NW] & wout[1] = O_NONE & wout[NW] = O_NONE & dd[1] = D_RUN & dd[NW] = D_RUN;
 cover "a spine serves a value" exists s: spine_t do readable(s, 1) end;
 cover "the leaf serves key 2" readable(LEAF, 2);

@@ -38,9 +38,9 @@ CACHE = HERE.parent / "build" / "model"
 INVARIANTS = ("OtherKey", "ErrorValue", "Uncommitted", "StaleAfterAck", "StaleAfterRead", "Holders", "DoubleAck",
               "DoubleApply")
 
-FAULTS = ("B_LOSS", "B_DUP", "B_SHIM", "B_AGENT", "B_CTRL", "B_CRASH", "B_FAIL", "B_MECH")
+FAULTS = ("B_LOSS", "B_DUP", "B_SHIM", "B_AGENT", "B_CTRL", "B_CRASH", "B_FAIL", "B_MECH", "B_DPDEAD")
 BUGS = ("BUG_ACK_BEFORE_P1", "BUG_DEAD_SPINE_DONE", "BUG_NO_EPOCH_BUMP", "BUG_ANY_INV_ARMS",
-        "BUG_SHIM_TRUSTS_VIEW")
+        "BUG_SHIM_TRUSTS_VIEW", "BUG_DP_NO_FLUSH")
 #: The changes the model showed the protocol as specified needs (model/README.md, "Findings").
 FIXES = ("FIX_UNARMED_FLOOR", "FIX_CLAIM_VERSIONS", "FIX_VIEW_INCARNATION", "FIX_ERROR_MARKER",
          "FIX_DOWNSET_FIRST", "FIX_EPOCH_CLOCK", "FIX_POPULATE_SLOT")
@@ -93,6 +93,9 @@ SUITES: dict[str, list[Config]] = {
            BUG_ANY_INV_ARMS=True),
         _c("bug-shim-trusts-view", "seeded bug: a restarted shim takes its empty view as complete",
            "Holders", **BASE, NW=1, B_INS=1, MAXSEQ=2, B_SHIM=1, B_FAULTS=1, BUG_SHIM_TRUSTS_VIEW=True),
+        _c("bug-dp-no-flush", "seeded bug: a spine failed over for its dead data plane is recovered without "
+           "the flush (it did not restart, its agent kept running: its cache looks intact)",
+           "StaleAfterAck", **BASE, NW=1, B_INS=1, MAXSEQ=2, B_DPDEAD=1, B_FAULTS=1, BUG_DP_NO_FLUSH=True),
     ],
     # the protocol as specified before each fix the model found: a counterexample each.  (FIX_DOWNSET_FIRST
     # has none: the recovery tells the shims a spine is up before its agent flushes it; model/README.md)
@@ -132,6 +135,9 @@ SUITES: dict[str, list[Config]] = {
         _c("p-netfail", "2 overlapping writes; loss, duplication, failover and mechanism change, all four "
            "in one trace", **BASE, NW=2, B_INS=1, MAXSEQ=3, B_LOSS=1, B_DUP=1, B_FAIL=1, B_MECH=1,
            B_FAULTS=4),
+        _c("p-dpdead", "spine and leaf both caching the written key; a spine's data "
+           "plane dies (failed over for it or not), an operator failover and a packet lost, all three in one "
+           "trace", **BASE, NW=1, B_INS=2, MAXSEQ=3, B_DPDEAD=1, B_FAIL=1, B_LOSS=1, B_FAULTS=3),
         _c("p-failover", "spine and leaf both caching the written key; failover, spine crash and controller "
            "restart, all three in one trace", **BASE, NW=1, B_INS=2, MAXSEQ=3, B_FAIL=1, B_CRASH=1,
            B_CTRL=1, B_FAULTS=3),
@@ -184,9 +190,10 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     # leaf both caching it (two populates and the write: three seq numbers)
     "a dead spine's pending path was replaced by a leaf-only path":
         lambda c: int(c["K1_SPINES"]) >= 1 and int(c["B_INS"]) >= 2 and int(c["MAXSEQ"]) >= 3
-        and int(c["NW"]) >= 1 and _on("B_FAIL")(c),
+        and int(c["NW"]) >= 1 and (_on("B_FAIL")(c) or _on("B_DPDEAD")(c)),
     "a populate was refused":
-        lambda c: int(c["B_INS"]) >= 1 and _spine_caches(c) and (_on("B_FAIL")(c) or _on("B_SHIM")(c)),
+        lambda c: int(c["B_INS"]) >= 1 and _spine_caches(c) and (_on("B_FAIL")(c) or _on("B_SHIM")(c)
+                                                                 or _on("B_DPDEAD")(c)),
     "a retried write was answered from its Redis marker": _on("B_SHIM", "B_DUP"),
     "a version counter wrapped: epoch bumped": lambda c: int(c["B_INS"]) > int(c["VMAX"]),
     "a key took a slot that held another key's value": lambda c: int(c["B_INS"]) >= 2,
@@ -196,7 +203,10 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     "shim restarted without its state": _on("B_SHIM"),
     "controller restarted with its state": _on("B_CTRL"),
     "controller restarted without its state": _on("B_CTRL"),
-    "a spine recovered": _on("B_FAIL"),
+    "a spine recovered": lambda c: _on("B_FAIL")(c) or _on("B_DPDEAD")(c),
+    "the controller failed a spine over for its dead data plane": _on("B_DPDEAD"),
+    "a spine serves its copies again: its data plane revived before a failover":
+        lambda c: _on("B_DPDEAD")(c) and _spine_caches(c),
     "every fault kind happened in one trace": _on(*FAULTS),
     "fault: packet loss": _on("B_LOSS"),
     "fault: packet duplication": _on("B_DUP"),
@@ -206,11 +216,12 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     "fault: spine crash": _on("B_CRASH"),
     "fault: spine failover": _on("B_FAIL"),
     "fault: mechanism change": _on("B_MECH"),
+    "fault: a data-plane death happens": _on("B_DPDEAD"),
     "fault: view pushed": _on("B_VIEW", "B_SHIM"),
     "two writes of one key overlap": lambda c: int(c["NW"]) >= 2,
     "a spine serves a value": lambda c: int(c["K1_SPINES"]) >= 1,
     "a read sent before a routing change is answered from a cache":
-        lambda c: _on("B_MECH")(c) or (_on("B_FAIL")(c) and int(c["K1_SPINES"]) >= 1),
+        lambda c: _on("B_MECH")(c) or ((_on("B_FAIL")(c) or _on("B_DPDEAD")(c)) and int(c["K1_SPINES"]) >= 1),
 }
 
 _CONST = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*:\s*([^;]+);", re.M)

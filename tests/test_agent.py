@@ -344,6 +344,8 @@ def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: _Bed) -> N
         row = {"key": int.from_bytes(wire_key("new"), "big"), "estimate": 4}
         agent.on_reports([{**row, "elapsed_us": int(0.9 * window_us)}])  # 3 more reads in 0.9 window: slow
         assert wire_key("new") not in bed.cache_table() and agent.status().not_hotter == 1
+        agent.on_reports([{**row, "elapsed_us": 120_000}])  # 25 per second: hotter than 20, but not by the margin
+        assert wire_key("new") not in bed.cache_table() and agent.status().not_hotter == 2
         agent.on_reports([{**row, "elapsed_us": window_us // 20}])  # 3 in a twentieth: ~60 per window
         table = bed.cache_table()
         assert wire_key("new") in table and wire_key("k0") not in table  # k0 had the fewest hits

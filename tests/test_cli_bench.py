@@ -282,6 +282,10 @@ def test_progress_callback_sees_each_second(env) -> None:  # noqa: ANN001
     assert [s.t for s in got] == [0, 1, 2]
     assert sum(s.ops for s in got) == rep.ops
     assert got[0].span == 1.0 and 0 < got[2].span < 1
+    # each second's read p99 comes from that second's reads alone: between the run's p50 and its worst read
+    worst = max(rep.latency_us["hit"]["p99"] or 0, rep.latency_us["miss"]["p999"] or 0) * 10
+    for s in got:
+        assert s.reads and rep.latency_us["all"]["p50"] * 0.5 <= s.read_p99_us <= worst, (s, rep.latency_us)
 
 
 # -- open loop (the saturation search of make emulate) --------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -239,7 +240,7 @@ def test_a_spine_whose_data_plane_dies_is_failed_over_while_its_p4runtime_answer
     assert sp1_ports
     with PacketFaults(sp1_ports) as faults:
         faults.configure(FaultConfig(match="distcache", drop=1.0))
-        died = time.monotonic()
+        died, died_at = time.monotonic(), time.time()
         wait_for("the controller to declare sp1 dead", lambda: switches(dep)["sp1"]["failed"], timeout=10)
         declared = time.monotonic() - died
         wait_for("the failover to complete",
@@ -254,6 +255,16 @@ def test_a_spine_whose_data_plane_dies_is_failed_over_while_its_p4runtime_answer
              timeout=10)
     assert ctl_json(dep, "partitions")["owner"] == ORIGINAL
     read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
+    # the client leaf found sp1 dead in its own data plane within tens of ms of its last packet, counted the
+    # death and reported it to the controller once sp1 was heard again (distcache-ctl status shows both)
+    st = ctl_json(dep, "status")
+    deaths = [d for d in st.get("spine_deaths", []) if d["spine"] == "sp1" and d["at"] >= died_at]
+    assert deaths and {d["leaf"] for d in deaths} == {"cl0"}, st.get("spine_deaths")
+    d = max(deaths, key=lambda d: d["silent_s"])  # the drop's (a loaded softswitch may add a short false one)
+    # silent until the drop ended: past the controller's 0.5 s of unanswered probes
+    assert n.DEAD_AFTER_US / 1e6 <= d["detect_s"] < 0.5 and d["silent_s"] >= 0.5, d
+    assert int({s["name"]: s for s in st["switches"]}["cl0"]["spine_deaths"]["sp1"]) >= 1
+    assert re.search(r"spine deaths seen by leaves' data planes: cl0: (sp0 \d+, )?sp1 \d+", ctl(dep, "status"))
 
 
 def test_crashed_leaves_come_back_configured(dep: Deployment) -> None:

@@ -11,8 +11,13 @@ them): ``distcache-ctl fail`` of the first spine (its process is stopped and its
 buckets move to the other spines), ``distcache-ctl recover`` of it, then a crash
 of the last spine that nobody reports (its process is killed; the controller
 must detect it) and its restart (the controller brings it back by itself).
-For each it prints the read throughput around the event.  At the end it prints
-the workload's report and, last, one line::
+For each it prints the read throughput around the event: the lowest of the
+event's second and the three after it against the median of the five before,
+the read p99 in the event's second, the writes that failed in those four
+seconds, and how fast a client leaf's data plane found the spine dead (reported
+by the leaf when the spine is heard again).  At the end it prints the workload's
+report, how many spine deaths the leaves' data planes saw (0 in a run without
+failures) and, last, one line::
 
     reads=<n> hits=<n> misses=<n> errors=<n> auto_cached=<n> failovers=<n>
 
@@ -82,25 +87,54 @@ class Event:
     at: int  # second of the workload it happens in
     label: str
     action: Callable[[], str]
+    spine: str = ""  # the spine whose data plane stops, if the event stops one
     done: bool = False
     took: float = 0.0
+    wall: float = 0.0  # when it happened (time.time())
+
+
+#: seconds of an event's window: its own and the three after it
+WINDOW = 4
 
 
 @dataclass
 class Timeline:
-    """Failure events at fixed fractions of the run, and the read rate around each."""
+    """Failure events at fixed fractions of the run, and the workload's seconds around each."""
 
     events: list[Event] = field(default_factory=list)
-    reads: dict[int, float] = field(default_factory=dict)  # second -> reads/s
+    seconds: dict[int, dict] = field(default_factory=dict)  # second -> the workload's "second" message
 
     def due(self, t: int) -> list[Event]:
         return [e for e in self.events if not e.done and e.at <= t]
 
+    def reads(self, t: int) -> float:
+        s = self.seconds[t]
+        return s["reads"] / max(s["span"], 1e-9)
+
     def dip(self, e: Event) -> tuple[float, float]:
-        """(median reads/s of the 5 seconds before, lowest reads/s of the event's second and the next two)."""
-        before = [self.reads[t] for t in range(e.at - 5, e.at) if t in self.reads]
-        during = [self.reads[t] for t in range(e.at, e.at + 3) if t in self.reads]
+        """(median reads/s of the 5 seconds before, lowest reads/s of the event's second and the 3 after)."""
+        before = [self.reads(t) for t in range(e.at - 5, e.at) if t in self.seconds]
+        during = [self.reads(t) for t in range(e.at, e.at + WINDOW) if t in self.seconds]
         return (statistics.median(before) if before else 0.0, min(during) if during else 0.0)
+
+    def read_p99_ms(self, e: Event) -> float:
+        return self.seconds[e.at]["read_p99_us"] / 1000 if e.at in self.seconds else 0.0
+
+    def failed_writes(self, e: Event) -> int:
+        """Operations that failed in the event's window (the workload counts errors per second)."""
+        return sum(self.seconds[t]["errors"] for t in range(e.at, e.at + WINDOW) if t in self.seconds)
+
+
+def detection(e: Event, deaths: list) -> str:  # noqa: ANN001 - controller_pb2.SpineDeath
+    """How fast the client leaves' data planes found ``e``'s spine dead: the first death of that spine
+    they reported after the event (each leaf reports one when it hears from the spine again)."""
+    if not e.spine:
+        return ""
+    mine = [d for d in deaths if d.spine == e.spine and d.at >= e.wall]
+    if not mine:
+        return "; no leaf reported its death (not heard from again yet?)"
+    first = min(mine, key=lambda d: d.at)
+    return f"; found dead by {first.leaf}'s data plane {first.detect_s * 1e3:.0f} ms after its last packet"
 
 
 def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Timeline:
@@ -123,9 +157,9 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
         return f"{last} process started again; the controller recovered it by itself in {time.monotonic() - t:.2f} s"
 
     d = int(duration)
-    return Timeline([Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first)),
+    return Timeline([Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first), first),
                      Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first)),
-                     Event(int(d * 0.70), f"crash {last}", crash),
+                     Event(int(d * 0.70), f"crash {last}", crash, last),
                      Event(int(d * 0.85), f"restart {last}", restart)])
 
 
@@ -152,9 +186,9 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
             if msg["type"] == "load" and msg["done"] == msg["total"]:
                 console.print(f"loaded {msg['total']} keys")
             elif msg["type"] == "second":
-                timeline.reads[msg["t"]] = msg["reads"] / max(msg["span"], 1e-9)
+                timeline.seconds[msg["t"]] = msg
                 for e in timeline.due(msg["t"] + 1):
-                    t0 = time.monotonic()
+                    t0, e.wall = time.monotonic(), time.time()
                     console.print(f"[yellow]>> {e.label}[/]: {e.action()}", highlight=False)
                     e.done, e.took = True, time.monotonic() - t0
                 held, auto = cached_counts(dep)
@@ -183,11 +217,16 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                     for k, s in sorted(dep.controller.agent_status().items()))),
                 ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none")):
             summary.add_row(label, value)
+        status = dep.controller.ctl.status()
         for e in timeline.events:
             if e.done:
                 before, low = timeline.dip(e)
                 summary.add_row(f"reads/s around '{e.label}' (s{e.at + 1})",
-                                f"{before:,.0f} before -> {low:,.0f} lowest ({low / before if before else 0:.0%})")
+                                f"{before:,.0f} before -> {low:,.0f} lowest ({low / before if before else 0:.0%}); "
+                                f"read p99 {timeline.read_p99_ms(e):.1f} ms; failed ops {timeline.failed_writes(e)}"
+                                + detection(e, list(status.spine_deaths)))
+        ended = sum(v for s in status.switches for v in s.spine_deaths.values())
+        summary.add_row("spine deaths seen by the leaves' data planes", f"{ended}")
         Console().print(summary)
         errors = report["error_count"]
         failovers = dep.controller.ctl.status().failovers

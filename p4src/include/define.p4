@@ -99,5 +99,6 @@ const bit<32> STAT_PROBE_REFLECTED = 16;  /* a spine answered a leaf's PROBE */
 
 /* ---- digests (receiver ids of v1model digest()) ---- */
 const bit<32> DIGEST_HOT_KEY = 1;
+const bit<32> DIGEST_SPINE_DEATH = 2;
 
 #endif

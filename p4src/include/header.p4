@@ -143,6 +143,14 @@ struct hh_digest_t {
     bit<48>  elapsed_us;  /* how far into the window the estimate was reached: the agent's rate */
 }
 
+/* How a spine's death looked from a client leaf, sent when the spine is heard from again (DcLiveness). */
+struct spine_death_t {
+    bit<8>  switch_id;   /* the leaf */
+    bit<8>  spine_id;
+    bit<32> detect_us;   /* from the last packet heard from it to the moment it was found dead */
+    bit<32> silent_us;   /* from the last packet heard from it to the first one after (this one) */
+}
+
 error {
     DcBadVersion,
     DcBadChunks,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from distcache import p4names as n
 from distcache.cluster import Role
 from softswitch.dataplane.header import Meta
-from softswitch.program import Action, MatchField, Param, Register, Table
+from softswitch.program import Action, Counter, Digest, MatchField, Param, Register, Table
 from softswitch.state import SwitchState
 
 ACTIONS = (
@@ -32,7 +32,11 @@ REGISTERS = (
     Register(n.SPINE_HOLD, 48, n.LIVENESS_SPINES),
 )
 
+COUNTERS = (Counter(n.SPINE_DEATHS, n.LIVENESS_SPINES, "packets"),)  # deaths that ended, per spine
+DIGESTS = (Digest(n.SPINE_DEATH_DIGEST, n.SPINE_DEATH_FIELDS),)
+
 MASK48 = (1 << 48) - 1
+MASK32 = (1 << 32) - 1
 LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
 
 
@@ -62,4 +66,8 @@ def apply(state: SwitchState, m: Meta) -> None:
     if asked > heard and ((now - asked) & MASK48) > m.dead_after:
         # it was dead until now: held until hold time after it was found dead
         regs[n.SPINE_HOLD].write(s, (asked + m.dead_after + m.hold) & MASK48)
+        state.counters[n.SPINE_DEATHS].count(s, m.packet_length)
+        if m.role == int(Role.CLIENT_LEAF):  # reported to the controller, its primary (see the P4 file)
+            detect, silent = (asked + m.dead_after - heard) & MASK48, (now - heard) & MASK48
+            state.emit_digest(n.SPINE_DEATH_DIGEST, (m.switch_id, s, detect & MASK32, silent & MASK32))
     regs[n.SPINE_HEARD].write(s, now)

@@ -262,17 +262,27 @@ class DcTest(P4RuntimeTest):
         while not self.sw.digest_lists.empty():  # lists a previous test left unread
             self.sw.digest_lists.get_nowait()
         self.set_default(n.DETECTOR_CONFIG, n.SET_DETECTOR, {"threshold": threshold, "window_shift": window_shift})
-        self.sw.configure_digest(n.HH_DIGEST, max_timeout_ns=0, max_list_size=1, ack_timeout_ns=10**9)
+        self.enable_digest(n.HH_DIGEST)
+
+    def enable_digest(self, name: str) -> None:
+        """Delivery of digest ``name`` one by one on the stream (lists a previous test left unread dropped)."""
+        while not self.sw.digest_lists.empty():
+            self.sw.digest_lists.get_nowait()
+        self.sw.configure_digest(name, max_timeout_ns=0, max_list_size=1, ack_timeout_ns=10**9)
 
     def hot_keys(self, timeout: float = 1.0) -> list[dict[str, int]]:
         """The data of the next DigestList (acknowledged), or fail if none comes."""
+        return self.digest_rows(n.HH_DIGEST, timeout)
+
+    def digest_rows(self, name: str, timeout: float = 1.0) -> list[dict[str, int]]:
+        """The data of the next DigestList (acknowledged), which must be of digest ``name``."""
         try:
             dl = self.sw.digest_lists.get(timeout=timeout)
         except queue.Empty:
-            self.fail("no digest came")
+            self.fail(f"no digest came (expected {name})")
         self.sw.ack_digest(dl)
-        name, rows = self.sw.decode_digest(dl)
-        self.assertEqual(name, n.HH_DIGEST)
+        got, rows = self.sw.decode_digest(dl)
+        self.assertEqual(got, name)
         return rows
 
     def expect_no_digest(self, timeout: float = 0.3) -> None:

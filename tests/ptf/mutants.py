@@ -97,6 +97,8 @@ MUTANTS = (
            "spine_hold.write(s, asked + (bit<48>)meta.dead_after + (bit<48>)meta.hold);",
            "spine_hold.write(s, now + (bit<48>)meta.hold);"),
     Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
+    Mutant("a death's detection time counted from the probe, not from the last packet heard", "control/liveness.p4",
+           "bit<48> detect = asked + (bit<48>)meta.dead_after - heard;", "bit<48> detect = (bit<48>)meta.dead_after;"),
     Mutant("only probe replies are heard (traffic does not keep a spine alive)", "control/liveness.p4",
            "if (port_spine.apply().hit && meta.from_spine != 0) {",
            "if (port_spine.apply().hit && meta.from_spine != 0 && hdr.dc.isValid() && hdr.dc.op == OP_PROBE_REPLY) {"),

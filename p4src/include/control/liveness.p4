@@ -27,6 +27,13 @@
  * first packet from s after a death), and the decision is a pure function of them and the clock, so
  * the same packets give the same routes on every target.
  *
+ * Each death is counted (spine_deaths[s]) and, at a client leaf, reported to its primary (the
+ * controller) with a spine_death_t digest when s is heard from again: how long after the last packet
+ * heard from s it was found dead (the detection time in the data plane: when asked + dead_after
+ * passed) and how long s was silent.  A death still going on is not counted yet.  (A storage leaf is
+ * not probed, so nothing dies there; its agent, its primary, takes only hot-key digests, and BMv2
+ * keeps one digest per packet, the last one called: the detector's, which runs later.)
+ *
  * Routing (DcRouting, DcForwarding) asks spine_excluded() about a spine before it sends a read or
  * transit traffic there, and then takes the other path the controller's tables name; a leaf never
  * routes to a spine those tables do not already route to (docs/protocol.md, "Liveness").  Timestamps
@@ -66,6 +73,8 @@ control DcLiveness(inout headers_t hdr,
         size = MAX_PORTS;
     }
 
+    counter(LIVENESS_SPINES, CounterType.packets) spine_deaths;  /* deaths that ended, per spine */
+
     action set_liveness(bit<32> dead_after, bit<32> hold) {
         meta.dead_after = dead_after;
         meta.hold = hold;
@@ -92,6 +101,13 @@ control DcLiveness(inout headers_t hdr,
                 if (asked > heard && now - asked > (bit<48>)meta.dead_after) {
                     /* it was dead until now: held until hold time after it was found dead */
                     spine_hold.write(s, asked + (bit<48>)meta.dead_after + (bit<48>)meta.hold);
+                    spine_deaths.count(s);
+                    if (meta.role == ROLE_CLIENT_LEAF) {
+                        bit<48> detect = asked + (bit<48>)meta.dead_after - heard;
+                        bit<48> silent = now - heard;
+                        digest<spine_death_t>(DIGEST_SPINE_DEATH,
+                            { meta.switch_id, meta.from_spine, (bit<32>)detect, (bit<32>)silent });
+                    }
                 }
                 spine_heard.write(s, now);
             }

@@ -193,6 +193,33 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
         self.expect_none()
 
 
+class ADeathIsCountedAndReportedWhenTheSpineIsHeardAgain(_Liveness):
+    """Heard at t0, probed 50 ms later and silent until found dead, then heard again: the leaf counts one
+    death of that spine and reports it to its controller -- found dead DEAD_AFTER after the unanswered
+    probe, i.e. at least 50 ms + DEAD_AFTER after the last packet heard; silent until the reply.  A spine
+    heard again within its hold, or never dead, is not reported again."""
+
+    def runTest(self) -> None:
+        self.enable_digest(n.SPINE_DEATH_DIGEST)
+        self.answer(SP0, seq=0)  # heard
+        heard_by = time.monotonic()
+        time.sleep(0.05)
+        self.silence(SP0)  # probed (asked) at least 50 ms after it was heard
+        self.answer(SP0)
+        back_after = time.monotonic() - heard_by
+        (row,) = self.digest_rows(n.SPINE_DEATH_DIGEST)
+        self.assertEqual((row["switch_id"], row["spine_id"]), (CL0.switch_id, SP0.switch_id))
+        self.assertGreaterEqual(row["detect_us"], n.DEAD_AFTER_US + 50_000 - 2_000)  # (clock granularity)
+        self.assertGreater(row["silent_us"], row["detect_us"])  # heard again only after it was found dead
+        self.assertLessEqual(row["silent_us"], back_after * 1e6 + 50_000 + 2_000)
+        self.assertEqual((self.counter(n.SPINE_DEATHS, SP0.switch_id), self.counter(n.SPINE_DEATHS, SP1.switch_id)),
+                         (1, 0))
+        self.answer(SP0, seq=2)  # within the hold: still excluded, but no new death
+        self.answer(SP1, seq=2)  # never dead
+        self.expect_no_digest(0.2)
+        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+
+
 class HeardWithinTheHoldStaysExcluded(_Liveness):
     """Hysteresis: a dead spine heard from again before the hold time is over stays out (however many
     replies), and comes back only once heard from after it (hold lengthened to 1 s for wide margins)."""

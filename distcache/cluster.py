@@ -214,6 +214,10 @@ class Cluster:
     switch_burst: int = 64
     hybrid_rate: float = 0.0  # Hybrid replicates keys read more often than this per second; 0: switch_rate / 2
     link_mbps: float = 0.0  # bandwidth of every emulated link in Mbit/s (Mininet TCLink); 0: no limit
+    # leaves' liveness (p4src/include/control/liveness.p4): a probed spine heard from by nothing for dead_after_ms
+    # is left out until heard from liveness_hold_ms after it was found dead
+    dead_after_ms: float = p4names.DEAD_AFTER_US / 1000
+    liveness_hold_ms: float = p4names.HOLD_US / 1000
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
 
@@ -243,6 +247,8 @@ class Cluster:
         "switch_rate": (0, None, " (reads/s; 0: no limit)"),
         "hybrid_rate": (0, None, " (reads/s; 0: half of switch_rate)"),
         "link_mbps": (0, None, " (Mbit/s; 0: no limit)"),
+        "dead_after_ms": (1, 60_000, " (ms; a leaf's 32-bit microsecond field, kept under a minute)"),
+        "liveness_hold_ms": (0, 60_000, " (ms)"),
     }
 
     def __post_init__(self) -> None:

@@ -209,7 +209,7 @@ def test_entry_point_says_one_line(files: dict[str, Path], argv: list[str], code
     ("insert_rate", 0, "> 0"), ("insert_rate", float("inf"), "> 0"), ("insert_burst", 0, ">= 1"),
     ("server_rate", -1, ">= 0"), ("server_rate", float("nan"), "NaN"), ("server_burst", 1.5, "integer"),
     ("server_queue", 11, "0..10"), ("switch_rate", 2.5, "whole number"), ("switch_burst", False, "got false"),
-    ("hybrid_rate", "fast", "number"), ("mechanism", 7, "unknown mechanism"), ("mechanism", True, "got true"),
+    ("dead_after_ms", 0, "1..60000"), ("liveness_hold_ms", -5, "0..60000"), ("hybrid_rate", "fast", "number"), ("mechanism", 7, "unknown mechanism"), ("mechanism", True, "got true"),
     ("redis_appendfsync", "sometimes", "always"), ("description", 3, "string"),
     ("controller_address", "0.0.0.0:50050", "every interface"), ("controller_address", "[::]:50050", "every"),
     ("controller_address", "10.1.0.1:50050", "data network"), ("controller_address", "10.255.0.1:1", "data network"),

@@ -55,6 +55,7 @@ import grpc
 
 from controller.entries import LEAF_CACHING, SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
+from controller.probes import DP_PROBE_INTERVAL, send_probe
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache import p4names as n
@@ -217,8 +218,10 @@ class SwitchAgent:
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
-        for target, name in ((self._digest_loop, "digests"), (self._hits_loop, "hits"),
-                             (self._watch_loop, "watch")):
+        loops = [(self._digest_loop, "digests"), (self._hits_loop, "hits"), (self._watch_loop, "watch")]
+        if self.switch.role == Role.STORAGE_LEAF:
+            loops.append((self._probe_loop, "probes"))
+        for target, name in loops:
             t = threading.Thread(target=target, name=f"{self.switch.name}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -562,6 +565,23 @@ class SwitchAgent:
                     self.on_reports(rows, received)
             finally:
                 conn.ack_digest(dl)
+
+    def _probe_loop(self) -> None:
+        """A storage leaf's probe source: one probe per spine every DP_PROBE_INTERVAL into our leaf, which
+        then finds a stopped spine dead by itself (liveness.p4) and sends replies around it.  Only the
+        primary may send packet-outs, so the controller cannot probe a storage leaf.  With this agent
+        stopped nothing is probed there, and a leaf excludes no spine it is not asked about."""
+        seq = 0
+        while not self._stop.wait(DP_PROBE_INTERVAL):
+            conn = self.conn
+            if conn is None or not self.configured:
+                continue
+            for i in range(self.cluster.spines):
+                seq = (seq + 1) & 0xFFFFFFFF
+                try:
+                    send_probe(conn, self.switch, self.cluster.spine(i), seq)
+                except P4RuntimeError:
+                    break  # the stream is down: the watch loop reconnects
 
     def _hits_loop(self) -> None:
         while not self._stop.wait(self.hit_window):

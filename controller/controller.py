@@ -79,7 +79,7 @@ from controller.agent import AgentClient
 from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
-from controller.probes import ProbeLedger, SpineDeath, read_probe_counts, send_probe, spine_deaths
+from controller.probes import DP_PROBE_INTERVAL, ProbeLedger, SpineDeath, read_probe_counts, send_probe, spine_deaths
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from controller.state import ControllerState, Failure
@@ -102,7 +102,6 @@ HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restar
 # dead whose probes went unanswered DP_MISSES times in a row at every leaf (its data plane stopped, even if
 # its P4Runtime server still answers).
 DP_DEAD_REASON = "its data plane stopped answering the leaves' probes"
-DP_PROBE_INTERVAL = 0.01
 DP_CHECK_INTERVAL = 0.05
 SPINE_DEATHS_KEPT = 1000  # the last spine deaths the client leaves reported (distcache-ctl status)
 DEATH_DIGESTS = {"max_timeout_ns": 1_000_000, "max_list_size": 16, "ack_timeout_ns": 1_000_000_000}

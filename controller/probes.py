@@ -8,8 +8,9 @@ spine, the spine reflects it, and the leaf counts both per spine id (``probes_se
 of a spine whose data plane stopped (its probes go unanswered at every leaf) even while its
 P4Runtime server answers (:class:`ProbeLedger`).  A client leaf reports each death of a spine when
 it hears from it again (:func:`spine_deaths`): the detection time in the data plane, measured there.
-Probing every 10 ms per spine keeps a leaf's detection within DEAD_AFTER_US plus one interval; the
-loop itself is the controller's.
+Probing every 10 ms per spine keeps a leaf's detection within DEAD_AFTER_US plus one interval.  The
+controller probes through the client leaves, whose primary it is; a storage leaf's primary is its
+agent, which probes through it the same way (only the primary may send packet-outs).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from distcache.cluster import CLIENT_LEAF_BASE, STORAGE_LEAF_BASE, Cluster, Role
 from distcache.wire import DC_PORT, KEY_LEN, Message, Op, encode
 
 PROBE_TTL = 64
+#: every leaf probes every spine this often (the controller for client leaves, the agent for a storage leaf):
+#: with DEAD_AFTER_US, a leaf finds a stopped spine dead within 30 + 10 ms of its last packet
+DP_PROBE_INTERVAL = 0.01
 _ETH = struct.Struct("!6s6sH")
 _IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")

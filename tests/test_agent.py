@@ -74,10 +74,14 @@ def test_slot_allocator_claims_slots_found_on_the_switch() -> None:
 
 
 class _Bed:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, storage_leaf: bool = False) -> None:
         self.port = free_tcp_port()
-        self.cluster = Cluster(spines=1, cache_slots=8, grpc_base_port=self.port - 1)  # sp0 is switch id 1
-        self.sw = self.cluster.spine(0)
+        if storage_leaf:  # sl0 is switch id 64
+            self.cluster = Cluster(spines=2, cache_slots=8, grpc_base_port=self.port - 64)
+            self.sw = self.cluster.storage_leaf(0)
+        else:  # sp0 is switch id 1
+            self.cluster = Cluster(spines=1, cache_slots=8, grpc_base_port=self.port - 1)
+            self.sw = self.cluster.spine(0)
         self.p4info = tmp / "p4info.txt"
         from google.protobuf import text_format
 
@@ -352,6 +356,30 @@ def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: _Bed) -> N
         assert agent.report_rate({**row, "elapsed_us": 0}) == 3 * 256 * agent.hit_window * 1e6 / window_us
     finally:
         agent.stop()
+
+
+def test_a_storage_leafs_agent_probes_every_spine_through_it(tmp_path: Path) -> None:
+    """A storage leaf's primary is its agent, so the agent is its probe source (the controller may not send
+    packet-outs there): one probe per spine every 10 ms, counted by the leaf; none once the agent stops."""
+    bed = _Bed(tmp_path, storage_leaf=True)
+    try:
+        agent = bed.agent()
+        sent = bed.switch.state.counters[n.PROBES_SENT]
+        try:
+            time.sleep(0.5)
+            bed.switch.run_packet_outs()  # the packet loop's job (this bed runs no loop)
+            counts = [sent.read(bed.cluster.spine(i).switch_id)[0] for i in range(2)]
+            assert min(counts) >= 10, counts  # about 50 each; the bound leaves room for a loaded machine
+        finally:
+            agent.stop()
+        time.sleep(0.05)
+        bed.switch.run_packet_outs()
+        stopped = [sent.read(bed.cluster.spine(i).switch_id)[0] for i in range(2)]
+        time.sleep(0.2)
+        bed.switch.run_packet_outs()
+        assert [sent.read(bed.cluster.spine(i).switch_id)[0] for i in range(2)] == stopped
+    finally:
+        bed.switch.close()
 
 
 def test_the_digest_queue_is_bounded() -> None:

@@ -13,8 +13,8 @@ of the last spine that nobody reports (its process is killed; the controller
 must detect it) and its restart (the controller brings it back by itself).
 For each it prints the read throughput around the event: the lowest of the
 event's second and the three after it against the median of the five before,
-the read p99 in the event's second, the writes that failed in those four
-seconds, and how fast a client leaf's data plane found the spine dead (reported
+the read p99 in the event's second, the highest write p99 of those four
+seconds, the operations that failed in them, and how fast a client leaf's data plane found the spine dead (reported
 by the leaf when the spine is heard again).  At the end it prints the workload's
 report, how many spine deaths the leaves' data planes saw (0 in a run without
 failures) and, last, one line::
@@ -120,7 +120,12 @@ class Timeline:
     def read_p99_ms(self, e: Event) -> float:
         return self.seconds[e.at]["read_p99_us"] / 1000 if e.at in self.seconds else 0.0
 
-    def failed_writes(self, e: Event) -> int:
+    def write_p99_ms(self, e: Event) -> float:
+        """The highest per-second write p99 of the event's window (writes wait for their coherence paths)."""
+        return max((self.seconds[t]["write_p99_us"] for t in range(e.at, e.at + WINDOW) if t in self.seconds),
+                   default=0.0) / 1000
+
+    def failed_ops(self, e: Event) -> int:
         """Operations that failed in the event's window (the workload counts errors per second)."""
         return sum(self.seconds[t]["errors"] for t in range(e.at, e.at + WINDOW) if t in self.seconds)
 
@@ -223,7 +228,8 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                 before, low = timeline.dip(e)
                 summary.add_row(f"reads/s around '{e.label}' (s{e.at + 1})",
                                 f"{before:,.0f} before -> {low:,.0f} lowest ({low / before if before else 0:.0%}); "
-                                f"read p99 {timeline.read_p99_ms(e):.1f} ms; failed ops {timeline.failed_writes(e)}"
+                                f"read p99 {timeline.read_p99_ms(e):.1f} ms; write p99 up to "
+                                f"{timeline.write_p99_ms(e):.0f} ms; failed ops {timeline.failed_ops(e)}"
                                 + detection(e, list(status.spine_deaths)))
         ended = sum(v for s in status.switches for v in s.spine_deaths.values())
         summary.add_row("spine deaths seen by the leaves' data planes", f"{ended}")

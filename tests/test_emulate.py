@@ -61,3 +61,17 @@ def test_emulate_quick_run_writes_figures_and_summary(tmp_path: Path) -> None:
     assert (tmp_path / "fig9a_skew.png").stat().st_size > 10_000
     points = json.loads((tmp_path / "points.json").read_text())["points"]
     assert points[0]["steps"] and any(s["rate"] > s["goodput"] * 0.5 for s in points[0]["steps"])
+
+
+def test_fig11_reports_the_dip_of_each_failure_event() -> None:
+    """Each crash or fail: the median goodput of the 5 s before against the lowest of its second and the 3
+    after; restarts and recoveries are not failure events."""
+    from dcnet.emulate import EVENTS, event_dips
+
+    crash = next(w for w, what, _ in EVENTS if what == "crash")
+    trace = [(float(t), 100.0) for t in range(1, 37)]
+    trace = [(t, 40.0 if t == crash + 2 else g) for t, g in trace]  # one bad second in the crash's window
+    dips = dict((label, (before, low)) for label, before, low in event_dips(trace))
+    assert set(dips) == {f"{what} {name}" for _, what, name in EVENTS if what in ("crash", "fail")}
+    assert dips["crash sp0"] == (100.0, 40.0)
+    assert dips["fail sp1"] == (100.0, 100.0)

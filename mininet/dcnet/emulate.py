@@ -62,6 +62,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from controller.shim_link import ShimLink  # noqa: E402
+from controller.switchproc import SwitchProcesses  # noqa: E402
 from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir  # noqa: E402
 from dcnet.p4switch import TargetMissing  # noqa: E402
 from distcache import p4names as n  # noqa: E402
@@ -246,10 +247,35 @@ def sweep(em: Emulation, figure: str, mechanisms: list[str], xs: Iterable[float]
     return points
 
 
-EVENTS = ((8.0, "fail", "sp0"), (16.0, "fail", "sp1"), (24.0, "recover", "sp0"), (30.0, "recover", "sp1"))
+# sp0 crashes (its process killed: nobody tells the controller; the leaves route around it by themselves) and
+# is restarted (the controller brings it back); sp1 is failed and recovered by the operator
+EVENTS = ((8.0, "crash", "sp0"), (16.0, "fail", "sp1"), (24.0, "restart", "sp0"), (30.0, "recover", "sp1"))
+DOWN = ("crash", "fail")
 TIMELINE = 36.0
 SETTLE = 2.0  # seconds after an event left out of a phase's mean
 OFFERED_SHARE = 0.5  # of the healthy saturation (Zipf 0.99, read-only), as the paper's Fig. 11
+
+
+def apply_event(em: Emulation, what: str, name: str) -> None:
+    """One of EVENTS: a crash or restart of a switch's process, or an operator's fail or recover."""
+    if what in ("crash", "restart"):
+        procs = SwitchProcesses(em.dep.run_dir / "switches.json")
+        (procs.stop if what == "crash" else procs.start)(name)
+    else:
+        em.dep.ctl(what, name)
+
+
+def event_dips(trace: list[tuple[float, float]]) -> list[tuple[str, float, float]]:
+    """(event, median goodput of the 5 s before, lowest of its second and the 3 after) per failure event."""
+    out = []
+    for when, what, name in EVENTS:
+        if what not in DOWN:
+            continue
+        before = [g for t, g in trace if when - 5 < t <= when]
+        during = [g for t, g in trace if when < t <= when + 4]
+        if before and during:
+            out.append((f"{what} {name}", sorted(before)[len(before) // 2], min(during)))
+    return out
 
 
 def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) -> tuple[list[Point], dict]:
@@ -271,11 +297,14 @@ def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) ->
             while pending and time.monotonic() - t0 >= pending[0][0]:
                 _, what, name = pending.pop(0)
                 console.log(f"  t={time.monotonic() - t0:4.1f}s {what} {name}")
-                em.dep.ctl(what, name)
+                apply_event(em, what, name)
 
         em.workload(offered, 0.99, 0.0, TIMELINE, on_second)
         for _, what, name in pending:  # a slow generator may end before the last events: apply them
-            em.dep.ctl(what, name)
+            apply_event(em, what, name)
+        for _, what, name in EVENTS:
+            if what == "restart":  # the controller brings a restarted switch back by itself
+                em.dep.wait_switch(name, failed=False)
         traces[mech] = (offered, trace)
         bounds = [0.0, *(e[0] for e in EVENTS), TIMELINE]
         failed: set[int] = set()
@@ -283,7 +312,7 @@ def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) ->
             lo, hi = bounds[i], bounds[i + 1]
             if i:
                 _, what, name = EVENTS[i - 1]
-                (failed.add if what == "fail" else failed.discard)(spine_idx[name])
+                (failed.add if what in DOWN else failed.discard)(spine_idx[name])
             secs = [g for t, g in trace if lo + SETTLE < t <= hi]
             if not secs:
                 continue
@@ -292,6 +321,9 @@ def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) ->
             points.append(p)
             console.log(f"  phase from {lo:.0f}s ({len(failed)} failed): {p.emulated:.0f}/s, "
                         f"predicted {p.simulated:.0f}/s ({p.error_pct:.1f} %)")
+        for label, before, low in event_dips(trace):
+            console.log(f"  around '{label}': {before:.0f}/s before -> {low:.0f}/s lowest of its 4 seconds "
+                        f"({low / before if before else 0:.0%})")
     return points, traces
 
 

@@ -2,8 +2,9 @@
 
 A short seeded cell of ``make linearizability``'s matrix on each target: DistCache with one
 fault of every kind (packet loss, bursts, duplicates and reordering by the eBPF injector,
-spine crashes, operator failovers, controller crashes also mid-failover, agent, shim and
-Redis restarts with and without state, mechanism changes, a hot-set shift) must record no
+spine crashes, operator failovers, controller crashes also mid-failover, a spine's data plane
+dead while its P4Runtime server answers, agent, shim and Redis restarts with and without state,
+mechanism changes, a hot-set shift) must record no
 violation; a run with coherence broken on purpose (the shims acknowledge writes to cached
 keys before invalidating the copies) must have some, or the check proves nothing.
 """
@@ -37,6 +38,10 @@ def test_a_seeded_cell_under_faults_is_linearizable_and_a_broken_protocol_is_cau
     assert cell.ops > 500 and cell.reads > 100 and cell.cached_reads > 0
     for kind in ("loss", "duplicate", "reorder"):
         assert cell.tally.effects[kind] > 0, f"{kind} never took effect: {cell.tally.summary()}"
+    # seed 7 kills sp0's data plane for 1.2 s: failed over for it, recovered by the controller, reads went on
+    assert cell.tally.effects["spine_dp_dead"] == 1, f"{cell.tally.summary()}; not applied: {cell.tally.failed}"
+    assert any(line.startswith("spine_dp_dead: sp0's data plane dead for 1.20 s") and "recovered by itself" in line
+               for line in cell.tally.log), cell.tally.log
     applied = [k for k in PROCESS_KINDS if cell.tally.effects[k]]
     assert len(applied) >= len(PROCESS_KINDS) - 1, f"faults not applied: {cell.tally.failed}"
     broken = run_cell("distcache", tmp_path / "control", target, duration=8, clients=6, seed=7, per_kind=0,

@@ -24,15 +24,20 @@ from dataclasses import dataclass, field
 PACKET_KINDS = ("loss", "loss_burst", "duplicate", "reorder")
 PROCESS_KINDS = ("spine_crash", "spine_operator", "agent_restart", "agent_restart_stateless", "shim_restart",
                  "shim_restart_stateless", "controller_restart", "controller_mid_failover", "redis_kill",
-                 "mechanism_change", "hot_shift")
+                 "mechanism_change", "hot_shift", "spine_dp_dead")
 KINDS = PACKET_KINDS + PROCESS_KINDS
+
+# How long a spine's data plane stays dead (``spine_dp_dead``): drawn per fault, either side of the controller's
+# 0.5 s of unanswered probes (controller.py DP_MISSES): a short death is only routed around by the leaves, a
+# longer one is failed over and then recovered by the controller once the spine answers its probes again.
+DP_DEAD_S = (0.1, 2.0)
 
 # Which lane a process fault runs in.  Faults that stop spines or the controller share one lane (two of them
 # at once would fight over the same process); mechanism changes, agent restarts and storage faults (shims,
 # Redis, the hot set) each have a lane of their own, so they overlap with everything else.
 LANES = {
     "spine_crash": "fabric", "spine_operator": "fabric", "controller_restart": "fabric",
-    "controller_mid_failover": "fabric", "mechanism_change": "mechanism",
+    "controller_mid_failover": "fabric", "spine_dp_dead": "fabric", "mechanism_change": "mechanism",
     "agent_restart": "agents", "agent_restart_stateless": "agents", "shim_restart": "storage",
     "shim_restart_stateless": "storage", "redis_kill": "storage", "hot_shift": "storage",
 }
@@ -43,6 +48,7 @@ class Fault:
     at: float  # seconds after the clients start
     kind: str
     target: str  # a switch or server name, a mechanism, or "" when the kind needs none
+    hold: float = 0.0  # seconds the fault lasts, for a kind that has a length (spine_dp_dead); else 0
 
 
 @dataclass
@@ -63,7 +69,10 @@ def draw(seed: int, duration: float, *, spines: list[str], cache_switches: list[
     """``per_kind`` faults of every kind at seeded random times in the first 80 % of ``duration``.
 
     Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,
-    to ``nocache`` away from a caching one, alternating with ``partition``).
+    to ``nocache`` away from a caching one, alternating with ``partition``).  A spine's data-plane
+    death lasts a length drawn from ``DP_DEAD_S``.  (Kinds are drawn in ``kinds`` order, each after
+    the ones before: a kind added at the end leaves the others' times and targets under a seed as
+    they were.)
     """
     if duration <= 0 or per_kind < 0:
         raise ValueError("duration must be positive and per_kind at least 0")
@@ -75,6 +84,10 @@ def draw(seed: int, duration: float, *, spines: list[str], cache_switches: list[
             at = round(rng.uniform(0.05, 0.80) * duration, 2)
             if kind in ("spine_crash", "spine_operator", "controller_mid_failover"):
                 target = rng.choice(spines)
+            elif kind == "spine_dp_dead":
+                target = rng.choice(spines)
+                faults.append(Fault(at, kind, target, round(rng.uniform(*DP_DEAD_S), 2)))
+                continue
             elif kind.startswith("agent_restart"):
                 target = rng.choice(cache_switches)
             elif kind.startswith("shim_restart") or kind == "redis_kill":

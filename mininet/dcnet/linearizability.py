@@ -12,8 +12,11 @@ two lanes that overlap:
   BMv2 and softswitch alike);
 * the fabric: spine crashes the controller must detect (and restarts it must
   notice), spines failed and recovered by the operator, controller crashes
-  (also in the middle of a failover) and restarts, mechanism changes away and
-  back;
+  (also in the middle of a failover) and restarts, a spine's data plane that
+  dies for 0.1-2 s while its P4Runtime server answers (every DistCache packet
+  to and from it dropped by the injector: a short death is only routed around
+  by the leaves, a longer one is failed over and recovered by the controller),
+  mechanism changes away and back;
 * processes: agents killed and restarted with and without their state file,
   shims killed and restarted with and without theirs, ``kill -9`` of
   redis-server, shifts of the hot set (another client makes other keys hot).
@@ -71,6 +74,9 @@ CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 
 PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
 BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
 BURST_LEN = 6  # DistCache packets each burst drops
+# a spine's dead data plane (spine_dp_dead): every DistCache packet to and from it, on both ends of its links
+DP_DEAD = FaultConfig(match="distcache", drop=1.0)
+DP_DETECT_S = 1.0  # after a death: how long the controller may still take to declare it (probe checks lag)
 CLIENT_RATE = 75.0  # requests per second per client at most: a cell's history stays small enough to check
 OVERRUN = 2.0  # the clients run on while the fault lanes finish, up to this many times the duration
 
@@ -121,6 +127,22 @@ def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, i
     return int(m.group(1)), int(m.group(2)), int(unknown.group(1)) if unknown else 0
 
 
+def switch_ports(dep: Deployment, name: str) -> list[str]:
+    """Both ends of every link between switch ``name`` and another switch: with the injector on their egress,
+    every frame to or from ``name`` over the fabric (all of a spine's links) crosses one of them."""
+    switches = set(dep.net.switches)  # type: ignore[union-attr]
+    node = dep.net[name]  # type: ignore[index]
+    ports = []
+    for intf in node.intfList():
+        link = intf.link
+        if link is None:
+            continue
+        other = link.intf2 if link.intf1 is intf else link.intf1
+        if other.node in switches:
+            ports += [intf.name, other.name]
+    return sorted(ports)
+
+
 def fabric_ports(dep: Deployment) -> list[str]:
     """Both ends of every switch-to-switch link: their egress carries every frame crossing the fabric, in
     each direction (every coherence path and every request from a client rack crosses it).  Host-facing
@@ -141,18 +163,23 @@ def fabric_ports(dep: Deployment) -> list[str]:
 class Faults:
     """The actions of a schedule on one deployment, each waiting for its own effect."""
 
-    def __init__(self, dep: Deployment, mechanism: str, tally: Tally, running: threading.Event) -> None:
+    def __init__(self, dep: Deployment, mechanism: str, tally: Tally, running: threading.Event,
+                 packets: PacketFaults | None = None, background: FaultConfig | None = None) -> None:
+        """``packets``: the cell's injector (on every fabric port), whose ``background`` configuration a
+        data-plane death replaces on the dead spine's links for its length."""
         self.dep, self.mechanism, self.tally, self.running = dep, mechanism, tally, running
         self.cluster = dep.cluster
         self.procs = SwitchProcesses(dep.run_dir / "switches.json")
         self.shifts = 0
+        self.packets, self.background = packets, background or FaultConfig(enabled=False)
+        self.dp_dropped = 0  # packets the data-plane deaths dropped (the injector counts them as dropped too)
 
     def apply(self, f: Fault) -> None:
         """Apply one fault; count it only if it took effect while the clients were running."""
-        action: Callable[[str], str] = getattr(self, f.kind)
+        action: Callable[..., str] = getattr(self, f.kind)
         t = time.monotonic()
         try:
-            what = action(f.target)
+            what = action(f.target, f.hold) if f.hold else action(f.target)
         except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, never fatal
             self.tally.could_not(f.kind, f"{f.target}: {type(e).__name__}: {e}")
             return
@@ -176,6 +203,46 @@ class Faults:
         tries = self._until_done(lambda: self.dep.ctl("recover", spine))
         self.dep.wait_switch(spine, failed=False)
         return f"distcache-ctl fail {spine}, recover {spine}" + (f" (recover tried {tries} times)" if tries > 1 else "")
+
+    def spine_dp_dead(self, spine: str, hold: float = 1.0) -> str:
+        """The spine's data plane dies for ``hold`` s while its P4Runtime server and agent answer: every
+        DistCache packet to and from it is dropped on both ends of its links (coherence, requests, replies
+        and the controller's probes alike).  Leaves route around it within tens of milliseconds; a death
+        past the controller's 0.5 s of unanswered probes is failed over, and the controller must recover
+        the spine by itself once its probes are answered again.  Takes effect only if the injector dropped
+        packets while the spine was dead."""
+        if self.packets is None:
+            raise DeploymentError("no packet injector in this cell")
+        ports = switch_ports(self.dep, spine)
+        ctl = self.dep.controller.ctl  # type: ignore[union-attr]
+        failovers = ctl.status().failovers
+        self.packets.configure(DP_DEAD, ports=ports)
+        try:
+            # read after the drop began and before it ends: every packet counted between is the death's
+            before = self.packets.counters(ports).dropped
+            time.sleep(hold)
+            dropped = self.packets.counters(ports).dropped - before
+        finally:
+            self.packets.configure(self.background, ports=ports)
+        self.dp_dropped += dropped
+        # the controller reads the leaves' probe counters every 50 ms: a death it caught is declared by now
+        deadline = time.monotonic() + DP_DETECT_S
+        while time.monotonic() < deadline:
+            st = ctl.status()
+            if st.failovers > failovers or {s.name: s for s in st.switches}[spine].failed:
+                break
+            time.sleep(0.1)
+        else:
+            if dropped <= 0:
+                raise DeploymentError(f"{spine}'s links carried no DistCache packet in {hold:.2f} s")
+            return (f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
+                    "forwarding again before the controller failed it over")
+        self.dep.wait_switch(spine, failed=False)
+        if dropped <= 0:
+            raise DeploymentError(f"{spine} was failed over, but its links carried no DistCache packet in "
+                                  f"{hold:.2f} s")
+        return (f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); failed over "
+                "by the controller and recovered by itself")
 
     @staticmethod
     def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:
@@ -363,7 +430,7 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
                                        per_kind=per_kind)
                 (dep.run_dir / "schedule.json").write_text(json.dumps(
                     {"seed": seed, "faults": [vars(f) for f in sched.faults]}, indent=1))
-                faults = Faults(dep, mechanism, cell.tally, running)
+                faults = Faults(dep, mechanism, cell.tally, running, pf, PACKETS)
                 t0 = time.monotonic()
                 threads = [threading.Thread(target=_lane, args=(faults, sched.lane(lane), t0, stop), daemon=True)
                            for lane in sched.lanes]
@@ -391,8 +458,9 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
         if proc.wait() != 0 or not totals:
             raise DeploymentError(f"the history recorder failed; see {dep.run_dir / 'history.err'}")
         if not broken:
-            for kind, n in zip(PACKET_KINDS, (c.dropped, c.bursts if c.burst_dropped else 0, c.duplicated,
-                                              c.reordered), strict=True):
+            # the background loss is what the injector dropped less what the data-plane deaths dropped
+            for kind, n in zip(PACKET_KINDS, (c.dropped - faults.dp_dropped, c.bursts if c.burst_dropped else 0,
+                                              c.duplicated, c.reordered), strict=True):
                 cell.tally.took_effect(kind, f"{n} DistCache packets" if kind != "loss_burst" else
                                        f"{n} bursts, {c.burst_dropped} packets", n)
         (dep.run_dir / "faults.log").write_text("\n".join(cell.tally.log + ["-- not applied --"] + cell.tally.failed)

@@ -1,0 +1,68 @@
+"""The fault matrix's schedules (mininet/dcnet/fault_schedule.py): what ``make linearizability`` draws and counts.
+
+Issue 16: a spine's data plane that dies while its P4Runtime server answers is a fault kind of its own
+(``spine_dp_dead``), drawn per spine with a length either side of the controller's 0.5 s detection, so
+that some deaths are only routed around by the leaves and others are failed over and recovered; it is
+listed in every cell's summary line and held to the same minimum of effects as every other kind.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dcnet.fault_schedule import DP_DEAD_S, KINDS, LANES, PROCESS_KINDS, Tally, draw
+from dcnet.linearizability import Cell, kinds_for
+
+SPINES = ["sp0", "sp1"]
+
+
+def _draw(seed: int, kinds: tuple[str, ...] = PROCESS_KINDS, per_kind: int = 3, duration: float = 60.0):  # noqa: ANN202
+    return draw(seed, duration, spines=SPINES, cache_switches=["sp0", "sp1", "sl0", "sl1"], servers=["s0", "s1"],
+                mechanism="distcache", per_kind=per_kind, kinds=kinds)
+
+
+def test_a_data_plane_death_is_drawn_per_spine_with_a_length_either_side_of_the_controllers_detection() -> None:
+    sched = _draw(11, kinds=("spine_dp_dead",), per_kind=60)
+    deaths = sched.faults
+    assert len(deaths) == 60 and {f.kind for f in deaths} == {"spine_dp_dead"}
+    assert {f.target for f in deaths} == set(SPINES)
+    holds = [f.hold for f in deaths]
+    assert all(DP_DEAD_S[0] <= h <= DP_DEAD_S[1] for h in holds) and DP_DEAD_S == (0.1, 2.0)
+    # some end before the controller's 0.5 s of unanswered probes (routed around only), most after (failover)
+    assert any(h < 0.45 for h in holds) and any(h > 0.7 for h in holds)
+    assert all(0.05 * 60 <= f.at <= 0.80 * 60 for f in deaths)
+    # it stops a spine: it runs in the fabric lane, one after another with crashes and operator failovers
+    assert LANES["spine_dp_dead"] == "fabric" and sched.lanes == ["fabric"]
+    # the same seed, the same schedule (replayable), lengths included
+    assert _draw(11, kinds=("spine_dp_dead",), per_kind=60).faults == deaths
+
+
+def test_every_other_kind_has_no_length_and_keeps_its_schedule_under_a_seed() -> None:
+    """The new kind is drawn last: a seed replays the other kinds' faults exactly as before it existed."""
+    full = _draw(5)
+    assert "spine_dp_dead" in PROCESS_KINDS and PROCESS_KINDS[-1] == "spine_dp_dead"
+    assert sum(f.kind == "spine_dp_dead" for f in full.faults) == 3
+    without = _draw(5, kinds=PROCESS_KINDS[:-1])
+    assert [f for f in full.faults if f.kind != "spine_dp_dead"] == without.faults
+    assert all(f.hold == 0.0 for f in without.faults)
+
+
+def test_the_summary_line_and_the_minimum_of_effects_count_data_plane_deaths() -> None:
+    assert "spine_dp_dead" in KINDS
+    for mechanism in ("nocache", "partition", "replication", "distcache", "hybrid"):
+        assert "spine_dp_dead" in kinds_for(mechanism)
+    tally = Tally()
+    tally.took_effect("spine_dp_dead", "sp1's data plane dead for 1.20 s (0 DistCache packets dropped)", 0)
+    assert tally.effects["spine_dp_dead"] == 0 and tally.log == []  # nothing dropped: no effect
+    assert "spine_dp_dead" in tally.short_of(1)
+    tally.took_effect("spine_dp_dead", "sp1's data plane dead for 1.20 s (84 DistCache packets dropped)")
+    assert "spine_dp_dead" not in tally.short_of(1) and "spine_dp_dead" in tally.short_of(2)
+    cell = Cell("distcache", ops=10, tally=tally)
+    assert cell.line.endswith(" spine_dp_dead=1") and " hot_shift=0 " in cell.line
+
+
+@pytest.mark.parametrize("per_kind", [0, 1, 4])
+def test_a_schedule_has_per_kind_faults_of_every_process_kind(per_kind: int) -> None:
+    sched = _draw(3, per_kind=per_kind)
+    assert len(sched.faults) == per_kind * len(PROCESS_KINDS)
+    assert all(sum(f.kind == k for f in sched.faults) == per_kind for k in PROCESS_KINDS)
+    assert [f.at for f in sched.faults] == sorted(f.at for f in sched.faults)

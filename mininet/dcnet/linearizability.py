@@ -127,28 +127,10 @@ def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, i
     return int(m.group(1)), int(m.group(2)), int(unknown.group(1)) if unknown else 0
 
 
-def switch_ports(dep: Deployment, name: str) -> list[str]:
-    """Both ends of every link between switch ``name`` and another switch: with the injector on their egress,
-    every frame to or from ``name`` over the fabric (all of a spine's links) crosses one of them."""
+def _fabric_links(dep: Deployment) -> list[tuple[object, object]]:
+    """(interface, its peer) for every switch interface whose link leads to another switch."""
     switches = set(dep.net.switches)  # type: ignore[union-attr]
-    node = dep.net[name]  # type: ignore[index]
-    ports = []
-    for intf in node.intfList():
-        link = intf.link
-        if link is None:
-            continue
-        other = link.intf2 if link.intf1 is intf else link.intf1
-        if other.node in switches:
-            ports += [intf.name, other.name]
-    return sorted(ports)
-
-
-def fabric_ports(dep: Deployment) -> list[str]:
-    """Both ends of every switch-to-switch link: their egress carries every frame crossing the fabric, in
-    each direction (every coherence path and every request from a client rack crosses it).  Host-facing
-    ports are left alone: a copy a switch port sends towards a host would be read back by BMv2 as input."""
-    switches = set(dep.net.switches)  # type: ignore[union-attr]
-    ports = []
+    out = []
     for sw in switches:
         for intf in sw.intfList():
             link = intf.link
@@ -156,8 +138,22 @@ def fabric_ports(dep: Deployment) -> list[str]:
                 continue
             other = link.intf2 if link.intf1 is intf else link.intf1
             if other.node in switches:
-                ports.append(intf.name)
-    return sorted(ports)
+                out.append((intf, other))
+    return out
+
+
+def switch_ports(dep: Deployment, name: str) -> list[str]:
+    """Both ends of every link between switch ``name`` and another switch: with the injector on their egress,
+    every frame to or from ``name`` over the fabric (all of a spine's links) crosses one of them."""
+    return sorted(p for intf, other in _fabric_links(dep) if intf.node.name == name  # type: ignore[attr-defined]
+                  for p in (intf.name, other.name))  # type: ignore[attr-defined]
+
+
+def fabric_ports(dep: Deployment) -> list[str]:
+    """Both ends of every switch-to-switch link: their egress carries every frame crossing the fabric, in
+    each direction (every coherence path and every request from a client rack crosses it).  Host-facing
+    ports are left alone: a copy a switch port sends towards a host would be read back by BMv2 as input."""
+    return sorted(intf.name for intf, _ in _fabric_links(dep))  # type: ignore[attr-defined]
 
 
 class Faults:

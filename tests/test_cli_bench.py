@@ -253,7 +253,8 @@ def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
         assert set(v) == {"count", "mean", "p50", "p99", "p999"}
     assert len(d["per_second"]) == 2 and d["per_second"][1]["span"] < 1
     for s in d["per_second"]:
-        assert set(s) == {"t", "ops", "reads", "hits", "writes", "errors", "span", "hit_ratio"}
+        assert set(s) == {"t", "ops", "reads", "hits", "writes", "errors", "span", "hit_ratio", "read_p99_us",
+                          "write_p99_us"}
 
     # a foreign value under the hottest key: the CLI reports it and exits 2
     with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port)) as c:

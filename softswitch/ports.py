@@ -9,6 +9,13 @@ the packet type otherwise, so a switch never processes its own output.
 Optional capture writes classic pcap files per port and direction, named like
 BMv2's (``<iface>_in.pcap``, ``<iface>_out.pcap``), for debugging with
 tcpdump/wireshark.
+
+Each frame comes with the time the kernel received it (SO_TIMESTAMPNS), the
+way a hardware switch stamps a frame at its MAC: the pipeline's ingress
+timestamp then says when the frame reached the switch, not when this process
+got round to it, so a switch that stalls for a moment (a busy host) does not
+see the frames that waited meanwhile as late (liveness.p4 would take their
+sender for dead).
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ PACKET_IGNORE_OUTGOING = 23  # Linux >= 4.20
 MAX_FRAME = 65536
 RCVBUF = 4 * 1024 * 1024
 BATCH = 64  # frames read from one port before looking at the others (fairness)
+# the kernel's receive time of each frame (struct timespec, CLOCK_REALTIME) as ancillary data
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 class PcapWriter:
@@ -109,6 +120,7 @@ def open_packet_socket(iface: str) -> socket.socket:
         except OSError:
             pass  # older kernel: the pkttype check in receive() does the job
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.bind((iface, ETH_P_ALL))
         ifindex = socket.if_nametoindex(iface)
         mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
@@ -118,6 +130,15 @@ def open_packet_socket(iface: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _received_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The kernel's receive timestamp of a frame (ns, CLOCK_REALTIME); now if the kernel gave none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return sec * 1_000_000_000 + nsec
+    return time.time_ns()
 
 
 class PortSet:
@@ -188,8 +209,9 @@ class PortSet:
         except OSError:
             pass  # pipe full or closed: a wake-up is already pending or nobody waits
 
-    def poll(self, timeout: float | None) -> Iterator[tuple[int, bytes]]:
-        """Frames received within ``timeout`` seconds, as (port, frame), outgoing ones skipped."""
+    def poll(self, timeout: float | None) -> Iterator[tuple[int, bytes, int]]:
+        """Frames received within ``timeout`` seconds, as (port, frame, when the kernel received it: ns
+        of CLOCK_REALTIME), outgoing ones skipped."""
         for key, _ in self._sel.select(timeout):
             port: Port | None = key.data
             if port is None:
@@ -204,7 +226,7 @@ class PortSet:
                 continue
             for _ in range(BATCH):
                 try:
-                    frame, addr = sock.recvfrom(MAX_FRAME)
+                    frame, ancillary, _, addr = sock.recvmsg(MAX_FRAME, _ANCILLARY)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as e:  # e.g. ENETDOWN when the link goes away: keep serving the others
@@ -215,9 +237,10 @@ class PortSet:
                     continue
                 assert port.stats is not None
                 port.stats.rx += 1
+                received = _received_ns(ancillary)
                 if port.pcap_in is not None:
-                    port.pcap_in.write(frame)
-                yield port.number, frame
+                    port.pcap_in.write(frame, received / 1e9)
+                yield port.number, frame, received
 
     def send(self, port: int, frame: bytes) -> bool:
         """Transmit a frame on a port; False (and counted) if it could not be sent."""

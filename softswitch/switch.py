@@ -104,7 +104,8 @@ class SoftSwitch:
         self.state = SwitchState(pipeline.program)
         self.server = P4RuntimeServer(self.state, device_id, grpc_addr)
         self.server.service.on_commit = self._on_commit
-        self._injected: queue.SimpleQueue[bytes] = queue.SimpleQueue()  # packet-outs for the packet loop
+        # packet-outs for the packet loop, with when they came (ns, CLOCK_REALTIME, as the ports' frames)
+        self._injected: queue.SimpleQueue[tuple[bytes, int]] = queue.SimpleQueue()
         if pipeline.program.cpu_port is not None:
             self.server.service.packet_out_handler = self._on_packet_out
         self.ports = PortSet(ports or {}, pcap_dir, egress_loss)
@@ -112,6 +113,8 @@ class SoftSwitch:
         self._errors = _RateLimitedLog(log)
         self._stop = threading.Event()
         self._t0_ns = time.monotonic_ns()
+        self._realtime_ns = time.time_ns() - time.monotonic_ns()  # CLOCK_REALTIME - CLOCK_MONOTONIC
+        self._last_us = 0  # the last pipeline timestamp: they never go backwards
         self._started = False
         self._closed = False
 
@@ -125,13 +128,15 @@ class SoftSwitch:
             self.ports.close()
             raise
         self._t0_ns = time.monotonic_ns()
+        self._realtime_ns = time.time_ns() - time.monotonic_ns()
+        self._last_us = 0
         self._started = True
 
     def run(self) -> None:
         """Receive, process and send until :meth:`stop`."""
         while not self._stop.is_set():
-            for port, frame in self.ports.poll(1.0):
-                self.handle_packet(port, frame)
+            for port, frame, received_ns in self.ports.poll(1.0):
+                self.handle_packet(port, frame, self.stamp(received_ns))
                 if self._stop.is_set():
                     break
             self.run_packet_outs()
@@ -141,11 +146,11 @@ class SoftSwitch:
         cpu_port = self.pipeline.program.cpu_port
         while cpu_port is not None:
             try:
-                frame = self._injected.get_nowait()
+                frame, received_ns = self._injected.get_nowait()
             except queue.Empty:
                 return
             self.stats.packet_out += 1
-            self.handle_packet(cpu_port, frame)
+            self.handle_packet(cpu_port, frame, self.stamp(received_ns))
 
     def _on_packet_out(self, packet: p4r.PacketOut) -> None:
         """A primary controller's PacketOut (gRPC thread): queued for the packet loop, which sends it
@@ -153,7 +158,7 @@ class SoftSwitch:
         cfg = self.server.service.committed
         if cfg is None:
             raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
-        self._injected.put(packet_out_frame(self.state.program, cfg, packet))
+        self._injected.put((packet_out_frame(self.state.program, cfg, packet), time.time_ns()))
         self.ports.wakeup()
 
     def stop(self) -> None:
@@ -186,12 +191,23 @@ class SoftSwitch:
         """Microseconds since the switch started (the pipeline's timestamp)."""
         return (time.monotonic_ns() - self._t0_ns) // 1000
 
-    def process_packet(self, ingress_port: int, packet: bytes) -> list[tuple[int, bytes]]:
+    def stamp(self, received_ns: int) -> int:
+        """The pipeline timestamp of a frame the kernel received at ``received_ns`` (CLOCK_REALTIME): when it
+        reached the switch, in microseconds since the switch started, like a MAC's ingress timestamp (see
+        softswitch.ports) -- never in the future, and never before the last one (frames of different ports
+        are processed in batches, not in arrival order; liveness.p4 compares times of different ports)."""
+        us = (received_ns - self._realtime_ns - self._t0_ns) // 1000
+        self._last_us = min(max(us, self._last_us), self.now_us())
+        return self._last_us
+
+    def process_packet(self, ingress_port: int, packet: bytes, now_us: int | None = None) -> list[tuple[int, bytes]]:
         """Run one frame through the pipeline and return what to send (no I/O).
 
         The entry point for tests and for packet-out injection; drops (returns
-        []) before a config is committed or if the pipeline raises.
+        []) before a config is committed or if the pipeline raises.  ``now_us``:
+        its timestamp (:meth:`stamp`); none: it arrives now.
         """
+        now = self.stamp(time.time_ns()) if now_us is None else now_us
         self.stats.rx += 1
         if self.server.service.committed is None:
             self.stats.dropped_no_config += 1
@@ -200,7 +216,7 @@ class SoftSwitch:
         try:
             with state.lock:
                 try:
-                    out = self.pipeline.process(state, ingress_port, packet, self.now_us())
+                    out = self.pipeline.process(state, ingress_port, packet, now)
                     result = [(int(p), bytes(f)) for p, f in out]
                 finally:
                     digests, state.pending_digests = state.pending_digests, []
@@ -216,9 +232,9 @@ class SoftSwitch:
             self.stats.dropped_by_pipeline += 1
         return result
 
-    def handle_packet(self, ingress_port: int, packet: bytes) -> None:
+    def handle_packet(self, ingress_port: int, packet: bytes, now_us: int | None = None) -> None:
         """Process a frame and transmit the results on the switch's ports."""
-        for port, frame in self.process_packet(ingress_port, packet):
+        for port, frame in self.process_packet(ingress_port, packet, now_us):
             if self.ports.send(port, frame):
                 self.stats.tx += 1
             else:

@@ -166,3 +166,34 @@ def test_sigint_without_ports_exits_cleanly() -> None:
         assert proc.wait(timeout=15) == 0
         assert proc.stderr is not None
         assert "dropped_no_config=0" in proc.stderr.read()
+
+
+def test_a_frame_is_stamped_when_it_reached_the_switch_not_when_processed(net: VethNet) -> None:
+    """The kernel's receive time goes with each frame (like a MAC's ingress timestamp): a frame that waited
+    while the switch was busy is not taken for a late one (liveness.p4 would take its sender for dead)."""
+    from softswitch.ports import PortSet
+    from softswitch.switch import SoftSwitch
+    from tests.softswitch_helpers import ForwardPipeline
+
+    ports = PortSet({1: net.switch_ifaces[0]})
+    ports.open()
+    try:
+        h1 = socket_in_netns(net.netns[0], "eth0")
+        sent = time.time_ns()
+        h1.send(ipv4_udp_frame("10.0.2.5", b"stamped-frame"))
+        time.sleep(0.3)  # the switch is busy elsewhere
+        got = [(p, t) for p, f, t in ports.poll(1.0) if b"stamped-frame" in f]
+        assert len(got) == 1 and got[0][0] == 1
+        assert sent <= got[0][1] < sent + 100_000_000 < time.time_ns() - 150_000_000  # stamped on arrival
+    finally:
+        ports.close()
+    sw = SoftSwitch(ForwardPipeline(), device_id=9, grpc_addr=f"127.0.0.1:{free_tcp_port()}")
+    try:
+        time.sleep(0.5)  # (a timestamp is never before the switch started)
+        now = time.time_ns()
+        late = sw.stamp(now - 200_000_000)
+        assert abs(late - (sw.now_us() - 200_000)) < 20_000  # 200 ms ago, in the switch's microseconds
+        assert sw.stamp(now - 400_000_000) == late  # never before the last one: timestamps do not go back
+        assert sw.stamp(now + 10**12) <= sw.now_us()  # never in the future
+    finally:
+        sw.close()

@@ -620,7 +620,9 @@ class SwitchAgent:
         conn = self.conn
         if conn is None:
             return
-        cells = conn.read_counter(n.CACHE_HITS)
+        with self.lock:
+            slots = sorted({e.slot for e in self.cached.values()})
+        cells = conn.read_counter(n.CACHE_HITS, indexes=slots)  # the slots in use, not all CACHE_SLOTS
         with self.lock:
             for e in self.cached.values():
                 total = cells.get(e.slot, (0, 0))[0]
@@ -710,7 +712,7 @@ class SwitchAgent:
                 cells = {}
                 if st.switch_connected:
                     try:
-                        cells = conn.read_counter(n.CACHE_HITS)
+                        cells = conn.read_counter(n.CACHE_HITS, indexes=sorted({e.slot for e in self.cached.values()}))
                     except P4RuntimeError as e:
                         log.debug("%s: cache_hits not read: %s", self.switch.name, e)
                 for k, e in self.cached.items():

@@ -382,6 +382,32 @@ def test_a_storage_leafs_agent_probes_every_spine_through_it(tmp_path: Path) -> 
         bed.switch.close()
 
 
+def test_hits_are_sampled_from_the_slots_in_use(bed: _Bed) -> None:
+    """Each hit window reads the cache_hits cells of the cached keys' slots (one request of those cells, not
+    the whole counter: softswitch builds a read under the lock its packets need)."""
+    agent = bed.agent()
+    try:
+        a, b = agent.insert(wire_key("a")), agent.insert(wire_key("b"))
+        hits = bed.switch.state.counters[n.CACHE_HITS]
+        for _ in range(5):
+            hits.count(a.slot, 100)
+        hits.count(b.slot, 100)
+        hits.count(7, 100)  # a slot nobody uses
+        agent.sample_hits()
+        agent.sample_hits()  # nothing since: the newest window is empty
+        hits.count(b.slot, 100)
+        agent.sample_hits()
+        assert (a.hits, b.hits) == ([0, 0], [0, 1]) and (a.recent_hits, b.recent_hits) == (0, 1)
+        with agent.lock:
+            agent._last_hits.clear()
+            for e in agent.cached.values():
+                e.state = "unknown"  # (as read back after a restart: the count so far is not this window's)
+        agent.sample_hits()
+        assert (a.hits[-1], b.hits[-1]) == (0, 0)
+    finally:
+        agent.stop()
+
+
 def test_the_digest_queue_is_bounded() -> None:
     """Suspected in issue 15 and confirmed: the queue of digest lists had no bound."""
     from controller.p4rt import DIGEST_QUEUE, SwitchConnection

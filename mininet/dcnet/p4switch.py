@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from controller.switchproc import is_ours, pid_alive, read_pid_file, write_pid_file
+from controller.switchproc import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
 from distcache import p4names
 
 TARGETS = ("softswitch", "bmv2")
@@ -102,6 +102,7 @@ class P4RuntimeSwitch(Switch):
         self.proc = subprocess.Popen(self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         out.close()
+        raise_priority(self.proc)
         write_pid_file(self.pid_file, self.proc.pid)
         wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
 

@@ -402,14 +402,17 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
     with Deployment(cluster, target=target, run_dir=run_dir / mechanism, shim_args=shim_args) as dep:
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
         # short timeouts, many retries: a lost packet costs a client 0.1 s, retried writes are frequent, and a
-        # write gives up (an unknown outcome, the checker's costliest case) only after 3 s without an answer
+        # write gives up (an unknown outcome, the checker's costliest case) only after 15 s without an answer: a
+        # shim restarted without its state waits for the controller's down-set before a write to a key a dead
+        # spine may hold completes, and with the controller restarting too that took 10 s (seed 7401): 23 writes
+        # of one key given up after 3 s each were more open ends than the checker could hold in 24 GB
         # the clients run for ``duration`` and on until every lane of the schedule has finished (a fault that
         # waits for its effect can push a lane's last faults past ``duration``): a fault counts only while
         # they run; never beyond OVERRUN x duration
         stop_file = dep.run_dir / "clients.stop"
         stop_file.unlink(missing_ok=True)
         cfg = {"keys": keys, "clients": clients, "duration": duration * OVERRUN, "read_ratio": 0.75, "prefix": "h",
-               "seed": seed, "timeout": 0.1, "retries": 29, "stop_file": str(stop_file), "rate": CLIENT_RATE}
+               "seed": seed, "timeout": 0.1, "retries": 149, "stop_file": str(stop_file), "rate": CLIENT_RATE}
         host = dep.host(cluster.client(0, 0).name)
         proc = host.popen([sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path),  # type: ignore[attr-defined]
                            "--config", json.dumps(cfg), "--out", str(history)],

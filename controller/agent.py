@@ -55,7 +55,7 @@ import grpc
 
 from controller.entries import LEAF_CACHING, SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
-from controller.probes import DP_PROBE_INTERVAL, send_probe
+from controller.probes import DP_PROBE_INTERVAL, probe_round
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from distcache import p4names as n
@@ -415,8 +415,8 @@ class SwitchAgent:
 
         A full cache evicts its coldest key, but with ``estimate`` (a hot-key report's reads per
         hit window, :meth:`report_rate`) only if that key had REPLACE_MARGIN times fewer hits in
-        the last window; and only then is ``budget`` (the insertion budget of reports) spent.  None if the key was not
-        inserted.
+        the last window; and only then is ``budget`` (the insertion budget of reports) spent.
+        None if the key was not inserted.
         """
         with self.lock:
             conn = self._need_conn()
@@ -576,12 +576,10 @@ class SwitchAgent:
             conn = self.conn
             if conn is None or not self.configured:
                 continue
-            for i in range(self.cluster.spines):
-                seq = (seq + 1) & 0xFFFFFFFF
-                try:
-                    send_probe(conn, self.switch, self.cluster.spine(i), seq)
-                except P4RuntimeError:
-                    break  # the stream is down: the watch loop reconnects
+            try:
+                seq = probe_round(conn, self.switch, (self.cluster.spine(i) for i in range(self.cluster.spines)), seq)
+            except P4RuntimeError:
+                pass  # the stream is down: the watch loop reconnects
 
     def _hits_loop(self) -> None:
         while not self._stop.wait(self.hit_window):
@@ -620,15 +618,19 @@ class SwitchAgent:
         conn = self.conn
         if conn is None:
             return
-        with self.lock:
-            slots = sorted({e.slot for e in self.cached.values()})
-        cells = conn.read_counter(n.CACHE_HITS, indexes=slots)  # the slots in use, not all CACHE_SLOTS
+        cells = self._slot_hits(conn)
         with self.lock:
             for e in self.cached.values():
                 total = cells.get(e.slot, (0, 0))[0]
                 last = self._last_hits.get(e.slot, total if e.state == "unknown" else 0)
                 e.hits = [e.hits[-1], max(0, total - last)]
             self._last_hits = {e.slot: cells.get(e.slot, (0, 0))[0] for e in self.cached.values()}
+
+    def _slot_hits(self, conn: SwitchConnection) -> dict[int, tuple[int, int]]:
+        """The cache_hits cells of the slots in use (not all CACHE_SLOTS: see read_counter)."""
+        with self.lock:
+            slots = sorted({e.slot for e in self.cached.values()})
+        return conn.read_counter(n.CACHE_HITS, indexes=slots)
 
     def _watch_loop(self) -> None:
         """Reconnect when the switch's stream breaks (switch restarted or unreachable)."""
@@ -712,7 +714,7 @@ class SwitchAgent:
                 cells = {}
                 if st.switch_connected:
                     try:
-                        cells = conn.read_counter(n.CACHE_HITS, indexes=sorted({e.slot for e in self.cached.values()}))
+                        cells = self._slot_hits(conn)
                     except P4RuntimeError as e:
                         log.debug("%s: cache_hits not read: %s", self.switch.name, e)
                 for k, e in self.cached.items():

@@ -79,7 +79,7 @@ from controller.agent import AgentClient
 from controller.entries import SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
-from controller.probes import DP_PROBE_INTERVAL, ProbeLedger, SpineDeath, read_probe_counts, send_probe, spine_deaths
+from controller.probes import DP_PROBE_INTERVAL, ProbeLedger, SpineDeath, probe_round, read_probe_counts, spine_deaths
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
 from controller.state import ControllerState, Failure
@@ -753,13 +753,10 @@ class Controller:
         spines = self._spines()
         while not self._stop.wait(DP_PROBE_INTERVAL):
             for name, conn in list(self.leaves.items()):
-                leaf = self.cluster.switch(name)
-                for spine in spines:
-                    seq = (seq + 1) & 0xFFFFFFFF
-                    try:
-                        send_probe(conn, leaf, spine, seq)
-                    except P4RuntimeError:
-                        break  # its stream is down: the reconciler brings the leaf back
+                try:
+                    seq = probe_round(conn, self.cluster.switch(name), spines, seq)
+                except P4RuntimeError:
+                    pass  # its stream is down: the reconciler brings the leaf back
                 self._take_deaths(name, conn)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + DP_CHECK_INTERVAL
@@ -813,9 +810,9 @@ class Controller:
 
     def read_deaths(self, name: str) -> dict[str, int]:
         """Leaf ``name``'s spine_deaths counter by spine name (deaths that ended), read now."""
-        out = {}
+        out, spines = {}, set(self.spine_ids())
         for sid, (packets, _) in self.readers[name].read_counter(n.SPINE_DEATHS).items():
-            if packets and sid in self.spine_ids():
+            if packets and sid in spines:
                 out[self.cluster.switch_by_id(sid).name] = packets
         return out
 

@@ -489,16 +489,14 @@ class SwitchConnection:
         info = self._need_p4info()
         req = p4r.ReadRequest(device_id=self.device_id)
         cid = info.counter(counter).preamble.id
-        if indexes is not None:
-            for i in indexes:
-                req.entities.add().counter_entry.MergeFrom(p4r.CounterEntry(counter_id=cid, index=p4r.Index(index=i)))
-            if not req.entities:
-                return {}
-        else:
+        cells = list(indexes) if indexes is not None else [index]  # [None]: every cell
+        if not cells:
+            return {}
+        for i in cells:
             ce = req.entities.add().counter_entry
             ce.counter_id = cid
-            if index is not None:
-                ce.index.index = index
+            if i is not None:
+                ce.index.index = i
         return {ent.counter_entry.index.index: (ent.counter_entry.data.packet_count,
                                                 ent.counter_entry.data.byte_count)
                 for ent in self._read(req)}

@@ -74,6 +74,15 @@ def send_probe(conn: SwitchConnection, leaf: Switch, spine: Switch, seq: int) ->
     conn.packet_out(probe_frame(leaf, spine, seq), spine_id=spine.switch_id)
 
 
+def probe_round(conn: SwitchConnection, leaf: Switch, spines: Iterable[Switch], seq: int) -> int:
+    """One probe per spine into ``leaf`` (the probe source's loop, every DP_PROBE_INTERVAL); the last seq
+    used.  Raises P4RuntimeError, the rest unsent, when the leaf's stream is down."""
+    for spine in spines:
+        seq = (seq + 1) & 0xFFFFFFFF
+        send_probe(conn, leaf, spine, seq)
+    return seq
+
+
 @dataclass(frozen=True)
 class ProbeCounts:
     """A leaf's probe counters for one spine: probes it sent up, replies that came back down."""

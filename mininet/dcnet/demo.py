@@ -235,7 +235,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         summary.add_row("spine deaths seen by the leaves' data planes", f"{ended}")
         Console().print(summary)
         errors = report["error_count"]
-        failovers = dep.controller.ctl.status().failovers
+        failovers = status.failovers
         print(f"reads={report['reads']} hits={report['hits']} misses={report['misses']} errors={errors} "
               f"auto_cached={auto} failovers={failovers}", flush=True)
         return 0 if errors == 0 else 1

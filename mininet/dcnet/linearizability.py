@@ -222,23 +222,20 @@ class Faults:
             self.packets.configure(self.background, ports=ports)
         self.dp_dropped += dropped
         # the controller reads the leaves' probe counters every 50 ms: a death it caught is declared by now
-        deadline = time.monotonic() + DP_DETECT_S
-        while time.monotonic() < deadline:
+        deadline, declared = time.monotonic() + DP_DETECT_S, False
+        while not declared and time.monotonic() < deadline:
             st = ctl.status()
-            if st.failovers > failovers or {s.name: s for s in st.switches}[spine].failed:
-                break
-            time.sleep(0.1)
-        else:
-            if dropped <= 0:
-                raise DeploymentError(f"{spine}'s links carried no DistCache packet in {hold:.2f} s")
-            return (f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
-                    "forwarding again before the controller failed it over")
-        self.dep.wait_switch(spine, failed=False)
+            declared = st.failovers > failovers or {s.name: s for s in st.switches}[spine].failed
+            if not declared:
+                time.sleep(0.1)
+        if declared:
+            self.dep.wait_switch(spine, failed=False)
         if dropped <= 0:
-            raise DeploymentError(f"{spine} was failed over, but its links carried no DistCache packet in "
-                                  f"{hold:.2f} s")
-        return (f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); failed over "
-                "by the controller and recovered by itself")
+            links = f"{spine} was failed over, but its links" if declared else f"{spine}'s links"
+            raise DeploymentError(f"{links} carried no DistCache packet in {hold:.2f} s")
+        return (f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
+                + ("failed over by the controller and recovered by itself" if declared
+                   else "forwarding again before the controller failed it over"))
 
     @staticmethod
     def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:

@@ -30,9 +30,10 @@
  * Each death is counted (spine_deaths[s]) and, at a client leaf, reported to its primary (the
  * controller) with a spine_death_t digest when s is heard from again: how long after the last packet
  * heard from s it was found dead (the detection time in the data plane: when asked + dead_after
- * passed) and how long s was silent.  A death still going on is not counted yet.  (A storage leaf is
- * not probed, so nothing dies there; its agent, its primary, takes only hot-key digests, and BMv2
- * keeps one digest per packet, the last one called: the detector's, which runs later.)
+ * passed) and how long s was silent.  A death still going on is not counted yet.  A storage leaf
+ * (probed by its agent) counts its deaths but reports none: its agent takes only hot-key digests,
+ * and BMv2 keeps one digest per packet, the last one called -- a GET coming down to a storage leaf
+ * could carry both a death and a hot-key report, and the detector runs later.
  *
  * Routing (DcRouting, DcForwarding) asks spine_excluded() about a spine before it sends a read or
  * transit traffic there, and then takes the other path the controller's tables name; a leaf never

@@ -424,7 +424,9 @@ class SwitchAgent:
                 return self.cached[key]
             victim = None
             if not len(self.alloc):
-                victim = self._coldest()
+                # a replica the controller placed (Hybrid) may take a young entry's slot: rebalancing
+                # replicates only keys far hotter than any other, and must not wait out a churning cache
+                victim = self._coldest(settled=not (estimate is None and self._pinned(key)))
                 if victim is None or (estimate is not None
                                       and self.cached[victim].hits[-1] * REPLACE_MARGIN >= estimate):
                     if auto:
@@ -491,17 +493,20 @@ class SwitchAgent:
         except (ShimUnavailable, ShimRequestError) as e:  # the shim then still invalidates here: safe, only slower
             log.warning("%s: could not tell the shim %s is evicted: %s", self.switch.name, key.hex(), e)
 
-    def _coldest(self) -> bytes | None:
+    def _pinned(self, key: bytes) -> bool:
+        """Whether ``key`` is one of Hybrid's replicated keys (the controller placed it in every spine)."""
+        return self.cluster.mechanism == Mechanism.HYBRID and key in self.replicated
+
+    def _coldest(self, settled: bool = True) -> bytes | None:
         """The cached key with the fewest hits in the last two windows (oldest first on ties).
 
-        Entries younger than two hit windows are not candidates: their hits are not known yet
-        (a fresh insert, or an entry read back after an agent restart), and evicting them
-        would only make the cache thrash.  Hybrid's replicated keys are pinned: the controller
+        With ``settled``, entries younger than two hit windows are not candidates: their hits are
+        not known yet (a fresh insert, or an entry read back after an agent restart), and evicting
+        them would only make the cache thrash.  Hybrid's replicated keys are pinned: the controller
         placed them in every spine, and reads of them are spread over all spines.
         """
-        settled = time.monotonic() - 2 * self.hit_window
-        pinned = self.replicated if self.cluster.mechanism == Mechanism.HYBRID else frozenset()
-        old = [k for k, e in self.cached.items() if e.inserted_at <= settled and k not in pinned]
+        since = time.monotonic() - 2 * self.hit_window if settled else float("inf")
+        old = [k for k, e in self.cached.items() if e.inserted_at <= since and not self._pinned(k)]
         if not old:
             return None
         return min(old, key=lambda k: (self.cached[k].recent_hits, self.cached[k].inserted_at))

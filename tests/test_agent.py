@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from scapy.layers.l2 import Ether
 from controller.agent import SlotAllocator, StateFileError, SwitchAgent, shim_links
 from controller.partition import spine_buckets
 from distcache import p4names as n
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import wire_key
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, Message, Op, decode, populate_invalidate
@@ -354,6 +355,34 @@ def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: _Bed) -> N
         table = bed.cache_table()
         assert wire_key("new") in table and wire_key("k0") not in table  # k0 had the fewest hits
         assert agent.report_rate({**row, "elapsed_us": 0}) == 3 * 256 * agent.hit_window * 1e6 / window_us
+    finally:
+        agent.stop()
+
+
+def test_a_hybrid_replica_takes_a_young_entrys_slot_an_operator_insert_does_not(bed: _Bed) -> None:
+    """A full cache of entries younger than two hit windows refuses a key cached by hand (its coldest
+    key's hits are not known yet), but not a replica the controller placed: under churn (a loaded
+    run on a slow machine) a spine never had a settled entry when the rebalance came, and Hybrid's
+    hottest keys stayed at one spine for 15 s and more (clean-clone make test)."""
+    cluster = replace(bed.cluster, mechanism=Mechanism.HYBRID)
+    agent = bed.agent()
+    try:
+        agent.configure(cluster, spine_buckets([bed.sw.switch_id]), replicated=[wire_key("hot")])
+        for i in range(cluster.cache_slots):
+            agent.insert(wire_key(f"k{i}"))
+        with agent.lock:
+            for i, e in enumerate(agent.cached.values()):
+                e.hits = [0, 5 + i]  # k0 the coldest; every entry young
+        assert agent.insert(wire_key("other")) is None  # not a replica: nothing evictable yet
+        assert agent.insert(wire_key("hot")) is not None
+        table = bed.cache_table()
+        assert wire_key("hot") in table and wire_key("k0") not in table and wire_key("k1") in table
+        agent.configure(cluster, spine_buckets([bed.sw.switch_id]), replicated=[wire_key("hot"), wire_key("hot2")])
+        with agent.lock:
+            agent.cached[wire_key("hot")].hits = [0, 0]  # the coldest now, but pinned
+        assert agent.insert(wire_key("hot2")) is not None
+        table = bed.cache_table()
+        assert wire_key("hot") in table and wire_key("k1") not in table
     finally:
         agent.stop()
 

@@ -184,15 +184,26 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
     assert sp0["failed"] and sp0["admin_failed"] and not sp0["alive"]
 
     # sp0's hot keys now cache at sp1 (its detector reports them) and sp1 serves them
-    after = {k.key.hex() for k in dep.controller.agent_status(with_keys=True)["sp1"].keys}
+    sp1_agent = dep.controller.agent_status(with_keys=True)["sp1"]
+    after = {k.key.hex() for k in sp1_agent.keys}
     taken_over = before & after
-    assert taken_over, "none of sp0's hot keys is cached at sp1 after the failover"
+    counters = {f.name: v for f, v in sp1_agent.ListFields() if f.name not in ("keys", "slot_hits")}
+    assert taken_over, ("none of sp0's hot keys is cached at sp1 after the failover", counters)
     c = dep.client()
-    served = set()
-    for key in sorted(taken_over)[:5]:
-        for _ in range(20):
-            served.add(c.call("get", user_key(bytes.fromhex(key)).decode())["served_by"])
-    assert SP1.switch_id in served and SP0.switch_id not in served
+    served: dict[int, int] = {}
+    # the loads the workload left at the client leaf (sp1's the highest) steer reads to the storage
+    # leaves until they age out (two load windows, 2^LOAD_WINDOW_SHIFT us each): read for some seconds
+    deadline = time.monotonic() + 5
+    while SP1.switch_id not in served and time.monotonic() < deadline:
+        for key in sorted(taken_over)[:5]:
+            for _ in range(4):
+                by = c.call("get", user_key(bytes.fromhex(key)).decode())["served_by"]
+                served[by] = served.get(by, 0) + 1
+    why = {"served_by": served, "sp1 entries": {k.key.hex(): k.state for k in
+                                                dep.controller.agent_status(with_keys=True)["sp1"].keys
+                                                if k.key.hex() in sorted(taken_over)[:5]},
+           "cl0": switches(dep)["cl0"]}
+    assert SP1.switch_id in served and SP0.switch_id not in served, why
 
     out = ctl(dep, "recover", "sp0")
     assert "back in service" in out

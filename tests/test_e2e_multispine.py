@@ -30,13 +30,14 @@ def test_reads_hit_the_h0_spine_or_the_rack_leaf(target: str, tmp_path) -> None:
         client = d.client()
         keys = [f"mk{i}" for i in range(24)]
         for k in keys:
-            assert client.call("put", k, "v-" + k)["ok"]
+            r = client.call("put", k, "v-" + k)
+            assert r["ok"], r
             d.controller.cache(k)
         spines_used = set()
         for _ in range(2):
             for k in keys:
-                r = client.call("get", k)
-                assert r["ok"] and r["value"] == "v-" + k and r["cached"], (k, r)
+                r = client.get_first_path(k)
+                assert r["ok"] and r["value"] == "v-" + k and r["cached"] and r["attempts"] == 1, (k, r)
                 wkey = wire_key(k)
                 leaf = cluster.storage_leaf(cluster.server_for_key(wkey).rack).switch_id
                 spine = d.controller.buckets[h0(wkey)]

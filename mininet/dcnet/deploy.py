@@ -114,6 +114,19 @@ class ClientProcess:
             raise DeploymentError(f"client process on {self.name} died; see its log")
         return json.loads(line)
 
+    def get_first_path(self, key: str, tries: int = 5) -> dict:
+        """A GET answered on its first attempt, the path the routing under test picked.
+
+        A reply to a retry says nothing about that path (attempt 1 goes to the other cache, later
+        ones to the server), and on an emulation host starved of CPU a first attempt can take longer
+        than the client's timeout.  Reads again, up to ``tries`` times; the last reply if none was.
+        """
+        for _ in range(tries):
+            r = self.call("get", key)
+            if r.get("attempts") == 1:
+                return r
+        return r
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:

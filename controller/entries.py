@@ -99,7 +99,9 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
             kind(port, PortKind.FABRIC)
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
         p.defaults.append(Entry(n.LIVENESS_CONFIG, (), n.SET_LIVENESS, (
-            ("dead_after", round(cluster.dead_after_ms * 1000)), ("hold", round(cluster.liveness_hold_ms * 1000)))))
+            ("dead_after", round(cluster.dead_after_ms * 1000)),
+            ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
+            ("hold", round(cluster.liveness_hold_ms * 1000)))))
         for port, sid in sorted((port, sid) for sid, port in spine_port.items()):
             p.entries.append(Entry(n.PORT_SPINE, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_SPINE,
                                    (("spine_id", sid),)))

@@ -215,8 +215,10 @@ class Cluster:
     hybrid_rate: float = 0.0  # Hybrid replicates keys read more often than this per second; 0: switch_rate / 2
     link_mbps: float = 0.0  # bandwidth of every emulated link in Mbit/s (Mininet TCLink); 0: no limit
     # leaves' liveness (p4src/include/control/liveness.p4): a probed spine heard from by nothing for dead_after_ms
-    # is left out until heard from liveness_hold_ms after it was found dead
+    # (more where it answers slowly, up to dead_after_max_ms) is left out until heard from liveness_hold_ms
+    # after it was found dead
     dead_after_ms: float = p4names.DEAD_AFTER_US / 1000
+    dead_after_max_ms: float = p4names.DEAD_AFTER_MAX_US / 1000
     liveness_hold_ms: float = p4names.HOLD_US / 1000
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
@@ -248,6 +250,7 @@ class Cluster:
         "hybrid_rate": (0, None, " (reads/s; 0: half of switch_rate)"),
         "link_mbps": (0, None, " (Mbit/s; 0: no limit)"),
         "dead_after_ms": (1, 60_000, " (ms; a leaf's 32-bit microsecond field, kept under a minute)"),
+        "dead_after_max_ms": (1, 60_000, " (ms; at least dead_after_ms)"),
         "liveness_hold_ms": (0, 60_000, " (ms)"),
     }
 
@@ -261,6 +264,10 @@ class Cluster:
             _check_int(name, getattr(self, name), lo, hi, why)
         for name, (lo, hi, why) in self._NUMBERS.items():
             _check_number(name, getattr(self, name), lo, hi, why)
+        if self.dead_after_max_ms < self.dead_after_ms:
+            raise ClusterError(f"dead_after_max_ms: expected at least dead_after_ms ({self.dead_after_ms:g}; "
+                               f"the leaves' threshold grows from one to the other), "
+                               f"got {_show(self.dead_after_max_ms)}")
         ok_rate = (isinstance(self.insert_rate, (int, float)) and not isinstance(self.insert_rate, bool)
                    and math.isfinite(self.insert_rate) and self.insert_rate > 0)
         if not ok_rate:

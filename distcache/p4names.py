@@ -63,6 +63,8 @@ PEER_LOAD_EPOCH = "peer_load_epoch"
 SPINE_HEARD = "spine_heard"  # liveness (p4src/include/control/liveness.p4): written by DcLiveness and DcProbe,
 SPINE_ASKED = "spine_asked"  # read by DcRouting and DcForwarding
 SPINE_HOLD = "spine_hold"
+SPINE_GAP = "spine_gap"  # ... and the two a leaf's threshold adapts by (smoothed wait x 8, deviation x 4)
+SPINE_GAPVAR = "spine_gapvar"
 # ... the others inside the control that owns them
 CACHE_INVAL = "DcIngress.coherence.cache_inval"
 LOAD_COUNT = "DcIngress.telemetry.load_count"
@@ -121,7 +123,8 @@ HH_BLOOM_WIDTH = 65536
 HH_THRESHOLD = 16
 HH_WINDOW_SHIFT = 20
 LIVENESS_SPINES = 64
-DEAD_AFTER_US = 30_000  # a probed spine heard from by nothing for this long is dead
+DEAD_AFTER_US = 30_000  # a probed spine heard from by nothing for this long is dead ...
+DEAD_AFTER_MAX_US = 250_000  # ... or longer where it answers slowly, up to this (liveness.p4's threshold)
 HOLD_US = 100_000  # and stays excluded until heard from this long after it was found dead
 # widths of what the control plane writes into the detector (set_detector's parameters in
 # p4src/include/control/detector.p4; the P4Info parity test holds them) and of the clock the

@@ -210,6 +210,7 @@ def test_entry_point_says_one_line(files: dict[str, Path], argv: list[str], code
     ("server_rate", -1, ">= 0"), ("server_rate", float("nan"), "NaN"), ("server_burst", 1.5, "integer"),
     ("server_queue", 11, "0..10"), ("switch_rate", 2.5, "whole number"), ("switch_burst", False, "got false"),
     ("dead_after_ms", 0, "1..60000"), ("liveness_hold_ms", -5, "0..60000"),
+    ("dead_after_max_ms", 60_001, "1..60000"), ("dead_after_max_ms", 29, "at least dead_after_ms (30;"),
     ("hybrid_rate", "fast", "number"), ("mechanism", 7, "unknown mechanism"), ("mechanism", True, "got true"),
     ("redis_appendfsync", "sometimes", "always"), ("description", 3, "string"),
     ("controller_address", "0.0.0.0:50050", "every interface"), ("controller_address", "[::]:50050", "every"),

@@ -94,6 +94,7 @@ def test_sizes() -> None:
     assert CONSTS["MAX_SPINE_ID"] == MAX_SPINES
     assert DEFINES["LIVENESS_SPINES"] == p4names.LIVENESS_SPINES > MAX_SPINES
     assert DEFINES["DEAD_AFTER_US"] == p4names.DEAD_AFTER_US
+    assert DEFINES["DEAD_AFTER_MAX_US"] == p4names.DEAD_AFTER_MAX_US
     assert DEFINES["HOLD_US"] == p4names.HOLD_US
 
 

@@ -99,7 +99,8 @@ struct metadata_t {
     bit<8>  op;            /* the op as the packet arrived */
     /* DcLiveness (leaves) */
     bit<8>  from_spine;    /* port_spine: the spine whose port the packet came in by (0: none) */
-    bit<32> dead_after;    /* liveness_config, in us */
+    bit<32> dead_after;    /* liveness_config, in us: the threshold's floor */
+    bit<32> dead_after_max;  /* and its cap */
     bit<32> hold;
     /* DcProbe */
     bit<1>  consumed;      /* the packet ends here (a probe reply the leaf counted) */

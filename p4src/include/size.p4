@@ -22,10 +22,12 @@
 #define REPLICA_SLOTS 64
 #define MAX_REPLICATED_KEYS 256
 /* Liveness (control/liveness.p4): registers and probe counters per spine id (1..63); a spine probed
- * and not heard from for DEAD_AFTER_US is dead, and stays excluded until heard from HOLD_US or more
- * after it was found dead (defaults of the liveness_config table, in us of ingress_global_timestamp). */
+ * and not heard from for its threshold is dead -- DEAD_AFTER_US, or more where the leaf measured slower
+ * answers, up to DEAD_AFTER_MAX_US -- and stays excluded until heard from HOLD_US or more after it was
+ * found dead (defaults of the liveness_config table, in us of ingress_global_timestamp). */
 #define LIVENESS_SPINES 64
 #define DEAD_AFTER_US 30000
+#define DEAD_AFTER_MAX_US 250000
 #define HOLD_US 100000
 
 /* Load windows last 2^LOAD_WINDOW_SHIFT us of ingress_global_timestamp

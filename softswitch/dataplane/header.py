@@ -55,7 +55,8 @@ class Meta:
     op: int = 0
     # DcLiveness (leaves)
     from_spine: int = 0
-    dead_after: int = 0
+    dead_after: int = 0  # liveness_config, in us: the threshold's floor
+    dead_after_max: int = 0  # and its cap
     hold: int = 0
     # DcProbe
     consumed: bool = False

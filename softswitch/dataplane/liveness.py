@@ -1,9 +1,11 @@
 """DcLiveness (p4src/include/control/liveness.p4): which spines a leaf hears from, and which it leaves out.
 
 Per spine id: ``spine_heard`` (last packet from it), ``spine_asked`` (oldest unanswered probe to it),
-``spine_hold`` (excluded while heard < hold: the end of the hold time of its last death).  A spine
-is dead when asked > heard and now - asked > dead_after; see the P4 file for why only probes ask,
-and why the hysteresis needs no register for the moment a spine was found dead.
+``spine_hold`` (excluded while heard < hold: the end of the hold time of its last death), and
+``spine_gap``/``spine_gapvar`` (the smoothed wait for an answer x 8 and its deviation x 4).  A spine
+is dead when asked > heard and now - asked > its threshold (smoothed wait + 4 x deviation, kept within
+[dead_after, dead_after_max]); see the P4 file for why only probes ask, why the threshold adapts, and
+why the hysteresis needs no register for the moment a spine was found dead.
 """
 
 from __future__ import annotations
@@ -16,20 +18,23 @@ from softswitch.state import SwitchState
 
 ACTIONS = (
     Action(n.SET_PORT_SPINE, (Param("spine_id", 8),)),
-    Action(n.SET_LIVENESS, (Param("dead_after", 32), Param("hold", 32))),
+    Action(n.SET_LIVENESS, (Param("dead_after", 32), Param("dead_after_max", 32), Param("hold", 32))),
 )
 TABLES = (
     # a leaf's ports to the spines
     Table(n.PORT_SPINE, (MatchField(n.KEY_INGRESS_PORT, 9, "exact"),), (n.SET_PORT_SPINE, n.NO_ACTION), n.NO_ACTION,
           size=n.MAX_PORTS),
     Table(n.LIVENESS_CONFIG, (), (n.SET_LIVENESS,), n.SET_LIVENESS,
-          default_params=(("dead_after", n.DEAD_AFTER_US), ("hold", n.HOLD_US)), size=1),
+          default_params=(("dead_after", n.DEAD_AFTER_US), ("dead_after_max", n.DEAD_AFTER_MAX_US),
+                          ("hold", n.HOLD_US)), size=1),
 )
 # declared at the top level in P4: written here and by DcProbe, read by DcRouting and DcForwarding
 REGISTERS = (
     Register(n.SPINE_HEARD, 48, n.LIVENESS_SPINES),
     Register(n.SPINE_ASKED, 48, n.LIVENESS_SPINES),
     Register(n.SPINE_HOLD, 48, n.LIVENESS_SPINES),
+    Register(n.SPINE_GAP, 32, n.LIVENESS_SPINES),
+    Register(n.SPINE_GAPVAR, 32, n.LIVENESS_SPINES),
 )
 
 COUNTERS = (Counter(n.SPINE_DEATHS, n.LIVENESS_SPINES, "packets"),)  # deaths that ended, per spine
@@ -40,13 +45,21 @@ MASK32 = (1 << 32) - 1
 LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
 
 
-def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int) -> bool:
+def spine_threshold(state: SwitchState, spine: int, dead_after: int, dead_max: int) -> int:
+    """How long ``spine`` may leave a probe unanswered before it is dead (the P4 action of the same name)."""
+    regs = state.registers
+    t = ((regs[n.SPINE_GAP].read(spine) >> 3) + regs[n.SPINE_GAPVAR].read(spine)) & MASK32
+    return max(min(t, dead_max), dead_after)
+
+
+def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, dead_max: int) -> bool:
     """Whether routing must leave ``spine`` out now (the P4 action of the same name)."""
     regs = state.registers
     heard = regs[n.SPINE_HEARD].read(spine)
     asked = regs[n.SPINE_ASKED].read(spine)
     hold = regs[n.SPINE_HOLD].read(spine)
-    return (asked > heard and ((now - asked) & MASK48) > dead_after) or heard < hold
+    threshold = spine_threshold(state, spine, dead_after, dead_max)
+    return (asked > heard and ((now - asked) & MASK48) > threshold) or heard < hold
 
 
 def apply(state: SwitchState, m: Meta) -> None:
@@ -55,7 +68,7 @@ def apply(state: SwitchState, m: Meta) -> None:
         return
     tables = state.tables
     _, p, _ = tables[n.LIVENESS_CONFIG].lookup()
-    m.dead_after, m.hold = p["dead_after"], p["hold"]
+    m.dead_after, m.dead_after_max, m.hold = p["dead_after"], p["dead_after_max"], p["hold"]
     action, p, hit = tables[n.PORT_SPINE].lookup(m.ingress_port)
     if action == n.SET_PORT_SPINE:
         m.from_spine = p["spine_id"]
@@ -63,11 +76,20 @@ def apply(state: SwitchState, m: Meta) -> None:
         return
     regs, s, now = state.registers, m.from_spine, m.ingress_global_timestamp
     heard, asked = regs[n.SPINE_HEARD].read(s), regs[n.SPINE_ASKED].read(s)
-    if asked > heard and ((now - asked) & MASK48) > m.dead_after:
-        # it was dead until now: held until hold time after it was found dead
-        regs[n.SPINE_HOLD].write(s, (asked + m.dead_after + m.hold) & MASK48)
-        state.counters[n.SPINE_DEATHS].count(s, m.packet_length)
-        if m.role == int(Role.CLIENT_LEAF):  # reported to the controller, its primary (see the P4 file)
-            detect, silent = (asked + m.dead_after - heard) & MASK48, (now - heard) & MASK48
-            state.emit_digest(n.SPINE_DEATH_DIGEST, (m.switch_id, s, detect & MASK32, silent & MASK32))
+    threshold = spine_threshold(state, s, m.dead_after, m.dead_after_max)
+    if asked > heard:
+        waited = (now - asked) & MASK48
+        if waited > threshold:
+            # it was dead until now: held until hold time after it was found dead
+            regs[n.SPINE_HOLD].write(s, (asked + threshold + m.hold) & MASK48)
+            state.counters[n.SPINE_DEATHS].count(s, m.packet_length)
+            if m.role == int(Role.CLIENT_LEAF):  # reported to the controller, its primary (see the P4 file)
+                detect, silent = (asked + threshold - heard) & MASK48, (now - heard) & MASK48
+                state.emit_digest(n.SPINE_DEATH_DIGEST, (m.switch_id, s, detect & MASK32, silent & MASK32))
+        # the wait is a sample of how fast s answers
+        w = min(waited, m.dead_after_max)
+        gap8, var4 = regs[n.SPINE_GAP].read(s), regs[n.SPINE_GAPVAR].read(s)
+        smoothed = gap8 >> 3
+        regs[n.SPINE_GAP].write(s, (gap8 - smoothed + w) & MASK32)
+        regs[n.SPINE_GAPVAR].write(s, (var4 - (var4 >> 2) + abs(w - smoothed)) & MASK32)
     regs[n.SPINE_HEARD].write(s, now)

@@ -69,9 +69,10 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     stats = state.counters[n.DC_STATS]
     if m.spine_cand != 0:
         now = m.ingress_global_timestamp
-        if spine_excluded(state, m.spine_cand, now, m.dead_after):
+        if spine_excluded(state, m.spine_cand, now, m.dead_after, m.dead_after_max):
             instead = 0  # another live replica spine, else no spine at all
-            if m.replicated and m.replica_alt != 0 and not spine_excluded(state, m.replica_alt, now, m.dead_after):
+            if (m.replicated and m.replica_alt != 0
+                    and not spine_excluded(state, m.replica_alt, now, m.dead_after, m.dead_after_max)):
                 instead = m.replica_alt
             m.spine_cand = instead
             stats.count(Stat.READ_REROUTED, m.packet_length)

@@ -94,15 +94,19 @@ MUTANTS = (
     Mutant("no hysteresis: a dead spine is back at its first reply", "control/liveness.p4",
            "|| heard < hold) ? 1w1 : 1w0;", ") ? 1w1 : 1w0;"),
     Mutant("hold counted from the reply, not from when the spine was found dead", "control/liveness.p4",
-           "spine_hold.write(s, asked + (bit<48>)meta.dead_after + (bit<48>)meta.hold);",
+           "spine_hold.write(s, asked + threshold + (bit<48>)meta.hold);",
            "spine_hold.write(s, now + (bit<48>)meta.hold);"),
     Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
     Mutant("a death's detection time counted from the probe, not from the last packet heard", "control/liveness.p4",
-           "bit<48> detect = asked + (bit<48>)meta.dead_after - heard;", "bit<48> detect = (bit<48>)meta.dead_after;"),
+           "bit<48> detect = asked + threshold - heard;", "bit<48> detect = threshold;"),
     Mutant("only probe replies are heard (traffic does not keep a spine alive)", "control/liveness.p4",
            "if (port_spine.apply().hit && meta.from_spine != 0) {",
            "if (port_spine.apply().hit && meta.from_spine != 0 && hdr.dc.isValid() && hdr.dc.op == OP_PROBE_REPLY) {"),
     Mutant("probe replies not counted", "control/probe.p4", "probes_answered.count((bit<32>)meta.from_spine);", ""),
+    Mutant("a fixed threshold: how slowly a spine answers is not learned", "control/liveness.p4",
+           "bit<32> t = (gap8 >> 3) + var4;", "bit<32> t = 0;"),
+    Mutant("the threshold never comes down to dead_after", "control/liveness.p4",
+           "var4 - (var4 >> 2) + dev", "var4 + dev"),
 )
 
 

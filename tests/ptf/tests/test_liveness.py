@@ -2,8 +2,9 @@
 
 The controller's probe for a spine enters a leaf as a P4Runtime PacketOut (controller.probes) and leaves
 up that spine's port; the spine reflects it back down the same port; the leaf counts both per spine.  A
-probed spine the leaf hears nothing from for DEAD_AFTER_US (30 ms) is dead: reads and transit go around
-it until it is heard from HOLD_US (100 ms) or more after it was found dead.  Without probes nothing is
+probed spine the leaf hears nothing from for DEAD_AFTER_US (30 ms) is dead -- longer where it answered
+slowly before, up to DEAD_AFTER_MAX_US -- and reads and transit go around it until it is heard from HOLD_US
+(100 ms) or more after it was found dead.  Without probes nothing is
 ever excluded.  The test plays the spines (cl0 and sl0: port 2 faces sp0, port 3 sp1), or the leaves
 (sp0: port 1 faces sl0, port 3 cl0).  KEY's spine and transit spine are sp0; the slot's other spine is
 sp1, so a read around a dead sp0 leaves by port 3.  Waits are lower bounds only (a dead spine is waited
@@ -36,6 +37,7 @@ from tests.ptf.dctest import (
 )
 
 DEAD = n.DEAD_AFTER_US / 1e6
+DEAD_MAX = n.DEAD_AFTER_MAX_US / 1e6
 HOLD = n.HOLD_US / 1e6
 MARGIN = 0.02
 PORT = LEAF_UPLINK  # a leaf's port to each spine
@@ -58,9 +60,10 @@ class _Liveness(DcTest):
         port, m = self.exchange(1, dc_frame(CLIENT.ip, SERVER.ip, get))
         return port, m.target
 
-    def liveness(self, dead_after: float, hold: float) -> None:
+    def liveness(self, dead_after: float, hold: float, dead_after_max: float | None = None) -> None:
         self.set_default(n.LIVENESS_CONFIG, n.SET_LIVENESS,
-                         {"dead_after": round(dead_after * 1e6), "hold": round(hold * 1e6)})
+                         {"dead_after": round(dead_after * 1e6), "hold": round(hold * 1e6),
+                          "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6)})
 
 
 class ProbesGoUpToTheirSpineAndAreCounted(_Liveness):
@@ -177,12 +180,39 @@ class OnlyTheOldestUnansweredProbeCounts(_Liveness):
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
 
 
+class ASlowSpineIsWaitedForLongerAFastOneNot(_Liveness):
+    """The threshold adapts (smoothed wait + 4 x its deviation, within [DEAD_AFTER, DEAD_AFTER_MAX]): sp0
+    answers six probes 80 ms late -- the first wait is a death (30 ms then), the next ones are not, as the
+    threshold grows past 80 ms -- and a 60 ms silence after them leaves sp0 in use (with a fixed 30 ms it
+    was out).  Answered at once 25 times, the threshold is back at DEAD_AFTER: silent past it, sp0 is
+    dead again.  The waits are lower bounds; the one upper bound (the 60 ms silence) has ~150 ms slack."""
+
+    def runTest(self) -> None:
+        for seq in range(1, 7):
+            self.probe(SP0, seq)
+            time.sleep(0.08)
+            self.answer(SP0, seq)
+        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+        self.probe(SP0, seq=7)
+        self.wait_until(time.monotonic() + 2 * DEAD)
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+        self.answer(SP0, seq=7)
+        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+        for seq in range(8, 33):
+            self.probe(SP0, seq)
+            self.answer(SP0, seq)
+        self.silence(SP0, seq=33)
+        self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
+        self.assertEqual(self.stat(Stat.READ_REROUTED), 1)
+
+
 class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
     """Dead, then answering again HOLD after it was found dead: the next read goes to it again."""
 
     def runTest(self) -> None:
         self.assertEqual(self.sw.read_default(n.LIVENESS_CONFIG),
-                         (n.SET_LIVENESS, {"dead_after": n.DEAD_AFTER_US, "hold": n.HOLD_US}))
+                         (n.SET_LIVENESS, {"dead_after": n.DEAD_AFTER_US, "dead_after_max": n.DEAD_AFTER_MAX_US,
+                                           "hold": n.HOLD_US}))
         asked_by = self.silence(SP0)
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
         self.wait_until(asked_by + DEAD + HOLD + MARGIN)

@@ -76,8 +76,8 @@ def apply(state: SwitchState, m: Meta) -> None:
         return
     regs, s, now = state.registers, m.from_spine, m.ingress_global_timestamp
     heard, asked = regs[n.SPINE_HEARD].read(s), regs[n.SPINE_ASKED].read(s)
-    threshold = spine_threshold(state, s, m.dead_after, m.dead_after_max)
-    if asked > heard:
+    if asked > heard:  # a wait ends (only then is the threshold needed)
+        threshold = spine_threshold(state, s, m.dead_after, m.dead_after_max)
         waited = (now - asked) & MASK48
         if waited > threshold:
             # it was dead until now: held until hold time after it was found dead

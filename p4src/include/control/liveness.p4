@@ -133,8 +133,8 @@ control DcLiveness(inout headers_t hdr,
                 bit<48> threshold;
                 spine_heard.read(heard, s);
                 spine_asked.read(asked, s);
-                spine_threshold(meta.from_spine, meta.dead_after, meta.dead_after_max, threshold);
-                if (asked > heard) {
+                if (asked > heard) {  /* a wait ends (only then is the threshold needed) */
+                    spine_threshold(meta.from_spine, meta.dead_after, meta.dead_after_max, threshold);
                     bit<48> waited = now - asked;
                     if (waited > threshold) {
                         /* it was dead until now: held until hold time after it was found dead */

@@ -19,6 +19,8 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 TARGET ?= softswitch
 TOPO ?= topologies/demo-2spine-2rack.json
+# SWITCH_LOG=packets: BMv2's per-packet trace in runs/<time>/<switch>.txt (~10x slower); events by default
+SWITCH_LOG ?= events
 APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
                 ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool rumur gcc
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
@@ -75,13 +77,13 @@ else
 endif
 
 run: build
-	$(PY) -m dcnet.demo --target $(TARGET) --topo $(TOPO)
+	$(PY) -m dcnet.demo --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG)
 
 up: build
-	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO)
+	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG)
 
 emulate: build
-	$(PY) -m dcnet.emulate --target $(TARGET)
+	$(PY) -m dcnet.emulate --target $(TARGET) --switch-log $(SWITCH_LOG)
 
 linearizability: build
 	$(PY) -m dcnet.linearizability --target $(TARGET) $(if $(SEED),--seed $(SEED))

@@ -1,9 +1,10 @@
-"""A deployment leaves no process, interface or namespace behind when it stops."""
+"""A deployment leaves no process, interface or namespace behind when it stops, and logs what it is asked to."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -60,3 +61,16 @@ def test_stop_leaves_nothing_behind(tmp_path, interrupt: bool) -> None:  # noqa:
     assert _our_links(cluster) == []
     assert _netns_inodes() <= namespaces_before
     assert (tmp_path / "run" / "sp0.log").exists()
+
+
+@pytest.mark.bmv2
+@pytest.mark.skipif(not shutil.which("simple_switch_grpc") or not shutil.which("p4c-bm2-ss"),
+                    reason="needs BMv2 and p4c")
+def test_packets_switch_log_traces_every_packet(tmp_path) -> None:  # noqa: ANN001
+    """switch_log="packets" gives BMv2's per-packet trace, as the p4lang tutorials' logs do."""
+    with Deployment(Cluster(), target="bmv2", run_dir=tmp_path / "run", switch_log="packets") as d:
+        c = d.client()
+        assert c.call("put", "traced", "v")["ok"]
+        assert c.call("get", "traced")["value"] == "v"
+        text = "".join(p.read_text(errors="replace") for p in sorted((tmp_path / "run").glob("sl0*.txt")))
+        assert "Processing packet received on port" in text

@@ -46,7 +46,7 @@ from rich.text import Text
 from client_lib.workload import BenchConfig
 from controller.switchproc import SwitchProcesses
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.p4switch import TargetMissing
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissing
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
@@ -172,7 +172,8 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
     shape = (f"{cluster.spines} spines, {cluster.storage_racks} storage racks x {cluster.servers_per_rack} servers, "
              f"{cluster.client_racks} client racks, {cluster.mechanism.name.lower()}")
     with console.status(f"starting {args.target} topology {args.topo.name} ({shape})..."):
-        dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, pcap=args.pcap)
+        dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, pcap=args.pcap,
+                         switch_log=args.switch_log)
         dep.__enter__()
     try:
         console.print(f"[green]topology up[/] — logs in {dep.run_dir}")
@@ -231,8 +232,10 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                                 f"read p99 {timeline.read_p99_ms(e):.1f} ms; write p99 up to "
                                 f"{timeline.write_p99_ms(e):.0f} ms; failed ops {timeline.failed_ops(e)}"
                                 + detection(e, list(status.spine_deaths)))
-        ended = sum(v for s in status.switches for v in s.spine_deaths.values())
-        summary.add_row("spine deaths seen by the leaves' data planes", f"{ended}")
+        seen = {f"{s.name}: {spine}": v for s in status.switches for spine, v in sorted(s.spine_deaths.items()) if v}
+        ended = sum(seen.values())
+        summary.add_row("spine deaths seen by the leaves' data planes",
+                        f"{ended}" + (f" ({', '.join(f'{k} {v}' for k, v in seen.items())})" if seen else ""))
         Console().print(summary)
         errors = report["error_count"]
         failovers = status.failovers
@@ -247,6 +250,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO,
                     help=f"cluster description (JSON; default {DEFAULT_TOPO.relative_to(DEFAULT_TOPO.parents[1])})")
     ap.add_argument("--keys", type=int, default=10_000, help="keys in the workload (all loaded first)")

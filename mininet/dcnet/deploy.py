@@ -217,9 +217,9 @@ class WorkloadSession:
 class Deployment:
     def __init__(self, cluster: Cluster, target: str = "softswitch", run_dir: Path | None = None,
                  pcap: bool = False, quiet: bool = True, shim_args: list[str] | None = None,
-                 switch_args: list[str] | None = None) -> None:
+                 switch_args: list[str] | None = None, switch_log: str = "events") -> None:
         check_target(target)
-        self.cluster, self.target, self.pcap = cluster, target, pcap
+        self.cluster, self.target, self.pcap, self.switch_log = cluster, target, pcap, switch_log
         self.shim_args = list(shim_args or [])  # extra shim options (tests: e.g. a deliberately broken mode)
         self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
         self.run_dir = run_dir or new_run_dir()
@@ -272,7 +272,7 @@ class Deployment:
             (self.run_dir / "pcap").mkdir(exist_ok=True)
         topo = LeafSpineTopo(cluster=self.cluster)
         switch = partial(P4RuntimeSwitch, run_dir=str(self.run_dir), target=self.target, pcap=self.pcap,
-                         extra_args=self.switch_args)
+                         switch_log=self.switch_log, extra_args=self.switch_args)
         self.net = Mininet(topo=topo, switch=switch, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False, link=TCLink if self.cluster.link_mbps else Link)
         self.net.build()

@@ -64,7 +64,7 @@ from rich.table import Table  # noqa: E402
 from controller.shim_link import ShimLink  # noqa: E402
 from controller.switchproc import SwitchProcesses  # noqa: E402
 from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir  # noqa: E402
-from dcnet.p4switch import TargetMissing  # noqa: E402
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissing  # noqa: E402
 from distcache import p4names as n  # noqa: E402
 from distcache.cluster import Cluster, Role  # noqa: E402
 from distcache.cmdline import ArgumentParser, input_file, load_cluster
@@ -400,6 +400,7 @@ def render(points: list[Point]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.emulate", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="softswitch", choices=["softswitch", "bmv2"])
+    ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument("--topo", type=input_file, default=TOPOLOGY, help="cluster file (default %(default)s)")
     ap.add_argument("--keys", type=int, default=5000, help="key space (all loaded; default 5000)")
     ap.add_argument("--step-seconds", type=float, default=3.0, help="seconds per ramp step (default 3)")
@@ -428,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     points: list[Point] = []
     try:
-        with Deployment(cluster, target=args.target, run_dir=run_dir) as dep:
+        with Deployment(cluster, target=args.target, run_dir=run_dir, switch_log=args.switch_log) as dep:
             em = Emulation(dep, cluster, args.keys, args.step_seconds, args.warm_seconds)
             try:
                 fig9 = sweep(em, "fig9a", mechanisms, skews, lambda z: (z, 0.0)) if "9a" in figures or "11" in \

@@ -27,6 +27,18 @@ TARGETS = ("softswitch", "bmv2")
 BMV2_BINARY = "simple_switch_grpc"
 BMV2_CPU_PORT = p4names.CPU_PORT  # packet-out (probes) enters here; 511 is BMv2's drop port
 BMV2_THRIFT_BASE = 9090  # one Thrift (debug CLI) port per switch: 9090 + device id
+# What a switch writes to its log in the run folder (softswitch: <switch>.log; BMv2: <switch>.txt, rotated
+# at 5 MB into <switch>.1.txt...).  "packets": BMv2 logs every packet's
+# parse, tables and actions (trace level, flushed line by line: the p4lang tutorials' logs/s1.log) --
+# the way to see why a packet went where it did, but BMv2 then forwards ~10x slower, on a loaded machine
+# slowly enough that leaves take healthy spines for dead (softswitch has no per-packet log -- its
+# `--pcap` is the packet view -- and logs its P4Runtime sessions in detail).  "events", the default:
+# pipeline, table and session events and warnings only.
+SWITCH_LOGS = ("events", "packets")
+SWITCH_LOG_HELP = ("what each switch logs in the run folder: events (default) or packets (BMv2's per-packet "
+                   "trace; ~10x slower)")
+_LOG_LEVEL = {("bmv2", "packets"): ["--log-level", "trace", "--log-flush"], ("bmv2", "events"): ["--log-level", "info"],
+              ("softswitch", "packets"): ["--log-level", "debug"], ("softswitch", "events"): ["--log-level", "info"]}
 
 
 class TargetMissing(RuntimeError):
@@ -59,12 +71,15 @@ class P4RuntimeSwitch(Switch):
     """A switch whose data plane is a softswitch or BMv2 process."""
 
     def __init__(self, name: str, *, device_id: int, grpc_port: int, run_dir: str, target: str = "softswitch",
-                 pcap: bool = False, extra_args: tuple[str, ...] = (), **params: object) -> None:
+                 pcap: bool = False, switch_log: str = "events", extra_args: tuple[str, ...] = (),
+                 **params: object) -> None:
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
         self.device_id, self.grpc_port, self.run_dir = device_id, grpc_port, Path(run_dir)
-        self.target, self.pcap = target, pcap
+        if switch_log not in SWITCH_LOGS:
+            raise ValueError(f"unknown switch log {switch_log!r}; use one of {', '.join(SWITCH_LOGS)}")
+        self.target, self.pcap, self.switch_log = target, pcap, switch_log
         self.extra_args = list(extra_args)  # appended to the switch process's command line
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
@@ -82,12 +97,13 @@ class P4RuntimeSwitch(Switch):
         addr = f"127.0.0.1:{self.grpc_port}"
         if self.target == "bmv2":
             cmd = [BMV2_BINARY, "--device-id", str(self.device_id), *self.port_args(), "--log-file", log[:-4],
-                   "--log-flush", "--no-p4", "--thrift-port", str(BMV2_THRIFT_BASE + self.device_id)]
+                   *_LOG_LEVEL[self.target, self.switch_log], "--no-p4",
+                   "--thrift-port", str(BMV2_THRIFT_BASE + self.device_id)]
             if self.pcap:
                 cmd += ["--pcap", str(self.run_dir / "pcap")]
             return cmd + ["--", "--grpc-server-addr", addr, "--cpu-port", str(BMV2_CPU_PORT)]
         cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--grpc-addr", addr,
-               *self.port_args(), "--log-file", log]
+               *self.port_args(), "--log-file", log, *_LOG_LEVEL[self.target, self.switch_log]]
         if self.pcap:
             cmd += ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
         return cmd + self.extra_args

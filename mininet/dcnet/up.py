@@ -24,7 +24,7 @@ from rich.text import Text
 
 from dcnet.demo import DEFAULT_TOPO
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.p4switch import TargetMissing
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissing
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
 console = Console(stderr=True)
@@ -34,6 +34,7 @@ VENV_BIN = Path(sys.executable).parent
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.up", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO, help="cluster description (JSON)")
     ap.add_argument("--run-dir", type=output_dir, help="where logs go (default runs/<timestamp>)")
     args = ap.parse_args(argv)
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with console.status(f"starting {args.target} topology {args.topo.name}..."):
-            dep = Deployment(cluster, target=args.target, run_dir=args.run_dir)
+            dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, switch_log=args.switch_log)
             dep.__enter__()
     except (OSError, ValueError, TargetMissing, DeploymentError) as e:
         console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)  # data, not markup

@@ -52,8 +52,9 @@ def main() -> None:
     pipe.process(leaf, 1, up(Message(op=Op.INVALIDATE, key=key, seq=9)), 0)
     pipe.process(leaf, 1, up(Message(op=Op.UPDATE, key=key, seq=9, value=b"v" * 64)), 0)
     get = lambda target: bytes(frame(Message(op=Op.GET, key=key, seq=2, target=target), cli.ip, srv.ip))  # noqa: E731
-    reply = bytes(frame(Message(op=Op.GET_REPLY, key=key, seq=2, value=b"v" * 64), srv.ip, cli.ip,
-                        sport=DC_PORT, dport=40000))
+    reply = bytes(
+        frame(Message(op=Op.GET_REPLY, key=key, seq=2, value=b"v" * 64), srv.ip, cli.ip, sport=DC_PORT, dport=40000)
+    )
     rows = [
         ("storage leaf: cache hit (64 B value)", leaf, 2, get(64)),
         ("storage leaf: read for another cache", leaf, 2, get(1)),

@@ -16,7 +16,7 @@ def cpu_seconds(pid: int | None) -> float:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return math.nan
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

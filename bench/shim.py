@@ -163,8 +163,9 @@ class LoadSpec:
 
 
 async def _load(index: int, spec: LoadSpec) -> dict:
-    client = await AsyncClient(Cluster(), resolve=lambda _host: (HOST, spec.port), timeout=REPLY_TIMEOUT,
-                               retries=0).start()
+    client = await AsyncClient(
+        Cluster(), resolve=lambda _host: (HOST, spec.port), timeout=REPLY_TIMEOUT, retries=0
+    ).start()
     await asyncio.sleep(max(0.0, spec.start_at - time.time()))
     begin = time.perf_counter() + WARMUP
     end = begin + spec.seconds
@@ -173,7 +174,7 @@ async def _load(index: int, spec: LoadSpec) -> dict:
 
     async def task(t: int) -> None:
         if spec.op == "get":
-            keys = spec.keys[(index * 7919 + t * 104729) % len(spec.keys):] + spec.keys  # spread tasks over keys
+            keys = spec.keys[(index * 7919 + t * 104729) % len(spec.keys) :] + spec.keys  # spread tasks over keys
         else:
             keys = tuple(f"bench:put:{index}:{t}:{i}" for i in range(32))  # no two tasks write one key
         n = 0
@@ -298,9 +299,24 @@ class Env:
 
 def start_redis(procs: Processes, tmp: Path) -> tuple[subprocess.Popen, Path]:
     sock = tmp / "redis.sock"
-    proc = procs.popen("redis-server", ["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
-                                        "--appendonly", "no", "--dir", str(tmp)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = procs.popen(
+        "redis-server",
+        [
+            "redis-server",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import redis  # only the harness process needs it
 
     deadline = time.monotonic() + 10
@@ -317,9 +333,26 @@ def start_redis(procs: Processes, tmp: Path) -> tuple[subprocess.Popen, Path]:
 
 def shim_command(cluster_file: Path, redis_sock: Path, control: str, peer_port: int, log_file: Path) -> list[str]:
     """How the shim is started: exactly as a deployment starts it, but on loopback with a coherence peer."""
-    return [sys.executable, "-m", "shim", "--cluster", str(cluster_file), "--server", "r0s0", "--listen", HOST,
-            "--redis-url", f"unix://{redis_sock}", "--control", control,
-            "--coherence-peer", f"{HOST}:{peer_port}", "--fresh", "--log-file", str(log_file)]
+    return [
+        sys.executable,
+        "-m",
+        "shim",
+        "--cluster",
+        str(cluster_file),
+        "--server",
+        "r0s0",
+        "--listen",
+        HOST,
+        "--redis-url",
+        f"unix://{redis_sock}",
+        "--control",
+        control,
+        "--coherence-peer",
+        f"{HOST}:{peer_port}",
+        "--fresh",
+        "--log-file",
+        str(log_file),
+    ]
 
 
 def start_shim(procs: Processes, argv: list[str], log_file: Path) -> subprocess.Popen:
@@ -328,8 +361,14 @@ def start_shim(procs: Processes, argv: list[str], log_file: Path) -> subprocess.
             probe.bind((HOST, DC_PORT))
         except OSError as e:
             raise RuntimeError(f"UDP {HOST}:{DC_PORT} is taken ({e.strerror}); another bench-shim?") from None
-    proc = procs.popen("shim", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       cwd=Path(__file__).resolve().parents[1])
+    proc = procs.popen(
+        "shim",
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -389,9 +428,14 @@ class LoadResult:
     # across machines where throughput is not (the generators share the same cores)
 
 
-def measure_window(watch: dict[str, int], progress: Progress, bar: TaskID, t0: float, seconds: float,
-                   during: Callable[[], subprocess.Popen] | None = None
-                   ) -> tuple[dict[str, float], float, subprocess.Popen | None]:
+def measure_window(
+    watch: dict[str, int],
+    progress: Progress,
+    bar: TaskID,
+    t0: float,
+    seconds: float,
+    during: Callable[[], subprocess.Popen] | None = None,
+) -> tuple[dict[str, float], float, subprocess.Popen | None]:
     """CPU % of each watched pid, and of everything else, from now until ``t0 + WARMUP + seconds``.
 
     ``during`` starts a helper as the window opens (py-spy); its CPU is watched too and it is returned.
@@ -409,9 +453,18 @@ def measure_window(watch: dict[str, int], progress: Progress, bar: TaskID, t0: f
     return cpu, 100 * (machine_busy() - busy0) / window - sum(cpu.values()), helper
 
 
-def run_load(env: Env, progress: Progress, label: str, port: int, op: str, concurrency: int, seconds: float,
-             watch: dict[str, int], keys: tuple[str, ...] = (),
-             during: Callable[[], subprocess.Popen] | None = None) -> LoadResult:
+def run_load(
+    env: Env,
+    progress: Progress,
+    label: str,
+    port: int,
+    op: str,
+    concurrency: int,
+    seconds: float,
+    watch: dict[str, int],
+    keys: tuple[str, ...] = (),
+    during: Callable[[], subprocess.Popen] | None = None,
+) -> LoadResult:
     """Run one phase on every generator at once and gather it; ``watch`` names the pids whose CPU to report.
 
     ``during`` is called when the measured window opens and returns a helper it started (py-spy), whose CPU
@@ -444,12 +497,20 @@ def run_load(env: Env, progress: Progress, label: str, port: int, op: str, concu
     progress.update(bar, completed=seconds + WARMUP)
     latencies.sort()
     gens = [k for k in cpu if k.startswith("gen")]
-    cpu = {k: v for k, v in cpu.items() if k not in gens} | {"generators": sum(cpu[k] for k in gens),
-                                                             "others": max(0.0, others)}
+    cpu = {k: v for k, v in cpu.items() if k not in gens} | {
+        "generators": sum(cpu[k] for k in gens),
+        "others": max(0.0, others),
+    }
     rate = len(latencies) / seconds
     per_op = {k: round(v * 1e4 / rate, 1) for k, v in cpu.items() if k not in ("others", "py-spy") and rate}
-    return LoadResult(rate, 1e6 * percentile(latencies, 0.5), 1e6 * percentile(latencies, 0.99),
-                      dict(errors), {k: round(v, 1) for k, v in cpu.items()}, per_op)
+    return LoadResult(
+        rate,
+        1e6 * percentile(latencies, 0.5),
+        1e6 * percentile(latencies, 0.99),
+        dict(errors),
+        {k: round(v, 1) for k, v in cpu.items()},
+        per_op,
+    )
 
 
 @dataclass
@@ -473,13 +534,21 @@ def redis_benchmark(env: Env, concurrency: int, seconds: float, progress: Progre
     """Redis's own ceiling at the same concurrency and value size, sized by a short probe to last ~seconds."""
     base = ["redis-benchmark", "-s", str(env.redis_sock), "-c", str(concurrency), "-q", "-d", "32"]
     bar = progress.add_task("redis-benchmark", total=None)
-    probe = _rps(subprocess.run([*base, "-t", "get", "-n", "20000"], capture_output=True, text=True, timeout=60,
-                                check=True).stdout)
+    probe = _rps(
+        subprocess.run(
+            [*base, "-t", "get", "-n", "20000"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    )
     n = max(20000, int(probe.get("GET", 20000) * seconds))
     ru0, cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(env.redis.pid)
     busy0, t0 = machine_busy(), time.monotonic()
-    out = subprocess.run([*base, "-t", "get,set", "-n", str(n)], capture_output=True, text=True,
-                         timeout=max(60.0, 20 * seconds), check=True).stdout
+    out = subprocess.run(
+        [*base, "-t", "get,set", "-n", str(n)],
+        capture_output=True,
+        text=True,
+        timeout=max(60.0, 20 * seconds),
+        check=True,
+    ).stdout
     wall = time.monotonic() - t0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     bench_cpu = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / wall * 100
@@ -490,10 +559,16 @@ def redis_benchmark(env: Env, concurrency: int, seconds: float, progress: Progre
     rps = _rps(out)
     if "GET" not in rps or "SET" not in rps:
         raise RuntimeError(f"cannot read redis-benchmark's output:\n{out[-1000:]}")
-    return RedisBench(rps["GET"], rps["SET"], n, {"redis": round(redis_cpu, 1), "redis-benchmark": round(bench_cpu, 1),
-                                                   "others": round(max(0.0, others), 1)},
-                      {"redis": round(1e6 * redis_cpu_s / (2 * n), 1),
-                       "redis-benchmark": round(bench_cpu / 100 * wall * 1e6 / (2 * n), 1)})
+    return RedisBench(
+        rps["GET"],
+        rps["SET"],
+        n,
+        {"redis": round(redis_cpu, 1), "redis-benchmark": round(bench_cpu, 1), "others": round(max(0.0, others), 1)},
+        {
+            "redis": round(1e6 * redis_cpu_s / (2 * n), 1),
+            "redis-benchmark": round(bench_cpu / 100 * wall * 1e6 / (2 * n), 1),
+        },
+    )
 
 
 @dataclass
@@ -546,8 +621,9 @@ def write_latency(env: Env, ops: int) -> tuple[dict[str, Latency], dict]:
 
 
 def py_spy() -> str | None:
-    return shutil.which("py-spy") or next((str(p) for p in [Path(sys.executable).parent / "py-spy"] if p.exists()),
-                                          None)
+    return shutil.which("py-spy") or next(
+        (str(p) for p in [Path(sys.executable).parent / "py-spy"] if p.exists()), None
+    )
 
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -556,14 +632,16 @@ CATEGORIES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     # A sample goes to the first category that any frame of its stack matches: a Redis read that ends in
     # asyncio's stream code is Redis time, an encode called from the read batch is encode time.
     ("wire decode (distcache.wire.decode)", lambda f, p: f == "decode" and p.endswith("distcache/wire.py")),
-    ("wire encode (distcache.wire.encode + Message.reply)",
-     lambda f, p: f in ("encode", "Message.reply") and p.endswith("distcache/wire.py")),
-    ("Redis round trip (redis-py + hiredis, client side)", lambda f, p: p.startswith("redis/") or "/redis/" in p),
-    ("UDP sendto (syscall; loopback delivery included)", lambda f, p: f.endswith("DatagramTransport.sendto")),
-    ("UDP receive + dispatch (recvfrom, on_datagram)", lambda f, p: f.endswith("DatagramTransport._read_ready")),
-    ("epoll wait (idle: nothing ready)", lambda f, p: f.endswith("Selector.select")),
-    ("shim request logic (shim/*)", lambda f, p: p.startswith("shim/")),
-    ("event loop (asyncio scheduling, tasks)", lambda f, p: p.startswith("asyncio/")),
+    (
+        "wire encode (distcache.wire.encode + Message.reply)",
+        lambda f, p: f in ("encode", "Message.reply") and p.endswith("distcache/wire.py"),
+    ),
+    ("Redis round trip (redis-py + hiredis, client side)", lambda _f, p: p.startswith("redis/") or "/redis/" in p),
+    ("UDP sendto (syscall; loopback delivery included)", lambda f, _p: f.endswith("DatagramTransport.sendto")),
+    ("UDP receive + dispatch (recvfrom, on_datagram)", lambda f, _p: f.endswith("DatagramTransport._read_ready")),
+    ("epoll wait (idle: nothing ready)", lambda f, _p: f.endswith("Selector.select")),
+    ("shim request logic (shim/*)", lambda _f, p: p.startswith("shim/")),
+    ("event loop (asyncio scheduling, tasks)", lambda _f, p: p.startswith("asyncio/")),
 )
 
 
@@ -576,9 +654,26 @@ def profiler(procs: Processes, spy: str, pid: int, seconds: float, out: Path) ->
     """
 
     def start() -> subprocess.Popen:
-        return procs.popen("py-spy", [spy, "record", "--threads", "-r", str(PROFILE_RATE), "-f", "raw",
-                                      "-d", str(math.ceil(seconds) + 10), "-o", str(out), "-p", str(pid)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return procs.popen(
+            "py-spy",
+            [
+                spy,
+                "record",
+                "--threads",
+                "-r",
+                str(PROFILE_RATE),
+                "-f",
+                "raw",
+                "-d",
+                str(math.ceil(seconds) + 10),
+                "-o",
+                str(out),
+                "-p",
+                str(pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     return start
 
@@ -612,27 +707,54 @@ def summarize_profile(raw: Path, top: int = 15) -> dict:
         cats[next((c for c, pred in CATEGORIES if any(pred(*fp) for fp in names)), "other")] += n
     incl = Counter({name: v for name, v in incl.items() if v < 0.99 * total})
     pct = lambda c, k: {name: round(100 * v / max(total, 1), 1) for name, v in c.most_common(k)}  # noqa: E731
-    return {"samples": total, "own_percent": pct(own, top), "inclusive_percent": pct(incl, top),
-            "category_percent": pct(cats, None)}
+    return {
+        "samples": total,
+        "own_percent": pct(own, top),
+        "inclusive_percent": pct(incl, top),
+        "category_percent": pct(cats, None),
+    }
 
 
 # -- report --------------------------------------------------------------------------------------------------
 
 
 DCLOAD = Path(__file__).resolve().parents[1] / "build" / "dcload"  # tools/dcload, built by make deps
-SEQ_OFFSET = sum(w for name, w in HEADER_FIELDS[:[n for n, _ in HEADER_FIELDS].index("seq")]) // 8
+SEQ_OFFSET = sum(w for name, w in HEADER_FIELDS[: [n for n, _ in HEADER_FIELDS].index("seq")]) // 8
 
 
-def compiled_load(env: Env, progress: Progress, label: str, requests: list[bytes], concurrency: int, seconds: float,
-                  watch: dict[str, int], tmp: Path) -> LoadResult:
+def compiled_load(
+    progress: Progress,
+    label: str,
+    requests: list[bytes],
+    concurrency: int,
+    seconds: float,
+    watch: dict[str, int],
+    tmp: Path,
+) -> LoadResult:
     """One phase driven by dcload (Go): the same requests, encoded here, at a fraction of the CPU per request."""
     reqs = tmp / f"dcload-{len(requests)}-{requests[0][1]}.hex"
     reqs.write_text("".join(r.hex() + "\n" for r in requests))
     bar = progress.add_task(label, total=seconds + WARMUP)
-    proc = subprocess.Popen([str(DCLOAD), "-target", f"{HOST}:{DC_PORT}", "-requests", str(reqs),
-                             "-seq-offset", str(SEQ_OFFSET), "-concurrency", str(concurrency),
-                             "-duration", f"{seconds}s", "-warmup", f"{WARMUP}s"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(DCLOAD),
+            "-target",
+            f"{HOST}:{DC_PORT}",
+            "-requests",
+            str(reqs),
+            "-seq-offset",
+            str(SEQ_OFFSET),
+            "-concurrency",
+            str(concurrency),
+            "-duration",
+            f"{seconds}s",
+            "-warmup",
+            f"{WARMUP}s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     t0 = time.monotonic()
     time.sleep(WARMUP)
     cpu, others, _ = measure_window({**watch, "generators": proc.pid}, progress, bar, t0, seconds)
@@ -643,13 +765,20 @@ def compiled_load(env: Env, progress: Progress, label: str, requests: list[bytes
     progress.update(bar, completed=seconds + WARMUP)
     rate = res["ops"] / seconds
     per_op = {k: round(v * 1e4 / rate, 1) for k, v in cpu.items() if rate}
-    return LoadResult(rate, res["p50_us"], res["p99_us"], {"timeout": res["timeouts"]} if res["timeouts"] else {},
-                      {**{k: round(v, 1) for k, v in cpu.items()}, "others": round(max(0.0, others), 1)}, per_op)
+    return LoadResult(
+        rate,
+        res["p50_us"],
+        res["p99_us"],
+        {"timeout": res["timeouts"]} if res["timeouts"] else {},
+        {**{k: round(v, 1) for k, v in cpu.items()}, "others": round(max(0.0, others), 1)},
+        per_op,
+    )
 
 
 # The switch phase's deployment: small enough for 2 cores, big enough that hits and misses both happen.
-SWITCH_CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=16, hh_threshold=4,
-                         insert_rate=20.0, insert_burst=20)
+SWITCH_CLUSTER = Cluster(
+    spines=2, storage_racks=2, client_racks=1, cache_slots=16, hh_threshold=4, insert_rate=20.0, insert_burst=20
+)
 SWITCH_KEYS = 2000
 
 
@@ -659,8 +788,10 @@ def switch_latency(seconds: float, progress: Progress) -> dict[str, Latency]:
 
     base = {"keys": SWITCH_KEYS, "zipf": 0.99, "read_ratio": 1.0, "value_size": 32, "load_keys": SWITCH_KEYS}
     bar = progress.add_task("switch path: hits vs misses", total=2)
-    with tempfile.TemporaryDirectory(prefix="bench-shim-net-") as run_dir, \
-            Deployment(SWITCH_CLUSTER, run_dir=Path(run_dir)) as dep:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-shim-net-") as run_dir,
+        Deployment(SWITCH_CLUSTER, run_dir=Path(run_dir)) as dep,
+    ):
         client = SWITCH_CLUSTER.client(0, 0)
         for _ in dep.bench(client, {**base, "concurrency": 8, "duration": 6}):  # fills the caches
             pass
@@ -679,58 +810,93 @@ def switch_latency(seconds: float, progress: Progress) -> dict[str, Latency]:
 
 def summary_line(fig: dict) -> str:
     hit, miss = fig.get("hit_p50_us"), fig.get("miss_p50_us")
-    return (f"shim_get_vs_redis={fig['shim_get_vs_redis']:.2f} shim_put_vs_redis={fig['shim_put_vs_redis']:.2f} "
-            f"hit_p50_us={'na' if hit is None else f'{hit:.0f}'} miss_p50_us={'na' if miss is None else f'{miss:.0f}'} "
-            f"uncached_put_p50_us={fig['uncached_put_p50_us']:.0f} cached_put_p50_us={fig['cached_put_p50_us']:.0f}")
+    return (
+        f"shim_get_vs_redis={fig['shim_get_vs_redis']:.2f} shim_put_vs_redis={fig['shim_put_vs_redis']:.2f} "
+        f"hit_p50_us={'na' if hit is None else f'{hit:.0f}'} miss_p50_us={'na' if miss is None else f'{miss:.0f}'} "
+        f"uncached_put_p50_us={fig['uncached_put_p50_us']:.0f} cached_put_p50_us={fig['cached_put_p50_us']:.0f}"
+    )
 
 
 def render(fig: dict, out: Console) -> None:
-    t = Table(title=f"shim vs redis-benchmark (concurrency {fig['config']['concurrency']}, "
-                    f"{fig['config']['procs']} generator process(es), {fig['config']['seconds']} s per phase)")
+    t = Table(
+        title=f"shim vs redis-benchmark (concurrency {fig['config']['concurrency']}, "
+        f"{fig['config']['procs']} generator process(es), {fig['config']['seconds']} s per phase)"
+    )
     left = ("measurement", "CPU % (100 = 1 core)", "CPU µs per request")
     for col in ("measurement", "ops/s", "p50 µs", "p99 µs", "errors", *left[1:]):
         t.add_column(col, justify="left" if col in left else "right")
     fmt_cpu = lambda c: ", ".join(f"{k} {v:.0f}" for k, v in c.items())  # noqa: E731
-    names = {"echo": "UDP echo server GET (generator ceiling)", "get": "shim GET (preloaded keys)",
-             "put": "shim PUT (uncached keys)", "get_compiled": "shim GET, compiled generator",
-             "put_compiled": "shim PUT, compiled generator"}
+    names = {
+        "echo": "UDP echo server GET (generator ceiling)",
+        "get": "shim GET (preloaded keys)",
+        "put": "shim PUT (uncached keys)",
+        "get_compiled": "shim GET, compiled generator",
+        "put_compiled": "shim PUT, compiled generator",
+    }
     for key, name in names.items():
         if key not in fig["load"]:
             continue
         r = fig["load"][key]
         errs = ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0"
-        t.add_row(name, f"{r['ops_per_s']:,.0f}", f"{r['p50_us']:.0f}", f"{r['p99_us']:.0f}", errs,
-                  fmt_cpu(r["cpu_percent"]), fmt_cpu(r["cpu_us_per_op"]))
+        t.add_row(
+            name,
+            f"{r['ops_per_s']:,.0f}",
+            f"{r['p50_us']:.0f}",
+            f"{r['p99_us']:.0f}",
+            errs,
+            fmt_cpu(r["cpu_percent"]),
+            fmt_cpu(r["cpu_us_per_op"]),
+        )
     rb = fig["redis_benchmark"]
-    t.add_row("redis-benchmark GET", f"{rb['get_rps']:,.0f}", "", "", "", fmt_cpu(rb["cpu_percent"]),
-              fmt_cpu(rb["cpu_us_per_op"]) + " (GET+SET)")
+    t.add_row(
+        "redis-benchmark GET",
+        f"{rb['get_rps']:,.0f}",
+        "",
+        "",
+        "",
+        fmt_cpu(rb["cpu_percent"]),
+        fmt_cpu(rb["cpu_us_per_op"]) + " (GET+SET)",
+    )
     t.add_row("redis-benchmark SET", f"{rb['set_rps']:,.0f}", "", "", "", "", "")
     out.print(t)
     lt = Table(title=f"sequential latency, one client ({fig['config']['latency_ops']} ops each)")
     for col in ("operation", "p50 µs", "p99 µs"):
         lt.add_column(col, justify="left" if col == "operation" else "right")
-    for key, name in (("echo_get", "GET, UDP echo server (round-trip floor)"), ("get", "shim GET (preloaded key)"),
-                      ("uncached_put", "shim PUT, key cached nowhere"),
-                      ("cached_put", "shim PUT, key cached by spine 1 (two-phase coherence)")):
+    for key, name in (
+        ("echo_get", "GET, UDP echo server (round-trip floor)"),
+        ("get", "shim GET (preloaded key)"),
+        ("uncached_put", "shim PUT, key cached nowhere"),
+        ("cached_put", "shim PUT, key cached by spine 1 (two-phase coherence)"),
+    ):
         lat = fig["latency"][key]
         lt.add_row(name, f"{lat['p50_us']:.0f}", f"{lat['p99_us']:.0f}")
-    for key, name in (("hit", "GET through the fabric, cache hit (answered by a switch)"),
-                      ("miss", "GET through the fabric, cache miss (shim + Redis)")):
+    for key, name in (
+        ("hit", "GET through the fabric, cache hit (answered by a switch)"),
+        ("miss", "GET through the fabric, cache miss (shim + Redis)"),
+    ):
         if fig["switch_latency"]:
             lat = fig["switch_latency"][key]
             lt.add_row(name, f"{lat['p50_us']:.0f}", f"{lat['p99_us']:.0f}")
     out.print(lt)
-    out.print(f"CPU 'others': processes not started by this harness (the machine may be shared); "
-              f"load average before the run: {' '.join(map(str, fig['config']['loadavg_before']))}")
+    out.print(
+        f"CPU 'others': processes not started by this harness (the machine may be shared); "
+        f"load average before the run: {' '.join(map(str, fig['config']['loadavg_before']))}"
+    )
     out.print(f"the summary's ratios use the {fig['generator']} generator's figures")
-    out.print(f"shim GET / generator ceiling = {fig['shim_get_vs_ceiling']:.2f}"
-              + ("  (close to 1: the generators may be what limits the shim figures)"
-                 if fig["shim_get_vs_ceiling"] > 0.8 else "  (the generators have headroom: the shim is the limit)"))
+    out.print(
+        f"shim GET / generator ceiling = {fig['shim_get_vs_ceiling']:.2f}"
+        + (
+            "  (close to 1: the generators may be what limits the shim figures)"
+            if fig["shim_get_vs_ceiling"] > 0.8
+            else "  (the generators have headroom: the shim is the limit)"
+        )
+    )
     if "profile" in fig:
         prof = fig["profile"]
         phase = fig["config"]["profile_phase"].upper()
-        pt = Table(title=f"shim main thread during the {phase} phase: py-spy, {prof['samples']} samples "
-                         "(% of wall time)")
+        pt = Table(
+            title=f"shim main thread during the {phase} phase: py-spy, {prof['samples']} samples (% of wall time)"
+        )
         pt.add_column(f"where a {phase}'s time goes")
         pt.add_column("%", justify="right")
         for k, v in prof["category_percent"].items():
@@ -755,8 +921,9 @@ def _sigterm(_signum: int, _frame: object) -> None:
 def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
     """Every phase, in an order that keeps phases from competing for the 2 cores: one thing loaded at a time."""
     load_before = os.getloadavg()
-    with Progress(TextColumn("{task.description:<34}"), BarColumn(), TimeRemainingColumn(), console=err,
-                  transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description:<34}"), BarColumn(), TimeRemainingColumn(), console=err, transient=False
+    ) as progress:
         err.log(f"starting redis-server, shim, coherence peer and {args.procs} load generator(s) in {tmp}")
         env = start(procs, tmp, args.procs)
         err.log(f"shim pid {env.shim.pid} on {HOST}:{DC_PORT}, coherence peer on {HOST}:{env.peer_port}")
@@ -766,8 +933,17 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
             raise RuntimeError("the echo server did not start")
         echo_port = echo_conn.recv()
         load: dict[str, LoadResult] = {}
-        load["echo"] = run_load(env, progress, "generator ceiling (UDP echo)", echo_port, "get", args.concurrency,
-                                args.seconds, {"echo server": echo_proc.pid or 0}, keys)
+        load["echo"] = run_load(
+            env,
+            progress,
+            "generator ceiling (UDP echo)",
+            echo_port,
+            "get",
+            args.concurrency,
+            args.seconds,
+            {"echo server": echo_proc.pid or 0},
+            keys,
+        )
         with Client(Cluster(), resolve=lambda _host: (HOST, echo_port), timeout=REPLY_TIMEOUT, retries=2) as c:
             echo_latency = sequential(lambda: c.get("bench:get:0"), args.latency_ops)
         procs.stop(echo_proc)
@@ -781,17 +957,39 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
             profile_raw = args.profile / f"shim-{args.profile_phase}.txt"
             during = profiler(procs, spy, env.shim.pid, args.seconds, profile_raw)
         watch = {"shim": env.shim.pid, "redis": env.redis.pid}
-        load["get"] = run_load(env, progress, "shim GET", DC_PORT, "get", args.concurrency, args.seconds, watch,
-                               keys, during if args.profile_phase == "get" else None)
-        load["put"] = run_load(env, progress, "shim PUT (uncached)", DC_PORT, "put", args.concurrency, args.seconds,
-                               watch, (), during if args.profile_phase == "put" else None)
+        load["get"] = run_load(
+            env,
+            progress,
+            "shim GET",
+            DC_PORT,
+            "get",
+            args.concurrency,
+            args.seconds,
+            watch,
+            keys,
+            during if args.profile_phase == "get" else None,
+        )
+        load["put"] = run_load(
+            env,
+            progress,
+            "shim PUT (uncached)",
+            DC_PORT,
+            "put",
+            args.concurrency,
+            args.seconds,
+            watch,
+            (),
+            during if args.profile_phase == "put" else None,
+        )
         if DCLOAD.exists():  # a compiled generator leaves the CPU to the shim: the fairer figures
             gets = [encode(Message(op=Op.GET, key=wire_key(k))) for k in keys]
             puts = [encode(Message(op=Op.PUT, key=wire_key(f"bench:cput:{i}"), value=VALUE)) for i in range(4096)]
-            load["get_compiled"] = compiled_load(env, progress, "shim GET (compiled generator)", gets,
-                                                 args.concurrency, args.seconds, watch, tmp)
-            load["put_compiled"] = compiled_load(env, progress, "shim PUT (compiled generator)", puts,
-                                                 args.concurrency, args.seconds, watch, tmp)
+            load["get_compiled"] = compiled_load(
+                progress, "shim GET (compiled generator)", gets, args.concurrency, args.seconds, watch, tmp
+            )
+            load["put_compiled"] = compiled_load(
+                progress, "shim PUT (compiled generator)", puts, args.concurrency, args.seconds, watch, tmp
+            )
         bar = progress.add_task("write latency (sequential)", total=None)
         latency, shim_stats = write_latency(env, args.latency_ops)
         latency = {"echo_get": echo_latency, **latency}
@@ -821,9 +1019,16 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
         "redis_benchmark": asdict(rb),
         "latency": {k: asdict(v) for k, v in latency.items()},
         "shim_stats": shim_stats,
-        "config": {"concurrency": args.concurrency, "procs": args.procs, "seconds": args.seconds,
-                   "latency_ops": args.latency_ops, "value_bytes": len(VALUE), "cpus": os.cpu_count(),
-                   "loadavg_before": [round(x, 2) for x in load_before], "profile_phase": args.profile_phase},
+        "config": {
+            "concurrency": args.concurrency,
+            "procs": args.procs,
+            "seconds": args.seconds,
+            "latency_ops": args.latency_ops,
+            "value_bytes": len(VALUE),
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "profile_phase": args.profile_phase,
+        },
     }
     if profile_raw is not None:
         for name, proc in procs.items:  # py-spy stops itself after the window; wait for its file
@@ -840,22 +1045,44 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.shim", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per load phase (default 5)")
     ap.add_argument("--procs", type=int, default=2, help="load-generator processes (default 2)")
-    ap.add_argument("--concurrency", type=int, default=16,
-                    help="requests in flight in total, split across the generators (default 16)")
-    ap.add_argument("--redis-seconds", type=float, default=None,
-                    help="how long each redis-benchmark test should take (default: min(3, --seconds))")
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="requests in flight in total, split across the generators (default 16)",
+    )
+    ap.add_argument(
+        "--redis-seconds",
+        type=float,
+        default=None,
+        help="how long each redis-benchmark test should take (default: min(3, --seconds))",
+    )
     ap.add_argument("--latency-ops", type=int, default=LATENCY_OPS, help="sequential PUTs per latency figure")
-    ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="sample the shim with py-spy during the GET phase; raw stacks and summary go to DIR")
-    ap.add_argument("--profile-phase", choices=["get", "put"], default="get",
-                    help="which load phase --profile samples (default get)")
-    ap.add_argument("--no-switch", dest="switch", action="store_false",
-                    help="skip the hit/miss latency through a Mininet deployment (it needs root)")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample the shim with py-spy during the GET phase; raw stacks and summary go to DIR",
+    )
+    ap.add_argument(
+        "--profile-phase",
+        choices=["get", "put"],
+        default="get",
+        help="which load phase --profile samples (default get)",
+    )
+    ap.add_argument(
+        "--no-switch",
+        dest="switch",
+        action="store_false",
+        help="skip the hit/miss latency through a Mininet deployment (it needs root)",
+    )
     ap.add_argument("--json", action="store_true", help="print every figure as one JSON object instead of tables")
     args = ap.parse_args(argv)
     if args.switch and os.geteuid() != 0:
-        err.log("[yellow]not root: skipping the hit/miss latency through the switches (hit_p50_us=na); "
-                "run as root for it, or pass --no-switch[/]")
+        err.log(
+            "[yellow]not root: skipping the hit/miss latency through the switches (hit_p50_us=na); "
+            "run as root for it, or pass --no-switch[/]"
+        )
         args.switch = False
     if args.procs < 1 or args.concurrency < args.procs or args.seconds <= 0 or args.latency_ops < 1:
         ap.error("need --procs >= 1, --concurrency >= --procs, --seconds > 0, --latency-ops >= 1")

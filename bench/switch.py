@@ -105,7 +105,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("softswitch", "bmv2")
 BMV2_SWITCH, BMV2_COMPILER = "simple_switch_grpc", "p4c-bm2-ss"
-BMV2_JSON, BMV2_P4INFO = REPO / "build" / "distcache.json", REPO / "build" / "distcache.p4info.txt"
+BMV2_JSON, BMV2_P4INFO = REPO / "build" / "distcache.json", REPO / "build" / "distcache.p4info.txtpb"
 GRPC_ADDR = "127.0.0.1:9559"  # the namespace's own loopback
 THRIFT_PORT = 9090
 DEVICE_ID = 1
@@ -122,9 +122,11 @@ SLOT, VERSION_TAG, FILL_SEQ = 1, 1, 9
 UDP_SPORT, PLAIN_DPORT = 40000, 9999
 
 PATHS = ("hit", "miss", "fwd")
-PATH_NAMES = {"hit": "cache hit (GET answered by the switch)",
-              "miss": "cache miss (GET forwarded to the server)",
-              "fwd": "IPv4 forwarding (plain UDP to the server)"}
+PATH_NAMES = {
+    "hit": "cache hit (GET answered by the switch)",
+    "miss": "cache miss (GET forwarded to the server)",
+    "fwd": "IPv4 forwarding (plain UDP to the server)",
+}
 WARMUP = 0.5  # seconds of each measured run before its window opens
 STEP_SECONDS, STEP_WINDOW = 0.5, 0.3  # rate search: each step's length and its measured tail
 START_RATE = 5000.0  # pps the rate search starts from
@@ -226,13 +228,19 @@ class Namespace:
             if r.returncode != 0:
                 raise SetupError(f"cannot create network namespace {self.name}: {r.stderr.strip()}")
         self.created = True
-        script = ["set -e", "ip link set lo up",
-                  "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
+        script = [
+            "set -e",
+            "ip link set lo up",
+            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+        ]
         for p in self.ports:
             script.append(f"ip link add bsw{p} type veth peer name bpt{p}")
         for i in (f"{side}{p}" for p in self.ports for side in ("bsw", "bpt")):
-            script += [f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1", f"ethtool -K {i} tx off >/dev/null",
-                       f"ip link set {i} up"]
+            script += [
+                f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1",
+                f"ethtool -K {i} tx off >/dev/null",
+                f"ip link set {i} up",
+            ]
         r = sh("ip", "netns", "exec", self.name, "sh", "-c", "\n".join(script), check=False)
         if r.returncode != 0:
             raise SetupError(f"setting up namespace {self.name} failed: {r.stderr.strip()}")
@@ -307,8 +315,11 @@ def machine_cpu() -> tuple[float, float, float]:
 
 def _transit_port(p: object) -> dict[int, int]:
     """transit slot -> leaf port, from the plan's transit_spine entries."""
-    return {dict(e.match_dict)[n.KEY_TRANSIT_SLOT]: dict(e.params_dict)["port"]
-            for e in p.entries if e.table == n.TRANSIT_SPINE}  # type: ignore[attr-defined]
+    return {
+        dict(e.match_dict)[n.KEY_TRANSIT_SLOT]: dict(e.params_dict)["port"]
+        for e in p.entries
+        if e.table == n.TRANSIT_SPINE
+    }  # type: ignore[attr-defined]
 
 
 def pick_key(stem: str, transit: dict[int, int], port: int) -> bytes:
@@ -335,17 +346,29 @@ def build_frames() -> Frames:
     owner = CLUSTER.spine_address(BUCKETS[h0(hit_key)])
     # a populate of the leaf's own entry, as the shim sends it: the INVALIDATE carries the entry's tag (only it
     # arms a new entry), both are addressed to the leaf, which reflects them back to the server
-    fill = [bytes(dc_frame(m, SERVER.ip, owner, sport=DC_PORT, dport=DC_PORT))
-            for m in (populate_invalidate(hit_key, FILL_SEQ, LEAF.switch_id, 0, VERSION_TAG),
-                      Message(op=Op.UPDATE, key=hit_key, seq=FILL_SEQ, value=VALUE, target=LEAF.switch_id))]
-    get = lambda k: bytes(dc_frame(Message(op=Op.GET, key=k, seq=7, target=LEAF.switch_id),  # noqa: E731
-                                   CLIENT.ip, SERVER.ip, sport=UDP_SPORT))
+    fill = [
+        bytes(dc_frame(m, SERVER.ip, owner, sport=DC_PORT, dport=DC_PORT))
+        for m in (
+            populate_invalidate(hit_key, FILL_SEQ, LEAF.switch_id, 0, VERSION_TAG),
+            Message(op=Op.UPDATE, key=hit_key, seq=FILL_SEQ, value=VALUE, target=LEAF.switch_id),
+        )
+    ]
+
+    def get(k: bytes) -> bytes:
+        return bytes(
+            dc_frame(Message(op=Op.GET, key=k, seq=7, target=LEAF.switch_id), CLIENT.ip, SERVER.ip, sport=UDP_SPORT)
+        )
+
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 
-    plain = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src=CLIENT.ip, dst=SERVER.ip)
-                  / UDP(sport=UDP_SPORT, dport=PLAIN_DPORT) / Raw(b"x" * HEADER_LEN))  # as long as a GET
+    plain = bytes(
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / IP(src=CLIENT.ip, dst=SERVER.ip)
+        / UDP(sport=UDP_SPORT, dport=PLAIN_DPORT)
+        / Raw(b"x" * HEADER_LEN)
+    )  # as long as a GET
     return Frames(hit_key, miss_key, fill, {"hit": get(hit_key), "miss": get(miss_key), "fwd": plain})
 
 
@@ -356,7 +379,7 @@ def udp_payload(frame: bytes) -> tuple[int, int, bytes] | None:
     ihl = (frame[14] & 0x0F) * 4
     total = int.from_bytes(frame[16:18], "big")
     udp = 14 + ihl
-    return frame[22], int.from_bytes(frame[udp + 2:udp + 4], "big"), frame[udp + 8:14 + total]
+    return frame[22], int.from_bytes(frame[udp + 2 : udp + 4], "big"), frame[udp + 8 : 14 + total]
 
 
 # -- probing one frame -------------------------------------------------------------------------------------
@@ -403,8 +426,7 @@ def probe(frame: bytes, in_port: int = IN_PORT, timeout: float = 2.0, settle: fl
 def check_path(path: str, frames: Frames, out: list[tuple[int, bytes]]) -> int:
     """The port ``path``'s frame left on, after checking it is the one frame expected; raises SetupError."""
     if len(out) != 1:
-        raise SetupError(f"{path}: expected one frame out of the switch, got {len(out)} "
-                         f"(ports {[p for p, _ in out]})")
+        raise SetupError(f"{path}: expected one frame out of the switch, got {len(out)} (ports {[p for p, _ in out]})")
     port, data = out[0]
     parsed = udp_payload(data)
     if parsed is None:
@@ -412,19 +434,28 @@ def check_path(path: str, frames: Frames, out: list[tuple[int, bytes]]) -> int:
     ttl, dport, payload = parsed
     if path == "fwd":
         if port != SERVER_PORT or dport != PLAIN_DPORT or ttl != 63:
-            raise SetupError(f"fwd: plain UDP came out of port {port} (dport {dport}, ttl {ttl}); expected port "
-                             f"{SERVER_PORT}, dport {PLAIN_DPORT}, ttl 63")
+            raise SetupError(
+                f"fwd: plain UDP came out of port {port} (dport {dport}, ttl {ttl}); expected port "
+                f"{SERVER_PORT}, dport {PLAIN_DPORT}, ttl 63"
+            )
         return port
     try:
         msg = decode(payload)
     except WireError as e:
         raise SetupError(f"{path}: the frame out of port {port} is not a DistCache message: {e}") from None
     if path == "hit":
-        if (port not in SPINE_PORTS or msg.op != Op.GET_REPLY or msg.value != VALUE
-                or msg.served_by != LEAF.switch_id or not msg.flags & Flag.CACHED):
-            raise SetupError(f"hit: expected a GET_REPLY served by {LEAF.switch_id} with the cached value on a "
-                             f"spine port; got {msg.op.name} on port {port} (served_by {msg.served_by}, "
-                             f"{len(msg.value)}-byte value)")
+        if (
+            port not in SPINE_PORTS
+            or msg.op != Op.GET_REPLY
+            or msg.value != VALUE
+            or msg.served_by != LEAF.switch_id
+            or not msg.flags & Flag.CACHED
+        ):
+            raise SetupError(
+                f"hit: expected a GET_REPLY served by {LEAF.switch_id} with the cached value on a "
+                f"spine port; got {msg.op.name} on port {port} (served_by {msg.served_by}, "
+                f"{len(msg.value)}-byte value)"
+            )
     elif port != SERVER_PORT or msg.op != Op.GET or msg.key != frames.miss_key:
         raise SetupError(f"miss: expected the GET on the server port {SERVER_PORT}; got {msg.op.name} on port {port}")
     return port
@@ -474,10 +505,34 @@ class Bed:
     def command(self) -> list[str]:
         ports = [a for p in PORTS for a in ("-i", f"{p}@bsw{p}")]
         if self.target == "bmv2":
-            return [BMV2_SWITCH, "--device-id", str(DEVICE_ID), *ports, "--no-p4", "--thrift-port",
-                    str(THRIFT_PORT), "--", "--grpc-server-addr", GRPC_ADDR, "--cpu-port", str(CPU_PORT)]
-        return [sys.executable, "-m", "softswitch", "--device-id", str(DEVICE_ID), "--grpc-addr", GRPC_ADDR,
-                *ports, "--log-file", str(self.log), "--log-level", "warning"]
+            return [
+                BMV2_SWITCH,
+                "--device-id",
+                str(DEVICE_ID),
+                *ports,
+                "--no-p4",
+                "--thrift-port",
+                str(THRIFT_PORT),
+                "--",
+                "--grpc-server-addr",
+                GRPC_ADDR,
+                "--cpu-port",
+                str(CPU_PORT),
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--device-id",
+            str(DEVICE_ID),
+            "--grpc-addr",
+            GRPC_ADDR,
+            *ports,
+            "--log-file",
+            str(self.log),
+            "--log-level",
+            "warning",
+        ]
 
     def logs(self) -> str:
         parts = []
@@ -488,12 +543,22 @@ class Bed:
         return "\n".join(parts)
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "PYTHONUNBUFFERED": "1",
+        }
         with open(self.out, "wb") as out:
-            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=REPO, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         self.sender, self.sender_conn = self._spawn_sender()
         from controller.p4rt import P4RuntimeError, SwitchConnection
 
@@ -507,8 +572,9 @@ class Bed:
                 break
             except P4RuntimeError:
                 if time.monotonic() > end:
-                    raise SetupError(f"{self.target} did not serve P4Runtime on {GRPC_ADDR} within 30 s\n"
-                                     + self.logs()) from None
+                    raise SetupError(
+                        f"{self.target} did not serve P4Runtime on {GRPC_ADDR} within 30 s\n" + self.logs()
+                    ) from None
         if not self.sender_conn.poll(30) or self.sender_conn.recv() != "ready":
             raise SetupError("the sender process did not start")
 
@@ -536,13 +602,19 @@ class Bed:
             self.sw.set_default(e.table, e.action, e.params_dict)
         for e in p.entries:
             self.sw.insert(e.table, e.match_dict, e.action, e.params_dict)
-        self.sw.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(frames.hit_key, "big")}, n.CACHE_HIT,
-                       {"slot": SLOT, "version": VERSION_TAG})
+        self.sw.insert(
+            n.CACHE_LOOKUP,
+            {n.KEY_DC_KEY: int.from_bytes(frames.hit_key, "big")},
+            n.CACHE_HIT,
+            {"slot": SLOT, "version": VERSION_TAG},
+        )
         for f, stat in zip(frames.fill, (n.Stat.INVALIDATE, n.Stat.UPDATE), strict=True):
             out = probe(f, in_port=SERVER_PORT)
             if self.stats().get(stat.name, 0) != 1 or len(out) != 1:
-                raise SetupError(f"{self.target}: filling the cache: {stat.name} not counted once "
-                                 f"({self.stats()}), {len(out)} frame(s) out")
+                raise SetupError(
+                    f"{self.target}: filling the cache: {stat.name} not counted once "
+                    f"({self.stats()}), {len(out)} frame(s) out"
+                )
 
     def stats(self) -> dict[str, int]:
         """dc_stats cells by name."""
@@ -550,9 +622,16 @@ class Bed:
         cells = self.sw.read_counter(n.DC_STATS)
         return {s.name: cells.get(int(s), (0, 0))[0] for s in n.Stat}
 
-    def offer(self, frame: bytes, rate: float, seconds: float, window_at: float, window: float,
-              during: Callable[[], subprocess.Popen | None] | None = None, bar: TaskID | None = None
-              ) -> tuple[dict[str, float], subprocess.Popen | None]:
+    def offer(
+        self,
+        frame: bytes,
+        rate: float,
+        seconds: float,
+        window_at: float,
+        window: float,
+        during: Callable[[], subprocess.Popen | None] | None = None,
+        bar: TaskID | None = None,
+    ) -> tuple[dict[str, float], subprocess.Popen | None]:
         """Offer ``frame`` at ``rate`` for ``seconds``; counters over [window_at, window_at + window].
 
         ``during`` starts a helper (py-spy) as the window opens; it gets SIGINT as the window closes.
@@ -574,13 +653,18 @@ class Bed:
         sent, errors, ran = self.sender_conn.recv()
         dt = w1 - w0
         rx = lambda d, i: d[i][0]  # noqa: E731
-        m = {"window": dt,
-             "offered": (rx(d1, f"bsw{IN_PORT}") - rx(d0, f"bsw{IN_PORT}")) / dt,
-             "switch_cpu": 100 * (c1[0] - c0[0]) / dt, "sender_cpu": 100 * (c1[1] - c0[1]) / dt,
-             "softirq_cpu": 100 * (c1[3][1] - c0[3][1]) / dt, "steal_cpu": 100 * (c1[3][2] - c0[3][2]) / dt,
-             # user + system time of every process but the switch, the sender and the harness: the machine is shared
-             "others_cpu": max(0.0, 100 * ((c1[3][0] - c0[3][0]) - sum(c1[i] - c0[i] for i in range(3))) / dt),
-             "sent": sent / ran, "errors": errors}
+        m = {
+            "window": dt,
+            "offered": (rx(d1, f"bsw{IN_PORT}") - rx(d0, f"bsw{IN_PORT}")) / dt,
+            "switch_cpu": 100 * (c1[0] - c0[0]) / dt,
+            "sender_cpu": 100 * (c1[1] - c0[1]) / dt,
+            "softirq_cpu": 100 * (c1[3][1] - c0[3][1]) / dt,
+            "steal_cpu": 100 * (c1[3][2] - c0[3][2]) / dt,
+            # user + system time of every process but the switch, the sender and the harness: the machine is shared
+            "others_cpu": max(0.0, 100 * ((c1[3][0] - c0[3][0]) - sum(c1[i] - c0[i] for i in range(3))) / dt),
+            "sent": sent / ran,
+            "errors": errors,
+        }
         for p in PORTS:
             m[f"out{p}"] = (rx(d1, f"bpt{p}") - rx(d0, f"bpt{p}")) / dt
         return m, helper
@@ -592,9 +676,10 @@ class Bed:
             time.sleep(min(0.05, left))
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise SetupError(f"{self.target} exited with code {self.proc.returncode} under load (`make clean` and "
-                             "dcnet.cleanup stop every softswitch and simple_switch_grpc on the machine)\n"
-                             + self.logs())
+            raise SetupError(
+                f"{self.target} exited with code {self.proc.returncode} under load (`make clean` and "
+                "dcnet.cleanup stop every softswitch and simple_switch_grpc on the machine)\n" + self.logs()
+            )
 
     def drain(self) -> dict[str, tuple[int, int]]:
         """Wait until nothing comes out any more (the switch works through its queue); the counters then."""
@@ -606,8 +691,14 @@ class Bed:
             last = now
         return last
 
-    def run_path(self, path: str, frames: Frames, seconds: float, start_rate: float,
-                 during: Callable[[], subprocess.Popen | None] | None = None) -> tuple[PathResult, float]:
+    def run_path(
+        self,
+        path: str,
+        frames: Frames,
+        seconds: float,
+        start_rate: float,
+        during: Callable[[], subprocess.Popen | None] | None = None,
+    ) -> tuple[PathResult, float]:
         """Probe, search the rate, measure and verify one path; (result, the rate the switch saturated at)."""
         frame = frames.paths[path]
         out_port = check_path(path, frames, probe(frame))
@@ -626,18 +717,24 @@ class Bed:
             if m["offered"] < 0.7 * rate or rate >= MAX_RATE:
                 break  # the sender is: offer all it can
             rate *= 2
-        self.progress.update(bar, total=1, completed=1, description=f"{self.target} {path}: rate search "
-                             f"({capacity:,.0f} pkt/s at saturation)")
+        self.progress.update(
+            bar,
+            total=1,
+            completed=1,
+            description=f"{self.target} {path}: rate search ({capacity:,.0f} pkt/s at saturation)",
+        )
         offer_rate = min(MAX_RATE, OFFER_FACTOR * capacity) if saturated(m) else 0.0
         for attempt in range(3):
             # the search's steps are short: if the switch keeps up with the measured run's rate after all,
             # that run measured the sender, not the switch; offer more and run again
             self.drain()
             s0, d0 = self.stats(), netdev()
-            label = f"{self.target} {path}: {seconds:g} s at " + (f"{offer_rate:,.0f} pkt/s" if offer_rate
-                                                                    else "the sender's full rate")
-            bar = self.progress.add_task(label + (f" (try {attempt + 1})" if attempt else ""),
-                                         total=WARMUP + seconds + 0.3)
+            label = f"{self.target} {path}: {seconds:g} s at " + (
+                f"{offer_rate:,.0f} pkt/s" if offer_rate else "the sender's full rate"
+            )
+            bar = self.progress.add_task(
+                label + (f" (try {attempt + 1})" if attempt else ""), total=WARMUP + seconds + 0.3
+            )
             m, helper = self.offer(frame, offer_rate, WARMUP + seconds + 0.3, WARMUP, seconds, during, bar)
             self.progress.update(bar, completed=WARMUP + seconds + 0.3)
             d1 = self.drain()
@@ -653,13 +750,24 @@ class Bed:
         deltas = {k: s1[k] - s0.get(k, 0) for k in s1 if s1[k] != s0.get(k, 0)}
         verify(self.target, path, total, stray, deltas)
         pps = delivered(m)
-        res = PathResult(pps=pps, offered_pps=m["offered"], sent_pps=m["sent"], send_errors=int(m["errors"]),
-                         delivery=pps / m["offered"] if m["offered"] else 0.0, out_port=out_port,
-                         switch_cpu_percent=m["switch_cpu"], sender_cpu_percent=m["sender_cpu"],
-                         softirq_cpu_percent=m["softirq_cpu"], others_cpu_percent=m["others_cpu"],
-                         steal_cpu_percent=m["steal_cpu"],
-                         delivered_total=total, counter_deltas=deltas, search=search, window_seconds=m["window"],
-                         sender_limited=m["offered"] < 1.2 * pps)
+        res = PathResult(
+            pps=pps,
+            offered_pps=m["offered"],
+            sent_pps=m["sent"],
+            send_errors=int(m["errors"]),
+            delivery=pps / m["offered"] if m["offered"] else 0.0,
+            out_port=out_port,
+            switch_cpu_percent=m["switch_cpu"],
+            sender_cpu_percent=m["sender_cpu"],
+            softirq_cpu_percent=m["softirq_cpu"],
+            others_cpu_percent=m["others_cpu"],
+            steal_cpu_percent=m["steal_cpu"],
+            delivered_total=total,
+            counter_deltas=deltas,
+            search=search,
+            window_seconds=m["window"],
+            sender_limited=m["offered"] < 1.2 * pps,
+        )
         return res, max(capacity, pps)
 
     def close(self) -> None:
@@ -709,8 +817,9 @@ def verify(target: str, path: str, total: int, stray: int, deltas: dict[str, int
         elif name != counted and moved > (slack if counted else 0):
             problems.append(f"{name} moved by {moved}")
     if problems:
-        raise SetupError(f"{target} {path}: the path was not taken as expected: {'; '.join(problems)} "
-                         f"(dc_stats moved: {deltas})")
+        raise SetupError(
+            f"{target} {path}: the path was not taken as expected: {'; '.join(problems)} (dc_stats moved: {deltas})"
+        )
 
 
 # -- profile -----------------------------------------------------------------------------------------------
@@ -761,16 +870,27 @@ def summarize_profile(raw: Path, top: int = 20) -> dict:
             incl[name] += k
     incl = Counter({name: v for name, v in incl.items() if v < 0.99 * total})
     pct = lambda c: {name: round(100 * v / max(total, 1), 1) for name, v in c.most_common(top)}  # noqa: E731
-    return {"samples": total, "torn_samples": torn, "own_percent": pct(own), "inclusive_percent": pct(incl),
-            "own_percent_by_file": pct(files)}
+    return {
+        "samples": total,
+        "torn_samples": torn,
+        "own_percent": pct(own),
+        "inclusive_percent": pct(incl),
+        "own_percent_by_file": pct(files),
+    }
 
 
 def profile_text(prof: dict) -> str:
-    lines = [f"softswitch main thread during cache hits: {prof['samples']} py-spy samples "
-             f"({prof['rate']} Hz, --nonblocking; {prof['torn_samples']} torn stacks left out; "
-             f"{prof['pps']:,.0f} pkt/s while sampled)", ""]
-    for title, key in (("own %", "own_percent"), ("inclusive %", "inclusive_percent"),
-                       ("own % by file", "own_percent_by_file")):
+    lines = [
+        f"softswitch main thread during cache hits: {prof['samples']} py-spy samples "
+        f"({prof['rate']} Hz, --nonblocking; {prof['torn_samples']} torn stacks left out; "
+        f"{prof['pps']:,.0f} pkt/s while sampled)",
+        "",
+    ]
+    for title, key in (
+        ("own %", "own_percent"),
+        ("inclusive %", "inclusive_percent"),
+        ("own % by file", "own_percent_by_file"),
+    ):
         lines.append(f"{title}:")
         lines += [f"  {v:5.1f}  {k}" for k, v in prof[key].items()]
         lines.append("")
@@ -780,8 +900,9 @@ def profile_text(prof: dict) -> str:
 # -- the run -----------------------------------------------------------------------------------------------
 
 
-def bench_target(target: str, ns: Namespace, frames: Frames, args: argparse.Namespace, workdir: Path,
-                 progress: Progress) -> dict:
+def bench_target(
+    target: str, ns: Namespace, frames: Frames, args: argparse.Namespace, workdir: Path, progress: Progress
+) -> dict:
     bed = Bed(target, ns, workdir, progress)
     try:
         t0 = time.monotonic()
@@ -789,18 +910,22 @@ def bench_target(target: str, ns: Namespace, frames: Frames, args: argparse.Name
         bed.start()
         bed.configure(frames)
         progress.update(bar, total=1, completed=1)
-        err.log(f"{target} (pid {bed.proc.pid if bed.proc else '?'}) up and configured as sl0 in "
-                f"{time.monotonic() - t0:.1f} s")
+        err.log(
+            f"{target} (pid {bed.proc.pid if bed.proc else '?'}) up and configured as sl0 in "
+            f"{time.monotonic() - t0:.1f} s"
+        )
         results: dict[str, PathResult] = {}
         rate = START_RATE
         for path in PATHS:
             results[path], cap = bed.run_path(path, frames, args.seconds, rate)
             rate = max(START_RATE, cap / 2)
             r = results[path]
-            err.log(f"{target} {path}: {r.pps:,.0f} pkt/s delivered of {r.offered_pps:,.0f} offered "
-                    f"(CPU %: switch {r.switch_cpu_percent:.0f}, sender {r.sender_cpu_percent:.0f}, kernel "
-                    f"{r.softirq_cpu_percent:.0f}, others {r.others_cpu_percent:.0f}, steal {r.steal_cpu_percent:.0f})"
-                    + (" [yellow]the machine is shared: this figure is low[/]" if shared(asdict(r)) else ""))
+            err.log(
+                f"{target} {path}: {r.pps:,.0f} pkt/s delivered of {r.offered_pps:,.0f} offered "
+                f"(CPU %: switch {r.switch_cpu_percent:.0f}, sender {r.sender_cpu_percent:.0f}, kernel "
+                f"{r.softirq_cpu_percent:.0f}, others {r.others_cpu_percent:.0f}, steal {r.steal_cpu_percent:.0f})"
+                + (" [yellow]the machine is shared: this figure is low[/]" if shared(asdict(r)) else "")
+            )
         out: dict = {"pid": bed.proc.pid if bed.proc else None, "paths": {k: asdict(v) for k, v in results.items()}}
         if args.profile and target == "softswitch":
             out["profile"] = profile_hits(bed, frames, args, results["hit"])
@@ -809,9 +934,10 @@ def bench_target(target: str, ns: Namespace, frames: Frames, args: argparse.Name
         if isinstance(e, SetupError) or bed.proc is None or bed.proc.poll() is None:
             raise
         # a P4Runtime call failed because the switch is gone: say that
-        raise SetupError(f"{target} exited with code {bed.proc.returncode} during the run (`make clean` and "
-                         "dcnet.cleanup stop every softswitch and simple_switch_grpc on the machine)\n"
-                         + bed.logs()) from e
+        raise SetupError(
+            f"{target} exited with code {bed.proc.returncode} during the run (`make clean` and "
+            "dcnet.cleanup stop every softswitch and simple_switch_grpc on the machine)\n" + bed.logs()
+        ) from e
     finally:
         bed.close()
 
@@ -830,11 +956,27 @@ def profile_hits(bed: Bed, frames: Frames, args: argparse.Namespace, hit: PathRe
 
     def start() -> subprocess.Popen:
         with open(spy_out, "wb") as f:
-            return subprocess.Popen([spy, "record", "--threads", "--nonblocking", "-r", str(PROFILE_RATE), "-f",
-                                     "raw",
-                                     "-d", str(math.ceil(seconds) + 10), "-o", str(raw), "-p",
-                                     str(bed.proc.pid)],  # type: ignore[union-attr]
-                                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--threads",
+                    "--nonblocking",
+                    "-r",
+                    str(PROFILE_RATE),
+                    "-f",
+                    "raw",
+                    "-d",
+                    str(math.ceil(seconds) + 10),
+                    "-o",
+                    str(raw),
+                    "-p",
+                    str(bed.proc.pid),
+                ],  # type: ignore[union-attr]
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     # one more hit run, sampled: the measured one stays unperturbed (py-spy stops the switch for each sample)
     res, _ = bed.run_path("hit", frames, seconds, max(START_RATE, hit.pps / 2), during=start)
@@ -858,8 +1000,10 @@ def summary_lines(fig: dict) -> list[str]:
 
 def render(fig: dict, out: Console) -> None:
     targets = fig["targets"]
-    t = Table(title=f"packets per second through one switch (storage leaf sl0; {fig['config']['seconds']:g} s "
-                    f"window per path; offered = what reached the switch's ingress interface)")
+    t = Table(
+        title=f"packets per second through one switch (storage leaf sl0; {fig['config']['seconds']:g} s "
+        f"window per path; offered = what reached the switch's ingress interface)"
+    )
     t.add_column("path")
     for target in targets:
         t.add_column(f"{target} pkt/s", justify="right")
@@ -871,40 +1015,58 @@ def render(fig: dict, out: Console) -> None:
         row = [PATH_NAMES[path]]
         for target in targets:
             r = targets[target]["paths"][path]
-            row += [f"{r['pps']:,.0f}", f"{r['offered_pps']:,.0f}" + (" (sender-limited)" if r["sender_limited"]
-                                                                       else ""),
-                    f"{r['switch_cpu_percent']:.0f} / {r['sender_cpu_percent']:.0f} / "
-                    f"{r['softirq_cpu_percent']:.0f} / {r['others_cpu_percent']:.0f} / {r['steal_cpu_percent']:.0f}"]
+            row += [
+                f"{r['pps']:,.0f}",
+                f"{r['offered_pps']:,.0f}" + (" (sender-limited)" if r["sender_limited"] else ""),
+                f"{r['switch_cpu_percent']:.0f} / {r['sender_cpu_percent']:.0f} / "
+                f"{r['softirq_cpu_percent']:.0f} / {r['others_cpu_percent']:.0f} / {r['steal_cpu_percent']:.0f}",
+            ]
         if len(targets) == 2:
             row.append(f"{fig['ratio'][path]:.2f}")
         t.add_row(*row)
     out.print(t)
-    out.print("CPU %: 100 = one core for the whole window; kernel = softirq time and ksoftirqd threads (frames "
-              f"crossing the veths); others = processes this harness did not start; steal = time "
-              f"the hypervisor gave other guests ({fig['config']['cpus']} cores; "
-              f"load average before the run {' '.join(map(str, fig['config']['loadavg_before']))})")
+    out.print(
+        "CPU %: 100 = one core for the whole window; kernel = softirq time and ksoftirqd threads (frames "
+        f"crossing the veths); others = processes this harness did not start; steal = time "
+        f"the hypervisor gave other guests ({fig['config']['cpus']} cores; "
+        f"load average before the run {' '.join(map(str, fig['config']['loadavg_before']))})"
+    )
     busy = [f"{t} {p}" for t, tr in targets.items() for p in PATHS if shared(tr["paths"][p])]
     if busy:
-        out.print(f"[yellow]the machine was shared: other processes or other guests of the host (steal) took more "
-                  f"than a quarter of a core during "
-                  f"{', '.join(busy)}; those figures are low[/]")
-    d = Table(title="checks: frames out over the whole run vs the switch's dc_stats; the rate search's steps "
-                    "(asked / offered / delivered pkt/s)")
+        out.print(
+            f"[yellow]the machine was shared: other processes or other guests of the host (steal) took more "
+            f"than a quarter of a core during "
+            f"{', '.join(busy)}; those figures are low[/]"
+        )
+    d = Table(
+        title="checks: frames out over the whole run vs the switch's dc_stats; the rate search's steps "
+        "(asked / offered / delivered pkt/s)"
+    )
     for col in ("target", "path", "out port", "frames out", "dc_stats moved", "rate search"):
         d.add_column(col)
     for target, tr in targets.items():
         for path in PATHS:
             r = tr["paths"][path]
-            d.add_row(target, path, str(r["out_port"]), f"{r['delivered_total']:,}",
-                      ", ".join(f"{k} {v:,}" for k, v in r["counter_deltas"].items()) or "none",
-                      "  ".join(f"{a:,}/{o:,}/{dl:,}" for a, o, dl in r["search"]))
+            d.add_row(
+                target,
+                path,
+                str(r["out_port"]),
+                f"{r['delivered_total']:,}",
+                ", ".join(f"{k} {v:,}" for k, v in r["counter_deltas"].items()) or "none",
+                "  ".join(f"{a:,}/{o:,}/{dl:,}" for a, o, dl in r["search"]),
+            )
     out.print(d)
     prof = fig.get("profile")
     if prof:
-        for title, key in (("own time", "own_percent"), ("inclusive time", "inclusive_percent"),
-                           ("own time by file", "own_percent_by_file")):
-            pt = Table(title=f"softswitch main thread during cache hits, {title} (py-spy, {prof['samples']} "
-                             f"samples, % of busy samples; {prof['pps']:,.0f} pkt/s while sampled)")
+        for title, key in (
+            ("own time", "own_percent"),
+            ("inclusive time", "inclusive_percent"),
+            ("own time by file", "own_percent_by_file"),
+        ):
+            pt = Table(
+                title=f"softswitch main thread during cache hits, {title} (py-spy, {prof['samples']} "
+                f"samples, % of busy samples; {prof['pps']:,.0f} pkt/s while sampled)"
+            )
             pt.add_column("function" if "file" not in key else "file")
             pt.add_column("%", justify="right")
             for k, v in list(prof[key].items())[:15]:
@@ -935,11 +1097,15 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
         try:
             ns.create()
             ns.enter()  # before any thread: gRPC's and rich's threads are created inside
-            err.log(f"namespace {ns.name}: veth pairs " + ", ".join(f"bsw{p}/bpt{p}" for p in PORTS)
-                    + f"; the switch plays {LEAF.name} (id {LEAF.switch_id}): port {SERVER_PORT} server "
-                    f"{SERVER.ip}, ports {SPINE_PORTS[0]}, {SPINE_PORTS[1]} spines; load offered on port {IN_PORT}")
-            with Progress(TextColumn("{task.description:<60}"), BarColumn(), TimeElapsedColumn(), console=err,
-                          transient=False) as progress:
+            err.log(
+                f"namespace {ns.name}: veth pairs "
+                + ", ".join(f"bsw{p}/bpt{p}" for p in PORTS)
+                + f"; the switch plays {LEAF.name} (id {LEAF.switch_id}): port {SERVER_PORT} server "
+                f"{SERVER.ip}, ports {SPINE_PORTS[0]}, {SPINE_PORTS[1]} spines; load offered on port {IN_PORT}"
+            )
+            with Progress(
+                TextColumn("{task.description:<60}"), BarColumn(), TimeElapsedColumn(), console=err, transient=False
+            ) as progress:
                 for target in targets:
                     try:
                         fig["targets"][target] = bench_target(target, ns, frames, args, Path(tmp), progress)
@@ -956,9 +1122,15 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
                 fig[f"{prefix}{path}_pps"] = round(fig["targets"][target]["paths"][path]["pps"])
     if len(fig["targets"]) == 2:
         fig["ratio"] = {p: round(fig[f"{p}_pps"] / max(1, fig[f"bmv2_{p}_pps"]), 2) for p in PATHS}
-    fig["config"] = {"seconds": args.seconds, "cpus": os.cpu_count(), "warmup_seconds": WARMUP,
-                     "offer_factor": OFFER_FACTOR, "loadavg_before": [round(x, 2) for x in args.loadavg],
-                     "hit_value_bytes": len(VALUE), "frame_bytes": {p: len(f) for p, f in frames.paths.items()}}
+    fig["config"] = {
+        "seconds": args.seconds,
+        "cpus": os.cpu_count(),
+        "warmup_seconds": WARMUP,
+        "offer_factor": OFFER_FACTOR,
+        "loadavg_before": [round(x, 2) for x in args.loadavg],
+        "hit_value_bytes": len(VALUE),
+        "frame_bytes": {p: len(f) for p, f in frames.paths.items()},
+    }
     if "softswitch" in fig["targets"] and "profile" in fig["targets"]["softswitch"]:
         fig["profile"] = fig["targets"]["softswitch"].pop("profile")  # None: py-spy missing or wrote nothing
     return fig
@@ -976,18 +1148,27 @@ def check_targets(choice: str | None) -> list[str]:
                 return ["softswitch"]
             raise SetupError(f"--target {choice} needs {BMV2_SWITCH} and {BMV2_COMPILER} on PATH")
         if not (BMV2_JSON.exists() and BMV2_P4INFO.exists()):
-            raise SetupError(f"{BMV2_JSON.relative_to(REPO)} and {BMV2_P4INFO.relative_to(REPO)} missing: "
-                             "run make build")
+            raise SetupError(
+                f"{BMV2_JSON.relative_to(REPO)} and {BMV2_P4INFO.relative_to(REPO)} missing: run make build"
+            )
     return targets
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.switch", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="measured window per path (default 3)")
-    ap.add_argument("--target", choices=[*TARGETS, "both"], default=None,
-                    help="switch(es) to measure (default: both where BMv2 is installed, else softswitch)")
-    ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="sample softswitch with py-spy during one more hit run; raw stacks and summary to DIR")
+    ap.add_argument(
+        "--target",
+        choices=[*TARGETS, "both"],
+        default=None,
+        help="switch(es) to measure (default: both where BMv2 is installed, else softswitch)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample softswitch with py-spy during one more hit run; raw stacks and summary to DIR",
+    )
     ap.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy the switches' logs here")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the lines")
     args = ap.parse_args(argv)

@@ -3,11 +3,11 @@
 from client_lib.client import AsyncClient, Client, Reply
 from distcache.errors import (
     DistCacheError,
-    InvalidKey,
-    InvalidValue,
-    RequestTimeout,
+    InvalidKeyError,
+    InvalidValueError,
+    RequestTimeoutError,
     ServerError,
-    ValueTooLarge,
+    ValueTooLargeError,
 )
 from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN
 
@@ -17,10 +17,10 @@ __all__ = [
     "AsyncClient",
     "Client",
     "DistCacheError",
-    "InvalidKey",
-    "InvalidValue",
+    "InvalidKeyError",
+    "InvalidValueError",
     "Reply",
-    "RequestTimeout",
+    "RequestTimeoutError",
     "ServerError",
-    "ValueTooLarge",
+    "ValueTooLargeError",
 ]

@@ -29,12 +29,16 @@ from client_lib.client import Client, Resolver, numeric_address
 from client_lib.workload import BenchConfig, Report, Second, run_bench
 from distcache.cluster import Cluster, ClusterError, Host, parse_address
 from distcache.cmdline import Typer
-from distcache.errors import DistCacheError, RequestTimeout
+from distcache.errors import DistCacheError, RequestTimeoutError
 from distcache.hashing import wire_key
 from distcache.wire import DC_PORT
 
-app = Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-            help="Get, put and delete keys of a DistCache deployment, and benchmark it.")
+app = Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Get, put and delete keys of a DistCache deployment, and benchmark it.",
+)
 err = Console(stderr=True)
 
 
@@ -49,8 +53,10 @@ class Opts:
         if self.cluster is None:
             fail("no cluster description: pass --cluster PATH (a run's cluster.json) or set DISTCACHE_CLUSTER")
         if not self.cluster.exists():
-            fail(f"cluster file {self.cluster} does not exist; pass the cluster.json of a running deployment "
-                 f"(runs/<run>/cluster.json)")
+            fail(
+                f"cluster file {self.cluster} does not exist; pass the cluster.json of a running deployment "
+                f"(runs/<run>/cluster.json)"
+            )
         try:
             return Cluster.load(self.cluster)
         except ClusterError as e:
@@ -99,9 +105,11 @@ def _run(opts: Opts, key: str, call):  # noqa: ANN001, ANN202
     try:
         with client:
             return call(client)
-    except RequestTimeout:
-        fail(f"no reply from {_where(cluster, resolve, key)} after {opts.retries + 1} tries of {opts.timeout}s; "
-             f"is the deployment running?")
+    except RequestTimeoutError:
+        fail(
+            f"no reply from {_where(cluster, resolve, key)} after {opts.retries + 1} tries of {opts.timeout}s; "
+            f"is the deployment running?"
+        )
     except DistCacheError as e:
         fail(f"{type(e).__name__}: {e}")
     except OSError as e:
@@ -111,14 +119,25 @@ def _run(opts: Opts, key: str, call):  # noqa: ANN001, ANN202
 @app.callback()
 def main(
     ctx: typer.Context,
-    cluster: Annotated[Path | None, typer.Option(envvar="DISTCACHE_CLUSTER",
-                                                 help="cluster.json of the deployment")] = None,
-    timeout: Annotated[float, typer.Option(min=0.001, help="seconds to wait for a reply to one copy of a request "
-                                                "(the retransmission timeout learns the round trip below it)")] = 0.5,
+    cluster: Annotated[
+        Path | None, typer.Option(envvar="DISTCACHE_CLUSTER", help="cluster.json of the deployment")
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="seconds to wait for a reply to one copy of a request "
+            "(the retransmission timeout learns the round trip below it)",
+        ),
+    ] = 0.5,
     retries: Annotated[int, typer.Option(min=0, help="retries after a timeout")] = 3,
-    server: Annotated[str | None, typer.Option(envvar="DISTCACHE_SERVER",
-                                               help="send every request to HOST[:PORT] (e.g. a shim on "
-                                                    "loopback) instead of each key's server")] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DISTCACHE_SERVER",
+            help="send every request to HOST[:PORT] (e.g. a shim on loopback) instead of each key's server",
+        ),
+    ] = None,
 ) -> None:
     """Talk to a DistCache deployment."""
     ctx.obj = Opts(cluster, timeout, retries, server)
@@ -132,16 +151,29 @@ def _text(value: bytes) -> tuple[str, str]:
 
 
 @app.command()
-def get(ctx: typer.Context, key: str,
-        as_json: Annotated[bool, typer.Option("--json", help="print key, value, cached, served_by, latency")] = False,
-        ) -> None:
+def get(
+    ctx: typer.Context,
+    key: str,
+    as_json: Annotated[bool, typer.Option("--json", help="print key, value, cached, served_by, latency")] = False,
+) -> None:
     """Print the value of KEY (exit status 1 if it does not exist)."""
     r = _run(ctx.obj, key, lambda c: c.get_reply(key))
     if as_json:
         value, enc = _text(r.value) if r.value is not None else (None, None)
-        print(json.dumps({"key": key, "found": r.value is not None, "value": value, "encoding": enc,
-                          "cached": r.cached, "served_by": r.served_by, "latency_us": round(r.latency * 1e6),
-                          "attempts": r.attempts}))
+        print(
+            json.dumps(
+                {
+                    "key": key,
+                    "found": r.value is not None,
+                    "value": value,
+                    "encoding": enc,
+                    "cached": r.cached,
+                    "served_by": r.served_by,
+                    "latency_us": round(r.latency * 1e6),
+                    "attempts": r.attempts,
+                }
+            )
+        )
     elif r.value is not None:
         sys.stdout.buffer.write(r.value + b"\n")
         sys.stdout.flush()
@@ -152,10 +184,14 @@ def get(ctx: typer.Context, key: str,
 
 
 @app.command()
-def put(ctx: typer.Context, key: str,
-        value: Annotated[str | None, typer.Argument(help="the value (UTF-8); or use --value-file")] = None,
-        value_file: Annotated[Path | None, typer.Option(help="read the value (bytes) from this file; - for stdin",
-                                                        allow_dash=True)] = None) -> None:
+def put(
+    ctx: typer.Context,
+    key: str,
+    value: Annotated[str | None, typer.Argument(help="the value (UTF-8); or use --value-file")] = None,
+    value_file: Annotated[
+        Path | None, typer.Option(help="read the value (bytes) from this file; - for stdin", allow_dash=True)
+    ] = None,
+) -> None:
     """Store VALUE under KEY (acknowledged once every cached copy is invalid)."""
     if (value is None) == (value_file is None):
         fail("give exactly one of VALUE or --value-file")
@@ -193,8 +229,14 @@ def _live_table(last: Second | None, total: dict) -> Table:
     if last is None:
         t.add_row("-", "-", "-", "0", "0", "0")
     else:
-        t.add_row(f"{last.t + last.span:.0f}", f"{last.rate:,.0f}", f"{last.hit_ratio:.1%}", f"{total['ops']:,}",
-                  f"{total['hits']:,}", str(total["errors"]))
+        t.add_row(
+            f"{last.t + last.span:.0f}",
+            f"{last.rate:,.0f}",
+            f"{last.hit_ratio:.1%}",
+            f"{total['ops']:,}",
+            f"{total['hits']:,}",
+            str(total["errors"]),
+        )
     return t
 
 
@@ -213,50 +255,81 @@ def print_report(rep: Report, out: Console) -> None:
         lat.add_column(col, justify="right")
     for name in ("all", "hit", "miss", "write"):
         d = rep.latency_us[name]
-        lat.add_row(name, f"{d['count']:,}", *(("-" if d[k] is None else f"{d[k]:,.0f}")
-                                                for k in ("mean", "p50", "p99", "p999")))
+        lat.add_row(
+            name,
+            f"{d['count']:,}",
+            *(("-" if d[k] is None else f"{d[k]:,.0f}") for k in ("mean", "p50", "p99", "p999")),
+        )
     out.print(lat)
     hr = [s["hit_ratio"] for s in rep.per_second]
-    out.print(f"hit ratio per second: [{sparkline(hr)}]  "
-              + " ".join(f"{x:.0%}" for x in hr[:30]) + (" …" if len(hr) > 30 else ""), highlight=False)
-    out.print("ops/s per second: " + " ".join(f"{s['ops'] / s['span']:.0f}" for s in rep.per_second[:30])
-              + (" …" if len(rep.per_second) > 30 else ""), highlight=False)
+    out.print(
+        f"hit ratio per second: [{sparkline(hr)}]  "
+        + " ".join(f"{x:.0%}" for x in hr[:30])
+        + (" …" if len(hr) > 30 else ""),
+        highlight=False,
+    )
+    out.print(
+        "ops/s per second: "
+        + " ".join(f"{s['ops'] / s['span']:.0f}" for s in rep.per_second[:30])
+        + (" …" if len(rep.per_second) > 30 else ""),
+        highlight=False,
+    )
 
 
 @app.command()
 def bench(
     ctx: typer.Context,
-    keys: Annotated[int, typer.Option(help="key space size (keys key0 … key<N-1>, key0 hottest), up to 100 M")]
-    = 100_000,
+    keys: Annotated[
+        int, typer.Option(help="key space size (keys key0 … key<N-1>, key0 hottest), up to 100 M")
+    ] = 100_000,
     zipf: Annotated[float, typer.Option(help="Zipf skew θ: 0 = uniform … 0.99")] = 0.99,
     read_ratio: Annotated[float, typer.Option(help="fraction of reads (the rest are writes)")] = 0.95,
     value_size: Annotated[int, typer.Option(help="value bytes (≤128 can be cached by switches)")] = 64,
     concurrency: Annotated[int, typer.Option(help="requests in flight (with --rate: at most)")] = 32,
-    rate: Annotated[float | None, typer.Option(help="open loop: issue this many ops per second whatever the "
-                                                     "replies do (ops due while --concurrency are in flight "
-                                                     "count as 'backlog' errors)")] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            help="open loop: issue this many ops per second whatever the "
+            "replies do (ops due while --concurrency are in flight "
+            "count as 'backlog' errors)"
+        ),
+    ] = None,
     duration: Annotated[float, typer.Option(help="seconds to run (unless --ops)")] = 10.0,
     ops: Annotated[int | None, typer.Option(help="run exactly this many operations instead of --duration")] = None,
     load: Annotated[bool, typer.Option(help="write the --load-keys hottest keys once before the run")] = True,
     load_keys: Annotated[int, typer.Option(help="how many of the hottest keys --load writes")] = 10_000,
     seed: Annotated[int, typer.Option(help="seed of the key and op sequence")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout")] = False,
-    echo: Annotated[bool, typer.Option(help="measure the generator alone against a local echo server "
-                                            "(no values checked, no load phase)")] = False,
+    echo: Annotated[
+        bool,
+        typer.Option(help="measure the generator alone against a local echo server (no values checked, no load phase)"),
+    ] = False,
 ) -> None:
     """YCSB-style load: Zipf reads and writes, values checked, latency by hit/miss."""
     opts: Opts = ctx.obj
-    cfg = BenchConfig(keys=keys, zipf=zipf, read_ratio=read_ratio, value_size=value_size, concurrency=concurrency,
-                      rate=rate, duration=None if ops is not None else duration, ops=ops, load=load and not echo,
-                      load_keys=load_keys, seed=seed, verify=not echo)
+    cfg = BenchConfig(
+        keys=keys,
+        zipf=zipf,
+        read_ratio=read_ratio,
+        value_size=value_size,
+        concurrency=concurrency,
+        rate=rate,
+        duration=None if ops is not None else duration,
+        ops=ops,
+        load=load and not echo,
+        load_keys=load_keys,
+        seed=seed,
+        verify=not echo,
+    )
     try:
         cfg.validate()
     except ValueError as e:
         fail(str(e))
     echo_proc = None
     if echo:
-        echo_proc = subprocess.Popen([sys.executable, "-m", "client_lib.echo", "--port", "0"],
-                                     stdout=subprocess.PIPE, text=True)
+        echo_proc = subprocess.Popen(
+            [sys.executable, "-m", "client_lib.echo", "--port", "0"], stdout=subprocess.PIPE, text=True
+        )
         port = int(echo_proc.stdout.readline().split()[-1])
         cluster: Cluster = Cluster()
         resolve: Resolver | None = lambda _h: ("127.0.0.1", port)  # noqa: E731
@@ -277,9 +350,16 @@ def bench(
 
     try:
         with live:
-            rep = run_bench(cluster, cfg, resolve=resolve, timeout=opts.timeout, retries=opts.retries,
-                            on_second=on_second, on_load=on_load)
-    except RequestTimeout as e:
+            rep = run_bench(
+                cluster,
+                cfg,
+                resolve=resolve,
+                timeout=opts.timeout,
+                retries=opts.retries,
+                on_second=on_second,
+                on_load=on_load,
+            )
+    except RequestTimeoutError as e:
         fail(f"{e} (during the load phase); is the deployment running?")
     except DistCacheError as e:
         fail(f"{type(e).__name__}: {e}")

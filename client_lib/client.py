@@ -10,7 +10,7 @@ Keys are ``str`` (UTF-8) or ``bytes`` and are mapped to 16-byte wire keys by
 :func:`distcache.hashing.wire_key` (short keys stay readable, long ones are
 hashed).  Values are ``bytes`` or ``str``: up to ``MAX_CACHEABLE`` (128) bytes
 can be cached by switches, up to ``MAX_VALUE_LEN`` (1024) bytes can be stored;
-longer values raise :class:`ValueTooLarge` before anything is sent.
+longer values raise :class:`ValueTooLargeError` before anything is sent.
 
 A reply is taken only from the address and port its request went to (a cache
 hit comes from there too: the switch swaps the addresses), and only when its
@@ -52,7 +52,7 @@ from pathlib import Path
 
 from client_lib.rto import DEFAULT_FLOOR, Rto, Schedule
 from distcache.cluster import Cluster, Host
-from distcache.errors import InvalidValue, RequestTimeout, ServerError, ValueTooLarge
+from distcache.errors import InvalidValueError, RequestTimeoutError, ServerError, ValueTooLargeError
 from distcache.hashing import wire_key
 from distcache.wire import DC_PORT, MAX_VALUE_LEN, Message, Op, Status, WireError, attempt_flags, decode, encode
 
@@ -93,16 +93,24 @@ def _value(value: bytes | str) -> bytes:
     elif isinstance(value, (bytearray, memoryview)):
         value = bytes(value)
     elif not isinstance(value, bytes):
-        raise InvalidValue(f"values must be bytes or str, not {type(value).__name__}")
+        raise InvalidValueError(f"values must be bytes or str, not {type(value).__name__}")
     if len(value) > MAX_VALUE_LEN:
-        raise ValueTooLarge(f"value of {len(value)} bytes is over the {MAX_VALUE_LEN}-byte limit of one "
-                            f"DistCache message; split it or store a reference instead")
+        raise ValueTooLargeError(
+            f"value of {len(value)} bytes is over the {MAX_VALUE_LEN}-byte limit of one "
+            f"DistCache message; split it or store a reference instead"
+        )
     return value
 
 
 class _Base:
-    def __init__(self, cluster: Cluster | str | Path, timeout: float, retries: int,
-                 resolve: Resolver | None, min_timeout: float | None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster | str | Path,
+        timeout: float,
+        retries: int,
+        resolve: Resolver | None,
+        min_timeout: float | None,
+    ) -> None:
         if timeout <= 0 or retries < 0:
             raise ValueError("timeout must be > 0 and retries >= 0")
         if min_timeout is None:
@@ -162,10 +170,12 @@ class _Base:
         value = m.value if (m.op == Op.GET_REPLY and m.status == Status.OK) else None
         return Reply(req.key, value, m.status, m.cached, m.served_by, latency, attempts)
 
-    def _timeout(self, req: Message, addr: tuple[str, int], sched: Schedule) -> RequestTimeout:
-        return RequestTimeout(f"no reply to {req.op.name} from {addr[0]}:{addr[1]} after {sched.sent} attempts "
-                              f"in {sched.deadline - sched.start:.3g}s (timeout {self.timeout}s, retries "
-                              f"{self.retries}); is the storage server (shim) up and reachable?")
+    def _timeout(self, req: Message, addr: tuple[str, int], sched: Schedule) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"no reply to {req.op.name} from {addr[0]}:{addr[1]} after {sched.sent} attempts "
+            f"in {sched.deadline - sched.start:.3g}s (timeout {self.timeout}s, retries "
+            f"{self.retries}); is the storage server (shim) up and reachable?"
+        )
 
 
 class Client(_Base):
@@ -177,9 +187,16 @@ class Client(_Base):
     after its first copy.
     """
 
-    def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
-                 min_timeout: float | None = None, resolve: Resolver | None = None,
-                 bind: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        cluster: Cluster | str | Path,
+        *,
+        timeout: float = 0.5,
+        retries: int = 3,
+        min_timeout: float | None = None,
+        resolve: Resolver | None = None,
+        bind: str = "0.0.0.0",
+    ) -> None:
         super().__init__(cluster, timeout, retries, resolve, min_timeout)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((bind, 0))
@@ -222,7 +239,7 @@ class Client(_Base):
         """The values of ``keys`` (None where absent), read with every request in flight at once.
 
         Each key is still its own request (to its own server, maybe answered by a cache, with its
-        own retransmission schedule); RequestTimeout names how many never got a reply.
+        own retransmission schedule); RequestTimeoutError names how many never got a reply.
         """
         out: list[bytes | None] = [None] * len(keys)
         pending: dict[int, tuple[int, Message, tuple[str, int], Schedule]] = {}  # seq -> (index, req, dest, sched)
@@ -271,9 +288,11 @@ class Client(_Base):
             del pending[seq], until[seq]
         if failed:
             req, addr, sched = failed[0]
-            raise RequestTimeout(f"{len(failed)} of {len(keys)} reads got no reply after {sched.sent} attempts in "
-                                 f"{sched.deadline - sched.start:.3g}s (e.g. from {addr[0]}:{addr[1]}); is the "
-                                 f"storage up?")
+            raise RequestTimeoutError(
+                f"{len(failed)} of {len(keys)} reads got no reply after {sched.sent} attempts in "
+                f"{sched.deadline - sched.start:.3g}s (e.g. from {addr[0]}:{addr[1]}); is the "
+                f"storage up?"
+            )
         return out
 
     def get(self, key: str | bytes) -> bytes | None:
@@ -314,9 +333,16 @@ class AsyncClient(_Base):
     """asyncio client; many requests may be in flight at once.  Create it, then ``await start()``
     (or use ``async with``)."""
 
-    def __init__(self, cluster: Cluster | str | Path, *, timeout: float = 0.5, retries: int = 3,
-                 min_timeout: float | None = None, resolve: Resolver | None = None,
-                 bind: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        cluster: Cluster | str | Path,
+        *,
+        timeout: float = 0.5,
+        retries: int = 3,
+        min_timeout: float | None = None,
+        resolve: Resolver | None = None,
+        bind: str = "0.0.0.0",
+    ) -> None:
         self._proto = _Protocol()  # before the base class sets ``ignored``, which lives here
         super().__init__(cluster, timeout, retries, resolve, min_timeout)
         self.bind = bind

@@ -10,6 +10,7 @@ Redis, no parsing, so the client side is the only thing being measured
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 
 
@@ -31,10 +32,8 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         serve(args.host, args.port)
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from typing import Literal
 
 from client_lib.client import AsyncClient, Resolver
 from distcache.cluster import Cluster
-from distcache.errors import RequestTimeout, ServerError
+from distcache.errors import RequestTimeoutError, ServerError
 
 
 @dataclass
@@ -129,8 +129,13 @@ def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
         n += 1
 
 
-async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, resolve: Resolver | None = None,
-                 on_progress: Callable[[HistoryStats], None] | None = None) -> HistoryStats:
+async def record(
+    cluster: Cluster | str | Path,
+    cfg: HistoryConfig,
+    out: Path,
+    resolve: Resolver | None = None,
+    on_progress: Callable[[HistoryStats], None] | None = None,
+) -> HistoryStats:
     """Run the clients until ``cfg.duration`` seconds pass (or each made ``cfg.ops`` requests) and write the
     history to ``out`` (JSON Lines, tools/lincheck's input)."""
     stats = HistoryStats()
@@ -165,7 +170,7 @@ async def record(cluster: Cluster | str | Path, cfg: HistoryConfig, out: Path, r
                     line["found"] = found = await client.delete(req.key)  # True: OK, False: NOT_FOUND
                     stats.deletes_not_found += not found
                 ret: int | None = time.monotonic_ns()
-            except RequestTimeout:
+            except RequestTimeoutError:
                 if req.op == "get":
                     continue  # a read that returned nothing constrains nothing
                 ret = None

@@ -63,7 +63,7 @@ class Rto:
     @property
     def current(self) -> float:
         """The RTO a request sent now starts with: ``base`` doubled per back-off, at most ``cap``."""
-        return min(self.cap, self.base * 2.0 ** self.backoff)
+        return min(self.cap, self.base * 2.0**self.backoff)
 
     def sample(self, rtt: float) -> None:
         """A round-trip time measured on a request sent once (Karn's rule is the caller's: it knows)."""
@@ -81,7 +81,7 @@ class Rto:
         """A copy sent while ``generation`` was current got no reply in time: back off, once per generation."""
         if generation != self.generation:
             return  # a sample or another timeout since it was sent already said what it says
-        if self.base * 2.0 ** self.backoff < self.cap:
+        if self.base * 2.0**self.backoff < self.cap:
             self.backoff += 1
         self.generation += 1
 

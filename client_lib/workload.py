@@ -46,7 +46,7 @@ import numpy as np
 
 from client_lib.client import AsyncClient, Resolver
 from distcache.cluster import Cluster
-from distcache.errors import DistCacheError, RequestTimeout, ServerError
+from distcache.errors import DistCacheError, RequestTimeoutError, ServerError
 from distcache.wire import MAX_VALUE_LEN
 from simulator.workload import DEFAULT_HEAD, Zipf
 
@@ -178,8 +178,13 @@ def _percentiles(lat: list[float]) -> dict:
         return {"count": 0, "mean": None, "p50": None, "p99": None, "p999": None}
     a = np.asarray(lat) * 1e6
     p50, p99, p999 = np.percentile(a, [50, 99, 99.9])
-    return {"count": len(lat), "mean": round(float(a.mean()), 1), "p50": round(float(p50), 1),
-            "p99": round(float(p99), 1), "p999": round(float(p999), 1)}
+    return {
+        "count": len(lat),
+        "mean": round(float(a.mean()), 1),
+        "p50": round(float(p50), 1),
+        "p99": round(float(p99), 1),
+        "p999": round(float(p999), 1),
+    }
 
 
 class _OpStream:
@@ -208,15 +213,20 @@ class _OpStream:
     def drawn_top(self) -> np.ndarray:
         """Counts of the hottest ranks among the ops actually issued (unused batch tail removed)."""
         top = self.top.copy()
-        for r in self.ranks[self.i:]:
+        for r in self.ranks[self.i :]:
             if r < _TOP:
                 top[r] -= 1
         return top
 
 
 class _Bench:
-    def __init__(self, client: AsyncClient, cfg: BenchConfig, on_second: Callable[[Second], None] | None,
-                 on_load: Callable[[int, int], None] | None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        cfg: BenchConfig,
+        on_second: Callable[[Second], None] | None,
+        on_load: Callable[[int, int], None] | None,
+    ) -> None:
         self.client, self.cfg = client, cfg
         self.on_second, self.on_load = on_second, on_load
         self.run = cfg.run_tag or os.urandom(4).hex()
@@ -287,8 +297,7 @@ class _Bench:
         elapsed = time.perf_counter() - self.t0
         return elapsed
 
-    async def _open_loop(self, one: Callable[[], Awaitable[None]], rate: float, deadline: float,
-                         limit: float) -> None:
+    async def _open_loop(self, one: Callable[[], Awaitable[None]], rate: float, deadline: float, limit: float) -> None:
         """Issue ops on a fixed schedule (i / rate seconds after the start), whatever the replies do.
 
         What a saturation search needs: a closed loop slows down with the system and never
@@ -416,8 +425,13 @@ class _Bench:
         self.n["writes"] += 1
 
     def _fail(self, what: str, e: DistCacheError, lat: float) -> None:
-        kind = "timeout" if isinstance(e, RequestTimeout) else "server_error" if isinstance(e, ServerError) \
+        kind = (
+            "timeout"
+            if isinstance(e, RequestTimeoutError)
+            else "server_error"
+            if isinstance(e, ServerError)
             else type(e).__name__
+        )
         self.n[f"failed_{what}s"] += 1
         self.n[f"{what}s"] += 1
         sec = self._sec()
@@ -441,28 +455,56 @@ class _Bench:
         all_lat = self.lat["hit"] + self.lat["miss"] + self.lat["write"]
         issued = max(self.stream.issued, 1)
         top = self.stream.drawn_top()
-        top_keys = [{"rank": r, "key": key_of(r, self.cfg.prefix), "requests": int(top[r]),
-                     "share": round(int(top[r]) / issued, 5),
-                     "expected_share": round(float(self.zipf.p[r]), 5)}
-                    for r in range(min(_TOP, self.cfg.keys, 8))]
+        top_keys = [
+            {
+                "rank": r,
+                "key": key_of(r, self.cfg.prefix),
+                "requests": int(top[r]),
+                "share": round(int(top[r]) / issued, 5),
+                "expected_share": round(float(self.zipf.p[r]), 5),
+            }
+            for r in range(min(_TOP, self.cfg.keys, 8))
+        ]
         seconds = [s for s in self.seconds if s.ops or s.t < int(elapsed)]
         return Report(
-            config=asdict(self.cfg), run_tag=self.run, loaded_keys=self.loaded,
-            load_seconds=round(load_seconds, 3), seconds=round(elapsed, 3),
-            ops=ops, reads=n["reads"], writes=n["writes"], hits=n["hits"], misses=n["misses"],
-            absent=n["absent"], failed_reads=n["failed_reads"], failed_writes=n["failed_writes"],
+            config=asdict(self.cfg),
+            run_tag=self.run,
+            loaded_keys=self.loaded,
+            load_seconds=round(load_seconds, 3),
+            seconds=round(elapsed, 3),
+            ops=ops,
+            reads=n["reads"],
+            writes=n["writes"],
+            hits=n["hits"],
+            misses=n["misses"],
+            absent=n["absent"],
+            failed_reads=n["failed_reads"],
+            failed_writes=n["failed_writes"],
             other_run_values=n["other_run"],
             throughput=round(ops / elapsed, 1) if elapsed > 0 else 0.0,
             hit_ratio=round(n["hits"] / n["reads"], 4) if n["reads"] else 0.0,
-            latency_us={"all": _percentiles(all_lat), "hit": _percentiles(self.lat["hit"]),
-                        "miss": _percentiles(self.lat["miss"]), "write": _percentiles(self.lat["write"])},
+            latency_us={
+                "all": _percentiles(all_lat),
+                "hit": _percentiles(self.lat["hit"]),
+                "miss": _percentiles(self.lat["miss"]),
+                "write": _percentiles(self.lat["write"]),
+            },
             per_second=[{**asdict(s), "hit_ratio": round(s.hit_ratio, 4)} for s in seconds],
-            errors=dict(self.errors), top_keys=top_keys)
+            errors=dict(self.errors),
+            top_keys=top_keys,
+        )
 
 
-async def run_bench_async(cluster: Cluster | str | Path, cfg: BenchConfig, *, resolve: Resolver | None = None,
-                          timeout: float = 0.5, retries: int = 3, on_second: Callable[[Second], None] | None = None,
-                          on_load: Callable[[int, int], None] | None = None) -> Report:
+async def run_bench_async(
+    cluster: Cluster | str | Path,
+    cfg: BenchConfig,
+    *,
+    resolve: Resolver | None = None,
+    timeout: float = 0.5,
+    retries: int = 3,
+    on_second: Callable[[Second], None] | None = None,
+    on_load: Callable[[int, int], None] | None = None,
+) -> Report:
     """Load (if asked), run the timed phase, and report; see the module docstring."""
     cfg.validate()
     async with AsyncClient(cluster, timeout=timeout, retries=retries, resolve=resolve) as client:
@@ -475,4 +517,3 @@ async def run_bench_async(cluster: Cluster | str | Path, cfg: BenchConfig, *, re
 def run_bench(cluster: Cluster | str | Path, cfg: BenchConfig, **kw: object) -> Report:
     """Blocking wrapper of :func:`run_bench_async` (its own event loop)."""
     return asyncio.run(run_bench_async(cluster, cfg, **kw))  # type: ignore[arg-type]
-

@@ -39,6 +39,7 @@ the reported keys:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -57,7 +58,7 @@ from controller.entries import LEAF_CACHING, SwitchPlan, plan
 from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.probes import DP_PROBE_INTERVAL, probe_round
 from controller.reconcile import apply_plan
-from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
+from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache import p4names as n
 from distcache.api import agent_grpc, agent_pb2
 from distcache.cluster import Cluster, Mechanism, Role, Switch
@@ -78,11 +79,11 @@ DIGEST_DELIVERY = {"max_timeout_ns": 10_000_000, "max_list_size": 16, "ack_timeo
 REPLACE_MARGIN = 1.5
 
 
-class CacheFull(RuntimeError):
+class CacheFullError(RuntimeError):
     """No free slot: evict a key first."""
 
 
-class VersionsExhausted(RuntimeError):
+class VersionsExhaustedError(RuntimeError):
     """A slot has had every version of this cache epoch: raise the epoch."""
 
 
@@ -106,7 +107,7 @@ class SlotAllocator:
       ``spec-populate-slot`` counterexample).
 
     Versions therefore count up per switch (1..65535) within a cache epoch and
-    never wrap -- the last one raises :class:`VersionsExhausted`, and the
+    never wrap -- the last one raises :class:`VersionsExhaustedError`, and the
     agent starts a new epoch.  Each slot's last version is kept (state file,
     ``claim``) and the counter resumes above the highest of them.
     """
@@ -125,11 +126,11 @@ class SlotAllocator:
         return len(self._free)
 
     def take(self) -> tuple[int, int]:
-        """A free slot and a version no entry of this switch had in this epoch; raises CacheFull."""
+        """A free slot and a version no entry of this switch had in this epoch; raises CacheFullError."""
         if not self._free:
-            raise CacheFull(f"all {self.slots} cache slots are in use; evict a key first")
+            raise CacheFullError(f"all {self.slots} cache slots are in use; evict a key first")
         if self._top >= self.MAX_VERSION:
-            raise VersionsExhausted(f"this switch has had all {self.MAX_VERSION} versions of this epoch")
+            raise VersionsExhaustedError(f"this switch has had all {self.MAX_VERSION} versions of this epoch")
         slot = self._free.pop()
         self._top += 1
         self._last_version[slot] = self._top
@@ -185,9 +186,17 @@ class AgentCounters:
 class SwitchAgent:
     """One cache switch's agent: P4Runtime primary, digest consumer, cache manager."""
 
-    def __init__(self, cluster: Cluster, switch: Switch, p4info_path: str | Path, device_config: bytes,
-                 shim_for: Callable[[bytes], ShimLink], state_file: Path | None = None,
-                 grpc_host: str = "127.0.0.1", hit_window: float = 1.0) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        switch: Switch,
+        p4info_path: str | Path,
+        device_config: bytes,
+        shim_for: Callable[[bytes], ShimLink],
+        state_file: Path | None = None,
+        grpc_host: str = "127.0.0.1",
+        hit_window: float = 1.0,
+    ) -> None:
         if switch.role not in (Role.SPINE, Role.STORAGE_LEAF):
             raise ValueError(f"{switch.name} is not a cache switch (role {switch.role.name})")
         self.cluster, self.switch = cluster, switch
@@ -234,8 +243,9 @@ class SwitchAgent:
             self.conn.close()
 
     # -- configuration ----------------------------------------------------------------------------------
-    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None,
-                  replicated: Iterable[bytes] = ()) -> None:
+    def configure(
+        self, cluster: Cluster, buckets: list[int], live: set[int] | None = None, replicated: Iterable[bytes] = ()
+    ) -> None:
         """Install everything the switch needs for ``cluster``, ``buckets``, the ``live`` spines and
         Hybrid's ``replicated`` keys (idempotent).
 
@@ -323,8 +333,13 @@ class SwitchAgent:
         if not fresh and self.epoch == on_switch:
             self._save_state()
             return False
-        why = ("the switch came up empty" if fresh else
-               "no state file" if self.epoch is None else f"state file says epoch {self.epoch}")
+        why = (
+            "the switch came up empty"
+            if fresh
+            else "no state file"
+            if self.epoch is None
+            else f"state file says epoch {self.epoch}"
+        )
         log.warning("%s: %s, switch is in epoch %d: raising it", self.switch.name, why, on_switch)
         self._raise_epoch(conn, self._next_epoch(on_switch))
         return not fresh
@@ -361,8 +376,7 @@ class SwitchAgent:
             e.state = "pending"
         keys = list(self.cached)
         if keys:
-            threading.Thread(target=self._refill, args=(keys,), name=f"{self.switch.name}-refill",
-                             daemon=True).start()
+            threading.Thread(target=self._refill, args=(keys,), name=f"{self.switch.name}-refill", daemon=True).start()
 
     def _refill(self, keys: list[bytes], retry: bool = False) -> None:
         try:
@@ -383,8 +397,14 @@ class SwitchAgent:
                 if self.cached.get(key) is entry:
                     entry.state = state
                     filled += state == "valid"
-        log.log(logging.DEBUG if retry else logging.INFO, "%s: %d of %d entries filled again in epoch %s",
-                self.switch.name, filled, len(keys), self.epoch)
+        log.log(
+            logging.DEBUG if retry else logging.INFO,
+            "%s: %d of %d entries filled again in epoch %s",
+            self.switch.name,
+            filled,
+            len(keys),
+            self.epoch,
+        )
 
     def _rebuild_cache(self, conn: SwitchConnection) -> None:
         """After an agent restart: the cache entries on the switch are the truth."""
@@ -409,8 +429,9 @@ class SwitchAgent:
         self.alloc = SlotAllocator(self.slots, self.alloc.versions())
 
     # -- inserting and evicting ---------------------------------------------------------------------
-    def insert(self, key: bytes, *, auto: bool = False, estimate: int | None = None,
-               budget: TokenBucket | None = None) -> CachedKey | None:
+    def insert(
+        self, key: bytes, *, auto: bool = False, estimate: int | None = None, budget: TokenBucket | None = None
+    ) -> CachedKey | None:
         """Cache ``key`` here and have its server fill the value in.
 
         A full cache evicts its coldest key, but with ``estimate`` (a hot-key report's reads per
@@ -427,8 +448,9 @@ class SwitchAgent:
                 # a replica the controller placed (Hybrid) may take a young entry's slot: rebalancing
                 # replicates only keys far hotter than any other, and must not wait out a churning cache
                 victim = self._coldest(settled=not (estimate is None and self._pinned(key)))
-                if victim is None or (estimate is not None
-                                      and self.cached[victim].hits[-1] * REPLACE_MARGIN >= estimate):
+                if victim is None or (
+                    estimate is not None and self.cached[victim].hits[-1] * REPLACE_MARGIN >= estimate
+                ):
                     if auto:
                         self.counters.not_hotter += 1
                     return None
@@ -439,15 +461,19 @@ class SwitchAgent:
                 self.evict(victim)
             try:
                 slot, version = self.alloc.take()
-            except VersionsExhausted as e:
+            except VersionsExhaustedError as e:
                 log.info("%s: %s", self.switch.name, e)
                 self._raise_epoch(conn, self._next_epoch(self.epoch or 0))
                 self._refill_all()
                 slot, version = self.alloc.take()
             self._save_state()  # before the entry exists: a version once on the switch is never handed out again
             try:
-                conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT,
-                            {"slot": slot, "version": version})
+                conn.insert(
+                    n.CACHE_LOOKUP,
+                    {n.KEY_DC_KEY: int.from_bytes(key, "big")},
+                    n.CACHE_HIT,
+                    {"slot": slot, "version": version},
+                )
             except P4RuntimeError:
                 self.alloc.give_back(slot)
                 raise
@@ -459,15 +485,22 @@ class SwitchAgent:
                 entry.state = state
         if auto:
             self.counters.auto_inserted += 1
-        log.info("%s: cached %s in slot %d (v%d)%s: %s", self.switch.name, key.hex(), slot, version,
-                 " from a report" if auto else "", state)
+        log.info(
+            "%s: cached %s in slot %d (v%d)%s: %s",
+            self.switch.name,
+            key.hex(),
+            slot,
+            version,
+            " from a report" if auto else "",
+            state,
+        )
         return entry
 
     def _populate(self, key: bytes, entry: CachedKey) -> str:
         """Ask the key's shim to fill ``entry``; its tag goes along, so only this populate arms it."""
         try:
             return self.shim_for(key).populate(key, self.switch.switch_id, self.epoch or 0, entry.version)
-        except (ShimUnavailable, ShimRequestError) as e:
+        except (ShimUnavailableError, ShimRequestError) as e:
             log.warning("%s: populate %s failed: %s", self.switch.name, key.hex(), e)
             return "failed"
 
@@ -483,14 +516,15 @@ class SwitchAgent:
             # must not populate it before the shim hears of this eviction, or the late Evict would remove
             # the new copy from the shim's view and writes would skip a valid copy
             self._tell_shim_evicted(key)
-        log.info("%s: evicted %s from slot %d (%d recent hits)", self.switch.name, key.hex(), entry.slot,
-                 entry.recent_hits)
+        log.info(
+            "%s: evicted %s from slot %d (%d recent hits)", self.switch.name, key.hex(), entry.slot, entry.recent_hits
+        )
         return True
 
     def _tell_shim_evicted(self, key: bytes) -> None:
         try:
             self.shim_for(key).evict(key, self.switch.switch_id)
-        except (ShimUnavailable, ShimRequestError) as e:  # the shim then still invalidates here: safe, only slower
+        except (ShimUnavailableError, ShimRequestError) as e:  # the shim then still invalidates here: safe, only slower
             log.warning("%s: could not tell the shim %s is evicted: %s", self.switch.name, key.hex(), e)
 
     def _pinned(self, key: bytes) -> bool:
@@ -513,8 +547,9 @@ class SwitchAgent:
 
     def _need_conn(self) -> SwitchConnection:
         if self.conn is None:
-            raise P4RuntimeError(f"{self.switch.name}: not configured yet (no Configure from the controller)",
-                                 "FAILED_PRECONDITION")
+            raise P4RuntimeError(
+                f"{self.switch.name}: not configured yet (no Configure from the controller)", "FAILED_PRECONDITION"
+            )
         return self.conn
 
     # -- background work ----------------------------------------------------------------------------
@@ -529,7 +564,7 @@ class SwitchAgent:
                 continue
             try:
                 e = self.insert(key, auto=True, estimate=self.report_rate(row), budget=self.bucket)
-            except (P4RuntimeError, CacheFull) as err:
+            except (P4RuntimeError, CacheFullError) as err:
                 log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), err)
                 continue
             # an entry created after the report arrived is this report's insertion (not one already there)
@@ -581,10 +616,8 @@ class SwitchAgent:
             conn = self.conn
             if conn is None or not self.configured:
                 continue
-            try:
+            with contextlib.suppress(P4RuntimeError):  # the stream is down: the watch loop reconnects
                 seq = probe_round(conn, self.switch, (self.cluster.spine(i) for i in range(self.cluster.spines)), seq)
-            except P4RuntimeError:
-                pass  # the stream is down: the watch loop reconnects
 
     def _hits_loop(self) -> None:
         while not self._stop.wait(self.hit_window):
@@ -614,8 +647,9 @@ class SwitchAgent:
         if keys:
             self.counters.fills_retried += len(keys)
             self._refilling.set()
-            threading.Thread(target=self._refill, args=(keys, True), name=f"{self.switch.name}-retry",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._refill, args=(keys, True), name=f"{self.switch.name}-retry", daemon=True
+            ).start()
         return len(keys)
 
     def sample_hits(self) -> None:
@@ -656,8 +690,11 @@ class SwitchAgent:
                         fresh = self._connect(timeout=2.0)
                         if fresh:
                             self.counters.switch_restarts += 1
-                    log.info("%s: reconnected (%s)", self.switch.name,
-                             "pipeline re-pushed, cache empty" if fresh else "state kept")
+                    log.info(
+                        "%s: reconnected (%s)",
+                        self.switch.name,
+                        "pipeline re-pushed, cache empty" if fresh else "state kept",
+                    )
                     break
                 except (P4RuntimeError, grpc.RpcError) as e:
                     log.debug("%s: reconnect failed: %s", self.switch.name, e)
@@ -681,14 +718,20 @@ class SwitchAgent:
             raise StateFileError(f"{where} is unreadable ({e}); remove it to start afresh") from None
         owner = d.get("switch") if isinstance(d, dict) else None
         if owner != self.switch.name:
-            raise StateFileError(f"{where} is not {self.switch.name}'s (it names {owner!r}); "
-                                 "pass this switch's file, or remove it to start afresh")
+            raise StateFileError(
+                f"{where} is not {self.switch.name}'s (it names {owner!r}); "
+                "pass this switch's file, or remove it to start afresh"
+            )
         versions, epoch = d.get("last_versions"), d.get("epoch")
-        if (not isinstance(versions, list) or not all(type(v) is int and 0 <= v <= SlotAllocator.MAX_VERSION
-                                                       for v in versions)
-                or not (epoch is None or (type(epoch) is int and 0 <= epoch <= 0xFFFFFFFF))):
-            raise StateFileError(f"{where} is malformed (expected last_versions: [0..65535], epoch: 0..2^32-1); "
-                                 "remove it to start afresh")
+        if (
+            not isinstance(versions, list)
+            or not all(type(v) is int and 0 <= v <= SlotAllocator.MAX_VERSION for v in versions)
+            or not (epoch is None or (type(epoch) is int and 0 <= epoch <= 0xFFFFFFFF))
+        ):
+            raise StateFileError(
+                f"{where} is malformed (expected last_versions: [0..65535], epoch: 0..2^32-1); "
+                "remove it to start afresh"
+            )
         self.epoch = epoch
         return versions
 
@@ -707,11 +750,16 @@ class SwitchAgent:
         with self.lock:
             conn = self.conn
             st = agent_pb2.AgentStatus(
-                switch=self.switch.name, switch_id=self.switch.switch_id,
+                switch=self.switch.name,
+                switch_id=self.switch.switch_id,
                 switch_connected=conn is not None and not conn.stream_closed.is_set(),
-                slots=self.slots, occupied=len(self.cached), configured=self.configured,
-                digests_dropped=conn.digests_dropped if conn is not None else 0, cache_epoch=self.epoch or 0,
-                **vars(self.counters))
+                slots=self.slots,
+                occupied=len(self.cached),
+                configured=self.configured,
+                digests_dropped=conn.digests_dropped if conn is not None else 0,
+                cache_epoch=self.epoch or 0,
+                **vars(self.counters),
+            )
             lat = sorted(self.insert_latencies_us)
             if lat:
                 st.insert_latency_p50_us, st.insert_latency_max_us = lat[len(lat) // 2], lat[-1]
@@ -729,8 +777,7 @@ class SwitchAgent:
 
 
 def _cached_pb(key: bytes, e: CachedKey) -> agent_pb2.CachedKey:
-    return agent_pb2.CachedKey(key=key, slot=e.slot, version=e.version, state=e.state, hits=e.recent_hits,
-                               auto=e.auto)
+    return agent_pb2.CachedKey(key=key, slot=e.slot, version=e.version, state=e.state, hits=e.recent_hits, auto=e.auto)
 
 
 class AgentService(agent_grpc.AgentServicer):
@@ -744,8 +791,10 @@ class AgentService(agent_grpc.AgentServicer):
             cluster = Cluster.from_json(request.cluster_json)
             buckets = list(request.buckets)
             if len(buckets) != n.SPINE_BUCKETS:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}")
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}",
+                )
             self.agent.configure(cluster, buckets, set(request.live_spines), [bytes(k) for k in request.replicated])
         except (ValueError, TypeError) as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
@@ -761,13 +810,16 @@ class AgentService(agent_grpc.AgentServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "key: a 16-byte wire key (distcache.hashing.wire_key)")
         try:
             e = self.agent.insert(bytes(request.key))
-        except CacheFull as err:
+        except CacheFullError as err:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         except P4RuntimeError as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         if e is None:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the cache is full of keys inserted in the last two "
-                          "hit windows (not evictable yet); evict one (Evict) or try again in a few seconds")
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "the cache is full of keys inserted in the last two "
+                "hit windows (not evictable yet); evict one (Evict) or try again in a few seconds",
+            )
         return _cached_pb(bytes(request.key), e)
 
     def Evict(self, request, context):  # noqa: ANN001, ANN201, N802
@@ -775,7 +827,6 @@ class AgentService(agent_grpc.AgentServicer):
             return agent_pb2.EvictReply(evicted=self.agent.evict(bytes(request.key)))
         except P4RuntimeError as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-
 
     def Flush(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
         try:
@@ -797,15 +848,22 @@ class AgentClient:
         try:
             grpc.channel_ready_future(self.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            raise ConnectionError(f"no agent answers at {self.address}; is it running "
-                                  "(python -m controller.agent --help)?") from None
+            raise ConnectionError(
+                f"no agent answers at {self.address}; is it running (python -m controller.agent --help)?"
+            ) from None
 
-    def configure(self, cluster: Cluster, buckets: list[int], live: set[int] | None = None,
-                  replicated: Iterable[bytes] = ()) -> agent_pb2.AgentStatus:
-        return self.stub.Configure(agent_pb2.ConfigureRequest(cluster_json=cluster.to_json(), buckets=buckets,
-                                                              live_spines=sorted(live or ()),
-                                                              replicated=sorted(replicated)),
-                                   timeout=self.timeout)
+    def configure(
+        self, cluster: Cluster, buckets: list[int], live: set[int] | None = None, replicated: Iterable[bytes] = ()
+    ) -> agent_pb2.AgentStatus:
+        return self.stub.Configure(
+            agent_pb2.ConfigureRequest(
+                cluster_json=cluster.to_json(),
+                buckets=buckets,
+                live_spines=sorted(live or ()),
+                replicated=sorted(replicated),
+            ),
+            timeout=self.timeout,
+        )
 
     def flush(self) -> agent_pb2.AgentStatus:
         return self.stub.Flush(agent_pb2.StatusRequest(), timeout=self.timeout)
@@ -825,8 +883,10 @@ class AgentClient:
 
 def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
     """Key -> the control link of its storage shim (Unix sockets named as dcnet.deploy names them)."""
+
     def shim_for(key: bytes) -> ShimLink:
         return ShimLink(f"unix:{shim_dir / f'shim-{cluster.server_for_key(key).name}.sock'}")
+
     return shim_for
 
 
@@ -841,8 +901,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", type=listen_address, help="agent API address (default: the cluster's, on loopback)")
     ap.add_argument("--log-file", type=output_file)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, filename=args.log_file,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, filename=args.log_file, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     cluster = load_cluster(ap, args.cluster)
     try:
         sw = cluster.switch(args.switch)
@@ -850,8 +911,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(e.args[0])
     device_config = args.device_config.read_bytes() if args.device_config else b""
     try:
-        agent = SwitchAgent(cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir),
-                            state_file=args.state_file)
+        agent = SwitchAgent(
+            cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir), state_file=args.state_file
+        )
     except StateFileError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
     except (ValueError, OSError) as e:  # not a cache switch, a P4Info that is not one

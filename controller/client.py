@@ -7,7 +7,7 @@ import grpc
 from distcache.api import controller_grpc, controller_pb2
 
 
-class ControllerUnreachable(ConnectionError):
+class ControllerUnreachableError(ConnectionError):
     """No controller answers at the address; the message says how to start one."""
 
 
@@ -15,8 +15,10 @@ class ControllerRequestError(RuntimeError):
     """The controller refused a request; the message is the controller's explanation."""
 
 
-START_HINT = ("start it with `python -m controller --cluster runs/<run>/cluster.json --p4info ... --shim-dir "
-              "runs/<run>` (make run starts one for its deployment)")
+START_HINT = (
+    "start it with `python -m controller --cluster runs/<run>/cluster.json --p4info ... --shim-dir "
+    "runs/<run>` (make run starts one for its deployment)"
+)
 
 
 class ControllerClient:
@@ -29,16 +31,18 @@ class ControllerClient:
         try:
             grpc.channel_ready_future(self.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            raise ControllerUnreachable(f"controller not reachable at {self.address}; is it running? "
-                                        f"{START_HINT}") from None
+            raise ControllerUnreachableError(
+                f"controller not reachable at {self.address}; is it running? {START_HINT}"
+            ) from None
 
     def _call(self, method: str, request: object) -> object:
         try:
             return getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as e:
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise ControllerUnreachable(f"controller not reachable at {self.address} ({e.code().name}); is "
-                                            f"it running? {START_HINT}") from None
+                raise ControllerUnreachableError(
+                    f"controller not reachable at {self.address} ({e.code().name}); is it running? {START_HINT}"
+                ) from None
             raise ControllerRequestError(e.details() or e.code().name) from None
 
     def status(self) -> controller_pb2.ClusterStatus:

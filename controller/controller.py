@@ -63,6 +63,7 @@ failures that answer again without ever waiting for one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -81,7 +82,7 @@ from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
 from controller.partition import cache_switches, spine_buckets
 from controller.probes import DP_PROBE_INTERVAL, ProbeLedger, SpineDeath, probe_round, read_probe_counts, spine_deaths
 from controller.reconcile import apply_plan
-from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
+from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
 from controller.state import ControllerState, Failure
 from controller.switchproc import SwitchProcessError, SwitchProcesses
 from distcache import p4names as n
@@ -152,9 +153,16 @@ class Health:
 
 
 class Controller:
-    def __init__(self, cluster: Cluster, p4info_path: str | Path, shim_address: Callable[[Host], str],
-                 device_config: bytes = b"", state_path: Path | None = None,
-                 procs: SwitchProcesses | None = None, grpc_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        p4info_path: str | Path,
+        shim_address: Callable[[Host], str],
+        device_config: bytes = b"",
+        state_path: Path | None = None,
+        procs: SwitchProcesses | None = None,
+        grpc_host: str = "127.0.0.1",
+    ) -> None:
         self.state_path = state_path
         self.state = ControllerState.load(state_path, cluster)
         self.cluster = cluster
@@ -294,12 +302,21 @@ class Controller:
                 arb = conn.arbitration
                 conn.close()
                 past = (arb.election_id.high << 64 | arb.election_id.low) if arb is not None else 0
-                if attempt or arb is None or arb.status.code != grpc.StatusCode.NOT_FOUND.value[0] or past < eid \
-                        or past + 1 >= 1 << 64:
+                if (
+                    attempt
+                    or arb is None
+                    or arb.status.code != grpc.StatusCode.NOT_FOUND.value[0]
+                    or past < eid
+                    or past + 1 >= 1 << 64
+                ):
                     raise
                 eid = self._election[sw.name] = past + 1
-                log.warning("%s: nobody is primary and it has seen election ids up to %d: taking mastership "
-                            "with %d", sw.name, past, eid)
+                log.warning(
+                    "%s: nobody is primary and it has seen election ids up to %d: taking mastership with %d",
+                    sw.name,
+                    past,
+                    eid,
+                )
         raise AssertionError("unreachable")
 
     def _apply_leaf(self, sw: Switch, conn: SwitchConnection, replicated: set[bytes] | None = None) -> int:
@@ -313,12 +330,14 @@ class Controller:
         return writes
 
     def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
-        return plan(self.cluster, sw, self.buckets, self.live_spines(),
-                    self.replicated if replicated is None else replicated)
+        return plan(
+            self.cluster, sw, self.buckets, self.live_spines(), self.replicated if replicated is None else replicated
+        )
 
     def _configure_agent(self, sw: Switch, replicated: set[bytes] | None = None) -> agent_pb2.AgentStatus:
-        st = self.agents[sw.name].configure(self.cluster, self.buckets, self.live_spines(),
-                                            self.replicated if replicated is None else replicated)
+        st = self.agents[sw.name].configure(
+            self.cluster, self.buckets, self.live_spines(), self.replicated if replicated is None else replicated
+        )
         self._stale.pop(sw.name, None)
         log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
         return st
@@ -328,20 +347,27 @@ class Controller:
         (and Hybrid's ``replicated`` keys, default: the current ones), all at once; returns those that
         could not be, with why.  They stay in ``_stale`` and the reconciler tries them again every
         RETRY s; an agent the health poll found not answering is not waited for, only retried."""
+
         def one(sw: Switch) -> None:
             if is_cache_switch(sw):
                 h = self.health[sw.name]
                 if h.agent_alive is False:
                     raise ConnectionError("waiting for its agent to answer (its last Status did not come back)")
                 self._configure_agent(sw, replicated)
-            elif (sw.name in self.leaves and sw.name not in self._stale
-                  and not self.leaves[sw.name].stream_closed.is_set()):
+            elif (
+                sw.name in self.leaves
+                and sw.name not in self._stale
+                and not self.leaves[sw.name].stream_closed.is_set()
+            ):
                 self._apply_leaf(sw, self.leaves[sw.name], replicated)
             else:  # never reached, or its last write failed: a new session (it may have lost mastership)
                 self._bring_up_client_leaf(sw, replicated=replicated)
 
-        jobs = {sw.name: self._pool.submit(one, sw) for sw in self.cluster.switches()
-                if sw.role in roles and sw.name not in self.state.failed}
+        jobs = {
+            sw.name: self._pool.submit(one, sw)
+            for sw in self.cluster.switches()
+            if sw.role in roles and sw.name not in self.state.failed
+        }
         failed: dict[str, str] = {}
         for name, job in jobs.items():
             try:
@@ -369,7 +395,7 @@ class Controller:
             for h in hosts:
                 try:
                     incarnations[h.name] = int(links[h.name].stats().get("incarnation", 0))
-                except (ShimUnavailable, ShimRequestError) as e:
+                except (ShimUnavailableError, ShimRequestError) as e:
                     log.warning("%s: shim not updated: %s", h.name, e)
             for name, agent in self.agents.items():
                 if name in self.state.failed:
@@ -398,7 +424,7 @@ class Controller:
                 if views:
                     mine = spines | {self.cluster.storage_leaf(host.rack).switch_id}
                     link.view(cached.get(host.name, {}), sorted(complete & mine), incarnations[host.name])
-            except (ShimUnavailable, ShimRequestError) as e:
+            except (ShimUnavailableError, ShimRequestError) as e:
                 log.warning("%s: shim not updated: %s", host.name, e)
 
     def shim_down(self) -> list[int]:
@@ -419,8 +445,13 @@ class Controller:
     def routing_to(self, spine: Switch) -> list[str]:
         """The client leaves that may still send reads to ``spine``."""
         every = frozenset(self.spine_ids())
-        return [sw.name for sw in self.cluster.switches() if sw.role == Role.CLIENT_LEAF
-                and spine.switch_id in self._leaf_live.get(sw.name, every) and not self._known_stopped(sw.name)]
+        return [
+            sw.name
+            for sw in self.cluster.switches()
+            if sw.role == Role.CLIENT_LEAF
+            and spine.switch_id in self._leaf_live.get(sw.name, every)
+            and not self._known_stopped(sw.name)
+        ]
 
     def _known_stopped(self, name: str) -> bool:
         return self.procs is not None and name in self.procs and not self.procs.running(name)
@@ -446,20 +477,29 @@ class Controller:
         it again every RETRY s until there are none."""
         if configure:
             self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
-        waiting = sorted(name for name in list(self._stale) if name not in self.state.failed
-                         and self.cluster.switch(name).role == Role.CLIENT_LEAF)
+        waiting = sorted(
+            name
+            for name in list(self._stale)
+            if name not in self.state.failed and self.cluster.switch(name).role == Role.CLIENT_LEAF
+        )
         if waiting:
             (log.error if configure else log.debug)(
                 "failover waits for %s to take the new routes; until then the shims keep waiting for the acks "
-                "of %s (retried every %.0fs)", ", ".join(waiting), ", ".join(sorted(self.state.failed)), RETRY)
+                "of %s (retried every %.0fs)",
+                ", ".join(waiting),
+                ", ".join(sorted(self.state.failed)),
+                RETRY,
+            )
             return waiting
         time.sleep(DRAIN)
         self._push_shims()
         self._configure({Role.SPINE})
         if self._failover_pending:
             self._failover_pending = False
-            log.info("failover complete: %s", ", ".join(f"{s.name} routed away" for s in self._spines()
-                                                       if s.name in self.state.failed))
+            log.info(
+                "failover complete: %s",
+                ", ".join(f"{s.name} routed away" for s in self._spines() if s.name in self.state.failed),
+            )
         return []
 
     def _spines(self) -> list[Switch]:
@@ -487,8 +527,13 @@ class Controller:
                 moved, waiting = self._failover()
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t
-                log.warning("%s: %d buckets moved to live spines in %.2fs%s", sw.name, moved,
-                            self.state.last_failover_s, f" (waiting for {', '.join(waiting)})" if waiting else "")
+                log.warning(
+                    "%s: %d buckets moved to live spines in %.2fs%s",
+                    sw.name,
+                    moved,
+                    self.state.last_failover_s,
+                    f" (waiting for {', '.join(waiting)})" if waiting else "",
+                )
             self._save()
 
     def fail(self, name: str, keep_running: bool = False) -> tuple[str, int, float]:
@@ -499,17 +544,21 @@ class Controller:
         t = time.monotonic()
         with self.lock:
             if name in self.state.failed:
-                raise ControllerError(f"{name} is already failed ({self.state.failed[name].reason}); "
-                                      f"use `distcache-ctl recover {name}`")
+                raise ControllerError(
+                    f"{name} is already failed ({self.state.failed[name].reason}); use `distcache-ctl recover {name}`"
+                )
             if sw.role == Role.SPINE and self.live_spines() == {sw.switch_id}:
-                raise ControllerError(f"{name} is the last spine in service: without it no rack reaches another; "
-                                      "recover another spine first")
+                raise ControllerError(
+                    f"{name} is the last spine in service: without it no rack reaches another; "
+                    "recover another spine first"
+                )
             stopped = False
             if self.procs is not None and name in self.procs and not keep_running:
                 self.procs.stop(name)
                 stopped = True
-            self.state.failed[name] = Failure(admin=True, since=time.time(), reason="failed by the operator",
-                                              stopped=stopped)
+            self.state.failed[name] = Failure(
+                admin=True, since=time.time(), reason="failed by the operator", stopped=stopped
+            )
             self.health[name].alive = not stopped
             moved, waiting = 0, []
             if sw.role == Role.SPINE:
@@ -520,8 +569,10 @@ class Controller:
         what = "process stopped" if stopped else "out of service, its process keeps running"
         msg = f"{name}: {what}; {moved} buckets moved to live spines"
         if waiting:
-            msg += (f"; {', '.join(waiting)} did not take the new routes yet: writes keep invalidating {name} "
-                    f"until they do (retried every {RETRY:.0f} s; see `distcache-ctl status`)")
+            msg += (
+                f"; {', '.join(waiting)} did not take the new routes yet: writes keep invalidating {name} "
+                f"until they do (retried every {RETRY:.0f} s; see `distcache-ctl status`)"
+            )
         return msg, moved, time.monotonic() - t
 
     def recover(self, name: str, timeout: float = 30.0) -> tuple[str, int, float]:
@@ -590,8 +641,10 @@ class Controller:
             st = self.agents[sw.name].flush()
             log.info("%s: cache flushed before it serves again (%d keys left)", sw.name, st.occupied)
         except grpc.RpcError as e:
-            raise ControllerError(f"{sw.name}: its agent could not flush the cache ({why(e)}); start "
-                                  f"the agent (python -m controller.agent --switch {sw.name} ...) and retry") from None
+            raise ControllerError(
+                f"{sw.name}: its agent could not flush the cache ({why(e)}); start "
+                f"the agent (python -m controller.agent --switch {sw.name} ...) and retry"
+            ) from None
 
     def _wait_back(self, sw: Switch, timeout: float) -> None:
         """Until the switch answers again and, for a cache switch, its agent is configured and connected to
@@ -608,8 +661,10 @@ class Controller:
             if back:
                 st = self.poll_agent(sw.name)  # also tells the health view that it answers again
                 if st is None:
-                    missing = (f"its agent at {self.cluster.agent_address(sw)} does not answer "
-                               f"({self.health[sw.name].agent_error})")
+                    missing = (
+                        f"its agent at {self.cluster.agent_address(sw)} does not answer "
+                        f"({self.health[sw.name].agent_error})"
+                    )
                 elif not st.configured:
                     log.info("%s: its agent restarted while the switch was failed; configuring it", sw.name)
                     try:
@@ -632,8 +687,9 @@ class Controller:
         try:
             mech = Mechanism[name.upper()]
         except KeyError:
-            raise ControllerError(f"unknown mechanism {name!r}; use one of "
-                                  f"{', '.join(m.name.lower() for m in Mechanism)}") from None
+            raise ControllerError(
+                f"unknown mechanism {name!r}; use one of {', '.join(m.name.lower() for m in Mechanism)}"
+            ) from None
         with self.lock:
             old = self.cluster.mechanism
             self.cluster = replace(self.cluster, mechanism=mech)
@@ -670,11 +726,11 @@ class Controller:
                     except grpc.RpcError:
                         continue
             current = self.replicated
-            new = hybrid.choose(hybrid.key_rates(statuses.values()), current, hybrid.threshold(self.cluster),
-                                hybrid.limit(self.cluster))
+            new = hybrid.choose(
+                hybrid.key_rates(statuses.values()), current, hybrid.threshold(self.cluster), hybrid.limit(self.cluster)
+            )
             added, removed = new - current, current - new
-            spines = [sw for sw in self.cluster.switches()
-                      if sw.role == Role.SPINE and sw.name in statuses]
+            spines = [sw for sw in self.cluster.switches() if sw.role == Role.SPINE and sw.name in statuses]
             if added:
                 self._configure({Role.SPINE}, current | new)
             # every replicated key in every spine: the new ones, and any a spine could not take before
@@ -701,8 +757,9 @@ class Controller:
         try:
             return self.cluster.switch(name)
         except KeyError:
-            raise ControllerError(f"no switch named {name!r}; switches: "
-                                  f"{', '.join(sw.name for sw in self.cluster.switches())}") from None
+            raise ControllerError(
+                f"no switch named {name!r}; switches: {', '.join(sw.name for sw in self.cluster.switches())}"
+            ) from None
 
     # -- monitoring -----------------------------------------------------------------------------
     # Nothing slow may stand between a switch's death and its detection, so the work is split:
@@ -718,7 +775,7 @@ class Controller:
         while not self._stop.wait(PROBE_INTERVAL):
             try:
                 self._probe(sw)
-            except Exception:  # noqa: BLE001 - the probe must outlive any one failure
+            except Exception:
                 log.exception("%s: probe handling failed", sw.name)
 
     def _probe(self, sw: Switch) -> None:
@@ -753,16 +810,14 @@ class Controller:
         spines = self._spines()
         while not self._stop.wait(DP_PROBE_INTERVAL):
             for name, conn in list(self.leaves.items()):
-                try:
+                with contextlib.suppress(P4RuntimeError):  # its stream is down: the reconciler brings it back
                     seq = probe_round(conn, self.cluster.switch(name), spines, seq)
-                except P4RuntimeError:
-                    pass  # its stream is down: the reconciler brings the leaf back
                 self._take_deaths(name, conn)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + DP_CHECK_INTERVAL
                 try:
                     self._dp_check()
-                except Exception:  # noqa: BLE001 - the probe loop must outlive any one failure
+                except Exception:
                     log.exception("data-plane probe check failed")
 
     def _take_deaths(self, name: str, conn: SwitchConnection) -> None:
@@ -772,8 +827,13 @@ class Controller:
         except P4RuntimeError:
             return
         for d in deaths:
-            log.info("%s: %s was dead in its data plane: found dead %.1f ms after it was last heard, silent "
-                     "%.0f ms", d.leaf, d.spine, d.detect_s * 1e3, d.silent_s * 1e3)
+            log.info(
+                "%s: %s was dead in its data plane: found dead %.1f ms after it was last heard, silent %.0f ms",
+                d.leaf,
+                d.spine,
+                d.detect_s * 1e3,
+                d.silent_s * 1e3,
+            )
         self.spine_deaths.extend(deaths)
 
     def _dp_check(self) -> None:
@@ -799,7 +859,7 @@ class Controller:
         while not self._stop.is_set():
             try:
                 self._poll()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("health poll failed")
             self._stop.wait(HEARTBEAT)
 
@@ -831,8 +891,11 @@ class Controller:
     def _poll(self) -> None:
         now = time.monotonic()
         agents = {name: self._pool.submit(self.poll_agent, name) for name in self.agent_status}
-        reads = {sw.name: self._pool.submit(self.read_stats, sw.name) for sw in self.cluster.switches()
-                 if sw.name not in self.state.failed}
+        reads = {
+            sw.name: self._pool.submit(self.read_stats, sw.name)
+            for sw in self.cluster.switches()
+            if sw.name not in self.state.failed
+        }
         for name, job in agents.items():
             st = job.result()
             if st is None:
@@ -850,9 +913,12 @@ class Controller:
             sw = self.cluster.switch(name)
             h = self.health[name]
             h.stats, h.drops = stats, drops
-            idx = (n.Stat.ROUTED_SPINE, n.Stat.ROUTED_LEAF) if sw.role == Role.CLIENT_LEAF else (
-                n.Stat.READ_HIT, n.Stat.READ_MISS)
-            h.samples = (h.samples + [(now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
+            idx = (
+                (n.Stat.ROUTED_SPINE, n.Stat.ROUTED_LEAF)
+                if sw.role == Role.CLIENT_LEAF
+                else (n.Stat.READ_HIT, n.Stat.READ_MISS)
+            )
+            h.samples = ([*h.samples, (now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
         for name, conn in list(self.leaves.items()):
             if conn.stream_closed.is_set() and name not in self.state.failed and name not in self._stale:
                 log.warning("%s: lost its stream (restarted?); reconnecting", name)
@@ -862,12 +928,15 @@ class Controller:
         for host in self.cluster.servers():
             try:
                 st = ShimLink(self.shim_address(host), timeout=2.0).stats()
-            except ShimUnavailable:
+            except ShimUnavailableError:
                 continue
             if not st.get("view_known") or st.get("epoch") != self.state.epoch:
                 if not self._shims_behind.get(host.name):
-                    log.warning("%s: shim restarted or behind (epoch %s); sending partition and view",
-                                host.name, st.get("epoch"))
+                    log.warning(
+                        "%s: shim restarted or behind (epoch %s); sending partition and view",
+                        host.name,
+                        st.get("epoch"),
+                    )
                 self._shims_behind[host.name] = True
                 self._wake.set()
             elif sorted(st.get("down", [])) != down:
@@ -886,7 +955,7 @@ class Controller:
                 if self.cluster.mechanism == Mechanism.HYBRID and time.monotonic() - last_beat >= HEARTBEAT:
                     last_beat = time.monotonic()
                     self.rebalance_hybrid()
-            except Exception:  # noqa: BLE001 - the reconciler must outlive any one failure
+            except Exception:
                 log.exception("reconciliation failed")
 
     def _reconcile(self) -> None:
@@ -983,8 +1052,10 @@ class Controller:
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it."""
         wkey = wire_key(key)
-        return {sw.name: self.agents[sw.name].cache(wkey)
-                for sw in cache_switches(self.cluster, self.buckets, wkey, self.replicated)}
+        return {
+            sw.name: self.agents[sw.name].cache(wkey)
+            for sw in cache_switches(self.cluster, self.buckets, wkey, self.replicated)
+        }
 
     # -- shutdown ---------------------------------------------------------------------------------
     def close(self) -> None:

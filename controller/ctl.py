@@ -23,13 +23,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachable
+from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachableError
 from distcache.api import message_dict
 from distcache.cluster import Cluster, ClusterError, parse_address
 from distcache.cmdline import Typer
 
-app = Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-            help="Operate a DistCache deployment through its controller.")
+app = Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Operate a DistCache deployment through its controller.",
+)
 out = Console()
 err = Console(stderr=True)
 
@@ -58,11 +62,13 @@ def _print_json(msg: Message) -> None:
 @app.callback()
 def main(
     ctx: typer.Context,
-    controller: Annotated[str | None, typer.Option(envvar="DISTCACHE_CONTROLLER",
-                                                   help="controller API address HOST:PORT")] = None,
-    cluster: Annotated[Path | None, typer.Option(envvar="DISTCACHE_CLUSTER",
-                                                 help="cluster.json of the deployment (for its controller "
-                                                      "address)")] = None,
+    controller: Annotated[
+        str | None, typer.Option(envvar="DISTCACHE_CONTROLLER", help="controller API address HOST:PORT")
+    ] = None,
+    cluster: Annotated[
+        Path | None,
+        typer.Option(envvar="DISTCACHE_CLUSTER", help="cluster.json of the deployment (for its controller address)"),
+    ] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait for the controller")] = 60.0,
 ) -> None:
     """Operate a DistCache deployment through its controller."""
@@ -84,7 +90,7 @@ def _call(ctx: typer.Context, method: str, *args: object) -> Message:
     client: ControllerClient = ctx.obj
     try:
         return getattr(client, method)(*args)
-    except ControllerUnreachable as e:
+    except ControllerUnreachableError as e:
         fail(str(e), 2)
     except ControllerRequestError as e:
         fail(str(e))
@@ -97,33 +103,68 @@ def status(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json(st)
         return
-    t = Table(title=Text(f"mechanism {st.mechanism} · epoch {st.epoch} · failovers {st.failovers} · "
-                         f"recoveries {st.recoveries}"), title_justify="left")
-    for col in ("switch", "role", "state", "agent", "load/s", "cached", "hits", "misses", "hit ratio", "digests",
-                "buckets", "drops"):
+    t = Table(
+        title=Text(
+            f"mechanism {st.mechanism} · epoch {st.epoch} · failovers {st.failovers} · recoveries {st.recoveries}"
+        ),
+        title_justify="left",
+    )
+    for col in (
+        "switch",
+        "role",
+        "state",
+        "agent",
+        "load/s",
+        "cached",
+        "hits",
+        "misses",
+        "hit ratio",
+        "digests",
+        "buckets",
+        "drops",
+    ):
         t.add_column(col, justify="left" if col in ("switch", "role", "state", "agent", "drops") else "right")
     for s in st.switches:
-        state = (red("failed" + (" (operator)" if s.admin_failed else " (detected)")) if s.failed
-                 else Text("up", style="green") if s.alive else red("not answering"))
+        state = (
+            red("failed" + (" (operator)" if s.admin_failed else " (detected)"))
+            if s.failed
+            else Text("up", style="green")
+            if s.alive
+            else red("not answering")
+        )
         cache = s.role != "client_leaf"
-        cells = (s.name, s.role, state, (Text("up") if s.agent_alive else red("down")) if cache else "-",
-                 f"{s.load:,.0f}", f"{s.occupied}/{s.slots}" if cache else "-", f"{s.hits}" if cache else "-",
-                 f"{s.misses}" if cache else "-", f"{s.hit_ratio:.2f}" if cache else "-",
-                 f"{s.digests}" if cache else "-", f"{s.buckets}" if s.role == "spine" else "-",
-                 ", ".join(f"{k}={v}" for k, v in sorted(s.drops.items())) or "none")
+        cells = (
+            s.name,
+            s.role,
+            state,
+            (Text("up") if s.agent_alive else red("down")) if cache else "-",
+            f"{s.load:,.0f}",
+            f"{s.occupied}/{s.slots}" if cache else "-",
+            f"{s.hits}" if cache else "-",
+            f"{s.misses}" if cache else "-",
+            f"{s.hit_ratio:.2f}" if cache else "-",
+            f"{s.digests}" if cache else "-",
+            f"{s.buckets}" if s.role == "spine" else "-",
+            ", ".join(f"{k}={v}" for k, v in sorted(s.drops.items())) or "none",
+        )
         t.add_row(*(c if isinstance(c, Text) else Text(c) for c in cells))
     out.print(t)
     if st.mechanism == "hybrid":
         say(f"replicated in every spine ({len(st.replicated)}): ", ", ".join(st.replicated) or "none yet")
     if st.failovers:
         say(f"last failure: detected in {st.last_detection_s:.2f} s, partition moved in {st.last_failover_s:.2f} s")
-    ended = {f"{s.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(s.spine_deaths.items()))
-             for s in st.switches if s.spine_deaths}
+    ended = {
+        f"{s.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(s.spine_deaths.items()))
+        for s in st.switches
+        if s.spine_deaths
+    }
     say("spine deaths seen by leaves' data planes: ", "; ".join(sorted(ended)) or "none")
     if st.spine_deaths:
         d = st.spine_deaths[-1]
-        say(f"last: {d.leaf} found {d.spine} dead {d.detect_s * 1e3:.1f} ms after it last heard from it "
-            f"(silent {d.silent_s:.2f} s)")
+        say(
+            f"last: {d.leaf} found {d.spine} dead {d.detect_s * 1e3:.1f} ms after it last heard from it "
+            f"(silent {d.silent_s:.2f} s)"
+        )
     for s in st.switches:
         if s.detail:
             say(s.name, ": ", s.detail)
@@ -140,8 +181,13 @@ def partitions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     for col in ("spine", "id", "buckets now", "originally", "state"):
         t.add_column(col)
     for s in p.spines:
-        t.add_row(Text(s.spine), Text(str(s.switch_id)), Text(str(s.buckets)), Text(str(s.original)),
-                  red("failed") if s.failed else Text("up"))
+        t.add_row(
+            Text(s.spine),
+            Text(str(s.switch_id)),
+            Text(str(s.buckets)),
+            Text(str(s.original)),
+            red("failed") if s.failed else Text("up"),
+        )
     out.print(t)
     if not p.moved:
         say("no bucket moved: every spine owns its original buckets")
@@ -149,15 +195,19 @@ def partitions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     flows: dict[tuple[str, str], int] = {}
     for m in p.moved:
         flows[(m.from_spine, m.to_spine)] = flows.get((m.from_spine, m.to_spine), 0) + 1
-    say(f"{len(p.moved)} buckets moved: ", ", ".join(f"{a} -> {b or 'nowhere'}: {k}"
-                                                    for (a, b), k in sorted(flows.items())))
+    say(
+        f"{len(p.moved)} buckets moved: ",
+        ", ".join(f"{a} -> {b or 'nowhere'}: {k}" for (a, b), k in sorted(flows.items())),
+    )
 
 
 @app.command()
-def hot(ctx: typer.Context,
-        switch: Annotated[str, typer.Option(help="one cache switch (default: all)")] = "",
-        top: Annotated[int, typer.Option(min=1, help="keys per switch")] = 10,
-        as_json: JsonOpt = False) -> None:
+def hot(
+    ctx: typer.Context,
+    switch: Annotated[str, typer.Option(help="one cache switch (default: all)")] = "",
+    top: Annotated[int, typer.Option(min=1, help="keys per switch")] = 10,
+    as_json: JsonOpt = False,
+) -> None:
     """The most hit cached keys of each cache switch."""
     h = _call(ctx, "hot", switch, top)
     if as_json:
@@ -176,10 +226,13 @@ def hot(ctx: typer.Context,
 
 
 @app.command(name="fail")
-def fail_switch(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")],
-                keep_running: Annotated[bool, typer.Option(help="leave its process running (a drain: it serves "
-                                                                "nothing until recover flushes it)")] = False
-                ) -> None:
+def fail_switch(
+    ctx: typer.Context,
+    switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")],
+    keep_running: Annotated[
+        bool, typer.Option(help="leave its process running (a drain: it serves nothing until recover flushes it)")
+    ] = False,
+) -> None:
     """Take a switch out of service: stop its process (in an emulation) and move a spine's buckets."""
     r = _call(ctx, "fail", switch, keep_running)
     say(r.message, f" ({r.seconds:.2f} s, epoch {r.epoch})")
@@ -193,9 +246,10 @@ def recover(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="swit
 
 
 @app.command()
-def mechanism(ctx: typer.Context,
-              name: Annotated[str, typer.Argument(help="nocache, partition, replication, distcache or hybrid")]
-              ) -> None:
+def mechanism(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="nocache, partition, replication, distcache or hybrid")],
+) -> None:
     """Change the caching mechanism of the whole cluster, safely while it serves.
 
     Client leaves take the new routes first, then the cache switches drop the keys they no

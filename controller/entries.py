@@ -54,12 +54,17 @@ def _ip(addr: str) -> int:
 
 def _route(prefix: str, dmac: str, port: int) -> Entry:
     net = ipaddress.IPv4Network(prefix)
-    return Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, Match(int(net.network_address), prefix_len=net.prefixlen)),),
-                 n.SET_NHOP, (("dmac", _mac(dmac)), ("port", port)))
+    return Entry(
+        n.IPV4_LPM,
+        ((n.KEY_IPV4_DST, Match(int(net.network_address), prefix_len=net.prefixlen)),),
+        n.SET_NHOP,
+        (("dmac", _mac(dmac)), ("port", port)),
+    )
 
 
-def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None = None,
-         replicated: Iterable[bytes] = ()) -> SwitchPlan:
+def plan(
+    cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None = None, replicated: Iterable[bytes] = ()
+) -> SwitchPlan:
     """Everything ``sw`` needs: its config action and its table entries.
 
     ``live`` are the spines in service (default: all): leaves spread transit traffic over them
@@ -81,8 +86,16 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
     def source(port: int, prefix: str) -> None:
         """Packets from client port ``port`` must come from ``prefix`` (anti-spoofing, DcValidation)."""
         net = ipaddress.IPv4Network(prefix)
-        p.entries.append(Entry(n.CLIENT_SOURCE, ((n.KEY_INGRESS_PORT, port), (n.KEY_IPV4_SRC, Match(
-            int(net.network_address), prefix_len=net.prefixlen))), n.SOURCE_OK))
+        p.entries.append(
+            Entry(
+                n.CLIENT_SOURCE,
+                (
+                    (n.KEY_INGRESS_PORT, port),
+                    (n.KEY_IPV4_SRC, Match(int(net.network_address), prefix_len=net.prefixlen)),
+                ),
+                n.SOURCE_OK,
+            )
+        )
 
     if sw.role in (Role.STORAGE_LEAF, Role.CLIENT_LEAF):
         hosts = [h for h in cluster.hosts() if h.switch == sw.name]
@@ -98,13 +111,20 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
         for port in uplinks:
             kind(port, PortKind.FABRIC)
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
-        p.defaults.append(Entry(n.LIVENESS_CONFIG, (), n.SET_LIVENESS, (
-            ("dead_after", round(cluster.dead_after_ms * 1000)),
-            ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
-            ("hold", round(cluster.liveness_hold_ms * 1000)))))
+        p.defaults.append(
+            Entry(
+                n.LIVENESS_CONFIG,
+                (),
+                n.SET_LIVENESS,
+                (
+                    ("dead_after", round(cluster.dead_after_ms * 1000)),
+                    ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
+                    ("hold", round(cluster.liveness_hold_ms * 1000)),
+                ),
+            )
+        )
         for port, sid in sorted((port, sid) for sid, port in spine_port.items()):
-            p.entries.append(Entry(n.PORT_SPINE, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_SPINE,
-                                   (("spine_id", sid),)))
+            p.entries.append(Entry(n.PORT_SPINE, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_SPINE, (("spine_id", sid),)))
         for sp in spines:
             p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
         # everything else goes up through the live spines, spread by the key's h0 bucket (ECMP)
@@ -112,29 +132,61 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
         up = live_spines(cluster, live)
         for slot in range(n.TRANSIT_SLOTS):
             sp, alt = slot_spines(up, slot)
-            p.entries.append(Entry(n.TRANSIT_SPINE, ((n.KEY_TRANSIT_SLOT, slot),), n.SET_TRANSIT, (
-                ("spine_id", sp.switch_id), ("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]),
-                ("alt_spine_id", alt.switch_id if alt else 0), ("alt_dmac", _mac(alt.mac) if alt else 0),
-                ("alt_port", spine_port[alt.switch_id] if alt else 0))))
+            p.entries.append(
+                Entry(
+                    n.TRANSIT_SPINE,
+                    ((n.KEY_TRANSIT_SLOT, slot),),
+                    n.SET_TRANSIT,
+                    (
+                        ("spine_id", sp.switch_id),
+                        ("dmac", _mac(sp.mac)),
+                        ("port", spine_port[sp.switch_id]),
+                        ("alt_spine_id", alt.switch_id if alt else 0),
+                        ("alt_dmac", _mac(alt.mac) if alt else 0),
+                        ("alt_port", spine_port[alt.switch_id] if alt else 0),
+                    ),
+                )
+            )
         if sw.role == Role.CLIENT_LEAF:
             for slot in range(n.REPLICA_SLOTS):
                 sp, alt = slot_spines(up, slot)
-                p.entries.append(Entry(n.REPLICA_SPINE, ((n.KEY_REPLICA_SLOT, slot),), n.SET_REPLICA_SPINES,
-                                       (("spine_id", sp.switch_id), ("alt_spine_id", alt.switch_id if alt else 0))))
-            p.entries.extend(Entry(n.REPLICATED_KEYS, ((n.KEY_DC_KEY, int.from_bytes(k, "big")),), n.REPLICATE)
-                             for k in sorted(set(replicated))[:n.MAX_REPLICATED_KEYS])
+                p.entries.append(
+                    Entry(
+                        n.REPLICA_SPINE,
+                        ((n.KEY_REPLICA_SLOT, slot),),
+                        n.SET_REPLICA_SPINES,
+                        (("spine_id", sp.switch_id), ("alt_spine_id", alt.switch_id if alt else 0)),
+                    )
+                )
+            p.entries.extend(
+                Entry(n.REPLICATED_KEYS, ((n.KEY_DC_KEY, int.from_bytes(k, "big")),), n.REPLICATE)
+                for k in sorted(set(replicated))[: n.MAX_REPLICATED_KEYS]
+            )
             for sp in spines:
-                p.entries.append(Entry(n.CACHE_ROUTE, ((n.KEY_DC_TARGET, sp.switch_id),), n.ROUTE_TO_CACHE,
-                                       (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id]))))
+                p.entries.append(
+                    Entry(
+                        n.CACHE_ROUTE,
+                        ((n.KEY_DC_TARGET, sp.switch_id),),
+                        n.ROUTE_TO_CACHE,
+                        (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id])),
+                    )
+                )
             for r in range(cluster.storage_racks):
                 leaf = cluster.storage_leaf(r)
-                p.entries.append(Entry(n.STORAGE_RACK, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
-                                       n.SET_LEAF_CANDIDATE, (("leaf_id", leaf.switch_id),)))
+                p.entries.append(
+                    Entry(
+                        n.STORAGE_RACK,
+                        ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
+                        n.SET_LEAF_CANDIDATE,
+                        (("leaf_id", leaf.switch_id),),
+                    )
+                )
             p.entries.extend(partition_entries(buckets))
         if sw.role == Role.STORAGE_LEAF and cluster.mechanism in LEAF_CACHING:
             r = int(sw.switch_id) - 64
-            p.entries.append(Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
-                                   n.DESIGNATE))
+            p.entries.append(
+                Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),), n.DESIGNATE)
+            )
     elif sw.role == Role.SPINE:
         p.entries.extend(detector_buckets(cluster, sw, buckets))
         for port, name in ports.items():
@@ -150,8 +202,14 @@ def plan(cluster: Cluster, sw: Switch, buckets: list[int], live: set[int] | None
         # the reads a cache switch answers: at most switch_rate per second (cir = pir: over it is red)
         rate, burst = round(cluster.switch_rate), cluster.switch_burst
         p.meters[(n.CACHE_METER, 0)] = (rate, burst, rate, burst) if rate > 0 else None
-        p.defaults.append(Entry(n.DETECTOR_CONFIG, (), n.SET_DETECTOR,
-                                (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift))))
+        p.defaults.append(
+            Entry(
+                n.DETECTOR_CONFIG,
+                (),
+                n.SET_DETECTOR,
+                (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift)),
+            )
+        )
     return p
 
 
@@ -176,12 +234,18 @@ def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[E
     """hh_buckets entries of a spine: the h0 buckets whose hot keys it should cache."""
     if cluster.mechanism == Mechanism.NOCACHE:
         return []
-    mine = [b for b, sid in enumerate(buckets) if sid == sw.switch_id or (sid and cluster.mechanism ==
-                                                                            Mechanism.REPLICATION)]
+    mine = [
+        b
+        for b, sid in enumerate(buckets)
+        if sid == sw.switch_id or (sid and cluster.mechanism == Mechanism.REPLICATION)
+    ]
     return [Entry(n.HH_BUCKETS, ((n.KEY_BUCKET, b),), n.DESIGNATE) for b in mine]
 
 
 def partition_entries(buckets: list[int]) -> list[Entry]:
     """spine_partition entries for a client-rack leaf (buckets without a spine are left out)."""
-    return [Entry(n.SPINE_PARTITION, ((n.KEY_BUCKET, b),), n.SET_SPINE_CANDIDATE, (("spine_id", sid),))
-            for b, sid in enumerate(buckets) if sid]
+    return [
+        Entry(n.SPINE_PARTITION, ((n.KEY_BUCKET, b),), n.SET_SPINE_CANDIDATE, (("spine_id", sid),))
+        for b, sid in enumerate(buckets)
+        if sid
+    ]

@@ -110,8 +110,9 @@ class P4Info:
         try:
             return self.controller_headers[name]
         except KeyError:
-            raise P4RuntimeError(f"P4Info has no controller header {name!r} (the program takes no packet-out)",
-                                 "NOT_FOUND") from None
+            raise P4RuntimeError(
+                f"P4Info has no controller header {name!r} (the program takes no packet-out)", "NOT_FOUND"
+            ) from None
 
     def packet_out(self, payload: bytes, metadata: dict[str, int]) -> p4r.PacketOut:
         """A PacketOut of ``payload`` with the ``packet_out`` header's fields by name (each one required)."""
@@ -139,9 +140,15 @@ class P4Info:
         return self._table_by_id[table_id].preamble.name
 
     # -- building entities ----------------------------------------------------------
-    def table_entry(self, table: str, match: dict[str, int | Match], action: str,
-                    params: dict[str, int] | None = None, priority: int = 0,
-                    default: bool = False) -> p4r.TableEntry:
+    def table_entry(
+        self,
+        table: str,
+        match: dict[str, int | Match],
+        action: str,
+        params: dict[str, int] | None = None,
+        priority: int = 0,
+        default: bool = False,
+    ) -> p4r.TableEntry:
         entry = self.match_entry(table, match, priority, default)
         a = self.action(action)
         entry.action.action.action_id = a.preamble.id
@@ -154,16 +161,18 @@ class P4Info:
             raise P4RuntimeError(f"action {action} has no parameters {sorted(given)}", "INVALID_ARGUMENT")
         return entry
 
-    def match_entry(self, table: str, match: dict[str, int | Match], priority: int = 0,
-                    default: bool = False) -> p4r.TableEntry:
+    def match_entry(
+        self, table: str, match: dict[str, int | Match], priority: int = 0, default: bool = False
+    ) -> p4r.TableEntry:
         """A table entry holding only the key: what DELETE needs."""
         t = self.table(table)
         entry = p4r.TableEntry(table_id=t.preamble.id, priority=priority, is_default_action=default)
         fields = {mf.name: mf for mf in t.match_fields}
         for name, m in match.items():
             if name not in fields:
-                raise P4RuntimeError(f"table {table} has no key field {name!r}; fields: {sorted(fields)}",
-                                     "INVALID_ARGUMENT")
+                raise P4RuntimeError(
+                    f"table {table} has no key field {name!r}; fields: {sorted(fields)}", "INVALID_ARGUMENT"
+                )
             mf = fields[name]
             m = m if isinstance(m, Match) else Match(m)
             fm = entry.match.add(field_id=mf.id)
@@ -255,17 +264,22 @@ class SwitchConnection:
         if not self._arbitrated.wait(timeout):
             raise P4RuntimeError(f"{self.name}: no arbitration answer from {self.address}", "DEADLINE_EXCEEDED")
         if self._arbitration_status != 0:
-            raise P4RuntimeError(f"{self.name}: not primary for device {self.device_id} "
-                                 f"(status {self._arbitration_status}); another controller holds it",
-                                 "PERMISSION_DENIED")
+            raise P4RuntimeError(
+                f"{self.name}: not primary for device {self.device_id} "
+                f"(status {self._arbitration_status}); another controller holds it",
+                "PERMISSION_DENIED",
+            )
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         """Wait for the server without joining the stream: a read-only session (Read needs no arbitration)."""
         try:
             grpc.channel_ready_future(self.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            raise P4RuntimeError(f"{self.name}: no P4Runtime server answers at {self.address} "
-                                 f"within {timeout:.0f}s; is the switch running?", "UNAVAILABLE") from None
+            raise P4RuntimeError(
+                f"{self.name}: no P4Runtime server answers at {self.address} "
+                f"within {timeout:.0f}s; is the switch running?",
+                "UNAVAILABLE",
+            ) from None
 
     def _read_stream(self) -> None:
         try:
@@ -308,8 +322,10 @@ class SwitchConnection:
     # -- pipeline ----------------------------------------------------------------------
     def set_pipeline(self, p4info: p4i.P4Info, device_config: bytes = b"") -> None:
         req = p4r.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id, election_id=self._election(),
-            action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+            device_id=self.device_id,
+            election_id=self._election(),
+            action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        )
         req.config.p4info.CopyFrom(p4info)
         req.config.p4_device_config = device_config
         self._call(self.stub.SetForwardingPipelineConfig, req, "SetForwardingPipelineConfig")
@@ -324,8 +340,9 @@ class SwitchConnection:
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 return False
-            raise P4RuntimeError(f"{self.name}: GetForwardingPipelineConfig failed: {e.code().name}",
-                                 e.code().name) from None
+            raise P4RuntimeError(
+                f"{self.name}: GetForwardingPipelineConfig failed: {e.code().name}", e.code().name
+            ) from None
 
     def probe(self, timeout: float = 0.5) -> bool:
         """Whether the P4Runtime server answers a Capabilities request within ``timeout`` seconds."""
@@ -341,8 +358,7 @@ class SwitchConnection:
 
     def _need_p4info(self) -> P4Info:
         if self.p4info is None:
-            raise P4RuntimeError(f"{self.name}: no pipeline pushed yet; call set_pipeline first",
-                                 "FAILED_PRECONDITION")
+            raise P4RuntimeError(f"{self.name}: no pipeline pushed yet; call set_pipeline first", "FAILED_PRECONDITION")
         return self.p4info
 
     # -- writes ------------------------------------------------------------------------
@@ -415,15 +431,22 @@ class SwitchConnection:
         with the program's packet_out header fields given by name.  Fire and forget, as P4Runtime's
         PacketOut is: a switch that refuses it answers with a stream error, which is logged."""
         if self._stream is None or self.stream_closed.is_set():
-            raise P4RuntimeError(f"{self.name}: no open stream to send a packet-out on; connect first",
-                                 "FAILED_PRECONDITION")
+            raise P4RuntimeError(
+                f"{self.name}: no open stream to send a packet-out on; connect first", "FAILED_PRECONDITION"
+            )
         req = p4r.StreamMessageRequest()
         req.packet.CopyFrom(self._need_p4info().packet_out(payload, metadata))
         self._requests.put(req)
 
     # -- digests -----------------------------------------------------------------------
-    def configure_digest(self, name: str, max_timeout_ns: int = 0, max_list_size: int = 1,
-                         ack_timeout_ns: int = 1_000_000_000, modify: bool = False) -> None:
+    def configure_digest(
+        self,
+        name: str,
+        max_timeout_ns: int = 0,
+        max_list_size: int = 1,
+        ack_timeout_ns: int = 1_000_000_000,
+        modify: bool = False,
+    ) -> None:
         """Enable (or, with ``modify``, reconfigure) delivery of digest ``name`` on the stream."""
         req = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
         u = req.updates.add(type=p4r.Update.MODIFY if modify else p4r.Update.INSERT)
@@ -454,8 +477,7 @@ class SwitchConnection:
     def decode_digest(self, dl: p4r.DigestList) -> tuple[str, list[dict[str, int]]]:
         """(digest name, one {member: int} per data item) of a DigestList."""
         name, members = self._need_p4info().digest_fields(dl.digest_id)
-        rows = [{m: decode(d.bitstring) for m, d in zip(members, data.struct.members, strict=True)}
-                for data in dl.data]
+        rows = [{m: decode(d.bitstring) for m, d in zip(members, data.struct.members, strict=True)} for data in dl.data]
         return name, rows
 
     # -- reads -------------------------------------------------------------------------
@@ -480,8 +502,9 @@ class SwitchConnection:
             return action, params
         raise P4RuntimeError(f"{self.name}: no default entry read back for {table}", "NOT_FOUND")
 
-    def read_counter(self, counter: str, index: int | None = None,
-                     indexes: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+    def read_counter(
+        self, counter: str, index: int | None = None, indexes: Iterable[int] | None = None
+    ) -> dict[int, tuple[int, int]]:
         """index -> (packets, bytes) for one cell, the cells ``indexes`` (one request), or all cells.
 
         Few cells are worth asking for by index: a switch may build its whole answer holding the lock
@@ -497,9 +520,10 @@ class SwitchConnection:
             ce.counter_id = cid
             if i is not None:
                 ce.index.index = i
-        return {ent.counter_entry.index.index: (ent.counter_entry.data.packet_count,
-                                                ent.counter_entry.data.byte_count)
-                for ent in self._read(req)}
+        return {
+            ent.counter_entry.index.index: (ent.counter_entry.data.packet_count, ent.counter_entry.data.byte_count)
+            for ent in self._read(req)
+        }
 
     def _read(self, req: p4r.ReadRequest) -> Iterator[p4r.Entity]:
         try:

@@ -23,8 +23,7 @@ def _point(label: str) -> int:
     return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8, person=b"dc-ring").digest(), "big")
 
 
-def spine_buckets(spine_ids: list[int], alive: set[int] | None = None,
-                  vnodes: int = DEFAULT_VNODES) -> list[int]:
+def spine_buckets(spine_ids: list[int], alive: set[int] | None = None, vnodes: int = DEFAULT_VNODES) -> list[int]:
     """Spine id owning each of the N_SPINE_BUCKETS buckets (0 = no spine alive)."""
     live = sorted(set(spine_ids) if alive is None else set(spine_ids) & alive)
     if not live:
@@ -38,8 +37,9 @@ def spine_buckets(spine_ids: list[int], alive: set[int] | None = None,
     return out
 
 
-def cache_switches(cluster: Cluster, buckets: list[int], wkey: bytes,
-                   replicated: Collection[bytes] = ()) -> list[Switch]:
+def cache_switches(
+    cluster: Cluster, buckets: list[int], wkey: bytes, replicated: Collection[bytes] = ()
+) -> list[Switch]:
     """Where a hot key is cached under the cluster's mechanism, the partition ``buckets`` and
     (Hybrid) the ``replicated`` keys."""
     mech = cluster.mechanism
@@ -51,4 +51,4 @@ def cache_switches(cluster: Cluster, buckets: list[int], wkey: bytes,
     spine = [cluster.switch_by_id(spine_id)] if spine_id else []
     if mech == Mechanism.PARTITION:
         return spine
-    return spine + [cluster.storage_leaf(cluster.server_for_key(wkey).rack)]  # DistCache, Hybrid's others
+    return [*spine, cluster.storage_leaf(cluster.server_for_key(wkey).rack)]  # DistCache, Hybrid's others

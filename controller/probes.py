@@ -57,8 +57,7 @@ def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:
     route to it leads up the port facing it), from the leaf's gateway address, UDP checksum 0."""
     if spine.role != Role.SPINE:
         raise ValueError(f"{spine.name} is not a spine: probes go to spines")
-    dc = encode(Message(op=Op.PROBE, key=bytes(KEY_LEN), seq=seq, target=spine.switch_id,
-                        leaf_id=leaf.switch_id))
+    dc = encode(Message(op=Op.PROBE, key=bytes(KEY_LEN), seq=seq, target=spine.switch_id, leaf_id=leaf.switch_id))
     udp = _UDP.pack(DC_PORT, DC_PORT, _UDP.size + len(dc), 0)
     src = ipaddress.IPv4Address(leaf_address(leaf)).packed
     dst = ipaddress.IPv4Address(Cluster.spine_address(spine.switch_id)).packed

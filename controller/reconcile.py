@@ -17,9 +17,23 @@ from controller.p4rt import Match, SwitchConnection
 from distcache import p4names as n
 
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
-PLANNED_TABLES = frozenset({n.PORT_KIND, n.IPV4_LPM, n.HH_BUCKETS, n.HH_RACKS, n.SPINE_PARTITION,
-                            n.STORAGE_RACK, n.CACHE_ROUTE, n.CLIENT_SOURCE, n.TRANSIT_SPINE, n.REPLICA_SPINE,
-                            n.REPLICATED_KEYS, n.RACK_HOSTS, n.PORT_SPINE})
+PLANNED_TABLES = frozenset(
+    {
+        n.PORT_KIND,
+        n.IPV4_LPM,
+        n.HH_BUCKETS,
+        n.HH_RACKS,
+        n.SPINE_PARTITION,
+        n.STORAGE_RACK,
+        n.CACHE_ROUTE,
+        n.CLIENT_SOURCE,
+        n.TRANSIT_SPINE,
+        n.REPLICA_SPINE,
+        n.REPLICATED_KEYS,
+        n.RACK_HOSTS,
+        n.PORT_SPINE,
+    }
+)
 # written first: the tables other entries lead to (a transit route needs its spines, a replicated key its
 # replica spines), so no packet meets a route whose next table is still empty; and a leaf's hosts, so what
 # comes down to them from a spine is not dropped while the rest is written
@@ -52,15 +66,18 @@ def apply_plan(conn: SwitchConnection, p: SwitchPlan) -> int:
     writes = 0
     for table in sorted(PLANNED_TABLES | set(want), key=lambda t: (t not in FIRST, t)):
         have = {match_key(m): (m, a, prm) for m, a, prm in conn.read_table(table)}
-        updates = [(p4r.Update.DELETE, info.match_entry(table, m)) for k, (m, _, _) in have.items()
-                   if k not in want.get(table, {})]
+        updates = [
+            (p4r.Update.DELETE, info.match_entry(table, m))
+            for k, (m, _, _) in have.items()
+            if k not in want.get(table, {})
+        ]
         for k, e in want.get(table, {}).items():
             if k not in have:
                 updates.append((p4r.Update.INSERT, info.table_entry(e.table, e.match_dict, e.action, e.params_dict)))
             elif have[k][1:] != (e.action, e.params_dict):
                 updates.append((p4r.Update.MODIFY, info.table_entry(e.table, e.match_dict, e.action, e.params_dict)))
         for i in range(0, len(updates), BATCH):  # one Write per batch: a partition change is one round trip
-            conn.write(updates[i:i + BATCH])
+            conn.write(updates[i : i + BATCH])
         writes += len(updates)
     read_back: dict[str, dict] = {}  # meters are configured, not inserted: compare, rewrite what differs
     for (name, index), config in p.meters.items():

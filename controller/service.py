@@ -12,7 +12,9 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
+from typing import TypeVar
 
 import grpc
 
@@ -26,6 +28,7 @@ from distcache.cluster import Role
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import user_key
 
+T = TypeVar("T")
 log = logging.getLogger("controller")
 
 STATUS_WAIT = 1.5  # seconds the Status API waits for live counters and agents before using cached ones
@@ -57,10 +60,16 @@ class ControllerService(controller_grpc.ControllerServicer):
         ctl = self.ctl
         switches = ctl.cluster.switches()
         reads = {sw.name: self.pool.submit(ctl.read_stats, sw.name) for sw in switches if ctl.health[sw.name].alive}
-        deaths = {sw.name: self.pool.submit(ctl.read_deaths, sw.name) for sw in switches
-                  if ctl.health[sw.name].alive and sw.role in (Role.CLIENT_LEAF, Role.STORAGE_LEAF)}
-        agents = {name: self.pool.submit(ctl.poll_agent, name) for name in ctl.agent_status
-                  if ctl.health[name].agent_alive is not False}
+        deaths = {
+            sw.name: self.pool.submit(ctl.read_deaths, sw.name)
+            for sw in switches
+            if ctl.health[sw.name].alive and sw.role in (Role.CLIENT_LEAF, Role.STORAGE_LEAF)
+        }
+        agents = {
+            name: self.pool.submit(ctl.poll_agent, name)
+            for name in ctl.agent_status
+            if ctl.health[name].agent_alive is not False
+        }
         by = time.monotonic() + STATUS_WAIT
 
         def result(job: futures.Future | None) -> object:
@@ -72,9 +81,14 @@ class ControllerService(controller_grpc.ControllerServicer):
                 return None
 
         out = controller_pb2.ClusterStatus(
-            mechanism=ctl.cluster.mechanism.name.lower(), failovers=ctl.state.failovers,
-            recoveries=ctl.state.recoveries, epoch=ctl.state.epoch, last_detection_s=ctl.state.last_detection_s,
-            last_failover_s=ctl.state.last_failover_s, replicated=sorted(key_text(k) for k in ctl.replicated))
+            mechanism=ctl.cluster.mechanism.name.lower(),
+            failovers=ctl.state.failovers,
+            recoveries=ctl.state.recoveries,
+            epoch=ctl.state.epoch,
+            last_detection_s=ctl.state.last_detection_s,
+            last_failover_s=ctl.state.last_failover_s,
+            replicated=sorted(key_text(k) for k in ctl.replicated),
+        )
         for d in list(ctl.spine_deaths):
             out.spine_deaths.add(leaf=d.leaf, spine=d.spine, detect_s=d.detect_s, silent_s=d.silent_s, at=d.at)
         owned: dict[int, int] = {}
@@ -84,9 +98,16 @@ class ControllerService(controller_grpc.ControllerServicer):
             h = ctl.health[sw.name]
             failure = ctl.state.failed.get(sw.name)
             notes = [d] if (d := ctl.detail(sw.name)) else []
-            st = out.switches.add(name=sw.name, role=ROLE_NAMES[sw.role], switch_id=sw.switch_id, alive=h.alive,
-                                  failed=failure is not None, admin_failed=bool(failure and failure.admin),
-                                  load=ctl.load(sw.name), buckets=owned.get(sw.switch_id, 0))
+            st = out.switches.add(
+                name=sw.name,
+                role=ROLE_NAMES[sw.role],
+                switch_id=sw.switch_id,
+                alive=h.alive,
+                failed=failure is not None,
+                admin_failed=bool(failure and failure.admin),
+                load=ctl.load(sw.name),
+                buckets=owned.get(sw.switch_id, 0),
+            )
             counters = result(reads.get(sw.name))
             if counters is None and sw.name in reads:
                 notes.append("counters not readable now" + (", as last read" if h.stats else ""))
@@ -106,8 +127,10 @@ class ControllerService(controller_grpc.ControllerServicer):
                 a = result(agents.get(sw.name))
                 st.agent_alive = a is not None
                 if a is None:
-                    notes.append(f"agent: not answering ({h.agent_error or 'no reply in time'})"
-                                 + (", figures as last seen" if h.agent is not None else ""))
+                    notes.append(
+                        f"agent: not answering ({h.agent_error or 'no reply in time'})"
+                        + (", figures as last seen" if h.agent is not None else "")
+                    )
                     a = h.agent
                 if a is not None:
                     st.slots, st.occupied = a.slots, a.occupied
@@ -121,12 +144,20 @@ class ControllerService(controller_grpc.ControllerServicer):
         out = controller_pb2.PartitionStatus(owner=now, epoch=ctl.state.epoch)
         for sid in ctl.spine_ids():
             sp = ctl.cluster.switch_by_id(sid)
-            out.spines.add(spine=sp.name, switch_id=sid, buckets=now.count(sid), original=original.count(sid),
-                           failed=sp.name in ctl.state.failed)
+            out.spines.add(
+                spine=sp.name,
+                switch_id=sid,
+                buckets=now.count(sid),
+                original=original.count(sid),
+                failed=sp.name in ctl.state.failed,
+            )
         for b, (was, is_) in enumerate(zip(original, now, strict=True)):
             if was != is_:
-                out.moved.add(bucket=b, from_spine=ctl.cluster.switch_by_id(was).name,
-                              to_spine=ctl.cluster.switch_by_id(is_).name if is_ else "")
+                out.moved.add(
+                    bucket=b,
+                    from_spine=ctl.cluster.switch_by_id(was).name,
+                    to_spine=ctl.cluster.switch_by_id(is_).name if is_ else "",
+                )
         return out
 
     def Hot(self, request, context):  # noqa: ANN001, ANN201, N802
@@ -136,14 +167,18 @@ class ControllerService(controller_grpc.ControllerServicer):
         out = controller_pb2.HotReply()
         for name in names:
             if name not in ctl.agents:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name!r} is not a cache switch; cache switches: "
-                              f"{', '.join(ctl.agents)}")
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{name!r} is not a cache switch; cache switches: {', '.join(ctl.agents)}",
+                )
             if name in ctl.state.failed:
                 out.switches.add(switch=name)
                 continue
             if ctl.health[name].agent_alive is False:  # known hung or gone: do not wait for it
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"the agent of {name} is not answering "
-                              f"({ctl.health[name].agent_error})")
+                context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the agent of {name} is not answering ({ctl.health[name].agent_error})",
+                )
             try:
                 st = ctl.agents[name].status(with_keys=True)
             except grpc.RpcError as e:
@@ -151,11 +186,10 @@ class ControllerService(controller_grpc.ControllerServicer):
             rows = sorted(zip(st.keys, st.slot_hits, strict=True), key=lambda r: (-r[0].hits, -r[1]))[:top]
             sh = out.switches.add(switch=name)
             for k, total in rows:
-                sh.keys.add(key=k.key, text=key_text(k.key), hits=k.hits, total_hits=total, state=k.state,
-                            slot=k.slot)
+                sh.keys.add(key=k.key, text=key_text(k.key), hits=k.hits, total_hits=total, state=k.state, slot=k.slot)
         return out
 
-    def _change(self, context, fn, *args):  # noqa: ANN001, ANN202
+    def _change(self, context: grpc.ServicerContext, fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
         except ControllerError as e:
@@ -191,21 +225,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p4info", required=True, type=input_file, help="P4Info (text) of the pipeline")
     ap.add_argument("--device-config", type=input_file, help="device config file (BMv2 JSON); none for softswitch")
     ap.add_argument("--shim-dir", required=True, type=existing_dir, help="folder with the shims' control sockets")
-    ap.add_argument("--state-file", type=output_file,
-                    help="where the controller keeps its state (recovered on restart)")
-    ap.add_argument("--switches", type=input_file, help="switches.json of an emulated deployment: lets `fail` stop "
-                                                        "and `recover` start switch processes")
-    ap.add_argument("--listen", type=listen_address,
-                    help="operator API address (default: the cluster's controller_address, loopback)")
+    ap.add_argument(
+        "--state-file", type=output_file, help="where the controller keeps its state (recovered on restart)"
+    )
+    ap.add_argument(
+        "--switches",
+        type=input_file,
+        help="switches.json of an emulated deployment: lets `fail` stop and `recover` start switch processes",
+    )
+    ap.add_argument(
+        "--listen",
+        type=listen_address,
+        help="operator API address (default: the cluster's controller_address, loopback)",
+    )
     ap.add_argument("--log-file", type=output_file)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, filename=args.log_file,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, filename=args.log_file, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     try:
         cluster = load_cluster(ap, args.cluster)
         procs = SwitchProcesses(args.switches) if args.switches else None
-        ctl = Controller(cluster, args.p4info, lambda h: f"unix:{args.shim_dir / f'shim-{h.name}.sock'}",
-                         args.device_config.read_bytes() if args.device_config else b"", args.state_file, procs)
+        ctl = Controller(
+            cluster,
+            args.p4info,
+            lambda h: f"unix:{args.shim_dir / f'shim-{h.name}.sock'}",
+            args.device_config.read_bytes() if args.device_config else b"",
+            args.state_file,
+            procs,
+        )
     except (OSError, ValueError, SwitchProcessError) as e:
         ap.error(str(e))
     listen = args.listen or cluster.controller_address
@@ -220,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("controller serving on %s (epoch %d, failed: %s)", listen, ctl.state.epoch,
-             sorted(ctl.state.failed) or "none")
+    log.info(
+        "controller serving on %s (epoch %d, failed: %s)", listen, ctl.state.epoch, sorted(ctl.state.failed) or "none"
+    )
     print(f"controller ready listen={listen}", flush=True)
     stop.wait()
     server.stop(1)

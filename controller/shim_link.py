@@ -17,7 +17,7 @@ import grpc
 from distcache.api import FAST_RECONNECT, message_dict, shim_grpc, shim_pb2
 
 
-class ShimUnavailable(ConnectionError):
+class ShimUnavailableError(ConnectionError):
     """The shim's control socket cannot be reached, or did not answer in time."""
 
 
@@ -58,7 +58,9 @@ class ShimLink:
         except grpc.RpcError as e:
             if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
                 raise ShimRequestError(e.details()) from None
-            raise ShimUnavailable(f"shim at {self.address} failed {method}: {e.code().name} {e.details()}") from None
+            raise ShimUnavailableError(
+                f"shim at {self.address} failed {method}: {e.code().name} {e.details()}"
+            ) from None
 
     def ping(self) -> None:
         self._call("Ping", shim_pb2.Empty())
@@ -72,14 +74,18 @@ class ShimLink:
     def view(self, cached: dict[bytes, list[int]], complete: list[int] | None = None, incarnation: int = 0) -> None:
         """Add the cached keys of the ``complete`` switches (every key each one caches), collected
         after reading the shim's ``incarnation`` from ``stats()`` (0: not checked)."""
-        req = shim_pb2.ViewRequest(cached=[shim_pb2.KeySwitches(key=k, switches=v) for k, v in cached.items()],
-                                   complete=sorted(complete or ()), incarnation=incarnation)
+        req = shim_pb2.ViewRequest(
+            cached=[shim_pb2.KeySwitches(key=k, switches=v) for k, v in cached.items()],
+            complete=sorted(complete or ()),
+            incarnation=incarnation,
+        )
         self._call("AddView", req)
 
     def populate(self, key: bytes, switch: int, cache_epoch: int, version: int) -> str:
         """Fill ``switch``'s new entry for ``key``, whose tag is (``cache_epoch``, ``version``)."""
-        return self._call("Populate", shim_pb2.SwitchKey(key=key, switch=switch, cache_epoch=cache_epoch,
-                                                          version=version)).state
+        return self._call(
+            "Populate", shim_pb2.SwitchKey(key=key, switch=switch, cache_epoch=cache_epoch, version=version)
+        ).state
 
     def evict(self, key: bytes, switch: int) -> bool:
         return self._call("Evict", shim_pb2.SwitchKey(key=key, switch=switch)).evicted

@@ -22,8 +22,9 @@ from distcache.wire import KEY_LEN
 
 log = logging.getLogger(__name__)
 
-_WHAT_TO_DO = ("; fix it, or move it away to start from the cluster file alone (every switch in service, the "
-               "cluster's mechanism)")
+_WHAT_TO_DO = (
+    "; fix it, or move it away to start from the cluster file alone (every switch in service, the cluster's mechanism)"
+)
 
 
 def _number(v: object) -> bool:
@@ -98,10 +99,15 @@ class ControllerState:
         for name, f in failed.items():
             if not isinstance(f, dict) or not {"admin", "since"} <= set(f) <= {x.name for x in fields(Failure)}:
                 raise ValueError(f"failed.{name}: expected an object with admin, since (reason, stopped), got {f!r}")
-            if not (isinstance(f["admin"], bool) and isinstance(f.get("stopped", False), bool)
-                    and _number(f["since"]) and isinstance(f.get("reason", ""), str)):
-                raise ValueError(f"failed.{name}: admin and stopped are true/false, since a time, reason a string; "
-                                 f"got {f!r}")
+            if not (
+                isinstance(f["admin"], bool)
+                and isinstance(f.get("stopped", False), bool)
+                and _number(f["since"])
+                and isinstance(f.get("reason", ""), str)
+            ):
+                raise ValueError(
+                    f"failed.{name}: admin and stopped are true/false, since a time, reason a string; got {f!r}"
+                )
             out[name] = Failure(**f)
         mech = d.get("mechanism")
         if mech is not None and not (isinstance(mech, str) and mech.upper() in Mechanism.__members__):
@@ -123,8 +129,10 @@ class ControllerState:
         names = {sw.name for sw in cluster.switches()}
         for name in self.failed:
             if name not in names:
-                raise ValueError(f"it names switch {name!r} (failed), which the cluster does not have "
-                                 f"(its switches: {', '.join(sorted(names))})")
+                raise ValueError(
+                    f"it names switch {name!r} (failed), which the cluster does not have "
+                    f"(its switches: {', '.join(sorted(names))})"
+                )
 
     def save(self, path: Path | None) -> None:
         if path is None:

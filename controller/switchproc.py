@@ -18,6 +18,7 @@ start time, same command line, and the leader of its own process group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,7 +51,7 @@ def start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)" start at field 3
+    return int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "(comm)" start at field 3
 
 
 #: CPU priority of an emulated switch's process (nice value; hosts' processes keep 0).  A switch stands for
@@ -64,10 +65,8 @@ SWITCH_NICE = -10
 def raise_priority(proc: subprocess.Popen) -> None:
     """Give switch process ``proc`` (a session leader: start_new_session) SWITCH_NICE, every thread of it
     (PRIO_PGRP reaches each thread; those it starts later inherit it).  Unprivileged: left as it is."""
-    try:
+    with contextlib.suppress(PermissionError, ProcessLookupError):
         os.setpriority(os.PRIO_PGRP, proc.pid, SWITCH_NICE)
-    except (PermissionError, ProcessLookupError):
-        pass
 
 
 def write_pid_file(path: str | Path, pid: int) -> None:
@@ -122,10 +121,15 @@ class SwitchProcesses:
             raise SwitchProcessError(f"cannot read switch process list {path}: {e}") from None
         shape = {"cmd": list, "pid_file": str, "log": str, "grpc": str}
         if not isinstance(self.specs, dict) or not all(
-                isinstance(spec, dict) and all(isinstance(spec.get(k), t) for k, t in shape.items())
-                and all(isinstance(a, str) for a in spec["cmd"]) for spec in self.specs.values()):
-            raise SwitchProcessError(f"switch process list {path}: expected an object of switch name -> "
-                                     "{cmd: [args], pid_file, log, grpc} (the deployment's switches.json)")
+            isinstance(spec, dict)
+            and all(isinstance(spec.get(k), t) for k, t in shape.items())
+            and all(isinstance(a, str) for a in spec["cmd"])
+            for spec in self.specs.values()
+        ):
+            raise SwitchProcessError(
+                f"switch process list {path}: expected an object of switch name -> "
+                "{cmd: [args], pid_file, log, grpc} (the deployment's switches.json)"
+            )
         self._children: dict[str, subprocess.Popen] = {}  # processes started here, reaped when stopped
 
     def __contains__(self, name: str) -> bool:
@@ -149,10 +153,8 @@ class SwitchProcesses:
         pid = self.pid(name)
         child = self._children.pop(name, None)
         if pid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if child is not None:
             child.wait(5)
         deadline = time.monotonic() + 5
@@ -165,8 +167,9 @@ class SwitchProcesses:
         if self.running(name):
             raise SwitchProcessError(f"{name} is already running (pid {self.pid(name)})")
         with open(spec["log"], "ab") as out:
-            proc = subprocess.Popen(spec["cmd"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                spec["cmd"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         raise_priority(proc)
         write_pid_file(spec["pid_file"], proc.pid)
         self._children[name] = proc

@@ -24,11 +24,22 @@ shim_pb2, shim_grpc = grpc.protos_and_services("distcache/proto/shim.proto")
 
 # a restarted peer (switch, shim) must be found within a fraction of a second, not after gRPC's default
 # reconnect backoff (up to 2 min)
-FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                  ("grpc.max_reconnect_backoff_ms", 500)]
+FAST_RECONNECT = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
 
-__all__ = ["FAST_RECONNECT", "agent_grpc", "agent_pb2", "controller_grpc", "controller_pb2", "message_dict",
-           "shim_grpc", "shim_pb2"]
+__all__ = [
+    "FAST_RECONNECT",
+    "agent_grpc",
+    "agent_pb2",
+    "controller_grpc",
+    "controller_pb2",
+    "message_dict",
+    "shim_grpc",
+    "shim_pb2",
+]
 
 
 def message_dict(msg: Message) -> dict:

@@ -26,6 +26,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from enum import IntEnum
 from pathlib import Path
+from typing import ClassVar
 
 from distcache import p4names
 from distcache.hashing import h1
@@ -90,7 +91,7 @@ def parse_address(text: object, what: str, *, port_zero: bool = False, names: bo
     connects); PORT is 1..65535 (``port_zero``: 0 too, "pick a free one").
     """
     if not isinstance(text, str):
-        raise ClusterError(f"{what}: expected \"HOST:PORT\", got {_show(text)}")
+        raise ClusterError(f'{what}: expected "HOST:PORT", got {_show(text)}')
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -103,8 +104,9 @@ def parse_address(text: object, what: str, *, port_zero: bool = False, names: bo
         try:
             ipaddress.ip_address(host)
         except ValueError:
-            raise ClusterError(f"{what}: {host!r} is not an IP address (give the address itself, e.g. "
-                               f"127.0.0.1:{port})") from None
+            raise ClusterError(
+                f"{what}: {host!r} is not an IP address (give the address itself, e.g. 127.0.0.1:{port})"
+            ) from None
     return host, int(port)
 
 
@@ -120,14 +122,17 @@ def service_address(text: object, what: str) -> tuple[str, int]:
         return host, port
     ip = ipaddress.ip_address(host)
     if ip.is_unspecified:
-        raise ClusterError(f"{what}: {host} listens on every interface; use loopback (127.0.0.1:{port}) or a "
-                           "management address")
+        raise ClusterError(
+            f"{what}: {host} listens on every interface; use loopback (127.0.0.1:{port}) or a management address"
+        )
     if ip.is_multicast or ip == ipaddress.ip_address("255.255.255.255"):
         raise ClusterError(f"{what}: {host} is not a unicast address; use loopback or a management address")
     for net in DATA_NETS:
         if ip in net:
-            raise ClusterError(f"{what}: {host} is in the data network {net}, which the emulated hosts reach; "
-                               "use loopback or a management address")
+            raise ClusterError(
+                f"{what}: {host} is in the data network {net}, which the emulated hosts reach; "
+                "use loopback or a management address"
+            )
     return host, port
 
 
@@ -139,8 +144,13 @@ def _check_int(name: str, value: object, lo: int, hi: int | None, why: str) -> N
 
 
 def _check_number(name: str, value: object, lo: float, hi: float | None, why: str) -> None:
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and value >= lo and (hi is None or value <= hi))
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= lo
+        and (hi is None or value <= hi)
+    )
     if not ok:
         bound = f"{lo:g}..{hi:g}" if hi is not None else f">= {lo:g}"
         raise ClusterError(f"{name}: expected a number {bound}{why}, got {_show(value)}")
@@ -225,17 +235,23 @@ class Cluster:
 
     # integer fields: (low, high, why); the limits come from where they are defined (switch id plan
     # above, p4src/include/size.p4 and the P4 field widths as mirrored in distcache/p4names.py)
-    _INTS = {
+    _INTS: ClassVar[dict[str, tuple[int, int | None, str]]] = {
         "spines": (1, MAX_SPINES, " (spines are switch ids 1..63)"),
         "storage_racks": (1, MAX_STORAGE_RACKS, " (storage leaves are switch ids 64..127)"),
         "servers_per_rack": (1, MAX_HOSTS_PER_RACK, " (hosts .1-.250 of the rack's /24)"),
         "client_racks": (1, MAX_CLIENT_RACKS, " (client leaves are switch ids 128..254)"),
         "clients_per_rack": (1, MAX_HOSTS_PER_RACK, " (hosts .1-.250 of the rack's /24)"),
         "cache_slots": (1, p4names.CACHE_SLOTS, " (the cache table holds CACHE_SLOTS entries, p4src size.p4)"),
-        "hh_threshold": (1, (1 << p4names.HH_THRESHOLD_BITS) - 1,
-                         f" (the detector's threshold is a {p4names.HH_THRESHOLD_BITS}-bit field)"),
-        "hh_window_shift": (0, min(p4names.TIMESTAMP_BITS, 1 << p4names.HH_WINDOW_SHIFT_BITS) - 1,
-                            f" (windows of 2^shift us cut from the {p4names.TIMESTAMP_BITS}-bit timestamp)"),
+        "hh_threshold": (
+            1,
+            (1 << p4names.HH_THRESHOLD_BITS) - 1,
+            f" (the detector's threshold is a {p4names.HH_THRESHOLD_BITS}-bit field)",
+        ),
+        "hh_window_shift": (
+            0,
+            min(p4names.TIMESTAMP_BITS, 1 << p4names.HH_WINDOW_SHIFT_BITS) - 1,
+            f" (windows of 2^shift us cut from the {p4names.TIMESTAMP_BITS}-bit timestamp)",
+        ),
         "grpc_base_port": (0, MAX_PORT, " (switch P4Runtime ports are grpc_base_port + switch id)"),
         "agent_base_port": (0, MAX_PORT, " (agent ports are agent_base_port + switch id)"),
         "insert_burst": (1, None, ""),
@@ -243,7 +259,7 @@ class Cluster:
         "switch_burst": (1, None, ""),
     }
     # number fields: (low, high, why)
-    _NUMBERS = {
+    _NUMBERS: ClassVar[dict[str, tuple[float, float | None, str]]] = {
         "server_rate": (0, None, " (requests/s; 0: no limit)"),
         "server_queue": (0, 10, " (seconds)"),
         "switch_rate": (0, None, " (reads/s; 0: no limit)"),
@@ -265,32 +281,47 @@ class Cluster:
         for name, (lo, hi, why) in self._NUMBERS.items():
             _check_number(name, getattr(self, name), lo, hi, why)
         if self.dead_after_max_ms < self.dead_after_ms:
-            raise ClusterError(f"dead_after_max_ms: expected at least dead_after_ms ({self.dead_after_ms:g}; "
-                               f"the leaves' threshold grows from one to the other), "
-                               f"got {_show(self.dead_after_max_ms)}")
-        ok_rate = (isinstance(self.insert_rate, (int, float)) and not isinstance(self.insert_rate, bool)
-                   and math.isfinite(self.insert_rate) and self.insert_rate > 0)
+            raise ClusterError(
+                f"dead_after_max_ms: expected at least dead_after_ms ({self.dead_after_ms:g}; "
+                f"the leaves' threshold grows from one to the other), "
+                f"got {_show(self.dead_after_max_ms)}"
+            )
+        ok_rate = (
+            isinstance(self.insert_rate, (int, float))
+            and not isinstance(self.insert_rate, bool)
+            and math.isfinite(self.insert_rate)
+            and self.insert_rate > 0
+        )
         if not ok_rate:
-            raise ClusterError(f"insert_rate: expected a number > 0 (insertions/s an agent may make), "
-                               f"got {_show(self.insert_rate)}")
+            raise ClusterError(
+                f"insert_rate: expected a number > 0 (insertions/s an agent may make), got {_show(self.insert_rate)}"
+            )
         if float(self.switch_rate) != int(self.switch_rate):
-            raise ClusterError(f"switch_rate: expected a whole number of reads/s (the P4 meter's rate is an "
-                               f"integer), got {_show(self.switch_rate)}")
+            raise ClusterError(
+                f"switch_rate: expected a whole number of reads/s (the P4 meter's rate is an "
+                f"integer), got {_show(self.switch_rate)}"
+            )
         mbps = _mininet_max_mbps() if self.link_mbps else None
         if mbps is not None and self.link_mbps > mbps:
-            raise ClusterError(f"link_mbps: expected at most {mbps:g} (Mininet's TCLink ignores larger limits), "
-                               f"got {_show(self.link_mbps)}")
+            raise ClusterError(
+                f"link_mbps: expected at most {mbps:g} (Mininet's TCLink ignores larger limits), "
+                f"got {_show(self.link_mbps)}"
+            )
         if isinstance(self.mechanism, bool) or not isinstance(self.mechanism, int):
-            raise ClusterError(f"mechanism: expected one of {[m.name.lower() for m in Mechanism]}, "
-                               f"got {_show(self.mechanism)}")
+            raise ClusterError(
+                f"mechanism: expected one of {[m.name.lower() for m in Mechanism]}, got {_show(self.mechanism)}"
+            )
         try:
             self.mechanism = Mechanism(self.mechanism)
         except ValueError:
-            raise ClusterError(f"mechanism: unknown mechanism {_show(self.mechanism)}; expected one of "
-                               f"{[m.name.lower() for m in Mechanism]}") from None
+            raise ClusterError(
+                f"mechanism: unknown mechanism {_show(self.mechanism)}; expected one of "
+                f"{[m.name.lower() for m in Mechanism]}"
+            ) from None
         if self.redis_appendfsync not in REDIS_APPENDFSYNC:
-            raise ClusterError(f"redis_appendfsync: expected one of {list(REDIS_APPENDFSYNC)}, "
-                               f"got {_show(self.redis_appendfsync)}")
+            raise ClusterError(
+                f"redis_appendfsync: expected one of {list(REDIS_APPENDFSYNC)}, got {_show(self.redis_appendfsync)}"
+            )
         if not isinstance(self.description, str):
             raise ClusterError(f"description: expected a string, got {_show(self.description)}")
         _, controller_port = service_address(self.controller_address, "controller_address")
@@ -307,11 +338,15 @@ class Cluster:
             for field_name, base, what in listeners:
                 port = base + sw.switch_id
                 if port > MAX_PORT:
-                    raise ClusterError(f"{field_name}: {base} + switch id {sw.switch_id} ({sw.name}) is port {port}, "
-                                       f"over {MAX_PORT}; use a smaller {field_name}")
+                    raise ClusterError(
+                        f"{field_name}: {base} + switch id {sw.switch_id} ({sw.name}) is port {port}, "
+                        f"over {MAX_PORT}; use a smaller {field_name}"
+                    )
                 if port in used:
-                    raise ClusterError(f"{field_name}: port {port} of {sw.name}'s {what} is also used by {used[port]}; "
-                                       "move grpc_base_port, agent_base_port or controller_address apart")
+                    raise ClusterError(
+                        f"{field_name}: port {port} of {sw.name}'s {what} is also used by {used[port]}; "
+                        "move grpc_base_port, agent_base_port or controller_address apart"
+                    )
                 used[port] = f"{sw.name}'s {what}"
 
     def check_deployable(self) -> None:
@@ -321,8 +356,10 @@ class Cluster:
         for sw in self.switches():
             ports = self.ports(sw.name)
             if len(ports) > p4names.MAX_PORTS:
-                raise ClusterError(f"{sw.name} would have {len(ports)} ports, over the {p4names.MAX_PORTS} its "
-                                   "port_kind table holds (leaf: hosts per rack + spines; spine: racks)")
+                raise ClusterError(
+                    f"{sw.name} would have {len(ports)} ports, over the {p4names.MAX_PORTS} its "
+                    "port_kind table holds (leaf: hosts per rack + spines; spine: racks)"
+                )
 
     # -- switches -----------------------------------------------------------------
     def spine(self, i: int) -> Switch:
@@ -336,13 +373,21 @@ class Cluster:
         return self._switch(f"cl{c}", CLIENT_LEAF_BASE + c, Role.CLIENT_LEAF)
 
     def _switch(self, name: str, sid: int, role: Role) -> Switch:
-        return Switch(name=name, switch_id=sid, role=role, mac=_mac(0xFF, 0, 0, 0, sid),
-                      grpc_port=self.grpc_base_port + sid, device_id=sid)
+        return Switch(
+            name=name,
+            switch_id=sid,
+            role=role,
+            mac=_mac(0xFF, 0, 0, 0, sid),
+            grpc_port=self.grpc_base_port + sid,
+            device_id=sid,
+        )
 
     def switches(self) -> list[Switch]:
-        return ([self.spine(i) for i in range(self.spines)]
-                + [self.storage_leaf(r) for r in range(self.storage_racks)]
-                + [self.client_leaf(c) for c in range(self.client_racks)])
+        return (
+            [self.spine(i) for i in range(self.spines)]
+            + [self.storage_leaf(r) for r in range(self.storage_racks)]
+            + [self.client_leaf(c) for c in range(self.client_racks)]
+        )
 
     def switch(self, name: str) -> Switch:
         for sw in self.switches():
@@ -367,15 +412,31 @@ class Cluster:
     # -- hosts --------------------------------------------------------------------
     def server(self, r: int, s: int) -> Host:
         leaf = self.storage_leaf(r)
-        return Host(name=f"r{r}s{s}", ip=f"10.1.{r}.{s + 1}", mac=_mac(0x01, r, s, 0, 1),
-                    gateway=f"10.1.{r}.254", gateway_mac=leaf.mac, switch=leaf.name,
-                    port=s + 1, rack=r, index=s)
+        return Host(
+            name=f"r{r}s{s}",
+            ip=f"10.1.{r}.{s + 1}",
+            mac=_mac(0x01, r, s, 0, 1),
+            gateway=f"10.1.{r}.254",
+            gateway_mac=leaf.mac,
+            switch=leaf.name,
+            port=s + 1,
+            rack=r,
+            index=s,
+        )
 
     def client(self, c: int, n: int) -> Host:
         leaf = self.client_leaf(c)
-        return Host(name=f"c{c}h{n}", ip=f"10.2.{c}.{n + 1}", mac=_mac(0x02, c, n, 0, 1),
-                    gateway=f"10.2.{c}.254", gateway_mac=leaf.mac, switch=leaf.name,
-                    port=n + 1, rack=c, index=n)
+        return Host(
+            name=f"c{c}h{n}",
+            ip=f"10.2.{c}.{n + 1}",
+            mac=_mac(0x02, c, n, 0, 1),
+            gateway=f"10.2.{c}.254",
+            gateway_mac=leaf.mac,
+            switch=leaf.name,
+            port=n + 1,
+            rack=c,
+            index=n,
+        )
 
     def servers(self) -> list[Host]:
         return [self.server(r, s) for r in range(self.storage_racks) for s in range(self.servers_per_rack)]
@@ -399,8 +460,9 @@ class Cluster:
             for r in range(self.storage_racks):
                 out.append(Link(self.storage_leaf(r).name, self.servers_per_rack + 1 + i, sp.name, 1 + r))
             for c in range(self.client_racks):
-                out.append(Link(self.client_leaf(c).name, self.clients_per_rack + 1 + i, sp.name,
-                                1 + self.storage_racks + c))
+                out.append(
+                    Link(self.client_leaf(c).name, self.clients_per_rack + 1 + i, sp.name, 1 + self.storage_racks + c)
+                )
         return out
 
     def ports(self, switch: str) -> dict[int, str]:
@@ -435,8 +497,10 @@ class Cluster:
             try:
                 d["mechanism"] = Mechanism[d["mechanism"].upper()]
             except KeyError:
-                raise ClusterError(f"mechanism: unknown mechanism {_show(d['mechanism'])}; expected one of "
-                                   f"{[m.name.lower() for m in Mechanism]}") from None
+                raise ClusterError(
+                    f"mechanism: unknown mechanism {_show(d['mechanism'])}; expected one of "
+                    f"{[m.name.lower() for m in Mechanism]}"
+                ) from None
         return cls(**d)
 
     @classmethod
@@ -447,8 +511,9 @@ class Cluster:
         except FileNotFoundError:
             raise ClusterError(f"{path}: no such file") from None
         except IsADirectoryError:
-            raise ClusterError(f"{path}: is a directory, not a cluster file (e.g. runs/<run>/cluster.json or "
-                               "topologies/<name>.json)") from None
+            raise ClusterError(
+                f"{path}: is a directory, not a cluster file (e.g. runs/<run>/cluster.json or topologies/<name>.json)"
+            ) from None
         except OSError as e:
             raise ClusterError(f"{path}: cannot read it ({e.strerror or e})") from None
         except UnicodeDecodeError:

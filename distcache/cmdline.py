@@ -15,7 +15,7 @@ import ipaddress
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import typer
 
@@ -54,6 +54,7 @@ def load_cluster(parser: argparse.ArgumentParser, path: str | Path, *, deployabl
 
 
 # -- argparse types: each raises ArgumentTypeError, which argparse reports as "argument --x: <why>" -----
+
 
 def input_file(text: str) -> Path:
     """A file that exists and can be read (``--p4info``, ``--device-config``, ``--cluster``)."""
@@ -125,6 +126,7 @@ def ip_address(text: str) -> str:
 
 # -- typer ------------------------------------------------------------------------------------------
 
+
 class Typer(typer.Typer):
     """typer.Typer whose usage errors (bad option values, missing arguments) are one line.
 
@@ -132,7 +134,7 @@ class Typer(typer.Typer):
     ``PROG: error: MESSAGE (see PROG --help)``, with click's exit status (2).
     """
 
-    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+    def __call__(self, *args: object, **kwargs: object) -> NoReturn:
         try:
             rv = super().__call__(*args, **{**kwargs, "standalone_mode": False})
         except NoArgsIsHelpError as e:

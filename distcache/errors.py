@@ -7,19 +7,19 @@ class DistCacheError(Exception):
     """Base of every error the client library raises on purpose."""
 
 
-class InvalidKey(DistCacheError, TypeError):
+class InvalidKeyError(DistCacheError, TypeError):
     """A key is neither ``str`` nor ``bytes``, or is empty."""
 
 
-class InvalidValue(DistCacheError, TypeError):
+class InvalidValueError(DistCacheError, TypeError):
     """A value is neither ``bytes`` nor ``str``."""
 
 
-class ValueTooLarge(DistCacheError, ValueError):
+class ValueTooLargeError(DistCacheError, ValueError):
     """A value is longer than the wire format carries (``distcache.wire.MAX_VALUE_LEN``)."""
 
 
-class RequestTimeout(DistCacheError, TimeoutError):
+class RequestTimeoutError(DistCacheError, TimeoutError):
     """No reply after every retry: the server, or the path to it, is down or overloaded."""
 
 
@@ -29,3 +29,10 @@ class ServerError(DistCacheError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+# The names these errors had before 0.2 (ruff's N818 wants the Error suffix), kept for callers.
+InvalidKey = InvalidKeyError
+InvalidValue = InvalidValueError
+ValueTooLarge = ValueTooLargeError
+RequestTimeout = RequestTimeoutError

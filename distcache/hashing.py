@@ -26,10 +26,10 @@ from __future__ import annotations
 import hashlib
 import zlib
 
-from distcache.errors import InvalidKey
+from distcache.errors import InvalidKeyError
 from distcache.wire import KEY_LEN
 
-__all__ = ["InvalidKey", "N_SPINE_BUCKETS", "h0", "h1", "user_key", "wire_key"]
+__all__ = ["N_SPINE_BUCKETS", "InvalidKeyError", "h0", "h1", "user_key", "wire_key"]
 
 N_SPINE_BUCKETS = 1024
 """Buckets of the spine partition (h0).  Must match ``SPINE_BUCKETS`` in p4src."""
@@ -45,9 +45,9 @@ def wire_key(key: str | bytes) -> bytes:
     elif isinstance(key, (bytes, bytearray, memoryview)):
         raw = bytes(key)
     else:
-        raise InvalidKey(f"keys must be str or bytes, not {type(key).__name__}; convert it first (e.g. str(key))")
+        raise InvalidKeyError(f"keys must be str or bytes, not {type(key).__name__}; convert it first (e.g. str(key))")
     if not raw:
-        raise InvalidKey("keys must not be empty")
+        raise InvalidKeyError("keys must not be empty")
     if len(raw) <= _SHORT:
         return raw.ljust(_SHORT, b"\0") + bytes([len(raw)])
     return hashlib.blake2b(raw, digest_size=_SHORT, person=b"dc-wirekey").digest() + bytes([_LONG_MARK])

@@ -38,7 +38,7 @@ class DistCache(Packet):
     from distcache.wire import HEADER_FIELDS as _F
 
     name = "DistCache"
-    fields_desc = [_field(n, w) for n, w in _F]
+    fields_desc = [_field(n, w) for n, w in _F]  # noqa: RUF012 - scapy reads the class attribute
     del _F
 
 
@@ -46,8 +46,15 @@ bind_layers(UDP, DistCache, dport=DC_PORT)
 bind_layers(UDP, DistCache, sport=DC_PORT)
 
 
-def frame(msg: Message, src: str, dst: str, sport: int = 40000, dport: int = DC_PORT,
-          smac: str = "02:00:00:00:00:01", dmac: str = "02:00:00:00:00:02") -> Packet:
+def frame(
+    msg: Message,
+    src: str,
+    dst: str,
+    sport: int = 40000,
+    dport: int = DC_PORT,
+    smac: str = "02:00:00:00:00:01",
+    dmac: str = "02:00:00:00:00:02",
+) -> Packet:
     """A full Ether/IP/UDP/DistCache frame carrying ``msg`` (value padded to chunks as on the wire)."""
     body = encode(msg)
     hdr, payload = DistCache(body[:HEADER_LEN]), body[HEADER_LEN:]

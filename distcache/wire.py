@@ -128,8 +128,15 @@ def populate_invalidate(key: bytes, seq: int, target: int, epoch: int, version: 
     Coherence messages carry no telemetry, so the tag rides in the load fields: a switch arms a
     new entry (a new tenure of its slot) only with its own populate (docs/protocol.md, Coherence).
     """
-    return Message(op=Op.INVALIDATE, key=key, seq=seq, target=target, flags=Flag.POPULATE,
-                   spine_load=epoch & 0xFFFFFFFF, leaf_load=version & 0xFFFF)
+    return Message(
+        op=Op.INVALIDATE,
+        key=key,
+        seq=seq,
+        target=target,
+        flags=Flag.POPULATE,
+        spine_load=epoch & 0xFFFFFFFF,
+        leaf_load=version & 0xFFFF,
+    )
 
 
 class WireError(ValueError):
@@ -184,9 +191,21 @@ def encode(msg: Message) -> bytes:
         raise WireError("too_large", f"value of {vlen} bytes exceeds {MAX_VALUE_LEN}")
     n = chunks_for(vlen)
     head = _STRUCT.pack(
-        VERSION, int(msg.op), int(msg.flags), int(msg.status), msg.seq & 0xFFFFFFFF, msg.key,
-        msg.target, msg.served_by, msg.spine_id, msg.leaf_id,
-        msg.spine_load & 0xFFFFFFFF, msg.leaf_load & 0xFFFFFFFF, vlen, n, 0,
+        VERSION,
+        int(msg.op),
+        int(msg.flags),
+        int(msg.status),
+        msg.seq & 0xFFFFFFFF,
+        msg.key,
+        msg.target,
+        msg.served_by,
+        msg.spine_id,
+        msg.leaf_id,
+        msg.spine_load & 0xFFFFFFFF,
+        msg.leaf_load & 0xFFFFFFFF,
+        vlen,
+        n,
+        0,
     )
     body = msg.value.ljust(n * CHUNK_LEN, b"\0") if n else msg.value
     return head + body
@@ -196,8 +215,23 @@ def decode(data: bytes) -> Message:
     """Parse one message; raises :class:`WireError` naming what is wrong."""
     if len(data) < HEADER_LEN:
         raise WireError("short", f"{len(data)} bytes, header needs {HEADER_LEN}")
-    (version, op, flags, status, seq, key, target, served_by, spine_id, leaf_id,
-     spine_load, leaf_load, vlen, nchunks, _reserved) = _STRUCT.unpack_from(data)
+    (
+        version,
+        op,
+        flags,
+        status,
+        seq,
+        key,
+        target,
+        served_by,
+        spine_id,
+        leaf_id,
+        spine_load,
+        leaf_load,
+        vlen,
+        nchunks,
+        _reserved,
+    ) = _STRUCT.unpack_from(data)
     if version != VERSION:
         raise WireError("version", f"version {version}, expected {VERSION}")
     try:
@@ -215,7 +249,18 @@ def decode(data: bytes) -> Message:
         status = Status(status)
     except ValueError:
         raise WireError("status", f"unknown status {status}") from None
-    value = bytes(data[HEADER_LEN:HEADER_LEN + vlen])
-    return Message(op=op, key=bytes(key), seq=seq, value=value, status=status, flags=Flag(flags),
-                   target=target, served_by=served_by, spine_id=spine_id, leaf_id=leaf_id,
-                   spine_load=spine_load, leaf_load=leaf_load)
+    value = bytes(data[HEADER_LEN : HEADER_LEN + vlen])
+    return Message(
+        op=op,
+        key=bytes(key),
+        seq=seq,
+        value=value,
+        status=status,
+        flags=Flag(flags),
+        target=target,
+        served_by=served_by,
+        spine_id=spine_id,
+        leaf_id=leaf_id,
+        spine_load=spine_load,
+        leaf_load=leaf_load,
+    )

@@ -35,15 +35,36 @@ MODEL = HERE / "distcache.m"
 CACHE = HERE.parent / "build" / "model"
 
 #: The invariants (names the model's invariant and assertion messages start with).
-INVARIANTS = ("OtherKey", "ErrorValue", "Uncommitted", "StaleAfterAck", "StaleAfterRead", "Holders", "DoubleAck",
-              "DoubleApply")
+INVARIANTS = (
+    "OtherKey",
+    "ErrorValue",
+    "Uncommitted",
+    "StaleAfterAck",
+    "StaleAfterRead",
+    "Holders",
+    "DoubleAck",
+    "DoubleApply",
+)
 
 FAULTS = ("B_LOSS", "B_DUP", "B_SHIM", "B_AGENT", "B_CTRL", "B_CRASH", "B_FAIL", "B_MECH", "B_DPDEAD")
-BUGS = ("BUG_ACK_BEFORE_P1", "BUG_DEAD_SPINE_DONE", "BUG_NO_EPOCH_BUMP", "BUG_ANY_INV_ARMS",
-        "BUG_SHIM_TRUSTS_VIEW", "BUG_DP_NO_FLUSH")
+BUGS = (
+    "BUG_ACK_BEFORE_P1",
+    "BUG_DEAD_SPINE_DONE",
+    "BUG_NO_EPOCH_BUMP",
+    "BUG_ANY_INV_ARMS",
+    "BUG_SHIM_TRUSTS_VIEW",
+    "BUG_DP_NO_FLUSH",
+)
 #: The changes the model showed the protocol as specified needs (model/README.md, "Findings").
-FIXES = ("FIX_UNARMED_FLOOR", "FIX_CLAIM_VERSIONS", "FIX_VIEW_INCARNATION", "FIX_ERROR_MARKER",
-         "FIX_DOWNSET_FIRST", "FIX_EPOCH_CLOCK", "FIX_POPULATE_SLOT")
+FIXES = (
+    "FIX_UNARMED_FLOOR",
+    "FIX_CLAIM_VERSIONS",
+    "FIX_VIEW_INCARNATION",
+    "FIX_ERROR_MARKER",
+    "FIX_DOWNSET_FIRST",
+    "FIX_EPOCH_CLOCK",
+    "FIX_POPULATE_SLOT",
+)
 
 Consts = dict[str, object]
 
@@ -54,7 +75,7 @@ class Config:
 
     name: str
     consts: Consts
-    expect: str = "ok"          # "ok", or the invariant its counterexample must break
+    expect: str = "ok"  # "ok", or the invariant its counterexample must break
     doc: str = ""
 
 
@@ -78,82 +99,313 @@ BASE: Consts = {"NK": 2, "NSP": 2, "NSLOT": 1, "K1_SPINES": 1}
 SUITES: dict[str, list[Config]] = {
     # make test (tests/test_model.py): seconds each
     "test": [
-        _c("small", "the protocol: 2 keys sharing the leaf's slot, 2 spines, 2 overlapping writes; "
-           "any one fault of every kind", **BASE, NW=2, B_INS=1, MAXSEQ=3, B_FAULTS=1, **ALL_KINDS),
-        _c("bug-ack-before-p1", "seeded bug: Redis written and the client answered before phase 1",
-           "StaleAfterAck", **BASE, NW=1, B_INS=1, MAXSEQ=2, BUG_ACK_BEFORE_P1=True),
-        _c("bug-dead-spine-done", "seeded bug: a spine declared down completes its pending invalidations "
-           "(no leaf-only path)", "StaleAfterAck", **BASE, NW=1, B_INS=2, MAXSEQ=3, B_FAIL=1, B_FAULTS=1,
-           BUG_DEAD_SPINE_DONE=True),
-        _c("bug-no-epoch-bump", "seeded bug: an agent without its state resets its versions in the same epoch",
-           "OtherKey", **{**BASE, "K1_SPINES": 0}, NW=1, B_INS=2, MAXSEQ=2, B_AGENT=1, B_FAULTS=1,
-           BUG_NO_EPOCH_BUMP=True),
-        _c("bug-any-inv-arms", "seeded bug: any INVALIDATE arms a new tenure, not only its own populate",
-           "StaleAfterAck", **{**BASE, "K1_SPINES": 0}, NW=2, B_INS=2, MAXSEQ=4, B_DUP=1, B_FAULTS=1,
-           BUG_ANY_INV_ARMS=True),
-        _c("bug-shim-trusts-view", "seeded bug: a restarted shim takes its empty view as complete",
-           "Holders", **BASE, NW=1, B_INS=1, MAXSEQ=2, B_SHIM=1, B_FAULTS=1, BUG_SHIM_TRUSTS_VIEW=True),
-        _c("bug-dp-no-flush", "seeded bug: a spine failed over for its dead data plane is recovered without "
-           "the flush (it did not restart, its agent kept running: its cache looks intact)",
-           "StaleAfterAck", **BASE, NW=1, B_INS=1, MAXSEQ=2, B_DPDEAD=1, B_FAULTS=1, BUG_DP_NO_FLUSH=True),
+        _c(
+            "small",
+            "the protocol: 2 keys sharing the leaf's slot, 2 spines, 2 overlapping writes; any one fault of every kind",
+            **BASE,
+            NW=2,
+            B_INS=1,
+            MAXSEQ=3,
+            B_FAULTS=1,
+            **ALL_KINDS,
+        ),
+        _c(
+            "bug-ack-before-p1",
+            "seeded bug: Redis written and the client answered before phase 1",
+            "StaleAfterAck",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            BUG_ACK_BEFORE_P1=True,
+        ),
+        _c(
+            "bug-dead-spine-done",
+            "seeded bug: a spine declared down completes its pending invalidations (no leaf-only path)",
+            "StaleAfterAck",
+            **BASE,
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_FAIL=1,
+            B_FAULTS=1,
+            BUG_DEAD_SPINE_DONE=True,
+        ),
+        _c(
+            "bug-no-epoch-bump",
+            "seeded bug: an agent without its state resets its versions in the same epoch",
+            "OtherKey",
+            **{**BASE, "K1_SPINES": 0},
+            NW=1,
+            B_INS=2,
+            MAXSEQ=2,
+            B_AGENT=1,
+            B_FAULTS=1,
+            BUG_NO_EPOCH_BUMP=True,
+        ),
+        _c(
+            "bug-any-inv-arms",
+            "seeded bug: any INVALIDATE arms a new tenure, not only its own populate",
+            "StaleAfterAck",
+            **{**BASE, "K1_SPINES": 0},
+            NW=2,
+            B_INS=2,
+            MAXSEQ=4,
+            B_DUP=1,
+            B_FAULTS=1,
+            BUG_ANY_INV_ARMS=True,
+        ),
+        _c(
+            "bug-shim-trusts-view",
+            "seeded bug: a restarted shim takes its empty view as complete",
+            "Holders",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_SHIM=1,
+            B_FAULTS=1,
+            BUG_SHIM_TRUSTS_VIEW=True,
+        ),
+        _c(
+            "bug-dp-no-flush",
+            "seeded bug: a spine failed over for its dead data plane is recovered without "
+            "the flush (it did not restart, its agent kept running: its cache looks intact)",
+            "StaleAfterAck",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_DPDEAD=1,
+            B_FAULTS=1,
+            BUG_DP_NO_FLUSH=True,
+        ),
     ],
     # the protocol as specified before each fix the model found: a counterexample each.  (FIX_DOWNSET_FIRST
     # has none: the recovery tells the shims a spine is up before its agent flushes it; model/README.md)
     "findings": [
-        _c("spec-unarmed-floor", "as specified: INVALIDATEs that pass a new entry before its populate are "
-           "not recorded", "StaleAfterAck", {"FIX_UNARMED_FLOOR": False},
-           **{**BASE, "K1_SPINES": 0}, NW=2, B_INS=1, MAXSEQ=3, B_DUP=1, B_FAULTS=1),
-        _c("spec-claim-versions", "as specified: an epoch bump resets the version counters below the "
-           "entries kept", "OtherKey", {"FIX_CLAIM_VERSIONS": False},
-           **{**BASE, "K1_SPINES": 0}, NW=1, B_INS=2, MAXSEQ=3, B_AGENT=1, B_REPOP=1, B_FAULTS=1),
-        _c("spec-view-incarnation", "as specified: a view collected before a shim restart is applied "
-           "after it", "Holders", {"FIX_VIEW_INCARNATION": False},
-           **{**BASE, "K1_SPINES": 0}, NW=1, B_INS=1, MAXSEQ=2, B_SHIM=1, B_VIEW=1, B_FAULTS=1),
-        _c("spec-error-marker", "as specified: a restarted shim forgets a write it answered ERROR; "
-           "a late copy of it is applied", "DoubleAck", {"FIX_ERROR_MARKER": False},
-           **BASE, NW=1, B_INS=1, MAXSEQ=3, B_SHIM=1, B_DUP=1, B_FAULTS=2),
-        _c("spec-epoch-clock", "as specified: a switch that came up empty keeps epoch 0 and an agent without "
-           "state counts from 1 again: a delayed populate of its earlier life arms a new entry",
-           "StaleAfterAck", {"FIX_EPOCH_CLOCK": False},
-           **BASE, NW=1, B_INS=2, MAXSEQ=2, B_CRASH=1, B_AGENT=1, B_DUP=1, B_FAULTS=3),
-        _c("spec-populate-slot", "without the slot check: versions count per slot, so a delayed populate of "
-           "an evicted entry arms the key's next entry in another slot that got the same version",
-           "StaleAfterAck", {"FIX_POPULATE_SLOT": False},
-           **{**BASE, "NSLOT": 2, "K1_SPINES": 0}, NW=1, B_INS=2, MAXSEQ=2, B_DUP=1, B_FAULTS=1),
+        _c(
+            "spec-unarmed-floor",
+            "as specified: INVALIDATEs that pass a new entry before its populate are not recorded",
+            "StaleAfterAck",
+            {"FIX_UNARMED_FLOOR": False},
+            **{**BASE, "K1_SPINES": 0},
+            NW=2,
+            B_INS=1,
+            MAXSEQ=3,
+            B_DUP=1,
+            B_FAULTS=1,
+        ),
+        _c(
+            "spec-claim-versions",
+            "as specified: an epoch bump resets the version counters below the entries kept",
+            "OtherKey",
+            {"FIX_CLAIM_VERSIONS": False},
+            **{**BASE, "K1_SPINES": 0},
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_AGENT=1,
+            B_REPOP=1,
+            B_FAULTS=1,
+        ),
+        _c(
+            "spec-view-incarnation",
+            "as specified: a view collected before a shim restart is applied after it",
+            "Holders",
+            {"FIX_VIEW_INCARNATION": False},
+            **{**BASE, "K1_SPINES": 0},
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_SHIM=1,
+            B_VIEW=1,
+            B_FAULTS=1,
+        ),
+        _c(
+            "spec-error-marker",
+            "as specified: a restarted shim forgets a write it answered ERROR; a late copy of it is applied",
+            "DoubleAck",
+            {"FIX_ERROR_MARKER": False},
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=3,
+            B_SHIM=1,
+            B_DUP=1,
+            B_FAULTS=2,
+        ),
+        _c(
+            "spec-epoch-clock",
+            "as specified: a switch that came up empty keeps epoch 0 and an agent without "
+            "state counts from 1 again: a delayed populate of its earlier life arms a new entry",
+            "StaleAfterAck",
+            {"FIX_EPOCH_CLOCK": False},
+            **BASE,
+            NW=1,
+            B_INS=2,
+            MAXSEQ=2,
+            B_CRASH=1,
+            B_AGENT=1,
+            B_DUP=1,
+            B_FAULTS=3,
+        ),
+        _c(
+            "spec-populate-slot",
+            "without the slot check: versions count per slot, so a delayed populate of "
+            "an evicted entry arms the key's next entry in another slot that got the same version",
+            "StaleAfterAck",
+            {"FIX_POPULATE_SLOT": False},
+            **{**BASE, "NSLOT": 2, "K1_SPINES": 0},
+            NW=1,
+            B_INS=2,
+            MAXSEQ=2,
+            B_DUP=1,
+            B_FAULTS=1,
+        ),
     ],
     # make verify: the protocol in larger bounds (model/README.md lists states and seconds of each)
     "protocol": [
-        _c("p-writes", "2 keys sharing the leaf's slot, 2 spines, 2 overlapping writes; every fault kind, "
-           "any 2 faults in a trace", **BASE, NW=2, B_INS=1, MAXSEQ=3, B_FAULTS=2, **ALL_KINDS),
-        _c("p-any3", "one write; every fault kind, any 3 faults in a trace",
-           **BASE, NW=1, B_INS=1, MAXSEQ=2, B_FAULTS=3, **ALL_KINDS),
-        _c("p-insertions", "2 overlapping writes and 2 insertions (spine and leaf, or churn); every fault "
-           "kind, any one in a trace", **BASE, NW=2, B_INS=2, MAXSEQ=3, B_FAULTS=1, **ALL_KINDS),
-        _c("p-restarts", "shim, agent, controller restart and spine crash, all four in one trace (and the "
-           "view)", **BASE, NW=1, B_INS=1, MAXSEQ=2, B_SHIM=1, B_AGENT=1, B_CTRL=1, B_CRASH=1, B_VIEW=1,
-           B_FAULTS=4),
-        _c("p-netfail", "2 overlapping writes; loss, duplication, failover and mechanism change, all four "
-           "in one trace", **BASE, NW=2, B_INS=1, MAXSEQ=3, B_LOSS=1, B_DUP=1, B_FAIL=1, B_MECH=1,
-           B_FAULTS=4),
-        _c("p-dpdead", "spine and leaf both caching the written key; a spine's data "
-           "plane dies (failed over for it or not), an operator failover and a packet lost, all three in one "
-           "trace", **BASE, NW=1, B_INS=2, MAXSEQ=3, B_DPDEAD=1, B_FAIL=1, B_LOSS=1, B_FAULTS=3),
-        _c("p-failover", "spine and leaf both caching the written key; failover, spine crash and controller "
-           "restart, all three in one trace", **BASE, NW=1, B_INS=2, MAXSEQ=3, B_FAIL=1, B_CRASH=1,
-           B_CTRL=1, B_FAULTS=3),
-        _c("p-keys", "both keys written and both cacheable in the spines; DELETEs and values too large to "
-           "cache; duplication and agent restart in one trace", **BASE, NW=2, WRITE_KEYS=2, K2_SPINES=True,
-           ALLOW_NC=True, B_INS=1, MAXSEQ=3, B_DUP=1, B_AGENT=1, B_FAULTS=2),
-        _c("p-tags", "3 insertions, version counters that wrap (1 per slot and epoch), epochs up to 3; agent "
-           "restart and spine crash in one trace", **BASE, NW=1, B_INS=3, MAXSEQ=3, VMAX=1, EMAX=3,
-           B_AGENT=1, B_CRASH=1, B_FAULTS=2),
-        _c("p-slots", "2 slots per switch: a key's next entry may take another slot; duplication and agent "
-           "restart in one trace", **{**BASE, "NSLOT": 2}, NW=1, B_INS=2, MAXSEQ=3, B_DUP=1, B_AGENT=1,
-           B_FAULTS=2),
-        _c("p-no-downset-first", "the protocol without FIX_DOWNSET_FIRST holds too (recovery tells the shims "
-           "a spine is up before its agent flushes it); shim restart, failover and controller restart in one "
-           "trace", "ok", {"FIX_DOWNSET_FIRST": False}, **BASE, NW=1, B_INS=2, MAXSEQ=3, B_SHIM=1, B_FAIL=1,
-           B_CTRL=1, B_FAULTS=3),
+        _c(
+            "p-writes",
+            "2 keys sharing the leaf's slot, 2 spines, 2 overlapping writes; every fault kind, any 2 faults in a trace",
+            **BASE,
+            NW=2,
+            B_INS=1,
+            MAXSEQ=3,
+            B_FAULTS=2,
+            **ALL_KINDS,
+        ),
+        _c(
+            "p-any3",
+            "one write; every fault kind, any 3 faults in a trace",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_FAULTS=3,
+            **ALL_KINDS,
+        ),
+        _c(
+            "p-insertions",
+            "2 overlapping writes and 2 insertions (spine and leaf, or churn); every fault kind, any one in a trace",
+            **BASE,
+            NW=2,
+            B_INS=2,
+            MAXSEQ=3,
+            B_FAULTS=1,
+            **ALL_KINDS,
+        ),
+        _c(
+            "p-restarts",
+            "shim, agent, controller restart and spine crash, all four in one trace (and the view)",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_SHIM=1,
+            B_AGENT=1,
+            B_CTRL=1,
+            B_CRASH=1,
+            B_VIEW=1,
+            B_FAULTS=4,
+        ),
+        _c(
+            "p-netfail",
+            "2 overlapping writes; loss, duplication, failover and mechanism change, all four in one trace",
+            **BASE,
+            NW=2,
+            B_INS=1,
+            MAXSEQ=3,
+            B_LOSS=1,
+            B_DUP=1,
+            B_FAIL=1,
+            B_MECH=1,
+            B_FAULTS=4,
+        ),
+        _c(
+            "p-dpdead",
+            "spine and leaf both caching the written key; a spine's data "
+            "plane dies (failed over for it or not), an operator failover and a packet lost, all three in one "
+            "trace",
+            **BASE,
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_DPDEAD=1,
+            B_FAIL=1,
+            B_LOSS=1,
+            B_FAULTS=3,
+        ),
+        _c(
+            "p-failover",
+            "spine and leaf both caching the written key; failover, spine crash and controller "
+            "restart, all three in one trace",
+            **BASE,
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_FAIL=1,
+            B_CRASH=1,
+            B_CTRL=1,
+            B_FAULTS=3,
+        ),
+        _c(
+            "p-keys",
+            "both keys written and both cacheable in the spines; DELETEs and values too large to "
+            "cache; duplication and agent restart in one trace",
+            **BASE,
+            NW=2,
+            WRITE_KEYS=2,
+            K2_SPINES=True,
+            ALLOW_NC=True,
+            B_INS=1,
+            MAXSEQ=3,
+            B_DUP=1,
+            B_AGENT=1,
+            B_FAULTS=2,
+        ),
+        _c(
+            "p-tags",
+            "3 insertions, version counters that wrap (1 per slot and epoch), epochs up to 3; agent "
+            "restart and spine crash in one trace",
+            **BASE,
+            NW=1,
+            B_INS=3,
+            MAXSEQ=3,
+            VMAX=1,
+            EMAX=3,
+            B_AGENT=1,
+            B_CRASH=1,
+            B_FAULTS=2,
+        ),
+        _c(
+            "p-slots",
+            "2 slots per switch: a key's next entry may take another slot; duplication and agent restart in one trace",
+            **{**BASE, "NSLOT": 2},
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_DUP=1,
+            B_AGENT=1,
+            B_FAULTS=2,
+        ),
+        _c(
+            "p-no-downset-first",
+            "the protocol without FIX_DOWNSET_FIRST holds too (recovery tells the shims "
+            "a spine is up before its agent flushes it); shim restart, failover and controller restart in one "
+            "trace",
+            "ok",
+            {"FIX_DOWNSET_FIRST": False},
+            **BASE,
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_SHIM=1,
+            B_FAIL=1,
+            B_CTRL=1,
+            B_FAULTS=3,
+        ),
     ],
 }
 
@@ -167,12 +419,14 @@ def suite(name: str) -> list[Config]:
 
 def without_bug(cfg: Config) -> Config:
     """The same bounds with the seeded bug (or the missing fix) put right: it must hold."""
-    return replace(cfg, name=cfg.name + "-fixed", expect="ok",
-                   consts={**cfg.consts, **{b: False for b in BUGS}, **ALL_FIXES})
+    return replace(
+        cfg, name=cfg.name + "-fixed", expect="ok", consts={**cfg.consts, **{b: False for b in BUGS}, **ALL_FIXES}
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # cover goals: each is expected only where the configuration makes it reachable
+
 
 def _on(*names: str) -> Callable[[Consts], bool]:
     """Each named budget is at least 1, and the total fault budget lets every named fault happen in
@@ -188,12 +442,16 @@ def _spine_caches(c: Consts) -> bool:
 COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     # a write's only spine path released, no path acked, the leaf may hold the key: a spine and the
     # leaf both caching it (two populates and the write: three seq numbers)
-    "a dead spine's pending path was replaced by a leaf-only path":
-        lambda c: int(c["K1_SPINES"]) >= 1 and int(c["B_INS"]) >= 2 and int(c["MAXSEQ"]) >= 3
-        and int(c["NW"]) >= 1 and (_on("B_FAIL")(c) or _on("B_DPDEAD")(c)),
-    "a populate was refused":
-        lambda c: int(c["B_INS"]) >= 1 and _spine_caches(c) and (_on("B_FAIL")(c) or _on("B_SHIM")(c)
-                                                                 or _on("B_DPDEAD")(c)),
+    "a dead spine's pending path was replaced by a leaf-only path": lambda c: (
+        int(c["K1_SPINES"]) >= 1
+        and int(c["B_INS"]) >= 2
+        and int(c["MAXSEQ"]) >= 3
+        and int(c["NW"]) >= 1
+        and (_on("B_FAIL")(c) or _on("B_DPDEAD")(c))
+    ),
+    "a populate was refused": lambda c: (
+        int(c["B_INS"]) >= 1 and _spine_caches(c) and (_on("B_FAIL")(c) or _on("B_SHIM")(c) or _on("B_DPDEAD")(c))
+    ),
     "a retried write was answered from its Redis marker": _on("B_SHIM", "B_DUP"),
     "a version counter wrapped: epoch bumped": lambda c: int(c["B_INS"]) > int(c["VMAX"]),
     "a key took a slot that held another key's value": lambda c: int(c["B_INS"]) >= 2,
@@ -205,8 +463,9 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     "controller restarted without its state": _on("B_CTRL"),
     "a spine recovered": lambda c: _on("B_FAIL")(c) or _on("B_DPDEAD")(c),
     "the controller failed a spine over for its dead data plane": _on("B_DPDEAD"),
-    "a spine serves its copies again: its data plane revived before a failover":
-        lambda c: _on("B_DPDEAD")(c) and _spine_caches(c),
+    "a spine serves its copies again: its data plane revived before a failover": lambda c: (
+        _on("B_DPDEAD")(c) and _spine_caches(c)
+    ),
     "every fault kind happened in one trace": _on(*FAULTS),
     "fault: packet loss": _on("B_LOSS"),
     "fault: packet duplication": _on("B_DUP"),
@@ -220,8 +479,9 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     "fault: view pushed": _on("B_VIEW", "B_SHIM"),
     "two writes of one key overlap": lambda c: int(c["NW"]) >= 2,
     "a spine serves a value": lambda c: int(c["K1_SPINES"]) >= 1,
-    "a read sent before a routing change is answered from a cache":
-        lambda c: _on("B_MECH")(c) or ((_on("B_FAIL")(c) or _on("B_DPDEAD")(c)) and int(c["K1_SPINES"]) >= 1),
+    "a read sent before a routing change is answered from a cache": lambda c: (
+        _on("B_MECH")(c) or ((_on("B_FAIL")(c) or _on("B_DPDEAD")(c)) and int(c["K1_SPINES"]) >= 1)
+    ),
 }
 
 _CONST = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*:\s*([^;]+);", re.M)
@@ -231,7 +491,7 @@ _COVER = re.compile(r'^\s*cover "([^"]+)".*$', re.M)
 def effective(cfg: Config) -> Consts:
     """The model's constants with this configuration's values."""
     text = MODEL.read_text()
-    const_block = text[text.index("\nconst\n"):text.index("\ntype\n")]
+    const_block = text[text.index("\nconst\n") : text.index("\ntype\n")]
     consts: Consts = {m.group(1): m.group(2).strip() for m in _CONST.finditer(const_block)}
     for k, v in cfg.consts.items():
         consts[k] = ("true" if v else "false") if isinstance(v, bool) else v
@@ -264,10 +524,11 @@ def render(cfg: Config) -> str:
 # ---------------------------------------------------------------------------------------------------
 # running one configuration
 
+
 @dataclass
 class Result:
     name: str
-    result: str                 # ok | violation | cover-missed | error
+    result: str  # ok | violation | cover-missed | error
     states: int = 0
     rules: int = 0
     seconds: float = 0.0
@@ -284,8 +545,10 @@ class Result:
         return self.result == "violation" and self.invariant == cfg.expect
 
     def line(self) -> str:
-        s = (f"model={self.name} states={self.states} rules_fired={self.rules} result={self.result} "
-             f"seconds={self.seconds:.1f}")
+        s = (
+            f"model={self.name} states={self.states} rules_fired={self.rules} result={self.result} "
+            f"seconds={self.seconds:.1f}"
+        )
         if self.invariant:
             s += f" invariant={self.invariant}"
         if self.covers_missed:
@@ -303,8 +566,16 @@ def tool(name: str) -> str:
 def build(cfg: Config, threads: int, opt: str = "-O3") -> Path:
     """Generate and compile the verifier; cached by content, so a re-run skips both steps."""
     text = render(cfg)
-    flags = ["--deadlock-detection", "off", "--threads", str(threads), "--counterexample-trace", "diff",
-             "--pack-state", "off"]
+    flags = [
+        "--deadlock-detection",
+        "off",
+        "--threads",
+        str(threads),
+        "--counterexample-trace",
+        "diff",
+        "--pack-state",
+        "off",
+    ]
     cflags = ["-std=c11", opt, "-march=native", "-mcx16"]
     digest = hashlib.sha256("\0".join([text, *flags, *cflags]).encode()).hexdigest()[:16]
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -313,8 +584,9 @@ def build(cfg: Config, threads: int, opt: str = "-O3") -> Path:
         return exe
     src, csrc = exe.with_suffix(".m"), exe.with_suffix(".c")
     src.write_text(text)
-    r = subprocess.run([tool("rumur"), "--quiet", *flags, "--output", str(csrc), str(src)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [tool("rumur"), "--quiet", *flags, "--output", str(csrc), str(src)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         raise SystemExit(f"model/run.py: rumur rejected {cfg.name}:\n{r.stderr.strip()}")
     tmp = exe.with_suffix(".tmp")
@@ -341,7 +613,7 @@ def parse(name: str, out: str, seconds: float) -> Result:
         res.states, res.rules = int(m.group(1)), int(m.group(2))
     else:
         prog = _PROGRESS.findall(out)
-        if prog:   # cut short: how far it got
+        if prog:  # cut short: how far it got
             res.states, res.rules = int(prog[-1][0]), int(prog[-1][1])
             res.message = f"{prog[-1][2]} states still queued"
     res.covers = {c: int(n) for c, n in _HIT.findall(out)}
@@ -354,7 +626,7 @@ def parse(name: str, out: str, seconds: float) -> Result:
         start = out.find("The following is the error trace")
         end = out.find("End of the error trace.")
         if start >= 0:
-            res.trace = out[start:end + len("End of the error trace.")]
+            res.trace = out[start : end + len("End of the error trace.")]
     elif missed:
         res.result = "cover-missed"
         res.covers_missed = missed
@@ -402,13 +674,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", action="append", default=[], help=f"one of {', '.join(SUITES)} (repeatable)")
     ap.add_argument("--config", action="append", default=[], help="one configuration by name (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the configurations and exit")
-    ap.add_argument("--set", action="append", default=[], metavar="CONST=VALUE",
-                    help="override a constant of the chosen configurations (exploring bounds)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="CONST=VALUE",
+        help="override a constant of the chosen configurations (exploring bounds)",
+    )
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--timeout", type=float, help="stop each verifier after this many seconds")
-    ap.add_argument("--opt", help="C optimisation level for the verifiers (default: -O3 for a configuration "
-                    "that must hold, whose whole state space is searched; -O1, quicker to build, for one that "
-                    "must give a counterexample)")
+    ap.add_argument(
+        "--opt",
+        help="C optimisation level for the verifiers (default: -O3 for a configuration "
+        "that must hold, whose whole state space is searched; -O1, quicker to build, for one that "
+        "must give a counterexample)",
+    )
     ap.add_argument("--save", type=Path, help="directory for each configuration's output and counterexample")
     ap.add_argument("--show-trace", action="store_true", help="print each counterexample's steps")
     args = ap.parse_args(argv)

@@ -28,9 +28,16 @@ async def run(args: argparse.Namespace) -> int:
         log.error("no storage server %r in %s", args.server, args.cluster)
         return 2
     peer = args.coherence_peer
-    shim = Shim(cluster, host, args.redis_url, listen=args.listen, state_file=args.state_file,
-                unsafe_ack_first=args.unsafe_ack_before_invalidate, fresh=args.fresh,
-                coherence_address=(lambda spine_id: peer) if peer else None)
+    shim = Shim(
+        cluster,
+        host,
+        args.redis_url,
+        listen=args.listen,
+        state_file=args.state_file,
+        unsafe_ack_first=args.unsafe_ack_before_invalidate,
+        fresh=args.fresh,
+        coherence_address=(lambda _spine_id: peer) if peer else None,
+    )
     try:
         await shim.start()
         control = await serve_control(shim, args.control)
@@ -66,26 +73,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", type=ip_address, help="address to serve DistCache on (default: the server's address)")
     ap.add_argument("--redis-url", required=True, help="e.g. unix:///run/redis.sock or redis://127.0.0.1:6379")
     ap.add_argument("--control", required=True, help="control channel: unix:/path or tcp:host:port")
-    ap.add_argument("--state-file", type=output_file,
-                    help="where the shim keeps the controller's partition across restarts")
-    ap.add_argument("--coherence-peer", type=host_port, metavar="HOST:PORT",
-                    help="send every coherence packet (INVALIDATE/UPDATE) to this address instead of the spines' "
-                         "10.255.0.<id>:8888; for benchmarks and tests on loopback, where a peer that reflects "
-                         "them as acks plays the switches (default: the real spine addresses)")
-    ap.add_argument("--fresh", action="store_true",
-                    help="the deployment's switches were just started and cache nothing: start with every switch's "
-                         "cached keys known (none). Without it the shim counts every key as cached at every switch "
-                         "until the controller's view arrives (a restart: switches may hold copies of its keys)")
+    ap.add_argument(
+        "--state-file", type=output_file, help="where the shim keeps the controller's partition across restarts"
+    )
+    ap.add_argument(
+        "--coherence-peer",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="send every coherence packet (INVALIDATE/UPDATE) to this address instead of the spines' "
+        "10.255.0.<id>:8888; for benchmarks and tests on loopback, where a peer that reflects "
+        "them as acks plays the switches (default: the real spine addresses)",
+    )
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="the deployment's switches were just started and cache nothing: start with every switch's "
+        "cached keys known (none). Without it the shim counts every key as cached at every switch "
+        "until the controller's view arrives (a restart: switches may hold copies of its keys)",
+    )
     ap.add_argument("--log-file", type=output_file, help="log here instead of stderr")
-    ap.add_argument("--unsafe-ack-before-invalidate", type=float, default=0.0, metavar="SECONDS",
-                    help="TEST ONLY: break coherence on purpose (acknowledge writes to cached keys, wait SECONDS, "
-                         "then invalidate), for the linearizability checker's control run")
+    ap.add_argument(
+        "--unsafe-ack-before-invalidate",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="TEST ONLY: break coherence on purpose (acknowledge writes to cached keys, wait SECONDS, "
+        "then invalidate), for the linearizability checker's control run",
+    )
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args(argv)
     cluster = load_cluster(ap, args.cluster)  # bad input is one line, before anything starts
     if args.server not in {h.name for h in cluster.servers()}:
-        ap.error(f"--server: no storage server {args.server!r} in {args.cluster} "
-                 f"(its servers: {', '.join(h.name for h in cluster.servers())})")
+        ap.error(
+            f"--server: no storage server {args.server!r} in {args.cluster} "
+            f"(its servers: {', '.join(h.name for h in cluster.servers())})"
+        )
     try:
         grpc_target(args.control)
     except ValueError as e:
@@ -94,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         redis.asyncio.ConnectionPool.from_url(args.redis_url)  # redis-py's own check of the URL, no connection
     except ValueError as e:
         ap.error(f"--redis-url: {e}")
-    logging.basicConfig(filename=args.log_file, level=args.log_level.upper(),
-                        format="%(asctime)s shim[%(process)d] %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        filename=args.log_file,
+        level=args.log_level.upper(),
+        format="%(asctime)s shim[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
     # uvloop where available: the event loop's own overhead is a large part of a write (+40-60 % PUT/s measured
     # by make bench-shim); the plain asyncio loop otherwise
     try:

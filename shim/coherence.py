@@ -98,8 +98,9 @@ class Coherence:
         finally:
             self._waiters.pop(key, None)
 
-    async def invalidate(self, key: bytes, seq: int, target: int, dest: tuple[str, int],
-                         tag: tuple[int, int] | None = None) -> str:
+    async def invalidate(
+        self, key: bytes, seq: int, target: int, dest: tuple[str, int], tag: tuple[int, int] | None = None
+    ) -> str:
         """Phase 1 on one path; ACKED once every copy on it is invalid.
 
         ``tag=(cache_epoch, version)``: the INVALIDATE of a populate of ``target``'s entry with that
@@ -107,8 +108,11 @@ class Coherence:
         """
         self.stats.invalidates += 1
         attempts = max(1, round(self.invalidate_deadline / self.retry_interval))
-        msg = (Message(op=Op.INVALIDATE, key=key, seq=seq, target=target) if tag is None
-               else populate_invalidate(key, seq, target, *tag))
+        msg = (
+            Message(op=Op.INVALIDATE, key=key, seq=seq, target=target)
+            if tag is None
+            else populate_invalidate(key, seq, target, *tag)
+        )
         result = await self._exchange(msg, dest, attempts)
         if result == TIMED_OUT:
             self.stats.failed_invalidates += 1
@@ -120,8 +124,9 @@ class Coherence:
         if len(value) > MAX_CACHEABLE:
             return False
         self.stats.updates += 1
-        result = await self._exchange(Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest,
-                                      self.update_attempts)
+        result = await self._exchange(
+            Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest, self.update_attempts
+        )
         if result != ACKED:
             self.stats.failed_updates += 1
         return result == ACKED

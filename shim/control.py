@@ -16,7 +16,7 @@ import grpc
 from controller.shim_link import grpc_target
 from distcache.api import shim_grpc, shim_pb2
 from distcache.wire import KEY_LEN
-from shim.server import Shim, StaleView
+from shim.server import Shim, StaleViewError
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,12 @@ class ShimService(shim_grpc.ShimServicer):
 
     async def AddView(self, request, context):  # noqa: ANN001, ANN201, N802
         try:
-            self.shim.add_view({_key(e.key): [_switch(s) for s in e.switches] for e in request.cached},
-                               [_switch(s) for s in request.complete], request.incarnation or None)
-        except StaleView as e:
+            self.shim.add_view(
+                {_key(e.key): [_switch(s) for s in e.switches] for e in request.cached},
+                [_switch(s) for s in request.complete],
+                request.incarnation or None,
+            )
+        except StaleViewError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -66,8 +69,9 @@ class ShimService(shim_grpc.ShimServicer):
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         if not 0 < request.version <= 0xFFFF:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "version: the entry's version, 1..65535 (with cache_epoch, its tag)")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "version: the entry's version, 1..65535 (with cache_epoch, its tag)"
+            )
         try:
             state = await self.shim.populate(key, sw, (request.cache_epoch, request.version))
         except ValueError as e:

@@ -36,6 +36,7 @@ def dedup_marker(rid: RequestId) -> bytes:
     """
     return f"dc:applied:{rid[0]}:{rid[1]}:{rid[2]}".encode()
 
+
 PENDING = b""  # marker: the write is being applied; its reply is not known yet
 
 

@@ -15,7 +15,10 @@ a PUT's cost, `make bench-shim`); when idle a write leaves at once.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 # A DELETE and its marker in one step: the marker holds DEL's result (1: the key existed, 0: NOT_FOUND).
 DEL_WITH_MARKER = "local n = redis.call('DEL', KEYS[1]); redis.call('SET', KEYS[2], n, 'EX', ARGV[1]); return n"
@@ -25,7 +28,7 @@ Command = tuple[str, bytes, bytes | None, bytes | None]  # ("set"|"del", key, va
 
 
 class WriteBatcher:
-    def __init__(self, redis: Any, in_flight: int = 1, max_batch: int = 256, marker_ttl: int = 30) -> None:
+    def __init__(self, redis: Redis, in_flight: int = 1, max_batch: int = 256, marker_ttl: int = 30) -> None:
         self.redis, self.in_flight, self.max_batch, self.marker_ttl = redis, in_flight, max_batch, marker_ttl
         self._queue: list[tuple[Command, asyncio.Future]] = []
         self._running = 0
@@ -64,7 +67,7 @@ class WriteBatcher:
         self._scheduled = False
         if not self._queue or self._running >= self.in_flight:
             return
-        batch, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
+        batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
         self._running += 1
         asyncio.get_running_loop().create_task(self._run(batch))
 

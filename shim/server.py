@@ -63,7 +63,7 @@ MAX_BATCH = 256  # reads per MGET
 REDIS_WATCH_INTERVAL = 0.2  # seconds between checks that the shim's redis-server is the same process
 
 
-class StaleView(ValueError):
+class StaleViewError(ValueError):
     """A cached-key view collected for another incarnation of this shim."""
 
 
@@ -79,9 +79,18 @@ class ShimProtocol(asyncio.DatagramProtocol):
 
 
 class Shim:
-    def __init__(self, cluster: Cluster, server: Host, redis_url: str, listen: str | None = None,
-                 port: int = DC_PORT, coherence_address: CoherenceAddress | None = None,
-                 state_file: Path | None = None, unsafe_ack_first: float = 0.0, fresh: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        server: Host,
+        redis_url: str,
+        listen: str | None = None,
+        port: int = DC_PORT,
+        coherence_address: CoherenceAddress | None = None,
+        state_file: Path | None = None,
+        unsafe_ack_first: float = 0.0,
+        fresh: bool = False,
+    ) -> None:
         self.cluster, self.server = cluster, server
         # TEST ONLY: break coherence on purpose (acknowledge a write, wait this long, then invalidate), so the
         # linearizability check can show it catches a broken protocol (make linearizability's control run)
@@ -139,8 +148,9 @@ class Shim:
             self._recheck_until = time.monotonic() + self.dedup.ttl
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
         loop = asyncio.get_running_loop()
-        self.transport, _ = await loop.create_datagram_endpoint(lambda: ShimProtocol(self),
-                                                                local_addr=(self.listen, self.port))
+        self.transport, _ = await loop.create_datagram_endpoint(
+            lambda: ShimProtocol(self), local_addr=(self.listen, self.port)
+        )
         self._watcher = loop.create_task(self._watch_redis())
 
     async def _watch_redis(self) -> None:
@@ -165,9 +175,11 @@ class Shim:
             self.redis_restarts += 1
             keys = list(self.cached)
             if not self.view_known:
-                log.warning("redis-server restarted while the cached keys of switches %s are unknown: "
-                            "their copies are refreshed when each key is next written",
-                            sorted(self.cache_switches - self.known - self.down))
+                log.warning(
+                    "redis-server restarted while the cached keys of switches %s are unknown: "
+                    "their copies are refreshed when each key is next written",
+                    sorted(self.cache_switches - self.known - self.down),
+                )
             log.warning("redis-server restarted: resynchronizing %d cached keys", len(keys))
             for key in keys:
                 self.resynced[await self._refresh(key)] += 1
@@ -253,8 +265,9 @@ class Shim:
         try:
             values = await self.redis.mget([m.key for m, _ in batch])
         except Exception as e:  # noqa: BLE001 - a failed read changed nothing: answer ERROR, keep serving
-            self.errors["redis_unavailable" if isinstance(e, (RedisConnectionError, RedisTimeoutError))
-                        else type(e).__name__] += len(batch)
+            self.errors[
+                "redis_unavailable" if isinstance(e, (RedisConnectionError, RedisTimeoutError)) else type(e).__name__
+            ] += len(batch)
             values = None
         finally:
             self._mgets_in_flight -= 1
@@ -333,7 +346,7 @@ class Shim:
             # "nothing written", which may be false, so it gets no answer (the client's outcome: unknown)
             # and its retries are dropped as in progress (shim/dedup.py)
             log.warning("request %s: redis unavailable: %s", msg.op.name, e)
-        except Exception as e:  # noqa: BLE001 - a failing request must not take the shim down
+        except Exception as e:
             log.exception("request %s failed", msg.op.name)
             self.errors[type(e).__name__] += 1
             if not replied:
@@ -397,8 +410,9 @@ class Shim:
         ends = sorted(self.holders(key) & self.spine_ids)
         return ends or ([self.leaf_id] if self.leaf_id in self.holders(key) else [])
 
-    async def _invalidate(self, key: bytes, seq: int, paths: list[int],
-                          tag: tuple[int, int] | None = None) -> list[int] | None:
+    async def _invalidate(
+        self, key: bytes, seq: int, paths: list[int], tag: tuple[int, int] | None = None
+    ) -> list[int] | None:
         """Phase 1 along ``paths``; the far ends that acknowledged it, or None if a path timed out.
 
         A path whose far end was declared down meanwhile is dropped, but the storage leaf before it
@@ -408,8 +422,9 @@ class Shim:
         if not paths:
             log.error("no live switch to invalidate %s at; has the controller pushed the partition?", key.hex())
             return None
-        results = await asyncio.gather(*(self.coherence.invalidate(key, seq, t, self.coherence_address(t), tag)
-                                         for t in paths))
+        results = await asyncio.gather(
+            *(self.coherence.invalidate(key, seq, t, self.coherence_address(t), tag) for t in paths)
+        )
         if any(r not in (ACKED, RELEASED) for r in results):
             return None
         acked = [t for t, r in zip(paths, results, strict=True) if r == ACKED]
@@ -424,8 +439,9 @@ class Shim:
     async def _update(self, key: bytes, seq: int, value: bytes, paths: list[int]) -> bool:
         if not paths:
             return False
-        oks = await asyncio.gather(*(self.coherence.update(key, seq, value, t, self.coherence_address(t))
-                                     for t in paths))
+        oks = await asyncio.gather(
+            *(self.coherence.update(key, seq, value, t, self.coherence_address(t)) for t in paths)
+        )
         return all(oks)
 
     @asynccontextmanager
@@ -454,8 +470,10 @@ class Shim:
         if switch in self.down or (switch != self.leaf_id and not self.down_known):
             return "down"
         if switch not in self.cache_switches:
-            raise ValueError(f"switch {switch} cannot cache keys of {self.server.name} "
-                             f"(its spines and storage leaf: {sorted(self.cache_switches)})")
+            raise ValueError(
+                f"switch {switch} cannot cache keys of {self.server.name} "
+                f"(its spines and storage leaf: {sorted(self.cache_switches)})"
+            )
         self.cached[key].add(switch)
         async with self._key_lock(key):
             value = await self.redis.get(key)
@@ -493,11 +511,13 @@ class Shim:
 
     def set_partition(self, buckets: list[int], down: list[int] | None = None, epoch: int | None = None) -> None:
         """Adopt the controller's partition (and the switches it declared down); saved to the state file."""
-        if not isinstance(buckets, list) or len(buckets) != N_SPINE_BUCKETS or not all(
-                isinstance(b, int) and 0 <= b < 256 for b in buckets):
+        if (
+            not isinstance(buckets, list)
+            or len(buckets) != N_SPINE_BUCKETS
+            or not all(isinstance(b, int) and 0 <= b < 256 for b in buckets)
+        ):
             raise ValueError(f"partition must list {N_SPINE_BUCKETS} spine ids (0..255)")
-        if down is not None and not (isinstance(down, list) and all(isinstance(d, int) and 0 < d < 256
-                                                                      for d in down)):
+        if down is not None and not (isinstance(down, list) and all(isinstance(d, int) and 0 < d < 256 for d in down)):
             raise ValueError("'down' must list switch ids (1..255)")
         self.buckets = list(buckets)
         if down is not None:
@@ -508,8 +528,9 @@ class Shim:
             self.epoch = int(epoch)
         self._save_state()
 
-    def add_view(self, cached: dict[bytes, list[int]], complete: list[int] | None = None,
-                 incarnation: int | None = None) -> None:
+    def add_view(
+        self, cached: dict[bytes, list[int]], complete: list[int] | None = None, incarnation: int | None = None
+    ) -> None:
         """Merge the controller's view of which switches cache which keys; ``complete``: the switches
         whose every cached key the view lists (their agents answered), which become known.
 
@@ -520,11 +541,15 @@ class Shim:
         """
         complete = list(complete or [])
         if incarnation is not None and incarnation != self.incarnation:
-            raise StaleView(f"view collected for shim incarnation {incarnation}, this is {self.incarnation}; "
-                            "read Stats again and resend")
+            raise StaleViewError(
+                f"view collected for shim incarnation {incarnation}, this is {self.incarnation}; "
+                "read Stats again and resend"
+            )
         if not all(s in self.cache_switches for s in complete):
-            raise ValueError(f"complete: switches that cache keys of {self.server.name} are "
-                             f"{sorted(self.cache_switches)}, got {sorted(complete)}")
+            raise ValueError(
+                f"complete: switches that cache keys of {self.server.name} are "
+                f"{sorted(self.cache_switches)}, got {sorted(complete)}"
+            )
         for key, switches in cached.items():
             self.cached[key].update(switches)
         self.known.update(complete)
@@ -570,7 +595,12 @@ class Shim:
             "incarnation": self.incarnation,
             "epoch": self.epoch,
             "down": sorted(self.down),
-            "coherence": {"invalidates": c.invalidates, "updates": c.updates, "retransmits": c.retransmits,
-                          "failed_invalidates": c.failed_invalidates, "failed_updates": c.failed_updates,
-                          "stray_acks": c.stray_acks},
+            "coherence": {
+                "invalidates": c.invalidates,
+                "updates": c.updates,
+                "retransmits": c.retransmits,
+                "failed_invalidates": c.failed_invalidates,
+                "failed_updates": c.failed_updates,
+                "stray_acks": c.stray_acks,
+            },
         }

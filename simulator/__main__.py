@@ -29,8 +29,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print(all_figures(args.out))
         return 0
-    cfg = paper_config(n_keys=args.keys, alpha=args.alpha, cache_per_switch=args.cache_per_switch,
-                       write_ratio=args.write_ratio, telemetry_batch=args.telemetry_batch)
+    cfg = paper_config(
+        n_keys=args.keys,
+        alpha=args.alpha,
+        cache_per_switch=args.cache_per_switch,
+        write_ratio=args.write_ratio,
+        telemetry_batch=args.telemetry_batch,
+    )
     if args.cluster:
         cfg = replace(cfg, cluster=Cluster.load(args.cluster))
     model = Model(cfg)

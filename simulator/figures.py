@@ -11,14 +11,19 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from distcache.cluster import Cluster  # noqa: E402
-from simulator import theory  # noqa: E402
-from simulator.model import MECHANISMS, Model, SimConfig, paper_config  # noqa: E402
+from distcache.cluster import Cluster
+from simulator import theory
+from simulator.model import MECHANISMS, Model, SimConfig, paper_config
 
-LABELS = {"nocache": "NoCache", "partition": "CachePartition", "replication": "CacheReplication",
-          "distcache": "DistCache", "hybrid": "Hybrid"}
+LABELS = {
+    "nocache": "NoCache",
+    "partition": "CachePartition",
+    "replication": "CacheReplication",
+    "distcache": "DistCache",
+    "hybrid": "Hybrid",
+}
 STYLE = {"nocache": "x:", "partition": "s--", "replication": "^-.", "distcache": "o-", "hybrid": "d-"}
 LINE = {m: s.lstrip("xs^od") for m, s in STYLE.items()}  # the same lines without markers (time series)
 
@@ -40,15 +45,27 @@ def _fmt(v: object) -> str:
     return f"{v!s:>16}"
 
 
-def _sweep(out: Path, name: str, title: str, xlabel: str, xs: Sequence[object], xticks: Sequence[object],
-           config: Callable[[object], SimConfig], logx: bool = False) -> dict[str, list[float]]:
+def _sweep(
+    out: Path,
+    name: str,
+    title: str,
+    xlabel: str,
+    xs: Sequence[object],
+    xticks: Sequence[object],
+    config: Callable[[object], SimConfig],
+    logx: bool = False,
+) -> dict[str, list[float]]:
     series: dict[str, list[float]] = {m: [] for m in MECHANISMS}
     for x in xs:
         model = Model(config(x))
         for m in MECHANISMS:
             series[m].append(model.evaluate(m).throughput)
-    _write(out, name, [xlabel, *(LABELS[m] for m in MECHANISMS)],
-           [[t, *(series[m][i] for m in MECHANISMS)] for i, t in enumerate(xticks)])
+    _write(
+        out,
+        name,
+        [xlabel, *(LABELS[m] for m in MECHANISMS)],
+        [[t, *(series[m][i] for m in MECHANISMS)] for i, t in enumerate(xticks)],
+    )
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for m in MECHANISMS:
         ax.plot(range(len(xs)) if not logx else list(xticks), series[m], STYLE[m], label=LABELS[m])
@@ -69,15 +86,28 @@ def _sweep(out: Path, name: str, title: str, xlabel: str, xs: Sequence[object], 
 
 def fig9a(out: Path) -> dict[str, list[float]]:
     skews = [0.0, 0.9, 0.95, 0.99]
-    return _sweep(out, "fig9a_skew", "Fig. 9(a): throughput vs skew", "workload", skews,
-                  ["uniform", "zipf-0.9", "zipf-0.95", "zipf-0.99"], lambda a: paper_config(alpha=a))
+    return _sweep(
+        out,
+        "fig9a_skew",
+        "Fig. 9(a): throughput vs skew",
+        "workload",
+        skews,
+        ["uniform", "zipf-0.9", "zipf-0.95", "zipf-0.99"],
+        lambda a: paper_config(alpha=a),
+    )
 
 
 def fig9b(out: Path) -> dict[str, list[float]]:
     per_switch = [1, 5, 10, 25, 50, 100, 200]
-    return _sweep(out, "fig9b_cache_size", "Fig. 9(b): throughput vs cache size (zipf-0.99)",
-                  "total cache size (objects)", per_switch, [k * 64 for k in per_switch],
-                  lambda k: paper_config(cache_per_switch=k))
+    return _sweep(
+        out,
+        "fig9b_cache_size",
+        "Fig. 9(b): throughput vs cache size (zipf-0.99)",
+        "total cache size (objects)",
+        per_switch,
+        [k * 64 for k in per_switch],
+        lambda k: paper_config(cache_per_switch=k),
+    )
 
 
 def fig9c(out: Path) -> dict[str, list[float]]:
@@ -87,24 +117,52 @@ def fig9c(out: Path) -> dict[str, list[float]]:
         c = Cluster(spines=int(r), storage_racks=int(r), servers_per_rack=32, client_racks=1)  # type: ignore[arg-type]
         return replace(paper_config(), cluster=c)
 
-    return _sweep(out, "fig9c_scale", "Fig. 9(c): throughput vs number of servers (zipf-0.99)",
-                  "storage servers", racks, [r * 32 for r in racks], cfg, logx=True)
+    return _sweep(
+        out,
+        "fig9c_scale",
+        "Fig. 9(c): throughput vs number of servers (zipf-0.99)",
+        "storage servers",
+        racks,
+        [r * 32 for r in racks],
+        cfg,
+        logx=True,
+    )
 
 
 def fig10(out: Path) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     ratios = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
-    a = _sweep(out, "fig10a_writes_zipf09_640", "Fig. 10(a): zipf-0.9, cache 640", "write ratio", ratios, ratios,
-               lambda w: paper_config(alpha=0.9, cache_per_switch=10, write_ratio=w))
-    b = _sweep(out, "fig10b_writes_zipf099_6400", "Fig. 10(b): zipf-0.99, cache 6400", "write ratio", ratios,
-               ratios, lambda w: paper_config(alpha=0.99, cache_per_switch=100, write_ratio=w))
+    a = _sweep(
+        out,
+        "fig10a_writes_zipf09_640",
+        "Fig. 10(a): zipf-0.9, cache 640",
+        "write ratio",
+        ratios,
+        ratios,
+        lambda w: paper_config(alpha=0.9, cache_per_switch=10, write_ratio=w),
+    )
+    b = _sweep(
+        out,
+        "fig10b_writes_zipf099_6400",
+        "Fig. 10(b): zipf-0.99, cache 6400",
+        "write ratio",
+        ratios,
+        ratios,
+        lambda w: paper_config(alpha=0.99, cache_per_switch=100, write_ratio=w),
+    )
     return a, b
 
 
 def fig11(out: Path) -> None:
     """Fail 4 of 32 spines one by one, remap their partitions, bring them back (offered = half of max)."""
     base = paper_config()
-    events = [(10, "fail", 0), (20, "fail", 1), (30, "fail", 2), (40, "fail", 3), (60, "remap", -1),
-              (80, "recover", -1)]
+    events = [
+        (10, "fail", 0),
+        (20, "fail", 1),
+        (30, "fail", 2),
+        (40, "fail", 3),
+        (60, "remap", -1),
+        (80, "recover", -1),
+    ]
     rows = []
     series: dict[str, list[float]] = {m: [] for m in MECHANISMS}
     full = {m: Model(base).evaluate(m) for m in MECHANISMS}
@@ -140,8 +198,12 @@ def fig11(out: Path) -> None:
     _write(out, "fig11_failures", ["time", *(LABELS[m] for m in MECHANISMS)], rows)
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for m in MECHANISMS:
-        ax.plot(times, series[m], STYLE[m].replace("o", "").replace("s", "").replace("^", "").replace("d", ""),
-                label=LABELS[m])
+        ax.plot(
+            times,
+            series[m],
+            STYLE[m].replace("o", "").replace("s", "").replace("^", "").replace("d", ""),
+            label=LABELS[m],
+        )
     for when, what, _ in events:
         ax.axvline(when, color="grey", lw=0.5, ls=":")
         ax.text(when, ax.get_ylim()[1] * 0.02, what, rotation=90, fontsize=6)
@@ -156,8 +218,14 @@ def fig11(out: Path) -> None:
 
 
 def theory_checks(out: Path) -> None:
-    small = SimConfig(cluster=Cluster(spines=8, storage_racks=8, servers_per_rack=8, client_racks=1),
-                      n_keys=100_000, alpha=0.99, cache_per_switch=10, samples=200_000, telemetry_batch=16)
+    small = SimConfig(
+        cluster=Cluster(spines=8, storage_racks=8, servers_per_rack=8, client_racks=1),
+        n_keys=100_000,
+        alpha=0.99,
+        cache_per_switch=10,
+        samples=200_000,
+        telemetry_batch=16,
+    )
     rows = [[seed, p2c, lp, p2c / lp] for seed, p2c, lp in theory.compare_with_optimum(small, range(1, 6))]
     _write(out, "theory_p2c_vs_optimum", ["seed", "p2c_cache_rate", "lp_optimum", "ratio"], rows)
     rows = []
@@ -167,11 +235,16 @@ def theory_checks(out: Path) -> None:
         # this fraction, so its queue grows by that much of its capacity every unit of time (no steady state)
         growth = [max(0.0, 0.95 * t["p2c"] / t[k] - 1) for k in ("random", "spine")]
         rows.append([name, t["p2c"], t["random"], t["spine"], *growth])
-    _write(out, "theory_without_two_choices",
-           ["instance", "p2c", "fixed_half_split", "always_spine", "half_queue_growth", "spine_queue_growth"],
-           rows)
-    rows = [[b, Model(replace(paper_config(), telemetry_batch=b)).evaluate("distcache").throughput]
-            for b in (1, 16, 256, 4096, 65536)]
+    _write(
+        out,
+        "theory_without_two_choices",
+        ["instance", "p2c", "fixed_half_split", "always_spine", "half_queue_growth", "spine_queue_growth"],
+        rows,
+    )
+    rows = [
+        [b, Model(replace(paper_config(), telemetry_batch=b)).evaluate("distcache").throughput]
+        for b in (1, 16, 256, 4096, 65536)
+    ]
     _write(out, "theory_telemetry_delay", ["queries_between_load_updates", "distcache"], rows)
 
 
@@ -185,7 +258,9 @@ def all_figures(out: Path) -> str:
     fig11(out)
     theory_checks(out)
     i = 3  # zipf-0.99, read-only, paper scale
-    line = (f"distcache_vs_replication={a['distcache'][i] / a['replication'][i]:.3f} "
-            f"distcache_vs_nocache={a['distcache'][i] / a['nocache'][i]:.1f}")
+    line = (
+        f"distcache_vs_replication={a['distcache'][i] / a['replication'][i]:.3f} "
+        f"distcache_vs_nocache={a['distcache'][i] / a['nocache'][i]:.1f}"
+    )
     print(f"\nall figures in {out} ({time.monotonic() - start:.0f} s)")
     return line

@@ -191,13 +191,12 @@ class Model:
         if mechanism == "partition":
             b[both] = -1  # no choice: the spine partition serves it
         elif both.any():
-            x[both] = self._split(both, a, b, x, replicated)
+            x[both] = self._split(both, a, b, replicated)
         cached = replicated | spine_cached | leaf
         paths = np.where(replicated, n_alive, np.where(cached, 1, 0)).astype(float)
         return Routing(a, b, x, replicated, cached, paths)
 
-    def _split(self, both: np.ndarray, a: np.ndarray, b: np.ndarray, x: np.ndarray,
-               replicated: np.ndarray) -> np.ndarray:
+    def _split(self, both: np.ndarray, a: np.ndarray, b: np.ndarray, replicated: np.ndarray) -> np.ndarray:
         """Fraction of each two-choice key's reads sent to its spine copy."""
         cfg = self.cfg
         if cfg.routing == "random":
@@ -222,10 +221,10 @@ class Model:
         batch = max(1, cfg.telemetry_batch)
         unit = mass / q
         for start in range(0, q, batch):
-            ks = stream[start:start + batch]
+            ks = stream[start : start + batch]
             load = base * (start / q) + counts * unit  # what the client leaf last heard
             la, lb = load[a[ks]], load[b[ks]]
-            pick_a = (la < lb) | ((la == lb) & tie[start:start + batch])
+            pick_a = (la < lb) | ((la == lb) & tie[start : start + batch])
             chosen = np.where(pick_a, a[ks], b[ks])
             counts += np.bincount(chosen, minlength=self.n_caches)
             np.add.at(to_spine, ks, pick_a)
@@ -295,7 +294,7 @@ class Model:
         if mechanism == "hybrid":
             r_rep, _ = self.saturation(self.routing("replication"))
             hybrid_set = (1 - self.cfg.write_ratio) * self.p * r_rep > self.cfg.cap / 2
-            hybrid_set[self.cfg.cache_per_switch:] = False
+            hybrid_set[self.cfg.cache_per_switch :] = False
         rt = self.routing(mechanism, hybrid_set)
         rate, bottleneck = self.saturation(rt)
         cache, server = self.loads(rt, 1.0)

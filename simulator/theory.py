@@ -65,5 +65,7 @@ def compare_with_optimum(cfg: SimConfig, seeds: range) -> list[tuple[int, float,
 
 def without_two_choices(cfg: SimConfig) -> dict[str, float]:
     """DistCache's throughput under each routing policy (same placement and caches)."""
-    return {policy: Model(replace(cfg, routing=policy)).evaluate("distcache").throughput
-            for policy in ("p2c", "random", "spine")}
+    return {
+        policy: Model(replace(cfg, routing=policy)).evaluate("distcache").throughput
+        for policy in ("p2c", "random", "spine")
+    }

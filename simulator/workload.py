@@ -28,11 +28,11 @@ def harmonic(n: int, alpha: float, start: int = 1) -> float:
         return 0.0
     if n - start < 200_000:
         i = np.arange(start, n + 1, dtype=np.float64)
-        return float(np.sum(i ** -alpha))
+        return float(np.sum(i**-alpha))
     if start < 1000:  # Euler–Maclaurin needs smooth terms: sum the first ones exactly
         return harmonic(999, alpha, start) + harmonic(n, alpha, 1000)
     a, b = float(start), float(n)
-    f = lambda x: x ** -alpha  # noqa: E731
+    f = lambda x: x**-alpha  # noqa: E731
     d1 = lambda x: -alpha * x ** (-alpha - 1)  # noqa: E731
     d3 = lambda x: -alpha * (alpha + 1) * (alpha + 2) * x ** (-alpha - 3)  # noqa: E731
     return _power_integral(a, b, alpha) + (f(a) + f(b)) / 2 + (d1(b) - d1(a)) / 12 - (d3(b) - d3(a)) / 720
@@ -53,7 +53,7 @@ class Zipf:
             raise ValueError("need n_keys >= 1 and alpha >= 0")
         self.head = min(self.head, self.n_keys)
         ranks = np.arange(1, self.head + 1, dtype=np.float64)
-        w = ranks ** -self.alpha
+        w = ranks**-self.alpha
         head_sum = float(w.sum())
         tail_sum = harmonic(self.n_keys, self.alpha, start=self.head + 1)
         total = head_sum + tail_sum

@@ -38,16 +38,36 @@ def parse_port(text: str) -> tuple[int, str]:
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="softswitch", description="Software P4 switch with a P4Runtime server.")
     p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (> 0; default 1)")
-    p.add_argument("--grpc-addr", default=DEFAULT_GRPC_ADDR, type=bind_address,
-                   help=f"P4Runtime server address host:port (default {DEFAULT_GRPC_ADDR}; port 0 picks one)")
-    p.add_argument("-i", "--interface", dest="interfaces", action="append", type=parse_port, default=[],
-                   metavar="PORT@IFACE", help="attach switch port PORT to interface IFACE (repeatable)")
-    p.add_argument("--pipeline", default="distcache",
-                   help=f"pipeline: {', '.join(sorted(PIPELINES))} or module:Class (default distcache)")
+    p.add_argument(
+        "--grpc-addr",
+        default=DEFAULT_GRPC_ADDR,
+        type=bind_address,
+        help=f"P4Runtime server address host:port (default {DEFAULT_GRPC_ADDR}; port 0 picks one)",
+    )
+    p.add_argument(
+        "-i",
+        "--interface",
+        dest="interfaces",
+        action="append",
+        type=parse_port,
+        default=[],
+        metavar="PORT@IFACE",
+        help="attach switch port PORT to interface IFACE (repeatable)",
+    )
+    p.add_argument(
+        "--pipeline",
+        default="distcache",
+        help=f"pipeline: {', '.join(sorted(PIPELINES))} or module:Class (default distcache)",
+    )
     p.add_argument("--pcap-dir", type=output_dir, help="write <iface>_in.pcap / <iface>_out.pcap captures here")
-    p.add_argument("--egress-loss", type=float, default=0.0, metavar="PERCENT",
-                   help="lose this percentage of transmitted frames, like `tc netem loss` on every link (fault "
-                        "injection for tests, where the kernel has no netem; default 0)")
+    p.add_argument(
+        "--egress-loss",
+        type=float,
+        default=0.0,
+        metavar="PERCENT",
+        help="lose this percentage of transmitted frames, like `tc netem loss` on every link (fault "
+        "injection for tests, where the kernel has no netem; default 0)",
+    )
     p.add_argument("--log-file", type=output_file, help="log to this file instead of stderr")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -75,8 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = logging.getLogger("softswitch")
     try:
         pipeline = load_pipeline(args.pipeline)
-        switch = SoftSwitch(pipeline, device_id=args.device_id, grpc_addr=args.grpc_addr, ports=ports,
-                            pcap_dir=args.pcap_dir, egress_loss=args.egress_loss / 100)
+        switch = SoftSwitch(
+            pipeline,
+            device_id=args.device_id,
+            grpc_addr=args.grpc_addr,
+            ports=ports,
+            pcap_dir=args.pcap_dir,
+            egress_loss=args.egress_loss / 100,
+        )
         switch.start()
     except Exception as e:
         if args.log_file or log.isEnabledFor(logging.DEBUG):  # on stderr, the line below says it once
@@ -84,15 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"softswitch: cannot start: {e}", file=sys.stderr)
         return 1
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %s: stopping", signal.Signals(signum).name)
         switch.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     port_desc = ",".join(f"{n}@{i}" for n, i in sorted(ports.items())) or "-"
-    log.info("softswitch device %d: pipeline %s, grpc %s, ports %s", args.device_id, args.pipeline,
-             switch.server.address, port_desc)
+    log.info(
+        "softswitch device %d: pipeline %s, grpc %s, ports %s",
+        args.device_id,
+        args.pipeline,
+        switch.server.address,
+        port_desc,
+    )
     print(f"softswitch ready device_id={args.device_id} grpc={switch.server.address} ports={port_desc}", flush=True)
     try:
         switch.run()

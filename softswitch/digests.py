@@ -112,8 +112,14 @@ class _DigestState:
 class DigestEngine:
     """Batches digest messages into DigestLists on a worker thread (see the module doc)."""
 
-    def __init__(self, digests: Iterable[Digest], send: Callable[[p4r.DigestList], bool], *,
-                 queue_cap: int = QUEUE_CAP, cache_cap: int = CACHE_CAP) -> None:
+    def __init__(
+        self,
+        digests: Iterable[Digest],
+        send: Callable[[p4r.DigestList], bool],
+        *,
+        queue_cap: int = QUEUE_CAP,
+        cache_cap: int = CACHE_CAP,
+    ) -> None:
         self._send = send
         self._queue_cap = queue_cap
         self._cache_cap = cache_cap
@@ -286,8 +292,7 @@ class DigestEngine:
             while st.cached > self._cache_cap and len(st.unacked) > 1:
                 st.forget(next(iter(st.unacked)))
                 self.stats.cache_evicted += 1
-        msg = p4r.DigestList(digest_id=self._ids.get(st.digest.name, 0), list_id=list_id,
-                             timestamp=time.time_ns())
+        msg = p4r.DigestList(digest_id=self._ids.get(st.digest.name, 0), list_id=list_id, timestamp=time.time_ns())
         for v in values:
             members = msg.data.add().struct.members
             for x in v:

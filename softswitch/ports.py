@@ -20,6 +20,7 @@ sender for dead).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -58,7 +59,7 @@ class PcapWriter:
 
     def __init__(self, path: str | Path, snaplen: int = MAX_FRAME) -> None:
         self.path = Path(path)
-        self._f: BinaryIO = open(self.path, "wb")  # closed in close()
+        self._f: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._snaplen = snaplen
         self._f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
         self._f.flush()
@@ -86,7 +87,7 @@ def read_pcap(path: str | Path) -> list[bytes]:
     while off + 16 <= len(data):
         _, _, incl, _ = struct.unpack_from(endian + "IIII", data, off)
         off += 16
-        frames.append(data[off:off + incl])
+        frames.append(data[off : off + incl])
         off += incl
     return frames
 
@@ -115,10 +116,8 @@ def open_packet_socket(iface: str) -> socket.socket:
     """A non-blocking, promiscuous AF_PACKET socket on ``iface`` that skips outgoing frames."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     try:
-        try:
+        with contextlib.suppress(OSError):  # older kernel: the pkttype check in receive() does the job
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        except OSError:
-            pass  # older kernel: the pkttype check in receive() does the job
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.bind((iface, ETH_P_ALL))
@@ -186,10 +185,8 @@ class PortSet:
         """Close sockets, captures and the wake-up pipe (idempotent)."""
         for p in self.ports.values():
             if p.sock is not None:
-                try:
+                with contextlib.suppress(KeyError, ValueError):
                     self._sel.unregister(p.sock)
-                except (KeyError, ValueError):
-                    pass
                 p.sock.close()
                 p.sock = None
             for w in (p.pcap_in, p.pcap_out):
@@ -204,10 +201,8 @@ class PortSet:
 
     def wakeup(self) -> None:
         """Make a blocked :meth:`poll` return now (async-signal-safe)."""
-        try:
+        with contextlib.suppress(OSError):  # pipe full or closed: a wake-up is already pending or nobody waits
             os.write(self._wake_w, b"\0")
-        except OSError:
-            pass  # pipe full or closed: a wake-up is already pending or nobody waits
 
     def poll(self, timeout: float | None) -> Iterator[tuple[int, bytes, int]]:
         """Frames received within ``timeout`` seconds, as (port, frame, when the kernel received it: ns

@@ -178,10 +178,15 @@ class Program:
             if h.bitwidth % 8:
                 raise ValueError(f"controller header {h.name}: {h.bitwidth} bits, not whole bytes")
         used: set[int] = set()
-        for prefix, items in ((PREFIX_ACTION, self.actions), (PREFIX_TABLE, self.tables),
-                              (PREFIX_REGISTER, self.registers), (PREFIX_COUNTER, self.counters),
-                              (PREFIX_DIGEST, self.digests), (PREFIX_METER, self.meters),
-                              (PREFIX_CONTROLLER_HEADER, self.controller_headers)):
+        for prefix, items in (
+            (PREFIX_ACTION, self.actions),
+            (PREFIX_TABLE, self.tables),
+            (PREFIX_REGISTER, self.registers),
+            (PREFIX_COUNTER, self.counters),
+            (PREFIX_DIGEST, self.digests),
+            (PREFIX_METER, self.meters),
+            (PREFIX_CONTROLLER_HEADER, self.controller_headers),
+        ):
             for it in items:
                 low = zlib.crc32(it.name.encode()) & 0xFFFFFF
                 ident = (prefix << 24) | low
@@ -236,8 +241,10 @@ class Program:
         what a controller pushes as device config is either empty or this small
         JSON identity, which the P4Runtime server checks against the program it runs.
         """
-        return json.dumps({"target": DEVICE_CONFIG_TARGET, "program": self.name,
-                           "p4info_sha256": self.p4info_sha256()}, sort_keys=True).encode()
+        return json.dumps(
+            {"target": DEVICE_CONFIG_TARGET, "program": self.name, "p4info_sha256": self.p4info_sha256()},
+            sort_keys=True,
+        ).encode()
 
     # -- P4Info -------------------------------------------------------------------
     def p4info(self) -> p4i.P4Info:
@@ -253,8 +260,7 @@ class Program:
             pt = info.tables.add()
             _preamble(pt.preamble, self.id_of(t.name), t.name)
             for i, mf in enumerate(t.keys, start=1):
-                pt.match_fields.add(id=i, name=mf.name, bitwidth=mf.bitwidth,
-                                    match_type=_MATCH_TYPES[mf.match_type])
+                pt.match_fields.add(id=i, name=mf.name, bitwidth=mf.bitwidth, match_type=_MATCH_TYPES[mf.match_type])
             for a in t.actions:
                 pt.action_refs.add(id=self.id_of(a))
             if t.const_default_action:

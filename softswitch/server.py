@@ -177,8 +177,10 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
             return diff
     for pr in info.registers:
         r = next(x for x in program.registers if x.name == pr.preamble.name)
-        if pr.type_spec.WhichOneof("type_spec") != "bitstring" or \
-                pr.type_spec.bitstring.WhichOneof("type_spec") != "bit":
+        if (
+            pr.type_spec.WhichOneof("type_spec") != "bitstring"
+            or pr.type_spec.bitstring.WhichOneof("type_spec") != "bit"
+        ):
             return f"register {r.name!r}: only bit<W> registers are supported"
         width = pr.type_spec.bitstring.bit.bitwidth
         if width != r.bitwidth:
@@ -197,8 +199,10 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         if unit != m.unit:
             return f"meter {m.name!r} counts {unit} in the P4Info but {m.unit} in the program"
         if pm.spec.type != p4i.MeterSpec.TWO_RATE_THREE_COLOR:
-            return (f"meter {m.name!r} is {p4i.MeterSpec.Type.Name(pm.spec.type)} in the P4Info "
-                    "but a two-rate three-colour meter in the program")
+            return (
+                f"meter {m.name!r} is {p4i.MeterSpec.Type.Name(pm.spec.type)} in the P4Info "
+                "but a two-rate three-colour meter in the program"
+            )
     for pd in info.digests:
         diff = _digest_mismatch(program.digest(pd.preamble.name), pd, info)
         if diff:
@@ -207,8 +211,10 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
         h = program.controller_header(ph.preamble.name)
         theirs = [(m.name, m.bitwidth) for m in ph.metadata]
         if theirs != list(h.fields) or sorted(m.id for m in ph.metadata) != list(range(1, len(theirs) + 1)):
-            return (f"controller header {h.name!r} has metadata {theirs} in the P4Info but {list(h.fields)} "
-                    "in the program (ids 1.. in order)")
+            return (
+                f"controller header {h.name!r} has metadata {theirs} in the P4Info but {list(h.fields)} "
+                "in the program (ids 1.. in order)"
+            )
     return None
 
 
@@ -244,8 +250,10 @@ def _params_mismatch(a: Action, pa: p4i.Action) -> str | None:
         if prm.name not in theirs:
             return f"action {a.name!r}: parameter {prm.name!r} is missing from the P4Info"
         if theirs[prm.name] != prm.bitwidth:
-            return (f"action {a.name!r}: parameter {prm.name!r} is bit<{theirs[prm.name]}> in the P4Info "
-                    f"but bit<{prm.bitwidth}> in the program")
+            return (
+                f"action {a.name!r}: parameter {prm.name!r} is bit<{theirs[prm.name]}> in the P4Info "
+                f"but bit<{prm.bitwidth}> in the program"
+            )
     extra = set(theirs) - {p.name for p in a.params}
     if extra:
         return f"action {a.name!r}: P4Info has parameter {sorted(extra)[0]!r}, which the program does not"
@@ -269,8 +277,10 @@ def _table_mismatch(t: Table, pt: p4i.Table, action_names: dict[int, str]) -> st
         if kind != k.match_type:
             return f"table {t.name!r}: match field {k.name!r} is {kind} in the P4Info but {k.match_type} in the program"
         if width != k.bitwidth:
-            return (f"table {t.name!r}: match field {k.name!r} is bit<{width}> in the P4Info "
-                    f"but bit<{k.bitwidth}> in the program")
+            return (
+                f"table {t.name!r}: match field {k.name!r} is bit<{width}> in the P4Info "
+                f"but bit<{k.bitwidth}> in the program"
+            )
     extra = set(theirs) - {k.name for k in t.keys}
     if extra:
         return f"table {t.name!r}: P4Info has match field {sorted(extra)[0]!r}, which the program does not"
@@ -304,22 +314,31 @@ def device_config_mismatch(program: Program, blob: bytes) -> str | None:
     if not blob:
         return None
     want = json.loads(program.device_config())
-    accepts = (f"softswitch accepts an empty p4_device_config (run its built-in program {program.name!r}) "
-               f"or its identity {program.device_config().decode()}")
+    accepts = (
+        f"softswitch accepts an empty p4_device_config (run its built-in program {program.name!r}) "
+        f"or its identity {program.device_config().decode()}"
+    )
     try:
         doc = json.loads(blob)
     except ValueError:  # UnicodeDecodeError is a ValueError
         return f"p4_device_config ({len(blob)} bytes) is not JSON, so not a softswitch device config; {accepts}"
     if not isinstance(doc, dict) or doc.get("target") != want["target"]:
-        what = ("a BMv2 JSON" if isinstance(doc, dict) and {"header_types", "pipelines"} & doc.keys()
-                else "a JSON that is not a softswitch device config")
+        what = (
+            "a BMv2 JSON"
+            if isinstance(doc, dict) and {"header_types", "pipelines"} & doc.keys()
+            else "a JSON that is not a softswitch device config"
+        )
         return f"p4_device_config is {what}: softswitch cannot run it; {accepts}"
     if doc.get("program") != want["program"]:
-        return (f"p4_device_config is for program {doc.get('program')!r} but this softswitch runs "
-                f"{program.name!r}; {accepts}")
+        return (
+            f"p4_device_config is for program {doc.get('program')!r} but this softswitch runs "
+            f"{program.name!r}; {accepts}"
+        )
     if doc.get("p4info_sha256") != want["p4info_sha256"]:
-        return (f"p4_device_config's p4info_sha256 {doc.get('p4info_sha256')!r} is not the hash of the P4Info of "
-                f"the program this softswitch runs (another version of {program.name!r}?); {accepts}")
+        return (
+            f"p4_device_config's p4info_sha256 {doc.get('p4info_sha256')!r} is not the hash of the P4Info of "
+            f"the program this softswitch runs (another version of {program.name!r}?); {accepts}"
+        )
     if doc != want:
         return f"p4_device_config has fields softswitch does not know: {sorted(set(doc) - set(want))}; {accepts}"
     return None
@@ -368,16 +387,21 @@ class IdMap:
         for pa in info.actions:
             a = program.action(pa.preamble.name)
             m.actions[pa.preamble.id] = ActionIds(
-                pa.preamble.id, a, {p.id: a.param(p.name) for p in pa.params}, {p.name: p.id for p in pa.params})
+                pa.preamble.id, a, {p.id: a.param(p.name) for p in pa.params}, {p.name: p.id for p in pa.params}
+            )
             m.action_ids[a.name] = pa.preamble.id
         for pt in info.tables:
             t = program.table(pt.preamble.name)
             by_name = {mf.name: mf.id for mf in pt.match_fields}
             fids = tuple(by_name[k.name] for k in t.keys)
             m.tables[pt.preamble.id] = TableIds(
-                pt.preamble.id, t, {fid: i for i, fid in enumerate(fids)}, fids,
+                pt.preamble.id,
+                t,
+                {fid: i for i, fid in enumerate(fids)},
+                fids,
                 {ref.id: ref.scope for ref in pt.action_refs},
-                any(k.match_type in ("ternary", "range", "optional") for k in t.keys))
+                any(k.match_type in ("ternary", "range", "optional") for k in t.keys),
+            )
             m.table_ids[t.name] = pt.preamble.id
         for pc in info.counters:
             c = next(x for x in program.counters if x.name == pc.preamble.name)
@@ -464,7 +488,7 @@ class _Terminate:
 
 
 class _Status(grpc.Status):
-    def __init__(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple[tuple[str, bytes], ...]):
+    def __init__(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple[tuple[str, bytes], ...]) -> None:
         self.code = code
         self.details = details
         self.trailing_metadata = trailing_metadata
@@ -536,12 +560,14 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             return r.primary.election_id if r and r.primary else None
 
     # -- StreamChannel ----------------------------------------------------------------------------
-    def StreamChannel(self, request_iterator: Iterator[p4r.StreamMessageRequest],
-                      context: grpc.ServicerContext) -> Iterator[p4r.StreamMessageResponse]:
+    def StreamChannel(
+        self, request_iterator: Iterator[p4r.StreamMessageRequest], context: grpc.ServicerContext
+    ) -> Iterator[p4r.StreamMessageResponse]:
         stream = _Stream(peer=context.peer())
         context.add_callback(lambda: stream.out.put(_CLOSE))
-        reader = threading.Thread(target=self._read_stream, args=(stream, request_iterator),
-                                  name=f"p4rt-stream-{stream.peer}", daemon=True)
+        reader = threading.Thread(
+            target=self._read_stream, args=(stream, request_iterator), name=f"p4rt-stream-{stream.peer}", daemon=True
+        )
         reader.start()
         log.debug("stream opened by %s", stream.peer)
         try:
@@ -571,9 +597,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 elif kind == "digest_ack":
                     self._on_digest_ack(stream, req.digest_ack)
                 else:
-                    stream.out.put(p4r.StreamMessageResponse(error=p4r.StreamError(
-                        canonical_code=rpc_code.UNIMPLEMENTED, message=f"stream message {kind!r} not supported",
-                        other=p4r.StreamOtherError())))
+                    stream.out.put(
+                        p4r.StreamMessageResponse(
+                            error=p4r.StreamError(
+                                canonical_code=rpc_code.UNIMPLEMENTED,
+                                message=f"stream message {kind!r} not supported",
+                                other=p4r.StreamOtherError(),
+                            )
+                        )
+                    )
         except grpc.RpcError:
             pass  # client went away
         except Exception:  # a bug here must not leave the stream hanging
@@ -587,8 +619,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         with self._arb_lock:
             if stream.role is None:
                 if upd.device_id != self.device_id:
-                    return _Terminate(SC.NOT_FOUND, f"device id {upd.device_id} not found "
-                                      f"(this is device {self.device_id})")
+                    return _Terminate(
+                        SC.NOT_FOUND, f"device id {upd.device_id} not found (this is device {self.device_id})"
+                    )
                 role = self._roles.setdefault(role_name, _Role())
                 if eid is not None and any(s.election_id == eid for s in role.streams):
                     return _Terminate(SC.INVALID_ARGUMENT, f"Election id {eid} is already used by another controller")
@@ -610,8 +643,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 role.primary = stream
                 role.config = upd.role.config if upd.role.HasField("config") else None
                 if changed:
-                    log.info("primary for role %r is now %s (election id %d)", role_name or "default",
-                             stream.peer, eid)
+                    log.info("primary for role %r is now %s (election id %d)", role_name or "default", stream.peer, eid)
                 self._notify(role_name, role, role.streams)
             elif was_primary:
                 role.primary = None
@@ -673,8 +705,13 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             except Exception as e:
                 log.exception("packet-out handler failed")
                 code, msg = rpc_code.INTERNAL, f"packet-out failed: {e}"
-        stream.out.put(p4r.StreamMessageResponse(error=p4r.StreamError(
-            canonical_code=code, message=msg, packet_out=p4r.PacketOutError(packet_out=packet))))
+        stream.out.put(
+            p4r.StreamMessageResponse(
+                error=p4r.StreamError(
+                    canonical_code=code, message=msg, packet_out=p4r.PacketOutError(packet_out=packet)
+                )
+            )
+        )
 
     def _on_digest_ack(self, stream: _Stream, ack: p4r.DigestListAck) -> None:
         if self.digest_ack_handler is not None and self._is_primary_stream(stream):
@@ -722,8 +759,11 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             primary = role.primary if role else None
             eid = _u128(election_id) if election_id is not None else None
             if primary is None or eid is None or primary.election_id != eid:
-                _err(SC.PERMISSION_DENIED, "not the primary controller "
-                     f"(election id {eid}, primary {primary.election_id if primary else None})")
+                _err(
+                    SC.PERMISSION_DENIED,
+                    "not the primary controller "
+                    f"(election id {eid}, primary {primary.election_id if primary else None})",
+                )
 
     def _rw_target(self) -> tuple[PipelineConfig, SwitchState]:
         """The config and state Read/Write act on (the saved one after VERIFY_AND_SAVE)."""
@@ -734,15 +774,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         return self._committed, self.state
 
     # -- Capabilities ------------------------------------------------------------------------------------
-    def Capabilities(self, request: p4r.CapabilitiesRequest,
-                     context: grpc.ServicerContext) -> p4r.CapabilitiesResponse:
+    def Capabilities(self, request: p4r.CapabilitiesRequest, context: grpc.ServicerContext) -> p4r.CapabilitiesResponse:
         if request.device_id and request.device_id != self.device_id:
             context.abort(SC.NOT_FOUND, f"device id {request.device_id} not found")
         return p4r.CapabilitiesResponse(p4runtime_api_version=P4RUNTIME_API_VERSION)
 
     # -- pipeline config ---------------------------------------------------------------------------------
-    def SetForwardingPipelineConfig(self, request: p4r.SetForwardingPipelineConfigRequest,
-                                    context: grpc.ServicerContext) -> p4r.SetForwardingPipelineConfigResponse:
+    def SetForwardingPipelineConfig(
+        self, request: p4r.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext
+    ) -> p4r.SetForwardingPipelineConfigResponse:
         try:
             self._check_device(request.device_id)
             self._check_primary(request.role, request.election_id if request.HasField("election_id") else None)
@@ -801,13 +841,19 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 self.digests.set_ids(cfg.ids.digest_ids)
             else:  # as BMv2: a new config forgets DigestEntries, list ids start again at 1
                 self.digests.reset(cfg.ids.digest_ids)
-        log.info("pipeline config committed: program %r, cookie=%s, device config %d bytes%s",
-                 self.program.name, cfg.cookie, len(cfg.device_config), " (state kept)" if reconcile else "")
+        log.info(
+            "pipeline config committed: program %r, cookie=%s, device config %d bytes%s",
+            self.program.name,
+            cfg.cookie,
+            len(cfg.device_config),
+            " (state kept)" if reconcile else "",
+        )
         if self.on_commit is not None:
             self.on_commit(cfg, reconcile)
 
-    def GetForwardingPipelineConfig(self, request: p4r.GetForwardingPipelineConfigRequest,
-                                    context: grpc.ServicerContext) -> p4r.GetForwardingPipelineConfigResponse:
+    def GetForwardingPipelineConfig(
+        self, request: p4r.GetForwardingPipelineConfigRequest, context: grpc.ServicerContext
+    ) -> p4r.GetForwardingPipelineConfigResponse:
         try:
             self._check_device(request.device_id)
             with self._cfg_lock:
@@ -826,8 +872,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             out.p4_device_config = cfg.device_config
         return p4r.GetForwardingPipelineConfigResponse(config=out)
 
-    def _batch(self, context: grpc.ServicerContext, items: Iterable[Any],
-               apply: Callable[[IdMap, SwitchState, Any], object]) -> tuple[list[p4r.Error], set[grpc.StatusCode]]:
+    def _batch(
+        self, context: grpc.ServicerContext, items: Iterable[Any], apply: Callable[[IdMap, SwitchState, Any], object]
+    ) -> tuple[list[p4r.Error], set[grpc.StatusCode]]:
         """Apply ``apply`` to every item of a Write or Read, each under the state lock.
 
         Returns one p4.v1.Error per item (OK or why not) and the set of failure codes; an item's failure
@@ -870,8 +917,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         failed = sum(e.canonical_code != rpc_code.OK for e in errors)
         if codes:
             log.debug("Write: %d of %d updates failed", failed, len(request.updates))
-            _abort_with_details(context, f"Write failure: {failed} of {len(request.updates)} updates failed",
-                                errors)
+            _abort_with_details(context, f"Write failure: {failed} of {len(request.updates)} updates failed", errors)
         return p4r.WriteResponse()
 
     def _apply_update(self, ids: IdMap, state: SwitchState, upd: p4r.Update) -> None:
@@ -887,8 +933,10 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         elif kind == "digest_entry":
             self._write_digest_entry(ids, upd.type, upd.entity.digest_entry)
         elif kind == "register_entry":
-            _err(SC.UNIMPLEMENTED, "RegisterEntry writes are not supported: registers change only by packets "
-                 "(as on BMv2)")
+            _err(
+                SC.UNIMPLEMENTED,
+                "RegisterEntry writes are not supported: registers change only by packets (as on BMv2)",
+            )
         elif kind is None:  # BMv2 differs: UNKNOWN ("Incorrect entity type"); malformed is INVALID_ARGUMENT
             _err(SC.INVALID_ARGUMENT, "update has no entity")
         else:
@@ -935,8 +983,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         try:
             if utype == _UPD.INSERT:
                 name, params = self._parse_action(ids, t, te, default=False)
-                ts.insert_canonical(match, name, params, te.priority,
-                                    controller_metadata=te.controller_metadata, metadata=te.metadata)
+                ts.insert_canonical(
+                    match, name, params, te.priority, controller_metadata=te.controller_metadata, metadata=te.metadata
+                )
             elif utype == _UPD.MODIFY:
                 cur = ts.get(match, te.priority)
                 if cur is None:
@@ -944,8 +993,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 # MODIFY has full-snapshot semantics: no action is malformed (INVALID_ARGUMENT, as BMv2),
                 # not "keep the current one"; only the default entry may be reset that way.
                 name, params = self._parse_action(ids, t, te, default=False)
-                ts.modify_canonical(match, name, params, te.priority,
-                                    controller_metadata=te.controller_metadata, metadata=te.metadata)
+                ts.modify_canonical(
+                    match, name, params, te.priority, controller_metadata=te.controller_metadata, metadata=te.metadata
+                )
             else:
                 ts.delete_canonical(match, te.priority)
         except EntryExistsError as e:
@@ -976,8 +1026,10 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             elif kind == "lpm":
                 v, plen = decode_bytes(fm.lpm.value, w, what), fm.lpm.prefix_len
                 if plen <= 0 or plen > w:
-                    _err(SC.INVALID_ARGUMENT, f"{what}: prefix length {plen} not in 1..{w} "
-                         "(omit the field for don't care)")
+                    _err(
+                        SC.INVALID_ARGUMENT,
+                        f"{what}: prefix length {plen} not in 1..{w} (omit the field for don't care)",
+                    )
                 mask = full ^ ((1 << (w - plen)) - 1)
                 if v & ~mask:
                     _err(SC.INVALID_ARGUMENT, f"{what}: value {v:#x} has bits set beyond prefix /{plen}")
@@ -1001,14 +1053,14 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             pair = out[i]
             if pair is None:
                 if mf.match_type == "exact":
-                    _err(SC.INVALID_ARGUMENT, f"{t.table.name}: exact field {mf.name} "
-                         f"(id {t.field_ids[i]}) is missing")
+                    _err(SC.INVALID_ARGUMENT, f"{t.table.name}: exact field {mf.name} (id {t.field_ids[i]}) is missing")
                 pair = (0, (1 << mf.bitwidth) - 1) if mf.match_type == "range" else (0, 0)
             result.append(pair)
         return tuple(result)
 
-    def _parse_action(self, ids: IdMap, t: TableIds, te: p4r.TableEntry, *,
-                      default: bool) -> tuple[str, dict[str, int]]:
+    def _parse_action(
+        self, ids: IdMap, t: TableIds, te: p4r.TableEntry, *, default: bool
+    ) -> tuple[str, dict[str, int]]:
         if not te.HasField("action"):
             _err(SC.INVALID_ARGUMENT, f"{t.table.name}: 'action' field must be set for non-default entries")
         if te.action.WhichOneof("type") != "action":
@@ -1172,14 +1224,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         except P4RuntimeError as e:
             context.abort(e.code, e.message)
         results: list[p4r.Entity] = []
-        errors, codes = self._batch(context, request.entities,
-                                    lambda ids, state, ent: results.extend(self._read_one(ids, state, ent)))
+        errors, codes = self._batch(
+            context, request.entities, lambda ids, state, ent: results.extend(self._read_one(ids, state, ent))
+        )
         if codes:  # as BMv2: the first failure's code and message, nothing read, no per-entity details
             first = next(e for e in errors if e.canonical_code != rpc_code.OK)
             code = next(c for c in SC if _code_int(c) == first.canonical_code)
             context.abort(code, first.message)
         for i in range(0, len(results), READ_CHUNK):
-            yield p4r.ReadResponse(entities=results[i:i + READ_CHUNK])
+            yield p4r.ReadResponse(entities=results[i : i + READ_CHUNK])
 
     def _read_one(self, ids: IdMap, state: SwitchState, ent: p4r.Entity) -> list[p4r.Entity]:
         kind = ent.WhichOneof("entity")
@@ -1199,8 +1252,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def _read_table(self, ids: IdMap, state: SwitchState, q: p4r.TableEntry) -> list[p4r.Entity]:
         if q.table_id == 0:
-            return [self._encode_entry(ids, t, e)
-                    for t in ids.tables.values() for e in state.tables[t.table.name].entries()]
+            return [
+                self._encode_entry(ids, t, e) for t in ids.tables.values() for e in state.tables[t.table.name].entries()
+            ]
         t = self._table_ids(ids, q.table_id)
         ts = state.tables[t.table.name]
         if q.is_default_action:
@@ -1225,8 +1279,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         return out
 
     def _encode_entry(self, ids: IdMap, t: TableIds, e: TableEntry) -> p4r.Entity:
-        te = p4r.TableEntry(table_id=t.id, priority=e.priority, controller_metadata=e.controller_metadata,
-                            metadata=e.metadata)
+        te = p4r.TableEntry(
+            table_id=t.id, priority=e.priority, controller_metadata=e.controller_metadata, metadata=e.metadata
+        )
         for i, (mf, (a, b)) in enumerate(zip(t.table.keys, e.match, strict=True)):
             kind = mf.match_type
             full = (1 << mf.bitwidth) - 1
@@ -1294,8 +1349,9 @@ def _copy_control_state(src: SwitchState, dst: SwitchState) -> None:
     for name, st in src.tables.items():
         dt = dst.tables[name]
         for e in st.entries():
-            dt.insert_canonical(e.match, e.action, e.params, e.priority,
-                                controller_metadata=e.controller_metadata, metadata=e.metadata)
+            dt.insert_canonical(
+                e.match, e.action, e.params, e.priority, controller_metadata=e.controller_metadata, metadata=e.metadata
+            )
         if st.default_modified:
             dt.set_default(st.default_action, st.default_params)
     for name, sc in src.counters.items():
@@ -1315,15 +1371,19 @@ def _copy_control_state(src: SwitchState, dst: SwitchState) -> None:
 class P4RuntimeServer:
     """A gRPC server running :class:`P4RuntimeService` on one address."""
 
-    def __init__(self, state: SwitchState, device_id: int, address: str = DEFAULT_GRPC_ADDR,
-                 max_workers: int = 32) -> None:
+    def __init__(
+        self, state: SwitchState, device_id: int, address: str = DEFAULT_GRPC_ADDR, max_workers: int = 32
+    ) -> None:
         self.service = P4RuntimeService(state, device_id)
         self.requested_address = address
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"),
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.so_reuseport", 0)])
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
         p4r_grpc.add_P4RuntimeServicer_to_server(self.service, self._server)
         self.port = 0
 
@@ -1352,6 +1412,14 @@ class P4RuntimeServer:
 
 
 __all__ = [
-    "DEFAULT_GRPC_ADDR", "IdMap", "P4RUNTIME_API_VERSION", "P4RuntimeError", "P4RuntimeServer",
-    "P4RuntimeService", "PipelineConfig", "decode_bytes", "encode_bytes", "p4info_mismatch",
+    "DEFAULT_GRPC_ADDR",
+    "P4RUNTIME_API_VERSION",
+    "IdMap",
+    "P4RuntimeError",
+    "P4RuntimeServer",
+    "P4RuntimeService",
+    "PipelineConfig",
+    "decode_bytes",
+    "encode_bytes",
+    "p4info_mismatch",
 ]

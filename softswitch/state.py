@@ -146,7 +146,7 @@ class TableState:
                     return e
             return None
         for plen, mask in self._plens_desc:
-            key = values[:i] + (values[i] & mask,) + values[i + 1:]
+            key = (*values[:i], values[i] & mask, *values[i + 1 :])
             e = self._by_plen[plen].get(key)
             if e is not None:
                 return e
@@ -215,15 +215,37 @@ class TableState:
                 out.append((a, b))
         return tuple(out)
 
-    def insert(self, match: Sequence[FieldSpec], action: str, params: Mapping[str, int] | None = None,
-               priority: int = 0, *, controller_metadata: int = 0, metadata: bytes = b"") -> TableEntry:
+    def insert(
+        self,
+        match: Sequence[FieldSpec],
+        action: str,
+        params: Mapping[str, int] | None = None,
+        priority: int = 0,
+        *,
+        controller_metadata: int = 0,
+        metadata: bytes = b"",
+    ) -> TableEntry:
         """Add an entry; raises EntryExistsError, TableFullError, or ValueError for bad input."""
         cm = self.canonical_match(match)
-        return self.insert_canonical(cm, action, self._check_action(action, params), priority,
-                                     controller_metadata=controller_metadata, metadata=metadata)
+        return self.insert_canonical(
+            cm,
+            action,
+            self._check_action(action, params),
+            priority,
+            controller_metadata=controller_metadata,
+            metadata=metadata,
+        )
 
-    def insert_canonical(self, match: CanonicalMatch, action: str, params: dict[str, int], priority: int = 0,
-                         *, controller_metadata: int = 0, metadata: bytes = b"") -> TableEntry:
+    def insert_canonical(
+        self,
+        match: CanonicalMatch,
+        action: str,
+        params: dict[str, int],
+        priority: int = 0,
+        *,
+        controller_metadata: int = 0,
+        metadata: bytes = b"",
+    ) -> TableEntry:
         """Add an already validated entry (the P4Runtime server validates with its own error codes)."""
         if not self._kinds:
             raise ValueError(f"{self.table.name} has no key: set its default action instead")
@@ -242,14 +264,36 @@ class TableState:
         self._index(e)
         return e
 
-    def modify(self, match: Sequence[FieldSpec], action: str, params: Mapping[str, int] | None = None,
-               priority: int = 0, *, controller_metadata: int = 0, metadata: bytes = b"") -> TableEntry:
+    def modify(
+        self,
+        match: Sequence[FieldSpec],
+        action: str,
+        params: Mapping[str, int] | None = None,
+        priority: int = 0,
+        *,
+        controller_metadata: int = 0,
+        metadata: bytes = b"",
+    ) -> TableEntry:
         """Replace the action of an existing entry; raises EntryNotFoundError."""
-        return self.modify_canonical(self.canonical_match(match), action, self._check_action(action, params),
-                                     priority, controller_metadata=controller_metadata, metadata=metadata)
+        return self.modify_canonical(
+            self.canonical_match(match),
+            action,
+            self._check_action(action, params),
+            priority,
+            controller_metadata=controller_metadata,
+            metadata=metadata,
+        )
 
-    def modify_canonical(self, match: CanonicalMatch, action: str, params: dict[str, int], priority: int = 0,
-                         *, controller_metadata: int = 0, metadata: bytes = b"") -> TableEntry:
+    def modify_canonical(
+        self,
+        match: CanonicalMatch,
+        action: str,
+        params: dict[str, int],
+        priority: int = 0,
+        *,
+        controller_metadata: int = 0,
+        metadata: bytes = b"",
+    ) -> TableEntry:
         e = self._entries.get((match, priority))
         if e is None:
             raise EntryNotFoundError(f"{self.table.name}: no such entry")
@@ -314,7 +358,7 @@ class TableState:
             self._exact[vals[0] if len(vals) == 1 else vals] = e
         elif self._shape == "lpm":
             i = self._lpm_index
-            value, mask = e.match[i]
+            _value, mask = e.match[i]
             plen = mask.bit_count()
             d = self._by_plen.get(plen)
             if d is None:
@@ -365,7 +409,7 @@ def _cells(bitwidth: int, size: int) -> array[int] | list[int]:
 class RegisterArray:
     """A P4 register: ``size`` cells of ``bitwidth`` bits, zero at start and on reset."""
 
-    __slots__ = ("name", "bitwidth", "size", "_mask", "_cells")
+    __slots__ = ("_cells", "_mask", "bitwidth", "name", "size")
 
     def __init__(self, name: str, bitwidth: int, size: int) -> None:
         self.name = name
@@ -392,7 +436,7 @@ class RegisterArray:
 class CounterArray:
     """An indexed P4 counter: packets and bytes per cell (both kept whatever the unit)."""
 
-    __slots__ = ("name", "size", "unit", "_packets", "_bytes")
+    __slots__ = ("_bytes", "_packets", "name", "size", "unit")
 
     def __init__(self, name: str, size: int, unit: str = "packets") -> None:
         self.name = name
@@ -450,7 +494,7 @@ class _Bucket:
     fractions of a token are never lost.  The bucket starts full when configured.
     """
 
-    __slots__ = ("rate_per_us", "burst", "tokens", "accrued", "color")
+    __slots__ = ("accrued", "burst", "color", "rate_per_us", "tokens")
 
     def __init__(self, rate_per_s: int, burst: int, color: int) -> None:
         self.rate_per_us = rate_per_s / 1e6  # BMv2's division, so the same float
@@ -470,7 +514,7 @@ class MeterArray:
     A packet takes one token from a packets meter and its length from a bytes meter.
     """
 
-    __slots__ = ("name", "size", "unit", "_configs", "_buckets")
+    __slots__ = ("_buckets", "_configs", "name", "size", "unit")
 
     def __init__(self, name: str, size: int, unit: str = "packets") -> None:
         self.name = name
@@ -508,8 +552,11 @@ class MeterArray:
         if not 0 <= index < self.size:
             return
         self._configs[index] = config
-        self._buckets[index] = None if config is None else (
-            _Bucket(config.pir, config.pburst, RED), _Bucket(config.cir, config.cburst, YELLOW))
+        self._buckets[index] = (
+            None
+            if config is None
+            else (_Bucket(config.pir, config.pburst, RED), _Bucket(config.cir, config.cburst, YELLOW))
+        )
 
     def config(self, index: int) -> MeterConfig | None:
         """A cell's configuration; None if unconfigured or out of range."""
@@ -529,11 +576,12 @@ class SwitchState:
         self.program = program
         self.tables: dict[str, TableState] = {t.name: TableState(t) for t in program.tables}
         self.registers: dict[str, RegisterArray] = {
-            r.name: RegisterArray(r.name, r.bitwidth, r.size) for r in program.registers}
+            r.name: RegisterArray(r.name, r.bitwidth, r.size) for r in program.registers
+        }
         self.counters: dict[str, CounterArray] = {
-            c.name: CounterArray(c.name, c.size, c.unit) for c in program.counters}
-        self.meters: dict[str, MeterArray] = {
-            m.name: MeterArray(m.name, m.size, m.unit) for m in program.meters}
+            c.name: CounterArray(c.name, c.size, c.unit) for c in program.counters
+        }
+        self.meters: dict[str, MeterArray] = {m.name: MeterArray(m.name, m.size, m.unit) for m in program.meters}
         self.lock = threading.RLock()
         self.pending_digests: list[tuple[str, tuple[int, ...]]] = []
 
@@ -574,12 +622,28 @@ class Pipeline(Protocol):
 
     program: Program
 
-    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
-                now_us: int) -> list[tuple[int, bytes]]: ...
+    def process(self, state: SwitchState, ingress_port: int, packet: bytes, now_us: int) -> list[tuple[int, bytes]]: ...
 
 
 __all__ = [
-    "GREEN", "RED", "YELLOW", "CanonicalMatch", "Counter", "CounterArray", "EntryExistsError", "EntryNotFoundError",
-    "FieldSpec", "Meter", "MeterArray", "MeterConfig", "Pipeline", "Register", "RegisterArray", "SwitchState",
-    "TableEntry", "TableError", "TableFullError", "TableState",
+    "GREEN",
+    "RED",
+    "YELLOW",
+    "CanonicalMatch",
+    "Counter",
+    "CounterArray",
+    "EntryExistsError",
+    "EntryNotFoundError",
+    "FieldSpec",
+    "Meter",
+    "MeterArray",
+    "MeterConfig",
+    "Pipeline",
+    "Register",
+    "RegisterArray",
+    "SwitchState",
+    "TableEntry",
+    "TableError",
+    "TableFullError",
+    "TableState",
 ]

@@ -96,9 +96,16 @@ class _RateLimitedLog:
 class SoftSwitch:
     """A running softswitch: state, P4Runtime server, ports and the packet loop."""
 
-    def __init__(self, pipeline: Pipeline, *, device_id: int = 1, grpc_addr: str = DEFAULT_GRPC_ADDR,
-                 ports: Mapping[int, str] | None = None, pcap_dir: str | Path | None = None,
-                 egress_loss: float = 0.0) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        device_id: int = 1,
+        grpc_addr: str = DEFAULT_GRPC_ADDR,
+        ports: Mapping[int, str] | None = None,
+        pcap_dir: str | Path | None = None,
+        egress_loss: float = 0.0,
+    ) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
         self.state = SwitchState(pipeline.program)
@@ -220,11 +227,12 @@ class SoftSwitch:
                     result = [(int(p), bytes(f)) for p, f in out]
                 finally:
                     digests, state.pending_digests = state.pending_digests, []
-        except Exception:
+        except Exception:  # noqa: BLE001 - a program's error drops the packet, never the switch
             # a failed packet's digests go with it (empty list kept for the next packet)
             self.stats.dropped_pipeline_error += 1
-            self._errors.exception("pipeline failed on a %d-byte packet from port %d; dropped",
-                                   len(packet), ingress_port)
+            self._errors.exception(
+                "pipeline failed on a %d-byte packet from port %d; dropped", len(packet), ingress_port
+            )
             return []
         if digests:  # off the packet path: the digest engine batches them on its own thread
             self.server.service.digests.submit(digests)
@@ -241,5 +249,10 @@ class SoftSwitch:
                 self.stats.tx_failed += 1
 
     def _on_commit(self, cfg: PipelineConfig, reconciled: bool) -> None:
-        log.info("device %d: pipeline %r committed (cookie=%s, %s)", self.device_id, self.state.program.name,
-                 cfg.cookie, "state kept" if reconciled else "state reset")
+        log.info(
+            "device %d: pipeline %r committed (cookie=%s, %s)",
+            self.device_id,
+            self.state.program.name,
+            cfg.cookie,
+            "state kept" if reconciled else "state reset",
+        )

@@ -14,6 +14,7 @@ parity test compares the result with softswitch's own declarations.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def _block(text: str, start: int) -> tuple[str, int]:
         elif text[j] == "}":
             depth -= 1
             if depth == 0:
-                return text[i + 1:j], j + 1
+                return text[i + 1 : j], j + 1
     raise ValueError("unbalanced braces")
 
 
@@ -75,7 +76,7 @@ def _int(expr: str, defines: dict[str, str]) -> int:
     expr = re.sub(r"\b([A-Z_][A-Z0-9_]*)\b", lambda m: defines.get(m.group(1), m.group(1)), expr)
     if not re.fullmatch(r"[0-9xXa-fA-F\s*+()-]+", expr):
         raise ValueError(f"cannot evaluate {expr!r}")
-    return int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - digits and operators only, checked above
+    return int(eval(expr, {"__builtins__": {}}))
 
 
 def parse(main: Path, control: str = "DcIngress") -> Decls:
@@ -129,8 +130,7 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
 
     def collect(name: str, q: str) -> None:
         plist, body = controls[name]
-        params = {pname: ptype for ptype, pname in re.findall(r"(?:inout|in|out)?\s*(\w+)\s+(\w+)\s*(?:,|$)",
-                                                              plist)}
+        params = {pname: ptype for ptype, pname in re.findall(r"(?:inout|in|out)?\s*(\w+)\s+(\w+)\s*(?:,|$)", plist)}
         for ctype, inst in re.findall(r"\b(\w+)\s*\(\s*\)\s*(\w+)\s*;", body):
             if ctype in controls:
                 collect(ctype, f"{q}{inst}.")
@@ -156,8 +156,15 @@ def _externs(d: Decls, body: str, q: str, defines: dict[str, str]) -> None:
         d.meters[q + name] = (_int(size, defines), unit)
 
 
-def _collect_control(d: Decls, body: str, q: str, params: dict[str, str], member_types: dict[str, dict[str, str]],
-                     defines: dict[str, str], width) -> None:  # noqa: ANN001
+def _collect_control(
+    d: Decls,
+    body: str,
+    q: str,
+    params: dict[str, str],
+    member_types: dict[str, dict[str, str]],
+    defines: dict[str, str],
+    width: Callable[[str], int],
+) -> None:
     """Tables, actions and externs declared directly in one control body (names prefixed with ``q``)."""
 
     def key_width(expr: str) -> int:

@@ -35,8 +35,11 @@ class Names:
 
     def __init__(self, info: p4i.P4Info) -> None:
         self.info = info
-        self._ids = {x.preamble.name: x.preamble.id
-                     for kind in (info.tables, info.actions, info.counters, info.registers) for x in kind}
+        self._ids = {
+            x.preamble.name: x.preamble.id
+            for kind in (info.tables, info.actions, info.counters, info.registers)
+            for x in kind
+        }
         self._params = {a.preamble.name: {p.name: p.id for p in a.params} for a in info.actions}
         self._fields = {t.preamble.name: {f.name: f.id for f in t.match_fields} for t in info.tables}
 
@@ -72,8 +75,7 @@ class Target:
     def read(self, entities: Sequence[p4r.Entity]) -> tuple[Outcome, list[p4r.Entity]]:
         got: list[p4r.Entity] = []
         try:
-            for resp in self.client.stub.Read(p4r.ReadRequest(device_id=DEVICE, entities=list(entities)),
-                                              timeout=10):
+            for resp in self.client.stub.Read(p4r.ReadRequest(device_id=DEVICE, entities=list(entities)), timeout=10):
                 got.extend(resp.entities)
         except grpc.RpcError as e:
             return (e.code().name, tuple(c for c, _ in error_details(e))), got
@@ -121,10 +123,24 @@ def softswitch_target() -> Iterator[Target]:
 
 def compile_p4src(out_dir: Path) -> tuple[p4i.P4Info, bytes]:
     """p4c-bm2-ss on the repository's p4src/distcache.p4: (P4Info, BMv2 JSON)."""
-    json_path, info_path = out_dir / "distcache.json", out_dir / "distcache.p4info.txt"
-    subprocess.run(["p4c-bm2-ss", "--std", "p4-16", "--arch", "v1model", "-o", str(json_path),
-                    "--p4runtime-files", str(info_path), str(Path(REPO_ROOT) / "p4src" / "distcache.p4")],
-                   check=True, capture_output=True, timeout=120)
+    json_path, info_path = out_dir / "distcache.json", out_dir / "distcache.p4info.txtpb"
+    subprocess.run(
+        [
+            "p4c-bm2-ss",
+            "--std",
+            "p4-16",
+            "--arch",
+            "v1model",
+            "-o",
+            str(json_path),
+            "--p4runtime-files",
+            str(info_path),
+            str(Path(REPO_ROOT) / "p4src" / "distcache.p4"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     info = p4i.P4Info()
     text_format.Parse(info_path.read_text(), info)
     return info, json_path.read_bytes()
@@ -136,10 +152,24 @@ def bmv2_process(out_dir: Path) -> Iterator[str]:
     grpc_port, thrift_port = free_tcp_port(), free_tcp_port()
     addr = f"127.0.0.1:{grpc_port}"
     log = open(out_dir / "bmv2.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(["simple_switch_grpc", "--device-id", str(DEVICE), "--no-p4",
-                             "--thrift-port", str(thrift_port), "--",
-                             "--grpc-server-addr", addr, "--cpu-port", "510"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            "simple_switch_grpc",
+            "--device-id",
+            str(DEVICE),
+            "--no-p4",
+            "--thrift-port",
+            str(thrift_port),
+            "--",
+            "--grpc-server-addr",
+            addr,
+            "--cpu-port",
+            "510",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -172,5 +202,13 @@ def bmv2_target(out_dir: Path) -> Iterator[Target]:
             client.close()
 
 
-__all__ = ["BMV2_AVAILABLE", "DEVICE", "Names", "Outcome", "Target", "bmv2_target", "compile_p4src",
-           "softswitch_target"]
+__all__ = [
+    "BMV2_AVAILABLE",
+    "DEVICE",
+    "Names",
+    "Outcome",
+    "Target",
+    "bmv2_target",
+    "compile_p4src",
+    "softswitch_target",
+]

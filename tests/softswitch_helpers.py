@@ -18,15 +18,18 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from finsy.proto import p4r, p4r_grpc, rpc_status
+from finsy.proto import p4i, p4r, p4r_grpc, rpc_status
 
 from distcache import p4names as n
 from softswitch.dataplane import PROGRAM
 from softswitch.program import Digest, Program
-from softswitch.state import SwitchState
+from softswitch.state import Pipeline, SwitchState
+
+if TYPE_CHECKING:
+    from softswitch.switch import SoftSwitch
 
 STAT_ROUTED = 0  # dc_stats index the test pipeline counts forwarded packets in
 DROP_NOT_IPV4 = int(n.DropReason.NOT_IPV4)
@@ -44,8 +47,7 @@ class ForwardPipeline:
 
     program = PROGRAM
 
-    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
-                now_us: int) -> list[tuple[int, bytes]]:
+    def process(self, state: SwitchState, _ingress_port: int, packet: bytes, _now_us: int) -> list[tuple[int, bytes]]:
         if len(packet) < 34 or packet[12:14] != b"\x08\x00":
             state.counters[n.DC_DROPS].count(DROP_NOT_IPV4, len(packet))
             return []
@@ -78,26 +80,40 @@ class DigestPipeline:
 
     program = DIGEST_PROGRAM
 
-    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
-                now_us: int) -> list[tuple[int, bytes]]:
+    def process(self, state: SwitchState, _ingress_port: int, packet: bytes, _now_us: int) -> list[tuple[int, bytes]]:
         if len(packet) >= 32 and int.from_bytes(packet[12:14], "big") == DIGEST_ETHER_TYPE:
-            state.emit_digest(HH_DIGEST.name, (int.from_bytes(packet[14:30], "big"),
-                                               int.from_bytes(packet[30:32], "big"), DIGEST_SWITCH_ID))
+            state.emit_digest(
+                HH_DIGEST.name,
+                (int.from_bytes(packet[14:30], "big"), int.from_bytes(packet[30:32], "big"), DIGEST_SWITCH_ID),
+            )
         return []
 
 
 def probe_frame(key: int, estimate: int = 5) -> bytes:
     """A frame DigestPipeline (and digest_test.p4) turns into the digest {key, estimate, 7}."""
-    return (b"\x02" * 6 + b"\x04" * 6 + DIGEST_ETHER_TYPE.to_bytes(2, "big") + key.to_bytes(16, "big")
-            + estimate.to_bytes(2, "big"))
+    return (
+        b"\x02" * 6
+        + b"\x04" * 6
+        + DIGEST_ETHER_TYPE.to_bytes(2, "big")
+        + key.to_bytes(16, "big")
+        + estimate.to_bytes(2, "big")
+    )
 
 
-def ipv4_udp_frame(dst_ip: str, payload: bytes = b"hello", src_ip: str = "10.0.0.1",
-                   dmac: str = "02:00:00:00:00:02", smac: str = "02:00:00:00:00:01") -> bytes:
+def ipv4_udp_frame(
+    dst_ip: str,
+    payload: bytes = b"hello",
+    src_ip: str = "10.0.0.1",
+    dmac: str = "02:00:00:00:00:02",
+    smac: str = "02:00:00:00:00:01",
+) -> bytes:
     """A minimal Ethernet/IPv4/UDP frame (checksums left 0: no host stack reads it)."""
     ip_len = 20 + 8 + len(payload)
-    ip = (bytes([0x45, 0, ip_len >> 8, ip_len & 0xFF, 0, 0, 0, 0, 64, 17, 0, 0])
-          + socket.inet_aton(src_ip) + socket.inet_aton(dst_ip))
+    ip = (
+        bytes([0x45, 0, ip_len >> 8, ip_len & 0xFF, 0, 0, 0, 0, 64, 17, 0, 0])
+        + socket.inet_aton(src_ip)
+        + socket.inet_aton(dst_ip)
+    )
     udp = (40000).to_bytes(2, "big") + (50000).to_bytes(2, "big") + (8 + len(payload)).to_bytes(2, "big") + b"\0\0"
     eth = bytes.fromhex(dmac.replace(":", "")) + bytes.fromhex(smac.replace(":", "")) + b"\x08\x00"
     return eth + ip + udp + payload
@@ -109,7 +125,7 @@ def ip(s: str) -> int:
 
 
 @contextlib.contextmanager
-def running_switch(device_id: int, pipeline: Any = None) -> Iterator[Any]:
+def running_switch(device_id: int, pipeline: Pipeline | None = None) -> Iterator[SoftSwitch]:
     """An in-process softswitch with a test pipeline (ForwardPipeline unless told), on a free loopback port."""
     from softswitch.switch import SoftSwitch
 
@@ -233,8 +249,14 @@ class Client:
         self.election_id = election_id
         return s
 
-    def set_pipeline(self, p4info: Any, action: int = p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
-                     device_config: bytes = b"", cookie: int | None = None, election_id: int | None = None) -> None:
+    def set_pipeline(
+        self,
+        p4info: p4i.P4Info | None,
+        action: int = p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        device_config: bytes = b"",
+        cookie: int | None = None,
+        election_id: int | None = None,
+    ) -> None:
         req = p4r.SetForwardingPipelineConfigRequest(device_id=self.device_id, action=action)
         eid = election_id if election_id is not None else self.election_id
         if eid is not None:
@@ -291,7 +313,7 @@ def socket_in_netns(netns: str, iface: str) -> socket.socket:
             s.bind((iface, 0x0003))
             s.settimeout(0.2)
             result.append(s)
-        except Exception as e:  # handed to the caller
+        except OSError as e:  # handed to the caller
             result.append(e)
 
     t = threading.Thread(target=work)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,6 +88,7 @@ class _Bed:
         from google.protobuf import text_format
 
         from softswitch.dataplane import PROGRAM
+
         self.p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
         self.state_file = tmp / "agent.json"
         self.shim_dir = tmp
@@ -98,8 +100,9 @@ class _Bed:
         return s
 
     def agent(self) -> SwitchAgent:
-        a = SwitchAgent(self.cluster, self.sw, self.p4info, b"", shim_links(self.cluster, self.shim_dir),
-                        state_file=self.state_file)
+        a = SwitchAgent(
+            self.cluster, self.sw, self.p4info, b"", shim_links(self.cluster, self.shim_dir), state_file=self.state_file
+        )
         a.start()
         a.configure(self.cluster, spine_buckets([self.sw.switch_id]))
         return a
@@ -110,7 +113,7 @@ class _Bed:
 
 
 @pytest.fixture
-def bed(tmp_path: Path):
+def bed(tmp_path: Path) -> Iterator[_Bed]:
     b = _Bed(tmp_path)
     yield b
     b.switch.close()
@@ -230,8 +233,10 @@ def _through(bed: _Bed, port: int, src: str, dst: str, msg: Message) -> Message 
 def _fill(bed: _Bed, key: bytes, value: bytes, seq: int, epoch: int, version: int) -> None:
     """Populate the spine's entry for ``key`` with packets, as its shim would (from the storage leaf's port)."""
     server, spine = bed.cluster.server(0, 0), bed.sw.switch_id
-    for msg in (populate_invalidate(key, seq, spine, epoch, version),
-                Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=spine)):
+    for msg in (
+        populate_invalidate(key, seq, spine, epoch, version),
+        Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=spine),
+    ):
         assert _through(bed, 1, server.ip, bed.cluster.spine_address(spine), msg).op == msg.op.reply()
 
 
@@ -310,12 +315,16 @@ def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: _Bed) -> None:
 
 
 def test_an_unusable_state_file_is_refused_not_ignored(bed: _Bed) -> None:
-    for text, msg in (("{not json", "unreadable"), ('{"switch": "sp9", "last_versions": []}', "not sp0's"),
-                      ('{"switch": "sp0", "last_versions": [70000]}', "malformed")):
+    for text, msg in (
+        ("{not json", "unreadable"),
+        ('{"switch": "sp9", "last_versions": []}', "not sp0's"),
+        ('{"switch": "sp0", "last_versions": [70000]}', "malformed"),
+    ):
         bed.state_file.write_text(text)
         with pytest.raises(StateFileError, match=msg):
-            SwitchAgent(bed.cluster, bed.sw, bed.p4info, b"", shim_links(bed.cluster, bed.shim_dir),
-                        state_file=bed.state_file)
+            SwitchAgent(
+                bed.cluster, bed.sw, bed.p4info, b"", shim_links(bed.cluster, bed.shim_dir), state_file=bed.state_file
+            )
 
 
 def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: _Bed) -> None:
@@ -469,6 +478,7 @@ def test_an_entry_whose_populate_failed_is_filled_again(bed: _Bed, redis_sock: P
     """A populate that did not complete (here: the key's shim was not up yet) leaves the entry invalid in its
     slot, and the detector no longer reports the key: the agent tries again until it is filled."""
     from tests.test_shim_client import ShimThread, SwitchPeer
+
     agent = bed.agent()
     peer = shim = None
     try:

@@ -32,25 +32,47 @@ SUMMARY_KEYS = ("shim_get_vs_redis", "shim_put_vs_redis", "uncached_put_p50_us",
 
 pytestmark = [
     pytest.mark.timeout(120),
-    pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("redis-benchmark") is None,
-                       reason="needs redis-server and redis-benchmark (Debian: redis-server, redis-tools)"),
+    pytest.mark.skipif(
+        shutil.which("redis-server") is None or shutil.which("redis-benchmark") is None,
+        reason="needs redis-server and redis-benchmark (Debian: redis-server, redis-tools)",
+    ),
 ]
 
 
 def test_redis_benchmark_output_is_parsed() -> None:
     """The quiet output interleaves \\r-terminated progress lines with the results."""
-    out = ("SET: rps=74696.0 (overall: 74438.2) avg_msec=0.113 (overall: 0.113)\r"
-           "SET: 74349.45 requests per second, p50=0.111 msec\n"
-           "GET: rps=71560.0 (overall: 77445.9) avg_msec=0.104 (overall: 0.104)\r"
-           "GET: 77220.08 requests per second, p50=0.103 msec\n\n")
+    out = (
+        "SET: rps=74696.0 (overall: 74438.2) avg_msec=0.113 (overall: 0.113)\r"
+        "SET: 74349.45 requests per second, p50=0.111 msec\n"
+        "GET: rps=71560.0 (overall: 77445.9) avg_msec=0.104 (overall: 0.104)\r"
+        "GET: 77220.08 requests per second, p50=0.103 msec\n\n"
+    )
     assert _rps(out) == {"SET": 74349.45, "GET": 77220.08}
 
 
 def test_harness_reports_positive_figures() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.shim", "--seconds", "1", "--procs", "1",
-                           "--concurrency", "4", "--latency-ops", "100", "--no-switch", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=100,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.shim",
+            "--seconds",
+            "1",
+            "--procs",
+            "1",
+            "--concurrency",
+            "4",
+            "--latency-ops",
+            "100",
+            "--no-switch",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, proc.stdout  # --json: one object, nothing else on stdout
@@ -58,9 +80,12 @@ def test_harness_reports_positive_figures() -> None:
     for key in SUMMARY_KEYS:
         assert fig[key] > 0, key
     assert fig["summary"] == summary_line(fig)
-    assert re.fullmatch(r"shim_get_vs_redis=\d+\.\d\d shim_put_vs_redis=\d+\.\d\d "
-                        r"hit_p50_us=na miss_p50_us=na "  # --no-switch: test_switch_phase_* times those
-                        r"uncached_put_p50_us=\d+ cached_put_p50_us=\d+", fig["summary"]), fig["summary"]
+    assert re.fullmatch(
+        r"shim_get_vs_redis=\d+\.\d\d shim_put_vs_redis=\d+\.\d\d "
+        r"hit_p50_us=na miss_p50_us=na "  # --no-switch: test_switch_phase_* times those
+        r"uncached_put_p50_us=\d+ cached_put_p50_us=\d+",
+        fig["summary"],
+    ), fig["summary"]
     for phase in ("echo", "get", "put"):
         r = fig["load"][phase]
         assert r["ops_per_s"] > 0 and r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"], phase

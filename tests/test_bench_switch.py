@@ -51,9 +51,14 @@ def bench_switch_processes() -> list[str]:
 def run_harness(*args: str, timeout: float = 100) -> tuple[subprocess.CompletedProcess, int]:
     """Run the harness; (result, its pid: the namespace is dcbench-<pid>)."""
     assert not bench_switch_processes(), "another bench-switch run is under way"
-    proc = subprocess.Popen([sys.executable, "-m", "bench.switch", "--seconds", "1", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.switch", "--seconds", "1", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -87,8 +92,10 @@ def test_softswitch_paths_measured_and_torn_down(tmp_path: Path) -> None:
 
 
 @pytest.mark.bmv2
-@pytest.mark.skipif(shutil.which("simple_switch_grpc") is None or shutil.which("p4c-bm2-ss") is None,
-                    reason="needs simple_switch_grpc and p4c-bm2-ss on PATH")
+@pytest.mark.skipif(
+    shutil.which("simple_switch_grpc") is None or shutil.which("p4c-bm2-ss") is None,
+    reason="needs simple_switch_grpc and p4c-bm2-ss on PATH",
+)
 @pytest.mark.skipif(not (BMV2_JSON.exists() and BMV2_P4INFO.exists()), reason="needs make build (BMv2 JSON)")
 def test_both_targets_side_by_side() -> None:
     res, pid = run_harness("--target", "both", "--json")

@@ -37,8 +37,7 @@ class ShimThread:
 
     def __init__(self, redis_sock: Path) -> None:
         self.loop = asyncio.new_event_loop()
-        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
-                         fresh=True)
+        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0, fresh=True)
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         asyncio.run_coroutine_threadsafe(self.shim.start(), self.loop).result(10)
         self.port = self.shim.transport.get_extra_info("sockname")[1]
@@ -60,20 +59,23 @@ def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
     r.close()
 
 
-def cli(cluster_json: Path, port: int, *args: str, input: bytes | None = None):  # noqa: ANN201, A002
-    res = CliRunner().invoke(app, ["--cluster", str(cluster_json), "--server", f"127.0.0.1:{port}",
-                                   "--timeout", "2", "--retries", "1", *args], input=input)
+def cli(cluster_json: Path, port: int, *args: str, input: bytes | None = None):  # noqa: ANN201
+    res = CliRunner().invoke(
+        app,
+        ["--cluster", str(cluster_json), "--server", f"127.0.0.1:{port}", "--timeout", "2", "--retries", "1", *args],
+        input=input,
+    )
     if res.exception and not isinstance(res.exception, SystemExit):
         raise res.exception
     return res
 
 
 def bench(shim: ShimThread, **kw: object) -> Report:
-    return run_bench(CLUSTER, BenchConfig(**kw), resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0,
-                     retries=1)
+    return run_bench(CLUSTER, BenchConfig(**kw), resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=1)
 
 
 # -- CLI ------------------------------------------------------------------------------------
+
 
 def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN001
     shim, cj, r = env
@@ -96,6 +98,7 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     assert d["attempts"] == 1
 
     import base64
+
     blob = bytes(range(256)) * 2
     (tmp_path / "blob").write_bytes(blob)
     assert cli(cj, shim.port, "put", "bin", "--value-file", str(tmp_path / "blob")).exit_code == 0
@@ -123,37 +126,60 @@ def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "mininet"), env.get("PYTHONPATH", "")])
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "client_lib", *args], capture_output=True, text=True,
-                              env=env, timeout=30, cwd=tmp_path)
+        return subprocess.run(
+            [sys.executable, "-m", "client_lib", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            cwd=tmp_path,
+        )
 
     p = run("get", "k")
     assert p.returncode != 0 and p.stderr.strip().splitlines() == [
-        "error: no cluster description: pass --cluster PATH (a run's cluster.json) or set DISTCACHE_CLUSTER"]
+        "error: no cluster description: pass --cluster PATH (a run's cluster.json) or set DISTCACHE_CLUSTER"
+    ]
     # a loopback port with nobody listening: the request times out
     import socket
+
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     try:
-        p = run("--cluster", str(cj), "--server", f"127.0.0.1:{port}", "--timeout", "0.05", "--retries", "2",
-                "get", "k")
+        p = run(
+            "--cluster", str(cj), "--server", f"127.0.0.1:{port}", "--timeout", "0.05", "--retries", "2", "get", "k"
+        )
     finally:
         s.close()
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1, p.stderr
     host = CLUSTER.server_for_key(wire_key("k")).name
-    assert lines[0] == (f"error: no reply from {host} (127.0.0.1:{port}) after 3 tries of 0.05s; "
-                        f"is the deployment running?")
+    assert lines[0] == (
+        f"error: no reply from {host} (127.0.0.1:{port}) after 3 tries of 0.05s; is the deployment running?"
+    )
     p = run("--cluster", str(tmp_path / "missing.json"), "get", "k")
     assert p.returncode == 1 and "does not exist" in p.stderr
 
 
 # -- bench ----------------------------------------------------------------------------------
 
+
 def test_bench_counts_add_up_without_errors(env) -> None:  # noqa: ANN001
     shim, _, r = env
-    rep = bench(shim, keys=3000, zipf=0.99, read_ratio=0.8, value_size=100, concurrency=16, ops=4000,
-                load=True, load_keys=2000, seed=7, run_tag="t1", duration=None)
+    rep = bench(
+        shim,
+        keys=3000,
+        zipf=0.99,
+        read_ratio=0.8,
+        value_size=100,
+        concurrency=16,
+        ops=4000,
+        load=True,
+        load_keys=2000,
+        seed=7,
+        run_tag="t1",
+        duration=None,
+    )
     assert rep.errors == {} and rep.error_count == 0
     assert rep.ops == 4000
     assert rep.reads + rep.writes == rep.ops
@@ -197,7 +223,7 @@ def test_bench_zipf_skew_matches_theory(env) -> None:  # noqa: ANN001
 
 
 def test_bench_detects_wrong_values(env) -> None:  # noqa: ANN001
-    shim, _, r = env
+    shim, _, _r = env
     with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=1) as c:
         c.put("key0", b"not a workload value")  # foreign value
         c.put("key1", make_value("key2", "run9", 0, 64))  # another key's value
@@ -205,8 +231,7 @@ def test_bench_detects_wrong_values(env) -> None:  # noqa: ANN001
         c.put("key3", make_value("key3", "old", 0, 64)[:-1] + b"!")  # corrupt padding
         c.put("key4", make_value("key4", "old", 3, 64))  # an earlier run's value: fine
         c.put("key5", make_value("key5", "run9", 0, 64))  # counter 0, but this run loaded nothing
-    rep = bench(shim, keys=50, zipf=0.99, read_ratio=1.0, ops=2000, load=False, seed=1, run_tag="run9",
-                duration=None)
+    rep = bench(shim, keys=50, zipf=0.99, read_ratio=1.0, ops=2000, load=False, seed=1, run_tag="run9", duration=None)
     wrong = sum(t["requests"] for t in rep.top_keys if t["rank"] in (0, 1, 2, 3, 5))
     assert rep.errors == {"wrong_value": wrong} and wrong > 0  # every read of those keys, nothing else
     assert rep.other_run_values == rep.top_keys[4]["requests"] > 0
@@ -223,9 +248,12 @@ def test_bench_detects_missing_and_corrupt_loaded_keys(env) -> None:  # noqa: AN
             r.set(wire_key("key2"), make_value("key2", "run7", 0, 32))  # this run's value, wrong length
             r.set(wire_key("key3"), make_value("key3", "run6", 0, 64))  # an earlier run's: stale
 
-    rep = run_bench(CLUSTER, BenchConfig(keys=100, read_ratio=1.0, ops=1000, load=True, duration=None,
-                                         run_tag="run7"),
-                    resolve=lambda _h: ("127.0.0.1", shim.port), on_load=on_load)
+    rep = run_bench(
+        CLUSTER,
+        BenchConfig(keys=100, read_ratio=1.0, ops=1000, load=True, duration=None, run_tag="run7"),
+        resolve=lambda _h: ("127.0.0.1", shim.port),
+        on_load=on_load,
+    )
     top = [t["requests"] for t in rep.top_keys]
     assert rep.errors == {"missing": top[0], "wrong_value": top[1] + top[2], "stale_value": top[3]}
     assert min(top[:4]) > 0
@@ -233,15 +261,52 @@ def test_bench_detects_missing_and_corrupt_loaded_keys(env) -> None:  # noqa: AN
 
 def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
     shim, cj, _ = env
-    res = cli(cj, shim.port, "bench", "--keys", "100000", "--zipf", "0.9", "--read-ratio", "0.9",
-              "--value-size", "32", "--concurrency", "8", "--duration", "1.5", "--load-keys", "500", "--json")
+    res = cli(
+        cj,
+        shim.port,
+        "bench",
+        "--keys",
+        "100000",
+        "--zipf",
+        "0.9",
+        "--read-ratio",
+        "0.9",
+        "--value-size",
+        "32",
+        "--concurrency",
+        "8",
+        "--duration",
+        "1.5",
+        "--load-keys",
+        "500",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout)
-    expect = {"config": dict, "run_tag": str, "loaded_keys": int, "load_seconds": float, "seconds": float,
-              "ops": int, "reads": int, "writes": int, "hits": int, "misses": int, "absent": int,
-              "failed_reads": int, "failed_writes": int, "other_run_values": int, "throughput": float,
-              "hit_ratio": float, "latency_us": dict, "per_second": list, "errors": dict, "top_keys": list,
-              "error_count": int, "target": str}
+    expect = {
+        "config": dict,
+        "run_tag": str,
+        "loaded_keys": int,
+        "load_seconds": float,
+        "seconds": float,
+        "ops": int,
+        "reads": int,
+        "writes": int,
+        "hits": int,
+        "misses": int,
+        "absent": int,
+        "failed_reads": int,
+        "failed_writes": int,
+        "other_run_values": int,
+        "throughput": float,
+        "hit_ratio": float,
+        "latency_us": dict,
+        "per_second": list,
+        "errors": dict,
+        "top_keys": list,
+        "error_count": int,
+        "target": str,
+    }
     assert set(d) == set(expect)
     for k, t in expect.items():
         assert isinstance(d[k], t), (k, d[k])
@@ -253,8 +318,18 @@ def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
         assert set(v) == {"count", "mean", "p50", "p99", "p999"}
     assert len(d["per_second"]) == 2 and d["per_second"][1]["span"] < 1
     for s in d["per_second"]:
-        assert set(s) == {"t", "ops", "reads", "hits", "writes", "errors", "span", "hit_ratio", "read_p99_us",
-                          "write_p99_us"}
+        assert set(s) == {
+            "t",
+            "ops",
+            "reads",
+            "hits",
+            "writes",
+            "errors",
+            "span",
+            "hit_ratio",
+            "read_p99_us",
+            "write_p99_us",
+        }
 
     # a foreign value under the hottest key: the CLI reports it and exits 2
     with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port)) as c:
@@ -268,8 +343,9 @@ def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
 def test_bench_echo_measures_the_generator_alone(tmp_path: Path) -> None:
     cj = tmp_path / "cluster.json"
     CLUSTER.save(cj)
-    res = CliRunner().invoke(app, ["--cluster", str(cj), "bench", "--echo", "--keys", "1000000", "--ops", "3000",
-                                   "--json"])
+    res = CliRunner().invoke(
+        app, ["--cluster", str(cj), "bench", "--echo", "--keys", "1000000", "--ops", "3000", "--json"]
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["target"] == "echo" and d["ops"] == 3000 and d["errors"] == {} and d["loaded_keys"] == 0
@@ -278,8 +354,12 @@ def test_bench_echo_measures_the_generator_alone(tmp_path: Path) -> None:
 def test_progress_callback_sees_each_second(env) -> None:  # noqa: ANN001
     shim, _, _ = env
     got = []
-    rep = run_bench(CLUSTER, BenchConfig(keys=1000, duration=2.5, load=False),
-                    resolve=lambda _h: ("127.0.0.1", shim.port), on_second=got.append)
+    rep = run_bench(
+        CLUSTER,
+        BenchConfig(keys=1000, duration=2.5, load=False),
+        resolve=lambda _h: ("127.0.0.1", shim.port),
+        on_second=got.append,
+    )
     assert [s.t for s in got] == [0, 1, 2]
     assert sum(s.ops for s in got) == rep.ops
     assert got[0].span == 1.0 and 0 < got[2].span < 1
@@ -291,10 +371,20 @@ def test_progress_callback_sees_each_second(env) -> None:  # noqa: ANN001
 
 # -- open loop (the saturation search of make emulate) --------------------------------------
 
+
 def test_open_loop_issues_ops_at_the_rate_whatever_the_replies(env) -> None:  # noqa: ANN001
     shim, _, _ = env
-    rep = bench(shim, keys=200, zipf=0.99, read_ratio=0.9, value_size=16, concurrency=64, rate=300.0, duration=2.0,
-                load_keys=200)
+    rep = bench(
+        shim,
+        keys=200,
+        zipf=0.99,
+        read_ratio=0.9,
+        value_size=16,
+        concurrency=64,
+        rate=300.0,
+        duration=2.0,
+        load_keys=200,
+    )
     assert rep.error_count == 0, rep.errors
     assert 500 <= rep.ops <= 620, rep.ops  # 600 due in 2 s (the last ones may still be in flight at the end)
 
@@ -306,8 +396,13 @@ def test_open_loop_counts_backlog_when_the_system_does_not_keep_up() -> None:
     dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dead.bind(("127.0.0.1", 0))  # bound, never read: requests vanish
     try:
-        rep = run_bench(CLUSTER, BenchConfig(keys=100, concurrency=4, rate=100.0, duration=1.0, load=False),
-                        resolve=lambda _h: dead.getsockname(), timeout=2.0, retries=0)
+        rep = run_bench(
+            CLUSTER,
+            BenchConfig(keys=100, concurrency=4, rate=100.0, duration=1.0, load=False),
+            resolve=lambda _h: dead.getsockname(),
+            timeout=2.0,
+            retries=0,
+        )
     finally:
         dead.close()
     assert rep.errors.get("backlog", 0) >= 80, rep.errors  # ~96 of the 100 due found 4 in flight

@@ -57,8 +57,18 @@ class Server(LoopbackServer):
                     forger.sendto(encode(msg), client)
             self.forged += 1
         time.sleep(0.05)  # the forgeries are all in the client's socket before the genuine reply
-        self.sock.sendto(encode(Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK,
-                                        value=GENUINE if req.op == Op.GET else b"")), client)
+        self.sock.sendto(
+            encode(
+                Message(
+                    op=req.op.reply(),
+                    seq=req.seq,
+                    key=req.key,
+                    status=Status.OK,
+                    value=GENUINE if req.op == Op.GET else b"",
+                )
+            ),
+            client,
+        )
 
 
 @pytest.fixture

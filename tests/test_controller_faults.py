@@ -44,17 +44,25 @@ pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parent.parent
 
 
-
-
 def _cluster() -> Cluster:
     """Two spines, one storage rack, one client rack, on loopback ports nobody else holds."""
     rng = random.Random()
     for _ in range(50):
         base = rng.randrange(20000, 60000)
-        c = Cluster(spines=2, storage_racks=1, client_racks=1, cache_slots=16, grpc_base_port=base,
-                    agent_base_port=base + 256, controller_address=f"127.0.0.1:{base + 255}")
-        ports = [sw.grpc_port for sw in c.switches()] + [base + 255] + [
-            c.agent_base_port + sw.switch_id for sw in c.switches()]
+        c = Cluster(
+            spines=2,
+            storage_racks=1,
+            client_racks=1,
+            cache_slots=16,
+            grpc_base_port=base,
+            agent_base_port=base + 256,
+            controller_address=f"127.0.0.1:{base + 255}",
+        )
+        ports = (
+            [sw.grpc_port for sw in c.switches()]
+            + [base + 255]
+            + [c.agent_base_port + sw.switch_id for sw in c.switches()]
+        )
         if ports_free(ports):
             return c
     raise RuntimeError("no free loopback ports for the test bed")
@@ -82,11 +90,22 @@ class Bed:
         self.procs: dict[str, subprocess.Popen] = {}  # everything started here except the switches
         specs = {}
         for sw in self.cluster.switches():
-            specs[sw.name] = {"cmd": [sys.executable, "-m", "softswitch", "--device-id", str(sw.device_id),
-                                      "--grpc-addr", f"127.0.0.1:{sw.grpc_port}",
-                                      "--log-file", str(run / f"{sw.name}.log")],
-                              "pid_file": str(run / f"{sw.name}.pid"), "log": str(run / f"{sw.name}.out"),
-                              "grpc": f"127.0.0.1:{sw.grpc_port}"}
+            specs[sw.name] = {
+                "cmd": [
+                    sys.executable,
+                    "-m",
+                    "softswitch",
+                    "--device-id",
+                    str(sw.device_id),
+                    "--grpc-addr",
+                    f"127.0.0.1:{sw.grpc_port}",
+                    "--log-file",
+                    str(run / f"{sw.name}.log"),
+                ],
+                "pid_file": str(run / f"{sw.name}.pid"),
+                "log": str(run / f"{sw.name}.out"),
+                "grpc": f"127.0.0.1:{sw.grpc_port}",
+            }
         (run / "switches.json").write_text(json.dumps(specs))
         self.switches = SwitchProcesses(run / "switches.json")
         try:
@@ -104,15 +123,30 @@ class Bed:
     # -- processes ------------------------------------------------------------------------------
     def _popen(self, what: str, cmd: list[str]) -> subprocess.Popen:
         with open(self.run / f"{what}.out", "ab") as out:
-            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, cwd=REPO)
+            p = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO
+            )
         self.procs[what] = p
         return p
 
     def _start_storage(self) -> None:
         sock = self.run / "redis.sock"
-        self._popen("redis", ["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
-                              "--appendonly", "no", "--dir", str(self.run)])
+        self._popen(
+            "redis",
+            [
+                "redis-server",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(sock),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.run),
+            ],
+        )
         wait_for("redis-server", sock.exists, 10)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # a port that answers nothing
             s.bind(("127.0.0.1", 0))
@@ -120,20 +154,54 @@ class Bed:
         control = self.run / f"shim-{self.server.name}.sock"
         base = self.cluster.grpc_base_port  # a loopback address of its own: port 8888 is the shim's everywhere
         self.shim_ip = f"127.{base >> 8 & 255}.{base & 255}.9"
-        self._popen("shim", [sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server",
-                             self.server.name, "--listen", self.shim_ip, "--redis-url", f"unix://{sock}",
-                             "--control", f"unix:{control}", "--coherence-peer", f"127.0.0.1:{peer}",
-                             "--state-file", str(self.run / "shim.state.json"),
-                             "--log-file", str(self.run / "shim.log")])
+        self._popen(
+            "shim",
+            [
+                sys.executable,
+                "-m",
+                "shim",
+                "--cluster",
+                str(self.cluster_path),
+                "--server",
+                self.server.name,
+                "--listen",
+                self.shim_ip,
+                "--redis-url",
+                f"unix://{sock}",
+                "--control",
+                f"unix:{control}",
+                "--coherence-peer",
+                f"127.0.0.1:{peer}",
+                "--state-file",
+                str(self.run / "shim.state.json"),
+                "--log-file",
+                str(self.run / "shim.log"),
+            ],
+        )
         wait_for("the shim's control socket", control.exists, 15)
         self.shim = ShimLink(f"unix:{control}")
 
     def start_agent(self, name: str, state_file: bool = True) -> None:
         state = ["--state-file", str(self.run / f"agent-{name}.state.json")] if state_file else []
-        self._popen(f"agent-{name}", [
-            sys.executable, "-m", "controller.agent", "--cluster", str(self.cluster_path), "--switch", name,
-            "--p4info", str(self.p4info), "--shim-dir", str(self.run), *state,
-            "--log-file", str(self.run / f"agent-{name}.log")])
+        self._popen(
+            f"agent-{name}",
+            [
+                sys.executable,
+                "-m",
+                "controller.agent",
+                "--cluster",
+                str(self.cluster_path),
+                "--switch",
+                name,
+                "--p4info",
+                str(self.p4info),
+                "--shim-dir",
+                str(self.run),
+                *state,
+                "--log-file",
+                str(self.run / f"agent-{name}.log"),
+            ],
+        )
 
     def kill_agent(self, name: str) -> None:
         p = self.procs.pop(f"agent-{name}")
@@ -141,10 +209,26 @@ class Bed:
         p.wait(5)
 
     def start_controller(self) -> None:
-        self._popen("controller", [
-            sys.executable, "-m", "controller", "--cluster", str(self.cluster_path), "--p4info", str(self.p4info),
-            "--shim-dir", str(self.run), "--state-file", str(self.run / "controller.state.json"),
-            "--switches", str(self.run / "switches.json"), "--log-file", str(self.run / "controller.log")])
+        self._popen(
+            "controller",
+            [
+                sys.executable,
+                "-m",
+                "controller",
+                "--cluster",
+                str(self.cluster_path),
+                "--p4info",
+                str(self.p4info),
+                "--shim-dir",
+                str(self.run),
+                "--state-file",
+                str(self.run / "controller.state.json"),
+                "--switches",
+                str(self.run / "switches.json"),
+                "--log-file",
+                str(self.run / "controller.log"),
+            ],
+        )
         wait_for("the controller", lambda: self.ctl_rc("status") == 0, 60)
         agents = [self.agent(sw.name) for sw in self.cluster.switches() if sw.role.name != "CLIENT_LEAF"]
         wait_for("every agent configured", lambda: all(_answers(a) and a.status().configured for a in agents), 60)
@@ -160,8 +244,13 @@ class Bed:
 
     # -- the operator's view -----------------------------------------------------------------------
     def ctl(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(self.cluster_path), *argv],
-                              capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            [sys.executable, "-m", "controller.ctl", "--cluster", str(self.cluster_path), *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
 
     def ctl_rc(self, *argv: str) -> int:
         return self.ctl("--timeout", "2", *argv).returncode
@@ -234,10 +323,14 @@ def key_of(cluster: Cluster, spine: int, n_: int = 1) -> list[str]:
 
 
 # -- defect 4: a failed switch whose agent restarted while it was failed ------------------------------
-@pytest.mark.parametrize(("keep_running", "state_file"), [(True, True), (True, False), (False, False)],
-                         ids=["drained-agent-state-kept", "drained-agent-state-lost", "stopped-agent-state-lost"])
+@pytest.mark.parametrize(
+    ("keep_running", "state_file"),
+    [(True, True), (True, False), (False, False)],
+    ids=["drained-agent-state-kept", "drained-agent-state-lost", "stopped-agent-state-lost"],
+)
 def test_recover_configures_an_agent_that_restarted_while_its_switch_was_failed(
-        bed: Bed, keep_running: bool, state_file: bool) -> None:
+    bed: Bed, keep_running: bool, state_file: bool
+) -> None:
     """``recover`` gives the restarted agent its configuration itself, flushes the switch's cache
     (a drained spine kept copies that went stale), and only then gives the spine its buckets back."""
     original = bed.owner()
@@ -279,8 +372,7 @@ def _answers(agent: AgentClient) -> bool:
         return False
 
 
-def test_detected_failure_comes_back_by_itself_after_its_agent_restarted_and_never_blocks_detection(
-        bed: Bed) -> None:
+def test_detected_failure_comes_back_by_itself_after_its_agent_restarted_and_never_blocks_detection(bed: Bed) -> None:
     """A spine crashes (detected), its agent is restarted without its state while the spine is down; when
     the spine answers again the controller brings it back by itself.  While that recovery cannot finish
     (the agent is not running yet), the controller keeps detecting other failures at full speed."""
@@ -316,8 +408,11 @@ def test_hung_agents_neither_delay_detection_nor_hang_status(bed: Bed) -> None:
     bed.signal("agent-sp0", signal.SIGSTOP)
     bed.signal("agent-sl0", signal.SIGSTOP)
     try:
-        wait_for("the health poll to see the agents hung", lambda: not any(
-            s["agent_alive"] for s in bed.status()["switches"] if s["name"] in ("sp0", "sl0")), 10)
+        wait_for(
+            "the health poll to see the agents hung",
+            lambda: not any(s["agent_alive"] for s in bed.status()["switches"] if s["name"] in ("sp0", "sl0")),
+            10,
+        )
         bed.switches.stop("sp1")
         took = wait_for("sp1 declared dead", lambda: bed.switch_status("sp1")["failed"], 20)
         assert took < 1.5, f"sp1's crash was declared after {took:.1f}s"
@@ -342,10 +437,12 @@ def test_hung_agents_neither_delay_detection_nor_hang_status(bed: Bed) -> None:
         bed.signal("agent-sp0", signal.SIGCONT)
         bed.signal("agent-sl0", signal.SIGCONT)
     # resumed, the agents get what they missed: sp0 now owns every bucket
-    wait_for("sp0's agent to take every bucket",
-             lambda: len(bed.read("sp0", n.HH_BUCKETS)) == n.SPINE_BUCKETS, 15)
-    wait_for("the agents to answer again", lambda: all(
-        s["agent_alive"] for s in bed.status()["switches"] if s["name"] in ("sp0", "sl0")), 10)
+    wait_for("sp0's agent to take every bucket", lambda: len(bed.read("sp0", n.HH_BUCKETS)) == n.SPINE_BUCKETS, 15)
+    wait_for(
+        "the agents to answer again",
+        lambda: all(s["agent_alive"] for s in bed.status()["switches"] if s["name"] in ("sp0", "sl0")),
+        10,
+    )
 
 
 # -- suspected: failover going on when reconfiguring a client leaf fails ---------------------------------

@@ -29,11 +29,13 @@ def conn() -> Iterator[SwitchConnection]:
 
 
 def test_entries_round_trip_by_name(conn: SwitchConnection) -> None:
-    conn.insert(n.IPV4_LPM, {n.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)}, n.SET_NHOP,
-                {"dmac": 0x020000000001, "port": 3})
+    conn.insert(
+        n.IPV4_LPM, {n.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)}, n.SET_NHOP, {"dmac": 0x020000000001, "port": 3}
+    )
     conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: 2**127 + 5}, n.CACHE_HIT, {"slot": 7, "version": 1})
-    assert conn.read_table(n.IPV4_LPM) == [({n.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)}, n.SET_NHOP,
-                                            {"dmac": 0x020000000001, "port": 3})]
+    assert conn.read_table(n.IPV4_LPM) == [
+        ({n.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)}, n.SET_NHOP, {"dmac": 0x020000000001, "port": 3})
+    ]
     conn.modify(n.CACHE_LOOKUP, {n.KEY_DC_KEY: 2**127 + 5}, n.CACHE_HIT, {"slot": 8, "version": 2})
     assert conn.read_table(n.CACHE_LOOKUP)[0][2] == {"slot": 8, "version": 2}
     conn.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: 2**127 + 5})

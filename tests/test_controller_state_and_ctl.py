@@ -18,9 +18,15 @@ from distcache.hashing import h0, wire_key
 
 def test_state_round_trips_through_its_file(tmp_path: Path) -> None:
     path = tmp_path / "controller.state.json"
-    st = ControllerState(failed={"sp1": Failure(admin=True, since=12.5, reason="failed by the operator",
-                                                stopped=True)}, mechanism="partition", epoch=7, failovers=3,
-                         recoveries=2, last_detection_s=0.4, last_failover_s=0.2)
+    st = ControllerState(
+        failed={"sp1": Failure(admin=True, since=12.5, reason="failed by the operator", stopped=True)},
+        mechanism="partition",
+        epoch=7,
+        failovers=3,
+        recoveries=2,
+        last_detection_s=0.4,
+        last_failover_s=0.2,
+    )
     st.save(path)
     assert ControllerState.load(path) == st
     assert [p.name for p in tmp_path.iterdir()] == ["controller.state.json"]  # the temporary file was renamed
@@ -38,8 +44,7 @@ def test_unreadable_state_says_what_to_do(tmp_path: Path) -> None:
 
 
 def ctl(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.ctl", *argv], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-m", "controller.ctl", *argv], capture_output=True, text=True, timeout=60)
 
 
 def test_ctl_without_a_controller_says_how_to_start_one() -> None:
@@ -72,8 +77,14 @@ def test_json_output_keeps_every_field_and_numbers() -> None:
     sh = msg.switches.add(switch="sp0")
     sh.keys.add(key=b"\x01\xff", text="k", hits=2**40, total_hits=0)
     d = message_dict(msg)
-    assert d == {"switches": [{"switch": "sp0", "keys": [{"key": "01ff", "text": "k", "hits": 2**40,
-                                                           "total_hits": 0, "state": "", "slot": 0}]}]}
+    assert d == {
+        "switches": [
+            {
+                "switch": "sp0",
+                "keys": [{"key": "01ff", "text": "k", "hits": 2**40, "total_hits": 0, "state": "", "slot": 0}],
+            }
+        ]
+    }
     st = controller_pb2.SwitchStatus(name="sp0", drops={"TRUNCATED": 3})
     d = message_dict(st)
     assert d["drops"] == {"TRUNCATED": 3} and d["stats"] == {} and d["alive"] is False

@@ -41,12 +41,18 @@ KEYS = ["[/]", "[bold]x[/bold]", "[link=f]a[/]", "[red]", "[link=file:///etc]a[/
 SHOWN = [k if len(k.encode()) <= 15 else wire_key(k).hex() for k in KEYS]
 
 
-
-
 def _cluster() -> Cluster:
     for base in range(22000 + os.getpid() % 89 * 200, 60000, 991):
-        c = Cluster(spines=1, storage_racks=1, client_racks=1, cache_slots=16, mechanism=Mechanism.HYBRID,
-                    grpc_base_port=base, agent_base_port=base + 256, controller_address=f"127.0.0.1:{base + 255}")
+        c = Cluster(
+            spines=1,
+            storage_racks=1,
+            client_racks=1,
+            cache_slots=16,
+            mechanism=Mechanism.HYBRID,
+            grpc_base_port=base,
+            agent_base_port=base + 256,
+            controller_address=f"127.0.0.1:{base + 255}",
+        )
         if ports_free([sw.grpc_port for sw in c.switches()] + [base + 255, base + 256 + 1, base + 256 + 64]):
             return c
     raise RuntimeError("no free loopback ports")
@@ -68,8 +74,9 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
             closers.append(s.close)
         agents = {}
         for sw in (cluster.spine(0), cluster.storage_leaf(0)):
-            agent = SwitchAgent(cluster, sw, p4info, b"", shim_links(cluster, tmp),
-                                state_file=tmp / f"agent-{sw.name}.json")
+            agent = SwitchAgent(
+                cluster, sw, p4info, b"", shim_links(cluster, tmp), state_file=tmp / f"agent-{sw.name}.json"
+            )
             agent.start()
             closers.append(agent.stop)
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -93,10 +100,14 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 
 def ctl(address: str, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH",
-                                                                                                   "")])}
-    return subprocess.run([sys.executable, "-m", "controller.ctl", "--controller", address, "--timeout", "20",
-                           *argv], capture_output=True, text=True, timeout=60, env=env)
+    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "controller.ctl", "--controller", address, "--timeout", "20", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def _cells(out: str) -> set[str]:
@@ -135,13 +146,27 @@ def test_the_client_cli_shows_keys_and_values_as_written(redis_sock: Path, tmp_p
     shim = ShimThread(redis_sock)
     cluster_json = tmp_path / "cluster.json"
     CLUSTER.save(cluster_json)
-    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH",
-                                                                                                   "")])}
+    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
     def distcache(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "client_lib", "--cluster", str(cluster_json), "--server",
-                               f"127.0.0.1:{shim.port}", "--timeout", "2", *argv], capture_output=True, text=True,
-                              timeout=60, env=env)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "client_lib",
+                "--cluster",
+                str(cluster_json),
+                "--server",
+                f"127.0.0.1:{shim.port}",
+                "--timeout",
+                "2",
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
 
     try:
         for key in KEYS[:3]:

@@ -18,8 +18,12 @@ pytestmark = [
 
 def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_path) -> None:  # noqa: ANN001
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "dcnet.demo", "--duration", "20", "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=200)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dcnet.demo", "--duration", "20", "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"reads=(\d+) hits=(\d+) misses=(\d+) errors=(\d+) auto_cached=(\d+) failovers=(\d+)", last)

@@ -23,6 +23,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -38,8 +39,9 @@ pytestmark = [
 ]
 
 SLOTS, KEYS, RATE, BURST = 16, 2000, 5.0, 5
-CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=SLOTS, hh_threshold=4,
-                  insert_rate=RATE, insert_burst=BURST)
+CLUSTER = Cluster(
+    spines=2, storage_racks=2, client_racks=1, cache_slots=SLOTS, hh_threshold=4, insert_rate=RATE, insert_burst=BURST
+)
 CLIENT = CLUSTER.client(0, 0)
 
 TARGETS = ["softswitch"]
@@ -59,8 +61,15 @@ class Run:
 
     def bench(self, **cfg: object) -> tuple[dict, list[dict]]:
         seconds, report = [], None
-        base = {"keys": KEYS, "zipf": 0.99, "read_ratio": 0.98, "value_size": 32, "concurrency": 16,
-                "duration": 10, "load_keys": KEYS}
+        base = {
+            "keys": KEYS,
+            "zipf": 0.99,
+            "read_ratio": 0.98,
+            "value_size": 32,
+            "concurrency": 16,
+            "duration": 10,
+            "load_keys": KEYS,
+        }
         for msg in self.dep.bench(CLIENT, {**base, **cfg}):
             if msg["type"] == "second":
                 seconds.append(msg)
@@ -75,7 +84,7 @@ class Run:
 
 
 @pytest.fixture(scope="module", params=TARGETS)
-def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     with Deployment(CLUSTER, target=request.param, run_dir=tmp_path_factory.mktemp("run")) as d:
         yield Run(d)
 
@@ -129,8 +138,10 @@ def test_agent_restart_keeps_reads_right_and_cache_comes_back(run: Run) -> None:
     t.start()
     time.sleep(1.5)
     run.dep.kill_agent("sp0")
-    on_switch = {int(m[n.KEY_DC_KEY]).to_bytes(16, "big"): (p["slot"], p["version"])
-                 for m, _, p in run.dep.controller.conns["sp0"].read_table(n.CACHE_LOOKUP)}
+    on_switch = {
+        int(m[n.KEY_DC_KEY]).to_bytes(16, "big"): (p["slot"], p["version"])
+        for m, _, p in run.dep.controller.conns["sp0"].read_table(n.CACHE_LOOKUP)
+    }
     time.sleep(1.0)
     run.dep.restart_agent("sp0")
     back = {k.key: (k.slot, k.version) for k in run.agents(with_keys=True)["sp0"].keys}

@@ -29,15 +29,27 @@ pytestmark = [
 ]
 
 # ports of its own, so a process another run left behind on the default ones cannot answer in its place
-CLUSTER = Cluster(spines=2, storage_racks=1, client_racks=1, cache_slots=16, hh_threshold=1000,
-                  grpc_base_port=47051, agent_base_port=48051, controller_address="127.0.0.1:47050")
+CLUSTER = Cluster(
+    spines=2,
+    storage_racks=1,
+    client_racks=1,
+    cache_slots=16,
+    hh_threshold=1000,
+    grpc_base_port=47051,
+    agent_base_port=48051,
+    controller_address="127.0.0.1:47050",
+)
 SP1 = CLUSTER.spine(1)
 ORIGINAL = spine_buckets([CLUSTER.spine(0).switch_id, SP1.switch_id])
 
 
 def ctl(dep: Deployment, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_spine_whose_agent_restarted_while_failed_recovers_and_serves_no_stale_copy(tmp_path) -> None:  # noqa: ANN001

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from dcnet.deploy import Deployment
@@ -56,8 +57,12 @@ if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
 
 
 def ctl(dep: Deployment, *argv: str) -> str:
-    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, f"distcache-ctl {' '.join(argv)}: {res.stderr}"
     return res.stdout
 
@@ -79,7 +84,7 @@ def wait_for(what: str, cond, timeout: float = 20.0) -> float:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module", params=TARGETS)
-def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     with Deployment(CLUSTER, target=request.param, run_dir=tmp_path_factory.mktemp("run")) as d:
         c = d.client()
         for i in range(40):
@@ -102,9 +107,11 @@ def test_status_and_hot_json_match_the_switches(dep: Deployment) -> None:
     for _ in range(5):
         for k in ("key1", "key2", "key3", "key7"):
             assert c.call("get", k)["value"] == f"value{k[3:]}"
-    junk = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); " \
-           f"[s.sendto(b'\\x01\\x01', ('{CLUSTER.server(0, 0).ip}', 8888)) for _ in range(3)]"
-    dep.host(CLIENT.name).cmd(f"python3 -c \"{junk}\"")
+    junk = (
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+        f"[s.sendto(b'\\x01\\x01', ('{CLUSTER.server(0, 0).ip}', 8888)) for _ in range(3)]"
+    )
+    dep.host(CLIENT.name).cmd(f'python3 -c "{junk}"')
     time.sleep(0.3)
     st = ctl_json(dep, "status")
     assert st["mechanism"] == "distcache" and st["failovers"] == 0 and st["epoch"] == 0
@@ -118,7 +125,8 @@ def test_status_and_hot_json_match_the_switches(dep: Deployment) -> None:
         drops = dep.controller.conns[s["name"]].read_counter(n.DC_DROPS)
         moving = {"PROBE_REFLECTED"}  # the controller's probes keep it moving between the two reads
         assert {k: v for k, v in s["stats"].items() if k not in moving} == {
-            x.name: stats.get(int(x), (0, 0))[0] for x in n.Stat if x.name not in moving}
+            x.name: stats.get(int(x), (0, 0))[0] for x in n.Stat if x.name not in moving
+        }
         assert all(stats.get(int(n.Stat[k]), (0, 0))[0] >= s["stats"][k] for k in moving)
         assert s["drops"] == {d.name: drops[int(d)][0] for d in n.DropReason if drops.get(int(d), (0, 0))[0]}
         assert (s["hits"], s["misses"]) == (s["stats"]["READ_HIT"], s["stats"]["READ_MISS"])
@@ -126,8 +134,7 @@ def test_status_and_hot_json_match_the_switches(dep: Deployment) -> None:
             assert s["hit_ratio"] == pytest.approx(s["hits"] / (s["hits"] + s["misses"]))
         if sw.name in agents:
             a = agents[sw.name]
-            assert (s["occupied"], s["slots"], s["digests"], s["agent_alive"]) == (a.occupied, a.slots, a.digests,
-                                                                                   True)
+            assert (s["occupied"], s["slots"], s["digests"], s["agent_alive"]) == (a.occupied, a.slots, a.digests, True)
         if sw.role.name == "SPINE":
             assert s["buckets"] == ORIGINAL.count(sw.switch_id)
     by_name = {s["name"]: s for s in st["switches"]}
@@ -150,9 +157,20 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
 
     def workload() -> None:
         seconds = []
-        for msg in dep.bench(CLIENT, {"keys": KEYS, "zipf": 0.99, "read_ratio": 0.95, "value_size": 32,
-                                      "concurrency": 8, "duration": 18, "load_keys": KEYS, "seed": 3,
-                                      "prefix": "zipf"}):
+        for msg in dep.bench(
+            CLIENT,
+            {
+                "keys": KEYS,
+                "zipf": 0.99,
+                "read_ratio": 0.95,
+                "value_size": 32,
+                "concurrency": 8,
+                "duration": 18,
+                "load_keys": KEYS,
+                "seed": 3,
+                "prefix": "zipf",
+            },
+        ):
             if msg["type"] == "second":
                 seconds.append(msg)
                 result["t"] = msg["t"]
@@ -163,8 +181,12 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
     bench = threading.Thread(target=workload)
     bench.start()
     wait_for("the workload to warm the caches", lambda: result.get("t", -1) >= 6, timeout=120)
-    before = {k["key"] for sh in ctl_json(dep, "hot", "--switch", "sp0", "--top", "200")["switches"]
-              for k in sh["keys"] if k["total_hits"] > 0}
+    before = {
+        k["key"]
+        for sh in ctl_json(dep, "hot", "--switch", "sp0", "--top", "200")["switches"]
+        for k in sh["keys"]
+        if k["total_hits"] > 0
+    }
     assert before, "sp0 cached no hot key during warm-up"
     out = ctl(dep, "fail", "sp0")
     assert f"{ORIGINAL.count(SP0.switch_id)} buckets moved" in out
@@ -199,10 +221,15 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
             for _ in range(4):
                 by = c.call("get", user_key(bytes.fromhex(key)).decode())["served_by"]
                 served[by] = served.get(by, 0) + 1
-    why = {"served_by": served, "sp1 entries": {k.key.hex(): k.state for k in
-                                                dep.controller.agent_status(with_keys=True)["sp1"].keys
-                                                if k.key.hex() in sorted(taken_over)[:5]},
-           "cl0": switches(dep)["cl0"]}
+    why = {
+        "served_by": served,
+        "sp1 entries": {
+            k.key.hex(): k.state
+            for k in dep.controller.agent_status(with_keys=True)["sp1"].keys
+            if k.key.hex() in sorted(taken_over)[:5]
+        },
+        "cl0": switches(dep)["cl0"],
+    }
     assert SP1.switch_id in served and SP0.switch_id not in served, why
 
     out = ctl(dep, "recover", "sp0")
@@ -254,16 +281,22 @@ def test_a_spine_whose_data_plane_dies_is_failed_over_while_its_p4runtime_answer
         died, died_at = time.monotonic(), time.time()
         wait_for("the controller to declare sp1 dead", lambda: switches(dep)["sp1"]["failed"], timeout=10)
         declared = time.monotonic() - died
-        wait_for("the failover to complete",
-                 lambda: ctl_json(dep, "status")["failovers"] == before["failovers"] + 1, timeout=10)
+        wait_for(
+            "the failover to complete",
+            lambda: ctl_json(dep, "status")["failovers"] == before["failovers"] + 1,
+            timeout=10,
+        )
         st = ctl_json(dep, "status")
         assert declared < 2.0 and st["last_detection_s"] < 1.0, (declared, st["last_detection_s"])
         assert {s["name"]: s for s in st["switches"]}["sp1"]["alive"]  # its P4Runtime server answers
         read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
         assert faults.counters().dropped > 0
     wait_for("the controller to bring sp1 back", lambda: not switches(dep)["sp1"]["failed"], timeout=30)
-    wait_for("the recovery to complete", lambda: ctl_json(dep, "status")["recoveries"] == before["recoveries"] + 1,
-             timeout=10)
+    wait_for(
+        "the recovery to complete",
+        lambda: ctl_json(dep, "status")["recoveries"] == before["recoveries"] + 1,
+        timeout=10,
+    )
     assert ctl_json(dep, "partitions")["owner"] == ORIGINAL
     read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
     # the client leaf found sp1 dead in its own data plane within tens of ms of its last packet, counted the
@@ -309,8 +342,11 @@ def test_drained_spine_serves_nothing_and_is_flushed_before_it_serves_again(dep:
     for _ in range(30):
         r = c.call("get", key)
         assert r["value"] == "new" and r["served_by"] != SP1.switch_id
-    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), "fail", "sp0"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), "fail", "sp0"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "last spine in service" in res.stderr  # refused: sp0 is all that is left
     assert not switches(dep)["sp0"]["failed"]
     evicted = dep.controller.agent_status()["sp1"].evicted
@@ -322,8 +358,11 @@ def test_drained_spine_serves_nothing_and_is_flushed_before_it_serves_again(dep:
 
 
 def test_mechanism_change_applies_everywhere_and_survives_a_controller_restart(dep: Deployment) -> None:
-    res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), "mechanism",
-                          "bogus"], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "controller.ctl", "--cluster", str(dep.cluster_path), "mechanism", "bogus"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "unknown mechanism 'bogus'" in res.stderr and "distcache" in res.stderr
     for k in ("key1", "key2"):
         dep.controller.cache(k)
@@ -354,8 +393,12 @@ def test_restarted_shim_gets_partition_and_view_back(dep: Deployment) -> None:
     c = dep.client()
     for k in mine:
         dep.controller.cache(k)
-    expected = {k.key.hex() for st in dep.controller.agent_status(with_keys=True).values() for k in st.keys
-                if CLUSTER.server_for_key(k.key) == server}
+    expected = {
+        k.key.hex()
+        for st in dep.controller.agent_status(with_keys=True).values()
+        for k in st.keys
+        if CLUSTER.server_for_key(k.key) == server
+    }
     dep.kill_shim(server.name)
     dep.start_shim(server)
     link = ShimLink(dep.shim_control(server))
@@ -370,8 +413,10 @@ def test_restarted_shim_gets_partition_and_view_back(dep: Deployment) -> None:
 
 def test_controller_restart_keeps_partitions_and_cache_view(dep: Deployment) -> None:
     def snapshot() -> tuple:
-        cached = {name: sorted(k.key.hex() for k in st.keys)
-                  for name, st in dep.controller.agent_status(with_keys=True).items()}
+        cached = {
+            name: sorted(k.key.hex() for k in st.keys)
+            for name, st in dep.controller.agent_status(with_keys=True).items()
+        }
         cl0 = sorted(str(e) for e in dep.controller.conns["cl0"].read_table(n.SPINE_PARTITION))
         p = ctl_json(dep, "partitions")
         s = ctl_json(dep, "status")
@@ -383,8 +428,9 @@ def test_controller_restart_keeps_partitions_and_cache_view(dep: Deployment) -> 
     c = dep.client()
     for i in range(10):  # the data plane, agents and shims carry on alone
         c.call("put", f"key{i}", f"v{i}-while-down")
-    read_all(dep, {**{f"key{i}": f"value{i}" for i in range(10, 40)},
-                   **{f"key{i}": f"v{i}-while-down" for i in range(10)}})
+    read_all(
+        dep, {**{f"key{i}": f"value{i}" for i in range(10, 40)}, **{f"key{i}": f"v{i}-while-down" for i in range(10)}}
+    )
     dep.start_controller()
     assert snapshot() == before
     stats_after = dep.controller.conns["cl0"].read_counter(n.DC_STATS)

@@ -28,8 +28,18 @@ def test_links_are_shaped_and_servers_rate_limited(tmp_path) -> None:  # noqa: A
             classes = n.cmd(f"tc class show dev {intf}")
             assert re.search(r"htb .* rate 20Mbit", classes), classes
         report = None
-        for msg in dep.bench(CLUSTER.client(0, 0), {"keys": 20, "zipf": 0, "read_ratio": 1.0, "value_size": 8,
-                                                    "concurrency": 32, "duration": 3, "load_keys": 20}):
+        for msg in dep.bench(
+            CLUSTER.client(0, 0),
+            {
+                "keys": 20,
+                "zipf": 0,
+                "read_ratio": 1.0,
+                "value_size": 8,
+                "concurrency": 32,
+                "duration": 3,
+                "load_keys": 20,
+            },
+        ):
             report = msg if msg["type"] == "report" else report
         assert report is not None
         st = ShimLink(dep.shim_control(CLUSTER.server(0, 0))).stats()

@@ -40,11 +40,12 @@ def test_a_seeded_cell_under_faults_is_linearizable_and_a_broken_protocol_is_cau
         assert cell.tally.effects[kind] > 0, f"{kind} never took effect: {cell.tally.summary()}"
     # seed 7 kills sp0's data plane for 1.2 s: failed over for it, recovered by the controller, reads went on
     assert cell.tally.effects["spine_dp_dead"] == 1, f"{cell.tally.summary()}; not applied: {cell.tally.failed}"
-    assert any(line.startswith("spine_dp_dead: sp0's data plane dead for 1.20 s") and "recovered by itself" in line
-               for line in cell.tally.log), cell.tally.log
+    assert any(
+        line.startswith("spine_dp_dead: sp0's data plane dead for 1.20 s") and "recovered by itself" in line
+        for line in cell.tally.log
+    ), cell.tally.log
     applied = [k for k in PROCESS_KINDS if cell.tally.effects[k]]
     assert len(applied) >= len(PROCESS_KINDS) - 1, f"faults not applied: {cell.tally.failed}"
-    broken = run_cell("distcache", tmp_path / "control", target, duration=8, clients=6, seed=7, per_kind=0,
-                      broken=True)
+    broken = run_cell("distcache", tmp_path / "control", target, duration=8, clients=6, seed=7, per_kind=0, broken=True)
     assert broken.violations > 0, f"a broken coherence protocol went unnoticed; see {broken.history}"
     assert broken.html is not None and broken.html.stat().st_size > 1000

@@ -24,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 from dcnet.deploy import Deployment
@@ -56,7 +57,7 @@ if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
 
 
 @pytest.fixture(scope="module", params=TARGETS)
-def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     with Deployment(CLUSTER, target=request.param, run_dir=tmp_path_factory.mktemp("run")) as d:
         yield d
 
@@ -107,19 +108,26 @@ def test_packets_to_nowhere_are_dropped_within_three_hops(dep: Deployment) -> No
     before = counters(dep)
 
     # one datagram a line: TTL, address, port, payload; too many for a command line
-    sends = [(64, UNUSED, DC_PORT, encode(Message(op=Op.GET, key=wire_key(f"nowhere-{i}"), seq=i + 1)))
-             for i in range(N_GETS)]
+    sends = [
+        (64, UNUSED, DC_PORT, encode(Message(op=Op.GET, key=wire_key(f"nowhere-{i}"), seq=i + 1)))
+        for i in range(N_GETS)
+    ]
     sends += [(64, UNUSED, 9, b"x" * 32)] * N_UDP + [(2, SERVER.ip, 9, b"y" * 32)] * N_SHORT_TTL
     script = dep.run_dir / "nowhere.txt"
     script.write_text("".join(f"{ttl} {ip} {port} {data.hex()}\n" for ttl, ip, port, data in sends))
-    run_in(dep, CLIENT.name, (  # paced: a burst would overflow a switch's input queue and lose packets uncounted
-        "import socket, time\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        f"for line in open({str(script)!r}):\n"
-        "    ttl, ip, port, data = line.split()\n"
-        "    s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, int(ttl))\n"
-        "    s.sendto(bytes.fromhex(data), (ip, int(port)))\n"
-        f"    time.sleep({1 / SEND_RATE})\n"))
+    run_in(
+        dep,
+        CLIENT.name,
+        (  # paced: a burst would overflow a switch's input queue and lose packets uncounted
+            "import socket, time\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for line in open({str(script)!r}):\n"
+            "    ttl, ip, port, data = line.split()\n"
+            "    s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, int(ttl))\n"
+            "    s.sendto(bytes.fromhex(data), (ip, int(port)))\n"
+            f"    time.sleep({1 / SEND_RATE})\n"
+        ),
+    )
     ping = dep.host(CLIENT.name).cmd(f"ping -c {N_PINGS} -i 0.2 -W 1 {CLIENT.gateway}")
     assert f"{N_PINGS} packets transmitted, 0 received" in ping, ping
 

@@ -52,8 +52,7 @@ SPINES = (SP0.name, SP1.name)
 LEAVES = (CLUSTER.storage_leaf(0).name, CLUSTER.storage_leaf(1).name)
 CL0 = CLUSTER.client_leaf(0).name
 BUCKETS = spine_buckets([SP0.switch_id, SP1.switch_id])
-WORKLOAD = {"keys": KEYS, "zipf": 0.99, "read_ratio": 0.95, "value_size": 32, "concurrency": 8,
-            "load_keys": KEYS}
+WORKLOAD = {"keys": KEYS, "zipf": 0.99, "read_ratio": 0.95, "value_size": 32, "concurrency": 8, "load_keys": KEYS}
 
 TARGETS = ["softswitch"]
 if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
@@ -111,8 +110,10 @@ class Run:
 
     def cached(self) -> dict[str, dict[bytes, int]]:
         """Per cache switch: its cached keys and their recent hits."""
-        return {name: {bytes(k.key): k.hits for k in st.keys}
-                for name, st in self.dep.controller.agent_status(with_keys=True).items()}
+        return {
+            name: {bytes(k.key): k.hits for k in st.keys}
+            for name, st in self.dep.controller.agent_status(with_keys=True).items()
+        }
 
     def measure(self, mechanism: str, seconds: float = 6.0) -> tuple[dict, dict, dict]:
         """Switch to ``mechanism``, warm the caches, then count one workload: (counter deltas, caches, report)."""
@@ -126,7 +127,7 @@ class Run:
 
 
 @pytest.fixture(scope="module", params=TARGETS)
-def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     with Deployment(CLUSTER, target=request.param, run_dir=tmp_path_factory.mktemp("run")) as d:
         yield Run(d)
 

@@ -11,10 +11,11 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
-from dcnet.deploy import Deployment
+from dcnet.deploy import ClientProcess, Deployment
 
 from controller.shim_link import ShimLink
 from distcache import p4names as n
@@ -38,14 +39,14 @@ if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
 
 
 @pytest.fixture(scope="module", params=TARGETS)
-def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def dep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The same scenarios on softswitch and, where BMv2 and p4c are installed, on BMv2."""
     with Deployment(CLUSTER, target=request.param, run_dir=tmp_path_factory.mktemp("run")) as d:
         yield d
 
 
 @pytest.fixture(scope="module")
-def client(dep: Deployment):
+def client(dep: Deployment) -> ClientProcess:
     return dep.client()
 
 
@@ -110,8 +111,10 @@ def test_deleted_key_reads_as_not_found(dep: Deployment, client) -> None:  # noq
 
 
 def send_garbage(dep: Deployment, host: str, dst: str, payloads: list[bytes]) -> None:
-    code = ("import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-            f"for p in {payloads!r}:\n    s.sendto(p,({dst!r},8888))\n")
+    code = (
+        "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+        f"for p in {payloads!r}:\n    s.sendto(p,({dst!r},8888))\n"
+    )
     out = dep.host(host).popen(["python3", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert out.wait(10) == 0, out.stdout.read()
 
@@ -157,4 +160,3 @@ def test_switch_log_holds_events_not_every_packet(dep: Deployment, client) -> No
         assert not any(PER_PACKET in p.read_text(errors="replace") for p in logs)
     else:
         assert "pipeline" in (dep.run_dir / "sp0.log").read_text()  # events are logged
-

@@ -31,10 +31,8 @@ def _netns_inodes() -> set[str]:
     out = set()
     for pid in os.listdir("/proc"):
         if pid.isdigit():
-            try:
+            with contextlib.suppress(OSError):
                 out.add(os.readlink(f"/proc/{pid}/ns/net"))
-            except OSError:
-                pass
     return out
 
 
@@ -49,14 +47,16 @@ def test_stop_leaves_nothing_behind(tmp_path, interrupt: bool) -> None:  # noqa:
     cluster = Cluster()
     namespaces_before = _netns_inodes()
     pids: list[int] = []
-    with pytest.raises(KeyboardInterrupt) if interrupt else contextlib.nullcontext():
-        with Deployment(cluster, run_dir=tmp_path / "run") as d:
-            pids = [p.pid for _, p in d._procs] + [d.net[sw.name].proc.pid for sw in cluster.switches()]
-            pids += [d.net[h.name].pid for h in cluster.hosts()]  # the namespaces' shells
-            assert all(_alive(p) for p in pids)
-            assert len(_our_links(cluster)) == sum(len(cluster.ports(sw.name)) for sw in cluster.switches())
-            if interrupt:
-                raise KeyboardInterrupt  # what Ctrl-C does inside a run
+    with (
+        pytest.raises(KeyboardInterrupt) if interrupt else contextlib.nullcontext(),
+        Deployment(cluster, run_dir=tmp_path / "run") as d,
+    ):
+        pids = [p.pid for _, p in d._procs] + [d.net[sw.name].proc.pid for sw in cluster.switches()]
+        pids += [d.net[h.name].pid for h in cluster.hosts()]  # the namespaces' shells
+        assert all(_alive(p) for p in pids)
+        assert len(_our_links(cluster)) == sum(len(cluster.ports(sw.name)) for sw in cluster.switches())
+        if interrupt:
+            raise KeyboardInterrupt  # what Ctrl-C does inside a run
     assert [p for p in pids if _alive(p)] == []
     assert _our_links(cluster) == []
     assert _netns_inodes() <= namespaces_before
@@ -64,8 +64,9 @@ def test_stop_leaves_nothing_behind(tmp_path, interrupt: bool) -> None:  # noqa:
 
 
 @pytest.mark.bmv2
-@pytest.mark.skipif(not shutil.which("simple_switch_grpc") or not shutil.which("p4c-bm2-ss"),
-                    reason="needs BMv2 and p4c")
+@pytest.mark.skipif(
+    not shutil.which("simple_switch_grpc") or not shutil.which("p4c-bm2-ss"), reason="needs BMv2 and p4c"
+)
 def test_packets_switch_log_traces_every_packet(tmp_path) -> None:  # noqa: ANN001
     """switch_log="packets" gives BMv2's per-packet trace, as the p4lang tutorials' logs do."""
     with Deployment(Cluster(), target="bmv2", run_dir=tmp_path / "run", switch_log="packets") as d:

@@ -46,14 +46,35 @@ def test_simulator_places_named_keys_by_the_real_hashes() -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
 def test_emulate_quick_run_writes_figures_and_summary(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "dcnet.emulate", "--quick", "--mechanisms", "distcache",
-                           "--figures", "9a", "--keys", "1000", "--step-seconds", "1.5", "--warm-seconds", "2",
-                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=560)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dcnet.emulate",
+            "--quick",
+            "--mechanisms",
+            "distcache",
+            "--figures",
+            "9a",
+            "--keys",
+            "1000",
+            "--step-seconds",
+            "1.5",
+            "--warm-seconds",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=560,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"emulated_vs_simulated_max_error=(\d+\.\d) points=(\d+)", last)
     assert m and int(m.group(2)) == 1, last
-    rows = list(csv.DictReader(open(tmp_path / "fig9a_skew.csv")))
+    rows = list(csv.DictReader((tmp_path / "fig9a_skew.csv").read_text().splitlines()))
     assert [r["mechanism"] for r in rows] == ["distcache"]
     emulated, simulated = float(rows[0]["emulated_ops"]), float(rows[0]["simulated_ops"])
     assert emulated > 0 and simulated > 0

@@ -16,8 +16,16 @@ SPINES = ["sp0", "sp1"]
 
 
 def _draw(seed: int, kinds: tuple[str, ...] = PROCESS_KINDS, per_kind: int = 3, duration: float = 60.0):  # noqa: ANN202
-    return draw(seed, duration, spines=SPINES, cache_switches=["sp0", "sp1", "sl0", "sl1"], servers=["s0", "s1"],
-                mechanism="distcache", per_kind=per_kind, kinds=kinds)
+    return draw(
+        seed,
+        duration,
+        spines=SPINES,
+        cache_switches=["sp0", "sp1", "sl0", "sl1"],
+        servers=["s0", "s1"],
+        mechanism="distcache",
+        per_kind=per_kind,
+        kinds=kinds,
+    )
 
 
 def test_a_data_plane_death_is_drawn_per_spine_with_a_length_either_side_of_the_controllers_detection() -> None:

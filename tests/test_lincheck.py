@@ -37,8 +37,9 @@ def lincheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
             return PREBUILT
         pytest.skip("no `go` on PATH and no build/lincheck: install golang-go (make deps) to test tools/lincheck")
     out = tmp_path_factory.mktemp("lincheck") / "lincheck"
-    proc = subprocess.run([go, "build", "-buildvcs=false", "-o", str(out), "."], cwd=SRC, capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        [go, "build", "-buildvcs=false", "-o", str(out), "."], cwd=SRC, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, f"go build failed:\n{proc.stderr}"
     return out
 
@@ -56,43 +57,56 @@ def check(lincheck: Path, tmp_path: Path, lines: list[dict[str, object] | str]) 
     """Write `lines` (dicts as JSON, strings verbatim) as a history and run lincheck on it."""
     history = tmp_path / "history.jsonl"
     history.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
-    return subprocess.run([str(lincheck), "--history", str(history), "--timeout", "60s"],
-                          capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [str(lincheck), "--history", str(history), "--timeout", "60s"], capture_output=True, text=True, timeout=90
+    )
 
 
 def test_linearizable_history(lincheck: Path, tmp_path: Path) -> None:
-    proc = check(lincheck, tmp_path, [
-        op(0, "k", "put", "a", 0, 100),
-        op(1, "k", "get", None, 10, 20),     # overlaps the put: may still see the key absent
-        op(2, "k", "get", "a", 50, 60),      # overlaps the put: may already see it
-        op(1, "k", "get", "a", 150, 160),
-        op(0, "k", "put", "b", 200, None),   # timed out: may take effect later, or never
-        op(2, "k", "get", "a", 300, 310),
-        op(1, "k", "get", "b", 400, 410),
-    ])
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            op(0, "k", "put", "a", 0, 100),
+            op(1, "k", "get", None, 10, 20),  # overlaps the put: may still see the key absent
+            op(2, "k", "get", "a", 50, 60),  # overlaps the put: may already see it
+            op(1, "k", "get", "a", 150, 160),
+            op(0, "k", "put", "b", 200, None),  # timed out: may take effect later, or never
+            op(2, "k", "get", "a", 300, 310),
+            op(1, "k", "get", "b", 400, 410),
+        ],
+    )
     assert (proc.returncode, proc.stdout) == (0, "ops=7 violations=0\n"), proc.stderr
     assert proc.stderr == ""
 
 
 def test_stale_read_after_acknowledged_write(lincheck: Path, tmp_path: Path) -> None:
-    proc = check(lincheck, tmp_path, [
-        op(0, "k", "put", "a", 0, 10),
-        op(0, "k", "put", "b", 20, 30),      # acknowledged before the read below began
-        op(1, "k", "get", "a", 40, 50),
-    ])
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            op(0, "k", "put", "a", 0, 10),
+            op(0, "k", "put", "b", 20, 30),  # acknowledged before the read below began
+            op(1, "k", "get", "a", 40, 50),
+        ],
+    )
     assert (proc.returncode, proc.stdout) == (1, "ops=3 violations=1\n"), proc.stderr
     assert proc.stderr == "violation key=k ops=3\n"
 
 
 def test_two_keys_one_bad(lincheck: Path, tmp_path: Path) -> None:
-    proc = check(lincheck, tmp_path, [
-        op(0, "good", "put", "1", 0, 10),
-        op(1, "good", "get", "1", 20, 30),
-        op(0, "bad", "put", "1", 0, 10),
-        delete(0, "bad", True, 20, 30),
-        op(1, "bad", "get", "1", 40, 50),    # deleted before the read began
-        op(2, "good", "get", None, 5, None),  # unknown outcome get: skipped, not counted
-    ])
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            op(0, "good", "put", "1", 0, 10),
+            op(1, "good", "get", "1", 20, 30),
+            op(0, "bad", "put", "1", 0, 10),
+            delete(0, "bad", True, 20, 30),
+            op(1, "bad", "get", "1", 40, 50),  # deleted before the read began
+            op(2, "good", "get", None, 5, None),  # unknown outcome get: skipped, not counted
+        ],
+    )
     assert (proc.returncode, proc.stdout) == (1, "ops=5 violations=1\n"), proc.stderr
     assert proc.stderr == "violation key=bad ops=3\n"
 
@@ -105,26 +119,35 @@ def test_malformed_line(lincheck: Path, tmp_path: Path) -> None:
 
 
 def test_delete_statuses_that_fit(lincheck: Path, tmp_path: Path) -> None:
-    proc = check(lincheck, tmp_path, [
-        delete(0, "k", False, 0, 10),        # never written: NOT_FOUND
-        op(1, "k", "put", "a", 20, 30),
-        delete(0, "k", True, 40, 50),        # present: OK
-        delete(1, "k", False, 60, 70),       # gone again: NOT_FOUND
-        op(1, "k", "put", "b", 80, 90),
-        delete(0, "k", None, 100, None),     # timed out: no status, may take effect later or never
-        op(2, "k", "get", "b", 200, 210),
-        delete(2, "k", True, 300, 310),      # the timed-out delete had not taken effect yet...
-        delete(0, "k", False, 400, 410),     # ...and whenever it does, the key stays absent
-    ])
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            delete(0, "k", False, 0, 10),  # never written: NOT_FOUND
+            op(1, "k", "put", "a", 20, 30),
+            delete(0, "k", True, 40, 50),  # present: OK
+            delete(1, "k", False, 60, 70),  # gone again: NOT_FOUND
+            op(1, "k", "put", "b", 80, 90),
+            delete(0, "k", None, 100, None),  # timed out: no status, may take effect later or never
+            op(2, "k", "get", "b", 200, 210),
+            delete(2, "k", True, 300, 310),  # the timed-out delete had not taken effect yet...
+            delete(0, "k", False, 400, 410),  # ...and whenever it does, the key stays absent
+        ],
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ops=9 violations=0\n", "")
 
 
-@pytest.mark.parametrize("lines", [
-    pytest.param([op(0, "k", "put", "a", 0, 10), delete(1, "k", False, 20, 30)], id="not_found-after-put"),
-    pytest.param([delete(1, "k", True, 0, 10)], id="ok-of-a-key-never-written"),
-    pytest.param([op(0, "k", "put", "a", 0, 10), delete(1, "k", True, 20, 30), delete(1, "k", True, 40, 50)],
-                 id="ok-twice-for-one-put"),
-])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param([op(0, "k", "put", "a", 0, 10), delete(1, "k", False, 20, 30)], id="not_found-after-put"),
+        pytest.param([delete(1, "k", True, 0, 10)], id="ok-of-a-key-never-written"),
+        pytest.param(
+            [op(0, "k", "put", "a", 0, 10), delete(1, "k", True, 20, 30), delete(1, "k", True, 40, 50)],
+            id="ok-twice-for-one-put",
+        ),
+    ],
+)
 def test_wrong_delete_status_is_a_violation(lincheck: Path, tmp_path: Path, lines: list[dict[str, object]]) -> None:
     proc = check(lincheck, tmp_path, lines)
     assert (proc.returncode, proc.stdout) == (1, f"ops={len(lines)} violations=1\n"), proc.stderr
@@ -165,11 +188,12 @@ def shim(redis_sock: Path, tmp_path: Path, peer: SwitchPeer) -> Iterator[ShimThr
 
 def record_history(shim: ShimThread, path: Path, **fields: object) -> HistoryStats:
     cfg = HistoryConfig(**{"keys": HOT, "duration": 60.0, "timeout": 3.0, "seed": 7, **fields})  # type: ignore[arg-type]
-    return asyncio.run(record(CLUSTER, cfg, path, resolve=lambda host: ("127.0.0.1", shim.port)))
+    return asyncio.run(record(CLUSTER, cfg, path, resolve=lambda _host: ("127.0.0.1", shim.port)))
 
 
-def test_recorded_history_with_deletes_checks_clean(lincheck: Path, tmp_path: Path, shim: ShimThread,
-                                                    peer: SwitchPeer) -> None:
+def test_recorded_history_with_deletes_checks_clean(
+    lincheck: Path, tmp_path: Path, shim: ShimThread, peer: SwitchPeer
+) -> None:
     """Eight clients against one shim: reads, puts and deletes (OK and NOT_FOUND) of six hot keys."""
     peer.seen.clear()
     history = tmp_path / "recorded.jsonl"
@@ -183,13 +207,15 @@ def test_recorded_history_with_deletes_checks_clean(lincheck: Path, tmp_path: Pa
     assert all(set(x) == {"client", "key", "op", "found", "call", "return"} for x in deletes)
     cached = {wire_key(f"lin{i}") for i in range(0, HOT, 2)}
     assert {m.key for m, _ in peer.seen if m.op == Op.INVALIDATE} == cached  # writes of cached keys ran phase 1
-    proc = subprocess.run([str(lincheck), "--history", str(history), "--timeout", "60s"], capture_output=True,
-                          text=True, timeout=90)
+    proc = subprocess.run(
+        [str(lincheck), "--history", str(history), "--timeout", "60s"], capture_output=True, text=True, timeout=90
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ops={len(lines)} violations=0\n", "")
 
 
-def test_recorded_history_with_a_flipped_delete_status_is_a_violation(lincheck: Path, tmp_path: Path,
-                                                                      shim: ShimThread) -> None:
+def test_recorded_history_with_a_flipped_delete_status_is_a_violation(
+    lincheck: Path, tmp_path: Path, shim: ShimThread
+) -> None:
     """One client, so every key's state is known at each delete: flipping any one status must be caught."""
     history = tmp_path / "recorded.jsonl"
     stats = record_history(shim, history, clients=1, ops=200, read_ratio=0.3, delete_ratio=0.5)
@@ -221,13 +247,16 @@ def test_recorder_requests_follow_the_seed(tmp_path: Path, shim: ShimThread) -> 
     assert got == {cid: list(plan(cfg, cid)) for cid in (5, 6, 7)}
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("delete_ratio", 1.5, "HistoryConfig.delete_ratio must be a number in [0, 1], not 1.5"),
-    ("read_ratio", "0.7", "HistoryConfig.read_ratio must be a number in [0, 1], not '0.7'"),
-    ("keys", 0, "HistoryConfig.keys must be a positive integer, not 0"),
-    ("ops", -1, "HistoryConfig.ops must be an integer >= 0, not -1"),
-    ("duration", 0, "HistoryConfig.duration must be a positive number of seconds, not 0"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("delete_ratio", 1.5, "HistoryConfig.delete_ratio must be a number in [0, 1], not 1.5"),
+        ("read_ratio", "0.7", "HistoryConfig.read_ratio must be a number in [0, 1], not '0.7'"),
+        ("keys", 0, "HistoryConfig.keys must be a positive integer, not 0"),
+        ("ops", -1, "HistoryConfig.ops must be an integer >= 0, not -1"),
+        ("duration", 0, "HistoryConfig.duration must be a positive number of seconds, not 0"),
+    ],
+)
 def test_history_config_rejects_bad_fields(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError) as e:
         HistoryConfig(**{field: value})  # type: ignore[arg-type]

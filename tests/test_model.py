@@ -17,8 +17,10 @@ import pytest
 
 from model import run
 
-needs_rumur = pytest.mark.skipif(shutil.which("rumur") is None or shutil.which("cc") is None,
-                                 reason="needs rumur and cc (make deps installs Debian's rumur and gcc)")
+needs_rumur = pytest.mark.skipif(
+    shutil.which("rumur") is None or shutil.which("cc") is None,
+    reason="needs rumur and cc (make deps installs Debian's rumur and gcc)",
+)
 
 TEST_CONFIGS = {c.name: c for c in run.suite("test")}
 FINDINGS = {c.name: c for c in run.suite("findings")}
@@ -123,8 +125,12 @@ def test_a_spine_failed_for_its_dead_data_plane_is_flushed_before_it_serves_agai
     res = _check(cfg)
     assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
     steps = run.brief_trace(res.trace)
-    for step in ("a spine's data plane dies", "failover 1 (its data plane is dead)",
-                 "failover 2: the shims are told the spine is down", "recovery 3: client leaves send reads"):
+    for step in (
+        "a spine's data plane dies",
+        "failover 1 (its data plane is dead)",
+        "failover 2: the shims are told the spine is down",
+        "recovery 3: client leaves send reads",
+    ):
         assert step in steps, steps
     assert "spine process crashes" not in steps and "agent restarts" not in steps
     fixed = _check(run.without_bug(cfg))

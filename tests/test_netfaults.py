@@ -27,7 +27,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 from dcnet.netfaults import (
@@ -44,6 +45,9 @@ from dcnet.netfaults import (
 )
 
 from distcache.wire import DC_PORT, Message, Op, decode, encode
+
+if TYPE_CHECKING:
+    from bench.switch import Bed
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDR_A, ADDR_B = "10.99.0.1", "10.99.0.2"
@@ -120,16 +124,19 @@ class Pair:
         return Port("dcfault-b", self.b)
 
     def start_receiver(self, idle: float = 10.0) -> subprocess.Popen:
-        proc = subprocess.Popen(["ip", "netns", "exec", self.b, sys.executable, "-m", "tests.test_netfaults", "recv",
-                                 str(idle)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.b, sys.executable, "-m", "tests.test_netfaults", "recv", str(idle)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         return proc
 
     def send(self, items: list[tuple[int, int, int, int]], end: bool = True) -> None:
         """Send [sport, dport, op, seq] from a; ``end``: then the receiver's stop datagram."""
         all_items = [list(x) for x in items] + ([[0, END_PORT, -1, 0]] if end else [])
-        sh("ip", "netns", "exec", self.a, sys.executable, "-m", "tests.test_netfaults", "send",
-           json.dumps(all_items))
+        sh("ip", "netns", "exec", self.a, sys.executable, "-m", "tests.test_netfaults", "send", json.dumps(all_items))
 
     @staticmethod
     def received(proc: subprocess.Popen) -> list[tuple[int, int, int, int]]:
@@ -157,10 +164,34 @@ def pair() -> Iterator[Pair]:
             sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", check=False)
             macs[dev] = json.loads(sh("ip", "-j", "-n", ns, "link", "show", dev).stdout)[0]["address"]
         # no ARP on the wire: the first datagrams are not queued behind a resolution
-        sh("ip", "-n", p.a, "neigh", "replace", ADDR_B, "lladdr", macs["dcfault-b"], "dev", "dcfault-a", "nud",
-           "permanent")
-        sh("ip", "-n", p.b, "neigh", "replace", ADDR_A, "lladdr", macs["dcfault-a"], "dev", "dcfault-b", "nud",
-           "permanent")
+        sh(
+            "ip",
+            "-n",
+            p.a,
+            "neigh",
+            "replace",
+            ADDR_B,
+            "lladdr",
+            macs["dcfault-b"],
+            "dev",
+            "dcfault-a",
+            "nud",
+            "permanent",
+        )
+        sh(
+            "ip",
+            "-n",
+            p.b,
+            "neigh",
+            "replace",
+            ADDR_A,
+            "lladdr",
+            macs["dcfault-a"],
+            "dev",
+            "dcfault-b",
+            "nud",
+            "permanent",
+        )
         yield p
     finally:
         for ns in (p.a, p.b):
@@ -183,8 +214,19 @@ def our_pins() -> list[Path]:
 # ---- tests ----------------------------------------------------------------------------------------------
 def test_config_layout_matches_the_program(pair: Pair) -> None:
     """FaultConfig.pack writes struct dc_cfg field by field (read back through the program's BTF)."""
-    cfg = FaultConfig(match="coherence", drop=0.25, burst=0.5, burst_len=7, duplicate=1.0, reorder=0.125,
-                      reorder_distance=3, replay=0.0625, hold_max=0.02, seed=12345, port=8888)
+    cfg = FaultConfig(
+        match="coherence",
+        drop=0.25,
+        burst=0.5,
+        burst_len=7,
+        duplicate=1.0,
+        reorder=0.125,
+        reorder_distance=3,
+        replay=0.0625,
+        hold_max=0.02,
+        seed=12345,
+        port=8888,
+    )
     with PacketFaults([pair.port_a]) as faults:
         faults.configure(cfg)
         pin = pair.port_a.pin_dir / "dc_cfg"
@@ -196,17 +238,38 @@ def test_config_layout_matches_the_program(pair: Pair) -> None:
     want_ops = [0] * 8
     for op in ops:
         want_ops[op >> 5] |= 1 << (op & 31)
-    assert v == {"enabled": 1, "match": 1, "port": 8888, "use_ops": 1, "ops": want_ops, "seed": 12345,
-                 "drop_p": 1 << 30, "burst_p": 1 << 31, "dup_p": 1 << 32, "hold_p": 1 << 29, "replay_p": 1 << 28,
-                 "burst_len": 7, "hold_distance": 3, "hold_max_ns": 20_000_000,
-                 "copy_ifindex": 0, "pad": 0}  # the veth peer is in another namespace: copies stay here
+    assert v == {
+        "enabled": 1,
+        "match": 1,
+        "port": 8888,
+        "use_ops": 1,
+        "ops": want_ops,
+        "seed": 12345,
+        "drop_p": 1 << 30,
+        "burst_p": 1 << 31,
+        "dup_p": 1 << 32,
+        "hold_p": 1 << 29,
+        "replay_p": 1 << 28,
+        "burst_len": 7,
+        "hold_distance": 3,
+        "hold_max_ns": 20_000_000,
+        "copy_ifindex": 0,
+        "pad": 0,
+    }  # the veth peer is in another namespace: copies stay here
 
 
 def test_drop_hits_only_coherence(pair: Pair) -> None:
-    sent = [coherence(Op.INVALIDATE, 0), coherence(Op.UPDATE, 1), coherence(Op.INVALIDATE_ACK, 2),
-            coherence(Op.UPDATE_ACK, 3), (0, DC_PORT, int(Op.GET), 4), (0, DC_PORT, int(Op.PUT), 5),
-            (DC_PORT, OTHER_PORT, int(Op.GET_REPLY), 6), (0, OTHER_PORT, -1, 7),
-            (0, OTHER_PORT, int(Op.INVALIDATE), 8)]  # shaped like an INVALIDATE, but not DistCache's port
+    sent = [
+        coherence(Op.INVALIDATE, 0),
+        coherence(Op.UPDATE, 1),
+        coherence(Op.INVALIDATE_ACK, 2),
+        coherence(Op.UPDATE_ACK, 3),
+        (0, DC_PORT, int(Op.GET), 4),
+        (0, DC_PORT, int(Op.PUT), 5),
+        (DC_PORT, OTHER_PORT, int(Op.GET_REPLY), 6),
+        (0, OTHER_PORT, -1, 7),
+        (0, OTHER_PORT, int(Op.INVALIDATE), 8),
+    ]  # shaped like an INVALIDATE, but not DistCache's port
     with PacketFaults([pair.port_a]) as faults:
         faults.configure(FaultConfig(match="coherence", drop=1.0))
         got = pair.exchange(sent)
@@ -345,8 +408,10 @@ def test_replay_sends_a_late_copy(pair: Pair) -> None:
 
 def test_detach_leaves_nothing_behind(pair: Pair) -> None:
     def tc_show(what: str, *args: str) -> list:
-        return json.loads(sh("nsenter", f"--net=/run/netns/{pair.a}", "tc", "-j", what, "show", "dev", "dcfault-a",
-                             *args).stdout or "[]")
+        return json.loads(
+            sh("nsenter", f"--net=/run/netns/{pair.a}", "tc", "-j", what, "show", "dev", "dcfault-a", *args).stdout
+            or "[]"
+        )
 
     assert our_pins() == []
     with PacketFaults([pair.port_a], directions=["egress", "ingress"]) as faults:
@@ -363,8 +428,24 @@ def test_detach_leaves_nothing_behind(pair: Pair) -> None:
     # a clsact that was there before stays, with its own filter; only ours goes
     ns = ["nsenter", f"--net=/run/netns/{pair.a}"]
     sh(*ns, "tc", "qdisc", "add", "dev", "dcfault-a", "clsact")
-    sh(*ns, "tc", "filter", "add", "dev", "dcfault-a", "egress", "pref", "10", "u32", "match", "u32", "0", "0",
-       "flowid", "1:1")
+    sh(
+        *ns,
+        "tc",
+        "filter",
+        "add",
+        "dev",
+        "dcfault-a",
+        "egress",
+        "pref",
+        "10",
+        "u32",
+        "match",
+        "u32",
+        "0",
+        "0",
+        "flowid",
+        "1:1",
+    )
     with PacketFaults([pair.port_a]):
         assert {f["pref"] for f in tc_show("filter", "egress")} == {10, FILTER_PREF}
     assert {f["pref"] for f in tc_show("filter", "egress")} == {10}
@@ -435,7 +516,7 @@ def test_clear_errors_and_nothing_left(pair: Pair, tmp_path: Path) -> None:
             faults.configure(FaultConfig(), directions=["ingress"])
 
 
-def _configure(bench: Any, bed: Any) -> None:
+def _configure(bench: ModuleType, bed: Bed) -> None:
     """The pipeline and sl0's entries (Bed.configure without filling the cache: only forwarding is needed)."""
     from controller.entries import plan
     from controller.p4rt import load_p4info
@@ -478,9 +559,11 @@ def _switch_main(target: str) -> None:
                 port = Port(f"bsw{bench.SERVER_PORT}", ns.name)
                 with PacketFaults([port]) as faults:
                     results["copies_to_peer"] = faults.copies_go_to_peer(port)
-                    for label, cfg in (("clean", FaultConfig(match="distcache")),
-                                       ("duplicate", FaultConfig(match="distcache", duplicate=1.0)),
-                                       ("drop", FaultConfig(match="distcache", drop=1.0))):
+                    for label, cfg in (
+                        ("clean", FaultConfig(match="distcache")),
+                        ("duplicate", FaultConfig(match="distcache", duplicate=1.0)),
+                        ("drop", FaultConfig(match="distcache", drop=1.0)),
+                    ):
                         faults.configure(cfg)
                         faults.reset_counters()
                         before = bed.stats()
@@ -488,9 +571,11 @@ def _switch_main(target: str) -> None:
                         fwd = bench.probe(frames.paths["fwd"], timeout=1.0)
                         after = bed.stats()
                         results[label] = {
-                            "miss": [p for p, _ in miss], "fwd": [p for p, _ in fwd],
+                            "miss": [p for p, _ in miss],
+                            "fwd": [p for p, _ in fwd],
                             "counters": dataclasses.asdict(faults.counters()),
-                            "switch": {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}}
+                            "switch": {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)},
+                        }
                     # reordering: the first GET is held, the second overtakes it
                     faults.configure(FaultConfig(match="distcache", reorder=1.0, hold_max=0))
                     faults.reset_counters()
@@ -501,9 +586,11 @@ def _switch_main(target: str) -> None:
                     out = bench.probe(second, timeout=1.0)
                     after = bed.stats()
                     results["reorder"] = {
-                        "held": len(held), "seqs": [decode(bench.udp_payload(f)[2]).seq for _, f in out],
+                        "held": len(held),
+                        "seqs": [decode(bench.udp_payload(f)[2]).seq for _, f in out],
                         "counters": dataclasses.asdict(faults.counters()),
-                        "switch": {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}}
+                        "switch": {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)},
+                    }
             finally:
                 bed.close()
         finally:

@@ -29,8 +29,12 @@ INCLUDE = Path(__file__).resolve().parents[1] / "p4src" / "include"
 
 def _consts() -> dict[str, int]:
     text = (INCLUDE / "define.p4").read_text()
-    return {name: int(value, 0) for name, value in
-            re.findall(r"^const\s+bit<\d+>\s+(\w+)\s*=\s*(\w+)\s*;", text, flags=re.M)}
+    return {
+        name: int(value, 0)
+        for name, value in re.findall(
+            r"^(?:@\w+\([^)]*\)\s+)?const\s+bit<\d+>\s+(\w+)\s*=\s*(\w+)\s*;", text, flags=re.M
+        )
+    }
 
 
 def _defines() -> dict[str, int]:
@@ -42,15 +46,20 @@ CONSTS = _consts()
 DEFINES = _defines()
 
 FAMILIES: list[tuple[str, type[IntEnum]]] = [
-    ("OP_", Op), ("STATUS_", Status), ("ROLE_", Role), ("PORT_", PortKind), ("MECH_", Mechanism),
-    ("DROP_", p4names.DropReason), ("STAT_", p4names.Stat),
+    ("OP_", Op),
+    ("STATUS_", Status),
+    ("ROLE_", Role),
+    ("PORT_", PortKind),
+    ("MECH_", Mechanism),
+    ("DROP_", p4names.DropReason),
+    ("STAT_", p4names.Stat),
 ]
 NOT_ENUM = {"OP_REPLY_BIT", "FLAG_ATTEMPT_SHIFT"}  # a mask over op codes, a shift: not members
 
 
 @pytest.mark.parametrize(("prefix", "enum"), FAMILIES, ids=[p.rstrip("_") for p, _ in FAMILIES])
 def test_enum_families_are_equal_both_ways(prefix: str, enum: type[IntEnum]) -> None:
-    p4 = {k[len(prefix):]: v for k, v in CONSTS.items() if k.startswith(prefix) and k not in NOT_ENUM}
+    p4 = {k[len(prefix) :]: v for k, v in CONSTS.items() if k.startswith(prefix) and k not in NOT_ENUM}
     py = {m.name: int(m) for m in enum}
     assert p4 == py, f"{prefix}* in define.p4 differ from {enum.__module__}.{enum.__name__}"
 
@@ -71,7 +80,7 @@ def test_wire_constants() -> None:
 def test_flags_are_equal_both_ways() -> None:
     """Every FLAG_* of define.p4 is a ``wire.Flag`` member and back (the attempt field included, a
     multi-bit member that iterating an IntFlag would skip); the flag bits do not overlap."""
-    p4 = {k[len("FLAG_"):]: v for k, v in CONSTS.items() if k.startswith("FLAG_") and k not in NOT_ENUM}
+    p4 = {k[len("FLAG_") :]: v for k, v in CONSTS.items() if k.startswith("FLAG_") and k not in NOT_ENUM}
     py = {name: int(m) for name, m in Flag.__members__.items() if m}
     assert p4 == py, "FLAG_* in define.p4 differ from distcache.wire.Flag"
     assert sum(py.values()) == functools.reduce(operator.or_, py.values())
@@ -109,6 +118,6 @@ def test_cpu_port_is_the_one_every_launcher_gives_bmv2() -> None:
 def test_reader_sees_every_constant() -> None:
     """The regexes above must not silently skip declarations (hex, odd spacing)."""
     text = (INCLUDE / "define.p4").read_text()
-    assert len(CONSTS) == len(re.findall(r"^const\b", text, flags=re.M))
+    assert len(CONSTS) == len(re.findall(r"^(?:@\w+\([^)]*\)\s+)?const\b", text, flags=re.M))
     text = (INCLUDE / "size.p4").read_text()
     assert len(DEFINES) == len(re.findall(r"^#define\s+\w+\s+\d", text, flags=re.M))

@@ -23,10 +23,22 @@ from tests.softswitch_helpers import DIGEST_PROGRAM, DIGEST_TEST_P4
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "p4src" / "distcache.p4"
-KINDS = {p4i.MatchField.EXACT: "exact", p4i.MatchField.LPM: "lpm", p4i.MatchField.TERNARY: "ternary",
-         p4i.MatchField.RANGE: "range", p4i.MatchField.OPTIONAL: "optional"}
-PARTS = ("tables", "actions", "registers", "counters", "meters", "digests",  # digests: zero or more
-         "controller_headers")
+KINDS = {
+    p4i.MatchField.EXACT: "exact",
+    p4i.MatchField.LPM: "lpm",
+    p4i.MatchField.TERNARY: "ternary",
+    p4i.MatchField.RANGE: "range",
+    p4i.MatchField.OPTIONAL: "optional",
+}
+PARTS = (
+    "tables",
+    "actions",
+    "registers",
+    "counters",
+    "meters",
+    "digests",  # digests: zero or more
+    "controller_headers",
+)
 UNITS = {p4i.CounterSpec.PACKETS: "packets", p4i.CounterSpec.BYTES: "bytes", p4i.CounterSpec.BOTH: "both"}
 METER_UNITS = {p4i.MeterSpec.PACKETS: "packets", p4i.MeterSpec.BYTES: "bytes"}
 
@@ -40,18 +52,22 @@ def shape(info: p4i.P4Info) -> dict:
                 "keys": [(mf.name, mf.bitwidth, KINDS[mf.match_type]) for mf in t.match_fields],
                 "actions": sorted(actions[r.id].preamble.name for r in t.action_refs),
                 "size": t.size,
-            } for t in info.tables
+            }
+            for t in info.tables
         },
         "actions": {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions},
         "registers": {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in info.registers},
         "counters": {c.preamble.name: (c.size, UNITS[c.spec.unit]) for c in info.counters},
         # v1model meters are two-rate three-colour: p4c leaves spec.type at that default, and so must we
-        "meters": {m.preamble.name: (m.size, METER_UNITS[m.spec.unit], p4i.MeterSpec.Type.Name(m.spec.type))
-                   for m in info.meters},
+        "meters": {
+            m.preamble.name: (m.size, METER_UNITS[m.spec.unit], p4i.MeterSpec.Type.Name(m.spec.type))
+            for m in info.meters
+        },
         "digests": {dg.preamble.name: digest_members(info, dg) for dg in info.digests},
-        "controller_headers": {h.preamble.name: [(md.name, md.bitwidth) for md in sorted(h.metadata,
-                                                                                          key=lambda x: x.id)]
-                               for h in info.controller_packet_metadata},
+        "controller_headers": {
+            h.preamble.name: [(md.name, md.bitwidth) for md in sorted(h.metadata, key=lambda x: x.id)]
+            for h in info.controller_packet_metadata
+        },
     }
 
 
@@ -65,8 +81,10 @@ def digest_members(info: p4i.P4Info, dg: p4i.Digest) -> list[tuple[str, int]]:
 def source_shape() -> dict:
     d = parse(MAIN)
     return {
-        "tables": {name: {"keys": t["keys"], "actions": sorted(t["actions"]), "size": t["size"]}
-                   for name, t in d.tables.items()},
+        "tables": {
+            name: {"keys": t["keys"], "actions": sorted(t["actions"]), "size": t["size"]}
+            for name, t in d.tables.items()
+        },
         "actions": d.actions,
         "registers": d.registers,
         "counters": d.counters,
@@ -97,9 +115,15 @@ def test_p4_header_matches_wire_format() -> None:
 
 @pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed (softswitch-only machine)")
 def test_p4c_p4info_matches_softswitch(tmp_path: Path) -> None:
-    out = tmp_path / "p4info.txt"
-    subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dc.json"),
-                    "--p4runtime-files", str(out), str(MAIN)], check=True)
+    """p4c compiles p4src/ without a warning, into the P4Info softswitch serves."""
+    out = tmp_path / "p4info.txtpb"
+    run = subprocess.run(
+        ["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dc.json"), "--p4runtime-files", str(out), str(MAIN)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert "warning" not in run.stderr.lower(), f"p4c warns on p4src/:\n{run.stderr}"
     theirs = p4i.P4Info()
     text_format.Parse(out.read_text(), theirs)
     ours = shape(PROGRAM.p4info())
@@ -117,9 +141,20 @@ def test_digests_are_read_from_p4_source() -> None:
 
 @pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="p4c-bm2-ss not installed (softswitch-only machine)")
 def test_p4c_digests_match_the_source_reader(tmp_path: Path) -> None:
-    out = tmp_path / "dt.p4info.txt"
-    subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dt.json"),
-                    "--p4runtime-files", str(out), DIGEST_TEST_P4], check=True)
+    out = tmp_path / "dt.p4info.txtpb"
+    subprocess.run(
+        [
+            "p4c-bm2-ss",
+            "--arch",
+            "v1model",
+            "-o",
+            str(tmp_path / "dt.json"),
+            "--p4runtime-files",
+            str(out),
+            DIGEST_TEST_P4,
+        ],
+        check=True,
+    )
     theirs = p4i.P4Info()
     text_format.Parse(out.read_text(), theirs)
     assert shape(theirs)["digests"] == parse(Path(DIGEST_TEST_P4), control="DtIngress").digests

@@ -33,46 +33,55 @@ NOT_PRIMARY_ELECTION_ID = 3
 
 
 # -- entity builders: everything by name, through the P4Info the target runs ------------------------------
-def lpm(N: Names, prefix: str = "10.2.0.0", plen: int = 16, *, port: int = 1, value: bytes | None = None,
-        action: str = n.SET_NHOP) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=N.id(n.IPV4_LPM))
-    fm = te.match.add(field_id=N.field(n.IPV4_LPM, n.KEY_IPV4_DST))
+def lpm(
+    ids: Names,
+    prefix: str = "10.2.0.0",
+    plen: int = 16,
+    *,
+    port: int = 1,
+    value: bytes | None = None,
+    action: str = n.SET_NHOP,
+) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=ids.id(n.IPV4_LPM))
+    fm = te.match.add(field_id=ids.field(n.IPV4_LPM, n.KEY_IPV4_DST))
     fm.lpm.value = value if value is not None else socket.inet_aton(prefix)
     fm.lpm.prefix_len = plen
     a = te.action.action
-    a.action_id = N.id(action)
-    a.params.add(param_id=N.param(n.SET_NHOP, "dmac"), value=b"\x02\x00\x00\x00\x00\x01")
-    a.params.add(param_id=N.param(n.SET_NHOP, "port"), value=port.to_bytes(2, "big"))
+    a.action_id = ids.id(action)
+    a.params.add(param_id=ids.param(n.SET_NHOP, "dmac"), value=b"\x02\x00\x00\x00\x00\x01")
+    a.params.add(param_id=ids.param(n.SET_NHOP, "port"), value=port.to_bytes(2, "big"))
     return te
 
 
-def port_kind(N: Names, port: int | bytes = 1, kind: int = 1) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=N.id(n.PORT_KIND))
-    te.match.add(field_id=N.field(n.PORT_KIND, n.KEY_INGRESS_PORT)).exact.value = (
-        port if isinstance(port, bytes) else port.to_bytes(2, "big"))
-    te.action.action.action_id = N.id(n.SET_PORT_KIND)
-    te.action.action.params.add(param_id=N.param(n.SET_PORT_KIND, "kind"), value=bytes([kind]))
+def port_kind(ids: Names, port: int | bytes = 1, kind: int = 1) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=ids.id(n.PORT_KIND))
+    te.match.add(field_id=ids.field(n.PORT_KIND, n.KEY_INGRESS_PORT)).exact.value = (
+        port if isinstance(port, bytes) else port.to_bytes(2, "big")
+    )
+    te.action.action.action_id = ids.id(n.SET_PORT_KIND)
+    te.action.action.params.add(param_id=ids.param(n.SET_PORT_KIND, "kind"), value=bytes([kind]))
     return te
 
 
-def switch_config_default(N: Names) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=N.id(n.SWITCH_CONFIG), is_default_action=True)
+def switch_config_default(ids: Names) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=ids.id(n.SWITCH_CONFIG), is_default_action=True)
     a = te.action.action
-    a.action_id = N.id(n.SET_CONFIG)
+    a.action_id = ids.id(n.SET_CONFIG)
     for name, v in (("switch_id", 1), ("role", 1), ("mechanism", 1)):
-        a.params.add(param_id=N.param(n.SET_CONFIG, name), value=bytes([v]))
+        a.params.add(param_id=ids.param(n.SET_CONFIG, name), value=bytes([v]))
     return te
 
 
-def ipv4_lpm_default(N: Names) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=N.id(n.IPV4_LPM), is_default_action=True)
-    te.action.action.action_id = N.id(n.DROP)
+def ipv4_lpm_default(ids: Names) -> p4r.TableEntry:
+    te = p4r.TableEntry(table_id=ids.id(n.IPV4_LPM), is_default_action=True)
+    te.action.action.action_id = ids.id(n.DROP)
     return te
 
 
-def counter(N: Names, name: str = n.DC_STATS, index: int | None = 0, *, packets: int | None = None,
-            nbytes: int = 0) -> p4r.CounterEntry:
-    ce = p4r.CounterEntry(counter_id=N.id(name))
+def counter(
+    ids: Names, name: str = n.DC_STATS, index: int | None = 0, *, packets: int | None = None, nbytes: int = 0
+) -> p4r.CounterEntry:
+    ce = p4r.CounterEntry(counter_id=ids.id(name))
     if index is not None:
         ce.index.index = index
     if packets is not None:
@@ -80,14 +89,15 @@ def counter(N: Names, name: str = n.DC_STATS, index: int | None = 0, *, packets:
     return ce
 
 
-def meter_id(N: Names, name: str = n.CACHE_METER) -> int:
-    return next(m.preamble.id for m in N.info.meters if m.preamble.name == name)
+def meter_id(ids: Names, name: str = n.CACHE_METER) -> int:
+    return next(m.preamble.id for m in ids.info.meters if m.preamble.name == name)
 
 
-def meter(N: Names, index: int | None = 0, config: tuple[int, int, int, int] | None = None, *,
-          mid: int | None = None) -> p4r.MeterEntry:
+def meter(
+    ids: Names, index: int | None = 0, config: tuple[int, int, int, int] | None = None, *, mid: int | None = None
+) -> p4r.MeterEntry:
     """A MeterEntry of the cache meter (or of id ``mid``); ``config`` is (cir, cburst, pir, pburst)."""
-    me = p4r.MeterEntry(meter_id=meter_id(N) if mid is None else mid)
+    me = p4r.MeterEntry(meter_id=meter_id(ids) if mid is None else mid)
     if index is not None:
         me.index.index = index
     if config is not None:
@@ -143,18 +153,18 @@ class Case:
         return self.bmv2 if target == "bmv2" and self.bmv2 is not None else self.want
 
 
-def W(code: int) -> Outcome:
+def item_error(code: int) -> Outcome:
     """A one-update Write that fails with ``code``: status UNKNOWN, one p4.v1.Error."""
     return ("UNKNOWN", (code,))
 
 
-def R(code: str) -> Outcome:
+def answer(code: str) -> Outcome:
     """A Read (or a whole Write) that fails with ``code`` and no per-item details."""
     return (code, ())
 
 
 WRITE_OK: Outcome = ("OK", ())
-W_INV = W(INVALID_ARGUMENT)
+W_INV = item_error(INVALID_ARGUMENT)
 
 
 def _no_action(te: p4r.TableEntry) -> None:
@@ -168,166 +178,374 @@ def _set(attr: str, value: object) -> Callable[[p4r.TableEntry], None]:
 METER_CFG = (5, 5, 10, 8)  # cir, cburst, pir, pburst: rates BMv2 reads back exactly (see test_meter_rate_rounding)
 
 BEFORE_PIPELINE: list[Case] = [
-    Case("write before a pipeline is set", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("FAILED_PRECONDITION")),
-    Case("read before a pipeline is set", "read", lambda N: [ent(p4r.TableEntry())], R("FAILED_PRECONDITION")),
+    Case(
+        "write before a pipeline is set", "write", lambda ids: [u(UPD.INSERT, lpm(ids))], answer("FAILED_PRECONDITION")
+    ),
+    Case("read before a pipeline is set", "read", lambda _ids: [ent(p4r.TableEntry())], answer("FAILED_PRECONDITION")),
 ]
 
 CASES: list[Case] = [
     # acceptance, so a target that refuses everything fails too
-    Case("good INSERT", "write", lambda N: [u(UPD.INSERT, lpm(N))], WRITE_OK),
-    Case("leading zero bytes", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N, value=b"\x00\x0a\x02\x00\x00"),
-                                       lambda te: setattr(te.action.action.params[1], "value", b"\x00\x00\x01")))],
-         WRITE_OK),
+    Case("good INSERT", "write", lambda ids: [u(UPD.INSERT, lpm(ids))], WRITE_OK),
+    Case(
+        "leading zero bytes",
+        "write",
+        lambda ids: [
+            u(
+                UPD.INSERT,
+                edit(
+                    lpm(ids, value=b"\x00\x0a\x02\x00\x00"),
+                    lambda te: setattr(te.action.action.params[1], "value", b"\x00\x00\x01"),
+                ),
+            )
+        ],
+        WRITE_OK,
+    ),
     # table entries
-    Case("MODIFY without an action", "write", lambda N: [u(UPD.MODIFY, edit(lpm(N), _no_action))], W_INV,
-         setup=lambda N: [u(UPD.INSERT, lpm(N))]),
-    Case("INSERT without an action", "write", lambda N: [u(UPD.INSERT, edit(lpm(N), _no_action))], W_INV),
-    Case("INSERT with an unknown action id", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.action.action, "action_id", 0x01ABCDEF)))],
-         W_INV),
-    Case("action not in the table's action refs", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.action.action, "action_id",
-                                                                     N.id(n.CACHE_HIT))))], W_INV),
-    Case("missing action param", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: te.action.action.params.pop()))], W_INV),
-    Case("extra action param", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: te.action.action.params.add(param_id=9, value=b"\x01")))],
-         W_INV),
-    Case("param wider than its bitwidth", "write", lambda N: [u(UPD.INSERT, lpm(N, port=512))], W_INV),
+    Case(
+        "MODIFY without an action",
+        "write",
+        lambda ids: [u(UPD.MODIFY, edit(lpm(ids), _no_action))],
+        W_INV,
+        setup=lambda ids: [u(UPD.INSERT, lpm(ids))],
+    ),
+    Case("INSERT without an action", "write", lambda ids: [u(UPD.INSERT, edit(lpm(ids), _no_action))], W_INV),
+    Case(
+        "INSERT with an unknown action id",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(lpm(ids), lambda te: setattr(te.action.action, "action_id", 0x01ABCDEF)))],
+        W_INV,
+    ),
+    Case(
+        "action not in the table's action refs",
+        "write",
+        lambda ids: [
+            u(UPD.INSERT, edit(lpm(ids), lambda te: setattr(te.action.action, "action_id", ids.id(n.CACHE_HIT))))
+        ],
+        W_INV,
+    ),
+    Case(
+        "missing action param",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(lpm(ids), lambda te: te.action.action.params.pop()))],
+        W_INV,
+    ),
+    Case(
+        "extra action param",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(lpm(ids), lambda te: te.action.action.params.add(param_id=9, value=b"\x01")))],
+        W_INV,
+    ),
+    Case("param wider than its bitwidth", "write", lambda ids: [u(UPD.INSERT, lpm(ids, port=512))], W_INV),
     # BMV2_DIFFERS: BMv2 accepts an empty bytestring; the spec rejects it
-    Case("empty param value", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.action.action.params[1], "value", b"")))],
-         W_INV, bmv2=WRITE_OK),
-    Case("exact match field missing", "write",
-         lambda N: [u(UPD.INSERT, edit(port_kind(N), lambda te: te.ClearField("match")))], W_INV),
-    Case("unknown match field id", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), lambda te: setattr(te.match[0], "field_id", 7)))], W_INV),
-    Case("exact value wider than the field", "write", lambda N: [u(UPD.INSERT, port_kind(N, 512))], W_INV),
-    Case("exact value with too many bytes", "write",
-         lambda N: [u(UPD.INSERT, port_kind(N, b"\x01\x00\x01"))], W_INV),
+    Case(
+        "empty param value",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(lpm(ids), lambda te: setattr(te.action.action.params[1], "value", b"")))],
+        W_INV,
+        bmv2=WRITE_OK,
+    ),
+    Case(
+        "exact match field missing",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(port_kind(ids), lambda te: te.ClearField("match")))],
+        W_INV,
+    ),
+    Case(
+        "unknown match field id",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(lpm(ids), lambda te: setattr(te.match[0], "field_id", 7)))],
+        W_INV,
+    ),
+    Case("exact value wider than the field", "write", lambda ids: [u(UPD.INSERT, port_kind(ids, 512))], W_INV),
+    Case(
+        "exact value with too many bytes", "write", lambda ids: [u(UPD.INSERT, port_kind(ids, b"\x01\x00\x01"))], W_INV
+    ),
     # BMV2_DIFFERS: BMv2 accepts an empty bytestring; the spec rejects it
-    Case("empty exact value", "write", lambda N: [u(UPD.INSERT, port_kind(N, b""))], W_INV, bmv2=WRITE_OK),
-    Case("wrong match kind", "write",
-         lambda N: [u(UPD.INSERT, edit(port_kind(N), lambda te: (
-             te.match[0].ClearField("exact"), setattr(te.match[0].lpm, "value", b"\x01"),
-             setattr(te.match[0].lpm, "prefix_len", 9))))], W_INV),
-    Case("LPM host bits beyond the prefix", "write", lambda N: [u(UPD.INSERT, lpm(N, "10.2.0.1", 16))], W_INV),
-    Case("LPM prefix longer than the field", "write", lambda N: [u(UPD.INSERT, lpm(N, "10.2.0.0", 33))], W_INV),
-    Case("LPM prefix 0 not omitted", "write", lambda N: [u(UPD.INSERT, lpm(N, "0.0.0.0", 0))], W_INV),
-    Case("priority on an exact table", "write",
-         lambda N: [u(UPD.INSERT, edit(port_kind(N), _set("priority", 5)))], W_INV),
-    Case("priority on an LPM table", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), _set("priority", 5)))], W_INV),
-    Case("INSERT of an existing entry", "write", lambda N: [u(UPD.INSERT, lpm(N))], W(ALREADY_EXISTS),
-         setup=lambda N: [u(UPD.INSERT, lpm(N))]),
-    Case("DELETE of a missing entry", "write", lambda N: [u(UPD.DELETE, lpm(N))], W(NOT_FOUND)),
-    Case("MODIFY of a missing entry", "write", lambda N: [u(UPD.MODIFY, lpm(N))], W(NOT_FOUND)),
-    Case("unknown table id", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), _set("table_id", 0x02ABCDEF)))], W_INV),
-    Case("table id 0", "write", lambda N: [u(UPD.INSERT, edit(lpm(N), _set("table_id", 0)))], W_INV),
+    Case("empty exact value", "write", lambda ids: [u(UPD.INSERT, port_kind(ids, b""))], W_INV, bmv2=WRITE_OK),
+    Case(
+        "wrong match kind",
+        "write",
+        lambda ids: [
+            u(
+                UPD.INSERT,
+                edit(
+                    port_kind(ids),
+                    lambda te: (
+                        te.match[0].ClearField("exact"),
+                        setattr(te.match[0].lpm, "value", b"\x01"),
+                        setattr(te.match[0].lpm, "prefix_len", 9),
+                    ),
+                ),
+            )
+        ],
+        W_INV,
+    ),
+    Case("LPM host bits beyond the prefix", "write", lambda ids: [u(UPD.INSERT, lpm(ids, "10.2.0.1", 16))], W_INV),
+    Case("LPM prefix longer than the field", "write", lambda ids: [u(UPD.INSERT, lpm(ids, "10.2.0.0", 33))], W_INV),
+    Case("LPM prefix 0 not omitted", "write", lambda ids: [u(UPD.INSERT, lpm(ids, "0.0.0.0", 0))], W_INV),
+    Case(
+        "priority on an exact table",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(port_kind(ids), _set("priority", 5)))],
+        W_INV,
+    ),
+    Case("priority on an LPM table", "write", lambda ids: [u(UPD.INSERT, edit(lpm(ids), _set("priority", 5)))], W_INV),
+    Case(
+        "INSERT of an existing entry",
+        "write",
+        lambda ids: [u(UPD.INSERT, lpm(ids))],
+        item_error(ALREADY_EXISTS),
+        setup=lambda ids: [u(UPD.INSERT, lpm(ids))],
+    ),
+    Case("DELETE of a missing entry", "write", lambda ids: [u(UPD.DELETE, lpm(ids))], item_error(NOT_FOUND)),
+    Case("MODIFY of a missing entry", "write", lambda ids: [u(UPD.MODIFY, lpm(ids))], item_error(NOT_FOUND)),
+    Case("unknown table id", "write", lambda ids: [u(UPD.INSERT, edit(lpm(ids), _set("table_id", 0x02ABCDEF)))], W_INV),
+    Case("table id 0", "write", lambda ids: [u(UPD.INSERT, edit(lpm(ids), _set("table_id", 0)))], W_INV),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when adding match entry to target"; malformed is INVALID_ARGUMENT
-    Case("keyless table INSERT", "write",
-         lambda N: [u(UPD.INSERT, edit(switch_config_default(N), _set("is_default_action", False)))],
-         W_INV, bmv2=W(UNKNOWN)),
+    Case(
+        "keyless table INSERT",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(switch_config_default(ids), _set("is_default_action", False)))],
+        W_INV,
+        bmv2=item_error(UNKNOWN),
+    ),
     # BMV2_DIFFERS: BMv2 ignores is_const; the spec says INVALID_ARGUMENT
-    Case("is_const in a write", "write",
-         lambda N: [u(UPD.INSERT, edit(lpm(N), _set("is_const", True)))], W_INV, bmv2=WRITE_OK),
-    Case("no update type", "write", lambda N: [u(UPD.UNSPECIFIED, lpm(N))], W_INV),
+    Case(
+        "is_const in a write",
+        "write",
+        lambda ids: [u(UPD.INSERT, edit(lpm(ids), _set("is_const", True)))],
+        W_INV,
+        bmv2=WRITE_OK,
+    ),
+    Case("no update type", "write", lambda ids: [u(UPD.UNSPECIFIED, lpm(ids))], W_INV),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Incorrect entity type"; malformed is INVALID_ARGUMENT
-    Case("update without an entity", "write", lambda N: [p4r.Update(type=UPD.INSERT)], W_INV, bmv2=W(UNKNOWN)),
+    Case(
+        "update without an entity", "write", lambda _ids: [p4r.Update(type=UPD.INSERT)], W_INV, bmv2=item_error(UNKNOWN)
+    ),
     # default entries
-    Case("MODIFY default entry", "write", lambda N: [u(UPD.MODIFY, switch_config_default(N))], WRITE_OK),
-    Case("reset default entry (MODIFY, no action)", "write",
-         lambda N: [u(UPD.MODIFY, edit(ipv4_lpm_default(N), _no_action))], WRITE_OK),
-    Case("default action not in the table's action refs", "write",
-         lambda N: [u(UPD.MODIFY, edit(ipv4_lpm_default(N), lambda te: setattr(te.action.action, "action_id",
-                                                                                 N.id(n.CACHE_HIT))))],
-         W_INV),
-    Case("default entry with a match", "write",
-         lambda N: [u(UPD.MODIFY, edit(ipv4_lpm_default(N), lambda te: te.match.extend(lpm(N).match)))],
-         W_INV),
-    Case("INSERT default entry", "write", lambda N: [u(UPD.INSERT, switch_config_default(N))], W_INV),
-    Case("DELETE default entry", "write", lambda N: [u(UPD.DELETE, switch_config_default(N))], W_INV),
+    Case("MODIFY default entry", "write", lambda ids: [u(UPD.MODIFY, switch_config_default(ids))], WRITE_OK),
+    Case(
+        "reset default entry (MODIFY, no action)",
+        "write",
+        lambda ids: [u(UPD.MODIFY, edit(ipv4_lpm_default(ids), _no_action))],
+        WRITE_OK,
+    ),
+    Case(
+        "default action not in the table's action refs",
+        "write",
+        lambda ids: [
+            u(
+                UPD.MODIFY,
+                edit(ipv4_lpm_default(ids), lambda te: setattr(te.action.action, "action_id", ids.id(n.CACHE_HIT))),
+            )
+        ],
+        W_INV,
+    ),
+    Case(
+        "default entry with a match",
+        "write",
+        lambda ids: [u(UPD.MODIFY, edit(ipv4_lpm_default(ids), lambda te: te.match.extend(lpm(ids).match)))],
+        W_INV,
+    ),
+    Case("INSERT default entry", "write", lambda ids: [u(UPD.INSERT, switch_config_default(ids))], W_INV),
+    Case("DELETE default entry", "write", lambda ids: [u(UPD.DELETE, switch_config_default(ids))], W_INV),
     # a batch: per-update codes, good updates applied
-    Case("batch of good and bad", "write",
-         lambda N: [u(UPD.INSERT, lpm(N)), u(UPD.INSERT, lpm(N)), u(UPD.INSERT, lpm(N, port=512)),
-                    u(UPD.DELETE, lpm(N, "10.3.0.0"))],
-         ("UNKNOWN", (OK, ALREADY_EXISTS, INVALID_ARGUMENT, NOT_FOUND))),
+    Case(
+        "batch of good and bad",
+        "write",
+        lambda ids: [
+            u(UPD.INSERT, lpm(ids)),
+            u(UPD.INSERT, lpm(ids)),
+            u(UPD.INSERT, lpm(ids, port=512)),
+            u(UPD.DELETE, lpm(ids, "10.3.0.0")),
+        ],
+        ("UNKNOWN", (OK, ALREADY_EXISTS, INVALID_ARGUMENT, NOT_FOUND)),
+    ),
     # counters and registers
-    Case("counter read, unknown counter id", "read", lambda N: [ent(p4r.CounterEntry(counter_id=0x12ABCDEF))],
-         R("INVALID_ARGUMENT")),
+    Case(
+        "counter read, unknown counter id",
+        "read",
+        lambda _ids: [ent(p4r.CounterEntry(counter_id=0x12ABCDEF))],
+        answer("INVALID_ARGUMENT"),
+    ),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when reading counter from target"; the spec says OUT_OF_RANGE
-    Case("counter read, index out of range", "read", lambda N: [ent(counter(N, n.DC_STATS, n.N_STATS))],
-         R("OUT_OF_RANGE"), bmv2=R("UNKNOWN")),
-    Case("counter read, negative index", "read", lambda N: [ent(counter(N, n.DC_STATS, -1))],
-         R("INVALID_ARGUMENT")),
+    Case(
+        "counter read, index out of range",
+        "read",
+        lambda ids: [ent(counter(ids, n.DC_STATS, n.N_STATS))],
+        answer("OUT_OF_RANGE"),
+        bmv2=answer("UNKNOWN"),
+    ),
+    Case(
+        "counter read, negative index",
+        "read",
+        lambda ids: [ent(counter(ids, n.DC_STATS, -1))],
+        answer("INVALID_ARGUMENT"),
+    ),
     # BMV2_DIFFERS: as above
-    Case("counter read, one good one bad", "read",
-         lambda N: [ent(counter(N, n.DC_STATS, 0)), ent(counter(N, n.DC_STATS, n.N_STATS))],
-         R("OUT_OF_RANGE"), bmv2=R("UNKNOWN")),
-    Case("counter INSERT", "write", lambda N: [u(UPD.INSERT, counter(N))], W_INV),
+    Case(
+        "counter read, one good one bad",
+        "read",
+        lambda ids: [ent(counter(ids, n.DC_STATS, 0)), ent(counter(ids, n.DC_STATS, n.N_STATS))],
+        answer("OUT_OF_RANGE"),
+        bmv2=answer("UNKNOWN"),
+    ),
+    Case("counter INSERT", "write", lambda ids: [u(UPD.INSERT, counter(ids))], W_INV),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when writing to counter"; the spec says OUT_OF_RANGE
-    Case("counter MODIFY, index out of range", "write",
-         lambda N: [u(UPD.MODIFY, counter(N, n.DC_STATS, n.N_STATS, packets=1))], W(OUT_OF_RANGE), bmv2=W(UNKNOWN)),
+    Case(
+        "counter MODIFY, index out of range",
+        "write",
+        lambda ids: [u(UPD.MODIFY, counter(ids, n.DC_STATS, n.N_STATS, packets=1))],
+        item_error(OUT_OF_RANGE),
+        bmv2=item_error(UNKNOWN),
+    ),
     # BMV2_DIFFERS: BMv2 has not implemented it; the spec defines it (set every cell)
-    Case("counter MODIFY of every cell (no index)", "write",
-         lambda N: [u(UPD.MODIFY, counter(N, n.DC_STATS, None, packets=1))], WRITE_OK, bmv2=W(UNIMPLEMENTED)),
-    Case("register read", "read",
-         lambda N: [ent(p4r.RegisterEntry(register_id=N.id(n.LOAD_COUNT), index=p4r.Index(index=0)))],
-         R("UNIMPLEMENTED")),
-    Case("register write", "write",
-         lambda N: [u(UPD.MODIFY, p4r.RegisterEntry(register_id=N.id(n.LOAD_COUNT), index=p4r.Index(index=0),
-                                                    data=p4d.P4Data(bitstring=b"\x05")))], W(UNIMPLEMENTED)),
+    Case(
+        "counter MODIFY of every cell (no index)",
+        "write",
+        lambda ids: [u(UPD.MODIFY, counter(ids, n.DC_STATS, None, packets=1))],
+        WRITE_OK,
+        bmv2=item_error(UNIMPLEMENTED),
+    ),
+    Case(
+        "register read",
+        "read",
+        lambda ids: [ent(p4r.RegisterEntry(register_id=ids.id(n.LOAD_COUNT), index=p4r.Index(index=0)))],
+        answer("UNIMPLEMENTED"),
+    ),
+    Case(
+        "register write",
+        "write",
+        lambda ids: [
+            u(
+                UPD.MODIFY,
+                p4r.RegisterEntry(
+                    register_id=ids.id(n.LOAD_COUNT), index=p4r.Index(index=0), data=p4d.P4Data(bitstring=b"\x05")
+                ),
+            )
+        ],
+        item_error(UNIMPLEMENTED),
+    ),
     # meters (MeterEntry: MODIFY only; no config, or all four values -1, resets a cell to unconfigured)
-    Case("meter MODIFY with a config", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG))], WRITE_OK),
-    Case("meter MODIFY without a config", "write", lambda N: [u(UPD.MODIFY, meter(N, 0))], WRITE_OK,
-         setup=lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG))]),
-    Case("meter MODIFY with all values -1", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (-1, -1, -1, -1)))],
-         WRITE_OK),
-    Case("meter MODIFY with zero rates and bursts", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (0, 0, 0, 0)))],
-         WRITE_OK),
-    Case("meter INSERT", "write", lambda N: [u(UPD.INSERT, meter(N, 0, METER_CFG))], W_INV),
-    Case("meter DELETE", "write", lambda N: [u(UPD.DELETE, meter(N, 0))], W_INV),
-    Case("meter MODIFY, meter_id 0", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG, mid=0))], W_INV),
-    Case("meter MODIFY, unknown meter id", "write",
-         lambda N: [u(UPD.MODIFY, meter(N, 0, METER_CFG, mid=0x14ABCDEF))], W_INV),
+    Case("meter MODIFY with a config", "write", lambda ids: [u(UPD.MODIFY, meter(ids, 0, METER_CFG))], WRITE_OK),
+    Case(
+        "meter MODIFY without a config",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 0))],
+        WRITE_OK,
+        setup=lambda ids: [u(UPD.MODIFY, meter(ids, 0, METER_CFG))],
+    ),
+    Case(
+        "meter MODIFY with all values -1",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 0, (-1, -1, -1, -1)))],
+        WRITE_OK,
+    ),
+    Case(
+        "meter MODIFY with zero rates and bursts",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 0, (0, 0, 0, 0)))],
+        WRITE_OK,
+    ),
+    Case("meter INSERT", "write", lambda ids: [u(UPD.INSERT, meter(ids, 0, METER_CFG))], W_INV),
+    Case("meter DELETE", "write", lambda ids: [u(UPD.DELETE, meter(ids, 0))], W_INV),
+    Case("meter MODIFY, meter_id 0", "write", lambda ids: [u(UPD.MODIFY, meter(ids, 0, METER_CFG, mid=0))], W_INV),
+    Case(
+        "meter MODIFY, unknown meter id",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 0, METER_CFG, mid=0x14ABCDEF))],
+        W_INV,
+    ),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when writing meter spec"; the spec says OUT_OF_RANGE
-    Case("meter MODIFY, index out of range", "write", lambda N: [u(UPD.MODIFY, meter(N, 1, METER_CFG))],
-         W(OUT_OF_RANGE), bmv2=W(UNKNOWN)),
-    Case("meter MODIFY, negative index", "write", lambda N: [u(UPD.MODIFY, meter(N, -1, METER_CFG))], W_INV),
+    Case(
+        "meter MODIFY, index out of range",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 1, METER_CFG))],
+        item_error(OUT_OF_RANGE),
+        bmv2=item_error(UNKNOWN),
+    ),
+    Case("meter MODIFY, negative index", "write", lambda ids: [u(UPD.MODIFY, meter(ids, -1, METER_CFG))], W_INV),
     # BMV2_DIFFERS: BMv2 has not implemented it; the spec defines it (set every cell)
-    Case("meter MODIFY of every cell (no index)", "write", lambda N: [u(UPD.MODIFY, meter(N, None, METER_CFG))],
-         WRITE_OK, bmv2=W(UNIMPLEMENTED)),
+    Case(
+        "meter MODIFY of every cell (no index)",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, None, METER_CFG))],
+        WRITE_OK,
+        bmv2=item_error(UNIMPLEMENTED),
+    ),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when writing meter spec" (and leaves the cell half written)
-    Case("meter MODIFY, cir > pir", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (10, 5, 5, 5)))], W_INV,
-         bmv2=W(UNKNOWN)),
-    Case("meter MODIFY, negative rate", "write", lambda N: [u(UPD.MODIFY, meter(N, 0, (-2, 5, 5, 5)))], W_INV),
-    Case("meter MODIFY, burst wider than 32 bits", "write",
-         lambda N: [u(UPD.MODIFY, meter(N, 0, (5, 1 << 32, 5, 5)))], W(UNIMPLEMENTED)),
-    Case("meter read of one cell", "read", lambda N: [ent(meter(N, 0))], R("OK")),
-    Case("meter read of every meter at one index", "read", lambda N: [ent(meter(N, 0, mid=0))], R("OK")),
-    Case("meter read, unknown meter id", "read", lambda N: [ent(meter(N, 0, mid=0x14ABCDEF))],
-         R("INVALID_ARGUMENT")),
+    Case(
+        "meter MODIFY, cir > pir",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 0, (10, 5, 5, 5)))],
+        W_INV,
+        bmv2=item_error(UNKNOWN),
+    ),
+    Case("meter MODIFY, negative rate", "write", lambda ids: [u(UPD.MODIFY, meter(ids, 0, (-2, 5, 5, 5)))], W_INV),
+    Case(
+        "meter MODIFY, burst wider than 32 bits",
+        "write",
+        lambda ids: [u(UPD.MODIFY, meter(ids, 0, (5, 1 << 32, 5, 5)))],
+        item_error(UNIMPLEMENTED),
+    ),
+    Case("meter read of one cell", "read", lambda ids: [ent(meter(ids, 0))], answer("OK")),
+    Case("meter read of every meter at one index", "read", lambda ids: [ent(meter(ids, 0, mid=0))], answer("OK")),
+    Case(
+        "meter read, unknown meter id",
+        "read",
+        lambda ids: [ent(meter(ids, 0, mid=0x14ABCDEF))],
+        answer("INVALID_ARGUMENT"),
+    ),
     # BMV2_DIFFERS: BMv2 says UNKNOWN "Error when reading meter spec from target"; the spec says OUT_OF_RANGE
-    Case("meter read, index out of range", "read", lambda N: [ent(meter(N, 1))], R("OUT_OF_RANGE"),
-         bmv2=R("UNKNOWN")),
-    Case("meter read, negative index", "read", lambda N: [ent(meter(N, -1))], R("INVALID_ARGUMENT")),
+    Case(
+        "meter read, index out of range",
+        "read",
+        lambda ids: [ent(meter(ids, 1))],
+        answer("OUT_OF_RANGE"),
+        bmv2=answer("UNKNOWN"),
+    ),
+    Case("meter read, negative index", "read", lambda ids: [ent(meter(ids, -1))], answer("INVALID_ARGUMENT")),
     # BMV2_DIFFERS: BMv2 says UNKNOWN; malformed is INVALID_ARGUMENT
-    Case("read of an empty entity", "read", lambda N: [p4r.Entity()], R("INVALID_ARGUMENT"), bmv2=R("UNKNOWN")),
-    Case("table read, unknown table id", "read", lambda N: [ent(p4r.TableEntry(table_id=0x02ABCDEF))],
-         R("INVALID_ARGUMENT")),
+    Case(
+        "read of an empty entity",
+        "read",
+        lambda _ids: [p4r.Entity()],
+        answer("INVALID_ARGUMENT"),
+        bmv2=answer("UNKNOWN"),
+    ),
+    Case(
+        "table read, unknown table id",
+        "read",
+        lambda _ids: [ent(p4r.TableEntry(table_id=0x02ABCDEF))],
+        answer("INVALID_ARGUMENT"),
+    ),
     # arbitration
-    Case("Write without being primary", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("PERMISSION_DENIED"),
-         election_id=NOT_PRIMARY_ELECTION_ID),
-    Case("Write without an election id", "write", lambda N: [u(UPD.INSERT, lpm(N))], R("PERMISSION_DENIED"),
-         election_id=None),
+    Case(
+        "Write without being primary",
+        "write",
+        lambda ids: [u(UPD.INSERT, lpm(ids))],
+        answer("PERMISSION_DENIED"),
+        election_id=NOT_PRIMARY_ELECTION_ID,
+    ),
+    Case(
+        "Write without an election id",
+        "write",
+        lambda ids: [u(UPD.INSERT, lpm(ids))],
+        answer("PERMISSION_DENIED"),
+        election_id=None,
+    ),
 ]
 
 
 # -- fixtures ----------------------------------------------------------------------------------------------
-TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.skipif(
-    not BMV2_AVAILABLE, reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH"))]
+TARGETS = [
+    "softswitch",
+    pytest.param(
+        "bmv2",
+        marks=pytest.mark.skipif(not BMV2_AVAILABLE, reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH"),
+    ),
+]
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -342,8 +560,11 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 def reset_meters(target: Target) -> None:
     """Every meter cell back to unconfigured (MODIFY without a config), one index at a time as BMv2 needs."""
-    ups = [u(UPD.MODIFY, meter(target.names, i, mid=m.preamble.id))
-           for m in target.names.info.meters for i in range(m.size)]
+    ups = [
+        u(UPD.MODIFY, meter(target.names, i, mid=m.preamble.id))
+        for m in target.names.info.meters
+        for i in range(m.size)
+    ]
     assert target.write(ups) == WRITE_OK
 
 
@@ -378,14 +599,14 @@ PACKET_COUNTERS = (n.DC_STATS, n.DC_DROPS, n.CACHE_HITS)
 @pytest.mark.parametrize("name", PACKET_COUNTERS)
 def test_packet_counters_read_back_without_bytes(target: Target, name: str) -> None:
     """Set a cell with both counts (MODIFY), read it back alone and in a wildcard read: packets only."""
-    N = target.names
-    ce = counter(N, name, 3, packets=5, nbytes=700)
+    ids = target.names
+    ce = counter(ids, name, 3, packets=5, nbytes=700)
     assert target.write([u(UPD.MODIFY, ce)]) == WRITE_OK
     try:
-        (outcome, one) = target.read([ent(counter(N, name, 3))])
-        assert outcome == R("OK")
-        (outcome, every) = target.read([ent(counter(N, name, None))])
-        assert outcome == R("OK")
+        (outcome, one) = target.read([ent(counter(ids, name, 3))])
+        assert outcome == answer("OK")
+        (outcome, every) = target.read([ent(counter(ids, name, None))])
+        assert outcome == answer("OK")
         cell3 = [e for e in every if e.counter_entry.index.index == 3]
         for e in (*one, *cell3):
             assert e.counter_entry.HasField("data")
@@ -399,7 +620,7 @@ def test_packet_counters_read_back_without_bytes(target: Target, name: str) -> N
 # -- meters: what a read answers -----------------------------------------------------------------------------
 def read_meters(target: Target, q: p4r.MeterEntry) -> list[p4r.MeterEntry]:
     outcome, got = target.read([ent(q)])
-    assert outcome == R("OK"), outcome
+    assert outcome == answer("OK"), outcome
     return [e.meter_entry for e in got]
 
 
@@ -414,43 +635,43 @@ def cell(mid: int, config: tuple[int, int, int, int] | None = None) -> p4r.Meter
 
 def test_meter_config_reads_back(clean: Target) -> None:
     """A written config reads back as written: by cell, by meter (every cell) and for every meter."""
-    N = clean.names
-    assert clean.write([u(UPD.MODIFY, meter(N, 0, METER_CFG))]) == WRITE_OK
-    want = [cell(meter_id(N), METER_CFG)]
-    assert read_meters(clean, meter(N, 0)) == want
-    assert read_meters(clean, meter(N, None)) == want
-    assert read_meters(clean, meter(N, None, mid=0)) == want
+    ids = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(ids, 0, METER_CFG))]) == WRITE_OK
+    want = [cell(meter_id(ids), METER_CFG)]
+    assert read_meters(clean, meter(ids, 0)) == want
+    assert read_meters(clean, meter(ids, None)) == want
+    assert read_meters(clean, meter(ids, None, mid=0)) == want
 
 
 def test_unconfigured_meter_reads_without_config(clean: Target) -> None:
     """A cell never configured reads back with no config (BMv2: the PI default spec, all -1, is left out)."""
-    N = clean.names
-    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N))]
-    assert read_meters(clean, meter(N, None, mid=0)) == [cell(meter_id(N))]
+    ids = clean.names
+    assert read_meters(clean, meter(ids, 0)) == [cell(meter_id(ids))]
+    assert read_meters(clean, meter(ids, None, mid=0)) == [cell(meter_id(ids))]
 
 
 @pytest.mark.parametrize("reset", [None, (-1, -1, -1, -1)], ids=["no config", "all -1"])
 def test_meter_modify_without_config_resets(clean: Target, reset: tuple[int, int, int, int] | None) -> None:
     """MODIFY with no config (the spec) or all four values -1 (BMv2's old form) makes the cell unconfigured."""
-    N = clean.names
-    assert clean.write([u(UPD.MODIFY, meter(N, 0, METER_CFG))]) == WRITE_OK
-    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N), METER_CFG)]
-    assert clean.write([u(UPD.MODIFY, meter(N, 0, reset))]) == WRITE_OK
-    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N))]
+    ids = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(ids, 0, METER_CFG))]) == WRITE_OK
+    assert read_meters(clean, meter(ids, 0)) == [cell(meter_id(ids), METER_CFG)]
+    assert clean.write([u(UPD.MODIFY, meter(ids, 0, reset))]) == WRITE_OK
+    assert read_meters(clean, meter(ids, 0)) == [cell(meter_id(ids))]
 
 
 def test_meter_zero_config_is_a_config(clean: Target) -> None:
     """All zeros is a configuration (every packet RED), read back as an empty but present config."""
-    N = clean.names
-    assert clean.write([u(UPD.MODIFY, meter(N, 0, (0, 0, 0, 0)))]) == WRITE_OK
-    (got,) = read_meters(clean, meter(N, 0))
+    ids = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(ids, 0, (0, 0, 0, 0)))]) == WRITE_OK
+    (got,) = read_meters(clean, meter(ids, 0))
     assert got.HasField("config") and got.config == p4r.MeterConfig()
 
 
 def test_meter_rate_rounding(clean: Target) -> None:
     """BMV2_DIFFERS: BMv2 stores a rate as rate / 1e6 per microsecond (a double) and reads back the
     truncated rate * 1e6, so some rates come back one less (249 -> 248); softswitch answers what was written."""
-    N = clean.names
-    assert clean.write([u(UPD.MODIFY, meter(N, 0, (249, 7, 1000, 9)))]) == WRITE_OK
+    ids = clean.names
+    assert clean.write([u(UPD.MODIFY, meter(ids, 0, (249, 7, 1000, 9)))]) == WRITE_OK
     want = (248 if clean.name == "bmv2" else 249, 7, 1000, 9)
-    assert read_meters(clean, meter(N, 0)) == [cell(meter_id(N), want)]
+    assert read_meters(clean, meter(ids, 0)) == [cell(meter_id(ids), want)]

@@ -12,7 +12,7 @@ from controller.p4rt import Match
 from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, PortKind, Role
-from distcache.hashing import N_SPINE_BUCKETS, InvalidKey, h0, h1, user_key, wire_key
+from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
 
 
 def test_partition_covers_every_bucket_evenly() -> None:
@@ -45,7 +45,7 @@ def test_wire_keys() -> None:
     long = wire_key("k" * 40)
     assert len(long) == 16 and long[-1] == 0xFF and user_key(long) is None
     for bad in ("", b"", 5, None):
-        with pytest.raises(InvalidKey):
+        with pytest.raises(InvalidKeyError):
             wire_key(bad)  # type: ignore[arg-type]
 
 
@@ -63,8 +63,13 @@ def test_plan_small_cluster() -> None:
     assert p_sl.config == {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 1}
     kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sl.entries if e.table == n.PORT_KIND}
     assert kinds == {1: PortKind.STORAGE, 2: PortKind.FABRIC}
-    routes = {(e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len):
-              e.params_dict.get("port", e.action) for e in p_sl.entries if e.table == n.IPV4_LPM}
+    routes = {
+        (e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len): e.params_dict.get(
+            "port", e.action
+        )
+        for e in p_sl.entries
+        if e.table == n.IPV4_LPM
+    }
     assert routes[(0x0A010001, 32)] == 1  # the server, on port 1
     assert routes[(0x0AFF0001, 32)] == 2  # the spine's address, up
     assert routes[(0x0A000000, 8)] == n.TRANSIT  # other racks: over the spines (transit_spine)
@@ -84,11 +89,16 @@ def test_leaves_get_the_clusters_liveness_times_spines_do_not() -> None:
     buckets = spine_buckets([c.spine(0).switch_id])
     for sw in (c.client_leaf(0), c.storage_leaf(0)):
         (cfg,) = [e for e in plan(c, sw, buckets).defaults if e.table == n.LIVENESS_CONFIG]
-        assert (cfg.action, cfg.params_dict) == (n.SET_LIVENESS, {"dead_after": 45_000, "dead_after_max": 400_000,
-                                                              "hold": 250_500})
+        assert (cfg.action, cfg.params_dict) == (
+            n.SET_LIVENESS,
+            {"dead_after": 45_000, "dead_after_max": 400_000, "hold": 250_500},
+        )
     assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == n.LIVENESS_CONFIG]
     assert (Cluster().dead_after_ms, Cluster().dead_after_max_ms, Cluster().liveness_hold_ms) == (
-        n.DEAD_AFTER_US / 1000, n.DEAD_AFTER_MAX_US / 1000, n.HOLD_US / 1000)
+        n.DEAD_AFTER_US / 1000,
+        n.DEAD_AFTER_MAX_US / 1000,
+        n.HOLD_US / 1000,
+    )
 
 
 def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
@@ -107,27 +117,32 @@ def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
     assert max(replica.values()) - min(replica.values()) <= 1
     sl = plan(c, c.storage_leaf(0), buckets, live)
     assert {e.params_dict["port"] for e in sl.entries if e.table == n.TRANSIT_SPINE} == {
-        p for p, name in c.ports(c.storage_leaf(0).name).items() if name in (spines[0].name, spines[2].name)}
+        p for p, name in c.ports(c.storage_leaf(0).name).items() if name in (spines[0].name, spines[2].name)
+    }
 
 
 def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:
     hot = [wire_key("hot-a"), wire_key("hot-b")]
-    for mech, leaf_caches, spine_buckets_of_sp0 in ((Mechanism.DISTCACHE, True, "own"),
-                                                    (Mechanism.PARTITION, True, "own"),
-                                                    (Mechanism.REPLICATION, True, "all"),
-                                                    (Mechanism.HYBRID, True, "own"),
-                                                    (Mechanism.NOCACHE, False, "none")):
+    for mech, leaf_caches, spine_buckets_of_sp0 in (
+        (Mechanism.DISTCACHE, True, "own"),
+        (Mechanism.PARTITION, True, "own"),
+        (Mechanism.REPLICATION, True, "all"),
+        (Mechanism.HYBRID, True, "own"),
+        (Mechanism.NOCACHE, False, "none"),
+    ):
         c = Cluster(spines=2, storage_racks=2, mechanism=mech)
         buckets = spine_buckets([1, 2])
         sl = plan(c, c.storage_leaf(0), buckets)
         assert any(e.table == n.HH_RACKS for e in sl.entries) == leaf_caches, mech
         mine = {e.match_dict[n.KEY_BUCKET] for e in plan(c, c.spine(0), buckets).entries if e.table == n.HH_BUCKETS}
-        want = {"own": {b for b, s in enumerate(buckets) if s == 1}, "all": set(range(N_SPINE_BUCKETS)),
-                "none": set()}[spine_buckets_of_sp0]
+        want = {"own": {b for b, s in enumerate(buckets) if s == 1}, "all": set(range(N_SPINE_BUCKETS)), "none": set()}[
+            spine_buckets_of_sp0
+        ]
         assert mine == want, mech
         cl = plan(c, c.client_leaf(0), buckets, replicated=hot)
         assert {e.match_dict[n.KEY_DC_KEY] for e in cl.entries if e.table == n.REPLICATED_KEYS} == {
-            int.from_bytes(k, "big") for k in hot}
+            int.from_bytes(k, "big") for k in hot
+        }
 
 
 def test_cluster_json_round_trip_and_errors() -> None:
@@ -151,7 +166,7 @@ def test_versions_never_repeat_within_an_epoch_in_any_slot() -> None:
     delayed populate of an evicted entry would arm the key's next entry there if it had the same
     version (the model's spec-populate-slot).  A wrapping counter, or one per slot, breaks this.
     """
-    from controller.agent import SlotAllocator, VersionsExhausted
+    from controller.agent import SlotAllocator, VersionsExhaustedError
 
     alloc = SlotAllocator(2)
     seen: set[int] = set()
@@ -168,7 +183,7 @@ def test_versions_never_repeat_within_an_epoch_in_any_slot() -> None:
         alloc.give_back(take())  # the other slot churns through the tags
     alloc.give_back(held)
     take()  # the last version of the epoch
-    with pytest.raises(VersionsExhausted):
+    with pytest.raises(VersionsExhaustedError):
         take()
     assert len(seen) == 0xFFFF
     alloc.new_epoch()  # a new epoch: every tag changed, the versions start again

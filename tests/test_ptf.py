@@ -20,11 +20,16 @@ SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed$")
 
 TARGETS = [
     "softswitch",
-    pytest.param("bmv2", marks=[
-        pytest.mark.bmv2,
-        pytest.mark.skipif(not (shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss")),
-                           reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH"),
-    ]),
+    pytest.param(
+        "bmv2",
+        marks=[
+            pytest.mark.bmv2,
+            pytest.mark.skipif(
+                not (shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss")),
+                reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH",
+            ),
+        ],
+    ),
 ]
 
 pytestmark = [
@@ -37,10 +42,15 @@ pytestmark = [
 @pytest.mark.parametrize("target", TARGETS)
 def test_ptf_suite(target: str) -> None:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "mininet")]
-                                        + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, "-m", "tests.ptf.run", "--target", target], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=170)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "mininet")] + [p for p in [env.get("PYTHONPATH")] if p])
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.ptf.run", "--target", target],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     out = proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     tail = "\n".join(out.strip().splitlines()[-40:])

@@ -3,6 +3,7 @@ the bounds of one request's copies (issue 16, item 3).  Pure arithmetic: no sock
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -104,8 +105,7 @@ def test_no_retries_is_one_copy_waiting_the_cap() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.floats(1e-3, 0.05), st.floats(0.05, 2.0), st.integers(0, 8), st.lists(rtts, max_size=5),
-       st.integers(0, 6))
+@given(st.floats(1e-3, 0.05), st.floats(0.05, 2.0), st.integers(0, 8), st.lists(rtts, max_size=5), st.integers(0, 6))
 def test_schedule_bounds(floor: float, cap: float, retries: int, samples: list[float], backoffs: int) -> None:
     """Every timeout in a row: waits double (up to the cap), the request gives up (retries + 1) * cap after
     its first copy, and sends at most retries + 1 + ceil(log2(cap / floor)) copies."""
@@ -124,7 +124,7 @@ def test_schedule_bounds(floor: float, cap: float, retries: int, samples: list[f
     assert now == pytest.approx((retries + 1) * cap)
     assert len(waits) <= (1 if retries == 0 else retries + 1 + math.ceil(math.log2(cap / floor)))
     assert all(floor <= w <= cap for w in waits)
-    assert all(b >= min(cap, 2 * a) - 1e-12 for a, b in zip(waits, waits[1:], strict=False))
+    assert all(b >= min(cap, 2 * a) - 1e-12 for a, b in itertools.pairwise(waits))
 
 
 def test_bad_bounds_are_refused() -> None:

@@ -17,8 +17,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from client_lib import AsyncClient, Client, InvalidKey, InvalidValue, RequestTimeout, ServerError, ValueTooLarge
-from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailable
+from client_lib import (
+    AsyncClient,
+    Client,
+    InvalidKeyError,
+    InvalidValueError,
+    RequestTimeoutError,
+    ServerError,
+    ValueTooLargeError,
+)
+from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
@@ -77,12 +85,26 @@ class SwitchPeer:
 class ShimThread:
     """A real Shim with its control channel, on its own event loop thread."""
 
-    def __init__(self, redis_sock: Path, peer: SwitchPeer, control: Path, state_file: Path | None = None,
-                 cluster: Cluster = CLUSTER, fresh: bool = True) -> None:
+    def __init__(
+        self,
+        redis_sock: Path,
+        peer: SwitchPeer,
+        control: Path,
+        state_file: Path | None = None,
+        cluster: Cluster = CLUSTER,
+        fresh: bool = True,
+    ) -> None:
         self.loop = asyncio.new_event_loop()
-        self.shim = Shim(cluster, cluster.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0,
-                         coherence_address=lambda spine: ("127.0.0.1", peer.port), state_file=state_file,
-                         fresh=fresh)
+        self.shim = Shim(
+            cluster,
+            cluster.server(0, 0),
+            f"unix://{redis_sock}",
+            listen="127.0.0.1",
+            port=0,
+            coherence_address=lambda _spine: ("127.0.0.1", peer.port),
+            state_file=state_file,
+            fresh=fresh,
+        )
         self.control_addr = f"unix:{control}"
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.run(self._start())
@@ -111,7 +133,7 @@ def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
     shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
     link = ShimLink(shim.control_addr)
     link.partition([SPINE] * N_SPINE_BUCKETS)
-    client = Client(CLUSTER, resolve=lambda host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
+    client = Client(CLUSTER, resolve=lambda _host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
     yield client, shim, peer, link, redis.Redis(unix_socket_path=str(redis_sock))
     client.close()
     shim.close()
@@ -137,7 +159,7 @@ def test_put_get_delete(env) -> None:  # noqa: ANN001
 
 
 def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: ANN001
-    client, shim, peer, link, r = env
+    client, _shim, peer, link, r = env
     client.put("hot", "old")
     key = wire_key("hot").hex()
     assert link.populate(bytes.fromhex(key), SPINE, 0, 1) == "valid"
@@ -251,7 +273,7 @@ def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Pa
     try:
         st = link.stats()
         assert st["view_known"] is False and st["epoch"] == 7 and st["down"] == [SPINE]
-        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=3.0, retries=0) as client:
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=3.0, retries=0) as client:
             client.put("never-cached", "v")
             _wait_seen(peer, 2)
             assert [(m.op, m.target) for m, _ in peer.seen] == [(Op.INVALIDATE, SPINE + 1), (Op.UPDATE, SPINE + 1)]
@@ -274,13 +296,15 @@ def test_server_rate_limit_queues_then_drops(redis_sock: Path, tmp_path: Path) -
     link = ShimLink(shim.control_addr)
 
     async def flood() -> list[bool]:
-        async with AsyncClient(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
+        async with AsyncClient(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
+
             async def one(i: int) -> bool:
                 try:
                     await c.get(f"k{i}")
                     return True
-                except RequestTimeout:
+                except RequestTimeoutError:
                     return False
+
             return await asyncio.gather(*(one(i) for i in range(40)))
 
     try:
@@ -302,7 +326,7 @@ def test_coherence_is_paid_from_the_server_rate(redis_sock: Path, tmp_path: Path
     shim = ShimThread(redis_sock, peer, tmp_path / "s.sock", cluster=Cluster(server_rate=0.5, server_burst=10))
     link = ShimLink(shim.control_addr)
     link.partition([SPINE] * N_SPINE_BUCKETS)
-    client = Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=0.5, retries=0)
+    client = Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=0.5, retries=0)
     try:
         if cached:
             assert link.populate(wire_key("hot"), SPINE, 0, 1) in ("absent", "valid")
@@ -313,7 +337,7 @@ def test_coherence_is_paid_from_the_server_rate(redis_sock: Path, tmp_path: Path
             try:
                 client.get(f"other{i}")
                 answered += 1
-            except RequestTimeout:
+            except RequestTimeoutError:
                 pass
         assert answered == (1 if cached else 5)
         assert link.stats()["errors"].get("rate_limited", 0) == 5 - answered
@@ -333,7 +357,7 @@ def test_mget_reads_many_keys_at_once_sync_and_async(env) -> None:  # noqa: ANN0
     assert client.mget([]) == []
 
     async def amget() -> list[bytes | None]:
-        async with AsyncClient(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=3.0) as c:
+        async with AsyncClient(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=3.0) as c:
             return await c.mget(keys)
 
     assert asyncio.run(amget()) == expected
@@ -343,9 +367,11 @@ def test_mget_without_a_server_names_the_missing_replies() -> None:
     dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dead.bind(("127.0.0.1", 0))
     port = dead.getsockname()[1]
-    with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", port), timeout=0.05, retries=1) as c:
-        with pytest.raises(RequestTimeout, match="3 of 3 reads got no reply after 2 attempts"):
-            c.mget(["a", "b", "c"])
+    with (
+        Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", port), timeout=0.05, retries=1) as c,
+        pytest.raises(RequestTimeoutError, match="3 of 3 reads got no reply after 2 attempts"),
+    ):
+        c.mget(["a", "b", "c"])
     dead.close()
 
 
@@ -390,7 +416,7 @@ def test_a_retried_write_is_applied_once_across_a_shim_restart(redis_sock: Path,
     second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state, fresh=False)
     r = redis.Redis(unix_socket_path=str(redis_sock))
     try:
-        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", second.port), timeout=3.0, retries=0) as b:
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", second.port), timeout=3.0, retries=0) as b:
             b.put("k", "B")
         assert _raw_write(a, second.port, "k", "A", seq=5).status == 0  # the retry of A, long after
         assert r.get(wire_key("k")) == b"B"
@@ -420,7 +446,7 @@ def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # no
 
 
 def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
-    client, shim, peer, link, _ = env
+    client, _shim, peer, link, _ = env
     link.populate(wire_key("k"), SPINE, 0, 1)
     peer.seen.clear()
     peer.drop = 2
@@ -431,7 +457,7 @@ def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
 
 
 def test_write_fails_without_touching_redis_when_never_acknowledged(env) -> None:  # noqa: ANN001
-    client, shim, peer, link, r = env
+    client, _shim, peer, link, r = env
     client.put("k", "before")
     link.populate(wire_key("k"), SPINE, 0, 1)
     peer.mute = True
@@ -465,26 +491,28 @@ def test_garbage_is_counted_and_dropped(env) -> None:  # noqa: ANN001
 
 def test_control_api_rejects_bad_arguments_and_stays_usable(env) -> None:  # noqa: ANN001
     _, shim, _, link, _ = env
-    for call, expected in ((lambda: link.populate(b"zz", SPINE, 0, 1), "16-byte wire key"),
-                           (lambda: link.evict(wire_key("k"), 0), "switch id"),
-                           (lambda: link.partition([1, 2]), "1024 spine ids"),
-                           (lambda: link.partition([SPINE] * N_SPINE_BUCKETS, [300]), "switch ids"),
-                           (lambda: link.view({b"short": [SPINE]}), "16-byte wire key")):
+    for call, expected in (
+        (lambda: link.populate(b"zz", SPINE, 0, 1), "16-byte wire key"),
+        (lambda: link.evict(wire_key("k"), 0), "switch id"),
+        (lambda: link.partition([1, 2]), "1024 spine ids"),
+        (lambda: link.partition([SPINE] * N_SPINE_BUCKETS, [300]), "switch ids"),
+        (lambda: link.view({b"short": [SPINE]}), "16-byte wire key"),
+    ):
         with pytest.raises(ShimRequestError, match=expected):
             call()
     link.ping()
     assert link.stats()["server"] == CLUSTER.server(0, 0).name
-    with pytest.raises(ShimUnavailable):
+    with pytest.raises(ShimUnavailableError):
         ShimLink(f"unix:{shim.control_addr[5:]}.nothing-here", timeout=1).ping()
 
 
 def test_client_errors_are_typed_and_raised_before_sending(env) -> None:  # noqa: ANN001
     client, _, _, _, _ = env
-    with pytest.raises(ValueTooLarge, match="1024"):
+    with pytest.raises(ValueTooLargeError, match="1024"):
         client.put("k", b"x" * (MAX_VALUE_LEN + 1))
-    with pytest.raises(InvalidValue):
+    with pytest.raises(InvalidValueError):
         client.put("k", 42)  # type: ignore[arg-type]
-    with pytest.raises(InvalidKey):
+    with pytest.raises(InvalidKeyError):
         client.get("")
     with pytest.raises(TypeError):  # typed errors are also the builtin kinds people catch
         client.get(3.5)  # type: ignore[arg-type]
@@ -494,9 +522,9 @@ def test_timeout_after_bounded_retries() -> None:
     dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dead.bind(("127.0.0.1", 0))  # a port that never answers
     port = dead.getsockname()[1]
-    with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", port), timeout=0.05, retries=2) as c:
+    with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", port), timeout=0.05, retries=2) as c:
         t = time.monotonic()
-        with pytest.raises(RequestTimeout, match="3 attempts"):
+        with pytest.raises(RequestTimeoutError, match="3 attempts"):
             c.get("k")
         assert time.monotonic() - t < 1.0
     received = 0
@@ -514,7 +542,7 @@ def test_async_client_many_in_flight(env) -> None:  # noqa: ANN001
     _, shim, _, _, _ = env
 
     async def main() -> list:
-        async with AsyncClient(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=2.0) as c:
+        async with AsyncClient(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0) as c:
             await asyncio.gather(*(c.put(f"a{i}", f"v{i}") for i in range(50)))
             values = await asyncio.gather(*(c.get(f"a{i}") for i in range(50)))
             assert await c.delete("a0") is True
@@ -523,8 +551,9 @@ def test_async_client_many_in_flight(env) -> None:  # noqa: ANN001
     assert asyncio.run(main()) == [f"v{i}".encode() for i in range(50)]
 
 
-def test_restarted_shim_invalidates_every_live_spine_until_each_switch_is_known(redis_sock: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_restarted_shim_invalidates_every_live_spine_until_each_switch_is_known(
+    redis_sock: Path, tmp_path: Path
+) -> None:
     """Issue 15, defect 2: a restarted shim -- with or without its state file -- cannot know which switches
     cache a key (CacheReplication and Hybrid keep copies in every spine, not only at the partition owner).
     Until the controller's view covers a switch, every write invalidates it; a view that leaves a switch out
@@ -539,12 +568,16 @@ def test_restarted_shim_invalidates_every_live_spine_until_each_switch_is_known(
         shim = ShimThread(redis_sock, peer, tmp_path / f"{name}-b.sock", state_file=state, fresh=False)
         link = ShimLink(shim.control_addr)
         try:
-            with Client(CLUSTER, resolve=lambda h, s=shim: ("127.0.0.1", s.port), timeout=3.0, retries=0) as c:
+            with Client(CLUSTER, resolve=lambda _h, s=shim: ("127.0.0.1", s.port), timeout=3.0, retries=0) as c:
                 peer.seen.clear()
                 c.put("replicated", "v1")
                 _wait_seen(peer, 4)
                 assert sorted((m.op, m.target) for m, _ in peer.seen) == [
-                    (Op.INVALIDATE, SPINE), (Op.INVALIDATE, other), (Op.UPDATE, SPINE), (Op.UPDATE, other)], name
+                    (Op.INVALIDATE, SPINE),
+                    (Op.INVALIDATE, other),
+                    (Op.UPDATE, SPINE),
+                    (Op.UPDATE, other),
+                ], name
                 st = link.stats()
                 assert st["view_known"] is False and st["unknown_switches"] == [SPINE, other, LEAF]
                 link.view({}, [SPINE, LEAF], st["incarnation"])  # other's agent did not answer
@@ -552,8 +585,9 @@ def test_restarted_shim_invalidates_every_live_spine_until_each_switch_is_known(
                 peer.seen.clear()
                 c.put("replicated", "v2")
                 _wait_seen(peer, 2)
-                assert sorted((m.op, m.target) for m, _ in peer.seen) == [(Op.INVALIDATE, other),
-                                                                           (Op.UPDATE, other)], name
+                assert sorted((m.op, m.target) for m, _ in peer.seen) == [(Op.INVALIDATE, other), (Op.UPDATE, other)], (
+                    name
+                )
                 link.view({}, [other], st["incarnation"])
                 peer.seen.clear()
                 c.put("replicated", "v3")
@@ -565,7 +599,7 @@ def test_restarted_shim_invalidates_every_live_spine_until_each_switch_is_known(
 
 
 def test_a_view_collected_for_an_earlier_life_of_the_shim_is_refused(env) -> None:  # noqa: ANN001
-    _, shim, _, link, _ = env
+    _, _shim, _, link, _ = env
     inc = link.stats()["incarnation"]
     with pytest.raises(ShimRequestError, match="incarnation"):
         link.view({}, [SPINE], inc + 1)
@@ -618,7 +652,8 @@ def test_populate_carries_the_entry_tag_and_is_addressed_to_the_switch(env) -> N
 
 
 def test_a_shim_restarted_without_state_populates_no_spine_before_it_has_the_down_set(
-        redis_sock: Path, tmp_path: Path) -> None:
+    redis_sock: Path, tmp_path: Path
+) -> None:
     """Without its state file the shim does not know which spines the controller declared down: a copy it
     populated in one would be skipped by writes once the controller's down-set arrives.  It refuses spines
     until then (the storage leaf is never declared down)."""

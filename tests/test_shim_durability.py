@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from client_lib import Client, RequestTimeout, ServerError
+from client_lib import Client, RequestTimeoutError, ServerError
 from controller.shim_link import ShimLink
 from distcache.hashing import wire_key
 from distcache.wire import Op
@@ -30,9 +30,24 @@ class DurableRedis:
 
     def start(self) -> None:
         self.sock.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(self.sock), "--save", "",
-                                      "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.dir)],
-                                     stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(self.sock),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
         for _ in range(200):
             if self.sock.exists():
                 try:
@@ -66,7 +81,7 @@ def test_redis_killed_under_load_keeps_every_acknowledged_write(durable: Durable
     outcomes = {"ok": 0, "unknown": 0, "error": 0}
 
     def writer(n: int) -> None:
-        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=0.2, retries=2) as c:
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=0.2, retries=2) as c:
             i = 0
             while not stop.is_set():
                 key, value = f"w{n}-{i}", f"v{n}-{i}"
@@ -75,7 +90,7 @@ def test_redis_killed_under_load_keeps_every_acknowledged_write(durable: Durable
                     c.put(key, value)
                     acked[key] = value
                     outcomes["ok"] += 1
-                except RequestTimeout:
+                except RequestTimeoutError:
                     outcomes["unknown"] += 1
                 except ServerError:
                     outcomes["error"] += 1
@@ -110,7 +125,7 @@ def test_cached_copies_follow_the_restarted_redis(durable: DurableRedis, tmp_pat
     shim = ShimThread(durable.sock, peer, tmp_path / "shim.sock")
     link = ShimLink(shim.control_addr)
     try:
-        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
             c.put("hot", "v1")
         assert link.populate(wire_key("hot"), SPINE, 0, 1) == "valid"
         durable.kill()
@@ -124,7 +139,7 @@ def test_cached_copies_follow_the_restarted_redis(durable: DurableRedis, tmp_pat
             time.sleep(0.05)
         # the copy the shim can no longer vouch for is invalidated, and nothing refills it
         assert [m.op for m, _ in peer.seen] == [Op.INVALIDATE]
-        with Client(CLUSTER, resolve=lambda h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
             assert c.get("hot") is None
     finally:
         shim.close()

@@ -12,8 +12,14 @@ from simulator import theory
 from simulator.model import MECHANISMS, Model, SimConfig, paper_config
 from simulator.workload import Zipf, harmonic
 
-SMALL = SimConfig(cluster=Cluster(spines=8, storage_racks=8, servers_per_rack=8, client_racks=1),
-                  n_keys=1_000_000, alpha=0.99, cache_per_switch=10, samples=100_000, telemetry_batch=16)
+SMALL = SimConfig(
+    cluster=Cluster(spines=8, storage_racks=8, servers_per_rack=8, client_racks=1),
+    n_keys=1_000_000,
+    alpha=0.99,
+    cache_per_switch=10,
+    samples=100_000,
+    telemetry_batch=16,
+)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.9, 0.99, 1.2])

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 import pytest
 from finsy.proto import p4i, p4r
 from google.protobuf import text_format
 
+from softswitch.state import SwitchState
 from tests.p4rt_targets import BMV2_AVAILABLE
 from tests.softswitch_helpers import (
     DIGEST_PROGRAM,
@@ -68,8 +71,9 @@ class DigestTarget:
             de.config.max_timeout_ns, de.config.max_list_size, de.config.ack_timeout_ns = cfg
         return de
 
-    def write(self, utype: int, cfg: tuple[int, int, int] | None = None,
-              digest_id: int | None = None) -> tuple[str, tuple[int, ...]]:
+    def write(
+        self, utype: int, cfg: tuple[int, int, int] | None = None, digest_id: int | None = None
+    ) -> tuple[str, tuple[int, ...]]:
         try:
             self.client.write([UPD(type=utype, entity=p4r.Entity(digest_entry=self.entry(cfg, digest_id)))])
         except grpc.RpcError as e:
@@ -78,14 +82,16 @@ class DigestTarget:
 
     def read(self, digest_id: int | None = None) -> tuple[str, list[p4r.Entity]]:
         try:
-            return "OK", self.client.read(p4r.Entity(digest_entry=p4r.DigestEntry(
-                digest_id=self.digest_id if digest_id is None else digest_id)))
+            return "OK", self.client.read(
+                p4r.Entity(digest_entry=p4r.DigestEntry(digest_id=self.digest_id if digest_id is None else digest_id))
+            )
         except grpc.RpcError as e:
             return e.code().name, []
 
     def ack(self, list_id: int) -> None:
-        self.stream.send(p4r.StreamMessageRequest(digest_ack=p4r.DigestListAck(digest_id=self.digest_id,
-                                                                              list_id=list_id)))
+        self.stream.send(
+            p4r.StreamMessageRequest(digest_ack=p4r.DigestListAck(digest_id=self.digest_id, list_id=list_id))
+        )
 
     def lists(self, wait: float) -> list[tuple[float, p4r.DigestList]]:
         """Every DigestList received within ``wait`` seconds, with its arrival time (from now)."""
@@ -94,7 +100,7 @@ class DigestTarget:
         while (left := wait - (time.monotonic() - t0)) > 0:
             try:
                 msg = self.stream.recv(timeout=left)
-            except Exception:  # queue.Empty
+            except queue.Empty:
                 break
             if msg.WhichOneof("update") == "digest":
                 out.append((time.monotonic() - t0, msg.digest))
@@ -112,7 +118,7 @@ class DigestTarget:
         while len(out) < n and (left := wait - (time.monotonic() - t0)) > 0:
             try:
                 msg = self.stream.recv(timeout=left)
-            except Exception:
+            except queue.Empty:
                 break
             if msg.WhichOneof("update") == "digest":
                 out.append(msg.digest)
@@ -173,10 +179,23 @@ def softswitch_digests() -> Iterator[DigestTarget]:
 
 
 def compile_digest_test(out: Path) -> tuple[p4i.P4Info, bytes]:
-    subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "-o", str(out / "dt.json"), "--p4runtime-files",
-                    str(out / "dt.p4info.txt"), DIGEST_TEST_P4], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            "p4c-bm2-ss",
+            "--arch",
+            "v1model",
+            "-o",
+            str(out / "dt.json"),
+            "--p4runtime-files",
+            str(out / "dt.p4info.txtpb"),
+            DIGEST_TEST_P4,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     info = p4i.P4Info()
-    text_format.Parse((out / "dt.p4info.txt").read_text(), info)
+    text_format.Parse((out / "dt.p4info.txtpb").read_text(), info)
     return info, (out / "dt.json").read_bytes()
 
 
@@ -195,10 +214,30 @@ def bmv2_digests(out: Path) -> Iterator[DigestTarget]:
         sh("ip", "-n", ns, "link", "add", "s1", "type", "veth", "peer", "name", "h1")
         for ifc in ("lo", "s1", "h1"):
             sh("ip", "-n", ns, "link", "set", ifc, "up")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", str(DEVICE),
-                                 "--no-p4", "--thrift-port", "9090", "-i", "1@s1", "--",
-                                 "--grpc-server-addr", f"unix:{sock}", "--cpu-port", "510"],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "simple_switch_grpc",
+                "--device-id",
+                str(DEVICE),
+                "--no-p4",
+                "--thrift-port",
+                "9090",
+                "-i",
+                "1@s1",
+                "--",
+                "--grpc-server-addr",
+                f"unix:{sock}",
+                "--cpu-port",
+                "510",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 20
         while not sock.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -216,8 +255,15 @@ def bmv2_digests(out: Path) -> Iterator[DigestTarget]:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
-TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.skipif(
-    not BMV2_AVAILABLE or os.geteuid() != 0, reason="needs simple_switch_grpc, p4c-bm2-ss and root"))]
+TARGETS = [
+    "softswitch",
+    pytest.param(
+        "bmv2",
+        marks=pytest.mark.skipif(
+            not BMV2_AVAILABLE or os.geteuid() != 0, reason="needs simple_switch_grpc, p4c-bm2-ss and root"
+        ),
+    ),
+]
 
 
 @pytest.fixture(params=TARGETS)
@@ -378,16 +424,21 @@ def _struct(info: p4i.P4Info) -> p4i.P4StructTypeSpec:
     return info.type_info.structs["hh_digest_t"]
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda i: i.ClearField("digests"), "digest 'hh_digest_t' of program 'digest_test' is missing"),
-    (lambda i: setattr(_struct(i).members[1].type_spec.bitstring.bit, "bitwidth", 32), "bit<32> estimate"),
-    (lambda i: setattr(_struct(i).members[2], "name", "sw"), "bit<8> sw"),
-    (lambda i: _struct(i).members.pop(), "{bit<128> key, bit<16> estimate}"),
-    (lambda i: i.type_info.structs.pop("hh_digest_t"), "not in the P4Info's type_info"),
-    (lambda i: i.digests[0].type_spec.bitstring.bit.SetInParent(), "only struct digests"),
-    (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000002, name="other_t")),
-     "P4Info has digest 'other_t'"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda i: i.ClearField("digests"), "digest 'hh_digest_t' of program 'digest_test' is missing"),
+        (lambda i: setattr(_struct(i).members[1].type_spec.bitstring.bit, "bitwidth", 32), "bit<32> estimate"),
+        (lambda i: setattr(_struct(i).members[2], "name", "sw"), "bit<8> sw"),
+        (lambda i: _struct(i).members.pop(), "{bit<128> key, bit<16> estimate}"),
+        (lambda i: i.type_info.structs.pop("hh_digest_t"), "not in the P4Info's type_info"),
+        (lambda i: i.digests[0].type_spec.bitstring.bit.SetInParent(), "only struct digests"),
+        (
+            lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000002, name="other_t")),
+            "P4Info has digest 'other_t'",
+        ),
+    ],
+)
 def test_p4info_with_a_different_digest_is_refused(mutate: object, words: str) -> None:
     info = DIGEST_PROGRAM.p4info()
     mutate(info)  # type: ignore[operator]
@@ -468,7 +519,7 @@ def test_duplicate_in_the_list_being_built_is_dropped(ss: SoftswitchDigests) -> 
 
 def test_failed_packet_emits_no_digest(ss: SoftswitchDigests) -> None:
     class Failing(DigestPipeline):
-        def process(self, state, ingress_port, packet, now_us):  # noqa: ANN001, ANN201
+        def process(self, state: SwitchState, ingress_port: int, packet: bytes, now_us: int) -> NoReturn:
             super().process(state, ingress_port, packet, now_us)
             raise RuntimeError("boom")
 

@@ -62,16 +62,30 @@ def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file:
     async def scenario() -> tuple[list[fy.P4TableEntry], list[fy.P4TableEntry], fy.P4TableEntry, int]:
         async with finsy_switch(switch, p4info_file) as sw:
             assert sw.is_primary
-            await sw.write([
-                +fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.1.0/24"}),
-                                 action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0b", port=2)),
-                +fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.0.0/8"}),
-                                 action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0c", port=3)),
-                +fy.P4TableEntry(n.CACHE_LOOKUP, match=fy.P4TableMatch({n.KEY_DC_KEY: KEY}),
-                                 action=fy.P4TableAction(n.CACHE_HIT, slot=42, version=7)),
-                ~fy.P4TableEntry(n.SWITCH_CONFIG, is_default_action=True,
-                                 action=fy.P4TableAction(n.SET_CONFIG, switch_id=9, role=1, mechanism=0)),
-            ])
+            await sw.write(
+                [
+                    +fy.P4TableEntry(
+                        n.IPV4_LPM,
+                        match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.1.0/24"}),
+                        action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0b", port=2),
+                    ),
+                    +fy.P4TableEntry(
+                        n.IPV4_LPM,
+                        match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.0.0/8"}),
+                        action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0c", port=3),
+                    ),
+                    +fy.P4TableEntry(
+                        n.CACHE_LOOKUP,
+                        match=fy.P4TableMatch({n.KEY_DC_KEY: KEY}),
+                        action=fy.P4TableAction(n.CACHE_HIT, slot=42, version=7),
+                    ),
+                    ~fy.P4TableEntry(
+                        n.SWITCH_CONFIG,
+                        is_default_action=True,
+                        action=fy.P4TableAction(n.SET_CONFIG, switch_id=9, role=1, mechanism=0),
+                    ),
+                ]
+            )
             lpm = [e async for e in sw.read(fy.P4TableEntry(n.IPV4_LPM))]
             cache = [e async for e in sw.read(fy.P4TableEntry(n.CACHE_LOOKUP))]
             (default,) = [e async for e in sw.read(fy.P4TableEntry(n.SWITCH_CONFIG, is_default_action=True))]
@@ -84,8 +98,10 @@ def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file:
 
     # finsy decodes to P4Info aliases (last name component) and ints
     assert {e.table_id for e in lpm} == {alias(n.IPV4_LPM)}
-    got = sorted((e.match[alias(n.KEY_IPV4_DST)], e.action.name, e.action.args)  # type: ignore[index,union-attr]
-                 for e in lpm)
+    got = sorted(
+        (e.match[alias(n.KEY_IPV4_DST)], e.action.name, e.action.args)  # type: ignore[index,union-attr]
+        for e in lpm
+    )
     assert got == [
         ((ip("10.0.0.0"), 8), alias(n.SET_NHOP), {"dmac": 0x02000000000C, "port": 3}),
         ((ip("10.0.1.0"), 24), alias(n.SET_NHOP), {"dmac": 0x02000000000B, "port": 2}),
@@ -106,8 +122,9 @@ def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file:
 
 def test_finsy_reconnect_keeps_pipeline_and_entries(switch: SoftSwitch, p4info_file: Path) -> None:
     """A controller that reconnects finds its cookie, so it does not push (and wipe) the pipeline again."""
-    entry = fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.5.0.0/16"}),
-                            action=fy.P4TableAction(n.DROP))
+    entry = fy.P4TableEntry(
+        n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.5.0.0/16"}), action=fy.P4TableAction(n.DROP)
+    )
 
     async def first() -> None:
         async with finsy_switch(switch, p4info_file) as sw:
@@ -138,8 +155,15 @@ def test_finsy_backup_takes_over_when_primary_leaves(switch: SoftSwitch, p4info_
                 if second.is_primary:
                     break
                 await asyncio.sleep(0.05)
-            await second.write([+fy.P4TableEntry(n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.6.0.0/16"}),
-                                                 action=fy.P4TableAction(n.DROP))])
+            await second.write(
+                [
+                    +fy.P4TableEntry(
+                        n.IPV4_LPM,
+                        match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.6.0.0/16"}),
+                        action=fy.P4TableAction(n.DROP),
+                    )
+                ]
+            )
             return first_primary, second_before, second.is_primary
         finally:
             await second.__aexit__(None, None, None)
@@ -160,8 +184,9 @@ def test_finsy_receives_and_acks_digests(tmp_path: Path) -> None:
         options = fy.SwitchOptions(p4info=info, p4blob=blob, device_id=DEVICE)
         got: list[fy.P4DigestList] = []
         async with fy.Switch("sw", sw_.server.address, options) as sw:
-            await sw.write([+fy.P4DigestEntry(HH_DIGEST.name, max_list_size=2, max_timeout_ns=10**9,
-                                              ack_timeout_ns=10 * 10**9)])
+            await sw.write(
+                [+fy.P4DigestEntry(HH_DIGEST.name, max_list_size=2, max_timeout_ns=10**9, ack_timeout_ns=10 * 10**9)]
+            )
             entries = [e async for e in sw.read(fy.P4DigestEntry(HH_DIGEST.name))]
             lists = sw.read_digests(HH_DIGEST.name)
             for key in (0xAB, 0xCD, 0xAB, 0xEF, 0xAB):  # the second 0xAB: in an unacked list, suppressed

@@ -68,8 +68,16 @@ def primary(client: Client) -> Client:
 
 
 # -- entity builders (softswitch's own ids unless told otherwise) -------------------------------------
-def lpm_entity(prefix: str, plen: int, dmac: int, port: int, *, value: bytes | None = None,
-               table_id: int | None = None, action_id: int | None = None) -> p4r.Entity:
+def lpm_entity(
+    prefix: str,
+    plen: int,
+    dmac: int,
+    port: int,
+    *,
+    value: bytes | None = None,
+    table_id: int | None = None,
+    action_id: int | None = None,
+) -> p4r.Entity:
     te = p4r.TableEntry(table_id=table_id or PROGRAM.id_of(n.IPV4_LPM))
     fm = te.match.add(field_id=1)
     fm.lpm.value = value if value is not None else socket.inet_aton(prefix)
@@ -155,15 +163,21 @@ def test_arbitration_primary_backup_and_failover(client: Client) -> None:
 
 def test_arbitration_errors_close_the_stream(client: Client) -> None:
     s = client.stream()
-    s.send(p4r.StreamMessageRequest(arbitration=p4r.MasterArbitrationUpdate(device_id=DEVICE + 1,
-                                                                           election_id=p4r.Uint128(low=1))))
+    s.send(
+        p4r.StreamMessageRequest(
+            arbitration=p4r.MasterArbitrationUpdate(device_id=DEVICE + 1, election_id=p4r.Uint128(low=1))
+        )
+    )
     with pytest.raises(grpc.RpcError) as ei:
         s.recv()
     assert ei.value.code() == SC.NOT_FOUND
     client.become_primary(3)
     dup = client.stream()
-    dup.send(p4r.StreamMessageRequest(arbitration=p4r.MasterArbitrationUpdate(device_id=DEVICE,
-                                                                             election_id=p4r.Uint128(low=3))))
+    dup.send(
+        p4r.StreamMessageRequest(
+            arbitration=p4r.MasterArbitrationUpdate(device_id=DEVICE, election_id=p4r.Uint128(low=3))
+        )
+    )
     with pytest.raises(grpc.RpcError) as ei:
         dup.recv()
     assert ei.value.code() == SC.INVALID_ARGUMENT and "election id" in (ei.value.details() or "").lower()
@@ -226,23 +240,28 @@ def test_set_config_needs_primary(client: Client) -> None:
             client.stub.SetForwardingPipelineConfig(req)
         assert ei.value.code() == SC.PERMISSION_DENIED
     with pytest.raises(grpc.RpcError) as ei:
-        client.stub.SetForwardingPipelineConfig(p4r.SetForwardingPipelineConfigRequest(
-            device_id=DEVICE + 1, election_id=p4r.Uint128(low=10), action=CFG.VERIFY))
+        client.stub.SetForwardingPipelineConfig(
+            p4r.SetForwardingPipelineConfigRequest(
+                device_id=DEVICE + 1, election_id=p4r.Uint128(low=10), action=CFG.VERIFY
+            )
+        )
     assert ei.value.code() == SC.NOT_FOUND
 
 
 def test_get_config_response_types(primary: Client) -> None:
-    G = p4r.GetForwardingPipelineConfigRequest
+    request = p4r.GetForwardingPipelineConfigRequest
+
     def get(rt: int) -> p4r.ForwardingPipelineConfig:
-        return primary.stub.GetForwardingPipelineConfig(G(device_id=DEVICE, response_type=rt)).config
-    full = get(G.ALL)
+        return primary.stub.GetForwardingPipelineConfig(request(device_id=DEVICE, response_type=rt)).config
+
+    full = get(request.ALL)
     assert full.p4info == PROGRAM.p4info() and full.p4_device_config == PROGRAM.device_config()
     assert full.cookie.cookie == 0xC0FFEE
-    c = get(G.COOKIE_ONLY)
+    c = get(request.COOKIE_ONLY)
     assert c.cookie.cookie == 0xC0FFEE and not c.HasField("p4info") and not c.p4_device_config
-    pc = get(G.P4INFO_AND_COOKIE)
+    pc = get(request.P4INFO_AND_COOKIE)
     assert pc.HasField("p4info") and not pc.p4_device_config
-    dc = get(G.DEVICE_CONFIG_AND_COOKIE)
+    dc = get(request.DEVICE_CONFIG_AND_COOKIE)
     assert not dc.HasField("p4info") and dc.p4_device_config == PROGRAM.device_config()
 
 
@@ -296,8 +315,9 @@ def test_remapped_ids_are_adopted(switch: SoftSwitch, client: Client) -> None:
     # softswitch's own ids mean nothing now
     assert write_codes(client, upd(UPD.INSERT, lpm_entity("10.8.0.0", 16, 1, 1))) == [INVALID_ARGUMENT]
     # counters answer under the new ids
-    (ce,) = client.read(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=ids[n.DC_STATS],
-                                                                   index=p4r.Index(index=0))))
+    (ce,) = client.read(
+        p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=ids[n.DC_STATS], index=p4r.Index(index=0)))
+    )
     assert ce.counter_entry.counter_id == ids[n.DC_STATS]
 
 
@@ -305,16 +325,21 @@ def _named(items, name: str):  # noqa: ANN001, ANN202 - a P4Info entity by name
     return next(x for x in items if x.preamble.name == name)
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda i: setattr(_named(i.tables, n.IPV4_LPM).preamble, "name", n.IPV4_LPM + "_renamed"), n.IPV4_LPM),
-    (lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "bitwidth", 31), "bit<31>"),
-    (lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "match_type", p4i.MatchField.TERNARY),
-     "ternary"),
-    (lambda i: setattr(_named(i.actions, n.SET_NHOP).params[1], "bitwidth", 16), "port"),
-    (lambda i: _named(i.tables, n.IPV4_LPM).action_refs.pop(), "action"),
-    (lambda i: setattr(_named(i.registers, n.CACHE_VALUE), "size", 1), "cache_value"),
-    (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000001, name="hh")), "digest 'hh'"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda i: setattr(_named(i.tables, n.IPV4_LPM).preamble, "name", n.IPV4_LPM + "_renamed"), n.IPV4_LPM),
+        (lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "bitwidth", 31), "bit<31>"),
+        (
+            lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "match_type", p4i.MatchField.TERNARY),
+            "ternary",
+        ),
+        (lambda i: setattr(_named(i.actions, n.SET_NHOP).params[1], "bitwidth", 16), "port"),
+        (lambda i: _named(i.tables, n.IPV4_LPM).action_refs.pop(), "action"),
+        (lambda i: setattr(_named(i.registers, n.CACHE_VALUE), "size", 1), "cache_value"),
+        (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000001, name="hh")), "digest 'hh'"),
+    ],
+)
 def test_mismatched_p4info_is_rejected(client: Client, mutate: object, words: str) -> None:
     info = PROGRAM.p4info()
     mutate(info)  # type: ignore[operator]
@@ -345,10 +370,12 @@ def test_commit_resets_and_reconcile_keeps_state(switch: SoftSwitch, primary: Cl
 # -- Write and Read of table entries ----------------------------------------------------------------
 def test_write_and_read_back_exact_lpm_and_default(switch: SoftSwitch, primary: Client) -> None:
     key = 0x00112233445566778899AABBCCDDEEFF
-    assert write_codes(primary,
-                       upd(UPD.INSERT, lpm_entity("10.0.1.0", 24, 0x0A0B0C0D0E0F, 5)),
-                       upd(UPD.INSERT, cache_entity(key, 17, 300)),
-                       upd(UPD.MODIFY, default_config_entity(4, 2, 1))) == [OK, OK, OK]
+    assert write_codes(
+        primary,
+        upd(UPD.INSERT, lpm_entity("10.0.1.0", 24, 0x0A0B0C0D0E0F, 5)),
+        upd(UPD.INSERT, cache_entity(key, 17, 300)),
+        upd(UPD.MODIFY, default_config_entity(4, 2, 1)),
+    ) == [OK, OK, OK]
 
     (r,) = table_read(primary, n.IPV4_LPM)
     assert r.table_id == PROGRAM.id_of(n.IPV4_LPM) and r.priority == 0 and not r.is_default_action
@@ -356,8 +383,7 @@ def test_write_and_read_back_exact_lpm_and_default(switch: SoftSwitch, primary: 
     assert m.field_id == 1 and m.WhichOneof("field_match_type") == "lpm"
     assert m.lpm.value == socket.inet_aton("10.0.1.0") and m.lpm.prefix_len == 24
     assert r.action.action.action_id == PROGRAM.id_of(n.SET_NHOP)
-    assert [(p.param_id, p.value) for p in r.action.action.params] == [(1, bytes.fromhex("0a0b0c0d0e0f")),
-                                                                      (2, b"\x05")]
+    assert [(p.param_id, p.value) for p in r.action.action.params] == [(1, bytes.fromhex("0a0b0c0d0e0f")), (2, b"\x05")]
 
     (c,) = table_read(primary, n.CACHE_LOOKUP)
     assert c.match[0].field_id == 1 and c.match[0].exact.value == key.to_bytes(16, "big")[1:]  # canonical
@@ -369,11 +395,22 @@ def test_write_and_read_back_exact_lpm_and_default(switch: SoftSwitch, primary: 
     assert [p.value for p in d.action.action.params] == [b"\x04", b"\x02", b"\x01"]
     assert table_read(primary, n.SWITCH_CONFIG) == []  # a wildcard read skips the default entry
     assert switch.state.tables[n.SWITCH_CONFIG].lookup() == (
-        n.SET_CONFIG, {"switch_id": 4, "role": 2, "mechanism": 1}, False)
+        n.SET_CONFIG,
+        {"switch_id": 4, "role": 2, "mechanism": 1},
+        False,
+    )
     (cl,) = table_read(primary, n.CACHE_LOOKUP, match=[c.match[0]])  # read one entry by its key
     assert cl == c
-    assert table_read(primary, n.IPV4_LPM, match=[p4r.FieldMatch(
-        field_id=1, lpm=p4r.FieldMatch.LPM(value=socket.inet_aton("10.0.2.0"), prefix_len=24))]) == []
+    assert (
+        table_read(
+            primary,
+            n.IPV4_LPM,
+            match=[
+                p4r.FieldMatch(field_id=1, lpm=p4r.FieldMatch.LPM(value=socket.inet_aton("10.0.2.0"), prefix_len=24))
+            ],
+        )
+        == []
+    )
     everything = primary.read(p4r.Entity(table_entry=p4r.TableEntry()))
     assert len(everything) == 2
 
@@ -389,7 +426,8 @@ def test_write_and_read_back_exact_lpm_and_default(switch: SoftSwitch, primary: 
     assert table_read(primary, n.CACHE_LOOKUP) == []
 
 
-def test_leading_zero_bytes_accepted(switch: SoftSwitch, primary: Client) -> None:
+@pytest.mark.usefixtures("switch")
+def test_leading_zero_bytes_accepted(primary: Client) -> None:
     ent = lpm_entity("", 16, 7, 2, value=b"\x00\x00\x0a\x01\x00\x00")
     ent.table_entry.action.action.params[1].value = b"\x00\x00\x00\x02"
     assert write_codes(primary, upd(UPD.INSERT, ent)) == [OK]
@@ -401,8 +439,9 @@ def test_leading_zero_bytes_accepted(switch: SoftSwitch, primary: Client) -> Non
 def test_write_errors_per_update(primary: Client) -> None:
     good = lpm_entity("10.0.0.0", 8, 1, 1)
     # a batch: each update gets its own status, the good ones are applied
-    assert write_codes(primary, upd(UPD.INSERT, good), upd(UPD.INSERT, good),
-                       upd(UPD.INSERT, lpm_entity("10.1.0.0", 16, 1, 1))) == [OK, ALREADY_EXISTS, OK]
+    assert write_codes(
+        primary, upd(UPD.INSERT, good), upd(UPD.INSERT, good), upd(UPD.INSERT, lpm_entity("10.1.0.0", 16, 1, 1))
+    ) == [OK, ALREADY_EXISTS, OK]
     assert len(table_read(primary, n.IPV4_LPM)) == 2
 
     cases: list[tuple[str, p4r.Update, int]] = []
@@ -455,8 +494,9 @@ def test_write_errors_per_update(primary: Client) -> None:
     cases.append(("empty entity", p4r.Update(type=UPD.INSERT), INVALID_ARGUMENT))
 
     codes = write_codes(primary, *(u for _, u, _ in cases))
-    assert [(name, c) for (name, _, _), c in zip(cases, codes, strict=True)] == \
-        [(name, want) for name, _, want in cases]
+    assert [(name, c) for (name, _, _), c in zip(cases, codes, strict=True)] == [
+        (name, want) for name, _, want in cases
+    ]
     assert len(table_read(primary, n.IPV4_LPM)) == 2  # nothing else got in
 
 
@@ -467,6 +507,7 @@ def test_table_full(primary: Client) -> None:
         te.action.action.action_id = PROGRAM.id_of(n.SET_PORT_KIND)
         te.action.action.params.add(param_id=1, value=b"\x01")
         return upd(UPD.INSERT, p4r.Entity(table_entry=te))
+
     assert set(write_codes(primary, *(port_kind(p) for p in range(n.MAX_PORTS)))) == {OK}
     assert write_codes(primary, port_kind(n.MAX_PORTS)) == [RESOURCE_EXHAUSTED]
 
@@ -494,9 +535,12 @@ def test_write_needs_primary(switch: SoftSwitch, primary: Client) -> None:
 
 
 def test_rollback_atomicity_unimplemented(primary: Client) -> None:
-    req = p4r.WriteRequest(device_id=DEVICE, election_id=p4r.Uint128(low=10),
-                           atomicity=p4r.WriteRequest.ROLLBACK_ON_ERROR,
-                           updates=[upd(UPD.INSERT, lpm_entity("10.0.0.0", 8, 1, 1))])
+    req = p4r.WriteRequest(
+        device_id=DEVICE,
+        election_id=p4r.Uint128(low=10),
+        atomicity=p4r.WriteRequest.ROLLBACK_ON_ERROR,
+        updates=[upd(UPD.INSERT, lpm_entity("10.0.0.0", 8, 1, 1))],
+    )
     with pytest.raises(grpc.RpcError) as ei:
         primary.stub.Write(req)
     assert ei.value.code() == SC.UNIMPLEMENTED
@@ -507,8 +551,10 @@ def counter_read(client: Client, name: str, index: int | None = None) -> list[tu
     q = p4r.CounterEntry(counter_id=PROGRAM.id_of(name))
     if index is not None:
         q.index.index = index
-    return [(e.counter_entry.index.index, e.counter_entry.data.packet_count, e.counter_entry.data.byte_count)
-            for e in client.read(p4r.Entity(counter_entry=q))]
+    return [
+        (e.counter_entry.index.index, e.counter_entry.data.packet_count, e.counter_entry.data.byte_count)
+        for e in client.read(p4r.Entity(counter_entry=q))
+    ]
 
 
 def test_counters_move_with_packets(switch: SoftSwitch, primary: Client) -> None:
@@ -530,10 +576,14 @@ def test_counters_move_with_packets(switch: SoftSwitch, primary: Client) -> None
         primary.read(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=0x12ABCDEF)))
     assert ei.value.code() == SC.INVALID_ARGUMENT
     # P4Runtime may set a counter (MODIFY only)
-    ce = p4r.CounterEntry(counter_id=PROGRAM.id_of(n.DC_STATS), index=p4r.Index(index=STAT_ROUTED),
-                          data=p4r.CounterData(packet_count=0, byte_count=0))
-    assert write_codes(primary, upd(UPD.MODIFY, p4r.Entity(counter_entry=ce)),
-                       upd(UPD.INSERT, p4r.Entity(counter_entry=ce))) == [OK, INVALID_ARGUMENT]
+    ce = p4r.CounterEntry(
+        counter_id=PROGRAM.id_of(n.DC_STATS),
+        index=p4r.Index(index=STAT_ROUTED),
+        data=p4r.CounterData(packet_count=0, byte_count=0),
+    )
+    assert write_codes(
+        primary, upd(UPD.MODIFY, p4r.Entity(counter_entry=ce)), upd(UPD.INSERT, p4r.Entity(counter_entry=ce))
+    ) == [OK, INVALID_ARGUMENT]
     assert counter_read(primary, n.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 0, 0)]
 
 
@@ -564,8 +614,9 @@ def _identity(**changes: object) -> bytes:
 
 
 REFUSED_DEVICE_CONFIGS = {
-    "BMv2 JSON": json.dumps({"header_types": [], "headers": [], "pipelines": [{"name": "ingress"}],
-                             "program": "p4src/distcache.p4"}).encode(),
+    "BMv2 JSON": json.dumps(
+        {"header_types": [], "headers": [], "pipelines": [{"name": "ingress"}], "program": "p4src/distcache.p4"}
+    ).encode(),
     "other JSON": b'{"bmv2": "json"}',
     "JSON list": b"[1, 2]",
     "another program": _identity(program="other"),
@@ -574,26 +625,34 @@ REFUSED_DEVICE_CONFIGS = {
     "unknown field": _identity(extra=1),
     "garbage": b"\xff\x00\x13garbage",
 }
-PUSH_ACTIONS = {"VERIFY": CFG.VERIFY, "VERIFY_AND_SAVE": CFG.VERIFY_AND_SAVE,
-                "VERIFY_AND_COMMIT": CFG.VERIFY_AND_COMMIT, "RECONCILE_AND_COMMIT": CFG.RECONCILE_AND_COMMIT}
+PUSH_ACTIONS = {
+    "VERIFY": CFG.VERIFY,
+    "VERIFY_AND_SAVE": CFG.VERIFY_AND_SAVE,
+    "VERIFY_AND_COMMIT": CFG.VERIFY_AND_COMMIT,
+    "RECONCILE_AND_COMMIT": CFG.RECONCILE_AND_COMMIT,
+}
 
 
 def test_device_config_identity() -> None:
     doc = json.loads(PROGRAM.device_config())
-    assert doc == {"target": "softswitch", "program": "distcache",
-                   "p4info_sha256": hashlib.sha256(PROGRAM.p4info().SerializeToString(deterministic=True)).hexdigest()}
+    assert doc == {
+        "target": "softswitch",
+        "program": "distcache",
+        "p4info_sha256": hashlib.sha256(PROGRAM.p4info().SerializeToString(deterministic=True)).hexdigest(),
+    }
     assert device_config_mismatch(PROGRAM, b"") is None
     assert device_config_mismatch(PROGRAM, PROGRAM.device_config()) is None
 
 
 @pytest.mark.parametrize("action", PUSH_ACTIONS)
 @pytest.mark.parametrize("blob", REFUSED_DEVICE_CONFIGS)
-def test_device_config_softswitch_cannot_run_is_refused(switch: SoftSwitch, primary: Client, blob: str,
-                                                        action: str) -> None:
+@pytest.mark.usefixtures("switch")
+def test_device_config_softswitch_cannot_run_is_refused(primary: Client, blob: str, action: str) -> None:
     primary.write([upd(UPD.INSERT, lpm_entity("10.0.0.0", 8, 1, 1))])
     with pytest.raises(grpc.RpcError) as ei:
-        primary.set_pipeline(PROGRAM.p4info(), action=PUSH_ACTIONS[action], cookie=0xBAD,
-                             device_config=REFUSED_DEVICE_CONFIGS[blob])
+        primary.set_pipeline(
+            PROGRAM.p4info(), action=PUSH_ACTIONS[action], cookie=0xBAD, device_config=REFUSED_DEVICE_CONFIGS[blob]
+        )
     assert ei.value.code() == SC.INVALID_ARGUMENT
     assert "softswitch accepts an empty p4_device_config" in (ei.value.details() or "")
     # nothing changed: the committed config, its entries, no saved config to commit
@@ -639,11 +698,14 @@ def test_device_config_real_bmv2_json_is_refused(client: Client, tmp_path: Path)
 class _UnitsPipeline:
     """Counts every frame in one counter of each unit, at index 1."""
 
-    program = Program("units", (Action("NoAction"),), (), counters=(
-        Counter("c.packets", 4, "packets"), Counter("c.bytes", 4, "bytes"), Counter("c.both", 4, "both")))
+    program = Program(
+        "units",
+        (Action("NoAction"),),
+        (),
+        counters=(Counter("c.packets", 4, "packets"), Counter("c.bytes", 4, "bytes"), Counter("c.both", 4, "both")),
+    )
 
-    def process(self, state: SwitchState, ingress_port: int, packet: bytes,
-                now_us: int) -> list[tuple[int, bytes]]:
+    def process(self, state: SwitchState, _ingress_port: int, packet: bytes, _now_us: int) -> list[tuple[int, bytes]]:
         for c in state.counters.values():
             c.count(1, len(packet))
         return []
@@ -664,8 +726,7 @@ def test_counters_read_back_only_their_unit() -> None:
             ce = e.counter_entry
             if ce.index.index == 1:
                 got[ce.counter_id] = (ce.data.packet_count, ce.data.byte_count)
-        assert got == {prog.id_of("c.packets"): (2, 0), prog.id_of("c.bytes"): (0, 120),
-                       prog.id_of("c.both"): (2, 120)}
+        assert got == {prog.id_of("c.packets"): (2, 0), prog.id_of("c.bytes"): (0, 120), prog.id_of("c.both"): (2, 120)}
     finally:
         c.close()
         sw.close()

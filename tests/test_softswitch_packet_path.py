@@ -75,10 +75,25 @@ def receive(sock: socket.socket, marker: bytes, timeout: float = 3.0) -> bytes |
 def test_frames_cross_the_switch(net: VethNet, tmp_path: Path) -> None:
     port = free_tcp_port()
     pcap_dir, log_file = tmp_path / "pcap", tmp_path / "switch.log"
-    cmd = [sys.executable, "-m", "softswitch", "--device-id", "4", "--grpc-addr", f"127.0.0.1:{port}",
-           "-i", f"1@{net.switch_ifaces[0]}", "-i", f"2@{net.switch_ifaces[1]}",
-           "--pipeline", "tests.softswitch_helpers:ForwardPipeline",
-           "--pcap-dir", str(pcap_dir), "--log-file", str(log_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "softswitch",
+        "--device-id",
+        "4",
+        "--grpc-addr",
+        f"127.0.0.1:{port}",
+        "-i",
+        f"1@{net.switch_ifaces[0]}",
+        "-i",
+        f"2@{net.switch_ifaces[1]}",
+        "--pipeline",
+        "tests.softswitch_helpers:ForwardPipeline",
+        "--pcap-dir",
+        str(pcap_dir),
+        "--log-file",
+        str(log_file),
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env_with_repo_path(), stdout=subprocess.PIPE, text=True)
     with terminated(proc):
         line = wait_line(proc, "softswitch ready", timeout=20)
@@ -118,8 +133,11 @@ def test_frames_cross_the_switch(net: VethNet, tmp_path: Path) -> None:
             assert receive(h2, b"BOOM-frame", timeout=0.3) is None
             assert proc.poll() is None
 
-            (ce,) = client.read(p4r.Entity(counter_entry=p4r.CounterEntry(
-                counter_id=PROGRAM.id_of(n.DC_STATS), index=p4r.Index(index=0))))
+            (ce,) = client.read(
+                p4r.Entity(
+                    counter_entry=p4r.CounterEntry(counter_id=PROGRAM.id_of(n.DC_STATS), index=p4r.Index(index=0))
+                )
+            )
             assert ce.counter_entry.data.packet_count == 3
         finally:
             client.close()
@@ -140,25 +158,62 @@ def test_frames_cross_the_switch(net: VethNet, tmp_path: Path) -> None:
 def test_cli_errors() -> None:
     env = env_with_repo_path()
     bad_iface = subprocess.run(
-        [sys.executable, "-m", "softswitch", "--grpc-addr", "127.0.0.1:0", "-i", "1@dct-no-such-if",
-         "--pipeline", "tests.softswitch_helpers:ForwardPipeline"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=30)
+        [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "-i",
+            "1@dct-no-such-if",
+            "--pipeline",
+            "tests.softswitch_helpers:ForwardPipeline",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad_iface.returncode == 1 and "dct-no-such-if" in bad_iface.stderr
     for args in (["-i", "511@lo"], ["-i", "lo"], ["-i", "1@a", "-i", "1@b"], ["--device-id", "0"]):
-        r = subprocess.run([sys.executable, "-m", "softswitch", *args], cwd=REPO_ROOT, env=env,
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "softswitch", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 2, (args, r.stderr)
     no_pipeline = subprocess.run(
         [sys.executable, "-m", "softswitch", "--grpc-addr", "127.0.0.1:0", "--pipeline", "nosuchmodule:X"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=30)
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert no_pipeline.returncode == 1 and "nosuchmodule" in no_pipeline.stderr
 
 
 def test_sigint_without_ports_exits_cleanly() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "softswitch", "--grpc-addr", "127.0.0.1:0",
-                             "--pipeline", "tests.softswitch_helpers:ForwardPipeline"],
-                            cwd=REPO_ROOT, env=env_with_repo_path(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--pipeline",
+            "tests.softswitch_helpers:ForwardPipeline",
+        ],
+        cwd=REPO_ROOT,
+        env=env_with_repo_path(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     with terminated(proc):
         line = wait_line(proc, "softswitch ready", timeout=20)
         assert "grpc=127.0.0.1:" in line and not line.endswith(":0") and "ports=-" in line

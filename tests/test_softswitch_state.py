@@ -19,17 +19,29 @@ pytestmark = pytest.mark.timeout(30)
 
 ACTS = (Action("NoAction"), Action("fwd", (Param("port", 9),)), Action("mark", (Param("tag", 8),)))
 MIXED = Program(
-    "mixed", ACTS,
+    "mixed",
+    ACTS,
     (
         Table("t_tern", (MatchField("f", 16, "ternary"),), ("fwd", "NoAction"), "NoAction"),
-        Table("t_range", (MatchField("r", 16, "range"), MatchField("e", 8, "exact")), ("fwd", "NoAction"),
-              "NoAction"),
-        Table("t_opt", (MatchField("o", 8, "optional"), MatchField("t", 8, "ternary")), ("fwd", "NoAction"),
-              "NoAction"),
-        Table("t_lpm2", (MatchField("vrf", 8, "exact"), MatchField("dst", 32, "lpm")), ("fwd", "NoAction"),
-              "NoAction", size=4),
-        Table("t_ex2", (MatchField("a", 16, "exact"), MatchField("b", 48, "exact")), ("fwd", "mark"), "mark",
-              default_params=(("tag", 7),), size=2),
+        Table("t_range", (MatchField("r", 16, "range"), MatchField("e", 8, "exact")), ("fwd", "NoAction"), "NoAction"),
+        Table(
+            "t_opt", (MatchField("o", 8, "optional"), MatchField("t", 8, "ternary")), ("fwd", "NoAction"), "NoAction"
+        ),
+        Table(
+            "t_lpm2",
+            (MatchField("vrf", 8, "exact"), MatchField("dst", 32, "lpm")),
+            ("fwd", "NoAction"),
+            "NoAction",
+            size=4,
+        ),
+        Table(
+            "t_ex2",
+            (MatchField("a", 16, "exact"), MatchField("b", 48, "exact")),
+            ("fwd", "mark"),
+            "mark",
+            default_params=(("tag", 7),),
+            size=2,
+        ),
     ),
     (Register("r8", 8, 4), Register("r128", 128, 32768), Register("r1", 1, 10)),
     (Counter("c", 4),),
@@ -203,6 +215,7 @@ def test_registers_mask_and_out_of_range(mixed: SwitchState) -> None:
 
 def test_register_storage_is_compact() -> None:
     import sys
+
     r = RegisterArray("x", 32, 65536)
     assert sys.getsizeof(r._cells) < 65536 * 4 + 1024  # typed array, not a list of ints
     wide = RegisterArray("y", 128, 32768)

@@ -33,9 +33,22 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def procs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SwitchProcesses]:
     port = free_tcp_port()
-    spec = {"cmd": [sys.executable, "-m", "softswitch", "--device-id", "1", "--grpc-addr", f"127.0.0.1:{port}",
-                    "--pipeline", "tests.softswitch_helpers:ForwardPipeline"],
-            "pid_file": str(tmp_path / "sp0.pid"), "log": str(tmp_path / "sp0.out"), "grpc": f"127.0.0.1:{port}"}
+    spec = {
+        "cmd": [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--device-id",
+            "1",
+            "--grpc-addr",
+            f"127.0.0.1:{port}",
+            "--pipeline",
+            "tests.softswitch_helpers:ForwardPipeline",
+        ],
+        "pid_file": str(tmp_path / "sp0.pid"),
+        "log": str(tmp_path / "sp0.out"),
+        "grpc": f"127.0.0.1:{port}",
+    }
     (tmp_path / "switches.json").write_text(json.dumps({"sp0": spec}))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     p = SwitchProcesses(tmp_path / "switches.json")
@@ -61,8 +74,7 @@ def _die(pid: int) -> None:
         time.sleep(0.02)
 
 
-def test_stop_leaves_a_process_that_reused_the_pid_alone(procs: SwitchProcesses,
-                                                          stranger: subprocess.Popen) -> None:
+def test_stop_leaves_a_process_that_reused_the_pid_alone(procs: SwitchProcesses, stranger: subprocess.Popen) -> None:
     pid = procs.start("sp0")
     pid_file = Path(procs.specs["sp0"]["pid_file"])
     assert procs.running("sp0") and int(pid_file.read_text().split()[0]) == pid
@@ -91,5 +103,5 @@ def test_a_switch_list_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "switches.json"
     for bad in ("[1, 2]", '{"sp0": {"cmd": "softswitch"}}', "{"):
         path.write_text(bad)
-        with pytest.raises(SwitchProcessError, match="switches.json|cannot read"):
+        with pytest.raises(SwitchProcessError, match=r"switches\.json|cannot read"):
             SwitchProcesses(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,17 +73,20 @@ def test_layout_is_big_endian_and_chunked() -> None:
 GOOD = encode(Message(op=Op.PUT, key=b"k" * 16, value=b"x" * 20))
 
 
-@pytest.mark.parametrize(("data", "reason"), [
-    (b"", "short"),
-    (GOOD[:39], "short"),
-    (GOOD[:-1], "length"),
-    (GOOD + b"\0", "length"),
-    (b"\x02" + GOOD[1:], "version"),
-    (GOOD[:1] + b"\x7f" + GOOD[2:], "op"),
-    (GOOD[:3] + b"\x09" + GOOD[4:], "status"),
-    (GOOD[:38] + b"\x01" + GOOD[39:], "chunks"),
-    (GOOD[:36] + (2000).to_bytes(2, "big") + b"\0" + GOOD[39:], "too_large"),
-])
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "short"),
+        (GOOD[:39], "short"),
+        (GOOD[:-1], "length"),
+        (GOOD + b"\0", "length"),
+        (b"\x02" + GOOD[1:], "version"),
+        (GOOD[:1] + b"\x7f" + GOOD[2:], "op"),
+        (GOOD[:3] + b"\x09" + GOOD[4:], "status"),
+        (GOOD[:38] + b"\x01" + GOOD[39:], "chunks"),
+        (GOOD[:36] + (2000).to_bytes(2, "big") + b"\0" + GOOD[39:], "too_large"),
+    ],
+)
 def test_malformed_input_raises_wire_error(data: bytes, reason: str) -> None:
     with pytest.raises(WireError) as e:
         decode(data)
@@ -91,10 +96,8 @@ def test_malformed_input_raises_wire_error(data: bytes, reason: str) -> None:
 
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_never_crash_the_decoder(data: bytes) -> None:
-    try:
+    with contextlib.suppress(WireError):
         decode(data)
-    except WireError:
-        pass
 
 
 def test_encode_rejects_what_cannot_travel() -> None:

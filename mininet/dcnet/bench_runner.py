@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         emit({"type": "load", "done": done, "total": total})
 
     def run(cfg: BenchConfig) -> None:
-        report = run_bench(args.cluster, cfg, timeout=args.timeout, retries=args.retries, on_second=on_second,
-                           on_load=on_load)
+        report = run_bench(
+            args.cluster, cfg, timeout=args.timeout, retries=args.retries, on_second=on_second, on_load=on_load
+        )
         emit({"type": "report", **report.to_dict()})
 
     if not args.serve:

@@ -10,8 +10,16 @@ import subprocess
 
 from dcnet.netfaults import remove_leftovers
 
-PATTERNS = ("-m softswitch", "-m shim", "-m controller.agent", "-m controller --cluster", "-m dcnet.client_runner",
-            "-m dcnet.bench_runner", "simple_switch_grpc", "redis-server.*redis-")
+PATTERNS = (
+    "-m softswitch",
+    "-m shim",
+    "-m controller.agent",
+    "-m controller --cluster",
+    "-m dcnet.client_runner",
+    "-m dcnet.bench_runner",
+    "simple_switch_grpc",
+    "redis-server.*redis-",
+)
 
 
 def main() -> None:

@@ -27,9 +27,16 @@ def handle(client: Client, req: dict) -> dict:
     start = time.perf_counter()
     if op == "get":
         r = client.get_reply(key)
-        return {"ok": True, "found": r.value is not None, "value": _text(r.value), "cached": r.cached,
-                "served_by": r.served_by, "status": r.status.name, "latency_us": round(r.latency * 1e6),
-                "attempts": r.attempts}
+        return {
+            "ok": True,
+            "found": r.value is not None,
+            "value": _text(r.value),
+            "cached": r.cached,
+            "served_by": r.served_by,
+            "status": r.status.name,
+            "latency_us": round(r.latency * 1e6),
+            "attempts": r.attempts,
+        }
     if op == "put":
         client.put(key, req["value"].encode() if isinstance(req.get("value"), str) else bytes.fromhex(req["hex"]))
     elif op == "delete":

@@ -46,7 +46,7 @@ from rich.text import Text
 from client_lib.workload import BenchConfig
 from controller.switchproc import SwitchProcesses
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissing
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
@@ -70,8 +70,16 @@ def demo_cluster(cluster: Cluster, slots: int | None, threshold: int | None) -> 
 
 def workload(args: argparse.Namespace) -> dict:
     """The workload the client host runs (BenchConfig fields), checked: ValueError names the option."""
-    cfg = {"keys": args.keys, "zipf": args.zipf, "read_ratio": args.read_ratio, "value_size": 32,
-           "concurrency": args.concurrency, "duration": args.duration, "load_keys": args.keys, "seed": args.seed}
+    cfg = {
+        "keys": args.keys,
+        "zipf": args.zipf,
+        "read_ratio": args.read_ratio,
+        "value_size": 32,
+        "concurrency": args.concurrency,
+        "duration": args.duration,
+        "load_keys": args.keys,
+        "seed": args.seed,
+    }
     BenchConfig(**cfg).validate()
     return cfg
 
@@ -122,15 +130,17 @@ class Timeline:
 
     def write_p99_ms(self, e: Event) -> float:
         """The highest per-second write p99 of the event's window (writes wait for their coherence paths)."""
-        return max((self.seconds[t]["write_p99_us"] for t in range(e.at, e.at + WINDOW) if t in self.seconds),
-                   default=0.0) / 1000
+        return (
+            max((self.seconds[t]["write_p99_us"] for t in range(e.at, e.at + WINDOW) if t in self.seconds), default=0.0)
+            / 1000
+        )
 
     def failed_ops(self, e: Event) -> int:
         """Operations that failed in the event's window (the workload counts errors per second)."""
         return sum(self.seconds[t]["errors"] for t in range(e.at, e.at + WINDOW) if t in self.seconds)
 
 
-def detection(e: Event, deaths: list) -> str:  # noqa: ANN001 - controller_pb2.SpineDeath
+def detection(e: Event, deaths: list) -> str:
     """How fast the client leaves' data planes found ``e``'s spine dead: the first death of that spine
     they reported after the event (each leaf reports one when it hears from the spine again)."""
     if not e.spine:
@@ -151,9 +161,11 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
         t = time.monotonic()
         dep.wait_switch(last, failed=True)
         st = dep.controller.ctl.status()  # type: ignore[union-attr]
-        return (f"{last} killed (SIGKILL, nobody told the controller); declared dead after "
-                f"{st.last_detection_s:.2f} s, buckets moved in {st.last_failover_s:.2f} s "
-                f"(seen by the demo after {time.monotonic() - t:.2f} s)")
+        return (
+            f"{last} killed (SIGKILL, nobody told the controller); declared dead after "
+            f"{st.last_detection_s:.2f} s, buckets moved in {st.last_failover_s:.2f} s "
+            f"(seen by the demo after {time.monotonic() - t:.2f} s)"
+        )
 
     def restart() -> str:
         procs.start(last)
@@ -162,32 +174,40 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
         return f"{last} process started again; the controller recovered it by itself in {time.monotonic() - t:.2f} s"
 
     d = int(duration)
-    return Timeline([Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first), first),
-                     Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first)),
-                     Event(int(d * 0.70), f"crash {last}", crash, last),
-                     Event(int(d * 0.85), f"restart {last}", restart)])
+    return Timeline(
+        [
+            Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first), first),
+            Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first)),
+            Event(int(d * 0.70), f"crash {last}", crash, last),
+            Event(int(d * 0.85), f"restart {last}", restart),
+        ]
+    )
 
 
 def run(args: argparse.Namespace, cluster: Cluster) -> int:
-    shape = (f"{cluster.spines} spines, {cluster.storage_racks} storage racks x {cluster.servers_per_rack} servers, "
-             f"{cluster.client_racks} client racks, {cluster.mechanism.name.lower()}")
+    shape = (
+        f"{cluster.spines} spines, {cluster.storage_racks} storage racks x {cluster.servers_per_rack} servers, "
+        f"{cluster.client_racks} client racks, {cluster.mechanism.name.lower()}"
+    )
     with console.status(f"starting {args.target} topology {args.topo.name} ({shape})..."):
-        dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, pcap=args.pcap,
-                         switch_log=args.switch_log)
+        dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, pcap=args.pcap, switch_log=args.switch_log)
         dep.__enter__()
     try:
         console.print(f"[green]topology up[/] — logs in {dep.run_dir}")
-        console.print(f"workload: {args.keys} keys, Zipf {args.zipf}, {args.read_ratio:.0%} reads, "
-                      f"{args.duration:.0f} s, concurrency {args.concurrency}; caches: {cluster.cache_slots} keys per "
-                      f"switch, detector threshold {cluster.hh_threshold} reads per "
-                      f"{(1 << cluster.hh_window_shift) / 1e6:.2f} s window; nothing cached by hand")
+        console.print(
+            f"workload: {args.keys} keys, Zipf {args.zipf}, {args.read_ratio:.0%} reads, "
+            f"{args.duration:.0f} s, concurrency {args.concurrency}; caches: {cluster.cache_slots} keys per "
+            f"switch, detector threshold {cluster.hh_threshold} reads per "
+            f"{(1 << cluster.hh_window_shift) / 1e6:.2f} s window; nothing cached by hand"
+        )
         progress = Table(title="the caches fill themselves", title_justify="left")
         names = " ".join(cached_counts(dep)[0])
         for col in ("t", "ops/s", "hit ratio", f"keys cached ({names})", "auto-cached"):
             progress.add_column(col, justify="right")
         report = None
-        timeline = Timeline() if args.no_failures or cluster.spines < 2 else \
-            failure_timeline(dep, cluster, args.duration)
+        timeline = (
+            Timeline() if args.no_failures or cluster.spines < 2 else failure_timeline(dep, cluster, args.duration)
+        )
         for msg in dep.bench(cluster.client(0, 0), workload(args)):
             if msg["type"] == "load" and msg["done"] == msg["total"]:
                 console.print(f"loaded {msg['total']} keys")
@@ -198,8 +218,13 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                     console.print(f"[yellow]>> {e.label}[/]: {e.action()}", highlight=False)
                     e.done, e.took = True, time.monotonic() - t0
                 held, auto = cached_counts(dep)
-                row = (f"{msg['t'] + 1}", f"{msg['ops'] / max(msg['span'], 1e-9):,.0f}", f"{msg['hit_ratio']:.2f}",
-                       " ".join(f"{v:>3}" for v in held.values()), f"{auto}")
+                row = (
+                    f"{msg['t'] + 1}",
+                    f"{msg['ops'] / max(msg['span'], 1e-9):,.0f}",
+                    f"{msg['hit_ratio']:.2f}",
+                    " ".join(f"{v:>3}" for v in held.values()),
+                    f"{auto}",
+                )
                 progress.add_row(*row)
                 console.print("  ".join(row), highlight=False)
             elif msg["type"] == "report":
@@ -213,34 +238,46 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         summary.add_column("value", justify="right")
         lat = report["latency_us"]
         for label, value in (
-                ("throughput", f"{report['throughput']:,.0f} ops/s"),
-                ("hit ratio (whole run)", f"{report['hit_ratio']:.2f}"),
-                ("read latency p50 / p99, hits", f"{lat['hit']['p50']:.0f} / {lat['hit']['p99']:.0f} µs"),
-                ("read latency p50 / p99, misses", f"{lat['miss']['p50']:.0f} / {lat['miss']['p99']:.0f} µs"),
-                ("keys cached per switch", ", ".join(f"{k} {v}" for k, v in held.items())),
-                ("insertion latency, report -> valid (p50 / max per switch)", ", ".join(
+            ("throughput", f"{report['throughput']:,.0f} ops/s"),
+            ("hit ratio (whole run)", f"{report['hit_ratio']:.2f}"),
+            ("read latency p50 / p99, hits", f"{lat['hit']['p50']:.0f} / {lat['hit']['p99']:.0f} µs"),
+            ("read latency p50 / p99, misses", f"{lat['miss']['p50']:.0f} / {lat['miss']['p99']:.0f} µs"),
+            ("keys cached per switch", ", ".join(f"{k} {v}" for k, v in held.items())),
+            (
+                "insertion latency, report -> valid (p50 / max per switch)",
+                ", ".join(
                     f"{k} {s.insert_latency_p50_us / 1000:.1f}/{s.insert_latency_max_us / 1000:.0f} ms"
-                    for k, s in sorted(dep.controller.agent_status().items()))),
-                ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none")):
+                    for k, s in sorted(dep.controller.agent_status().items())
+                ),
+            ),
+            ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none"),
+        ):
             summary.add_row(label, value)
         status = dep.controller.ctl.status()
         for e in timeline.events:
             if e.done:
                 before, low = timeline.dip(e)
-                summary.add_row(f"reads/s around '{e.label}' (s{e.at + 1})",
-                                f"{before:,.0f} before -> {low:,.0f} lowest ({low / before if before else 0:.0%}); "
-                                f"read p99 {timeline.read_p99_ms(e):.1f} ms; write p99 up to "
-                                f"{timeline.write_p99_ms(e):.0f} ms; failed ops {timeline.failed_ops(e)}"
-                                + detection(e, list(status.spine_deaths)))
+                summary.add_row(
+                    f"reads/s around '{e.label}' (s{e.at + 1})",
+                    f"{before:,.0f} before -> {low:,.0f} lowest ({low / before if before else 0:.0%}); "
+                    f"read p99 {timeline.read_p99_ms(e):.1f} ms; write p99 up to "
+                    f"{timeline.write_p99_ms(e):.0f} ms; failed ops {timeline.failed_ops(e)}"
+                    + detection(e, list(status.spine_deaths)),
+                )
         seen = {f"{s.name}: {spine}": v for s in status.switches for spine, v in sorted(s.spine_deaths.items()) if v}
         ended = sum(seen.values())
-        summary.add_row("spine deaths seen by the leaves' data planes",
-                        f"{ended}" + (f" ({', '.join(f'{k} {v}' for k, v in seen.items())})" if seen else ""))
+        summary.add_row(
+            "spine deaths seen by the leaves' data planes",
+            f"{ended}" + (f" ({', '.join(f'{k} {v}' for k, v in seen.items())})" if seen else ""),
+        )
         Console().print(summary)
         errors = report["error_count"]
         failovers = status.failovers
-        print(f"reads={report['reads']} hits={report['hits']} misses={report['misses']} errors={errors} "
-              f"auto_cached={auto} failovers={failovers}", flush=True)
+        print(
+            f"reads={report['reads']} hits={report['hits']} misses={report['misses']} errors={errors} "
+            f"auto_cached={auto} failovers={failovers}",
+            flush=True,
+        )
         return 0 if errors == 0 else 1
     finally:
         with console.status("tearing down..."):
@@ -251,16 +288,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
     ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
-    ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO,
-                    help=f"cluster description (JSON; default {DEFAULT_TOPO.relative_to(DEFAULT_TOPO.parents[1])})")
+    ap.add_argument(
+        "--topo",
+        type=input_file,
+        default=DEFAULT_TOPO,
+        help=f"cluster description (JSON; default {DEFAULT_TOPO.relative_to(DEFAULT_TOPO.parents[1])})",
+    )
     ap.add_argument("--keys", type=int, default=10_000, help="keys in the workload (all loaded first)")
     ap.add_argument("--zipf", type=float, default=0.99, help="skew of the reads (0 = uniform)")
     ap.add_argument("--read-ratio", type=float, default=0.98)
     ap.add_argument("--duration", type=float, default=40.0, help="seconds of workload after loading")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--slots", type=int, help="cache slots per cache switch (default: the topology's)")
-    ap.add_argument("--threshold", type=int, help="reads per detector window that make a key hot (default: the "
-                                                  "topology's)")
+    ap.add_argument(
+        "--threshold", type=int, help="reads per detector window that make a key hot (default: the topology's)"
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run-dir", type=output_dir, help="where logs go (default runs/<timestamp>)")
     ap.add_argument("--pcap", action="store_true", help="capture every switch port")
@@ -273,12 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     if os.geteuid() != 0:
-        console.print("[red]the demo needs root[/] (Mininet creates network namespaces): run it with sudo, "
-                      "or as root: make run")
+        console.print(
+            "[red]the demo needs root[/] (Mininet creates network namespaces): run it with sudo, or as root: make run"
+        )
         return 2
     try:
         return run(args, cluster)
-    except (TargetMissing, DeploymentError) as e:
+    except (TargetMissingError, DeploymentError) as e:
         console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)  # data, not markup
         return 2
 

@@ -34,7 +34,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 
 from controller.agent import AgentClient
-from controller.client import ControllerClient, ControllerUnreachable
+from controller.client import ControllerClient, ControllerUnreachableError
 from controller.controller import is_cache_switch
 from controller.p4rt import SwitchConnection, load_p4info
 from controller.partition import cache_switches
@@ -74,20 +74,33 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
     if target == "bmv2":
         p4c = shutil.which("p4c-bm2-ss")
         if p4c:  # compile what is in p4src/ now, so a run never uses a stale build
-            p4info, json_path = run_dir / "distcache.p4info.txt", run_dir / "distcache.json"
-            res = subprocess.run([p4c, "--arch", "v1model", "-o", str(json_path), "--p4runtime-files", str(p4info),
-                                  str(REPO / "p4src" / "distcache.p4")], capture_output=True, text=True)
+            p4info, json_path = run_dir / "distcache.p4info.txtpb", run_dir / "distcache.json"
+            res = subprocess.run(
+                [
+                    p4c,
+                    "--arch",
+                    "v1model",
+                    "-o",
+                    str(json_path),
+                    "--p4runtime-files",
+                    str(p4info),
+                    str(REPO / "p4src" / "distcache.p4"),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if res.returncode != 0:
                 raise DeploymentError(f"p4c-bm2-ss failed on p4src/distcache.p4:\n{res.stderr}")
             return p4info, json_path.read_bytes()
-        p4info, json_path = BUILD / "distcache.p4info.txt", BUILD / "distcache.json"
+        p4info, json_path = BUILD / "distcache.p4info.txtpb", BUILD / "distcache.json"
         if not (p4info.exists() and json_path.exists()):
-            raise DeploymentError(f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss "
-                                  "on PATH first")
+            raise DeploymentError(
+                f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss on PATH first"
+            )
         return p4info, json_path.read_bytes()
     from softswitch.dataplane import PROGRAM
 
-    path = run_dir / "distcache.p4info.txt"
+    path = run_dir / "distcache.p4info.txtpb"
     path.write_text(text_format.MessageToString(PROGRAM.p4info()))
     return path, b""
 
@@ -101,8 +114,14 @@ class ClientProcess:
     def __init__(self, host: object, cluster_path: Path, log_path: Path) -> None:
         self.name = host.name  # type: ignore[attr-defined]
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
-        self.proc = host.popen([sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],  # type: ignore[attr-defined]
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        self.proc = host.popen(
+            [sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],  # type: ignore[attr-defined]
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+        )
 
     def call(self, op: str, key: str | None = None, value: str | None = None, **extra: object) -> dict:
         req = {"op": op, "key": key, "value": value, **extra}
@@ -149,8 +168,9 @@ class Operator:
     def __init__(self, cluster: Cluster, p4info_path: Path, ctl: ControllerClient) -> None:
         self.cluster, self.ctl = cluster, ctl
         self.p4info = load_p4info(p4info_path)
-        self.agents = {sw.name: AgentClient(cluster.agent_address(sw)) for sw in cluster.switches()
-                       if is_cache_switch(sw)}
+        self.agents = {
+            sw.name: AgentClient(cluster.agent_address(sw)) for sw in cluster.switches() if is_cache_switch(sw)
+        }
         self.conns = _Readers(self)
 
     @property
@@ -215,9 +235,17 @@ class WorkloadSession:
 
 
 class Deployment:
-    def __init__(self, cluster: Cluster, target: str = "softswitch", run_dir: Path | None = None,
-                 pcap: bool = False, quiet: bool = True, shim_args: list[str] | None = None,
-                 switch_args: list[str] | None = None, switch_log: str = "events") -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        target: str = "softswitch",
+        run_dir: Path | None = None,
+        pcap: bool = False,
+        quiet: bool = True,
+        shim_args: list[str] | None = None,
+        switch_args: list[str] | None = None,
+        switch_log: str = "events",
+    ) -> None:
         check_target(target)
         self.cluster, self.target, self.pcap, self.switch_log = cluster, target, pcap, switch_log
         self.shim_args = list(shim_args or [])  # extra shim options (tests: e.g. a deliberately broken mode)
@@ -271,10 +299,23 @@ class Deployment:
         if self.pcap:
             (self.run_dir / "pcap").mkdir(exist_ok=True)
         topo = LeafSpineTopo(cluster=self.cluster)
-        switch = partial(P4RuntimeSwitch, run_dir=str(self.run_dir), target=self.target, pcap=self.pcap,
-                         switch_log=self.switch_log, extra_args=self.switch_args)
-        self.net = Mininet(topo=topo, switch=switch, controller=None, autoSetMacs=False, build=False,
-                           waitConnected=False, link=TCLink if self.cluster.link_mbps else Link)
+        switch = partial(
+            P4RuntimeSwitch,
+            run_dir=str(self.run_dir),
+            target=self.target,
+            pcap=self.pcap,
+            switch_log=self.switch_log,
+            extra_args=self.switch_args,
+        )
+        self.net = Mininet(
+            topo=topo,
+            switch=switch,
+            controller=None,
+            autoSetMacs=False,
+            build=False,
+            waitConnected=False,
+            link=TCLink if self.cluster.link_mbps else Link,
+        )
         self.net.build()
         for h in self.cluster.hosts():
             self._config_host(h)
@@ -283,8 +324,9 @@ class Deployment:
             self._start_storage(h)
         config_path = self.run_dir / "device_config.bin"
         config_path.write_bytes(device_config)
-        (self.run_dir / "switches.json").write_text(json.dumps(
-            {sw.name: self.net[sw.name].spec() for sw in self.cluster.switches()}, indent=1))
+        (self.run_dir / "switches.json").write_text(
+            json.dumps({sw.name: self.net[sw.name].spec() for sw in self.cluster.switches()}, indent=1)
+        )
         for sw in self.cluster.switches():
             if is_cache_switch(sw):
                 self.start_agent(sw, p4info_path, config_path)
@@ -298,12 +340,30 @@ class Deployment:
         assert self._controller_files is not None
         p4info_path, config_path = self._controller_files
         out = open(self.run_dir / "controller.out", "ab")  # noqa: SIM115 - child keeps its own fd
-        proc = subprocess.Popen([
-            sys.executable, "-m", "controller", "--cluster", str(self.cluster_path), "--p4info", str(p4info_path),
-            "--device-config", str(config_path), "--shim-dir", str(self.run_dir),
-            "--state-file", str(self.run_dir / "controller.state.json"),
-            "--switches", str(self.run_dir / "switches.json"), "--log-file", str(self.run_dir / "controller.log")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "controller",
+                "--cluster",
+                str(self.cluster_path),
+                "--p4info",
+                str(p4info_path),
+                "--device-config",
+                str(config_path),
+                "--shim-dir",
+                str(self.run_dir),
+                "--state-file",
+                str(self.run_dir / "controller.state.json"),
+                "--switches",
+                str(self.run_dir / "switches.json"),
+                "--log-file",
+                str(self.run_dir / "controller.log"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         out.close()
         self._procs.append(("controller", proc))
         self.controller_proc = proc
@@ -312,24 +372,30 @@ class Deployment:
         try:
             while True:
                 if proc.poll() is not None:
-                    raise DeploymentError(f"the controller exited with code {proc.returncode}; see "
-                                          f"{self.run_dir / 'controller.log'}")
+                    raise DeploymentError(
+                        f"the controller exited with code {proc.returncode}; see {self.run_dir / 'controller.log'}"
+                    )
                 try:
                     client.wait_ready(1.0)
                     client.status()
                     break
-                except ControllerUnreachable:
+                except ControllerUnreachableError:
                     if time.monotonic() > deadline:
-                        raise DeploymentError(f"the controller did not answer within {timeout:.0f}s; see "
-                                              f"{self.run_dir / 'controller.log'}") from None
+                        raise DeploymentError(
+                            f"the controller did not answer within {timeout:.0f}s; see "
+                            f"{self.run_dir / 'controller.log'}"
+                        ) from None
         finally:
             client.close()
         return proc
 
     def ctl(self, *argv: str) -> str:
         """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError."""
-        res = subprocess.run([sys.executable, "-m", "controller.ctl", "--cluster", str(self.cluster_path), *argv],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            [sys.executable, "-m", "controller.ctl", "--cluster", str(self.cluster_path), *argv],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
         return res.stdout.strip()
@@ -340,14 +406,16 @@ class Deployment:
         while time.monotonic() < deadline:
             try:
                 st = {s.name: s for s in self.controller.ctl.status().switches}  # type: ignore[union-attr]
-            except ControllerUnreachable:  # restarting: ask again
+            except ControllerUnreachableError:  # restarting: ask again
                 time.sleep(0.2)
                 continue
             if st[name].failed == failed and (failed or st[name].alive):
                 return
             time.sleep(0.1)
-        raise DeploymentError(f"the controller did not {'detect the failure of' if failed else 'recover'} {name} "
-                              f"within {timeout:.0f}s; see controller.log in {self.run_dir}")
+        raise DeploymentError(
+            f"the controller did not {'detect the failure of' if failed else 'recover'} {name} "
+            f"within {timeout:.0f}s; see controller.log in {self.run_dir}"
+        )
 
     def kill_controller(self) -> None:
         """Kill the controller daemon at once (SIGKILL): the data plane must not notice."""
@@ -382,11 +450,33 @@ class Deployment:
         node = self.net[h.name]
         sock = self.redis_socket(h)
         sock.unlink(missing_ok=True)
-        redis = self._popen(f"redis-{h.name}", node, [
-            "redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "yes", "--appendfsync", self.cluster.redis_appendfsync,
-            "--appenddirname", f"redis-{h.name}.aof", "--daemonize", "no", "--dir", str(self.run_dir),
-            "--logfile", str(self.run_dir / f"redis-{h.name}.log")])
+        redis = self._popen(
+            f"redis-{h.name}",
+            node,
+            [
+                "redis-server",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(sock),
+                "--unixsocketperm",
+                "700",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                self.cluster.redis_appendfsync,
+                "--appenddirname",
+                f"redis-{h.name}.aof",
+                "--daemonize",
+                "no",
+                "--dir",
+                str(self.run_dir),
+                "--logfile",
+                str(self.run_dir / f"redis-{h.name}.log"),
+            ],
+        )
         _wait_for_path(sock, redis, 10.0, f"redis-server on {h.name}")
         self.redis_procs[h.name] = redis
         return redis
@@ -406,12 +496,31 @@ class Deployment:
         sock = self.redis_socket(h)
         control = self.shim_control(h)
         Path(control.removeprefix("unix:")).unlink(missing_ok=True)
-        shim = self._popen(f"shim-{h.name}", node, [
-            sys.executable, "-m", "shim", "--cluster", str(self.cluster_path), "--server", h.name,
-            "--listen", h.ip, "--redis-url", f"unix://{sock}", "--control", control,
-            "--state-file", str(self.run_dir / f"shim-{h.name}.state.json"),
-            "--log-file", str(self.run_dir / f"shim-{h.name}.log"), *(["--fresh"] if fresh else []),
-            *self.shim_args])
+        shim = self._popen(
+            f"shim-{h.name}",
+            node,
+            [
+                sys.executable,
+                "-m",
+                "shim",
+                "--cluster",
+                str(self.cluster_path),
+                "--server",
+                h.name,
+                "--listen",
+                h.ip,
+                "--redis-url",
+                f"unix://{sock}",
+                "--control",
+                control,
+                "--state-file",
+                str(self.run_dir / f"shim-{h.name}.state.json"),
+                "--log-file",
+                str(self.run_dir / f"shim-{h.name}.log"),
+                *(["--fresh"] if fresh else []),
+                *self.shim_args,
+            ],
+        )
         _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
         self.shim_procs[h.name] = shim
         return shim
@@ -422,8 +531,9 @@ class Deployment:
         proc.kill()
         proc.wait(5)
 
-    def start_agent(self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None
-                    ) -> subprocess.Popen:
+    def start_agent(
+        self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None
+    ) -> subprocess.Popen:
         """Start (or restart) the agent process of cache switch ``sw``, in the root namespace."""
         if p4info_path is not None and config_path is not None:
             self._agent_files = (p4info_path, config_path)
@@ -431,12 +541,30 @@ class Deployment:
             raise DeploymentError("start_agent: the deployment has not written its pipeline files yet")
         p4info_path, config_path = self._agent_files
         out = open(self.run_dir / f"agent-{sw.name}.out", "ab")  # noqa: SIM115 - child keeps its own fd
-        proc = subprocess.Popen([
-            sys.executable, "-m", "controller.agent", "--cluster", str(self.cluster_path), "--switch", sw.name,
-            "--p4info", str(p4info_path), "--device-config", str(config_path), "--shim-dir", str(self.run_dir),
-            "--state-file", str(self.run_dir / f"agent-{sw.name}.state.json"),
-            "--log-file", str(self.run_dir / f"agent-{sw.name}.log")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "controller.agent",
+                "--cluster",
+                str(self.cluster_path),
+                "--switch",
+                sw.name,
+                "--p4info",
+                str(p4info_path),
+                "--device-config",
+                str(config_path),
+                "--shim-dir",
+                str(self.run_dir),
+                "--state-file",
+                str(self.run_dir / f"agent-{sw.name}.state.json"),
+                "--log-file",
+                str(self.run_dir / f"agent-{sw.name}.log"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         out.close()
         self._procs.append((f"agent-{sw.name}", proc))
         self.agent_procs[sw.name] = proc
@@ -458,8 +586,10 @@ class Deployment:
             deadline = time.monotonic() + timeout
             while not client.status().configured:  # the controller's heartbeat notices the restart
                 if time.monotonic() > deadline:
-                    raise DeploymentError(f"the controller did not configure the restarted agent of {name} "
-                                          f"within {timeout:.0f}s; see controller.log")
+                    raise DeploymentError(
+                        f"the controller did not configure the restarted agent of {name} "
+                        f"within {timeout:.0f}s; see controller.log"
+                    )
                 time.sleep(0.1)
         finally:
             client.close()
@@ -469,9 +599,21 @@ class Deployment:
         log_path = self.run_dir / f"bench-{host.name}.log"
         with open(log_path, "ab") as err:
             proc = self.net[host.name].popen(  # type: ignore[union-attr]
-                [sys.executable, "-m", "dcnet.bench_runner", "--cluster", str(self.cluster_path),
-                 "--config", json.dumps(config)], stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                text=True, bufsize=1)
+                [
+                    sys.executable,
+                    "-m",
+                    "dcnet.bench_runner",
+                    "--cluster",
+                    str(self.cluster_path),
+                    "--config",
+                    json.dumps(config),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                bufsize=1,
+            )
         self._procs.append((f"bench-{host.name}", proc))
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -484,9 +626,24 @@ class Deployment:
         log_path = self.run_dir / f"workload-{host.name}.log"
         with open(log_path, "ab") as err:
             proc = self.net[host.name].popen(  # type: ignore[union-attr]
-                [sys.executable, "-m", "dcnet.bench_runner", "--cluster", str(self.cluster_path), "--serve",
-                 "--timeout", str(timeout), "--retries", str(retries)],
-                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, text=True, bufsize=1)
+                [
+                    sys.executable,
+                    "-m",
+                    "dcnet.bench_runner",
+                    "--cluster",
+                    str(self.cluster_path),
+                    "--serve",
+                    "--timeout",
+                    str(timeout),
+                    "--retries",
+                    str(retries),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
         self._procs.append((f"workload-{host.name}", proc))
         return WorkloadSession(proc, log_path)
 
@@ -541,4 +698,3 @@ def _wait_for_path(path: Path, proc: subprocess.Popen, timeout: float, what: str
             return
         time.sleep(0.05)
     raise DeploymentError(f"{what} did not create {path} within {timeout:.0f}s")
-

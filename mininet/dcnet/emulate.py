@@ -57,20 +57,20 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import matplotlib.pyplot as plt
+from rich.console import Console
+from rich.table import Table
 
-from controller.shim_link import ShimLink  # noqa: E402
-from controller.switchproc import SwitchProcesses  # noqa: E402
-from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir  # noqa: E402
-from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissing  # noqa: E402
-from distcache import p4names as n  # noqa: E402
-from distcache.cluster import Cluster, Role  # noqa: E402
+from controller.shim_link import ShimLink
+from controller.switchproc import SwitchProcesses
+from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
+from distcache import p4names as n
+from distcache.cluster import Cluster, Role
 from distcache.cmdline import ArgumentParser, input_file, load_cluster
-from simulator.figures import LABELS, LINE, STYLE  # noqa: E402
-from simulator.model import MECHANISMS, Model, SimConfig  # noqa: E402
-from simulator.workload import DEFAULT_HEAD  # noqa: E402
+from simulator.figures import LABELS, LINE, STYLE
+from simulator.model import MECHANISMS, Model, SimConfig
+from simulator.workload import DEFAULT_HEAD
 
 console = Console(stderr=True)
 TOPOLOGY = REPO / "topologies" / "emulate-4spine-4x4.json"
@@ -98,8 +98,12 @@ class Step:
 
     @property
     def ok(self) -> bool:
-        return (self.errors <= MAX_ERRORS and self.metered <= MAX_METERED and self.p99_ms <= MAX_P99_MS
-                and self.server_load <= MAX_SERVER_LOAD)
+        return (
+            self.errors <= MAX_ERRORS
+            and self.metered <= MAX_METERED
+            and self.p99_ms <= MAX_P99_MS
+            and self.server_load <= MAX_SERVER_LOAD
+        )
 
 
 @dataclass
@@ -120,8 +124,7 @@ class Point:
 class Emulation:
     """One deployment, one generator session; a saturation search per point."""
 
-    def __init__(self, dep: Deployment, cluster: Cluster, keys: int, step_seconds: float, warm_seconds: float
-                 ) -> None:
+    def __init__(self, dep: Deployment, cluster: Cluster, keys: int, step_seconds: float, warm_seconds: float) -> None:
         self.dep, self.cluster, self.keys = dep, cluster, keys
         self.step_seconds, self.warm_seconds = step_seconds, warm_seconds
         self.client = cluster.client(0, 0)
@@ -138,10 +141,24 @@ class Emulation:
         self.session: WorkloadSession = dep.workload_session(self.client, timeout=1.0, retries=0)
 
     # -- workloads --------------------------------------------------------------------------
-    def workload(self, rate: float, zipf: float, write_ratio: float, seconds: float,
-                 on_second: Callable[[dict], None] | None = None) -> dict:
-        cfg = {"keys": self.keys, "zipf": zipf, "read_ratio": 1.0 - write_ratio, "value_size": 32,
-               "rate": rate, "concurrency": max(64, int(rate)), "duration": seconds, "load": False}
+    def workload(
+        self,
+        rate: float,
+        zipf: float,
+        write_ratio: float,
+        seconds: float,
+        on_second: Callable[[dict], None] | None = None,
+    ) -> dict:
+        cfg = {
+            "keys": self.keys,
+            "zipf": zipf,
+            "read_ratio": 1.0 - write_ratio,
+            "value_size": 32,
+            "rate": rate,
+            "concurrency": max(64, int(rate)),
+            "duration": seconds,
+            "load": False,
+        }
         return self.session.run(cfg, on_second)
 
     def metered(self) -> int:
@@ -159,8 +176,10 @@ class Emulation:
 
     def spent(self) -> dict[str, float]:
         """Per storage server: the request-equivalents its shim admitted under its rate so far."""
-        return {h.name: ShimLink(self.dep.shim_control(h), timeout=5.0).stats()["rate_spent"]
-                for h in self.cluster.servers()}
+        return {
+            h.name: ShimLink(self.dep.shim_control(h), timeout=5.0).stats()["rate_spent"]
+            for h in self.cluster.servers()
+        }
 
     def step(self, rate: float, zipf: float, write_ratio: float) -> Step:
         before, spent = self.metered(), self.spent()
@@ -171,10 +190,15 @@ class Emulation:
         requests = rep["ops"] + rep["errors"].get("backlog", 0)
         failed = rep["failed_reads"] + rep["failed_writes"]
         # over the scheduled window: every op was issued in it (replies still in flight at its end count)
-        return Step(rate=rate, goodput=(rep["ops"] - failed) / self.step_seconds,
-                    errors=rep["error_count"] / max(1, requests), metered=metered / max(1, rep["reads"]),
-                    p99_ms=(rep["latency_us"]["all"]["p99"] or 0.0) / 1000, hit_ratio=rep["hit_ratio"],
-                    server_load=load)
+        return Step(
+            rate=rate,
+            goodput=(rep["ops"] - failed) / self.step_seconds,
+            errors=rep["error_count"] / max(1, requests),
+            metered=metered / max(1, rep["reads"]),
+            p99_ms=(rep["latency_us"]["all"]["p99"] or 0.0) / 1000,
+            hit_ratio=rep["hit_ratio"],
+            server_load=load,
+        )
 
     def saturate(self, zipf: float, write_ratio: float, start: float) -> tuple[float, list[Step]]:
         """Ramp from ``start`` until a step fails, then bisect; the best passing step's goodput."""
@@ -207,17 +231,29 @@ class Emulation:
 
     @staticmethod
     def _log(s: Step) -> None:
-        console.log(f"  offered {s.rate:5.0f}/s -> {s.goodput:5.0f}/s  errors {s.errors:5.1%}  busiest server "
-                    f"{s.server_load:4.0%}  metered {s.metered:5.1%}  p99 {s.p99_ms:5.0f} ms  hits {s.hit_ratio:4.0%}"
-                    f"  {'ok' if s.ok else 'over'}")
+        console.log(
+            f"  offered {s.rate:5.0f}/s -> {s.goodput:5.0f}/s  errors {s.errors:5.1%}  busiest server "
+            f"{s.server_load:4.0%}  metered {s.metered:5.1%}  p99 {s.p99_ms:5.0f} ms  hits {s.hit_ratio:4.0%}"
+            f"  {'ok' if s.ok else 'over'}"
+        )
 
     # -- the simulator's prediction -------------------------------------------------------------
-    def simulated(self, mechanism: str, zipf: float, write_ratio: float = 0.0,
-                  failed: Iterable[int] = ()) -> tuple[float, str]:
+    def simulated(
+        self, mechanism: str, zipf: float, write_ratio: float = 0.0, failed: Iterable[int] = ()
+    ) -> tuple[float, str]:
         c = self.cluster
-        cfg = SimConfig(cluster=c, n_keys=self.keys, alpha=zipf, cache_per_switch=c.cache_slots, server_rate=1.0,
-                        switch_rate=c.switch_rate / c.server_rate, write_ratio=write_ratio,
-                        head=min(DEFAULT_HEAD, self.keys), failed_spines=frozenset(failed), key_prefix="key")
+        cfg = SimConfig(
+            cluster=c,
+            n_keys=self.keys,
+            alpha=zipf,
+            cache_per_switch=c.cache_slots,
+            server_rate=1.0,
+            switch_rate=c.switch_rate / c.server_rate,
+            write_ratio=write_ratio,
+            head=min(DEFAULT_HEAD, self.keys),
+            failed_spines=frozenset(failed),
+            key_prefix="key",
+        )
         r = Model(cfg).evaluate(mechanism)
         return r.throughput * c.server_rate, r.bottleneck
 
@@ -228,8 +264,13 @@ class Emulation:
 # -- the figures -------------------------------------------------------------------------------------
 
 
-def sweep(em: Emulation, figure: str, mechanisms: list[str], xs: Iterable[float],
-          params: Callable[[float], tuple[float, float]]) -> list[Point]:
+def sweep(
+    em: Emulation,
+    figure: str,
+    mechanisms: list[str],
+    xs: Iterable[float],
+    params: Callable[[float], tuple[float, float]],
+) -> list[Point]:
     points = []
     for mech in mechanisms:
         em.dep.ctl("mechanism", mech)
@@ -240,10 +281,12 @@ def sweep(em: Emulation, figure: str, mechanisms: list[str], xs: Iterable[float]
             sat, steps = em.saturate(zipf, w, start)
             sim, bottleneck = em.simulated(mech, zipf, w)
             p = Point(figure, mech, x, sat, sim, bottleneck, steps)
-            console.log(f"[bold]{LABELS[mech]} at {x}: emulated {sat:.0f}/s, simulated {sim:.0f}/s "
-                        f"({p.error_pct:.1f} %; simulated bottleneck {bottleneck})")
+            console.log(
+                f"[bold]{LABELS[mech]} at {x}: emulated {sat:.0f}/s, simulated {sim:.0f}/s "
+                f"({p.error_pct:.1f} %; simulated bottleneck {bottleneck})"
+            )
             points.append(p)
-            start = max(50.0, sat / GROWTH ** 2)  # the next point starts two steps below this one
+            start = max(50.0, sat / GROWTH**2)  # the next point starts two steps below this one
     return points
 
 
@@ -319,11 +362,15 @@ def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) ->
             sim, bottleneck = em.simulated(mech, 0.99, 0.0, failed)
             p = Point("fig11", mech, lo, sum(secs) / len(secs), min(offered, sim), bottleneck)
             points.append(p)
-            console.log(f"  phase from {lo:.0f}s ({len(failed)} failed): {p.emulated:.0f}/s, "
-                        f"predicted {p.simulated:.0f}/s ({p.error_pct:.1f} %)")
+            console.log(
+                f"  phase from {lo:.0f}s ({len(failed)} failed): {p.emulated:.0f}/s, "
+                f"predicted {p.simulated:.0f}/s ({p.error_pct:.1f} %)"
+            )
         for label, before, low in event_dips(trace):
-            console.log(f"  around '{label}': {before:.0f}/s before -> {low:.0f}/s lowest of its 4 seconds "
-                        f"({low / before if before else 0:.0%})")
+            console.log(
+                f"  around '{label}': {before:.0f}/s before -> {low:.0f}/s lowest of its 4 seconds "
+                f"({low / before if before else 0:.0%})"
+            )
     return points, traces
 
 
@@ -333,11 +380,19 @@ def failures(em: Emulation, mechanisms: list[str], healthy: dict[str, float]) ->
 def write_csv(out: Path, name: str, points: list[Point]) -> None:
     with open(out / f"{name}.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["mechanism", "x", "emulated_ops", "simulated_ops", "error_pct", "simulated_bottleneck",
-                    "steps"])
+        w.writerow(["mechanism", "x", "emulated_ops", "simulated_ops", "error_pct", "simulated_bottleneck", "steps"])
         for p in points:
-            w.writerow([p.mechanism, p.x, round(p.emulated, 1), round(p.simulated, 1), round(p.error_pct, 1),
-                        p.bottleneck, len(p.steps)])
+            w.writerow(
+                [
+                    p.mechanism,
+                    p.x,
+                    round(p.emulated, 1),
+                    round(p.simulated, 1),
+                    round(p.error_pct, 1),
+                    p.bottleneck,
+                    len(p.steps),
+                ]
+            )
 
 
 def plot_sweep(out: Path, name: str, title: str, xlabel: str, points: list[Point], server_rate: float) -> None:
@@ -345,9 +400,15 @@ def plot_sweep(out: Path, name: str, title: str, xlabel: str, points: list[Point
     for mech in dict.fromkeys(p.mechanism for p in points):
         ps = [p for p in points if p.mechanism == mech]
         xs = list(range(len(ps)))
-        line, = ax.plot(xs, [p.emulated / server_rate for p in ps], STYLE[mech], label=f"{LABELS[mech]} (emulated)")
-        ax.plot(xs, [p.simulated / server_rate for p in ps], ":", color=line.get_color(), lw=1.2,
-                label=f"{LABELS[mech]} (simulated)")
+        (line,) = ax.plot(xs, [p.emulated / server_rate for p in ps], STYLE[mech], label=f"{LABELS[mech]} (emulated)")
+        ax.plot(
+            xs,
+            [p.simulated / server_rate for p in ps],
+            ":",
+            color=line.get_color(),
+            lw=1.2,
+            label=f"{LABELS[mech]} (simulated)",
+        )
         ax.set_xticks(xs, [("uniform" if p.x == 0 and name == "fig9a_skew" else str(p.x)) for p in ps])
     ax.set_xlabel(xlabel)
     ax.set_ylabel("throughput (x one server)")
@@ -363,8 +424,9 @@ def plot_failures(out: Path, traces: dict, points: list[Point], server_rate: flo
     fig, ax = plt.subplots(figsize=(6.5, 4))
     bounds = [0.0, *(e[0] for e in EVENTS), TIMELINE]
     for mech, (_offered, trace) in traces.items():
-        line, = ax.plot([t for t, _ in trace], [g / server_rate for _, g in trace], LINE[mech],
-                        label=f"{LABELS[mech]} (emulated)")
+        (line,) = ax.plot(
+            [t for t, _ in trace], [g / server_rate for _, g in trace], LINE[mech], label=f"{LABELS[mech]} (emulated)"
+        )
         for p in (p for p in points if p.mechanism == mech):
             hi = bounds[bounds.index(p.x) + 1]
             ax.plot([p.x, hi], [p.simulated / server_rate] * 2, ":", color=line.get_color(), lw=1.2)
@@ -392,8 +454,15 @@ def render(points: list[Point]) -> None:
         t.add_column(col, justify="right" if col in ("x", "emulated", "simulated", "error %") else "left")
     for p in points:
         err = f"{p.error_pct:.1f}"
-        t.add_row(p.figure, LABELS[p.mechanism], f"{p.x:g}", f"{p.emulated:.0f}", f"{p.simulated:.0f}",
-                  err if p.error_pct <= 15 else f"[yellow]{err}[/]", p.bottleneck)
+        t.add_row(
+            p.figure,
+            LABELS[p.mechanism],
+            f"{p.x:g}",
+            f"{p.emulated:.0f}",
+            f"{p.simulated:.0f}",
+            err if p.error_pct <= 15 else f"[yellow]{err}[/]",
+            p.bottleneck,
+        )
     Console(width=120).print(t)
 
 
@@ -420,8 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown figure(s) {bad}; use 9a, 10, 11")
     cluster = load_cluster(ap, args.topo)
     if not (cluster.server_rate > 0 and cluster.switch_rate > 0):
-        ap.error(f"{args.topo}: an emulation needs server_rate and switch_rate (the rate limits the simulator "
-                 "models)")
+        ap.error(f"{args.topo}: an emulation needs server_rate and switch_rate (the rate limits the simulator models)")
     skews = (0.99,) if args.quick else SKEWS
     writes = WRITE_RATIOS[:1] if args.quick else WRITE_RATIOS
     args.out.mkdir(parents=True, exist_ok=True)
@@ -432,19 +500,34 @@ def main(argv: list[str] | None = None) -> int:
         with Deployment(cluster, target=args.target, run_dir=run_dir, switch_log=args.switch_log) as dep:
             em = Emulation(dep, cluster, args.keys, args.step_seconds, args.warm_seconds)
             try:
-                fig9 = sweep(em, "fig9a", mechanisms, skews, lambda z: (z, 0.0)) if "9a" in figures or "11" in \
-                    figures else []
+                fig9 = (
+                    sweep(em, "fig9a", mechanisms, skews, lambda z: (z, 0.0))
+                    if "9a" in figures or "11" in figures
+                    else []
+                )
                 if "9a" in figures:
                     points += fig9
                     write_csv(args.out, "fig9a_skew", fig9)
-                    plot_sweep(args.out, "fig9a_skew", "Fig. 9(a) emulated: throughput vs skew (dotted: simulated)",
-                               "workload skew (Zipf θ)", fig9, cluster.server_rate)
+                    plot_sweep(
+                        args.out,
+                        "fig9a_skew",
+                        "Fig. 9(a) emulated: throughput vs skew (dotted: simulated)",
+                        "workload skew (Zipf θ)",
+                        fig9,
+                        cluster.server_rate,
+                    )
                 if "10" in figures:
                     fig10 = sweep(em, "fig10", mechanisms, writes, lambda w: (0.99, w))
                     points += fig10
                     write_csv(args.out, "fig10_writes", fig10)
-                    plot_sweep(args.out, "fig10_writes", "Fig. 10 emulated: throughput vs write ratio, Zipf 0.99 "
-                               "(dotted: simulated)", "write ratio", fig10, cluster.server_rate)
+                    plot_sweep(
+                        args.out,
+                        "fig10_writes",
+                        "Fig. 10 emulated: throughput vs write ratio, Zipf 0.99 (dotted: simulated)",
+                        "write ratio",
+                        fig10,
+                        cluster.server_rate,
+                    )
                 if "11" in figures:
                     healthy = {p.mechanism: p.emulated for p in fig9 if p.x == 0.99}
                     fig11, traces = failures(em, mechanisms, healthy)
@@ -453,14 +536,27 @@ def main(argv: list[str] | None = None) -> int:
                     plot_failures(args.out, traces, fig11, cluster.server_rate)
             finally:
                 em.close()
-    except (DeploymentError, TargetMissing) as e:
+    except (DeploymentError, TargetMissingError) as e:
         console.print(f"[red]emulation failed:[/] {e}")
         return 1
-    (args.out / "points.json").write_text(json.dumps(
-        {"topology": json.loads(cluster.to_json()), "keys": args.keys, "target": args.target,
-         "bounds": {"max_errors": MAX_ERRORS, "max_metered": MAX_METERED, "max_p99_ms": MAX_P99_MS,
-                    "max_server_load": MAX_SERVER_LOAD},
-         "points": [asdict(p) | {"error_pct": p.error_pct} for p in points]}, indent=1) + "\n")
+    (args.out / "points.json").write_text(
+        json.dumps(
+            {
+                "topology": json.loads(cluster.to_json()),
+                "keys": args.keys,
+                "target": args.target,
+                "bounds": {
+                    "max_errors": MAX_ERRORS,
+                    "max_metered": MAX_METERED,
+                    "max_p99_ms": MAX_P99_MS,
+                    "max_server_load": MAX_SERVER_LOAD,
+                },
+                "points": [asdict(p) | {"error_pct": p.error_pct} for p in points],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     render(points)
     console.log(f"emulation took {time.monotonic() - started:.0f} s; figures in {args.out}; run folder {run_dir}")
     print(summary(points))

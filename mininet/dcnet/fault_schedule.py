@@ -22,9 +22,20 @@ from dataclasses import dataclass, field
 # Every kind of fault, in the order the summary lists them.  Packet kinds are counted in packets
 # (the injector's counters); the others in events (a process killed and back, a failover logged...).
 PACKET_KINDS = ("loss", "loss_burst", "duplicate", "reorder")
-PROCESS_KINDS = ("spine_crash", "spine_operator", "agent_restart", "agent_restart_stateless", "shim_restart",
-                 "shim_restart_stateless", "controller_restart", "controller_mid_failover", "redis_kill",
-                 "mechanism_change", "hot_shift", "spine_dp_dead")
+PROCESS_KINDS = (
+    "spine_crash",
+    "spine_operator",
+    "agent_restart",
+    "agent_restart_stateless",
+    "shim_restart",
+    "shim_restart_stateless",
+    "controller_restart",
+    "controller_mid_failover",
+    "redis_kill",
+    "mechanism_change",
+    "hot_shift",
+    "spine_dp_dead",
+)
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
 # How long a spine's data plane stays dead (``spine_dp_dead``): drawn per fault, either side of the controller's
@@ -36,10 +47,18 @@ DP_DEAD_S = (0.1, 2.0)
 # at once would fight over the same process); mechanism changes, agent restarts and storage faults (shims,
 # Redis, the hot set) each have a lane of their own, so they overlap with everything else.
 LANES = {
-    "spine_crash": "fabric", "spine_operator": "fabric", "controller_restart": "fabric",
-    "controller_mid_failover": "fabric", "spine_dp_dead": "fabric", "mechanism_change": "mechanism",
-    "agent_restart": "agents", "agent_restart_stateless": "agents", "shim_restart": "storage",
-    "shim_restart_stateless": "storage", "redis_kill": "storage", "hot_shift": "storage",
+    "spine_crash": "fabric",
+    "spine_operator": "fabric",
+    "controller_restart": "fabric",
+    "controller_mid_failover": "fabric",
+    "spine_dp_dead": "fabric",
+    "mechanism_change": "mechanism",
+    "agent_restart": "agents",
+    "agent_restart_stateless": "agents",
+    "shim_restart": "storage",
+    "shim_restart_stateless": "storage",
+    "redis_kill": "storage",
+    "hot_shift": "storage",
 }
 
 
@@ -64,8 +83,17 @@ class Schedule:
         return sorted({LANES[f.kind] for f in self.faults})
 
 
-def draw(seed: int, duration: float, *, spines: list[str], cache_switches: list[str], servers: list[str],
-         mechanism: str, per_kind: int = 3, kinds: tuple[str, ...] = PROCESS_KINDS) -> Schedule:
+def draw(
+    seed: int,
+    duration: float,
+    *,
+    spines: list[str],
+    cache_switches: list[str],
+    servers: list[str],
+    mechanism: str,
+    per_kind: int = 3,
+    kinds: tuple[str, ...] = PROCESS_KINDS,
+) -> Schedule:
     """``per_kind`` faults of every kind at seeded random times in the first 80 % of ``duration``.
 
     Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,

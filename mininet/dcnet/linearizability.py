@@ -57,19 +57,18 @@ from pathlib import Path
 from rich.console import Console
 
 from controller.controller import is_cache_switch
-from controller.shim_link import ShimLink, ShimUnavailable
+from controller.shim_link import ShimLink, ShimUnavailableError
 from controller.switchproc import SwitchProcesses
 from dcnet.deploy import REPO, Deployment, DeploymentError, new_run_dir
 from dcnet.fault_schedule import KINDS, PACKET_KINDS, Fault, Schedule, Tally, draw
 from dcnet.netfaults import FaultConfig, FaultInjectorError, PacketFaults
-from dcnet.p4switch import TargetMissing
+from dcnet.p4switch import TargetMissingError
 from distcache.cluster import Cluster, Host, Mechanism
 
 console = Console(stderr=True, highlight=False)
 LINCHECK = REPO / "build" / "lincheck"
 MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")
-CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 2, "cache_slots": 4,
-        "hh_threshold": 2}
+CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 2, "cache_slots": 4, "hh_threshold": 2}
 # background packet faults on every switch port (DistCache packets: requests, replies and coherence)
 PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
 BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
@@ -101,8 +100,10 @@ class Cell:
 
     @property
     def line(self) -> str:
-        return (f"mechanism={self.mechanism} ops={self.ops} violations={self.violations} faults={self.tally.total} "
-                f"reads_cached={100 * self.cached_share:.0f}% {self.tally.summary()}")
+        return (
+            f"mechanism={self.mechanism} ops={self.ops} violations={self.violations} faults={self.tally.total} "
+            f"reads_cached={100 * self.cached_share:.0f}% {self.tally.summary()}"
+        )
 
 
 def kinds_for(mechanism: str) -> tuple[str, ...]:
@@ -115,13 +116,23 @@ def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, i
     """(ops, violations, keys not decided in time) of a history, by tools/lincheck."""
     if not LINCHECK.exists():
         raise DeploymentError(f"{LINCHECK} is missing: run `make deps` (it builds tools/lincheck with Go)")
-    res = subprocess.run([str(LINCHECK), "--history", str(history), "--html", str(html), "--timeout", timeout],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [str(LINCHECK), "--history", str(history), "--html", str(html), "--timeout", timeout],
+        capture_output=True,
+        text=True,
+    )
     m = re.search(r"ops=(\d+) violations=(\d+)", res.stdout)
     if res.returncode == 2 or m is None:
-        why = res.stderr.strip() or res.stdout.strip() or (
-            f"killed by signal {-res.returncode} (out of memory? fewer operations per key: more --keys or a shorter "
-            "--duration)" if res.returncode < 0 else f"exit code {res.returncode}")
+        why = (
+            res.stderr.strip()
+            or res.stdout.strip()
+            or (
+                f"killed by signal {-res.returncode} (out of memory? fewer operations per key: more --keys or a "
+                "shorter --duration)"
+                if res.returncode < 0
+                else f"exit code {res.returncode}"
+            )
+        )
         raise DeploymentError(f"lincheck failed on {history}: {why}")
     unknown = re.search(r"unknown=(\d+)", res.stdout)
     return int(m.group(1)), int(m.group(2)), int(unknown.group(1)) if unknown else 0
@@ -145,8 +156,12 @@ def _fabric_links(dep: Deployment) -> list[tuple[object, object]]:
 def switch_ports(dep: Deployment, name: str) -> list[str]:
     """Both ends of every link between switch ``name`` and another switch: with the injector on their egress,
     every frame to or from ``name`` over the fabric (all of a spine's links) crosses one of them."""
-    return sorted(p for intf, other in _fabric_links(dep) if intf.node.name == name  # type: ignore[attr-defined]
-                  for p in (intf.name, other.name))  # type: ignore[attr-defined]
+    return sorted(
+        p
+        for intf, other in _fabric_links(dep)
+        if intf.node.name == name  # type: ignore[attr-defined]
+        for p in (intf.name, other.name)
+    )  # type: ignore[attr-defined]
 
 
 def fabric_ports(dep: Deployment) -> list[str]:
@@ -159,8 +174,15 @@ def fabric_ports(dep: Deployment) -> list[str]:
 class Faults:
     """The actions of a schedule on one deployment, each waiting for its own effect."""
 
-    def __init__(self, dep: Deployment, mechanism: str, tally: Tally, running: threading.Event,
-                 packets: PacketFaults | None = None, background: FaultConfig | None = None) -> None:
+    def __init__(
+        self,
+        dep: Deployment,
+        mechanism: str,
+        tally: Tally,
+        running: threading.Event,
+        packets: PacketFaults | None = None,
+        background: FaultConfig | None = None,
+    ) -> None:
         """``packets``: the cell's injector (on every fabric port), whose ``background`` configuration a
         data-plane death replaces on the dead spine's links for its length."""
         self.dep, self.mechanism, self.tally, self.running = dep, mechanism, tally, running
@@ -233,9 +255,11 @@ class Faults:
         if dropped <= 0:
             links = f"{spine} was failed over, but its links" if declared else f"{spine}'s links"
             raise DeploymentError(f"{links} carried no DistCache packet in {hold:.2f} s")
-        return (f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
-                + ("failed over by the controller and recovered by itself" if declared
-                   else "forwarding again before the controller failed it over"))
+        return f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); " + (
+            "failed over by the controller and recovered by itself"
+            if declared
+            else "forwarding again before the controller failed it over"
+        )
 
     @staticmethod
     def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:
@@ -287,7 +311,8 @@ class Faults:
         if stateless and st.epoch_raises < 1:
             raise DeploymentError(f"agent of {name} restarted without its state but did not raise the epoch")
         return f"agent of {name} killed, restarted {'without' if stateless else 'with'} its state file" + (
-            f" (cache epoch {st.cache_epoch})" if stateless else "")
+            f" (cache epoch {st.cache_epoch})" if stateless else ""
+        )
 
     def agent_restart(self, name: str) -> str:
         return self._agent_restart(name, stateless=False)
@@ -316,7 +341,7 @@ class Faults:
     def _view_known(link: ShimLink) -> bool:
         try:
             return bool(link.stats()["view_known"])
-        except ShimUnavailable:  # its control socket is not accepting yet
+        except ShimUnavailableError:  # its control socket is not accepting yet
             return False
 
     def shim_restart(self, name: str) -> str:
@@ -344,8 +369,16 @@ class Faults:
         self.shifts += 1
         before = self._churn()
         host = self.cluster.client(0, self.cluster.clients_per_rack - 1)
-        cfg = {"keys": 6, "zipf": 0.0, "read_ratio": 1.0, "duration": 4.0, "load_keys": 6,
-               "concurrency": 24, "prefix": f"shift{self.shifts}-", "seed": self.shifts}
+        cfg = {
+            "keys": 6,
+            "zipf": 0.0,
+            "read_ratio": 1.0,
+            "duration": 4.0,
+            "load_keys": 6,
+            "concurrency": 24,
+            "prefix": f"shift{self.shifts}-",
+            "seed": self.shifts,
+        }
         for _line in self.dep.bench(host, cfg):
             pass
         after = self._churn()
@@ -390,8 +423,17 @@ def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event
         pf.start_burst(BURST_LEN, ports=[rng.choice(ports)])
 
 
-def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, clients: int, seed: int,
-             per_kind: int, broken: bool = False, keys: int = 16) -> Cell:
+def run_cell(
+    mechanism: str,
+    run_dir: Path,
+    target: str,
+    duration: float,
+    clients: int,
+    seed: int,
+    per_kind: int,
+    broken: bool = False,
+    keys: int = 16,
+) -> Cell:
     """One deployment under ``mechanism``, one recorded history under the seed's schedule, one check."""
     cell = Cell(mechanism)
     cluster = Cluster(**CELL, mechanism=Mechanism[mechanism.upper()])
@@ -408,28 +450,59 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
         # they run; never beyond OVERRUN x duration
         stop_file = dep.run_dir / "clients.stop"
         stop_file.unlink(missing_ok=True)
-        cfg = {"keys": keys, "clients": clients, "duration": duration * OVERRUN, "read_ratio": 0.75, "prefix": "h",
-               "seed": seed, "timeout": 0.1, "retries": 149, "stop_file": str(stop_file), "rate": CLIENT_RATE}
+        cfg = {
+            "keys": keys,
+            "clients": clients,
+            "duration": duration * OVERRUN,
+            "read_ratio": 0.75,
+            "prefix": "h",
+            "seed": seed,
+            "timeout": 0.1,
+            "retries": 149,
+            "stop_file": str(stop_file),
+            "rate": CLIENT_RATE,
+        }
         host = dep.host(cluster.client(0, 0).name)
-        proc = host.popen([sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path),  # type: ignore[attr-defined]
-                           "--config", json.dumps(cfg), "--out", str(history)],
-                          stdout=subprocess.PIPE, stderr=open(dep.run_dir / "history.err", "wb"), text=True)
+        proc = host.popen(
+            [
+                sys.executable,
+                "-m",
+                "dcnet.history_runner",
+                "--cluster",
+                str(dep.cluster_path),  # type: ignore[attr-defined]
+                "--config",
+                json.dumps(cfg),
+                "--out",
+                str(history),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=open(dep.run_dir / "history.err", "wb"),  # noqa: SIM115 - the child holds it
+            text=True,
+        )
         running, stop = threading.Event(), threading.Event()
         ports = fabric_ports(dep)
         with PacketFaults(ports) as pf:
             threads: list[threading.Thread] = []
             if not broken:
                 pf.configure(PACKETS)
-                sched: Schedule = draw(seed, duration, spines=[cluster.spine(i).name for i in range(cluster.spines)],
-                                       cache_switches=[s.name for s in cluster.switches() if is_cache_switch(s)],
-                                       servers=[h.name for h in cluster.servers()], mechanism=mechanism,
-                                       per_kind=per_kind)
-                (dep.run_dir / "schedule.json").write_text(json.dumps(
-                    {"seed": seed, "faults": [vars(f) for f in sched.faults]}, indent=1))
+                sched: Schedule = draw(
+                    seed,
+                    duration,
+                    spines=[cluster.spine(i).name for i in range(cluster.spines)],
+                    cache_switches=[s.name for s in cluster.switches() if is_cache_switch(s)],
+                    servers=[h.name for h in cluster.servers()],
+                    mechanism=mechanism,
+                    per_kind=per_kind,
+                )
+                (dep.run_dir / "schedule.json").write_text(
+                    json.dumps({"seed": seed, "faults": [vars(f) for f in sched.faults]}, indent=1)
+                )
                 faults = Faults(dep, mechanism, cell.tally, running, pf, PACKETS)
                 t0 = time.monotonic()
-                threads = [threading.Thread(target=_lane, args=(faults, sched.lane(lane), t0, stop), daemon=True)
-                           for lane in sched.lanes]
+                threads = [
+                    threading.Thread(target=_lane, args=(faults, sched.lane(lane), t0, stop), daemon=True)
+                    for lane in sched.lanes
+                ]
                 threads.append(threading.Thread(target=_bursts, args=(pf, ports, seed, stop), daemon=True))
             running.set()
             t0 = time.monotonic()
@@ -444,8 +517,10 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
                 if msg["type"] == "done":
                     totals = msg
                 elif int(msg.get("ops", 0)) % 2000 < 400:
-                    console.print(f"  {mechanism}: {msg['ops']} ops ({msg['writes']} writes, "
-                                  f"{msg['unknown']} timed out), {cell.tally.total} faults so far")
+                    console.print(
+                        f"  {mechanism}: {msg['ops']} ops ({msg['writes']} writes, "
+                        f"{msg['unknown']} timed out), {cell.tally.total} faults so far"
+                    )
             running.clear()
             stop.set()
             for t in threads:
@@ -455,12 +530,19 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
             raise DeploymentError(f"the history recorder failed; see {dep.run_dir / 'history.err'}")
         if not broken:
             # the background loss is what the injector dropped less what the data-plane deaths dropped
-            for kind, n in zip(PACKET_KINDS, (c.dropped - faults.dp_dropped, c.bursts if c.burst_dropped else 0,
-                                              c.duplicated, c.reordered), strict=True):
-                cell.tally.took_effect(kind, f"{n} DistCache packets" if kind != "loss_burst" else
-                                       f"{n} bursts, {c.burst_dropped} packets", n)
-        (dep.run_dir / "faults.log").write_text("\n".join(cell.tally.log + ["-- not applied --"] + cell.tally.failed)
-                                                + "\n")
+            for kind, n in zip(
+                PACKET_KINDS,
+                (c.dropped - faults.dp_dropped, c.bursts if c.burst_dropped else 0, c.duplicated, c.reordered),
+                strict=True,
+            ):
+                cell.tally.took_effect(
+                    kind,
+                    f"{n} DistCache packets" if kind != "loss_burst" else f"{n} bursts, {c.burst_dropped} packets",
+                    n,
+                )
+        (dep.run_dir / "faults.log").write_text(
+            "\n".join([*cell.tally.log, "-- not applied --", *cell.tally.failed]) + "\n"
+        )
         cell.reads, cell.cached_reads = int(totals.get("reads", 0)), int(totals.get("cached_reads", 0))
         cell.ops, cell.violations, cell.unknown_keys = check(history, html)
         cell.history = history
@@ -474,16 +556,23 @@ def run_cell(mechanism: str, run_dir: Path, target: str, duration: float, client
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dcnet.linearizability", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
-    ap.add_argument("--mechanisms", default=",".join(MECHANISMS),
-                    help=f"comma-separated cells to run (default: all: {','.join(MECHANISMS)})")
+    ap.add_argument(
+        "--mechanisms",
+        default=",".join(MECHANISMS),
+        help=f"comma-separated cells to run (default: all: {','.join(MECHANISMS)})",
+    )
     ap.add_argument("--seed", type=int, help="schedule seed (default: drawn and printed; give it to replay)")
     ap.add_argument("--duration", type=float, default=80.0, help="seconds of recorded operations per cell")
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients")
     ap.add_argument("--per-kind", type=int, default=4, help="scheduled faults of each process kind per cell")
     ap.add_argument("--min-effects", type=int, default=3, help="fail unless every kind took effect this often")
     ap.add_argument("--min-ops", type=int, default=8000, help="fail unless every cell recorded this many operations")
-    ap.add_argument("--min-cached", type=float, default=0.30,
-                    help="fail unless every caching mechanism served this share of reads from a cache")
+    ap.add_argument(
+        "--min-cached",
+        type=float,
+        default=0.30,
+        help="fail unless every caching mechanism served this share of reads from a cache",
+    )
     ap.add_argument("--no-control", action="store_true", help="skip the control run (coherence broken on purpose)")
     ap.add_argument("--run-dir", type=Path, help="where histories, HTML and logs go (default runs/<timestamp>)")
     args = ap.parse_args(argv)
@@ -500,8 +589,10 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     print(f"seed={seed}", flush=True)
     run_dir = args.run_dir or new_run_dir()
-    console.print(f"{len(mechanisms)} cells of {args.duration:.0f} s on {args.target}, {args.clients} clients, "
-                  f"faults: {', '.join(KINDS)}; run folder {run_dir}")
+    console.print(
+        f"{len(mechanisms)} cells of {args.duration:.0f} s on {args.target}, {args.clients} clients, "
+        f"faults: {', '.join(KINDS)}; run folder {run_dir}"
+    )
     cells: list[Cell] = []
     problems: list[str] = []
     try:
@@ -510,26 +601,42 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(cell)
             print(cell.line, flush=True)
             if cell.violations or cell.unknown_keys:
-                problems.append(f"{mech}: {cell.violations} violations, {cell.unknown_keys} keys undecided; "
-                                f"see {cell.html or cell.history}")
+                problems.append(
+                    f"{mech}: {cell.violations} violations, {cell.unknown_keys} keys undecided; "
+                    f"see {cell.html or cell.history}"
+                )
             short = cell.tally.short_of(args.min_effects, kinds_for(mech))
             if short:
-                problems.append(f"{mech}: took effect fewer than {args.min_effects} times: {', '.join(short)} "
-                                f"(see {run_dir / mech / 'faults.log'})")
+                problems.append(
+                    f"{mech}: took effect fewer than {args.min_effects} times: {', '.join(short)} "
+                    f"(see {run_dir / mech / 'faults.log'})"
+                )
             if cell.ops < args.min_ops:
                 problems.append(f"{mech}: {cell.ops} operations recorded, fewer than {args.min_ops}")
             if mech != "nocache" and cell.cached_share < args.min_cached:
-                problems.append(f"{mech}: {100 * cell.cached_share:.0f}% of reads from a cache, "
-                                f"under {100 * args.min_cached:.0f}%")
-        print(f"ops={sum(c.ops for c in cells)} violations={sum(c.violations for c in cells)} "
-              f"faults={sum(c.tally.total for c in cells)}", flush=True)
+                problems.append(
+                    f"{mech}: {100 * cell.cached_share:.0f}% of reads from a cache, under {100 * args.min_cached:.0f}%"
+                )
+        print(
+            f"ops={sum(c.ops for c in cells)} violations={sum(c.violations for c in cells)} "
+            f"faults={sum(c.tally.total for c in cells)}",
+            flush=True,
+        )
         if not args.no_control:
-            control = run_cell("distcache", run_dir / "control", args.target, min(args.duration, 15.0), args.clients,
-                               seed, 0, broken=True)
+            control = run_cell(
+                "distcache",
+                run_dir / "control",
+                args.target,
+                min(args.duration, 15.0),
+                args.clients,
+                seed,
+                0,
+                broken=True,
+            )
             print(f"control: ops={control.ops} violations={control.violations}", flush=True)
             if not control.violations:
                 problems.append("the control run (writes acknowledged before invalidation) was not caught")
-    except (TargetMissing, DeploymentError, FaultInjectorError) as e:
+    except (TargetMissingError, DeploymentError, FaultInjectorError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2
     for p in problems:

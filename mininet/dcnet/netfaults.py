@@ -52,8 +52,18 @@ FILTER_PREF = 49152  # tc priority of our filters: what lets cleanup tell them f
 PROGRAM_PREFIX = "dc_fault_"
 DIRECTIONS = ("ingress", "egress")  # index into every map of the program (enum dc_dir)
 MATCHES = ("coherence", "distcache", "ipv4")
-STATS = ("matched", "dropped", "burst_dropped", "bursts", "duplicated", "held", "reordered", "delayed",
-         "replayed", "errors")  # enum dc_stat, in order
+STATS = (
+    "matched",
+    "dropped",
+    "burst_dropped",
+    "bursts",
+    "duplicated",
+    "held",
+    "reordered",
+    "delayed",
+    "replayed",
+    "errors",
+)  # enum dc_stat, in order
 CONFIG = struct.Struct("<4I8I6Q2IQ2I")  # struct dc_cfg
 CTL = struct.Struct("<iI")  # struct dc_ctl
 HOLD_HEAD = struct.Struct("<4I")  # struct dc_hold: state, remaining, len, replay
@@ -98,8 +108,12 @@ class FaultConfig:
             p = getattr(self, name)
             if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} is a probability in [0, 1], not {p!r}")
-        for name, hi in (("burst_len", 1 << 31), ("reorder_distance", 1 << 31), ("port", 65535),
-                         ("seed", (1 << 64) - 1)):
+        for name, hi in (
+            ("burst_len", 1 << 31),
+            ("reorder_distance", 1 << 31),
+            ("port", 65535),
+            ("seed", (1 << 64) - 1),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
                 raise ValueError(f"{name} must be an integer in [0, {hi}], not {v!r}")
@@ -121,10 +135,23 @@ class FaultConfig:
             return min(1 << 32, round(p * (1 << 32)))
 
         return CONFIG.pack(
-            int(self.enabled), 0 if self.match == "ipv4" else 1, self.port, int(self.match == "coherence"), *ops,
-            self.seed, threshold(self.drop), threshold(self.burst), threshold(self.duplicate),
-            threshold(self.reorder), threshold(self.replay), self.burst_len, self.reorder_distance,
-            round(self.hold_max * 1e9), copy_ifindex, 0)
+            int(self.enabled),
+            0 if self.match == "ipv4" else 1,
+            self.port,
+            int(self.match == "coherence"),
+            *ops,
+            self.seed,
+            threshold(self.drop),
+            threshold(self.burst),
+            threshold(self.duplicate),
+            threshold(self.reorder),
+            threshold(self.replay),
+            self.burst_len,
+            self.reorder_distance,
+            round(self.hold_max * 1e9),
+            copy_ifindex,
+            0,
+        )
 
 
 @dataclass
@@ -249,8 +276,13 @@ class PacketFaults:
     faults disabled; :meth:`configure` sets them.
     """
 
-    def __init__(self, ports: Iterable[str | Port], directions: Sequence[str] = ("egress",),
-                 obj: Path = OBJECT, copies_to_peer: bool = True) -> None:
+    def __init__(
+        self,
+        ports: Iterable[str | Port],
+        directions: Sequence[str] = ("egress",),
+        obj: Path = OBJECT,
+        copies_to_peer: bool = True,
+    ) -> None:
         self.ports = [p if isinstance(p, Port) else Port(p) for p in ports]
         if not self.ports:
             raise ValueError("no interface given")
@@ -282,8 +314,9 @@ class PacketFaults:
         if any(p.netns is not None for p in self.ports):
             _tool("nsenter", "util-linux")
         if not self.obj.is_file():
-            raise FaultInjectorError(f"{self.obj} is missing: run make build "
-                                     "(it needs clang: apt-get install clang llvm libbpf-dev)")
+            raise FaultInjectorError(
+                f"{self.obj} is missing: run make build (it needs clang: apt-get install clang llvm libbpf-dev)"
+            )
         ensure_bpffs()
 
     def attach(self) -> None:
@@ -301,14 +334,17 @@ class PacketFaults:
     def _attach_one(self, port: Port) -> None:
         pins = port.pin_dir
         if pins.exists():
-            raise FaultInjectorError(f"{pins} exists: another injector is on {port} "
-                                     "(a killed run? python -m dcnet.cleanup removes it)")
+            raise FaultInjectorError(
+                f"{pins} exists: another injector is on {port} (a killed run? python -m dcnet.cleanup removes it)"
+            )
         att = _Attached(port, self.directions)
         self._attached.append(att)  # from here on, detach() undoes whatever part got done
         if self.copies_to_peer:
             att.copy_ifindex = _veth_peer_here(port)
-        _run([self._bpftool, "prog", "loadall", str(self.obj), str(pins), "type", "classifier", "pinmaps", str(pins)],
-             f"cannot load {self.obj.name} for {port} (a kernel refusal, or a broken object: make build)")
+        _run(
+            [self._bpftool, "prog", "loadall", str(self.obj), str(pins), "type", "classifier", "pinmaps", str(pins)],
+            f"cannot load {self.obj.name} for {port} (a kernel refusal, or a broken object: make build)",
+        )
         tc = [*port.prefix, self._tc]
         res = subprocess.run([*tc, "qdisc", "add", "dev", port.iface, "clsact"], capture_output=True, text=True)
         if res.returncode == 0:
@@ -317,12 +353,29 @@ class PacketFaults:
             reason = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
             if "Cannot find device" in reason:
                 raise FaultInjectorError(f"no interface {port}")
-            raise FaultInjectorError(f"cannot add a clsact qdisc on {port} (kernel needs CONFIG_NET_SCH_INGRESS): "
-                                     f"{reason}")
+            raise FaultInjectorError(
+                f"cannot add a clsact qdisc on {port} (kernel needs CONFIG_NET_SCH_INGRESS): {reason}"
+            )
         for d in self.directions:
-            _run([*tc, "filter", "add", "dev", port.iface, d, "pref", str(FILTER_PREF), "handle", "1", "bpf",
-                  "direct-action", "object-pinned", str(pins / f"{PROGRAM_PREFIX}{d}")],
-                 f"cannot attach the fault injector to {d} of {port}")
+            _run(
+                [
+                    *tc,
+                    "filter",
+                    "add",
+                    "dev",
+                    port.iface,
+                    d,
+                    "pref",
+                    str(FILTER_PREF),
+                    "handle",
+                    "1",
+                    "bpf",
+                    "direct-action",
+                    "object-pinned",
+                    str(pins / f"{PROGRAM_PREFIX}{d}"),
+                ],
+                f"cannot attach the fault injector to {d} of {port}",
+            )
             att.filters.append(d)
 
     def detach(self) -> None:
@@ -334,15 +387,19 @@ class PacketFaults:
             att = self._attached.pop()
             tc = [*att.port.prefix, self._tc or "tc"]
             for d in att.filters:
-                subprocess.run([*tc, "filter", "del", "dev", att.port.iface, d, "pref", str(FILTER_PREF)],
-                               capture_output=True, check=False)
+                subprocess.run(
+                    [*tc, "filter", "del", "dev", att.port.iface, d, "pref", str(FILTER_PREF)],
+                    capture_output=True,
+                    check=False,
+                )
             if att.created_qdisc:
                 subprocess.run([*tc, "qdisc", "del", "dev", att.port.iface, "clsact"], capture_output=True, check=False)
             shutil.rmtree(att.port.pin_dir, ignore_errors=True)
 
     # ---- run time ----------------------------------------------------------------------------------------
-    def _select(self, ports: Iterable[str | Port] | None, directions: Sequence[str] | None
-                ) -> Iterator[tuple[Port, str]]:
+    def _select(
+        self, ports: Iterable[str | Port] | None, directions: Sequence[str] | None
+    ) -> Iterator[tuple[Port, str]]:
         if not self._attached:
             raise FaultInjectorError("the fault injector is not attached")
         chosen = self.ports if ports is None else [p if isinstance(p, Port) else Port(p) for p in ports]
@@ -357,16 +414,30 @@ class PacketFaults:
                 yield p, d
 
     def _update(self, port: Port, mapname: str, direction: str, value: bytes) -> None:
-        _run([self._bpftool, "map", "update", "pinned", str(port.pin_dir / mapname), *_key(direction),
-              "value", *_hex(value)], f"cannot update {mapname} on {port}")
+        _run(
+            [
+                self._bpftool,
+                "map",
+                "update",
+                "pinned",
+                str(port.pin_dir / mapname),
+                *_key(direction),
+                "value",
+                *_hex(value),
+            ],
+            f"cannot update {mapname} on {port}",
+        )
 
     def _lookup(self, port: Port, mapname: str, direction: str) -> bytes:
-        out = _run([self._bpftool, "-j", "map", "lookup", "pinned", str(port.pin_dir / mapname), *_key(direction)],
-                   f"cannot read {mapname} on {port}")
+        out = _run(
+            [self._bpftool, "-j", "map", "lookup", "pinned", str(port.pin_dir / mapname), *_key(direction)],
+            f"cannot read {mapname} on {port}",
+        )
         return bytes(int(b, 16) for b in json.loads(out)["value"])
 
-    def configure(self, cfg: FaultConfig, ports: Iterable[str | Port] | None = None,
-                  directions: Sequence[str] | None = None) -> None:
+    def configure(
+        self, cfg: FaultConfig, ports: Iterable[str | Port] | None = None, directions: Sequence[str] | None = None
+    ) -> None:
         """Set the faults of the given interfaces and directions (default: all); takes effect at once."""
         peers = {a.port: a.copy_ifindex for a in self._attached}
         for port, d in self._select(ports, directions):
@@ -377,16 +448,18 @@ class PacketFaults:
         want = port if isinstance(port, Port) else Port(port)
         return any(a.port == want and a.copy_ifindex for a in self._attached)
 
-    def start_burst(self, frames: int, ports: Iterable[str | Port] | None = None,
-                    directions: Sequence[str] | None = None) -> None:
+    def start_burst(
+        self, frames: int, ports: Iterable[str | Port] | None = None, directions: Sequence[str] | None = None
+    ) -> None:
         """Drop the next ``frames`` matching frames (of each interface and direction given) from now on."""
         if isinstance(frames, bool) or not isinstance(frames, int) or not 0 <= frames < 1 << 31:
             raise ValueError(f"a burst is a number of frames >= 0, not {frames!r}")
         for port, d in self._select(ports, directions):
             self._update(port, "dc_ctl", d, CTL.pack(frames, 1 if frames else 0))
 
-    def counters(self, ports: Iterable[str | Port] | None = None,
-                 directions: Sequence[str] | None = None) -> FaultCounters:
+    def counters(
+        self, ports: Iterable[str | Port] | None = None, directions: Sequence[str] | None = None
+    ) -> FaultCounters:
         """Effects so far, summed over the given interfaces and directions (default: all)."""
         total = FaultCounters()
         for port, d in self._select(ports, directions):
@@ -427,24 +500,38 @@ def remove_leftovers() -> list[str]:
         for dev in {q.get("dev") for q in json.loads(res.stdout or "[]") if q.get("kind") == "clsact"}:
             ours = 0
             for d in DIRECTIONS:
-                out = subprocess.run([tc, "-j", "filter", "show", "dev", dev, d], capture_output=True, text=True,
-                                     check=False).stdout
-                mine = [f for f in json.loads(out or "[]")
-                        if f.get("pref") == FILTER_PREF
-                        and str(f.get("options", {}).get("bpf_name", "")).startswith(PROGRAM_PREFIX)]
+                out = subprocess.run(
+                    [tc, "-j", "filter", "show", "dev", dev, d], capture_output=True, text=True, check=False
+                ).stdout
+                mine = [
+                    f
+                    for f in json.loads(out or "[]")
+                    if f.get("pref") == FILTER_PREF
+                    and str(f.get("options", {}).get("bpf_name", "")).startswith(PROGRAM_PREFIX)
+                ]
                 if mine:
-                    subprocess.run([tc, "filter", "del", "dev", dev, d, "pref", str(FILTER_PREF)],
-                                   capture_output=True, check=False)
+                    subprocess.run(
+                        [tc, "filter", "del", "dev", dev, d, "pref", str(FILTER_PREF)], capture_output=True, check=False
+                    )
                     removed.append(f"{d} filter on {dev}")
                     ours += 1
-            rest = [json.loads(subprocess.run([tc, "-j", "filter", "show", "dev", dev, d], capture_output=True,
-                                              text=True, check=False).stdout or "[]") for d in DIRECTIONS]
+            rest = [
+                json.loads(
+                    subprocess.run(
+                        [tc, "-j", "filter", "show", "dev", dev, d], capture_output=True, text=True, check=False
+                    ).stdout
+                    or "[]"
+                )
+                for d in DIRECTIONS
+            ]
             if ours and not any(rest):
                 subprocess.run([tc, "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     for name in {x.split(":")[1].strip().split("@")[0] for x in links.splitlines() if ":" in x}:
-        if name.startswith(NETNS_PREFIX) and subprocess.run(["ip", "link", "del", name], capture_output=True,
-                                                            check=False).returncode == 0:
+        if (
+            name.startswith(NETNS_PREFIX)
+            and subprocess.run(["ip", "link", "del", name], capture_output=True, check=False).returncode == 0
+        ):
             removed.append(f"link {name}")
     if BPFFS.is_dir():
         for pins in BPFFS.glob(f"{PIN_PREFIX}*"):

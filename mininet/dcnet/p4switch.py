@@ -35,23 +35,29 @@ BMV2_THRIFT_BASE = 9090  # one Thrift (debug CLI) port per switch: 9090 + device
 # `--pcap` is the packet view -- and logs its P4Runtime sessions in detail).  "events", the default:
 # pipeline, table and session events and warnings only.
 SWITCH_LOGS = ("events", "packets")
-SWITCH_LOG_HELP = ("what each switch logs in the run folder: events (default) or packets (BMv2's per-packet "
-                   "trace; ~10x slower)")
-_LOG_LEVEL = {("bmv2", "packets"): ["--log-level", "trace", "--log-flush"], ("bmv2", "events"): ["--log-level", "info"],
-              ("softswitch", "packets"): ["--log-level", "debug"], ("softswitch", "events"): ["--log-level", "info"]}
+SWITCH_LOG_HELP = (
+    "what each switch logs in the run folder: events (default) or packets (BMv2's per-packet trace; ~10x slower)"
+)
+_LOG_LEVEL = {
+    ("bmv2", "packets"): ["--log-level", "trace", "--log-flush"],
+    ("bmv2", "events"): ["--log-level", "info"],
+    ("softswitch", "packets"): ["--log-level", "debug"],
+    ("softswitch", "events"): ["--log-level", "info"],
+}
 
 
-class TargetMissing(RuntimeError):
+class TargetMissingError(RuntimeError):
     """The requested data-plane target is not installed."""
 
 
 def check_target(target: str) -> None:
     if target not in TARGETS:
-        raise TargetMissing(f"unknown TARGET={target!r}; use one of {', '.join(TARGETS)}")
+        raise TargetMissingError(f"unknown TARGET={target!r}; use one of {', '.join(TARGETS)}")
     if target == "bmv2" and shutil.which(BMV2_BINARY) is None:
-        raise TargetMissing(
+        raise TargetMissingError(
             "TARGET=bmv2 needs simple_switch_grpc on PATH (BMv2 built with P4Runtime support) and a pipeline "
-            "compiled by p4c-bm2-ss (`make build`); neither ships with this project. Use TARGET=softswitch.")
+            "compiled by p4c-bm2-ss (`make build`); neither ships with this project. Use TARGET=softswitch."
+        )
 
 
 def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float, what: str) -> None:
@@ -70,9 +76,19 @@ def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float, 
 class P4RuntimeSwitch(Switch):
     """A switch whose data plane is a softswitch or BMv2 process."""
 
-    def __init__(self, name: str, *, device_id: int, grpc_port: int, run_dir: str, target: str = "softswitch",
-                 pcap: bool = False, switch_log: str = "events", extra_args: tuple[str, ...] = (),
-                 **params: object) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        device_id: int,
+        grpc_port: int,
+        run_dir: str,
+        target: str = "softswitch",
+        pcap: bool = False,
+        switch_log: str = "events",
+        extra_args: tuple[str, ...] = (),
+        **params: object,
+    ) -> None:
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
@@ -96,14 +112,34 @@ class P4RuntimeSwitch(Switch):
         log = str(self.run_dir / f"{self.name}.log")
         addr = f"127.0.0.1:{self.grpc_port}"
         if self.target == "bmv2":
-            cmd = [BMV2_BINARY, "--device-id", str(self.device_id), *self.port_args(), "--log-file", log[:-4],
-                   *_LOG_LEVEL[self.target, self.switch_log], "--no-p4",
-                   "--thrift-port", str(BMV2_THRIFT_BASE + self.device_id)]
+            cmd = [
+                BMV2_BINARY,
+                "--device-id",
+                str(self.device_id),
+                *self.port_args(),
+                "--log-file",
+                log[:-4],
+                *_LOG_LEVEL[self.target, self.switch_log],
+                "--no-p4",
+                "--thrift-port",
+                str(BMV2_THRIFT_BASE + self.device_id),
+            ]
             if self.pcap:
                 cmd += ["--pcap", str(self.run_dir / "pcap")]
-            return cmd + ["--", "--grpc-server-addr", addr, "--cpu-port", str(BMV2_CPU_PORT)]
-        cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--grpc-addr", addr,
-               *self.port_args(), "--log-file", log, *_LOG_LEVEL[self.target, self.switch_log]]
+            return [*cmd, "--", "--grpc-server-addr", addr, "--cpu-port", str(BMV2_CPU_PORT)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--device-id",
+            str(self.device_id),
+            "--grpc-addr",
+            addr,
+            *self.port_args(),
+            "--log-file",
+            log,
+            *_LOG_LEVEL[self.target, self.switch_log],
+        ]
         if self.pcap:
             cmd += ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
         return cmd + self.extra_args
@@ -115,8 +151,9 @@ class P4RuntimeSwitch(Switch):
                 self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
         out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
         self._cmd = self.command()  # what stop() recognizes the process by (Mininet may delete the ports first)
-        self.proc = subprocess.Popen(self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         out.close()
         raise_priority(self.proc)
         write_pid_file(self.pid_file, self.proc.pid)
@@ -129,8 +166,12 @@ class P4RuntimeSwitch(Switch):
 
     def spec(self) -> dict:
         """How to start this switch's process again (``controller.switchproc``)."""
-        return {"cmd": self.command(), "pid_file": str(self.pid_file), "log": str(self.run_dir / f"{self.name}.out"),
-                "grpc": f"127.0.0.1:{self.grpc_port}"}
+        return {
+            "cmd": self.command(),
+            "pid_file": str(self.pid_file),
+            "log": str(self.run_dir / f"{self.name}.out"),
+            "grpc": f"127.0.0.1:{self.grpc_port}",
+        }
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         # the process started here while it runs (not yet reaped, so its pid is still its own), and the one
@@ -154,4 +195,3 @@ class P4RuntimeSwitch(Switch):
             self.proc.wait(5)
         self.proc = None
         super().stop(deleteIntfs)
-

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from dcnet.demo import DEFAULT_TOPO
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissing
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
 console = Console(stderr=True)
@@ -46,17 +46,20 @@ def main(argv: list[str] | None = None) -> int:
         with console.status(f"starting {args.target} topology {args.topo.name}..."):
             dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, switch_log=args.switch_log)
             dep.__enter__()
-    except (OSError, ValueError, TargetMissing, DeploymentError) as e:
+    except (OSError, ValueError, TargetMissingError, DeploymentError) as e:
         console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)  # data, not markup
         return 2
     try:
         c = dep.cluster_path
-        console.print(f"[green]deployment up[/] — logs in {dep.run_dir}; controller at {cluster.controller_address}\n"
-                      f"  client:   {cluster.client(0, 0).name} {VENV_BIN}/distcache --cluster {c} put hello world\n"
-                      f"            {cluster.client(0, 0).name} {VENV_BIN}/distcache --cluster {c} get hello\n"
-                      f"  operator: sh {VENV_BIN}/distcache-ctl --cluster {c} status   (partitions, hot, fail sp0, "
-                      f"recover sp0, mechanism NAME)\n"
-                      "  exit (or Ctrl-D) tears everything down", highlight=False)
+        console.print(
+            f"[green]deployment up[/] — logs in {dep.run_dir}; controller at {cluster.controller_address}\n"
+            f"  client:   {cluster.client(0, 0).name} {VENV_BIN}/distcache --cluster {c} put hello world\n"
+            f"            {cluster.client(0, 0).name} {VENV_BIN}/distcache --cluster {c} get hello\n"
+            f"  operator: sh {VENV_BIN}/distcache-ctl --cluster {c} status   (partitions, hot, fail sp0, "
+            f"recover sp0, mechanism NAME)\n"
+            "  exit (or Ctrl-D) tears everything down",
+            highlight=False,
+        )
         CLI(dep.net)
         return 0
     finally:

@@ -34,11 +34,13 @@ const bit<8> OP_PROBE = 0x20;  /* liveness: controller -> leaf (packet-out) -> o
 const bit<8> OP_PROBE_REPLY = 0xA0;
 const bit<8> OP_REPLY_BIT = 0x80;
 
+/* Reply statuses (distcache.wire.Status).  Switches only ever set STATUS_OK (a cache hit); the
+ * others are the storage server's, listed so the wire format is defined here once: @noWarn. */
 const bit<8> STATUS_OK = 0;
-const bit<8> STATUS_NOT_FOUND = 1;
-const bit<8> STATUS_ERROR = 2;
-const bit<8> STATUS_TOO_LARGE = 3;
-const bit<8> STATUS_BAD_REQUEST = 4;
+@noWarn("unused") const bit<8> STATUS_NOT_FOUND = 1;
+@noWarn("unused") const bit<8> STATUS_ERROR = 2;
+@noWarn("unused") const bit<8> STATUS_TOO_LARGE = 3;
+@noWarn("unused") const bit<8> STATUS_BAD_REQUEST = 4;
 
 const bit<8> FLAG_CACHED = 0x01;
 const bit<8> FLAG_POPULATE = 0x02;  /* an INVALIDATE that fills a new entry of `target`; tag in the load fields */
@@ -46,7 +48,7 @@ const bit<8> FLAG_ATTEMPT = 0x1C;  /* a request's attempt number (0 = first copy
 const bit<8> FLAG_ATTEMPT_SHIFT = 2;  /* the attempt number's lowest bit (wire.ATTEMPT_SHIFT) */
 
 /* ---- what the controller tells a switch (distcache/cluster.py) ---- */
-const bit<8> ROLE_NONE = 0;
+@noWarn("unused") const bit<8> ROLE_NONE = 0;  /* not configured yet: switch_config has no entry, meta.role stays 0 */
 const bit<8> ROLE_SPINE = 1;
 const bit<8> ROLE_STORAGE_LEAF = 2;
 const bit<8> ROLE_CLIENT_LEAF = 3;

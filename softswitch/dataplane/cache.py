@@ -24,8 +24,13 @@ ACTIONS = (
     Action(n.SET_CACHE_EPOCH, (Param("epoch", 32),)),
 )
 TABLES = (
-    Table(n.CACHE_LOOKUP, (MatchField(n.KEY_DC_KEY, 128, "exact"),),
-          (n.CACHE_HIT, n.CACHE_MISS), n.CACHE_MISS, size=n.CACHE_SLOTS),
+    Table(
+        n.CACHE_LOOKUP,
+        (MatchField(n.KEY_DC_KEY, 128, "exact"),),
+        (n.CACHE_HIT, n.CACHE_MISS),
+        n.CACHE_MISS,
+        size=n.CACHE_SLOTS,
+    ),
     Table(n.CACHE_EPOCH, (), (n.SET_CACHE_EPOCH,), n.SET_CACHE_EPOCH, default_params=(("epoch", 0),), size=1),
 )
 COUNTERS = (Counter(n.CACHE_HITS, n.CACHE_SLOTS, "packets"),)
@@ -65,8 +70,14 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
     nchunks = ((vlen + 15) >> 4) & 0xFF
     base = m.slot * n.MAX_CHUNKS
     values = regs[n.CACHE_VALUE]
-    dc.update(op=OP_GET_REPLY, status=STATUS_OK, flags=dc["flags"] | FLAG_CACHED, served_by=m.switch_id,
-              vlen=vlen, nchunks=nchunks)
+    dc.update(
+        op=OP_GET_REPLY,
+        status=STATUS_OK,
+        flags=dc["flags"] | FLAG_CACHED,
+        served_by=m.switch_id,
+        vlen=vlen,
+        nchunks=nchunks,
+    )
     h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, n.MAX_CHUNKS))]
     h.udp[UDP_LENGTH] = (UDP_LEN + HEADER_LEN + (nchunks << 4)) & 0xFFFF
     h.ipv4[IP_TOTAL_LEN] = (IPV4_LEN + h.udp[UDP_LENGTH]) & 0xFFFF

@@ -40,8 +40,12 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         if op == OP_INVALIDATE:
             regs[n.CACHE_VALID].write(slot, 0)
             ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
-            own_populate = (dc["flags"] & FLAG_POPULATE and dc["target"] == m.switch_id
-                            and dc["spine_load"] == m.cache_epoch and dc["leaf_load"] == m.version)
+            own_populate = (
+                dc["flags"] & FLAG_POPULATE
+                and dc["target"] == m.switch_id
+                and dc["spine_load"] == m.cache_epoch
+                and dc["leaf_load"] == m.version
+            )
             if not same_tenure or not ahead >> 31:
                 arm = bool(own_populate) or (same_tenure and armed)
                 regs[n.CACHE_INVAL].write(slot, (tag << 33) | (arm << 32) | seq)
@@ -52,7 +56,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             base = slot * n.MAX_CHUNKS
             regs[n.CACHE_VLEN].write(slot, dc["vlen"])
             values = regs[n.CACHE_VALUE]
-            for i, chunk in enumerate(h.vals[:dc["nchunks"]]):
+            for i, chunk in enumerate(h.vals[: dc["nchunks"]]):
                 values.write(base + i, int.from_bytes(chunk, "big"))
             regs[n.CACHE_VALID].write(slot, tag)
             stats.count(Stat.UPDATE, m.packet_length)

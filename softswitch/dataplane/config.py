@@ -15,10 +15,21 @@ ACTIONS = (
 
 TABLES = (
     Table(n.SWITCH_CONFIG, (), (n.SET_CONFIG, n.NO_ACTION), n.NO_ACTION, size=1),
-    Table(n.PORT_KIND, (MatchField(n.KEY_INGRESS_PORT, 9, "exact"),),
-          (n.SET_PORT_KIND, n.NO_ACTION), n.NO_ACTION, size=n.MAX_PORTS),
-    Table(n.LOAD_WINDOW, (), (n.SET_LOAD_WINDOW,), n.SET_LOAD_WINDOW,
-          default_params=(("shift", n.LOAD_WINDOW_SHIFT),), size=1),
+    Table(
+        n.PORT_KIND,
+        (MatchField(n.KEY_INGRESS_PORT, 9, "exact"),),
+        (n.SET_PORT_KIND, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.MAX_PORTS,
+    ),
+    Table(
+        n.LOAD_WINDOW,
+        (),
+        (n.SET_LOAD_WINDOW,),
+        n.SET_LOAD_WINDOW,
+        default_params=(("shift", n.LOAD_WINDOW_SHIFT),),
+        size=1,
+    ),
 )
 
 

@@ -18,12 +18,28 @@ ACTIONS = (
     Action(n.DESIGNATE),
 )
 TABLES = (
-    Table(n.DETECTOR_CONFIG, (), (n.SET_DETECTOR,), n.SET_DETECTOR,
-          default_params=(("threshold", n.HH_THRESHOLD), ("window_shift", n.HH_WINDOW_SHIFT)), size=1),
-    Table(n.HH_BUCKETS, (MatchField(n.KEY_BUCKET, 16, "exact"),), (n.DESIGNATE, n.NO_ACTION), n.NO_ACTION,
-          size=n.SPINE_BUCKETS),
-    Table(n.HH_RACKS, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.DESIGNATE, n.NO_ACTION), n.NO_ACTION,
-          size=n.MAX_SWITCHES),
+    Table(
+        n.DETECTOR_CONFIG,
+        (),
+        (n.SET_DETECTOR,),
+        n.SET_DETECTOR,
+        default_params=(("threshold", n.HH_THRESHOLD), ("window_shift", n.HH_WINDOW_SHIFT)),
+        size=1,
+    ),
+    Table(
+        n.HH_BUCKETS,
+        (MatchField(n.KEY_BUCKET, 16, "exact"),),
+        (n.DESIGNATE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.SPINE_BUCKETS,
+    ),
+    Table(
+        n.HH_RACKS,
+        (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
+        (n.DESIGNATE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.MAX_SWITCHES,
+    ),
 )
 DIGESTS = (Digest(n.HH_DIGEST, n.HH_DIGEST_FIELDS),)
 REGISTERS = (
@@ -66,8 +82,10 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
     if estimate < threshold:
         return
     tag = (window + 1) & 0xFFFF
-    cells = [(regs[name], zlib.crc32(key + bytes((salt,))) % n.HH_BLOOM_WIDTH)
-             for name, salt in zip(n.HH_BLOOM, BLOOM_SALTS, strict=True)]
+    cells = [
+        (regs[name], zlib.crc32(key + bytes((salt,))) % n.HH_BLOOM_WIDTH)
+        for name, salt in zip(n.HH_BLOOM, BLOOM_SALTS, strict=True)
+    ]
     if all(reg.read(i) == tag for reg, i in cells):
         return  # reported already in this window
     for reg, i in cells:

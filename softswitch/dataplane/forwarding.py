@@ -16,16 +16,31 @@ from softswitch.state import SwitchState
 
 ACTIONS = (
     Action(n.SET_NHOP, (Param("dmac", 48), Param("port", 9))),
-    Action(n.SET_TRANSIT, (Param("spine_id", 8), Param("dmac", 48), Param("port", 9), Param("alt_spine_id", 8),
-                           Param("alt_dmac", 48), Param("alt_port", 9))),
+    Action(
+        n.SET_TRANSIT,
+        (
+            Param("spine_id", 8),
+            Param("dmac", 48),
+            Param("port", 9),
+            Param("alt_spine_id", 8),
+            Param("alt_dmac", 48),
+            Param("alt_port", 9),
+        ),
+    ),
     Action(n.DROP),
     Action(n.TRANSIT),
 )
 TABLES = (
-    Table(n.IPV4_LPM, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.SET_NHOP, n.TRANSIT, n.DROP), n.DROP,
-          size=n.MAX_ROUTES),
-    Table(n.TRANSIT_SPINE, (MatchField(n.KEY_TRANSIT_SLOT, 8, "exact"),), (n.SET_TRANSIT, n.DROP), n.DROP,
-          size=n.TRANSIT_SLOTS),
+    Table(
+        n.IPV4_LPM, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.SET_NHOP, n.TRANSIT, n.DROP), n.DROP, size=n.MAX_ROUTES
+    ),
+    Table(
+        n.TRANSIT_SPINE,
+        (MatchField(n.KEY_TRANSIT_SLOT, 8, "exact"),),
+        (n.SET_TRANSIT, n.DROP),
+        n.DROP,
+        size=n.TRANSIT_SLOTS,
+    ),
 )
 
 
@@ -47,12 +62,17 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
         if action == n.SET_TRANSIT:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
-            m.transit_id, m.alt_id, m.alt_dmac, m.alt_port = (p["spine_id"], p["alt_spine_id"], p["alt_dmac"],
-                                                              p["alt_port"])
+            m.transit_id, m.alt_id, m.alt_dmac, m.alt_port = (
+                p["spine_id"],
+                p["alt_spine_id"],
+                p["alt_dmac"],
+                p["alt_port"],
+            )
         if m.routed and m.transit_id != 0 and m.alt_id != 0:
             now = m.ingress_global_timestamp
-            if (spine_excluded(state, m.transit_id, now, m.dead_after, m.dead_after_max)
-                    and not spine_excluded(state, m.alt_id, now, m.dead_after, m.dead_after_max)):
+            if spine_excluded(state, m.transit_id, now, m.dead_after, m.dead_after_max) and not spine_excluded(
+                state, m.alt_id, now, m.dead_after, m.dead_after_max
+            ):
                 m.nhop_dmac, m.nhop_port = m.alt_dmac, m.alt_port
                 state.counters[n.DC_STATS].count(Stat.TRANSIT_REROUTED, m.packet_length)
     # an answer (a cache hit, a reflected coherence message: its op gained the reply bit here) is this

@@ -29,12 +29,26 @@ from softswitch.state import SwitchState
 
 PROGRAM = Program(
     "distcache",
-    actions=(Action(n.NO_ACTION), *config.ACTIONS, *liveness.ACTIONS, *validation.ACTIONS, *cache.ACTIONS,
-             *detector.ACTIONS, *routing.ACTIONS, *forwarding.ACTIONS),
-    tables=(*config.TABLES, *liveness.TABLES, *validation.TABLES, *cache.TABLES, *detector.TABLES, *routing.TABLES,
-            *forwarding.TABLES),
-    registers=(*shared.REGISTERS, *liveness.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS,
-               *telemetry.REGISTERS),
+    actions=(
+        Action(n.NO_ACTION),
+        *config.ACTIONS,
+        *liveness.ACTIONS,
+        *validation.ACTIONS,
+        *cache.ACTIONS,
+        *detector.ACTIONS,
+        *routing.ACTIONS,
+        *forwarding.ACTIONS,
+    ),
+    tables=(
+        *config.TABLES,
+        *liveness.TABLES,
+        *validation.TABLES,
+        *cache.TABLES,
+        *detector.TABLES,
+        *routing.TABLES,
+        *forwarding.TABLES,
+    ),
+    registers=(*shared.REGISTERS, *liveness.REGISTERS, *coherence.REGISTERS, *detector.REGISTERS, *telemetry.REGISTERS),
     counters=(*shared.COUNTERS, *cache.COUNTERS, *probe.COUNTERS, *liveness.COUNTERS),
     digests=(*detector.DIGESTS, *liveness.DIGESTS),
     meters=cache.METERS,
@@ -52,8 +66,12 @@ class DistCachePipeline:
 
     def process(self, state: SwitchState, ingress_port: int, packet: bytes, now_us: int) -> list[tuple[int, bytes]]:
         h, perr = parse(packet, ingress_port)
-        m = Meta(ingress_port=ingress_port, packet_length=len(packet), parser_error=perr,
-                 ingress_global_timestamp=now_us & 0xFFFFFFFFFFFF)
+        m = Meta(
+            ingress_port=ingress_port,
+            packet_length=len(packet),
+            parser_error=perr,
+            ingress_global_timestamp=now_us & 0xFFFFFFFFFFFF,
+        )
         config.apply(state, m, now_us)
         liveness.apply(state, m)  # heard: every packet from a spine, before any drop
         validation.apply(state, h, m)

@@ -22,11 +22,21 @@ ACTIONS = (
 )
 TABLES = (
     # a leaf's ports to the spines
-    Table(n.PORT_SPINE, (MatchField(n.KEY_INGRESS_PORT, 9, "exact"),), (n.SET_PORT_SPINE, n.NO_ACTION), n.NO_ACTION,
-          size=n.MAX_PORTS),
-    Table(n.LIVENESS_CONFIG, (), (n.SET_LIVENESS,), n.SET_LIVENESS,
-          default_params=(("dead_after", n.DEAD_AFTER_US), ("dead_after_max", n.DEAD_AFTER_MAX_US),
-                          ("hold", n.HOLD_US)), size=1),
+    Table(
+        n.PORT_SPINE,
+        (MatchField(n.KEY_INGRESS_PORT, 9, "exact"),),
+        (n.SET_PORT_SPINE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.MAX_PORTS,
+    ),
+    Table(
+        n.LIVENESS_CONFIG,
+        (),
+        (n.SET_LIVENESS,),
+        n.SET_LIVENESS,
+        default_params=(("dead_after", n.DEAD_AFTER_US), ("dead_after_max", n.DEAD_AFTER_MAX_US), ("hold", n.HOLD_US)),
+        size=1,
+    ),
 )
 # declared at the top level in P4: written here and by DcProbe, read by DcRouting and DcForwarding
 REGISTERS = (

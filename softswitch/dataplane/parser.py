@@ -53,7 +53,7 @@ def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
         n = (ihl - IPV4_MIN_IHL) * 4
         if len(pkt) < off + n:
             return h, PACKET_TOO_SHORT
-        h.ipv4_options = pkt[off:off + n]
+        h.ipv4_options = pkt[off : off + n]
         off += n
     if not ((h.ipv4[4] & 0x1FFF) == 0 and h.ipv4[6] == PROTO_UDP):
         h.payload = pkt[off:]
@@ -77,7 +77,7 @@ def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
     for _ in range(nchunks):
         if len(pkt) < off + CHUNK_LEN:
             return h, PACKET_TOO_SHORT
-        h.vals.append(pkt[off:off + CHUNK_LEN])
+        h.vals.append(pkt[off : off + CHUNK_LEN])
         off += CHUNK_LEN
     h.payload = pkt[off:]
     return h, NO_ERROR
@@ -85,7 +85,7 @@ def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
 
 def ipv4_checksum(fields: list, options: bytes | None) -> int:
     """csum16 over the IPv4 header (checksum field as 0) and its options."""
-    raw = IPV4.pack(*fields[:IP_CSUM], 0, *fields[IP_CSUM + 1:]) + (options or b"")
+    raw = IPV4.pack(*fields[:IP_CSUM], 0, *fields[IP_CSUM + 1 :]) + (options or b"")
     s = sum(struct.unpack(f"!{len(raw) // 2}H", raw))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)

@@ -22,22 +22,51 @@ ACTIONS = (
     Action(n.ROUTE_TO_CACHE, (Param("dmac", 48), Param("port", 9))),
 )
 TABLES = (
-    Table(n.SPINE_PARTITION, (MatchField(n.KEY_BUCKET, 16, "exact"),),
-          (n.SET_SPINE_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.SPINE_BUCKETS),
-    Table(n.REPLICA_SPINE, (MatchField(n.KEY_REPLICA_SLOT, 8, "exact"),),
-          (n.SET_REPLICA_SPINES, n.NO_ACTION), n.NO_ACTION, size=n.REPLICA_SLOTS),
-    Table(n.REPLICATED_KEYS, (MatchField(n.KEY_DC_KEY, 128, "exact"),),
-          (n.REPLICATE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_REPLICATED_KEYS),
-    Table(n.STORAGE_RACK, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
-          (n.SET_LEAF_CANDIDATE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_SWITCHES),
-    Table(n.CACHE_ROUTE, (MatchField(n.KEY_DC_TARGET, 8, "exact"),),
-          (n.ROUTE_TO_CACHE, n.NO_ACTION), n.NO_ACTION, size=n.MAX_SWITCHES),
+    Table(
+        n.SPINE_PARTITION,
+        (MatchField(n.KEY_BUCKET, 16, "exact"),),
+        (n.SET_SPINE_CANDIDATE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.SPINE_BUCKETS,
+    ),
+    Table(
+        n.REPLICA_SPINE,
+        (MatchField(n.KEY_REPLICA_SLOT, 8, "exact"),),
+        (n.SET_REPLICA_SPINES, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.REPLICA_SLOTS,
+    ),
+    Table(
+        n.REPLICATED_KEYS,
+        (MatchField(n.KEY_DC_KEY, 128, "exact"),),
+        (n.REPLICATE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.MAX_REPLICATED_KEYS,
+    ),
+    Table(
+        n.STORAGE_RACK,
+        (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
+        (n.SET_LEAF_CANDIDATE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.MAX_SWITCHES,
+    ),
+    Table(
+        n.CACHE_ROUTE,
+        (MatchField(n.KEY_DC_TARGET, 8, "exact"),),
+        (n.ROUTE_TO_CACHE, n.NO_ACTION),
+        n.NO_ACTION,
+        size=n.MAX_SWITCHES,
+    ),
 )
 
 OP_GET, PORT_CLIENT = int(Op.GET), int(PortKind.CLIENT)
 MECH_NOCACHE, MECH_DISTCACHE, MECH_PARTITION, MECH_REPLICATION, MECH_HYBRID = (
-    int(Mechanism.NOCACHE), int(Mechanism.DISTCACHE), int(Mechanism.PARTITION), int(Mechanism.REPLICATION),
-    int(Mechanism.HYBRID))
+    int(Mechanism.NOCACHE),
+    int(Mechanism.DISTCACHE),
+    int(Mechanism.PARTITION),
+    int(Mechanism.REPLICATION),
+    int(Mechanism.HYBRID),
+)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
@@ -58,11 +87,11 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         action, p, _ = tables[n.REPLICA_SPINE].lookup(m.replica_slot)
         if action == n.SET_REPLICA_SPINES:
             m.spine_cand, m.replica_alt = p["spine_id"], p["alt_spine_id"]
-    elif mech == MECH_DISTCACHE or mech == MECH_PARTITION or mech == MECH_HYBRID:
+    elif mech in (MECH_DISTCACHE, MECH_PARTITION, MECH_HYBRID):
         action, p, _ = tables[n.SPINE_PARTITION].lookup(bucket)
         if action == n.SET_SPINE_CANDIDATE:
             m.spine_cand = p["spine_id"]
-    if not m.replicated and (mech == MECH_DISTCACHE or mech == MECH_HYBRID):
+    if not m.replicated and (mech in (MECH_DISTCACHE, MECH_HYBRID)):
         action, p, _ = tables[n.STORAGE_RACK].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
         if action == n.SET_LEAF_CANDIDATE:
             m.leaf_cand = p["leaf_id"]
@@ -71,8 +100,11 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         now = m.ingress_global_timestamp
         if spine_excluded(state, m.spine_cand, now, m.dead_after, m.dead_after_max):
             instead = 0  # another live replica spine, else no spine at all
-            if (m.replicated and m.replica_alt != 0
-                    and not spine_excluded(state, m.replica_alt, now, m.dead_after, m.dead_after_max)):
+            if (
+                m.replicated
+                and m.replica_alt != 0
+                and not spine_excluded(state, m.replica_alt, now, m.dead_after, m.dead_after_max)
+            ):
                 instead = m.replica_alt
             m.spine_cand = instead
             stats.count(Stat.READ_REROUTED, m.packet_length)

@@ -33,11 +33,13 @@ def _shared_connection(params: dict) -> tuple[SwitchConnection, object, bytes]:
     if not _session:
         sw = SwitchConnection(params["grpc_addr"], int(params.get("device_id", 1)), name=params.get("target", ""))
         sw.connect(timeout=10)
-        log.info("P4Runtime session to %s (controller from %s)", params["grpc_addr"],
-                 sys.modules[SwitchConnection.__module__].__file__)
+        log.info(
+            "P4Runtime session to %s (controller from %s)",
+            params["grpc_addr"],
+            sys.modules[SwitchConnection.__module__].__file__,
+        )
         atexit.register(sw.close)
-        _session.update(sw=sw, p4info=load_p4info(params["p4info"]),
-                        config=Path(params["device_config"]).read_bytes())
+        _session.update(sw=sw, p4info=load_p4info(params["p4info"]), config=Path(params["device_config"]).read_bytes())
     return _session["sw"], _session["p4info"], _session["config"]  # type: ignore[return-value]
 
 

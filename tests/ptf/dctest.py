@@ -71,9 +71,19 @@ KEY = key_for_spine(SP0)  # the key most tests read and write
 KEY1 = key_for_spine(SP1)
 
 
-def dc_frame(src: str, dst: str, msg: Message | bytes, *, sport: int = CLIENT_PORT, dport: int = DC_PORT,
-             smac: str = HOST_MAC, dmac: str = SWITCH_MAC, ttl: int = 64,
-             udp_checksum: int | None = None, ip_options: bytes = b"") -> Packet:
+def dc_frame(
+    src: str,
+    dst: str,
+    msg: Message | bytes,
+    *,
+    sport: int = CLIENT_PORT,
+    dport: int = DC_PORT,
+    smac: str = HOST_MAC,
+    dmac: str = SWITCH_MAC,
+    ttl: int = 64,
+    udp_checksum: int | None = None,
+    ip_options: bytes = b"",
+) -> Packet:
     """An Ethernet/IPv4/UDP frame carrying ``msg`` (or raw bytes)."""
     payload = msg if isinstance(msg, bytes) else encode(msg)
     u = UDP(sport=sport, dport=dport) if udp_checksum is None else UDP(sport=sport, dport=dport, chksum=udp_checksum)
@@ -93,20 +103,33 @@ def dc_frame(src: str, dst: str, msg: Message | bytes, *, sport: int = CLIENT_PO
 
 def gateway(leaf: Switch) -> str:
     """A leaf's rack gateway address (the addressing plan's ``.254``), where its probes come from."""
-    return (C.server(leaf.switch_id - SL0.switch_id, 0) if leaf.role == Role.STORAGE_LEAF
-            else C.client(leaf.switch_id - CL0.switch_id, 0)).gateway
+    return (
+        C.server(leaf.switch_id - SL0.switch_id, 0)
+        if leaf.role == Role.STORAGE_LEAF
+        else C.client(leaf.switch_id - CL0.switch_id, 0)
+    ).gateway
 
 
 def probe_wire(leaf: Switch, spine: Switch, seq: int, *, reply: bool = False, ttl: int = 63) -> Packet:
     """A probe between ``leaf`` and ``spine`` as it travels the link: the PROBE the leaf sends up (from its
     gateway address to the spine's, TTL 64 less the leaf's hop), or the PROBE_REPLY the spine sends back
     (addresses swapped, stamped with the spine's id, TTL 64 less the spine's hop).  UDP checksum 0."""
-    msg = Message(op=Op.PROBE_REPLY if reply else Op.PROBE, key=bytes(16), seq=seq, target=spine.switch_id,
-                  leaf_id=leaf.switch_id, spine_id=spine.switch_id if reply else 0)
+    msg = Message(
+        op=Op.PROBE_REPLY if reply else Op.PROBE,
+        key=bytes(16),
+        seq=seq,
+        target=spine.switch_id,
+        leaf_id=leaf.switch_id,
+        spine_id=spine.switch_id if reply else 0,
+    )
     a, b = gateway(leaf), C.spine_address(spine.switch_id)
     src, dst, smac, dmac = (b, a, spine.mac, leaf.mac) if reply else (a, b, leaf.mac, spine.mac)
-    return Ether(src=smac, dst=dmac) / IP(src=src, dst=dst, ttl=ttl, id=0, flags=0) / \
-        UDP(sport=DC_PORT, dport=DC_PORT, chksum=0) / Raw(encode(msg))
+    return (
+        Ether(src=smac, dst=dmac)
+        / IP(src=src, dst=dst, ttl=ttl, id=0, flags=0)
+        / UDP(sport=DC_PORT, dport=DC_PORT, chksum=0)
+        / Raw(encode(msg))
+    )
 
 
 def routed(pkt: Packet, dmac: str, smac: str = SWITCH_MAC) -> Packet:
@@ -133,8 +156,9 @@ class DcTest(P4RuntimeTest):
 
     # -- control plane ------------------------------------------------------------------------
     def install(self, sw: Switch, mechanism: Mechanism) -> None:
-        cluster = Cluster(spines=C.spines, storage_racks=C.storage_racks, client_racks=C.client_racks,
-                          mechanism=mechanism)
+        cluster = Cluster(
+            spines=C.spines, storage_racks=C.storage_racks, client_racks=C.client_racks, mechanism=mechanism
+        )
         p = plan(cluster, sw, BUCKETS, self.live, self.replicated)
         self.config = p.config
         self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
@@ -150,8 +174,9 @@ class DcTest(P4RuntimeTest):
         self.set_default(n.LOAD_WINDOW, n.SET_LOAD_WINDOW, {"shift": shift})
 
     def cache(self, key: bytes, slot: int, version: int) -> None:
-        self.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT,
-                    {"slot": slot, "version": version})
+        self.insert(
+            n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT, {"slot": slot, "version": version}
+        )
 
     def uncache(self, key: bytes) -> None:
         self.sw.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
@@ -176,9 +201,18 @@ class DcTest(P4RuntimeTest):
         out_port, out = self.receive()
         return out_port, decode(bytes(out[UDP].payload))
 
-    def coherence(self, op: Op, seq: int, value: bytes = b"", *, key: bytes = KEY, target: int = 0,
-                  port: int = 1, src: str = SERVER.ip, dst: str | None = None,
-                  populate: tuple[int, int] | None = None) -> Packet:
+    def coherence(
+        self,
+        op: Op,
+        seq: int,
+        value: bytes = b"",
+        *,
+        key: bytes = KEY,
+        target: int = 0,
+        src: str = SERVER.ip,
+        dst: str | None = None,
+        populate: tuple[int, int] | None = None,
+    ) -> Packet:
         """A coherence message from the storage server, addressed as the shim addresses it.
 
         ``populate=(epoch, version)``: the INVALIDATE of a populate of ``target``'s entry with that tag.
@@ -192,8 +226,7 @@ class DcTest(P4RuntimeTest):
     def set_cache_epoch(self, epoch: int) -> None:
         self.set_default(n.CACHE_EPOCH, n.SET_CACHE_EPOCH, {"epoch": epoch})
 
-    def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1,
-             epoch: int = 0) -> None:
+    def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1, epoch: int = 0) -> None:
         """Install ``key`` and populate it with ``value`` as the shim does: an INVALIDATE flagged
         POPULATE with the entry's tag, then the UPDATE of the same seq, both addressed to the
         switch under test, which reflects them as acknowledgements."""
@@ -204,8 +237,9 @@ class DcTest(P4RuntimeTest):
             self.send(port, self.coherence(op, seq, v, key=key, target=target, populate=populate))
             self.receive()
 
-    def read(self, port: int, target: int, *, key: bytes = KEY, seq: int = 7, src: str = CLIENT.ip,
-             dst: str = SERVER.ip) -> tuple[int, Message]:
+    def read(
+        self, port: int, target: int, *, key: bytes = KEY, seq: int = 7, src: str = CLIENT.ip, dst: str = SERVER.ip
+    ) -> tuple[int, Message]:
         """A GET for ``key`` marked for ``target``; the message that comes out, and its port."""
         return self.exchange(port, dc_frame(src, dst, Message(op=Op.GET, key=key, seq=seq, target=target)))
 
@@ -227,8 +261,9 @@ class DcTest(P4RuntimeTest):
                 t = time.monotonic()
                 self.read(read_port, me, key=KEY1, dst=SERVER.ip)  # KEY1: no detector designates it here
                 reply = Message(op=Op.GET_REPLY, key=KEY1, seq=1)
-                _, m = self.exchange(reply_port, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT,
-                                                          dport=CLIENT_PORT))
+                _, m = self.exchange(
+                    reply_port, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT)
+                )
                 if m.spine_load <= last and last:
                     return t
                 last = m.spine_load

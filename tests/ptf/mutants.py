@@ -31,88 +31,203 @@ class Mutant:
 
 MUTANTS = (
     Mutant("ROLE_SPINE renumbered", "define.p4", "ROLE_SPINE = 1;", "ROLE_SPINE = 4;"),
-    Mutant("PORT_CLIENT and PORT_STORAGE swapped", "define.p4",
-           "PORT_CLIENT = 1;\nconst bit<8> PORT_STORAGE = 2;", "PORT_CLIENT = 2;\nconst bit<8> PORT_STORAGE = 1;"),
+    Mutant(
+        "PORT_CLIENT and PORT_STORAGE swapped",
+        "define.p4",
+        "PORT_CLIENT = 1;\nconst bit<8> PORT_STORAGE = 2;",
+        "PORT_CLIENT = 2;\nconst bit<8> PORT_STORAGE = 1;",
+    ),
     Mutant("load freshness <= 1 made == 0", "control/routing.p4", "meta.epoch - e <= 1", "meta.epoch - e == 0", 2),
-    Mutant("untrusted-coherence drop removed", "control/validation.p4",
-           "(op == OP_INVALIDATE || op == OP_UPDATE) && meta.port_kind != PORT_STORAGE", "false"),
+    Mutant(
+        "untrusted-coherence drop removed",
+        "control/validation.p4",
+        "(op == OP_INVALIDATE || op == OP_UPDATE) && meta.port_kind != PORT_STORAGE",
+        "false",
+    ),
     Mutant("FLAG_CACHED changed", "define.p4", "FLAG_CACHED = 0x01;", "FLAG_CACHED = 0x02;"),
-    Mutant("anti-spoofing check removed", "control/validation.p4",
-           "!client_source.apply().hit", "!(client_source.apply().hit || true)"),
+    Mutant(
+        "anti-spoofing check removed",
+        "control/validation.p4",
+        "!client_source.apply().hit",
+        "!(client_source.apply().hit || true)",
+    ),
     Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 1;", "DC_VERSION = 2;"),
     Mutant("crc32 made crc16", "control/routing.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
-    Mutant("IP options accepted by the parser (not extracted)", "parser.p4",
-           "default: parse_ipv4_options;", "default: parse_ipv4_payload;"),
-    Mutant("UPDATE ignores the entry's tenure", "control/coherence.p4",
-           "} else if (same_tenure && armed && last_seq == hdr.dc.seq", "} else if (armed && last_seq == hdr.dc.seq"),
-    Mutant("any INVALIDATE arms a new tenure, not only its own populate", "control/coherence.p4",
-           "(own_populate || (same_tenure && armed)) ? 1w1 : 1w0", "1w1"),
-    Mutant("INVALIDATEs passing a new entry before its populate leave no floor", "control/coherence.p4",
-           "if (!same_tenure || ahead[31:31] == 0) {", "if ((same_tenure && ahead[31:31] == 0) || own_populate) {"),
-    Mutant("INVALIDATE record overwritten by older seqs", "control/coherence.p4",
-           "if (!same_tenure || ahead[31:31] == 0) {", "if (true) {"),
-    Mutant("replies from client ports accepted", "control/validation.p4",
-           "op == OP_UPDATE_ACK || reply)", "op == OP_UPDATE_ACK)"),
-    Mutant("client requests keep their telemetry fields", "control/telemetry.p4",
-           "if (meta.port_kind == PORT_CLIENT) {", "if (false) {"),
-    Mutant("hit replies keep the other layer's fields", "control/telemetry.p4",
-           "if (meta.served == 1) {\n                        hdr.dc.leaf_id = 0;",
-           "if (false) {\n                        hdr.dc.leaf_id = 0;"),
+    Mutant(
+        "IP options accepted by the parser (not extracted)",
+        "parser.p4",
+        "default: parse_ipv4_options;",
+        "default: parse_ipv4_payload;",
+    ),
+    Mutant(
+        "UPDATE ignores the entry's tenure",
+        "control/coherence.p4",
+        "} else if (same_tenure && armed && last_seq == hdr.dc.seq",
+        "} else if (armed && last_seq == hdr.dc.seq",
+    ),
+    Mutant(
+        "any INVALIDATE arms a new tenure, not only its own populate",
+        "control/coherence.p4",
+        "(own_populate || (same_tenure && armed)) ? 1w1 : 1w0",
+        "1w1",
+    ),
+    Mutant(
+        "INVALIDATEs passing a new entry before its populate leave no floor",
+        "control/coherence.p4",
+        "if (!same_tenure || ahead[31:31] == 0) {",
+        "if ((same_tenure && ahead[31:31] == 0) || own_populate) {",
+    ),
+    Mutant(
+        "INVALIDATE record overwritten by older seqs",
+        "control/coherence.p4",
+        "if (!same_tenure || ahead[31:31] == 0) {",
+        "if (true) {",
+    ),
+    Mutant(
+        "replies from client ports accepted",
+        "control/validation.p4",
+        "op == OP_UPDATE_ACK || reply)",
+        "op == OP_UPDATE_ACK)",
+    ),
+    Mutant(
+        "client requests keep their telemetry fields",
+        "control/telemetry.p4",
+        "if (meta.port_kind == PORT_CLIENT) {",
+        "if (false) {",
+    ),
+    Mutant(
+        "hit replies keep the other layer's fields",
+        "control/telemetry.p4",
+        "if (meta.served == 1) {\n                        hdr.dc.leaf_id = 0;",
+        "if (false) {\n                        hdr.dc.leaf_id = 0;",
+    ),
     Mutant("checksum skips IPv4 options", "parser.p4", ",\n              hdr.ipv4_options.options }", " }"),
-    Mutant("detector reports every read over the threshold (no Bloom filter)", "control/detector.p4",
-           "if (s0 != tag || s1 != tag || s2 != tag) {", "if (true) {"),
-    Mutant("detector counts keys already in the cache", "control/detector.p4",
-           "if (meta.op == OP_GET && meta.cache_hit == 0) {", "if (meta.op == OP_GET) {"),
-    Mutant("detector windows never age", "control/detector.p4",
-           "(bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift)", "16w1"),
-    Mutant("TTL not checked (wraps from 0 to 255)", "control/validation.p4",
-           "if (hdr.ipv4.ttl <= 1) {", "if (false) {"),
-    Mutant("leaves send what came down from a spine back up (not valley-free)", "control/validation.p4",
-           "!rack_hosts.apply().hit", "!(rack_hosts.apply().hit || true)"),
-    Mutant("packets forwarded back out of their ingress port", "control/forwarding.p4",
-           "meta.nhop_port == standard_metadata.ingress_port && !answered", "false && !answered"),
-    Mutant("attempt ignored by routing (retries go to the first copy's cache)", "control/routing.p4",
-           "bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT;", "bit<8> attempt = 0;"),
-    Mutant("attempt 1 goes to the pick, not the other candidate", "control/routing.p4",
-           "hdr.dc.target = other;", "hdr.dc.target = chosen;"),
-    Mutant("attempt ignored by transit (retries go up the first copy's spine)", "control/forwarding.p4",
-           "bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);", "bucket = bucket;"),
-    Mutant("attempt steers transit from any port (replies leave their key's spine)", "control/forwarding.p4",
-           "if (meta.port_kind == PORT_CLIENT) {\n                    bucket = bucket +",
-           "if (true) {\n                    bucket = bucket +"),
+    Mutant(
+        "detector reports every read over the threshold (no Bloom filter)",
+        "control/detector.p4",
+        "if (s0 != tag || s1 != tag || s2 != tag) {",
+        "if (true) {",
+    ),
+    Mutant(
+        "detector counts keys already in the cache",
+        "control/detector.p4",
+        "if (meta.op == OP_GET && meta.cache_hit == 0) {",
+        "if (meta.op == OP_GET) {",
+    ),
+    Mutant(
+        "detector windows never age",
+        "control/detector.p4",
+        "(bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift)",
+        "16w1",
+    ),
+    Mutant(
+        "TTL not checked (wraps from 0 to 255)", "control/validation.p4", "if (hdr.ipv4.ttl <= 1) {", "if (false) {"
+    ),
+    Mutant(
+        "leaves send what came down from a spine back up (not valley-free)",
+        "control/validation.p4",
+        "!rack_hosts.apply().hit",
+        "!(rack_hosts.apply().hit || true)",
+    ),
+    Mutant(
+        "packets forwarded back out of their ingress port",
+        "control/forwarding.p4",
+        "meta.nhop_port == standard_metadata.ingress_port && !answered",
+        "false && !answered",
+    ),
+    Mutant(
+        "attempt ignored by routing (retries go to the first copy's cache)",
+        "control/routing.p4",
+        "bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT;",
+        "bit<8> attempt = 0;",
+    ),
+    Mutant(
+        "attempt 1 goes to the pick, not the other candidate",
+        "control/routing.p4",
+        "hdr.dc.target = other;",
+        "hdr.dc.target = chosen;",
+    ),
+    Mutant(
+        "attempt ignored by transit (retries go up the first copy's spine)",
+        "control/forwarding.p4",
+        "bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);",
+        "bucket = bucket;",
+    ),
+    Mutant(
+        "attempt steers transit from any port (replies leave their key's spine)",
+        "control/forwarding.p4",
+        "if (meta.port_kind == PORT_CLIENT) {\n                    bucket = bucket +",
+        "if (true) {\n                    bucket = bucket +",
+    ),
     # liveness (issue 16, item 1)
-    Mutant("probes and probe replies from hosts accepted", "control/validation.p4",
-           "} else if ((op == OP_PROBE || op == OP_PROBE_REPLY) && !probe_ok) {", "} else if (false) {"),
-    Mutant("any packet-out accepted, not only probes", "control/validation.p4",
-           "} else if (from_cpu && !(leaf && hdr.dc.isValid() && hdr.dc.op == OP_PROBE)) {", "} else if (false) {"),
-    Mutant("a dead spine stays a read candidate", "control/routing.p4",
-           "if (dead == 1) {\n                    bit<8> instead = 0;",
-           "if (false) {\n                    bit<8> instead = 0;"),
-    Mutant("a replicated key's read gives up the other replica", "control/routing.p4",
-           "instead = meta.replica_alt;", "instead = 0;"),
+    Mutant(
+        "probes and probe replies from hosts accepted",
+        "control/validation.p4",
+        "} else if ((op == OP_PROBE || op == OP_PROBE_REPLY) && !probe_ok) {",
+        "} else if (false) {",
+    ),
+    Mutant(
+        "any packet-out accepted, not only probes",
+        "control/validation.p4",
+        "} else if (from_cpu && !(leaf && hdr.dc.isValid() && hdr.dc.op == OP_PROBE)) {",
+        "} else if (false) {",
+    ),
+    Mutant(
+        "a dead spine stays a read candidate",
+        "control/routing.p4",
+        "if (dead == 1) {\n                    bit<8> instead = 0;",
+        "if (false) {\n                    bit<8> instead = 0;",
+    ),
+    Mutant(
+        "a replicated key's read gives up the other replica",
+        "control/routing.p4",
+        "instead = meta.replica_alt;",
+        "instead = 0;",
+    ),
     Mutant("transit ignores dead spines", "control/forwarding.p4", "if (alt_dead == 0) {", "if (false) {"),
-    Mutant("no hysteresis: a dead spine is back at its first reply", "control/liveness.p4",
-           "|| heard < hold) ? 1w1 : 1w0;", ") ? 1w1 : 1w0;"),
-    Mutant("hold counted from the reply, not from when the spine was found dead", "control/liveness.p4",
-           "spine_hold.write(s, asked + threshold + (bit<48>)meta.hold);",
-           "spine_hold.write(s, now + (bit<48>)meta.hold);"),
+    Mutant(
+        "no hysteresis: a dead spine is back at its first reply",
+        "control/liveness.p4",
+        "|| heard < hold) ? 1w1 : 1w0;",
+        ") ? 1w1 : 1w0;",
+    ),
+    Mutant(
+        "hold counted from the reply, not from when the spine was found dead",
+        "control/liveness.p4",
+        "spine_hold.write(s, asked + threshold + (bit<48>)meta.hold);",
+        "spine_hold.write(s, now + (bit<48>)meta.hold);",
+    ),
     Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
-    Mutant("a death's detection time counted from the probe, not from the last packet heard", "control/liveness.p4",
-           "bit<48> detect = asked + threshold - heard;", "bit<48> detect = threshold;"),
-    Mutant("only probe replies are heard (traffic does not keep a spine alive)", "control/liveness.p4",
-           "if (port_spine.apply().hit && meta.from_spine != 0) {",
-           "if (port_spine.apply().hit && meta.from_spine != 0 && hdr.dc.isValid() && hdr.dc.op == OP_PROBE_REPLY) {"),
+    Mutant(
+        "a death's detection time counted from the probe, not from the last packet heard",
+        "control/liveness.p4",
+        "bit<48> detect = asked + threshold - heard;",
+        "bit<48> detect = threshold;",
+    ),
+    Mutant(
+        "only probe replies are heard (traffic does not keep a spine alive)",
+        "control/liveness.p4",
+        "if (port_spine.apply().hit && meta.from_spine != 0) {",
+        "if (port_spine.apply().hit && meta.from_spine != 0 && hdr.dc.isValid() && hdr.dc.op == OP_PROBE_REPLY) {",
+    ),
     Mutant("probe replies not counted", "control/probe.p4", "probes_answered.count((bit<32>)meta.from_spine);", ""),
-    Mutant("a fixed threshold: how slowly a spine answers is not learned", "control/liveness.p4",
-           "bit<32> t = (gap8 >> 3) + var4;", "bit<32> t = 0;"),
-    Mutant("the threshold never comes down to dead_after", "control/liveness.p4",
-           "var4 - (var4 >> 2) + dev", "var4 + dev"),
+    Mutant(
+        "a fixed threshold: how slowly a spine answers is not learned",
+        "control/liveness.p4",
+        "bit<32> t = (gap8 >> 3) + var4;",
+        "bit<32> t = 0;",
+    ),
+    Mutant(
+        "the threshold never comes down to dead_after", "control/liveness.p4", "var4 - (var4 >> 2) + dev", "var4 + dev"
+    ),
 )
 
 
 def failures(output: str) -> list[str]:
-    return sorted(set(re.findall(r"^(\S+) \.\.\. (?:FAIL|ERROR)", output, flags=re.M))
-                  | {m for m in re.findall(r"^FAILED (\S+::\S+)", output, flags=re.M)})
+    return sorted(
+        set(re.findall(r"^(\S+) \.\.\. (?:FAIL|ERROR)", output, flags=re.M))
+        | {m for m in re.findall(r"^FAILED (\S+::\S+)", output, flags=re.M)}
+    )
 
 
 def run(mutant: Mutant, python: str) -> list[str]:
@@ -122,12 +237,27 @@ def run(mutant: Mutant, python: str) -> list[str]:
         raise SystemExit(f"mutant {mutant.name!r}: expected {mutant.count} of {mutant.old!r} in {path}")
     try:
         path.write_text(original.replace(mutant.old, mutant.new))
-        out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_p4_constants.py",
-                              "tests/test_p4info_parity.py"], cwd=REPO, capture_output=True, text=True).stdout
-        ptf = subprocess.run([python, "-m", "tests.ptf.run", "--target", "bmv2"], cwd=REPO, capture_output=True,
-                             text=True)
+        out = subprocess.run(
+            [
+                python,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "tests/test_p4_constants.py",
+                "tests/test_p4info_parity.py",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout
+        ptf = subprocess.run(
+            [python, "-m", "tests.ptf.run", "--target", "bmv2"], cwd=REPO, capture_output=True, text=True
+        )
         return failures(out + "\n" + ptf.stdout + ptf.stderr) or (
-            ["(compile failed)"] if "p4c-bm2-ss failed" in ptf.stderr else [])
+            ["(compile failed)"] if "p4c-bm2-ss failed" in ptf.stderr else []
+        )
     finally:
         path.write_text(original)
 

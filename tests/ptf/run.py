@@ -21,6 +21,7 @@ Exit status: 0 when every test passed and at least one ran, 1 otherwise, 2 on a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
@@ -50,8 +51,10 @@ BMV2_COMPILER = "p4c-bm2-ss"
 P4_SOURCE = REPO / "p4src" / "distcache.p4"
 
 # unittest at verbosity 2: "name ... ok" per test, then "Ran N tests in Xs" and "OK" / "FAILED (failures=1, ...)"
-RESULT_RE = re.compile(r"^(?P<name>\S+)(?: \([\w.]+\))? \.\.\. (?P<res>ok|FAIL|ERROR|skipped|expected failure"
-                       r"|unexpected success)\b")
+RESULT_RE = re.compile(
+    r"^(?P<name>\S+)(?: \([\w.]+\))? \.\.\. (?P<res>ok|FAIL|ERROR|skipped|expected failure"
+    r"|unexpected success)\b"
+)
 RAN_RE = re.compile(r"^Ran (\d+) tests? in ")
 VERDICT_RE = re.compile(r"^(OK|FAILED)(?: \((.*)\))?\s*$")
 
@@ -134,7 +137,8 @@ class TestBed:
         self.env = dict(os.environ)
         # the worktree's own packages first (the venv may hold an editable install of another checkout)
         self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO), str(REPO / "mininet")] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+            [str(REPO), str(REPO / "mininet")] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+        )
         self.env["PYTHONUNBUFFERED"] = "1"
 
     def in_ns(self, *cmd: str) -> list[str]:
@@ -149,14 +153,19 @@ class TestBed:
                 raise SetupError(f"cannot create network namespace {self.ns} (root needed)")
         self.ns_created = True
         ifaces = [i for p in self.ports for i in (p["switch_iface"], p["ptf_iface"])]
-        script = ["set -e", "ip link set lo up",
-                  "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
+        script = [
+            "set -e",
+            "ip link set lo up",
+            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+        ]
         for p in self.ports:
             script.append(f"ip link add {p['switch_iface']} type veth peer name {p['ptf_iface']}")
         for i in ifaces:
-            script += [f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1",
-                       f"ethtool -K {i} tx off >/dev/null",
-                       f"ip link set {i} up"]
+            script += [
+                f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1",
+                f"ethtool -K {i} tx off >/dev/null",
+                f"ip link set {i} up",
+            ]
         r = sh(*self.in_ns("sh", "-c", "\n".join(script)), check=False)
         if r.returncode != 0:
             raise SetupError(f"setting up namespace {self.ns} failed: {r.stderr.strip()}")
@@ -165,17 +174,44 @@ class TestBed:
     def switch_command(self) -> list[str]:
         port_args = [a for p in self.ports for a in ("-i", f"{p['port']}@{p['switch_iface']}")]
         if self.target == "bmv2":
-            return [BMV2_SWITCH, "--device-id", str(DEVICE_ID), *port_args, "--no-p4",
-                    "--thrift-port", str(THRIFT_PORT), "--",
-                    "--grpc-server-addr", GRPC_ADDR, "--cpu-port", str(CPU_PORT)]
-        return [sys.executable, "-m", "softswitch", "--device-id", str(DEVICE_ID), "--grpc-addr", GRPC_ADDR,
-                *port_args, "--log-file", str(self.workdir / "switch.log")]
+            return [
+                BMV2_SWITCH,
+                "--device-id",
+                str(DEVICE_ID),
+                *port_args,
+                "--no-p4",
+                "--thrift-port",
+                str(THRIFT_PORT),
+                "--",
+                "--grpc-server-addr",
+                GRPC_ADDR,
+                "--cpu-port",
+                str(CPU_PORT),
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--device-id",
+            str(DEVICE_ID),
+            "--grpc-addr",
+            GRPC_ADDR,
+            *port_args,
+            "--log-file",
+            str(self.workdir / "switch.log"),
+        ]
 
     def start_switch(self) -> None:
         with open(self.switch_out, "wb") as out:
-            self.switch = subprocess.Popen(self.in_ns(*self.switch_command()), stdout=out,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-                                           cwd=REPO, start_new_session=True)
+            self.switch = subprocess.Popen(
+                self.in_ns(*self.switch_command()),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=REPO,
+                start_new_session=True,
+            )
 
     def switch_log_tail(self) -> str:
         parts = [f"--- {self.switch_out.name} ---\n{tail(self.switch_out)}"]
@@ -187,13 +223,15 @@ class TestBed:
     def wait_for_switch(self, timeout: float = 30.0) -> float:
         """Block until the switch's gRPC port accepts inside the namespace; the seconds it took."""
         host, port = GRPC_ADDR.rsplit(":", 1)
-        probe = ("import socket,sys,time\n"
-                 f"end=time.monotonic()+{timeout}\n"
-                 "while time.monotonic()<end:\n"
-                 "    try:\n"
-                 f"        socket.create_connection(({host!r},{port}),timeout=0.2).close(); sys.exit(0)\n"
-                 "    except OSError: time.sleep(0.05)\n"
-                 "sys.exit(1)\n")
+        probe = (
+            "import socket,sys,time\n"
+            f"end=time.monotonic()+{timeout}\n"
+            "while time.monotonic()<end:\n"
+            "    try:\n"
+            f"        socket.create_connection(({host!r},{port}),timeout=0.2).close(); sys.exit(0)\n"
+            "    except OSError: time.sleep(0.05)\n"
+            "sys.exit(1)\n"
+        )
         t0 = time.monotonic()
         poller = subprocess.Popen(self.in_ns(sys.executable, "-c", probe))
         try:
@@ -202,11 +240,14 @@ class TestBed:
                 if rc == 0:
                     return time.monotonic() - t0
                 if rc is not None:
-                    raise SetupError(f"{self.target} did not open {GRPC_ADDR} within {timeout:.0f}s\n"
-                                     + self.switch_log_tail())
+                    raise SetupError(
+                        f"{self.target} did not open {GRPC_ADDR} within {timeout:.0f}s\n" + self.switch_log_tail()
+                    )
                 if self.switch is not None and self.switch.poll() is not None:
-                    raise SetupError(f"{self.target} exited with code {self.switch.returncode} before serving "
-                                     f"P4Runtime\n" + self.switch_log_tail())
+                    raise SetupError(
+                        f"{self.target} exited with code {self.switch.returncode} before serving "
+                        f"P4Runtime\n" + self.switch_log_tail()
+                    )
                 time.sleep(0.05)
         finally:
             if poller.poll() is None:
@@ -216,9 +257,19 @@ class TestBed:
     # -- pipeline files ----------------------------------------------------------------------
     def pipeline_files(self) -> tuple[Path, Path]:
         if self.target == "bmv2":
-            json_out, p4info = self.workdir / "distcache.json", self.workdir / "distcache.p4info.txt"
-            cmd = [BMV2_COMPILER, "--std", "p4-16", "--arch", "v1model", "-o", str(json_out),
-                   "--p4runtime-files", str(p4info), str(self.p4src)]
+            json_out, p4info = self.workdir / "distcache.json", self.workdir / "distcache.p4info.txtpb"
+            cmd = [
+                BMV2_COMPILER,
+                "--std",
+                "p4-16",
+                "--arch",
+                "v1model",
+                "-o",
+                str(json_out),
+                "--p4runtime-files",
+                str(p4info),
+                str(self.p4src),
+            ]
             r = sh(*cmd, check=False)
             if r.returncode != 0:
                 raise SetupError(f"{BMV2_COMPILER} failed ({r.returncode}):\n{r.stderr or r.stdout}")
@@ -236,18 +287,41 @@ class TestBed:
 
     # -- ptf ---------------------------------------------------------------------------------
     def ptf_command(self, p4info: Path, device_config: Path, specs: list[str]) -> list[str]:
-        params = (f"target={self.target!r};grpc_addr={GRPC_ADDR!r};p4info={str(p4info)!r};"
-                  f"device_config={str(device_config)!r};device_id={DEVICE_ID}")
+        params = (
+            f"target={self.target!r};grpc_addr={GRPC_ADDR!r};p4info={str(p4info)!r};"
+            f"device_config={str(device_config)!r};device_id={DEVICE_ID}"
+        )
         ifaces = [a for p in self.ports for a in ("-i", f"{p['port']}@{p['ptf_iface']}")]
-        return [sys.executable, ptf_binary(), "--test-dir", str(TEST_DIR), "--pypath", str(REPO),
-                "--pypath", str(REPO / "mininet"), "--log-dir", str(self.workdir / "ptf"),
-                "--test-params", params, *ifaces, *specs]
+        return [
+            sys.executable,
+            ptf_binary(),
+            "--test-dir",
+            str(TEST_DIR),
+            "--pypath",
+            str(REPO),
+            "--pypath",
+            str(REPO / "mininet"),
+            "--log-dir",
+            str(self.workdir / "ptf"),
+            "--test-params",
+            params,
+            *ifaces,
+            *specs,
+        ]
 
     def run_ptf(self, cmd: list[str], tally: Tally) -> int:
         with open(self.workdir / "ptf.out", "w") as transcript:
-            self.ptf = subprocess.Popen(self.in_ns(*cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=self.env, cwd=REPO, text=True, bufsize=1,
-                                        start_new_session=True)
+            self.ptf = subprocess.Popen(
+                self.in_ns(*cmd),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=REPO,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
             assert self.ptf.stdout is not None
             for line in self.ptf.stdout:
                 sys.stdout.write(line)
@@ -258,9 +332,22 @@ class TestBed:
 
     def list_tests(self) -> list[str]:
         """Names (module.Class) of every test ptf would run, without touching any interface."""
-        r = sh(sys.executable, ptf_binary(), "--test-dir", str(TEST_DIR), "--pypath", str(REPO), "--pypath",
-               str(REPO / "mininet"), "--log-file", str(self.workdir / "ptf-list.log"), "--list-test-names",
-               env=self.env, cwd=REPO, check=False)
+        r = sh(
+            sys.executable,
+            ptf_binary(),
+            "--test-dir",
+            str(TEST_DIR),
+            "--pypath",
+            str(REPO),
+            "--pypath",
+            str(REPO / "mininet"),
+            "--log-file",
+            str(self.workdir / "ptf-list.log"),
+            "--list-test-names",
+            env=self.env,
+            cwd=REPO,
+            check=False,
+        )
         if r.returncode != 0:
             raise SetupError(f"ptf --list-test-names failed:\n{r.stdout}{r.stderr}")
         return [ln.strip() for ln in r.stdout.splitlines() if ln.strip() and "." in ln and " " not in ln.strip()]
@@ -273,10 +360,8 @@ class TestBed:
             # anything still inside the namespace was started by this run (the switch's children, say)
             r = sh("ip", "netns", "pids", self.ns, check=False)
             for pid in r.stdout.split():
-                try:
+                with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
             if sh("ip", "netns", "del", self.ns, check=False).returncode == 0:
                 self.ns_created = False
             else:
@@ -298,8 +383,10 @@ def check_target(target: str) -> None:
     if target == "bmv2":
         missing = [b for b in (BMV2_SWITCH, BMV2_COMPILER) if shutil.which(b) is None]
         if missing:
-            raise SetupError(f"--target bmv2 needs {' and '.join(missing)} on PATH (BMv2 built with P4Runtime "
-                             "support and p4c); use --target softswitch")
+            raise SetupError(
+                f"--target bmv2 needs {' and '.join(missing)} on PATH (BMv2 built with P4Runtime "
+                "support and p4c); use --target softswitch"
+            )
     for tool in ("ip", "ethtool", "sysctl"):
         if shutil.which(tool) is None:
             raise SetupError(f"{tool} is not installed")
@@ -315,7 +402,7 @@ def select(all_tests: list[str], pattern: str | None) -> list[str]:
     return [t for t in all_tests if (fnmatch.fnmatchcase(t, pattern) if glob else pattern in t)]
 
 
-def _interrupt(signum: int, frame: object) -> None:
+def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
@@ -324,8 +411,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=TARGETS, default="softswitch")
     ap.add_argument("--pattern", help="run only tests whose module.Class name contains this (or matches this glob)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy the switch, ptf and pipeline files here")
-    ap.add_argument("--p4src", type=Path, default=P4_SOURCE, metavar="FILE",
-                    help=f"P4 program compiled for TARGET=bmv2 (default {P4_SOURCE.relative_to(REPO)})")
+    ap.add_argument(
+        "--p4src",
+        type=Path,
+        default=P4_SOURCE,
+        metavar="FILE",
+        help=f"P4 program compiled for TARGET=bmv2 (default {P4_SOURCE.relative_to(REPO)})",
+    )
     args = ap.parse_args(argv)
 
     # Ctrl-C and SIGTERM: tear down, then exit (SIGINT explicitly: a background job inherits it ignored)
@@ -347,14 +439,19 @@ def main(argv: list[str] | None = None) -> int:
         bed.start_switch()
         p4info, device_config = bed.pipeline_files()  # compiles while the switch starts
         bed.wait_for_switch()
-        print(f"ptf harness: {args.target} up in namespace {bed.ns} ({time.monotonic() - t0:.1f}s), "
-              f"P4Runtime {GRPC_ADDR}; " + (f"logs kept in {args.keep_logs}" if args.keep_logs
-                                               else "--keep-logs DIR keeps the logs"), flush=True)
+        print(
+            f"ptf harness: {args.target} up in namespace {bed.ns} ({time.monotonic() - t0:.1f}s), "
+            f"P4Runtime {GRPC_ADDR}; "
+            + (f"logs kept in {args.keep_logs}" if args.keep_logs else "--keep-logs DIR keeps the logs"),
+            flush=True,
+        )
         ptf_rc = bed.run_ptf(bed.ptf_command(p4info, device_config, specs), tally)
         rc = 0 if ptf_rc == 0 else 1
         if bed.switch is not None and bed.switch.poll() is not None:
-            print(f"error: the switch exited with code {bed.switch.returncode} during the run\n"
-                  + bed.switch_log_tail(), file=sys.stderr)
+            print(
+                f"error: the switch exited with code {bed.switch.returncode} during the run\n" + bed.switch_log_tail(),
+                file=sys.stderr,
+            )
             rc = 1
         if tally.ran is None:
             print(f"error: ptf exited with code {ptf_rc} without finishing the tests", file=sys.stderr)

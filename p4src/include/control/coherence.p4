@@ -59,14 +59,14 @@ control DcCoherence(inout headers_t hdr,
                 } else if (same_tenure && armed && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
                     bit<32> base = slot * MAX_CHUNKS;
                     cache_vlen.write(slot, hdr.dc.vlen);
-                    if (hdr.dc.nchunks > 0) { cache_value.write(base + 0, hdr.vals[0].chunk); }
-                    if (hdr.dc.nchunks > 1) { cache_value.write(base + 1, hdr.vals[1].chunk); }
-                    if (hdr.dc.nchunks > 2) { cache_value.write(base + 2, hdr.vals[2].chunk); }
-                    if (hdr.dc.nchunks > 3) { cache_value.write(base + 3, hdr.vals[3].chunk); }
-                    if (hdr.dc.nchunks > 4) { cache_value.write(base + 4, hdr.vals[4].chunk); }
-                    if (hdr.dc.nchunks > 5) { cache_value.write(base + 5, hdr.vals[5].chunk); }
-                    if (hdr.dc.nchunks > 6) { cache_value.write(base + 6, hdr.vals[6].chunk); }
-                    if (hdr.dc.nchunks > 7) { cache_value.write(base + 7, hdr.vals[7].chunk); }
+                    if (hdr.vals[0].isValid()) { cache_value.write(base + 0, hdr.vals[0].chunk); }
+                    if (hdr.vals[1].isValid()) { cache_value.write(base + 1, hdr.vals[1].chunk); }
+                    if (hdr.vals[2].isValid()) { cache_value.write(base + 2, hdr.vals[2].chunk); }
+                    if (hdr.vals[3].isValid()) { cache_value.write(base + 3, hdr.vals[3].chunk); }
+                    if (hdr.vals[4].isValid()) { cache_value.write(base + 4, hdr.vals[4].chunk); }
+                    if (hdr.vals[5].isValid()) { cache_value.write(base + 5, hdr.vals[5].chunk); }
+                    if (hdr.vals[6].isValid()) { cache_value.write(base + 6, hdr.vals[6].chunk); }
+                    if (hdr.vals[7].isValid()) { cache_value.write(base + 7, hdr.vals[7].chunk); }
                     cache_valid.write(slot, tag);
                     dc_stats.count(STAT_UPDATE);
                 } else {

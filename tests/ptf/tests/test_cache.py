@@ -35,16 +35,27 @@ from tests.ptf.dctest import (
 )
 
 
-def reply_frame(value: bytes, served_by: int, *, seq: int, dmac: str, spine_load: int = 0, leaf_load: int = 0,
-                target: int) -> object:
+def reply_frame(
+    value: bytes, served_by: int, *, seq: int, dmac: str, spine_load: int = 0, leaf_load: int = 0, target: int
+) -> object:
     """The exact frame a cache hit sends back towards the client."""
     is_spine = served_by == SP0.switch_id or served_by == SP1.switch_id
-    msg = Message(op=Op.GET_REPLY, key=KEY, seq=seq, value=value, flags=Flag.CACHED, target=target,
-                  served_by=served_by,
-                  spine_id=served_by if is_spine else 0, spine_load=spine_load,
-                  leaf_id=0 if is_spine else served_by, leaf_load=leaf_load)
-    return dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, smac=SWITCH_MAC, dmac=dmac,
-                    ttl=63, udp_checksum=0)
+    msg = Message(
+        op=Op.GET_REPLY,
+        key=KEY,
+        seq=seq,
+        value=value,
+        flags=Flag.CACHED,
+        target=target,
+        served_by=served_by,
+        spine_id=served_by if is_spine else 0,
+        spine_load=spine_load,
+        leaf_id=0 if is_spine else served_by,
+        leaf_load=leaf_load,
+    )
+    return dc_frame(
+        SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, smac=SWITCH_MAC, dmac=dmac, ttl=63, udp_checksum=0
+    )
 
 
 class _Hit(DcTest):
@@ -87,10 +98,31 @@ class SpineHitExactReply(DcTest):
         self.fill(KEY, slot=0, version=1, value=value, seq=5)  # from storage leaf sl0 (port 1)
         get = Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id)
         self.send(3, dc_frame(CLIENT.ip, SERVER.ip, get))
-        want = Message(op=Op.GET_REPLY, key=KEY, seq=8, value=value, flags=Flag.CACHED, target=SP0.switch_id,
-                       served_by=SP0.switch_id, spine_id=SP0.switch_id, spine_load=1)
-        self.expect(dc_frame(SERVER.ip, CLIENT.ip, want, sport=DC_PORT, dport=CLIENT_PORT, smac=SWITCH_MAC,
-                             dmac=CL0.mac, ttl=63, udp_checksum=0), 3)
+        want = Message(
+            op=Op.GET_REPLY,
+            key=KEY,
+            seq=8,
+            value=value,
+            flags=Flag.CACHED,
+            target=SP0.switch_id,
+            served_by=SP0.switch_id,
+            spine_id=SP0.switch_id,
+            spine_load=1,
+        )
+        self.expect(
+            dc_frame(
+                SERVER.ip,
+                CLIENT.ip,
+                want,
+                sport=DC_PORT,
+                dport=CLIENT_PORT,
+                smac=SWITCH_MAC,
+                dmac=CL0.mac,
+                ttl=63,
+                udp_checksum=0,
+            ),
+            3,
+        )
         self.expect_none()
         self.assertEqual(self.counter(n.CACHE_HITS, 0), 1)
 
@@ -99,8 +131,7 @@ class MissIsForwardedAndCounted(DcTest):
     """A targeted read of a key not in the cache goes on to the server, unchanged but for routing."""
 
     def runTest(self) -> None:
-        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id),
-                       udp_checksum=0)
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id), udp_checksum=0)
         self.send(2, get)
         self.expect(routed(get, SERVER.mac), 1)
         self.expect_none()
@@ -137,8 +168,12 @@ class LeafAnswersAReadItsSpineMissed(_Hit):
         self.fill(KEY, slot=3, version=9, value=b"rack-copy", seq=100)
         for seq, spine in ((41, SP0), (42, SP1)):
             self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=seq, target=spine.switch_id)))
-            self.expect(reply_frame(b"rack-copy", SL0.switch_id, seq=seq, dmac=SP0.mac, leaf_load=seq - 40,
-                                    target=spine.switch_id), 2)
+            self.expect(
+                reply_frame(
+                    b"rack-copy", SL0.switch_id, seq=seq, dmac=SP0.mac, leaf_load=seq - 40, target=spine.switch_id
+                ),
+                2,
+            )
         self.expect_none()
         self.assertEqual((self.stat(Stat.READ_HIT), self.counter(n.CACHE_HITS, 3)), (2, 2))
 
@@ -149,9 +184,14 @@ class WritesPassCachedKeys(DcTest):
     def runTest(self) -> None:
         self.fill(KEY, 0, 1, b"v", 5)
         for op in (Op.PUT, Op.DELETE):
-            port, m = self.exchange(2, dc_frame(CLIENT.ip, SERVER.ip,
-                                                Message(op=op, key=KEY, value=b"w" if op == Op.PUT else b"",
-                                                        target=SL0.switch_id)))
+            port, m = self.exchange(
+                2,
+                dc_frame(
+                    CLIENT.ip,
+                    SERVER.ip,
+                    Message(op=op, key=KEY, value=b"w" if op == Op.PUT else b"", target=SL0.switch_id),
+                ),
+            )
             self.assertEqual((port, m.op), (1, op))
         self.assertEqual(self.stat(Stat.READ_HIT), 0)
 
@@ -168,7 +208,6 @@ class ReusedSlotNeverServesThePreviousKey(DcTest):
         self.assertEqual(m.value, b"")
 
 
-
 class _MeteredBurst(DcTest):
     """Reads of a valid cached key sent back to back, with the cache meter as the subclass sets it."""
 
@@ -179,8 +218,10 @@ class _MeteredBurst(DcTest):
         """Send the reads, check where each went; the number the switch answered."""
         value = b"metered value"
         self.fill(KEY, slot=self.SLOT, version=4, value=value, seq=100)
-        gets = [dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=i, target=SL0.switch_id),
-                         udp_checksum=0) for i in range(self.READS)]
+        gets = [
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=i, target=SL0.switch_id), udp_checksum=0)
+            for i in range(self.READS)
+        ]
         for g in gets:  # all sent before any is collected: the burst lasts milliseconds, not round trips
             self.send(2, g)
         served, missed = set(), set()
@@ -212,8 +253,10 @@ class MeterBoundsReadsAnswered(_MeteredBurst):
     def runTest(self) -> None:
         self.set_meter(n.CACHE_METER, 0, cir=2, cburst=5, pir=2, pburst=5)
         served = self.burst()
-        self.assertTrue(5 <= served <= 10, f"{served} of {self.READS} reads answered; want the burst of 5 "
-                        "(plus up to 5 more over 2.5 s)")
+        self.assertTrue(
+            5 <= served <= 10,
+            f"{served} of {self.READS} reads answered; want the burst of 5 (plus up to 5 more over 2.5 s)",
+        )
 
 
 class MeterYellowReadsAreAnswered(_MeteredBurst):
@@ -223,8 +266,10 @@ class MeterYellowReadsAreAnswered(_MeteredBurst):
     def runTest(self) -> None:
         self.set_meter(n.CACHE_METER, 0, cir=1, cburst=1, pir=2, pburst=8)
         served = self.burst()
-        self.assertTrue(8 <= served <= 12, f"{served} of {self.READS} reads answered; want the peak burst of 8 "
-                        "(plus up to 4 more over 2 s)")
+        self.assertTrue(
+            8 <= served <= 12,
+            f"{served} of {self.READS} reads answered; want the peak burst of 8 (plus up to 4 more over 2 s)",
+        )
 
 
 class UnconfiguredMeterAnswersEveryRead(_MeteredBurst):

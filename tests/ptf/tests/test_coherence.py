@@ -72,9 +72,20 @@ class TargetAcknowledgesInvalidate(DcTest):
     def runTest(self) -> None:
         self.send(1, self.coherence(Op.INVALIDATE, 55, target=SP0.switch_id))
         ack = Message(op=Op.INVALIDATE_ACK, key=KEY, seq=55, target=SP0.switch_id)
-        self.expect(dc_frame(C.spine_address(SP0.switch_id), SERVER.ip, ack, sport=DC_PORT, dport=DC_PORT,
-                             smac=SWITCH_MAC,
-                             dmac=SL0.mac, ttl=63, udp_checksum=0), 1)
+        self.expect(
+            dc_frame(
+                C.spine_address(SP0.switch_id),
+                SERVER.ip,
+                ack,
+                sport=DC_PORT,
+                dport=DC_PORT,
+                smac=SWITCH_MAC,
+                dmac=SL0.mac,
+                ttl=63,
+                udp_checksum=0,
+            ),
+            1,
+        )
         self.expect_none()
         self.assertEqual(self.stat(Stat.REFLECTED), 1)
         self.assertEqual(self.stat(Stat.INVALIDATE), 0)  # not cached here: nothing to invalidate

@@ -104,8 +104,7 @@ class KeysCountedApart(_Detector):
 
     def runTest(self) -> None:
         self.enable_hot_key_digests(THRESHOLD)
-        other = next(k for k in (bytes([i]) * 16 for i in range(1, 255))
-                     if self.designated(k) and k != KEY)
+        other = next(k for k in (bytes([i]) * 16 for i in range(1, 255)) if self.designated(k) and k != KEY)
         self.reads(THRESHOLD - 1)
         self.reads(THRESHOLD - 1, key=other)
         self.expect_no_digest()

@@ -82,8 +82,12 @@ class NonDistCacheTrafficTakesSlotZero(DcTest):
     role = CL0
 
     def runTest(self) -> None:
-        pkt = Ether(src=HOST_MAC, dst=SWITCH_MAC) / IP(src=CLIENT.ip, dst=SERVER.ip, ttl=64, id=1, flags=0) / \
-            UDP(sport=4000, dport=5000) / Raw(b"x" * 20)
+        pkt = (
+            Ether(src=HOST_MAC, dst=SWITCH_MAC)
+            / IP(src=CLIENT.ip, dst=SERVER.ip, ttl=64, id=1, flags=0)
+            / UDP(sport=4000, dport=5000)
+            / Raw(b"x" * 20)
+        )
         sp = transit_spine(None)
         self.send(1, Ether(bytes(pkt)))
         self.expect(routed(pkt, sp.mac), LEAF_UPLINK[sp.switch_id])
@@ -94,7 +98,7 @@ class SpinesOutOfServiceGetNoTransit(DcTest):
     """sp0 failed (not live): every key's transit goes through sp1."""
 
     role = CL0
-    live = {SP1.switch_id}
+    live = frozenset({SP1.switch_id})
 
     def runTest(self) -> None:
         for i, key in enumerate(KEYS[:8]):
@@ -128,8 +132,9 @@ class ClientRetriesTakeAnotherTransitSpine(DcTest):
                 put = Message(op=Op.PUT, key=key, seq=i, value=b"v", flags=attempt_flags(attempt))
                 sp = transit_spine(key, attempt=attempt)
                 self.send(1, dc_frame(CLIENT.ip, SERVER.ip, put))
-                self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, put, udp_checksum=0), sp.mac),
-                            LEAF_UPLINK[sp.switch_id])
+                self.expect(
+                    routed(dc_frame(CLIENT.ip, SERVER.ip, put, udp_checksum=0), sp.mac), LEAF_UPLINK[sp.switch_id]
+                )
         self.expect_none()
 
 

@@ -61,9 +61,15 @@ class _Liveness(DcTest):
         return port, m.target
 
     def liveness(self, dead_after: float, hold: float, dead_after_max: float | None = None) -> None:
-        self.set_default(n.LIVENESS_CONFIG, n.SET_LIVENESS,
-                         {"dead_after": round(dead_after * 1e6), "hold": round(hold * 1e6),
-                          "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6)})
+        self.set_default(
+            n.LIVENESS_CONFIG,
+            n.SET_LIVENESS,
+            {
+                "dead_after": round(dead_after * 1e6),
+                "hold": round(hold * 1e6),
+                "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6),
+            },
+        )
 
 
 class ProbesGoUpToTheirSpineAndAreCounted(_Liveness):
@@ -79,8 +85,9 @@ class ProbesGoUpToTheirSpineAndAreCounted(_Liveness):
         self.answer(SP1, seq=6)
         self.expect_none()
         counts = self.probe_counts()
-        self.assertEqual({sid: (c.sent, c.answered) for sid, c in counts.items()},
-                         {SP0.switch_id: (1, 0), SP1.switch_id: (2, 1)})
+        self.assertEqual(
+            {sid: (c.sent, c.answered) for sid, c in counts.items()}, {SP0.switch_id: (1, 0), SP1.switch_id: (2, 1)}
+        )
         self.assertEqual(self.drops(DropReason.PROBE), 0)
 
 
@@ -210,9 +217,10 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
     """Dead, then answering again HOLD after it was found dead: the next read goes to it again."""
 
     def runTest(self) -> None:
-        self.assertEqual(self.sw.read_default(n.LIVENESS_CONFIG),
-                         (n.SET_LIVENESS, {"dead_after": n.DEAD_AFTER_US, "dead_after_max": n.DEAD_AFTER_MAX_US,
-                                           "hold": n.HOLD_US}))
+        self.assertEqual(
+            self.sw.read_default(n.LIVENESS_CONFIG),
+            (n.SET_LIVENESS, {"dead_after": n.DEAD_AFTER_US, "dead_after_max": n.DEAD_AFTER_MAX_US, "hold": n.HOLD_US}),
+        )
         asked_by = self.silence(SP0)
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
         self.wait_until(asked_by + DEAD + HOLD + MARGIN)
@@ -242,8 +250,9 @@ class ADeathIsCountedAndReportedWhenTheSpineIsHeardAgain(_Liveness):
         self.assertGreaterEqual(row["detect_us"], n.DEAD_AFTER_US + 50_000 - 2_000)  # (clock granularity)
         self.assertGreater(row["silent_us"], row["detect_us"])  # heard again only after it was found dead
         self.assertLessEqual(row["silent_us"], back_after * 1e6 + 50_000 + 2_000)
-        self.assertEqual((self.counter(n.SPINE_DEATHS, SP0.switch_id), self.counter(n.SPINE_DEATHS, SP1.switch_id)),
-                         (1, 0))
+        self.assertEqual(
+            (self.counter(n.SPINE_DEATHS, SP0.switch_id), self.counter(n.SPINE_DEATHS, SP1.switch_id)), (1, 0)
+        )
         self.answer(SP0, seq=2)  # within the hold: still excluded, but no new death
         self.answer(SP1, seq=2)  # never dead
         self.expect_no_digest(0.2)
@@ -311,8 +320,9 @@ class TransitAvoidsADeadSpine(_Liveness):
 
     def runTest(self) -> None:
         self.assertEqual(transit_spine(KEY), SP0)
-        reply = dc_frame(SERVER.ip, CLIENT.ip, Message(op=Op.PUT_REPLY, key=KEY, seq=1), sport=DC_PORT,
-                         dport=CLIENT_PORT)
+        reply = dc_frame(
+            SERVER.ip, CLIENT.ip, Message(op=Op.PUT_REPLY, key=KEY, seq=1), sport=DC_PORT, dport=CLIENT_PORT
+        )
         self.assertEqual(self.exchange(1, reply)[0], PORT[SP0.switch_id])
         self.silence(SP0)
         port, m = self.exchange(1, reply)
@@ -366,4 +376,3 @@ class RetriesStillTakeOtherPaths(_Liveness):
         self.assertEqual(self.choose(2, attempt=1), (PORT[SP1.switch_id], 0))
         self.assertEqual(self.choose(2, attempt=2), (PORT[SP1.switch_id], 0))
         self.assertEqual(transit_spine(KEY, attempt=2), SP0)  # its own slot's spine is the dead one
-

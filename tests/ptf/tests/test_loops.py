@@ -47,14 +47,22 @@ CLIENT_GATEWAY = CLIENT.ip.rsplit(".", 1)[0] + ".254"  # what a client pings: it
 
 def plain_udp(src: str, dst: str, ttl: int = 64) -> Packet:
     """A non-DistCache UDP frame."""
-    pkt = Ether(src=HOST_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0) / \
-        UDP(sport=4000, dport=5000) / Raw(b"x" * 20)
+    pkt = (
+        Ether(src=HOST_MAC, dst=SWITCH_MAC)
+        / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0)
+        / UDP(sport=4000, dport=5000)
+        / Raw(b"x" * 20)
+    )
     return Ether(bytes(pkt))
 
 
 def ping(src: str, dst: str, ttl: int = 64) -> Packet:
-    pkt = Ether(src=HOST_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0) / \
-        ICMP(type=8, id=7, seq=1) / Raw(b"ping")
+    pkt = (
+        Ether(src=HOST_MAC, dst=SWITCH_MAC)
+        / IP(src=src, dst=dst, ttl=ttl, id=1, flags=0)
+        / ICMP(type=8, id=7, seq=1)
+        / Raw(b"ping")
+    )
     return Ether(bytes(pkt))
 
 
@@ -81,8 +89,10 @@ class _Loops(DcTest):
         self.send(1, frame)
         sp = transit_spine(KEY)
         stamped = Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"v", leaf_id=SL0.switch_id, leaf_load=0)
-        self.expect(routed(dc_frame(SERVER.ip, CLIENT.ip, stamped, sport=DC_PORT, dport=CLIENT_PORT,
-                                    udp_checksum=0), sp.mac), 2 if sp == SP0 else 3)
+        self.expect(
+            routed(dc_frame(SERVER.ip, CLIENT.ip, stamped, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0), sp.mac),
+            2 if sp == SP0 else 3,
+        )
         self.expect_none()
 
 
@@ -116,8 +126,9 @@ class SpineTakesTtlToOne(DcTest):
 
 class StorageLeafTakesTtlToOne(DcTest):
     def runTest(self) -> None:
-        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id), ttl=2,
-                       udp_checksum=0)
+        get = dc_frame(
+            CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id), ttl=2, udp_checksum=0
+        )
         self.send(2, get)
         self.expect(routed(get, SERVER.mac), 1)
         self.expect_none()
@@ -129,8 +140,9 @@ class TtlOneIsDroppedAtTheClientLeaf(_Loops):
     role = CL0
 
     def runTest(self) -> None:
-        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=1), ttl=1),
-                     DropReason.TTL_EXPIRED)
+        self.dropped(
+            1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=1), ttl=1), DropReason.TTL_EXPIRED
+        )
         self.dropped(1, plain_udp(CLIENT.ip, SERVER.ip, ttl=0), DropReason.TTL_EXPIRED, 2)
         self.assertEqual((self.stat(Stat.ROUTED_SPINE), self.stat(Stat.ROUTED_LEAF)), (0, 0))
 
@@ -142,8 +154,11 @@ class TtlOneIsDroppedAtTheSpine(_Loops):
 
     def runTest(self) -> None:
         self.enable_hot_key_digests(threshold=1)
-        self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=1, target=SP0.switch_id),
-                                 ttl=1), DropReason.TTL_EXPIRED)
+        self.dropped(
+            3,
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=1, target=SP0.switch_id), ttl=1),
+            DropReason.TTL_EXPIRED,
+        )
         self.dropped(1, plain_udp(SERVER.ip, CLIENT.ip, ttl=1), DropReason.TTL_EXPIRED, 2)
         self.no_read_counted()
         # a reply passing the spine carries load 0: the dropped read was not counted
@@ -151,8 +166,10 @@ class TtlOneIsDroppedAtTheSpine(_Loops):
         frame = dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0)
         self.send(1, frame)
         stamped = Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"v", spine_id=SP0.switch_id, spine_load=0)
-        self.expect(routed(dc_frame(SERVER.ip, CLIENT.ip, stamped, sport=DC_PORT, dport=CLIENT_PORT,
-                                    udp_checksum=0), CL0.mac), 3)
+        self.expect(
+            routed(dc_frame(SERVER.ip, CLIENT.ip, stamped, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0), CL0.mac),
+            3,
+        )
 
 
 class ExpiringReadIsNotAnsweredNorCounted(_Loops):
@@ -162,10 +179,17 @@ class ExpiringReadIsNotAnsweredNorCounted(_Loops):
     def runTest(self) -> None:
         self.fill(KEY, slot=3, version=9, value=b"cached", seq=100)
         self.enable_hot_key_digests(threshold=1)
-        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=5, target=SL0.switch_id),
-                                 ttl=1), DropReason.TTL_EXPIRED)
-        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=6, target=SL0.switch_id),
-                                 ttl=1), DropReason.TTL_EXPIRED, 2)
+        self.dropped(
+            2,
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=5, target=SL0.switch_id), ttl=1),
+            DropReason.TTL_EXPIRED,
+        )
+        self.dropped(
+            2,
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=6, target=SL0.switch_id), ttl=1),
+            DropReason.TTL_EXPIRED,
+            2,
+        )
         self.no_read_counted()
         self.assertEqual(self.counter(n.CACHE_HITS, 3), 0)
         self.leaf_load_is_zero()
@@ -179,12 +203,32 @@ class AnswerStartsAFreshTtl(DcTest):
 
     def runTest(self) -> None:
         self.fill(KEY, slot=0, version=1, value=b"spine value", seq=5)
-        self.send(3, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id),
-                              ttl=2))
-        want = Message(op=Op.GET_REPLY, key=KEY, seq=8, value=b"spine value", flags=Flag.CACHED,
-                       target=SP0.switch_id, served_by=SP0.switch_id, spine_id=SP0.switch_id, spine_load=1)
-        self.expect(dc_frame(SERVER.ip, CLIENT.ip, want, sport=DC_PORT, dport=CLIENT_PORT, smac=SWITCH_MAC,
-                             dmac=CL0.mac, ttl=63, udp_checksum=0), 3)
+        self.send(3, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id), ttl=2))
+        want = Message(
+            op=Op.GET_REPLY,
+            key=KEY,
+            seq=8,
+            value=b"spine value",
+            flags=Flag.CACHED,
+            target=SP0.switch_id,
+            served_by=SP0.switch_id,
+            spine_id=SP0.switch_id,
+            spine_load=1,
+        )
+        self.expect(
+            dc_frame(
+                SERVER.ip,
+                CLIENT.ip,
+                want,
+                sport=DC_PORT,
+                dport=CLIENT_PORT,
+                smac=SWITCH_MAC,
+                dmac=CL0.mac,
+                ttl=63,
+                udp_checksum=0,
+            ),
+            3,
+        )
         self.expect_none()
 
 

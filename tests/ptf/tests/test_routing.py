@@ -46,12 +46,14 @@ class _Routing(DcTest):
 
     def loads(self, spine_load: int, leaf_load: int, spine: int = SP0.switch_id, leaf: int = SL0.switch_id) -> None:
         """A server reply coming down from a spine carries these loads; the leaf records them."""
-        msg = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=spine, spine_load=spine_load, leaf_id=leaf,
-                      leaf_load=leaf_load)
+        msg = Message(
+            op=Op.GET_REPLY, key=KEY, seq=1, spine_id=spine, spine_load=spine_load, leaf_id=leaf, leaf_load=leaf_load
+        )
         self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT))
 
-    def choose(self, seq: int, key: bytes = KEY, dst: str = SERVER.ip, attempt: int = 0,
-               flags: Flag = Flag.NONE) -> tuple[int, int]:
+    def choose(
+        self, seq: int, key: bytes = KEY, dst: str = SERVER.ip, attempt: int = 0, flags: Flag = Flag.NONE
+    ) -> tuple[int, int]:
         """(out port, target) of a client's read (``attempt``: which copy of it)."""
         get = Message(op=Op.GET, key=key, seq=seq, flags=flags | attempt_flags(attempt))
         port, m = self.exchange(1, dc_frame(CLIENT.ip, dst, get))
@@ -195,7 +197,7 @@ class ReplicationSkipsSpinesOutOfService(_Routing):
     """With sp0 failed, every replica slot holds sp1: no read goes to sp0."""
 
     mechanism = Mechanism.REPLICATION
-    live = {SP1.switch_id}
+    live = frozenset({SP1.switch_id})
 
     def runTest(self) -> None:
         for seq in range(6):
@@ -265,8 +267,7 @@ class LaterRetriesGoStraightToTheServer(_Routing):
             flags = attempt_flags(attempt)
             self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=4, flags=flags)))
             out = Message(op=Op.GET, key=KEY, seq=4, flags=flags, target=0)
-            self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, out, udp_checksum=0), sp.mac),
-                        LEAF_UPLINK[sp.switch_id])
+            self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, out, udp_checksum=0), sp.mac), LEAF_UPLINK[sp.switch_id])
             ports.add(LEAF_UPLINK[sp.switch_id])
         self.expect_none()
         self.assertEqual(ports, {2, 3})

@@ -6,6 +6,7 @@ Run with ``python -m tests.ptf.run --target softswitch|bmv2``; each class is one
 from __future__ import annotations
 
 import ptf.testutils as tu
+from scapy.packet import Packet
 
 from controller.p4rt import Match
 from distcache import p4names as n
@@ -26,10 +27,18 @@ def ip(text: str) -> int:
     return a << 24 | b << 16 | c << 8 | d
 
 
-def udp(dst_ip: str, *, eth_dst: str = SWITCH_MAC, eth_src: str = HOST_MAC, ttl: int = 64, dport: int = 5000):
+def udp(dst_ip: str, *, eth_dst: str = SWITCH_MAC, eth_src: str = HOST_MAC, ttl: int = 64, dport: int = 5000) -> Packet:
     """A plain UDP frame (not DistCache: the DistCache port is 8888)."""
-    return tu.simple_udp_packet(eth_dst=eth_dst, eth_src=eth_src, ip_src="10.0.1.1", ip_dst=dst_ip, ip_ttl=ttl,
-                                udp_sport=4000, udp_dport=dport, pktlen=100)
+    return tu.simple_udp_packet(
+        eth_dst=eth_dst,
+        eth_src=eth_src,
+        ip_src="10.0.1.1",
+        ip_dst=dst_ip,
+        ip_ttl=ttl,
+        udp_sport=4000,
+        udp_dport=dport,
+        pktlen=100,
+    )
 
 
 class RoutedFrame(P4RuntimeTest):
@@ -37,10 +46,15 @@ class RoutedFrame(P4RuntimeTest):
 
     def runTest(self) -> None:
         self.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 1}, n.SET_PORT_KIND, {"kind": int(PortKind.CLIENT)})
-        self.insert(n.CLIENT_SOURCE, {n.KEY_INGRESS_PORT: 1, n.KEY_IPV4_SRC: Match(ip("10.0.1.1"), prefix_len=32)},
-                    n.SOURCE_OK)
-        self.insert(n.IPV4_LPM, {n.KEY_IPV4_DST: Match(ip("10.0.2.2"), prefix_len=32)}, n.SET_NHOP,
-                    {"dmac": mac(NHOP_MAC), "port": 2})
+        self.insert(
+            n.CLIENT_SOURCE, {n.KEY_INGRESS_PORT: 1, n.KEY_IPV4_SRC: Match(ip("10.0.1.1"), prefix_len=32)}, n.SOURCE_OK
+        )
+        self.insert(
+            n.IPV4_LPM,
+            {n.KEY_IPV4_DST: Match(ip("10.0.2.2"), prefix_len=32)},
+            n.SET_NHOP,
+            {"dmac": mac(NHOP_MAC), "port": 2},
+        )
         self.send(1, udp("10.0.2.2"))
         # built from scratch, so scapy computes the IPv4 checksum for TTL 63 (UDP's does not cover the TTL)
         self.expect(udp("10.0.2.2", eth_dst=NHOP_MAC, eth_src=SWITCH_MAC, ttl=63), 2)
@@ -52,10 +66,18 @@ class LongestPrefix(P4RuntimeTest):
     """ipv4_lpm picks the longest matching prefix."""
 
     def runTest(self) -> None:
-        self.insert(n.IPV4_LPM, {n.KEY_IPV4_DST: Match(ip("10.0.0.0"), prefix_len=8)}, n.SET_NHOP,
-                    {"dmac": mac("00:00:00:00:03:03"), "port": 3})
-        self.insert(n.IPV4_LPM, {n.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)}, n.SET_NHOP,
-                    {"dmac": mac(NHOP_MAC), "port": 2})
+        self.insert(
+            n.IPV4_LPM,
+            {n.KEY_IPV4_DST: Match(ip("10.0.0.0"), prefix_len=8)},
+            n.SET_NHOP,
+            {"dmac": mac("00:00:00:00:03:03"), "port": 3},
+        )
+        self.insert(
+            n.IPV4_LPM,
+            {n.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)},
+            n.SET_NHOP,
+            {"dmac": mac(NHOP_MAC), "port": 2},
+        )
         self.send(1, udp("10.0.2.9"))
         self.expect(udp("10.0.2.9", eth_dst=NHOP_MAC, eth_src=SWITCH_MAC, ttl=63), 2)
         self.send(1, udp("10.9.9.9"))
@@ -67,8 +89,12 @@ class NoRouteDrop(P4RuntimeTest):
     """A frame without a route is dropped and counted as NO_ROUTE, on a pipeline whose counters start at 0."""
 
     def runTest(self) -> None:
-        self.insert(n.IPV4_LPM, {n.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)}, n.SET_NHOP,
-                    {"dmac": mac(NHOP_MAC), "port": 2})
+        self.insert(
+            n.IPV4_LPM,
+            {n.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)},
+            n.SET_NHOP,
+            {"dmac": mac(NHOP_MAC), "port": 2},
+        )
         self.assertEqual(self.counter(n.DC_DROPS, n.DropReason.NO_ROUTE), 0)
         self.send(1, udp("192.168.7.7"))
         # the counter moves when the switch has processed the frame: only then is "nothing came out" meaningful

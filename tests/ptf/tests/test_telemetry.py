@@ -92,8 +92,7 @@ class HitRepliesCarryOnlyTheServingLayer(DcTest):
 
     def runTest(self) -> None:
         self.fill(KEY, 0, 1, b"v", 3)
-        get = Message(op=Op.GET, key=KEY, seq=2, target=SP0.switch_id, leaf_id=SL0.switch_id,
-                      leaf_load=0xFFFF_FFFF)
+        get = Message(op=Op.GET, key=KEY, seq=2, target=SP0.switch_id, leaf_id=SL0.switch_id, leaf_load=0xFFFF_FFFF)
         _, m = self.exchange(3, dc_frame(CLIENT.ip, SERVER.ip, get))
         self.assertTrue(m.cached)
         self.assertEqual((m.spine_id, m.spine_load, m.leaf_id, m.leaf_load), (SP0.switch_id, 1, 0, 0))

@@ -59,8 +59,7 @@ class TruncatedValue(_Drop):
 
 class TruncatedIpv4(_Drop):
     def runTest(self) -> None:
-        self.dropped(2, Ether(dst=SL0.mac, type=0x0800) / Raw(b"\x45\x00\x00\x14" + b"\x00" * 6),
-                     DropReason.TRUNCATED)
+        self.dropped(2, Ether(dst=SL0.mac, type=0x0800) / Raw(b"\x45\x00\x00\x14" + b"\x00" * 6), DropReason.TRUNCATED)
 
 
 class BadVersion(_Drop):
@@ -110,8 +109,13 @@ class DistCacheWithIpOptions(_Drop):
     """A DistCache message behind IPv4 options is dropped, not looked at past the trust checks."""
 
     def runTest(self) -> None:
-        pkt = dc_frame(SERVER.ip, C.spine_address(SP0.switch_id), Message(op=Op.INVALIDATE, key=KEY, seq=1),
-                       sport=DC_PORT, ip_options=b"\x01\x01\x01\x00")  # NOP NOP NOP EOL
+        pkt = dc_frame(
+            SERVER.ip,
+            C.spine_address(SP0.switch_id),
+            Message(op=Op.INVALIDATE, key=KEY, seq=1),
+            sport=DC_PORT,
+            ip_options=b"\x01\x01\x01\x00",
+        )  # NOP NOP NOP EOL
         self.dropped(1, pkt, DropReason.IP_OPTIONS)
 
 
@@ -145,16 +149,20 @@ class UpdateFromClientIsUntrusted(_Drop):
     role = CL0
 
     def runTest(self) -> None:
-        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.UPDATE, key=KEY, seq=1, value=b"evil")),
-                     DropReason.UNTRUSTED)
+        self.dropped(
+            1,
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.UPDATE, key=KEY, seq=1, value=b"evil")),
+            DropReason.UNTRUSTED,
+        )
 
 
 class AckFromClientIsUntrusted(_Drop):
     role = CL0
 
     def runTest(self) -> None:
-        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.INVALIDATE_ACK, key=KEY, seq=1)),
-                     DropReason.UNTRUSTED)
+        self.dropped(
+            1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.INVALIDATE_ACK, key=KEY, seq=1)), DropReason.UNTRUSTED
+        )
 
 
 class ReplyFromClientIsUntrusted(_Drop):
@@ -178,8 +186,7 @@ class ReplyFromClientLeafIsUntrustedAtSpine(_Drop):
 
     def runTest(self) -> None:
         forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, leaf_id=SL0.switch_id, leaf_load=7)
-        self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT),
-                     DropReason.UNTRUSTED)
+        self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT), DropReason.UNTRUSTED)
 
 
 class SpoofedSourceFromClientIsDropped(_Drop):
@@ -196,8 +203,12 @@ class SpoofedPlainUdpFromClientIsDropped(_Drop):
     role = CL0
 
     def runTest(self) -> None:
-        pkt = Ether(src=HOST_MAC, dst=SWITCH_MAC) / IP(src=C.client(1, 0).ip, dst=SERVER.ip) / UDP(
-            sport=4000, dport=5000) / Raw(b"x" * 20)
+        pkt = (
+            Ether(src=HOST_MAC, dst=SWITCH_MAC)
+            / IP(src=C.client(1, 0).ip, dst=SERVER.ip)
+            / UDP(sport=4000, dport=5000)
+            / Raw(b"x" * 20)
+        )
         self.dropped(1, pkt, DropReason.SPOOFED)
 
 
@@ -224,4 +235,3 @@ class NoConfigNoDistCache(DcTest):
         self.send(2, pkt)
         self.expect(routed(pkt, SERVER.mac), 1)
         self.expect_none()
-

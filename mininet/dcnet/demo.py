@@ -176,8 +176,12 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
     d = int(duration)
     return Timeline(
         [
-            Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first), first),
-            Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first)),
+            Event(
+                int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first, operator_cpu=True), first
+            ),
+            Event(
+                int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first, operator_cpu=True)
+            ),
             Event(int(d * 0.70), f"crash {last}", crash, last),
             Event(int(d * 0.85), f"restart {last}", restart),
         ]

@@ -389,10 +389,22 @@ class Deployment:
             client.close()
         return proc
 
-    def ctl(self, *argv: str) -> str:
-        """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError."""
+    def ctl(self, *argv: str, operator_cpu: bool = False) -> str:
+        """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError.
+
+        ``operator_cpu``: at the lowest priority (nice 19), as if on the operator's own machine -- a run that
+        measures the fabric must not have the command's start-up (~0.15 CPU-s of Python imports) taken from
+        the switches and hosts it shares two cores with, as no real fabric pays for its operator's shell."""
         res = subprocess.run(
-            [sys.executable, "-m", "controller.ctl", "--cluster", str(self.cluster_path), *argv],
+            [
+                *(["nice", "-n", "19"] if operator_cpu else []),
+                sys.executable,
+                "-m",
+                "controller.ctl",
+                "--cluster",
+                str(self.cluster_path),
+                *argv,
+            ],
             capture_output=True,
             text=True,
         )

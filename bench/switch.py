@@ -319,7 +319,7 @@ def _transit_port(p: object) -> dict[int, int]:
         dict(e.match_dict)[n.KEY_TRANSIT_SLOT]: dict(e.params_dict)["port"]
         for e in p.entries
         if e.table == n.TRANSIT_SPINE
-    }  # type: ignore[attr-defined]
+    }
 
 
 def pick_key(stem: str, transit: dict[int, int], port: int) -> bytes:
@@ -972,7 +972,7 @@ def profile_hits(bed: Bed, frames: Frames, args: argparse.Namespace, hit: PathRe
                     str(raw),
                     "-p",
                     str(bed.proc.pid),
-                ],  # type: ignore[union-attr]
+                ],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

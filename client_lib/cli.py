@@ -28,7 +28,7 @@ from rich.text import Text
 from client_lib.client import Client, Resolver, numeric_address
 from client_lib.workload import BenchConfig, Report, Second, run_bench
 from distcache.cluster import Cluster, ClusterError, Host, parse_address
-from distcache.cmdline import Typer
+from distcache.cmdline import Typer, fail
 from distcache.errors import DistCacheError, RequestTimeoutError
 from distcache.hashing import wire_key
 from distcache.wire import DC_PORT
@@ -86,12 +86,6 @@ class Opts:
             return Client(cluster, timeout=self.timeout, retries=self.retries, resolve=resolve), cluster, resolve
         except ValueError as e:
             fail(str(e))
-
-
-def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
-    """One line on stderr; ``msg`` is data (it may quote a key or a path), never markup."""
-    err.print(Text.assemble(("error:", "red"), " ", msg), highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def _where(cluster: Cluster, resolve: Resolver, key: str) -> str:
@@ -201,6 +195,7 @@ def put(
         except OSError as e:
             fail(f"cannot read {value_file}: {e}")
     else:
+        assert value is not None  # exactly one of the two was given
         data = value.encode()
     _run(ctx.obj, key, lambda c: c.put(key, data))
     print("ok")
@@ -330,6 +325,7 @@ def bench(
         echo_proc = subprocess.Popen(
             [sys.executable, "-m", "client_lib.echo", "--port", "0"], stdout=subprocess.PIPE, text=True
         )
+        assert echo_proc.stdout is not None  # stdout=PIPE
         port = int(echo_proc.stdout.readline().split()[-1])
         cluster: Cluster = Cluster()
         resolve: Resolver | None = lambda _h: ("127.0.0.1", port)  # noqa: E731

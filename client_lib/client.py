@@ -84,7 +84,7 @@ def numeric_address(addr: tuple[str, int]) -> tuple[str, int]:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"port {port!r} of {host}: expected 1..65535")
     info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
-    return info[0][4][0], port
+    return str(info[0][4][0]), port
 
 
 def _value(value: bytes | str) -> bytes:
@@ -323,7 +323,7 @@ class _Protocol(asyncio.DatagramProtocol):
             return
         entry = self.waiters.get(seq)
         m = _Base._matches(entry[0], data) if entry is not None and addr == entry[1] else None
-        if m is None or entry[2].done():
+        if entry is None or m is None or entry[2].done():
             self.ignored += 1
             return
         entry[2].set_result(m)
@@ -348,7 +348,7 @@ class AsyncClient(_Base):
         self.bind = bind
         self._transport: asyncio.DatagramTransport | None = None
 
-    @property  # type: ignore[override]
+    @property
     def ignored(self) -> int:
         """Datagrams not taken as a reply (wrong source, seq, key or op; malformed; late)."""
         return self._proto.ignored

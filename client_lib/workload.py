@@ -38,7 +38,7 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -237,7 +237,7 @@ class _Bench:
         self.acked: set[int] = set()  # ranks (beyond the loaded ones) with a write acknowledged this run
         self.lat: dict[str, list[float]] = {"hit": [], "miss": [], "write": [], "fail": []}
         self.errors: Counter[str] = Counter()
-        self.n = Counter()
+        self.n: Counter[str] = Counter()
         self.seconds: list[Second] = []
         self.t0 = 0.0
 
@@ -297,7 +297,9 @@ class _Bench:
         elapsed = time.perf_counter() - self.t0
         return elapsed
 
-    async def _open_loop(self, one: Callable[[], Awaitable[None]], rate: float, deadline: float, limit: float) -> None:
+    async def _open_loop(
+        self, one: Callable[[], Coroutine[object, object, None]], rate: float, deadline: float, limit: float
+    ) -> None:
         """Issue ops on a fixed schedule (i / rate seconds after the start), whatever the replies do.
 
         What a saturation search needs: a closed loop slows down with the system and never

@@ -60,7 +60,7 @@ from controller.probes import DP_PROBE_INTERVAL, probe_round
 from controller.reconcile import apply_plan
 from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache import p4names as n
-from distcache.api import agent_grpc, agent_pb2
+from distcache.api import abort, agent_grpc, agent_pb2
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import h0
@@ -308,7 +308,8 @@ class SwitchAgent:
         old, self.conn = self.conn, conn
         if old is not None:
             old.close()
-        apply_plan(conn, self.plan)
+        if self.plan is not None:  # an agent not configured yet has no plan to bring the switch to
+            apply_plan(conn, self.plan)
         if fresh:
             self._forget_cache("the switch came up empty")
         else:
@@ -412,7 +413,8 @@ class SwitchAgent:
         for match, action, params in conn.read_table(n.CACHE_LOOKUP):
             if action != n.CACHE_HIT:
                 continue
-            key = int(match[n.KEY_DC_KEY]).to_bytes(16, "big")  # type: ignore[call-overload]
+            m = match[n.KEY_DC_KEY]  # an exact key: read back as an int
+            key = (m if isinstance(m, int) else m.value).to_bytes(16, "big")
             found[key] = CachedKey(params["slot"], params["version"], "unknown")
         self.cached = found
         self.alloc = SlotAllocator(self.slots, self.alloc.versions())
@@ -430,7 +432,7 @@ class SwitchAgent:
 
     # -- inserting and evicting ---------------------------------------------------------------------
     def insert(
-        self, key: bytes, *, auto: bool = False, estimate: int | None = None, budget: TokenBucket | None = None
+        self, key: bytes, *, auto: bool = False, estimate: float | None = None, budget: TokenBucket | None = None
     ) -> CachedKey | None:
         """Cache ``key`` here and have its server fill the value in.
 
@@ -765,14 +767,14 @@ class SwitchAgent:
                 st.insert_latency_p50_us, st.insert_latency_max_us = lat[len(lat) // 2], lat[-1]
             if with_keys:
                 cells = {}
-                if st.switch_connected:
+                if conn is not None and st.switch_connected:
                     try:
                         cells = self._slot_hits(conn)
                     except P4RuntimeError as e:
                         log.debug("%s: cache_hits not read: %s", self.switch.name, e)
-                for k, e in self.cached.items():
-                    st.keys.append(_cached_pb(k, e))
-                    st.slot_hits.append(cells.get(e.slot, (0, 0))[0])
+                for k, entry in self.cached.items():
+                    st.keys.append(_cached_pb(k, entry))
+                    st.slot_hits.append(cells.get(entry.slot, (0, 0))[0])
             return st
 
 
@@ -791,15 +793,16 @@ class AgentService(agent_grpc.AgentServicer):
             cluster = Cluster.from_json(request.cluster_json)
             buckets = list(request.buckets)
             if len(buckets) != n.SPINE_BUCKETS:
-                context.abort(
+                abort(
+                    context,
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}",
                 )
             self.agent.configure(cluster, buckets, set(request.live_spines), [bytes(k) for k in request.replicated])
         except (ValueError, TypeError) as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
         except P4RuntimeError as e:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            abort(context, grpc.StatusCode.UNAVAILABLE, str(e))
         return self.agent.status()
 
     def Status(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
@@ -807,15 +810,16 @@ class AgentService(agent_grpc.AgentServicer):
 
     def Cache(self, request, context):  # noqa: ANN001, ANN201, N802
         if len(request.key) != 16:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "key: a 16-byte wire key (distcache.hashing.wire_key)")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "key: a 16-byte wire key (distcache.hashing.wire_key)")
         try:
             e = self.agent.insert(bytes(request.key))
         except CacheFullError as err:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         except P4RuntimeError as err:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(err))
         if e is None:
-            context.abort(
+            abort(
+                context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "the cache is full of keys inserted in the last two "
                 "hit windows (not evictable yet); evict one (Evict) or try again in a few seconds",
@@ -826,13 +830,13 @@ class AgentService(agent_grpc.AgentServicer):
         try:
             return agent_pb2.EvictReply(evicted=self.agent.evict(bytes(request.key)))
         except P4RuntimeError as err:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
     def Flush(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
         try:
             self.agent.flush()
         except P4RuntimeError as err:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(err))
         return self.agent.status()
 
 

@@ -412,8 +412,8 @@ class Controller:
                     continue
                 complete.add(st.switch_id)
                 for k in st.keys:
-                    host = self.cluster.server_for_key(k.key).name
-                    cached.setdefault(host, {}).setdefault(bytes(k.key), []).append(st.switch_id)
+                    server = self.cluster.server_for_key(k.key).name
+                    cached.setdefault(server, {}).setdefault(bytes(k.key), []).append(st.switch_id)
         spines = {self.cluster.spine(i).switch_id for i in range(self.cluster.spines)}
         for host in hosts:
             if views and host.name not in incarnations:
@@ -560,7 +560,7 @@ class Controller:
                 admin=True, since=time.time(), reason="failed by the operator", stopped=stopped
             )
             self.health[name].alive = not stopped
-            moved, waiting = 0, []
+            moved, waiting = 0, list[str]()
             if sw.role == Role.SPINE:
                 moved, waiting = self._failover()
                 self.state.failovers += 1
@@ -905,9 +905,9 @@ class Controller:
                 self._stale[name] = "its agent restarted"
             if name in self._stale:
                 self._wake.set()
-        for name, job in reads.items():
+        for name, read in reads.items():
             try:
-                stats, drops = job.result()
+                stats, drops = read.result()
             except (P4RuntimeError, ValueError):  # ValueError: its reader was replaced (closed) meanwhile
                 continue
             sw = self.cluster.switch(name)

@@ -26,7 +26,7 @@ from rich.text import Text
 from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachableError
 from distcache.api import message_dict
 from distcache.cluster import Cluster, ClusterError, parse_address
-from distcache.cmdline import Typer
+from distcache.cmdline import Typer, fail
 
 app = Typer(
     add_completion=False,
@@ -38,12 +38,6 @@ out = Console()
 err = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")]
-
-
-def fail(msg: str, code: int = 1):  # noqa: ANN201 - NoReturn
-    """One line on stderr; ``msg`` is data (it may quote a key or a switch name), never markup."""
-    err.print(Text.assemble(("error:", "red"), " ", msg), highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def say(*parts: str | Text) -> None:

@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from controller.p4rt import Match
+from controller.p4rt import Match, MatchValue
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, PortKind, Role, Switch
 
@@ -20,12 +20,12 @@ from distcache.cluster import Cluster, Mechanism, PortKind, Role, Switch
 @dataclass(frozen=True)
 class Entry:
     table: str
-    match: tuple[tuple[str, object], ...]
+    match: tuple[tuple[str, MatchValue], ...]
     action: str
     params: tuple[tuple[str, int], ...] = ()
 
     @property
-    def match_dict(self) -> dict[str, object]:
+    def match_dict(self) -> dict[str, MatchValue]:
         return dict(self.match)
 
     @property

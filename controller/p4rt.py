@@ -13,12 +13,16 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc
 from google.protobuf import text_format
 
 from distcache.api import FAST_RECONNECT
+
+if TYPE_CHECKING:
+    from controller.entries import SwitchPlan
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,9 @@ class Match:
     prefix_len: int | None = None
     mask: int | None = None
     high: int | None = None
+
+
+MatchValue = int | Match  # a key field's value: a plain int is an exact match
 
 
 class P4Info:
@@ -143,7 +150,7 @@ class P4Info:
     def table_entry(
         self,
         table: str,
-        match: dict[str, int | Match],
+        match: dict[str, MatchValue],
         action: str,
         params: dict[str, int] | None = None,
         priority: int = 0,
@@ -162,7 +169,7 @@ class P4Info:
         return entry
 
     def match_entry(
-        self, table: str, match: dict[str, int | Match], priority: int = 0, default: bool = False
+        self, table: str, match: dict[str, MatchValue], priority: int = 0, default: bool = False
     ) -> p4r.TableEntry:
         """A table entry holding only the key: what DELETE needs."""
         t = self.table(table)
@@ -193,11 +200,11 @@ class P4Info:
                 fm.optional.value = encode(m.value, mf.bitwidth)
         return entry
 
-    def describe_entry(self, entry: p4r.TableEntry) -> tuple[str, dict[str, object], str, dict[str, int]]:
+    def describe_entry(self, entry: p4r.TableEntry) -> tuple[str, dict[str, MatchValue], str, dict[str, int]]:
         """(table, match by field name, action, params by name) of a read-back entry."""
         t = self._table_by_id[entry.table_id]
         fields = {mf.id: mf for mf in t.match_fields}
-        match: dict[str, object] = {}
+        match: dict[str, MatchValue] = {}
         for fm in entry.match:
             which = fm.WhichOneof("field_match_type")
             sub = getattr(fm, which)
@@ -224,10 +231,11 @@ class SwitchConnection:
         self.channel = grpc.insecure_channel(address, options=FAST_RECONNECT)
         self.stub = p4r_grpc.P4RuntimeStub(self.channel)
         self._requests: queue.Queue = queue.Queue()
-        self._stream = None
+        self._stream: grpc.Future | None = None  # the StreamChannel call: iterated, and cancelled by close()
         self._arbitrated = threading.Event()
         self._arbitration_status: int | None = None
         self.arbitration: p4r.MasterArbitrationUpdate | None = None
+        self.applied: SwitchPlan | None = None  # the plan this connection last brought the switch to (reconcile)
         """The switch's last arbitration answer: its status says whether anyone is primary, its
         election_id the highest the switch has seen (a new primary needs at least that)."""
         self._reader: threading.Thread | None = None
@@ -283,7 +291,7 @@ class SwitchConnection:
 
     def _read_stream(self) -> None:
         try:
-            for resp in self._stream:
+            for resp in self._stream or ():
                 if resp.HasField("arbitration"):
                     self._arbitration_status = resp.arbitration.status.code
                     self.arbitration = resp.arbitration
@@ -328,6 +336,7 @@ class SwitchConnection:
         )
         req.config.p4info.CopyFrom(p4info)
         req.config.p4_device_config = device_config
+        self.applied = None  # a committed pipeline starts with empty tables
         self._call(self.stub.SetForwardingPipelineConfig, req, "SetForwardingPipelineConfig")
         self.p4info = P4Info(p4info)
 
@@ -362,7 +371,7 @@ class SwitchConnection:
         return self.p4info
 
     # -- writes ------------------------------------------------------------------------
-    def write(self, updates: list[tuple[int, p4r.TableEntry]]) -> None:
+    def write(self, updates: list[tuple[p4r.Update.Type.ValueType, p4r.TableEntry]]) -> None:
         """Apply (update type, entry) pairs in one Write; raise on any failure."""
         req = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
         for kind, entry in updates:
@@ -457,15 +466,17 @@ class SwitchConnection:
         de.config.ack_timeout_ns = ack_timeout_ns
         self._call(self.stub.Write, req, "Write")
 
-    def enable_digest(self, name: str, **config: int) -> None:
+    def enable_digest(
+        self, name: str, max_timeout_ns: int = 0, max_list_size: int = 1, ack_timeout_ns: int = 1_000_000_000
+    ) -> None:
         """Deliver digest ``name`` on the stream with ``config`` (configure_digest's fields), whether or
         not it was configured before (a switch that kept its pipeline keeps its digest entries too)."""
         try:
-            self.configure_digest(name, **config)
+            self.configure_digest(name, max_timeout_ns, max_list_size, ack_timeout_ns)
         except P4RuntimeError as e:
             if e.code != "ALREADY_EXISTS":
                 raise
-            self.configure_digest(name, **config, modify=True)
+            self.configure_digest(name, max_timeout_ns, max_list_size, ack_timeout_ns, modify=True)
 
     def ack_digest(self, dl: p4r.DigestList) -> None:
         """Acknowledge a DigestList, so the switch may report the same data again."""
@@ -481,7 +492,7 @@ class SwitchConnection:
         return name, rows
 
     # -- reads -------------------------------------------------------------------------
-    def read_table(self, table: str) -> list[tuple[dict[str, object], str, dict[str, int]]]:
+    def read_table(self, table: str) -> list[tuple[dict[str, MatchValue], str, dict[str, int]]]:
         info = self._need_p4info()
         req = p4r.ReadRequest(device_id=self.device_id)
         req.entities.add().table_entry.table_id = info.table(table).preamble.id

@@ -172,7 +172,7 @@ class SpineDeath:
 def spine_deaths(conn: SwitchConnection, leaf: Switch, cluster: Cluster, at: float) -> list[SpineDeath]:
     """The death reports waiting on ``leaf``'s primary session, each list acknowledged (a client leaf
     sends no other digest: it has no detector entries)."""
-    out = []
+    out: list[SpineDeath] = []
     while True:
         try:
             dl = conn.digest_lists.get_nowait()

@@ -23,12 +23,14 @@ from controller.p4rt import P4RuntimeError
 from controller.partition import spine_buckets
 from controller.switchproc import SwitchProcessError, SwitchProcesses
 from distcache import p4names as n
-from distcache.api import controller_grpc, controller_pb2
+from distcache.api import abort, controller_grpc, controller_pb2
 from distcache.cluster import Role
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import user_key
 
 T = TypeVar("T")
+R = TypeVar("R")
+
 log = logging.getLogger("controller")
 
 STATUS_WAIT = 1.5  # seconds the Status API waits for live counters and agents before using cached ones
@@ -72,7 +74,7 @@ class ControllerService(controller_grpc.ControllerServicer):
         }
         by = time.monotonic() + STATUS_WAIT
 
-        def result(job: futures.Future | None) -> object:
+        def result(job: futures.Future[R] | None) -> R | None:
             if job is None:
                 return None
             try:
@@ -89,8 +91,10 @@ class ControllerService(controller_grpc.ControllerServicer):
             last_failover_s=ctl.state.last_failover_s,
             replicated=sorted(key_text(k) for k in ctl.replicated),
         )
-        for d in list(ctl.spine_deaths):
-            out.spine_deaths.add(leaf=d.leaf, spine=d.spine, detect_s=d.detect_s, silent_s=d.silent_s, at=d.at)
+        for death in list(ctl.spine_deaths):
+            out.spine_deaths.add(
+                leaf=death.leaf, spine=death.spine, detect_s=death.detect_s, silent_s=death.silent_s, at=death.at
+            )
         owned: dict[int, int] = {}
         for sid in ctl.buckets:
             owned[sid] = owned.get(sid, 0) + 1
@@ -116,13 +120,13 @@ class ControllerService(controller_grpc.ControllerServicer):
                 stats, drops = counters
                 for s in n.Stat:
                     st.stats[s.name] = stats.get(int(s), (0, 0))[0]
-                for d in n.DropReason:
-                    if drops.get(int(d), (0, 0))[0]:
-                        st.drops[d.name] = drops[int(d)][0]
+                for reason in n.DropReason:
+                    if drops.get(int(reason), (0, 0))[0]:
+                        st.drops[reason.name] = drops[int(reason)][0]
                 st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]
                 st.hit_ratio = st.hits / (st.hits + st.misses) if st.hits + st.misses else 0.0
             if (dead := result(deaths.get(sw.name))) is not None:
-                st.spine_deaths.update(dead)  # type: ignore[arg-type]
+                st.spine_deaths.update(dead)
             if is_cache_switch(sw):
                 a = result(agents.get(sw.name))
                 st.agent_alive = a is not None
@@ -167,7 +171,8 @@ class ControllerService(controller_grpc.ControllerServicer):
         out = controller_pb2.HotReply()
         for name in names:
             if name not in ctl.agents:
-                context.abort(
+                abort(
+                    context,
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"{name!r} is not a cache switch; cache switches: {', '.join(ctl.agents)}",
                 )
@@ -175,14 +180,15 @@ class ControllerService(controller_grpc.ControllerServicer):
                 out.switches.add(switch=name)
                 continue
             if ctl.health[name].agent_alive is False:  # known hung or gone: do not wait for it
-                context.abort(
+                abort(
+                    context,
                     grpc.StatusCode.UNAVAILABLE,
                     f"the agent of {name} is not answering ({ctl.health[name].agent_error})",
                 )
             try:
                 st = ctl.agents[name].status(with_keys=True)
             except grpc.RpcError as e:
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"the agent of {name} does not answer ({e.code().name})")
+                abort(context, grpc.StatusCode.UNAVAILABLE, f"the agent of {name} does not answer ({e.code().name})")
             rows = sorted(zip(st.keys, st.slot_hits, strict=True), key=lambda r: (-r[0].hits, -r[1]))[:top]
             sh = out.switches.add(switch=name)
             for k, total in rows:
@@ -193,9 +199,9 @@ class ControllerService(controller_grpc.ControllerServicer):
         try:
             return fn(*args)
         except ControllerError as e:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except SwitchProcessError as e:
-            context.abort(grpc.StatusCode.INTERNAL, str(e))
+            abort(context, grpc.StatusCode.INTERNAL, str(e))
 
     def Fail(self, request, context):  # noqa: ANN001, ANN201, N802
         msg, moved, secs = self._change(context, self.ctl.fail, request.switch, request.keep_running)

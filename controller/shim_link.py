@@ -14,7 +14,7 @@ import threading
 
 import grpc
 
-from distcache.api import FAST_RECONNECT, message_dict, shim_grpc, shim_pb2
+from distcache.api import FAST_RECONNECT, Reply, message_dict, shim_grpc, shim_pb2
 
 
 class ShimUnavailableError(ConnectionError):
@@ -52,7 +52,7 @@ class ShimLink:
         self.address, self.timeout = address, timeout
         self.stub = shim_grpc.ShimStub(_channel(address))
 
-    def _call(self, method: str, request: object) -> object:
+    def _call(self, method: str, request: object) -> Reply:
         try:
             return getattr(self.stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import Message
@@ -30,8 +31,21 @@ FAST_RECONNECT = [
     ("grpc.max_reconnect_backoff_ms", 500),
 ]
 
+# A message of the services above: its classes are built from the .proto at run time, so no static
+# type knows their fields.
+Reply = Any
+
+
+def abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    """End the RPC with ``code``: ``context.abort`` raises; this says so to the type checker."""
+    context.abort(code, details)
+    raise RuntimeError("grpc ServicerContext.abort returned")  # it never does
+
+
 __all__ = [
     "FAST_RECONNECT",
+    "Reply",
+    "abort",
     "agent_grpc",
     "agent_pb2",
     "controller_grpc",

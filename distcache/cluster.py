@@ -278,8 +278,8 @@ class Cluster:
         """
         for name, (lo, hi, why) in self._INTS.items():
             _check_int(name, getattr(self, name), lo, hi, why)
-        for name, (lo, hi, why) in self._NUMBERS.items():
-            _check_number(name, getattr(self, name), lo, hi, why)
+        for name, (low, high, why) in self._NUMBERS.items():
+            _check_number(name, getattr(self, name), low, high, why)
         if self.dead_after_max_ms < self.dead_after_ms:
             raise ClusterError(
                 f"dead_after_max_ms: expected at least dead_after_ms ({self.dead_after_ms:g}; "

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
+from rich.console import Console
+from rich.text import Text
 
 from distcache.cluster import Cluster, ClusterError, parse_address, service_address
 
@@ -150,3 +152,13 @@ class Typer(typer.Typer):
             print("Aborted!", file=sys.stderr)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+_err = Console(stderr=True)
+
+
+def fail(msg: str, code: int = 1) -> NoReturn:
+    """A command-line tool's error: one line on stderr, then exit ``code``.  ``msg`` is data (it may quote
+    a key, a path or a switch name), never markup."""
+    _err.print(Text.assemble(("error:", "red"), " ", msg), highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

@@ -15,7 +15,7 @@ a PUT's cost, `make bench-shim`); when idle a write leaves at once.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -50,7 +50,7 @@ class WriteBatcher:
         None if recorded, else the marker the write left (then its outcome stands, not ERROR)."""
         if await self.redis.set(marker, MARKER_ERROR, ex=self.marker_ttl, nx=True):
             return None
-        return await self.redis.get(marker)
+        return cast("bytes | None", await self.redis.get(marker))  # the shim's client returns bytes
 
     def _submit(self, cmd: Command) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -78,7 +78,7 @@ class WriteBatcher:
             for (op, key, value, marker), _ in batch:
                 where.append(len(pipe))
                 if op == "set":
-                    pipe.set(key, value)
+                    pipe.set(key, cast(bytes, value))  # a set always carries its value
                     if marker is not None:
                         pipe.set(marker, MARKER_OK, ex=self.marker_ttl)
                 elif marker is not None:  # the marker records whether the key existed: a retry gets the same status

@@ -39,6 +39,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -263,7 +264,7 @@ class Shim:
 
     async def _serve_gets(self, batch: list[tuple[Message, tuple[str, int]]]) -> None:
         try:
-            values = await self.redis.mget([m.key for m, _ in batch])
+            values = cast("list[bytes | None]", await self.redis.mget([m.key for m, _ in batch]))  # bytes client
         except Exception as e:  # noqa: BLE001 - a failed read changed nothing: answer ERROR, keep serving
             self.errors[
                 "redis_unavailable" if isinstance(e, (RedisConnectionError, RedisTimeoutError)) else type(e).__name__
@@ -278,19 +279,20 @@ class Shim:
         if send is None:
             return
         for i, (m, addr) in enumerate(batch):
+            value = None if values is None else values[i]
             if values is None:
                 send(encode(m.reply(Status.ERROR)), addr)
-            elif values[i] is None:
+            elif value is None:
                 send(encode(m.reply(Status.NOT_FOUND)), addr)
             else:
-                send(encode(m.reply(Status.OK, values[i])), addr)
+                send(encode(m.reply(Status.OK, value)), addr)
         self.batches += 1
 
     async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float) -> None:
         """After a restart: a write whose marker is in Redis was applied by our previous life; answer it again,
         with the status it had (a DELETE's marker says whether the key existed: OK or NOT_FOUND)."""
         try:
-            marker = await self.redis.get(dedup_marker((addr[0], addr[1], msg.seq)))
+            marker = cast("bytes | None", await self.redis.get(dedup_marker((addr[0], addr[1], msg.seq))))
         except (RedisConnectionError, RedisTimeoutError):
             self.errors["redis_unavailable"] += 1
             return  # no answer: the client retries
@@ -371,20 +373,21 @@ class Shim:
                 await self.writes.set(msg.key, msg.value, marker)
                 reply(Status.OK)
                 await asyncio.sleep(self.unsafe_ack_first)
-                paths = await self._invalidate(msg.key, seq, paths)
-                if paths and len(msg.value) <= MAX_CACHEABLE:
-                    await self._update(msg.key, seq, msg.value, paths)
+                live = await self._invalidate(msg.key, seq, paths)
+                if live and len(msg.value) <= MAX_CACHEABLE:
+                    await self._update(msg.key, seq, msg.value, live)
                 return
             if cached and self.limiter is not None:
                 # the server's rate pays for coherence too: phase 1 and phase 2 on every path cost a request
                 # each, as the paper's rate-limited servers (and the simulator, coherence_cost = 1) count them
                 self.limiter.charge(2 * len(paths))
             if cached:
-                paths = await self._invalidate(msg.key, seq, paths)
-                if paths is None:
+                live = await self._invalidate(msg.key, seq, paths)
+                if live is None:
                     self.errors["invalidate_timeout"] += 1
                     await self._refuse(msg, reply, marker)  # copies may still be valid: do not write
                     return
+                paths = live
             if msg.op == Op.PUT:
                 await self.writes.set(msg.key, msg.value, marker)
                 status = Status.OK
@@ -476,7 +479,7 @@ class Shim:
             )
         self.cached[key].add(switch)
         async with self._key_lock(key):
-            value = await self.redis.get(key)
+            value = cast("bytes | None", await self.redis.get(key))
             seq = self.coherence.next_seq()
             paths = await self._invalidate(key, seq, [switch], tag)
             return "down" if paths == [] else await self._fill(key, seq, value, paths)
@@ -486,7 +489,7 @@ class Shim:
         async with self._key_lock(key):
             if not self.holders(key):
                 return "uncached"
-            value = await self.redis.get(key)
+            value = cast("bytes | None", await self.redis.get(key))
             seq = self.coherence.next_seq()
             return await self._fill(key, seq, value, await self._invalidate(key, seq, self._paths(key)))
 

@@ -114,7 +114,7 @@ def fig9c(out: Path) -> dict[str, list[float]]:
     racks = [1, 2, 4, 8, 16, 32, 48]
 
     def cfg(r: object) -> SimConfig:
-        c = Cluster(spines=int(r), storage_racks=int(r), servers_per_rack=32, client_racks=1)  # type: ignore[arg-type]
+        c = Cluster(spines=int(r), storage_racks=int(r), servers_per_rack=32, client_racks=1)
         return replace(paper_config(), cluster=c)
 
     return _sweep(

@@ -54,7 +54,7 @@ def load_pipeline(spec: str) -> Pipeline:
         obj = obj()
     if not hasattr(obj, "program") or not callable(getattr(obj, "process", None)):
         raise TypeError(f"pipeline {spec!r} has no 'program' and 'process(state, port, packet, now_us)'")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 @dataclass

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
+from controller.entries import Entry, SwitchPlan, plan
 from controller.p4rt import Match, P4RuntimeError, SwitchConnection
+from controller.partition import spine_buckets
+from controller.reconcile import apply_plan
 from distcache import p4names as n
+from distcache.cluster import Cluster
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.switch import SoftSwitch
 
@@ -61,3 +66,61 @@ def test_default_action_and_counters(conn: SwitchConnection) -> None:
     cells = conn.read_counter(n.DC_DROPS)
     assert sorted(cells) == list(range(n.N_DROP_REASONS)) and all(v == (0, 0) for v in cells.values())
     assert conn.read_counter(n.CACHE_HITS, 5) == {5: (0, 0)}
+
+
+def _plan() -> SwitchPlan:
+    """Client leaf cl0's plan: 1,024 spine-partition entries among others."""
+    cluster = Cluster()
+    return plan(cluster, cluster.switch("cl0"), spine_buckets([cluster.spine(0).switch_id]))
+
+
+def _partition(conn: SwitchConnection) -> dict[object, int]:
+    return {m[n.KEY_BUCKET]: prm["spine_id"] for m, _, prm in conn.read_table(n.SPINE_PARTITION)}  # exact: ints
+
+
+def test_a_plan_on_the_same_connection_writes_only_its_difference(conn: SwitchConnection) -> None:
+    """The switch ends up holding each plan exactly, whether the previous one was read back or remembered."""
+    first = _plan()
+    assert apply_plan(conn, first) == len(first.entries)
+    assert conn.applied is first
+    assert apply_plan(conn, first) == 0  # nothing changed: nothing written
+    moved = {e for e in first.entries if e.table == n.SPINE_PARTITION and dict(e.match)[n.KEY_BUCKET] < 3}
+    changed = dataclasses.replace(
+        first,
+        entries=[
+            dataclasses.replace(e, params=(("spine_id", 2),)) if e in moved else e
+            for e in first.entries
+            if e.table != n.PORT_KIND
+        ],
+    )
+    kinds = sum(e.table == n.PORT_KIND for e in first.entries)
+    assert apply_plan(conn, changed) == len(moved) + kinds  # 3 modified, the port kinds deleted
+    assert conn.read_table(n.PORT_KIND) == []
+    held = _partition(conn)
+    assert len(held) == n.SPINE_BUCKETS
+    assert {b: s for b, s in held.items() if s == 2} == {0: 2, 1: 2, 2: 2}
+
+
+def test_a_failed_plan_makes_the_next_one_read_back(conn: SwitchConnection) -> None:
+    """A plan that fails part-way leaves the connection knowing nothing: the next one reads the switch back
+    (here, an entry written behind the plan's back is found stale and deleted)."""
+    first = _plan()
+    apply_plan(conn, first)
+    conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 200}, n.SET_PORT_KIND, {"kind": 1})  # in no plan
+    broken = dataclasses.replace(first, defaults=[*first.defaults, Entry("DcIngress.nope", (), n.NO_ACTION)])
+    with pytest.raises(P4RuntimeError):
+        apply_plan(conn, broken)
+    assert conn.applied is None
+    assert apply_plan(conn, first) == 1  # the stray entry deleted
+    assert {m[n.KEY_INGRESS_PORT] for m, _, _ in conn.read_table(n.PORT_KIND)} == {
+        dict(e.match)[n.KEY_INGRESS_PORT] for e in first.entries if e.table == n.PORT_KIND
+    }
+
+
+def test_a_pipeline_pushed_again_makes_the_next_plan_read_back(conn: SwitchConnection) -> None:
+    first = _plan()
+    apply_plan(conn, first)
+    conn.set_pipeline(PROGRAM.p4info())  # every table empty again
+    assert conn.applied is None
+    assert apply_plan(conn, first) == len(first.entries)
+    assert len(_partition(conn)) == n.SPINE_BUCKETS

@@ -115,7 +115,7 @@ class ClientProcess:
         self.name = host.name  # type: ignore[attr-defined]
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
         self.proc = host.popen(
-            [sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],  # type: ignore[attr-defined]
+            [sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -610,7 +610,7 @@ class Deployment:
         """Run the workload generator in ``host``'s namespace; yield its JSON lines as they come."""
         log_path = self.run_dir / f"bench-{host.name}.log"
         with open(log_path, "ab") as err:
-            proc = self.net[host.name].popen(  # type: ignore[union-attr]
+            proc = self.net[host.name].popen(
                 [
                     sys.executable,
                     "-m",
@@ -637,7 +637,7 @@ class Deployment:
         """A workload generator process in ``host``'s namespace that runs one workload per call."""
         log_path = self.run_dir / f"workload-{host.name}.log"
         with open(log_path, "ab") as err:
-            proc = self.net[host.name].popen(  # type: ignore[union-attr]
+            proc = self.net[host.name].popen(
                 [
                     sys.executable,
                     "-m",

@@ -161,7 +161,7 @@ def switch_ports(dep: Deployment, name: str) -> list[str]:
         for intf, other in _fabric_links(dep)
         if intf.node.name == name  # type: ignore[attr-defined]
         for p in (intf.name, other.name)
-    )  # type: ignore[attr-defined]
+    )
 
 
 def fabric_ports(dep: Deployment) -> list[str]:
@@ -469,7 +469,7 @@ def run_cell(
                 "-m",
                 "dcnet.history_runner",
                 "--cluster",
-                str(dep.cluster_path),  # type: ignore[attr-defined]
+                str(dep.cluster_path),
                 "--config",
                 json.dumps(cfg),
                 "--out",

@@ -14,7 +14,7 @@ class LeafSpineTopo(Topo):
     controller's routes match the wiring by construction.
     """
 
-    def build(self, cluster: Cluster, **switch_opts: object) -> None:  # type: ignore[override]
+    def build(self, cluster: Cluster, **switch_opts: object) -> None:
         for sw in cluster.switches():
             self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, **switch_opts)
         for h in cluster.hosts():

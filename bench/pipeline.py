@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from controller.entries import plan
-from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
+from distcache.partition import spine_buckets
 from distcache.scapy_layer import frame
 from distcache.wire import DC_PORT, Message, Op
+from p4rt.plan import plan
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.local import install
 from softswitch.state import SwitchState

@@ -595,7 +595,7 @@ def write_latency(env: Env, ops: int) -> tuple[dict[str, Latency], dict]:
 
     GET latency is measured too, as the round-trip floor both PUT figures sit on.
     """
-    from controller.shim_link import ShimLink  # gRPC: imported here, after every process is spawned
+    from distcache.rpc.shim import ShimLink  # gRPC: imported here, after every process is spawned
 
     cluster = Cluster()
     spine = cluster.spine(0).switch_id

@@ -13,7 +13,7 @@ TX checksum offload off, no addresses and no route out; the harness's main
 thread joins the namespace (setns) before any thread exists, so its
 P4Runtime channel reaches the switch on the namespace's loopback.  The switch
 plays storage leaf sl0 of the 2-spine, 2-storage-rack cluster of the PTF
-tests (``tests/ptf/dctest.py``) with the entries ``controller.entries.plan``
+tests (``tests/ptf/dctest.py``) with the entries ``p4rt.plan.plan``
 gives it: port 1 faces the storage server, ports 2 and 3 the spines sp0, sp1.
 BMv2 starts with ``--no-p4`` and gets ``build/distcache.json`` + P4Info over
 P4Runtime (``make build`` writes them); softswitch gets its own P4Info.
@@ -90,17 +90,17 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from bench.procstat import cpu_seconds, cpu_ticks
-from controller.entries import plan
-from controller.partition import spine_buckets
-from controller.switchproc import stop_group
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
+from distcache.partition import spine_buckets
 from distcache.scapy_layer import frame as dc_frame
 from distcache.wire import DC_PORT, HEADER_LEN, Flag, Message, Op, WireError, decode, populate_invalidate
+from harness.processes import stop_group
+from p4rt.plan import plan
 
 if TYPE_CHECKING:
-    from controller.p4rt import SwitchConnection
+    from p4rt.client import SwitchConnection
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("softswitch", "bmv2")
@@ -560,7 +560,7 @@ class Bed:
                 preexec_fn=_die_with_parent,
             )
         self.sender, self.sender_conn = self._spawn_sender()
-        from controller.p4rt import P4RuntimeError, SwitchConnection
+        from p4rt.client import P4RuntimeError, SwitchConnection
 
         self.sw = SwitchConnection(GRPC_ADDR, DEVICE_ID, name=self.target)
         end = time.monotonic() + 30
@@ -589,7 +589,7 @@ class Bed:
         """The pipeline, sl0's entries, and the hit key cached and valid."""
         assert self.sw is not None
         if self.target == "bmv2":
-            from controller.p4rt import load_p4info
+            from p4rt.client import load_p4info
 
             self.sw.set_pipeline(load_p4info(BMV2_P4INFO), BMV2_JSON.read_bytes())
         else:

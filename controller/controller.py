@@ -5,12 +5,12 @@ is off the query path: once entries are in, the data plane serves without it,
 so reads and writes go on while it is down.
 
 * **Client-rack leaves** have no agent: the controller is their P4Runtime
-  primary and installs what :func:`controller.entries.plan` derives, the spine
+  primary and installs what :func:`p4rt.plan.plan` derives, the spine
   partition included.  On start it *reconciles* (reads the tables back and
   writes only the difference) and pushes a pipeline only to a switch that has
   none, so a controller restart leaves the data plane untouched.
 * **Cache switches** (spines, storage-rack leaves) each have an agent
-  (:mod:`controller.agent`); the controller gives it the cluster, the
+  (:mod:`agent`); the controller gives it the cluster, the
   partition and the spines in service.
 * **Shims** get the partition, the switches declared down and the cached-key
   view (:mod:`shim.server` explains how they use them); a restarted shim gets
@@ -76,19 +76,19 @@ from pathlib import Path
 import grpc
 
 from controller import hybrid
-from controller.agent import AgentClient
-from controller.entries import SwitchPlan, plan
-from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
-from controller.partition import cache_switches, spine_buckets
-from controller.probes import DP_PROBE_INTERVAL, ProbeLedger, SpineDeath, probe_round, read_probe_counts, spine_deaths
-from controller.reconcile import apply_plan
-from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
 from controller.state import ControllerState, Failure
-from controller.switchproc import SwitchProcessError, SwitchProcesses
 from distcache import p4names as n
 from distcache.api import agent_pb2
-from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
+from distcache.cluster import Cluster, Host, Mechanism, Role, Switch, is_cache_switch
 from distcache.hashing import wire_key
+from distcache.partition import cache_switches, spine_buckets
+from distcache.rpc.agent import AgentClient
+from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
+from harness.processes import SwitchProcessError, SwitchProcesses
+from p4rt.client import P4RuntimeError, SwitchConnection, load_p4info
+from p4rt.plan import SwitchPlan, plan
+from p4rt.probes import DP_PROBE_INTERVAL, ProbeLedger, SpineDeath, probe_round, read_probe_counts, spine_deaths
+from p4rt.reconcile import apply_plan
 
 log = logging.getLogger("controller")
 
@@ -117,10 +117,6 @@ AGENT_TIMEOUT = 10.0  # an agent's Configure, Flush, Cache, Evict (Configure may
 
 class ControllerError(RuntimeError):
     """An operator request the controller cannot carry out; the message says what to do instead."""
-
-
-def is_cache_switch(sw: Switch) -> bool:
-    return sw.role in (Role.SPINE, Role.STORAGE_LEAF)
 
 
 def why(e: BaseException) -> str:
@@ -643,7 +639,7 @@ class Controller:
         except grpc.RpcError as e:
             raise ControllerError(
                 f"{sw.name}: its agent could not flush the cache ({why(e)}); start "
-                f"the agent (python -m controller.agent --switch {sw.name} ...) and retry"
+                f"the agent (python -m agent --switch {sw.name} ...) and retry"
             ) from None
 
     def _wait_back(self, sw: Switch, timeout: float) -> None:

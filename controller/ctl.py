@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.client import ControllerClient, ControllerRequestError, ControllerUnreachableError
 from distcache.api import message_dict
 from distcache.cluster import Cluster, ClusterError, parse_address
 from distcache.cmdline import Typer, fail
+from distcache.rpc.controller import ControllerClient, ControllerRequestError, ControllerUnreachableError
 
 app = Typer(
     add_completion=False,

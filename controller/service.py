@@ -18,15 +18,15 @@ from typing import TypeVar
 
 import grpc
 
-from controller.controller import Controller, ControllerError, is_cache_switch
-from controller.p4rt import P4RuntimeError
-from controller.partition import spine_buckets
-from controller.switchproc import SwitchProcessError, SwitchProcesses
+from controller.controller import Controller, ControllerError
 from distcache import p4names as n
 from distcache.api import abort, controller_grpc, controller_pb2
-from distcache.cluster import Role
+from distcache.cluster import Role, is_cache_switch
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import user_key
+from distcache.partition import spine_buckets
+from harness.processes import SwitchProcessError, SwitchProcesses
+from p4rt.client import P4RuntimeError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -193,6 +193,11 @@ class Switch:
     device_id: int
 
 
+def is_cache_switch(sw: Switch) -> bool:
+    """Whether ``sw`` caches keys (a spine or a storage leaf; client leaves only route)."""
+    return sw.role in (Role.SPINE, Role.STORAGE_LEAF)
+
+
 @dataclass(frozen=True)
 class Link:
     a: str

@@ -1,6 +1,6 @@
 """What every DistCache command line shares: bad input is one line on stderr and a nonzero exit.
 
-Every entry point (``distcache``, ``distcache-ctl``, ``python -m controller``, ``controller.agent``,
+Every entry point (``distcache``, ``distcache-ctl``, ``python -m controller``, ``agent``,
 ``shim``, ``softswitch``, ``dcnet.demo``/``dcnet.up``) is used by people who mistype: a path to a
 folder, a port out of range, a topology with a wrong field.  Each of those must get one line that
 names the argument and what it must be, not a traceback and not argparse's usage block or typer's

@@ -615,7 +615,7 @@ end;
 ------------------------------------------------------------------------------------------
 -- agents
 
--- the epoch the agent raises the switch to (controller/agent.py _next_epoch).  With
+-- the epoch the agent raises the switch to (agent/agent.py _next_epoch).  With
 -- FIX_EPOCH_CLOCK it is above every epoch the switch ever had (the implementation takes the
 -- wall clock's seconds and uses an epoch only once the clock passed it; eclock is that
 -- clock); as specified before: one above the switch's and the state file's
@@ -649,7 +649,7 @@ begin
   end;
 end;
 
--- (re)connect to the switch (controller/agent.py connect, _adopt_epoch).  A switch that came
+-- (re)connect to the switch (agent/agent.py connect, _adopt_epoch).  A switch that came
 -- up empty (fresh: restarted, no pipeline yet) gets a new epoch with FIX_EPOCH_CLOCK; as
 -- specified before, the agent took its epoch (0) and went on counting from its state.
 -- Otherwise the state is kept if it is for the switch's epoch, else the agent bumps.
@@ -871,7 +871,7 @@ ruleset s: sw_t; k: key_t do
   end;
 
   -- after an epoch bump (every entry's tag changed), or when a populate failed or was
-  -- refused (controller/agent.py _refill_all, fill_again: tried again every hit window).  Any
+  -- refused (agent/agent.py _refill_all, fill_again: tried again every hit window).  Any
   -- entry that is not valid may be populated again at any time: a superset of both.
   rule "agent populates an entry that is not valid"
     brepop > 0 & sw[s].up & ag[s].synced & sw[s].tbl[k].present & pj[s].st = PJ_NONE

@@ -11,9 +11,9 @@ import sys
 import redis.asyncio
 from redis.exceptions import RedisError
 
-from controller.shim_link import grpc_target
 from distcache.cluster import Cluster
 from distcache.cmdline import ArgumentParser, input_file, ip_address, load_cluster, output_file
+from distcache.rpc.shim import grpc_target
 from shim.control import serve_control
 from shim.server import Shim
 

@@ -13,8 +13,8 @@ import os
 
 import grpc
 
-from controller.shim_link import grpc_target
 from distcache.api import shim_grpc, shim_pb2
+from distcache.rpc.shim import grpc_target
 from distcache.wire import KEY_LEN
 from shim.server import Shim, StaleViewError
 

@@ -45,9 +45,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from controller.partition import spine_buckets
 from distcache.cluster import Cluster, Host
 from distcache.hashing import N_SPINE_BUCKETS
+from distcache.partition import spine_buckets
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
 from shim.coherence import ACKED, RELEASED, Coherence

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from controller.partition import spine_buckets
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, h0, h1, wire_key
+from distcache.partition import spine_buckets
 from simulator.workload import DEFAULT_HEAD, Zipf
 
 MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")

@@ -6,9 +6,9 @@ entries are exactly those the controller writes over P4Runtime.
 
 from __future__ import annotations
 
-from controller.entries import SwitchPlan
-from controller.p4rt import Match
 from distcache import p4names as n
+from p4rt.client import Match
+from p4rt.plan import SwitchPlan
 from softswitch.state import SwitchState
 
 

@@ -20,11 +20,13 @@ import redis
 from scapy.layers.inet import UDP
 from scapy.layers.l2 import Ether
 
-from controller.agent import SlotAllocator, StateFileError, SwitchAgent, shim_links
-from controller.partition import spine_buckets
+from agent.agent import SwitchAgent, shim_links
+from agent.slots import SlotAllocator
+from agent.state import StateFileError
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import wire_key
+from distcache.partition import spine_buckets
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, Message, Op, decode, populate_invalidate
 from softswitch.dataplane import DistCachePipeline
@@ -448,7 +450,7 @@ def test_hits_are_sampled_from_the_slots_in_use(bed: _Bed) -> None:
 
 def test_the_digest_queue_is_bounded() -> None:
     """Suspected in issue 15 and confirmed: the queue of digest lists had no bound."""
-    from controller.p4rt import DIGEST_QUEUE, SwitchConnection
+    from p4rt.client import DIGEST_QUEUE, SwitchConnection
 
     conn = SwitchConnection("127.0.0.1:1", 1)
     try:

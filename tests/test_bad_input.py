@@ -92,7 +92,7 @@ def assert_one_line(res: subprocess.CompletedProcess, code: int, *words: str) ->
 DC = ["client_lib", "--timeout", "0.05", "--retries", "0"]
 CTL = ["controller.ctl", "--timeout", "1"]
 CONTROLLER = ["controller", "--p4info", "{p4info}", "--shim-dir", "{dir}"]
-AGENT = ["controller.agent", "--switch", "sp0", "--p4info", "{p4info}", "--shim-dir", "{dir}"]
+AGENT = ["agent", "--switch", "sp0", "--p4info", "{p4info}", "--shim-dir", "{dir}"]
 SHIM = ["shim", "--server", "r0s0", "--redis-url", "unix:///nonexistent.sock", "--control", "unix:/nonexistent.sock"]
 SOFTSWITCH = ["softswitch", "--pipeline", "tests.softswitch_helpers:ForwardPipeline"]
 
@@ -197,13 +197,13 @@ CASES: list[tuple[str, list[str], int, tuple[str, ...]]] = [
     ("agent-cluster-missing", [*AGENT, "--cluster", "{missing}"], 2, ("--cluster", "no such file")),
     (
         "agent-not-cache-switch",
-        ["controller.agent", "--switch", "cl0", "--p4info", "{p4info}", "--shim-dir", "{dir}", "--cluster", "{good}"],
+        ["agent", "--switch", "cl0", "--p4info", "{p4info}", "--shim-dir", "{dir}", "--cluster", "{good}"],
         2,
         ("not a cache switch",),
     ),
     (
         "agent-unknown-switch",
-        ["controller.agent", "--switch", "zz", "--p4info", "{p4info}", "--shim-dir", "{dir}", "--cluster", "{good}"],
+        ["agent", "--switch", "zz", "--p4info", "{p4info}", "--shim-dir", "{dir}", "--cluster", "{good}"],
         2,
         ("no switch named 'zz'",),
     ),

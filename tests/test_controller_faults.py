@@ -26,16 +26,16 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from controller.agent import AgentClient
-from controller.client import ControllerClient
-from controller.p4rt import SwitchConnection, load_p4info
-from controller.partition import spine_buckets
-from controller.shim_link import ShimLink
-from controller.switchproc import SwitchProcesses, pid_alive
 from distcache import p4names as n
 from distcache.api import message_dict
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
+from distcache.partition import spine_buckets
+from distcache.rpc.agent import AgentClient
+from distcache.rpc.controller import ControllerClient
+from distcache.rpc.shim import ShimLink
+from harness.processes import SwitchProcesses, pid_alive
+from p4rt.client import SwitchConnection, load_p4info
 from softswitch.dataplane import PROGRAM
 from tests.softswitch_helpers import ports_free
 
@@ -188,7 +188,7 @@ class Bed:
             [
                 sys.executable,
                 "-m",
-                "controller.agent",
+                "agent",
                 "--cluster",
                 str(self.cluster_path),
                 "--switch",

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.entries import Entry, SwitchPlan, plan
-from controller.p4rt import Match, P4RuntimeError, SwitchConnection
-from controller.partition import spine_buckets
-from controller.reconcile import apply_plan
 from distcache import p4names as n
 from distcache.cluster import Cluster
+from distcache.partition import spine_buckets
+from p4rt.client import Match, P4RuntimeError, SwitchConnection
+from p4rt.plan import Entry, SwitchPlan, plan
+from p4rt.reconcile import apply_plan
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.switch import SoftSwitch
 

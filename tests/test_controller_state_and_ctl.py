@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.partition import cache_switches, spine_buckets
 from controller.state import ControllerState, Failure
 from distcache.api import controller_pb2, message_dict
 from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import h0, wire_key
+from distcache.partition import cache_switches, spine_buckets
 
 
 def test_state_round_trips_through_its_file(tmp_path: Path) -> None:

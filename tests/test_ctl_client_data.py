@@ -22,7 +22,8 @@ import grpc
 import pytest
 from google.protobuf import text_format
 
-from controller.agent import AgentService, SwitchAgent, shim_links
+from agent.agent import SwitchAgent, shim_links
+from agent.service import AgentService
 from controller.controller import Controller
 from controller.service import serve
 from controller.state import ControllerState

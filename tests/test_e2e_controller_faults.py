@@ -16,10 +16,10 @@ import time
 import pytest
 from dcnet.deploy import Deployment
 
-from controller.agent import AgentClient
-from controller.partition import spine_buckets
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
+from distcache.partition import spine_buckets
+from distcache.rpc.agent import AgentClient
 
 pytestmark = [
     pytest.mark.mininet,

@@ -31,12 +31,12 @@ from collections.abc import Iterator
 import pytest
 from dcnet.deploy import Deployment
 
-from controller.partition import spine_buckets
-from controller.shim_link import ShimLink
-from controller.switchproc import SwitchProcesses
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import h0, user_key, wire_key
+from distcache.partition import spine_buckets
+from distcache.rpc.shim import ShimLink
+from harness.processes import SwitchProcesses
 
 pytestmark = [
     pytest.mark.mininet,

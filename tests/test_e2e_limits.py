@@ -8,8 +8,8 @@ import re
 import pytest
 from dcnet.deploy import Deployment
 
-from controller.shim_link import ShimLink
 from distcache.cluster import Cluster
+from distcache.rpc.shim import ShimLink
 
 pytestmark = [
     pytest.mark.mininet,

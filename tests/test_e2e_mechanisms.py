@@ -31,10 +31,10 @@ from collections.abc import Iterator
 import pytest
 from dcnet.deploy import Deployment
 
-from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
+from distcache.partition import spine_buckets
 
 pytestmark = [
     pytest.mark.mininet,

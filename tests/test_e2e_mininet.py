@@ -17,10 +17,10 @@ import pytest
 import redis
 from dcnet.deploy import ClientProcess, Deployment
 
-from controller.shim_link import ShimLink
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.p4names import DropReason, Stat
+from distcache.rpc.shim import ShimLink
 
 pytestmark = [
     pytest.mark.mininet,

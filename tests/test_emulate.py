@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_simulator_places_named_keys_by_the_real_hashes() -> None:
     """key_prefix: the model's owner server and spine of key<rank> are the cluster's own h1 and h0."""
-    from controller.partition import spine_buckets
     from distcache.hashing import h0, wire_key
+    from distcache.partition import spine_buckets
 
     c = Cluster(spines=4, storage_racks=4, servers_per_rack=4)
     m = Model(SimConfig(cluster=c, n_keys=500, head=500, key_prefix="key"))

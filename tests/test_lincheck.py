@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from client_lib.history import HistoryConfig, HistoryStats, Request, plan, record
-from controller.shim_link import ShimLink
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.rpc.shim import ShimLink
 from distcache.wire import Op
 from tests.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
 

@@ -7,12 +7,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from controller.entries import plan
-from controller.p4rt import Match
-from controller.partition import spine_buckets
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
+from distcache.partition import spine_buckets
+from p4rt.client import Match
+from p4rt.plan import plan
 
 
 def test_partition_covers_every_bucket_evenly() -> None:
@@ -166,7 +166,7 @@ def test_versions_never_repeat_within_an_epoch_in_any_slot() -> None:
     delayed populate of an evicted entry would arm the key's next entry there if it had the same
     version (the model's spec-populate-slot).  A wrapping counter, or one per slot, breaks this.
     """
-    from controller.agent import SlotAllocator, VersionsExhaustedError
+    from agent.slots import SlotAllocator, VersionsExhaustedError
 
     alloc = SlotAllocator(2)
     seen: set[int] = set()

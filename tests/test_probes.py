@@ -1,4 +1,4 @@
-"""The controller's probe piece (controller/probes.py) and packet-out through P4Runtime on softswitch.
+"""The controller's probe piece (p4rt/probes.py) and packet-out through P4Runtime on softswitch.
 
 The data-plane behaviour (probes forwarded, reflected, counted; dead spines routed around) is tested
 packet by packet on both targets by tests/ptf/tests/test_liveness.py; here: the probe frame against
@@ -17,13 +17,13 @@ from finsy.proto import p4i, p4r
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.entries import plan
-from controller.p4rt import P4RuntimeError, SwitchConnection
-from controller.partition import spine_buckets
-from controller.probes import ProbeCounts, ProbeLedger, leaf_address, probe_frame, read_probe_counts, send_probe
 from distcache import p4names as n
 from distcache.cluster import Cluster
+from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT, Op, decode
+from p4rt.client import P4RuntimeError, SwitchConnection
+from p4rt.plan import plan
+from p4rt.probes import ProbeCounts, ProbeLedger, leaf_address, probe_frame, read_probe_counts, send_probe
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.server import P4RuntimeError as ServerError
 from softswitch.server import p4info_mismatch, packet_out_frame

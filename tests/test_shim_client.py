@@ -26,9 +26,9 @@ from client_lib import (
     ServerError,
     ValueTooLargeError,
 )
-from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
 from shim.control import serve_control
 from shim.server import Shim

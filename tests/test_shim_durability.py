@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from client_lib import Client, RequestTimeoutError, ServerError
-from controller.shim_link import ShimLink
 from distcache.hashing import wire_key
+from distcache.rpc.shim import ShimLink
 from distcache.wire import Op
 from tests.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
 

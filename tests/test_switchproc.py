@@ -1,6 +1,6 @@
 """Stopping a switch never kills a process that is not the switch (issue 15, suspected defect: confirmed).
 
-``controller.switchproc`` stops a switch by killing the process group of the pid in its pid file.
+``harness.processes`` stops a switch by killing the process group of the pid in its pid file.
 A pid file outlives its process: when the switch has exited (crashed, or killed by hand), the
 kernel may hand its pid to any new process, and the next ``distcache-ctl fail`` or teardown would
 SIGKILL that stranger's whole process group.  The test reproduces exactly that state: a real
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.switchproc import SwitchProcessError, SwitchProcesses, pid_alive
+from harness.processes import SwitchProcessError, SwitchProcesses, pid_alive
 from tests.softswitch_helpers import free_tcp_port
 
 pytestmark = pytest.mark.timeout(90)
@@ -91,7 +91,7 @@ def test_stop_leaves_a_process_that_reused_the_pid_alone(procs: SwitchProcesses,
 
 
 def test_stop_kills_the_switch_it_started(procs: SwitchProcesses) -> None:
-    from controller.switchproc import is_ours, read_pid_file
+    from harness.processes import is_ours, read_pid_file
 
     pid = procs.start("sp0")
     assert is_ours(read_pid_file(procs.specs["sp0"]["pid_file"]), procs.specs["sp0"]["cmd"])

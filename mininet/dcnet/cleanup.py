@@ -13,7 +13,7 @@ from dcnet.netfaults import remove_leftovers
 PATTERNS = (
     "-m softswitch",
     "-m shim",
-    "-m controller.agent",
+    "-m agent",
     "-m controller --cluster",
     "-m dcnet.client_runner",
     "-m dcnet.bench_runner",

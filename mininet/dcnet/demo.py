@@ -44,11 +44,11 @@ from rich.table import Table
 from rich.text import Text
 
 from client_lib.workload import BenchConfig
-from controller.switchproc import SwitchProcesses
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
+from harness.processes import SwitchProcesses
 
 console = Console(stderr=True)
 

@@ -28,21 +28,19 @@ from functools import partial
 from pathlib import Path
 from types import FrameType
 
-from google.protobuf import text_format
 from mininet.link import Link, TCLink
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 
-from controller.agent import AgentClient
-from controller.client import ControllerClient, ControllerUnreachableError
-from controller.controller import is_cache_switch
-from controller.p4rt import SwitchConnection, load_p4info
-from controller.partition import cache_switches
 from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.topo import LeafSpineTopo
 from distcache.api import agent_pb2
-from distcache.cluster import Cluster, Host, Mechanism, Switch
+from distcache.cluster import Cluster, Host, Mechanism, Switch, is_cache_switch
 from distcache.hashing import wire_key
+from distcache.partition import cache_switches
+from distcache.rpc.agent import AgentClient
+from distcache.rpc.controller import ControllerClient, ControllerUnreachableError
+from p4rt.client import SwitchConnection, load_p4info
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +96,10 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
                 f"TARGET=bmv2 needs {json_path} and {p4info}: run `make build` with p4c-bm2-ss on PATH first"
             )
         return p4info, json_path.read_bytes()
-    from softswitch.dataplane import PROGRAM
-
     path = run_dir / "distcache.p4info.txtpb"
-    path.write_text(text_format.MessageToString(PROGRAM.p4info()))
+    res = subprocess.run([sys.executable, "-m", "softswitch.p4info", str(path)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise DeploymentError(f"softswitch could not write its P4Info:\n{res.stderr}")
     return path, b""
 
 
@@ -557,7 +555,7 @@ class Deployment:
             [
                 sys.executable,
                 "-m",
-                "controller.agent",
+                "agent",
                 "--cluster",
                 str(self.cluster_path),
                 "--switch",

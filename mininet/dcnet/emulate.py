@@ -61,13 +61,13 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
-from controller.shim_link import ShimLink
-from controller.switchproc import SwitchProcesses
 from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
 from distcache import p4names as n
 from distcache.cluster import Cluster, Role
 from distcache.cmdline import ArgumentParser, input_file, load_cluster
+from distcache.rpc.shim import ShimLink
+from harness.processes import SwitchProcesses
 from simulator.figures import LABELS, LINE, STYLE
 from simulator.model import MECHANISMS, Model, SimConfig
 from simulator.workload import DEFAULT_HEAD

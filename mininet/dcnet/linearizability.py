@@ -56,14 +56,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from controller.controller import is_cache_switch
-from controller.shim_link import ShimLink, ShimUnavailableError
-from controller.switchproc import SwitchProcesses
 from dcnet.deploy import REPO, Deployment, DeploymentError, new_run_dir
 from dcnet.fault_schedule import KINDS, PACKET_KINDS, Fault, Schedule, Tally, draw
 from dcnet.netfaults import FaultConfig, FaultInjectorError, PacketFaults
 from dcnet.p4switch import TargetMissingError
-from distcache.cluster import Cluster, Host, Mechanism
+from distcache.cluster import Cluster, Host, Mechanism, is_cache_switch
+from distcache.rpc.shim import ShimLink, ShimUnavailableError
+from harness.processes import SwitchProcesses
 
 console = Console(stderr=True, highlight=False)
 LINCHECK = REPO / "build" / "lincheck"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from controller.switchproc import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
 from distcache import p4names
+from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
 
 TARGETS = ("softswitch", "bmv2")
 BMV2_BINARY = "simple_switch_grpc"
@@ -165,7 +165,7 @@ class P4RuntimeSwitch(Switch):
         return self.run_dir / f"{self.name}.pid"
 
     def spec(self) -> dict:
-        """How to start this switch's process again (``controller.switchproc``)."""
+        """How to start this switch's process again (``harness.processes``)."""
         return {
             "cmd": self.command(),
             "pid_file": str(self.pid_file),
@@ -176,7 +176,7 @@ class P4RuntimeSwitch(Switch):
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         # the process started here while it runs (not yet reaped, so its pid is still its own), and the one
         # `recover` may have started since if the pid file still names it (a pid file outlives its process:
-        # its pid may belong to a stranger by now, see controller.switchproc)
+        # its pid may belong to a stranger by now, see harness.processes)
         pids = {self.proc.pid} if self.proc is not None and self.proc.poll() is None else set()
         record = read_pid_file(self.pid_file)
         if record is not None and is_ours(record, self._cmd or self.command()):

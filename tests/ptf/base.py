@@ -19,7 +19,7 @@ import ptf
 import ptf.testutils as tu
 from ptf.base_tests import BaseTest
 
-from controller.p4rt import SwitchConnection, load_p4info
+from p4rt.client import SwitchConnection, load_p4info
 
 log = logging.getLogger("dcptf")
 

@@ -2,7 +2,7 @@
 
 The switch under test plays one role of this cluster (2 spines, 2 storage racks
 of one server, 2 client racks of one client) with exactly the table entries the
-controller would give it (controller.entries.plan), so its port numbers are the
+controller would give it (p4rt.plan.plan), so its port numbers are the
 cluster's:
 
 * storage leaf sl0 (id 64): port 1 server r0s0; ports 2, 3 spines sp0, sp1;
@@ -23,13 +23,13 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
-from controller.entries import plan
-from controller.partition import spine_buckets
-from controller.probes import ProbeCounts, read_probe_counts, send_probe
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
+from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT, Message, Op, decode, encode, populate_invalidate
+from p4rt.plan import plan
+from p4rt.probes import ProbeCounts, read_probe_counts, send_probe
 from tests.ptf.base import P4RuntimeTest
 
 C = Cluster(spines=2, storage_racks=2, client_racks=2)
@@ -51,7 +51,7 @@ LEAF_UPLINK = {SP0.switch_id: 2, SP1.switch_id: 3}  # a leaf's port to each spin
 
 def transit_spine(key: bytes | None, live: tuple[Switch, ...] = SPINES, attempt: int = 0) -> Switch:
     """The spine a leaf sends ``key``'s transit traffic through: slot h0 mod TRANSIT_SLOTS of the live
-    spines dealt round-robin (controller.entries.plan); a non-DistCache packet (None) takes slot 0.
+    spines dealt round-robin (p4rt.plan.plan); a non-DistCache packet (None) takes slot 0.
     A client's retry (``attempt``, from a client port only) takes the slot ``attempt`` further on."""
     slot = ((h0(key) if key is not None else 0) + attempt) & (n.TRANSIT_SLOTS - 1)
     return live[slot % len(live)]
@@ -275,7 +275,7 @@ class DcTest(P4RuntimeTest):
     # -- probes (liveness) ----------------------------------------------------------------------
     def probe(self, spine: Switch, seq: int = 1) -> None:
         """The controller's probe for ``spine``: a P4Runtime PacketOut into the leaf under test
-        (controller.probes, as the controller sends it); fails unless it leaves up ``spine``'s port
+        (p4rt.probes, as the controller sends it); fails unless it leaves up ``spine``'s port
         exactly as the protocol says."""
         send_probe(self.sw, self.role, spine, seq)
         self.expect(probe_wire(self.role, spine, seq), LEAF_UPLINK[spine.switch_id])

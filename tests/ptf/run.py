@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.switchproc import stop_group
 from distcache import p4names as n
+from harness.processes import stop_group
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -1,6 +1,6 @@
 """Liveness in the data plane (issue 16): probes, dead spines left out, hysteresis, trust.
 
-The controller's probe for a spine enters a leaf as a P4Runtime PacketOut (controller.probes) and leaves
+The controller's probe for a spine enters a leaf as a P4Runtime PacketOut (p4rt.probes) and leaves
 up that spine's port; the spine reflects it back down the same port; the leaf counts both per spine.  A
 probed spine the leaf hears nothing from for DEAD_AFTER_US (30 ms) is dead -- longer where it answered
 slowly before, up to DEAD_AFTER_MAX_US -- and reads and transit go around it until it is heard from HOLD_US
@@ -75,7 +75,7 @@ class _Liveness(DcTest):
 class ProbesGoUpToTheirSpineAndAreCounted(_Liveness):
     """A PacketOut probe leaves cl0 up its spine's port, exact frame (the packet_out header gone, the
     target set, TTL less one); the reply is counted per spine and goes no further; the controller reads
-    both counts (controller.probes.read_probe_counts)."""
+    both counts (p4rt.probes.read_probe_counts)."""
 
     def runTest(self) -> None:
         self.probe(SP0, seq=5)

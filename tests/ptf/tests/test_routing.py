@@ -173,7 +173,7 @@ class PartitionAlwaysPicksTheSpine(_Routing):
 
 def replica_spine(key: bytes, seq: int, live: tuple = (SP0, SP1)) -> int:
     """The spine a replicated key's read goes to: replica slot (h0 + low 16 bits of seq) mod
-    REPLICA_SLOTS, the live spines dealt round-robin over the slots (controller.entries.plan)."""
+    REPLICA_SLOTS, the live spines dealt round-robin over the slots (p4rt.plan.plan)."""
     return live[((h0(key) + (seq & 0xFFFF)) & (n.REPLICA_SLOTS - 1)) % len(live)].switch_id
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import ptf.testutils as tu
 from scapy.packet import Packet
 
-from controller.p4rt import Match
 from distcache import p4names as n
 from distcache.cluster import PortKind
+from p4rt.client import Match
 from tests.ptf.base import P4RuntimeTest
 
 HOST_MAC = "00:00:00:00:01:01"  # the sender

@@ -1,70 +1,31 @@
-"""The local agent of one cache switch (paper §4.3), run as its own process.
-
-``python -m controller.agent --cluster runs/<run>/cluster.json --switch sp0 ...``
-
-The agent is its switch's P4Runtime primary.  It installs what the controller
-gives it over the agent API (distcache/proto/agent.proto: the cluster and the
-spine partition, from which :func:`controller.entries.plan` derives every
-entry), consumes the hot-key digests the switch's detector sends, and caches
-the reported keys:
-
-* **insert**: the key goes into ``cache_lookup`` pointing at a free slot with a
-  version the slot has not had in this cache epoch, which leaves it invalid;
-  then the key's storage shim fills the value (``populate``, with the entry's
-  tag, so only this entry's own populate can arm it), serialized with the
-  key's writes.  No register is written by the control plane.
-* **tags**: an entry's tag is (the switch's ``cache_epoch``, its version).  The
-  registers keep the tags of entries long gone, so a tag must never repeat:
-  versions count up per slot, saved to the state file *before* the entry is
-  written; an agent that cannot vouch for the versions handed out before (no
-  state file, or one from another epoch) raises ``cache_epoch`` on the switch,
-  which makes every tag the registers hold unmatchable at once, and fills the
-  entries it finds again.  So does a slot whose versions run out, and so does
-  a switch that came up empty (a delayed packet of its earlier life could carry
-  a tag of an epoch it had then): a new epoch is above the switch's, our
-  state's and the wall clock's seconds, so no epoch ever comes back.
-* **evict**: when the cache is full, the entry with the fewest hits over the
-  last two hit windows (deltas of the per-slot ``cache_hits`` counter) makes
-  room, if the reported key is hotter; the shim is told, so later writes skip
-  this switch.
-* **budget**: insertions from reports are bounded by a token bucket
-  (``insert_rate`` per second, ``insert_burst``), so a flood of reports cannot
-  overwhelm the switch or the shims.
-* **resync**: after its own restart the agent reads the cache entries back
-  from the switch and rebuilds its view (per-slot version tags come back from
-  its state file, or a raised epoch); after the switch restarts (the P4Runtime stream breaks and
-  the pipeline is gone) it pushes the pipeline and the entries again and
-  starts with an empty cache, re-adding nothing.
-"""
+"""SwitchAgent: one cache switch's agent -- P4Runtime primary, digest consumer, cache manager (the design
+is in the package docstring, agent/__init__.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent import futures
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
-from controller.entries import LEAF_CACHING, SwitchPlan, plan
-from controller.p4rt import P4RuntimeError, SwitchConnection, load_p4info
-from controller.probes import DP_PROBE_INTERVAL, probe_round
-from controller.reconcile import apply_plan
-from controller.shim_link import ShimLink, ShimRequestError, ShimUnavailableError
+from agent.slots import AgentCounters, CachedKey, CacheFullError, SlotAllocator, VersionsExhaustedError
+from agent.state import load_state, save_state
+from agent.status import agent_status
 from distcache import p4names as n
-from distcache.api import abort, agent_grpc, agent_pb2
+from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Mechanism, Role, Switch
-from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.hashing import h0
 from distcache.ratelimit import TokenBucket
+from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
+from p4rt.client import P4RuntimeError, SwitchConnection, load_p4info
+from p4rt.plan import LEAF_CACHING, SwitchPlan, plan
+from p4rt.probes import DP_PROBE_INTERVAL, probe_round
+from p4rt.reconcile import apply_plan
 
 log = logging.getLogger("agent")
 
@@ -77,110 +38,6 @@ DIGEST_DELIVERY = {"max_timeout_ns": 10_000_000, "max_list_size": 16, "ack_timeo
 #: gains nothing but costs an insertion, a populate and an eviction (a 60 s make run cached 3 700 keys
 #: into 400 slots without a margin)
 REPLACE_MARGIN = 1.5
-
-
-class CacheFullError(RuntimeError):
-    """No free slot: evict a key first."""
-
-
-class VersionsExhaustedError(RuntimeError):
-    """A slot has had every version of this cache epoch: raise the epoch."""
-
-
-class StateFileError(ValueError):
-    """The agent's state file exists but cannot be used."""
-
-
-class SlotAllocator:
-    """Cache slots and the versions their entries are installed with.
-
-    An entry's tag is (cache epoch, version); the data plane arms an entry only
-    for a populate carrying its tag, and a slot's valid register keeps the tag
-    of the last entry filled in it after that entry is evicted (only packets
-    write registers).  So within an epoch no two entries of this switch may
-    share a version, in the same slot or not:
-
-    * the same slot: a new key would hit at once with the previous key's value;
-    * another slot: a delayed populate of an evicted entry of key k would arm
-      k's next entry in another slot if it had the same version, and fill it
-      with a value a write acknowledged since has replaced (the model's
-      ``spec-populate-slot`` counterexample).
-
-    Versions therefore count up per switch (1..65535) within a cache epoch and
-    never wrap -- the last one raises :class:`VersionsExhaustedError`, and the
-    agent starts a new epoch.  Each slot's last version is kept (state file,
-    ``claim``) and the counter resumes above the highest of them.
-    """
-
-    MAX_VERSION = 0xFFFF
-
-    def __init__(self, slots: int, last_versions: list[int] | None = None) -> None:
-        self.slots = slots
-        self._free = list(range(slots - 1, -1, -1))
-        self._last_version = list(last_versions or [0] * slots)[:slots]
-        self._last_version += [0] * (slots - len(self._last_version))
-        self._top = max(self._last_version, default=0)
-
-    def __len__(self) -> int:
-        """Free slots."""
-        return len(self._free)
-
-    def take(self) -> tuple[int, int]:
-        """A free slot and a version no entry of this switch had in this epoch; raises CacheFullError."""
-        if not self._free:
-            raise CacheFullError(f"all {self.slots} cache slots are in use; evict a key first")
-        if self._top >= self.MAX_VERSION:
-            raise VersionsExhaustedError(f"this switch has had all {self.MAX_VERSION} versions of this epoch")
-        slot = self._free.pop()
-        self._top += 1
-        self._last_version[slot] = self._top
-        return slot, self._top
-
-    def claim(self, slot: int, version: int) -> None:
-        """Mark ``slot`` used by an entry found on the switch (agent restart)."""
-        if slot in self._free:
-            self._free.remove(slot)
-        self._last_version[slot] = version
-        self._top = max(self._top, version)
-
-    def give_back(self, slot: int) -> None:
-        self._free.append(slot)
-
-    def versions(self) -> list[int]:
-        return list(self._last_version)
-
-    def new_epoch(self) -> None:
-        """Every version may be used again (the entries' tags changed with the epoch)."""
-        self._last_version = [0] * self.slots
-        self._top = 0
-
-
-@dataclass
-class CachedKey:
-    slot: int
-    version: int
-    state: str  # what the shim answered: valid / absent / too_large / failed; pending; unknown after restart
-    auto: bool = False
-    hits: list[int] = field(default_factory=lambda: [0, 0])  # hits in the last two windows
-    inserted_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def recent_hits(self) -> int:
-        return sum(self.hits)
-
-
-@dataclass
-class AgentCounters:
-    digests: int = 0
-    auto_inserted: int = 0
-    evicted: int = 0
-    rate_limited: int = 0
-    switch_restarts: int = 0
-    not_hotter: int = 0
-    partition_evicted: int = 0
-    not_owned: int = 0
-    epoch_raises: int = 0
-    fills_retried: int = 0
 
 
 class SwitchAgent:
@@ -659,7 +516,7 @@ class SwitchAgent:
         conn = self.conn
         if conn is None:
             return
-        cells = self._slot_hits(conn)
+        cells = self.slot_hits(conn)
         with self.lock:
             for e in self.cached.values():
                 total = cells.get(e.slot, (0, 0))[0]
@@ -667,7 +524,7 @@ class SwitchAgent:
                 e.hits = [e.hits[-1], max(0, total - last)]
             self._last_hits = {e.slot: cells.get(e.slot, (0, 0))[0] for e in self.cached.values()}
 
-    def _slot_hits(self, conn: SwitchConnection) -> dict[int, tuple[int, int]]:
+    def slot_hits(self, conn: SwitchConnection) -> dict[int, tuple[int, int]]:
         """The cache_hits cells of the slots in use (not all CACHE_SLOTS: see read_counter)."""
         with self.lock:
             slots = sorted({e.slot for e in self.cached.values()})
@@ -704,185 +561,19 @@ class SwitchAgent:
 
     # -- persistence --------------------------------------------------------------------------------
     def _load_state(self) -> list[int] | None:
-        """Per-slot versions and the epoch they count in, from the state file; None without one.
-
-        A file that exists but cannot be used is refused (StateFileError), never silently
-        ignored: the operator removes it (the agent then raises the switch's cache epoch) or
-        points at the right one.
-        """
-        if self.state_file is None or not self.state_file.exists():
-            log.info("%s: no state file: the switch's cache epoch will be raised", self.switch.name)
+        """Per-slot versions from the state file (its epoch becomes ours); None without one."""
+        got = load_state(self.state_file, self.switch.name)
+        if got is None:
             return None
-        where = f"agent state file {self.state_file}"
-        try:
-            d = json.loads(self.state_file.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise StateFileError(f"{where} is unreadable ({e}); remove it to start afresh") from None
-        owner = d.get("switch") if isinstance(d, dict) else None
-        if owner != self.switch.name:
-            raise StateFileError(
-                f"{where} is not {self.switch.name}'s (it names {owner!r}); "
-                "pass this switch's file, or remove it to start afresh"
-            )
-        versions, epoch = d.get("last_versions"), d.get("epoch")
-        if (
-            not isinstance(versions, list)
-            or not all(type(v) is int and 0 <= v <= SlotAllocator.MAX_VERSION for v in versions)
-            or not (epoch is None or (type(epoch) is int and 0 <= epoch <= 0xFFFFFFFF))
-        ):
-            raise StateFileError(
-                f"{where} is malformed (expected last_versions: [0..65535], epoch: 0..2^32-1); "
-                "remove it to start afresh"
-            )
-        self.epoch = epoch
+        versions, self.epoch = got
         return versions
 
     def _save_state(self) -> None:
-        if self.state_file is None:
-            return
-        tmp = self.state_file.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"switch": self.switch.name, "epoch": self.epoch, "last_versions": self.alloc.versions()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_file)
+        save_state(self.state_file, self.switch.name, self.epoch, self.alloc.versions())
 
     # -- status -------------------------------------------------------------------------------------
     def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
-        with self.lock:
-            conn = self.conn
-            st = agent_pb2.AgentStatus(
-                switch=self.switch.name,
-                switch_id=self.switch.switch_id,
-                switch_connected=conn is not None and not conn.stream_closed.is_set(),
-                slots=self.slots,
-                occupied=len(self.cached),
-                configured=self.configured,
-                digests_dropped=conn.digests_dropped if conn is not None else 0,
-                cache_epoch=self.epoch or 0,
-                **vars(self.counters),
-            )
-            lat = sorted(self.insert_latencies_us)
-            if lat:
-                st.insert_latency_p50_us, st.insert_latency_max_us = lat[len(lat) // 2], lat[-1]
-            if with_keys:
-                cells = {}
-                if conn is not None and st.switch_connected:
-                    try:
-                        cells = self._slot_hits(conn)
-                    except P4RuntimeError as e:
-                        log.debug("%s: cache_hits not read: %s", self.switch.name, e)
-                for k, entry in self.cached.items():
-                    st.keys.append(_cached_pb(k, entry))
-                    st.slot_hits.append(cells.get(entry.slot, (0, 0))[0])
-            return st
-
-
-def _cached_pb(key: bytes, e: CachedKey) -> agent_pb2.CachedKey:
-    return agent_pb2.CachedKey(key=key, slot=e.slot, version=e.version, state=e.state, hits=e.recent_hits, auto=e.auto)
-
-
-class AgentService(agent_grpc.AgentServicer):
-    """The agent API (distcache/proto/agent.proto) over one :class:`SwitchAgent`."""
-
-    def __init__(self, agent: SwitchAgent) -> None:
-        self.agent = agent
-
-    def Configure(self, request, context):  # noqa: ANN001, ANN201, N802
-        try:
-            cluster = Cluster.from_json(request.cluster_json)
-            buckets = list(request.buckets)
-            if len(buckets) != n.SPINE_BUCKETS:
-                abort(
-                    context,
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}",
-                )
-            self.agent.configure(cluster, buckets, set(request.live_spines), [bytes(k) for k in request.replicated])
-        except (ValueError, TypeError) as e:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad cluster: {e}")
-        except P4RuntimeError as e:
-            abort(context, grpc.StatusCode.UNAVAILABLE, str(e))
-        return self.agent.status()
-
-    def Status(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
-        return self.agent.status(request.with_keys)
-
-    def Cache(self, request, context):  # noqa: ANN001, ANN201, N802
-        if len(request.key) != 16:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "key: a 16-byte wire key (distcache.hashing.wire_key)")
-        try:
-            e = self.agent.insert(bytes(request.key))
-        except CacheFullError as err:
-            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
-        except P4RuntimeError as err:
-            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        if e is None:
-            abort(
-                context,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "the cache is full of keys inserted in the last two "
-                "hit windows (not evictable yet); evict one (Evict) or try again in a few seconds",
-            )
-        return _cached_pb(bytes(request.key), e)
-
-    def Evict(self, request, context):  # noqa: ANN001, ANN201, N802
-        try:
-            return agent_pb2.EvictReply(evicted=self.agent.evict(bytes(request.key)))
-        except P4RuntimeError as err:
-            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(err))
-
-    def Flush(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
-        try:
-            self.agent.flush()
-        except P4RuntimeError as err:
-            abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(err))
-        return self.agent.status()
-
-
-class AgentClient:
-    """The controller's side of the agent API."""
-
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
-        self.address, self.timeout = address, timeout
-        self.channel = grpc.insecure_channel(address)
-        self.stub = agent_grpc.AgentStub(self.channel)
-
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            raise ConnectionError(
-                f"no agent answers at {self.address}; is it running (python -m controller.agent --help)?"
-            ) from None
-
-    def configure(
-        self, cluster: Cluster, buckets: list[int], live: set[int] | None = None, replicated: Iterable[bytes] = ()
-    ) -> agent_pb2.AgentStatus:
-        return self.stub.Configure(
-            agent_pb2.ConfigureRequest(
-                cluster_json=cluster.to_json(),
-                buckets=buckets,
-                live_spines=sorted(live or ()),
-                replicated=sorted(replicated),
-            ),
-            timeout=self.timeout,
-        )
-
-    def flush(self) -> agent_pb2.AgentStatus:
-        return self.stub.Flush(agent_pb2.StatusRequest(), timeout=self.timeout)
-
-    def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
-        return self.stub.Status(agent_pb2.StatusRequest(with_keys=with_keys), timeout=self.timeout)
-
-    def cache(self, key: bytes) -> agent_pb2.CachedKey:
-        return self.stub.Cache(agent_pb2.KeyRequest(key=key), timeout=self.timeout)
-
-    def evict(self, key: bytes) -> bool:
-        return self.stub.Evict(agent_pb2.KeyRequest(key=key), timeout=self.timeout).evicted
-
-    def close(self) -> None:
-        self.channel.close()
+        return agent_status(self, with_keys)
 
 
 def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
@@ -892,52 +583,3 @@ def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
         return ShimLink(f"unix:{shim_dir / f'shim-{cluster.server_for_key(key).name}.sock'}")
 
     return shim_for
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = ArgumentParser(prog="python -m controller.agent", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cluster", required=True, type=input_file, help="cluster.json of the deployment")
-    ap.add_argument("--switch", required=True, help="name of the cache switch (e.g. sp0, sl1)")
-    ap.add_argument("--p4info", required=True, type=input_file, help="P4Info (text) of the pipeline")
-    ap.add_argument("--device-config", type=input_file, help="device config file (BMv2 JSON); none for softswitch")
-    ap.add_argument("--shim-dir", required=True, type=existing_dir, help="folder with the shims' control sockets")
-    ap.add_argument("--state-file", type=output_file, help="where the agent keeps its per-slot version tags")
-    ap.add_argument("--listen", type=listen_address, help="agent API address (default: the cluster's, on loopback)")
-    ap.add_argument("--log-file", type=output_file)
-    args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, filename=args.log_file, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
-    cluster = load_cluster(ap, args.cluster)
-    try:
-        sw = cluster.switch(args.switch)
-    except KeyError as e:
-        ap.error(e.args[0])
-    device_config = args.device_config.read_bytes() if args.device_config else b""
-    try:
-        agent = SwitchAgent(
-            cluster, sw, args.p4info, device_config, shim_links(cluster, args.shim_dir), state_file=args.state_file
-        )
-    except StateFileError as e:
-        ap.exit(2, f"{ap.prog}: error: {e}\n")
-    except (ValueError, OSError) as e:  # not a cache switch, a P4Info that is not one
-        ap.error(str(e))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    agent_grpc.add_AgentServicer_to_server(AgentService(agent), server)
-    listen = args.listen or cluster.agent_address(sw)
-    if not server.add_insecure_port(listen):
-        ap.error(f"cannot listen on {listen}")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    agent.start()
-    log.info("agent of %s serving on %s", sw.name, listen)
-    stop.wait()
-    server.stop(1)
-    agent.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

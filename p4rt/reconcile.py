@@ -21,9 +21,9 @@ from collections.abc import Mapping
 
 from finsy.proto import p4r
 
-from controller.entries import Entry, SwitchPlan
-from controller.p4rt import Match, SwitchConnection
 from distcache import p4names as n
+from p4rt.client import Match, SwitchConnection
+from p4rt.plan import Entry, SwitchPlan
 
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
 PLANNED_TABLES = frozenset(

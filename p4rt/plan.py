@@ -12,9 +12,9 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from controller.p4rt import Match, MatchValue
 from distcache import p4names as n
 from distcache.cluster import Cluster, Mechanism, PortKind, Role, Switch
+from p4rt.client import Match, MatchValue
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.p4rt import SwitchConnection
 from distcache import p4names as n
 from distcache.cluster import CLIENT_LEAF_BASE, STORAGE_LEAF_BASE, Cluster, Role, Switch
 from distcache.wire import DC_PORT, KEY_LEN, Message, Op, encode
+from p4rt.client import SwitchConnection
 
 PROBE_TTL = 64
 #: every leaf probes every spine this often (the controller for client leaves, the agent for a storage leaf):

@@ -22,7 +22,7 @@ from google.protobuf import text_format
 from distcache.api import FAST_RECONNECT
 
 if TYPE_CHECKING:
-    from controller.entries import SwitchPlan
+    from p4rt.plan import SwitchPlan
 
 log = logging.getLogger(__name__)
 

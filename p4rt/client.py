@@ -20,6 +20,7 @@ from finsy.proto import p4i, p4r, p4r_grpc
 from google.protobuf import text_format
 
 from distcache.api import FAST_RECONNECT
+from p4rt.codec import P4RuntimeError, decode, encode
 
 if TYPE_CHECKING:
     from p4rt.plan import SwitchPlan
@@ -27,25 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DIGEST_QUEUE = 256  # DigestLists waiting for the agent; a burst of reports beyond is dropped (acknowledged)
-
-
-class P4RuntimeError(RuntimeError):
-    """A P4Runtime call failed; ``code`` is the gRPC status code name."""
-
-    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def encode(value: int, bitwidth: int) -> bytes:
-    """P4Runtime canonical bytes: big-endian, shortest form (at least one byte)."""
-    if value < 0 or value >= 1 << bitwidth:
-        raise ValueError(f"value {value} does not fit in {bitwidth} bits")
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def decode(data: bytes) -> int:
-    return int.from_bytes(data, "big")
 
 
 def load_p4info(path: str | Path) -> p4i.P4Info:

@@ -1,7 +1,7 @@
 """Data-plane state of one softswitch: tables, registers, counters, meters.
 
 The pipeline (softswitch/dataplane/) reads and writes this state while it
-processes a packet; the P4Runtime server (softswitch/server.py) writes tables
+processes a packet; the P4Runtime server (softswitch/server/) writes tables
 and reads counters and meters.  Both hold :attr:`SwitchState.lock` while they do, so a
 packet sees every control-plane update either entirely or not at all (the
 atomicity P4Runtime asks of a target).  The objects themselves do not lock:

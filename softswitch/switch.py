@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import grpc
 from finsy.proto import p4r
 
 from softswitch.ports import PortSet
@@ -164,7 +163,7 @@ class SoftSwitch:
         through the pipeline (nothing else touches the ports from this thread)."""
         cfg = self.server.service.committed
         if cfg is None:
-            raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
+            raise P4RuntimeError("no forwarding pipeline config set", "FAILED_PRECONDITION")
         self._injected.put((packet_out_frame(self.state.program, cfg, packet), time.time_ns()))
         self.ports.wakeup()
 

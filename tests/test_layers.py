@@ -52,3 +52,14 @@ def test_every_package_has_a_layer() -> None:
     tools = {"bench", "model", "tests", "tools", "mininet", "docs", "p4src", "topologies", "build", "runs"}
     packages = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()} - tools
     assert packages <= set(OURS), f"packages in no layer: {sorted(packages - set(OURS))}"
+
+
+def test_the_p4runtime_server_reaches_the_pipeline_only_through_its_state() -> None:
+    """softswitch's P4Runtime server (softswitch/server/) sees the program and its state (softswitch.program,
+    softswitch.state, softswitch.digests), never the data plane that runs packets (softswitch.dataplane, its
+    ports, the switch process around it)."""
+    forbidden = ("softswitch.dataplane", "softswitch.ports", "softswitch.switch", "softswitch.local")
+    used = imports("", "softswitch/server")
+    bad = [(f, m) for f, m in used if m.startswith(forbidden)]
+    assert bad == [], f"the P4Runtime server imports the data plane: {bad}"
+    assert any(m.startswith("softswitch.state") for _, m in used)  # the reader sees its imports at all

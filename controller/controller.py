@@ -535,7 +535,12 @@ class Controller:
     def fail(self, name: str, keep_running: bool = False) -> tuple[str, int, float]:
         """Operator: take ``name`` out of service, and stop its process if the deployment lets the
         controller do so and ``keep_running`` is not asked for (a drain: the switch stays up, serves
-        nothing, and is flushed before it serves again)."""
+        nothing, and is flushed before it serves again).
+
+        A spine is drained first and stopped after: its buckets move while it still forwards, so no read
+        is sent to a switch that is already gone (stopped first, every read the leaves sent it until they
+        found it dead was lost and retried).  Stopping it then is a crash of a failed spine, which the
+        protocol allows at any time (docs/protocol.md, "Failover")."""
         sw = self._switch(name)
         t = time.monotonic()
         with self.lock:
@@ -548,19 +553,19 @@ class Controller:
                     f"{name} is the last spine in service: without it no rack reaches another; "
                     "recover another spine first"
                 )
-            stopped = False
-            if self.procs is not None and name in self.procs and not keep_running:
-                self.procs.stop(name)
-                stopped = True
+            stopped = self.procs is not None and name in self.procs and not keep_running
             self.state.failed[name] = Failure(
                 admin=True, since=time.time(), reason="failed by the operator", stopped=stopped
             )
-            self.health[name].alive = not stopped
             moved, waiting = 0, list[str]()
             if sw.role == Role.SPINE:
                 moved, waiting = self._failover()
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t
+            if stopped:
+                assert self.procs is not None
+                self.procs.stop(name)
+                self.health[name].alive = False
             self._save()
         what = "process stopped" if stopped else "out of service, its process keeps running"
         msg = f"{name}: {what}; {moved} buckets moved to live spines"

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import json
 import math
 import multiprocessing as mp
@@ -78,6 +77,9 @@ from client_lib import AsyncClient, Client, DistCacheError
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.wire import COHERENCE_OPS, DC_PORT, HEADER_FIELDS, Message, Op, Status, WireError, decode, encode
+from harness.processes import die_with_parent
+from harness.profile import summarize_profile
+from harness.redis import redis_argv, wait_for_redis
 
 HOST = "127.0.0.1"
 VALUE = b"v" * 32  # the value size redis-benchmark is run with (-d 32)
@@ -212,18 +214,6 @@ def load_generator(conn: Connection, index: int) -> None:
 # -- process bookkeeping -------------------------------------------------------------------------------------
 
 
-try:  # looked up now: a preexec_fn should not dlopen anything between fork and exec
-    _prctl: Callable[..., int] | None = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (OSError, AttributeError):  # not glibc Linux: cleanup relies on the harness's finally alone
-    _prctl = None
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: the kernel sends SIGTERM to redis-server and the shim if the harness dies (even SIGKILL)."""
-    if _prctl is not None:
-        _prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class Processes:
     """Every process the harness starts, stopped in reverse order by :meth:`close` (also after Ctrl-C)."""
 
@@ -231,7 +221,7 @@ class Processes:
         self.items: list[tuple[str, subprocess.Popen | BaseProcess]] = []
 
     def popen(self, name: str, argv: Sequence[str], **kw: object) -> subprocess.Popen:
-        proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=_die_with_parent, **kw)
+        proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=die_with_parent, **kw)
         self.items.append((name, proc))
         return proc
 
@@ -299,36 +289,9 @@ class Env:
 
 def start_redis(procs: Processes, tmp: Path) -> tuple[subprocess.Popen, Path]:
     sock = tmp / "redis.sock"
-    proc = procs.popen(
-        "redis-server",
-        [
-            "redis-server",
-            "--port",
-            "0",
-            "--unixsocket",
-            str(sock),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    import redis  # only the harness process needs it
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {proc.returncode}")
-        if sock.exists():
-            with contextlib.suppress(redis.ConnectionError):
-                redis.Redis(unix_socket_path=str(sock)).ping()
-                return proc, sock
-        time.sleep(0.05)
-    raise RuntimeError("redis-server did not come up within 10 s")
+    proc = procs.popen("redis-server", redis_argv(sock, tmp), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_redis(sock, proc, 10.0)
+    return proc, sock
 
 
 def shim_command(cluster_file: Path, redis_sock: Path, control: str, peer_port: int, log_file: Path) -> list[str]:
@@ -626,7 +589,6 @@ def py_spy() -> str | None:
     )
 
 
-_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 CATEGORIES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     # (label, predicate on a frame's function name and file as py-spy prints them, e.g. "asyncio/events.py").
     # A sample goes to the first category that any frame of its stack matches: a Redis read that ends in
@@ -676,43 +638,6 @@ def profiler(procs: Processes, spy: str, pid: int, seconds: float, out: Path) ->
         )
 
     return start
-
-
-def summarize_profile(raw: Path, top: int = 15) -> dict:
-    """Own and inclusive time per function, and per category, from py-spy's collapsed stacks of the main thread.
-
-    Own time is where the sample's innermost frame is; inclusive time counts every function on the stack
-    once; frames on every stack (runpy, asyncio.run, the loop's run_forever) are left out as they say
-    nothing.  Percentages are of the main thread's samples, i.e. of wall time: py-spy samples the epoll
-    wait too, which is the shim's idle time.
-    """
-    own: Counter[str] = Counter()
-    incl: Counter[str] = Counter()
-    cats: Counter[str] = Counter()
-    total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        if not count.isdigit() or not frames[0].startswith("thread ") or not frames[0].endswith("MainThread"):
-            continue  # gRPC's control-channel threads are idle during the phase
-        names = [(m.group("func"), m.group("file")) for m in map(_FRAME.match, frames[1:]) if m]
-        if not names:
-            continue
-        n = int(count)
-        total += n
-        label = lambda fp: f"{fp[0]} ({fp[1]})"  # noqa: E731
-        own[label(names[-1])] += n
-        for name in {label(fp) for fp in names}:
-            incl[name] += n
-        cats[next((c for c, pred in CATEGORIES if any(pred(*fp) for fp in names)), "other")] += n
-    incl = Counter({name: v for name, v in incl.items() if v < 0.99 * total})
-    pct = lambda c, k: {name: round(100 * v / max(total, 1), 1) for name, v in c.most_common(k)}  # noqa: E731
-    return {
-        "samples": total,
-        "own_percent": pct(own, top),
-        "inclusive_percent": pct(incl, top),
-        "category_percent": pct(cats, None),
-    }
 
 
 # -- report --------------------------------------------------------------------------------------------------
@@ -1035,7 +960,7 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
             if name == "py-spy" and isinstance(proc, subprocess.Popen):
                 proc.wait(30)
         if profile_raw.exists():
-            fig["profile"] = summarize_profile(profile_raw) | {"raw": str(profile_raw)}
+            fig["profile"] = summarize_profile(profile_raw, categories=CATEGORIES) | {"raw": str(profile_raw)}
         else:
             err.log("[yellow]py-spy wrote no profile (ptrace not permitted?)[/]")
     return fig

@@ -69,7 +69,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import re
 import shutil
 import signal
 import socket
@@ -78,7 +77,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
@@ -96,7 +94,9 @@ from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
 from distcache.scapy_layer import frame as dc_frame
 from distcache.wire import DC_PORT, HEADER_LEN, Flag, Message, Op, WireError, decode, populate_invalidate
-from harness.processes import stop_group
+from harness.netns import NamespaceError, make_veth_namespace
+from harness.processes import die_with_parent, stop_group
+from harness.profile import summarize_profile
 from p4rt.plan import plan
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def _setns(fd: int) -> None:
 class Namespace:
     """``dcbench-<pid>``: lo and veth pairs bsw<N>/bpt<N>; the harness's main thread can enter and leave it.
 
-    Built like tests/ptf/run.py's TestBed.make_namespace (IPv6 off, TX checksum offload off, no addresses).
+    Built by harness.netns, as tests/ptf/run.py builds its own.
     """
 
     def __init__(self, ports: tuple[int, ...]) -> None:
@@ -222,28 +222,12 @@ class Namespace:
         self._home: int | None = None  # fd of the network namespace the harness came from
 
     def create(self) -> None:
-        if sh("ip", "netns", "add", self.name, check=False).returncode != 0:
-            sh("ip", "netns", "del", self.name, check=False)  # named after our pid: only a dead run left it
-            r = sh("ip", "netns", "add", self.name, check=False)
-            if r.returncode != 0:
-                raise SetupError(f"cannot create network namespace {self.name}: {r.stderr.strip()}")
-        self.created = True
-        script = [
-            "set -e",
-            "ip link set lo up",
-            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-        ]
-        for p in self.ports:
-            script.append(f"ip link add bsw{p} type veth peer name bpt{p}")
-        for i in (f"{side}{p}" for p in self.ports for side in ("bsw", "bpt")):
-            script += [
-                f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1",
-                f"ethtool -K {i} tx off >/dev/null",
-                f"ip link set {i} up",
-            ]
-        r = sh("ip", "netns", "exec", self.name, "sh", "-c", "\n".join(script), check=False)
-        if r.returncode != 0:
-            raise SetupError(f"setting up namespace {self.name} failed: {r.stderr.strip()}")
+        try:
+            make_veth_namespace(self.name, [(f"bsw{p}", f"bpt{p}") for p in self.ports])
+        except NamespaceError as e:
+            raise SetupError(str(e)) from None
+        finally:
+            self.created = Path(f"/run/netns/{self.name}").exists()  # whatever part of it exists is ours to delete
 
     def enter(self) -> None:
         """Move the calling (main) thread into the namespace; threads and processes started later follow."""
@@ -464,12 +448,6 @@ def check_path(path: str, frames: Frames, out: list[tuple[int, bytes]]) -> int:
 # -- one switch --------------------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the kernel SIGTERMs the switch if the harness dies, even of SIGKILL."""
-    with contextlib.suppress(Exception):
-        _libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class PathResult:
     pps: float  # delivered / window
@@ -557,7 +535,7 @@ class Bed:
                 cwd=REPO,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         self.sender, self.sender_conn = self._spawn_sender()
         from p4rt.client import P4RuntimeError, SwitchConnection
@@ -830,55 +808,6 @@ def py_spy() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
-_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
-
-
-def summarize_profile(raw: Path, top: int = 20) -> dict:
-    """Own and inclusive % per function, own % per file, of the main thread's samples (the packet loop).
-
-    Own: the sample's innermost frame.  Inclusive: every function on the stack, once.  Functions on (nearly)
-    every stack (the loop itself, runpy) are left out of the inclusive list: they say nothing.  py-spy's
-    default leaves out idle samples (the loop waiting in select), so the % are of busy time.  py-spy samples
-    without stopping the switch (--nonblocking), so a stack is now and then read while it changes: samples
-    whose outermost frame is not the main thread's usual one are such torn stacks, counted apart and left out.
-    """
-    samples: list[tuple[list[tuple[str, str]], int]] = []
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        if not count.isdigit() or (frames[0].startswith("thread ") and "MainThread" not in frames[0]):
-            continue  # gRPC's and the digest engine's threads: not the packet path
-        names = [(m["func"], m["file"]) for m in map(_FRAME.match, frames) if m]
-        if names:
-            samples.append((names, int(count)))
-    roots: Counter[tuple[str, str]] = Counter()
-    for names, k in samples:
-        roots[names[0]] += k
-    root = roots.most_common(1)[0][0] if roots else None
-    own: Counter[str] = Counter()
-    incl: Counter[str] = Counter()
-    files: Counter[str] = Counter()
-    total = torn = 0
-    for names, k in samples:
-        if names[0] != root:
-            torn += k
-            continue
-        total += k
-        own[f"{names[-1][0]} ({names[-1][1]})"] += k
-        files[names[-1][1]] += k
-        for name in {f"{f} ({p})" for f, p in names}:
-            incl[name] += k
-    incl = Counter({name: v for name, v in incl.items() if v < 0.99 * total})
-    pct = lambda c: {name: round(100 * v / max(total, 1), 1) for name, v in c.most_common(top)}  # noqa: E731
-    return {
-        "samples": total,
-        "torn_samples": torn,
-        "own_percent": pct(own),
-        "inclusive_percent": pct(incl),
-        "own_percent_by_file": pct(files),
-    }
-
-
 def profile_text(prof: dict) -> str:
     lines = [
         f"softswitch main thread during cache hits: {prof['samples']} py-spy samples "
@@ -983,7 +912,7 @@ def profile_hits(bed: Bed, frames: Frames, args: argparse.Namespace, hit: PathRe
     if not raw.exists() or not raw.stat().st_size:
         err.log(f"[yellow]py-spy wrote no profile: {spy_out.read_text(errors='replace')[-500:]}[/]")
         return None
-    prof = summarize_profile(raw) | {"raw": str(raw), "rate": PROFILE_RATE, "pps": res.pps}
+    prof = summarize_profile(raw, top=20) | {"raw": str(raw), "rate": PROFILE_RATE, "pps": res.pps}
     (args.profile / "summary.json").write_text(json.dumps(prof, indent=2) + "\n")
     (args.profile / "summary.txt").write_text(profile_text(prof))
     err.log(f"profile of softswitch hits: {raw} and {args.profile / 'summary.txt'}")

@@ -19,13 +19,27 @@ start time, same command line, and the leader of its own process group.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+try:  # looked up now: a preexec_fn should not dlopen anything between fork and exec
+    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not glibc Linux: cleanup relies on the parent's own finally
+    _prctl = None
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the kernel sends the child SIGTERM when the process that started it dies, even of SIGKILL
+    (PR_SET_PDEATHSIG), so a benchmark or test killed mid-run leaves no switch, shim or redis behind."""
+    if _prctl is not None:
+        _prctl(1, signal.SIGTERM)
 
 
 def stop_group(proc: subprocess.Popen | None, grace: float = 5.0) -> None:

@@ -45,7 +45,7 @@ class ShimService(shim_grpc.ShimServicer):
 
     async def SetPartition(self, request, context):  # noqa: ANN001, ANN201, N802
         try:
-            self.shim.set_partition(list(request.buckets), list(request.down), request.epoch)
+            await self.shim.set_partition_durably(list(request.buckets), list(request.down), request.epoch)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         return shim_pb2.Empty()

@@ -116,6 +116,7 @@ class Shim:
         self.incarnation = secrets.randbits(63)  # a view collected before we started is refused (add_view)
         self.cached: dict[bytes, set[int]] = defaultdict(set)  # key -> switch ids caching it
         self._locks: dict[bytes, asyncio.Lock] = {}
+        self._saving = asyncio.Lock()  # one state-file write at a time (set_partition_durably)
         self._users: Counter[bytes] = Counter()
         self.transport: asyncio.DatagramTransport | None = None
         self.coherence = Coherence(send=self._send)
@@ -512,8 +513,11 @@ class Shim:
             del self.cached[key]
         return True
 
-    def set_partition(self, buckets: list[int], down: list[int] | None = None, epoch: int | None = None) -> None:
-        """Adopt the controller's partition (and the switches it declared down); saved to the state file."""
+    def set_partition(
+        self, buckets: list[int], down: list[int] | None = None, epoch: int | None = None, save: bool = True
+    ) -> None:
+        """Adopt the controller's partition (and the switches it declared down); saved to the state file
+        unless ``save`` is False (then :meth:`set_partition_durably` saves it off the event loop)."""
         if (
             not isinstance(buckets, list)
             or len(buckets) != N_SPINE_BUCKETS
@@ -529,7 +533,19 @@ class Shim:
             self.coherence.release(self.down)
         if epoch is not None:
             self.epoch = int(epoch)
-        self._save_state()
+        if save:
+            self._save_state()
+
+    async def set_partition_durably(self, buckets: list[int], down: list[int] | None, epoch: int | None) -> None:
+        """:meth:`set_partition`, answered once the state file holds it, with the file written (and fsync'd)
+        on a worker thread: an fsync on a busy disk takes tens of ms, and on the event loop every GET and
+        write of this server waited for it at each failover.  Requests served meanwhile already use the new
+        partition, but the controller takes no step that relies on it (routing to a recovered spine, a
+        flush) before this call answers; a shim that crashes first restarts from its older file and is
+        pushed the partition again."""
+        self.set_partition(buckets, down, epoch, save=False)
+        async with self._saving:
+            await asyncio.to_thread(self._save_state)
 
     def add_view(
         self, cached: dict[bytes, list[int]], complete: list[int] | None = None, incarnation: int | None = None

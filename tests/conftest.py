@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from harness.redis import redis_argv, wait_for_redis
 
 
 @pytest.fixture(scope="module")
@@ -15,14 +16,8 @@ def redis_sock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real redis-server on a Unix socket (no TCP port, no persistence), for one test module."""
     d = tmp_path_factory.mktemp("redis")
     sock = d / "redis.sock"
-    proc = subprocess.Popen(
-        ["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no", "--dir", str(d)],
-        stdout=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.05)
+    proc = subprocess.Popen(redis_argv(sock, d), stdout=subprocess.DEVNULL)
+    wait_for_redis(sock, proc)
     yield sock
     proc.terminate()
     proc.wait(5)

@@ -40,6 +40,7 @@ from distcache.hashing import wire_key
 from distcache.partition import cache_switches
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient, ControllerUnreachableError
+from harness.redis import redis_argv, wait_for_redis
 from p4rt.client import SwitchConnection, load_p4info
 
 log = logging.getLogger(__name__)
@@ -463,31 +464,16 @@ class Deployment:
         redis = self._popen(
             f"redis-{h.name}",
             node,
-            [
-                "redis-server",
-                "--port",
-                "0",
-                "--unixsocket",
-                str(sock),
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                self.cluster.redis_appendfsync,
-                "--appenddirname",
-                f"redis-{h.name}.aof",
-                "--daemonize",
-                "no",
-                "--dir",
-                str(self.run_dir),
-                "--logfile",
-                str(self.run_dir / f"redis-{h.name}.log"),
-            ],
+            redis_argv(
+                sock,
+                self.run_dir,
+                durable=True,
+                appendfsync=self.cluster.redis_appendfsync,
+                name=f"redis-{h.name}",
+                logfile=self.run_dir / f"redis-{h.name}.log",
+            ),
         )
-        _wait_for_path(sock, redis, 10.0, f"redis-server on {h.name}")
+        wait_for_redis(sock, redis, 10.0, f"redis-server on {h.name}")
         self.redis_procs[h.name] = redis
         return redis
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distcache import p4names as n
+from harness.netns import NamespaceError, make_veth_namespace
 from harness.processes import stop_group
 
 HERE = Path(__file__).resolve().parent
@@ -146,29 +147,12 @@ class TestBed:
 
     # -- namespace ---------------------------------------------------------------------------
     def make_namespace(self) -> None:
-        if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
-            # a namespace named after our own pid can only be left by a dead run: take the name over
-            sh("ip", "netns", "del", self.ns, check=False)
-            if sh("ip", "netns", "add", self.ns, check=False).returncode != 0:
-                raise SetupError(f"cannot create network namespace {self.ns} (root needed)")
-        self.ns_created = True
-        ifaces = [i for p in self.ports for i in (p["switch_iface"], p["ptf_iface"])]
-        script = [
-            "set -e",
-            "ip link set lo up",
-            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-        ]
-        for p in self.ports:
-            script.append(f"ip link add {p['switch_iface']} type veth peer name {p['ptf_iface']}")
-        for i in ifaces:
-            script += [
-                f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1",
-                f"ethtool -K {i} tx off >/dev/null",
-                f"ip link set {i} up",
-            ]
-        r = sh(*self.in_ns("sh", "-c", "\n".join(script)), check=False)
-        if r.returncode != 0:
-            raise SetupError(f"setting up namespace {self.ns} failed: {r.stderr.strip()}")
+        try:
+            make_veth_namespace(self.ns, [(p["switch_iface"], p["ptf_iface"]) for p in self.ports])
+        except NamespaceError as e:
+            raise SetupError(str(e)) from None
+        finally:
+            self.ns_created = Path(f"/run/netns/{self.ns}").exists()  # whatever part of it exists is ours to delete
 
     # -- switch ------------------------------------------------------------------------------
     def switch_command(self) -> list[str]:

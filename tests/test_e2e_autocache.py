@@ -120,12 +120,14 @@ def test_new_hot_keys_replace_the_coldest(run: Run) -> None:
     new = {wire_key(f"new{i}") for i in range(8)}
     cached_new = set().union(*({k.key for k in s.keys} for s in after.values())) & new
     assert len(cached_new) >= 3, f"only {len(cached_new)} of the 8 new hot keys got cached"
-    hottest = {wire_key(f"key{i}") for i in range(4)}  # still the hottest keys: never the ones to go
+    # the workload's hottest keys stay cached: a switch evicts what is cold *there* (with two choices, a hot
+    # key's copy at one switch may be read rarely while the other copy takes its reads), but never all copies
+    hottest = {wire_key(f"key{i}") for i in range(4)}
+    assert hottest <= set().union(*({k.key for k in s.keys} for s in after.values()))
     for name, s in after.items():
         now = {k.key for k in s.keys}
         if len(before[name]) == SLOTS and now & new:  # a full cache made room for new keys ...
-            assert before[name] - now, name  # ... by evicting ...
-            assert hottest & before[name] <= now, name  # ... colder keys than the hottest
+            assert before[name] - now, name  # ... by evicting (which: the coldest there, tests/test_agent.py)
 
 
 def test_agent_restart_keeps_reads_right_and_cache_comes_back(run: Run) -> None:

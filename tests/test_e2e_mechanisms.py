@@ -198,16 +198,16 @@ def test_hybrid_replicates_only_the_hottest_keys(run: Run) -> None:
         cached = run.cached()
         rep = {wire_key(k) for k in before & set(run.dep.controller.ctl.status().replicated)}
         snapshot.update(rep=rep, cached=cached)
-        return bool(rep) and all(k in cached[SP0.name] and k in cached[SP1.name] for k in rep)
+        # DistCache for the rest: a spine's other keys are its partition's. A key just dropped from the
+        # replicated set keeps its copies for one drain until the spines are reconfigured, so the two
+        # conditions are waited for together (the controller re-chooses every few seconds under load).
+        partitioned = all(BUCKETS[h0(k)] == sp.switch_id for sp in (SP0, SP1) for k in cached[sp.name] if k not in rep)
+        return bool(rep) and partitioned and all(k in cached[SP0.name] and k in cached[SP1.name] for k in rep)
 
     with run.background(16.0) as result:
-        wait_for("every replicated key in both spines", replicas_in_place, timeout=15.0)
+        wait_for("every replicated key in both spines, the rest in their partition's", replicas_in_place, timeout=15.0)
     assert result["report"]["error_count"] == 0, result["report"]["errors"]
-    rep, cached = snapshot["rep"], snapshot["cached"]
-    assert len(rep) <= CLUSTER.cache_slots // 2
-    for sp in (SP0, SP1):
-        others = [k for k in cached[sp.name] if k not in rep]
-        assert all(BUCKETS[h0(k)] == sp.switch_id for k in others), sp.name  # DistCache for the rest
+    assert len(snapshot["rep"]) <= CLUSTER.cache_slots // 2
     delta, cached, _ = run.measure("hybrid")
     assert hits(delta, SP0.name) > 0 and hits(delta, SP1.name) > 0
     assert routed(delta, n.Stat.ROUTED_LEAF) > 0  # the rest still has two choices

@@ -1,10 +1,12 @@
-"""The harness library the tests, the benchmarks and dcnet share: redis-server, profiles, processes."""
+"""The harness library the tests, the benchmarks and dcnet share: redis-server, profiles, processes, switch
+processes."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,10 +17,12 @@ import redis
 
 from harness.profile import summarize_profile
 from harness.redis import redis_argv, wait_for_redis
+from harness.switch import CPU_PORT, SwitchProcess, SwitchSpec, SwitchStartError
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 
 
+@needs_redis
 def test_a_durable_redis_keeps_what_it_acknowledged_across_a_kill(tmp_path: Path) -> None:
     sock = tmp_path / "r.sock"
     argv = redis_argv(sock, tmp_path, durable=True, appendfsync="always", name="r", logfile=tmp_path / "r.log")
@@ -37,6 +41,7 @@ def test_a_durable_redis_keeps_what_it_acknowledged_across_a_kill(tmp_path: Path
         proc.wait(5)
 
 
+@needs_redis
 def test_a_redis_that_cannot_start_is_one_clear_error(tmp_path: Path) -> None:
     sock = tmp_path / "r.sock"
     proc = subprocess.Popen(redis_argv(sock, tmp_path / "missing"), stdout=subprocess.DEVNULL)
@@ -89,3 +94,68 @@ def test_a_profile_counts_the_main_thread_and_leaves_torn_stacks_out(tmp_path: P
     assert p["own_percent_by_file"] == {"b.py": 66.7, "c.py": 33.3}
     assert "loop (a.py)" not in p["inclusive_percent"]  # on every stack: says nothing
     assert p["category_percent"] == {"parsing": 66.7, "other": 33.3}
+
+
+def test_one_command_line_per_switch_target(tmp_path: Path) -> None:
+    """The two targets take the same facts, each spelled its own way; BMv2 starts with no pipeline."""
+    ports = [(1, "veth1"), (2, "veth3")]
+    soft = SwitchSpec("softswitch", ports, grpc_addr="127.0.0.1:50001", device_id=3, log_file=tmp_path / "s.log",
+                      log_level="warning")  # fmt: skip
+    assert soft.argv() == [
+        sys.executable, "-m", "softswitch", "--device-id", "3", "--grpc-addr", "127.0.0.1:50001",
+        "-i", "1@veth1", "-i", "2@veth3", "--log-file", str(tmp_path / "s.log"), "--log-level", "warning",
+    ]  # fmt: skip
+    bmv2 = SwitchSpec("bmv2", ports, grpc_addr="127.0.0.1:50002", thrift_port=9191)
+    assert bmv2.argv() == [
+        "simple_switch_grpc", "--device-id", "1", "-i", "1@veth1", "-i", "2@veth3", "--no-p4",
+        "--thrift-port", "9191", "--", "--grpc-server-addr", "127.0.0.1:50002", "--cpu-port", str(CPU_PORT),
+    ]  # fmt: skip
+    assert CPU_PORT != 511  # BMv2's drop port
+    inside = SwitchProcess(bmv2, tmp_path / "out", netns="dcptf-1")
+    assert inside.argv() == ["ip", "netns", "exec", "dcptf-1", *bmv2.argv()]
+    with pytest.raises(ValueError, match="unknown switch target"):
+        SwitchSpec("tofino", ports)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("target", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_a_switch_answers_on_its_grpc_address_and_stops_with_its_group(target: str, tmp_path: Path) -> None:
+    """Started with no ports (nothing to attach to), the switch serves P4Runtime where its spec says; stop()
+    takes its whole process group and the port closes."""
+    if target == "bmv2" and shutil.which("simple_switch_grpc") is None:
+        pytest.skip("needs simple_switch_grpc on PATH")
+    from p4rt.client import SwitchConnection
+
+    addr = f"127.0.0.1:{free_port()}"
+    spec = SwitchSpec(target, [], grpc_addr=addr, thrift_port=free_port(), log_file=tmp_path / f"{target}.log")
+    switch = SwitchProcess(spec, tmp_path / f"{target}.out")
+    switch.start()
+    try:
+        assert switch.wait_ready(60) >= 0
+        assert switch.pid is not None and os.getpgid(switch.pid) == switch.pid  # leads its own group
+        conn = SwitchConnection(addr, spec.device_id, name=target)
+        try:
+            conn.wait_ready(10)  # a P4Runtime server, not only an open port
+        finally:
+            conn.close()
+    finally:
+        switch.stop()
+    assert switch.returncode() is not None
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(addr.rsplit(":", 1)[1])), timeout=1).close()
+
+
+def test_a_switch_that_exits_at_once_is_one_clear_error_with_its_log(tmp_path: Path) -> None:
+    spec = SwitchSpec("softswitch", [(1, "veth1")], grpc_addr="127.0.0.1:65536")  # no such port: exits with 2
+    switch = SwitchProcess(spec, tmp_path / "sw.out")
+    switch.start()
+    try:
+        with pytest.raises(SwitchStartError, match=r"(?s)exited with code 2 before serving.*--- sw.out ---.*65536"):
+            switch.wait_ready(30)
+    finally:
+        switch.stop()

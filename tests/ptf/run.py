@@ -35,20 +35,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distcache import p4names as n
 from harness.netns import NamespaceError, make_veth_namespace
 from harness.processes import stop_group
+from harness.switch import (
+    BMV2_COMPILER,
+    BMV2_SWITCH,
+    DEVICE_ID,
+    GRPC_ADDR,
+    TARGETS,
+    SwitchProcess,
+    SwitchSpec,
+    SwitchStartError,
+    source_env,
+)
+from harness.switch import CPU_PORT as CPU_PORT  # where the tests' packet-outs enter (test_p4_constants)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TEST_DIR = HERE / "tests"
-TARGETS = ("softswitch", "bmv2")
-GRPC_ADDR = "127.0.0.1:9559"
-THRIFT_PORT = 9090
-DEVICE_ID = 1
-CPU_PORT = n.CPU_PORT  # packet-out enters here (the P4 parser's CPU_PORT); 511 is BMv2's drop port
-BMV2_SWITCH = "simple_switch_grpc"
-BMV2_COMPILER = "p4c-bm2-ss"
 P4_SOURCE = REPO / "p4src" / "distcache.p4"
 
 # unittest at verbosity 2: "name ... ok" per test, then "Ran N tests in Xs" and "OK" / "FAILED (failures=1, ...)"
@@ -108,14 +112,6 @@ def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:  # n
     return subprocess.run(cmd, check=check, text=True, capture_output=True, **kw)
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"({path} unreadable)"
-    return "\n".join(text[-lines:]) or f"({path.name} is empty)"
-
-
 def load_port_map(target: str) -> list[dict]:
     path = HERE / f"port_map.{target}.json"
     ports = json.loads(path.read_text())["ports"]
@@ -132,15 +128,9 @@ class TestBed:
         self.target, self.ports, self.workdir, self.p4src = target, ports, workdir, p4src
         self.ns = f"dcptf-{os.getpid()}"
         self.ns_created = False
-        self.switch: subprocess.Popen | None = None
+        self.switch: SwitchProcess | None = None
         self.ptf: subprocess.Popen | None = None
-        self.switch_out = workdir / "switch.out"
-        self.env = dict(os.environ)
-        # the worktree's own packages first (the venv may hold an editable install of another checkout)
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO), str(REPO / "mininet")] + [p for p in [os.environ.get("PYTHONPATH")] if p]
-        )
-        self.env["PYTHONUNBUFFERED"] = "1"
+        self.env = source_env(REPO / "mininet")  # this worktree's packages first, for the switch and ptf
 
     def in_ns(self, *cmd: str) -> list[str]:
         return ["ip", "netns", "exec", self.ns, *cmd]
@@ -155,88 +145,23 @@ class TestBed:
             self.ns_created = Path(f"/run/netns/{self.ns}").exists()  # whatever part of it exists is ours to delete
 
     # -- switch ------------------------------------------------------------------------------
-    def switch_command(self) -> list[str]:
-        port_args = [a for p in self.ports for a in ("-i", f"{p['port']}@{p['switch_iface']}")]
-        if self.target == "bmv2":
-            return [
-                BMV2_SWITCH,
-                "--device-id",
-                str(DEVICE_ID),
-                *port_args,
-                "--no-p4",
-                "--thrift-port",
-                str(THRIFT_PORT),
-                "--",
-                "--grpc-server-addr",
-                GRPC_ADDR,
-                "--cpu-port",
-                str(CPU_PORT),
-            ]
-        return [
-            sys.executable,
-            "-m",
-            "softswitch",
-            "--device-id",
-            str(DEVICE_ID),
-            "--grpc-addr",
-            GRPC_ADDR,
-            *port_args,
-            "--log-file",
-            str(self.workdir / "switch.log"),
-        ]
-
     def start_switch(self) -> None:
-        with open(self.switch_out, "wb") as out:
-            self.switch = subprocess.Popen(
-                self.in_ns(*self.switch_command()),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=REPO,
-                start_new_session=True,
-            )
-
-    def switch_log_tail(self) -> str:
-        parts = [f"--- {self.switch_out.name} ---\n{tail(self.switch_out)}"]
-        log = self.workdir / "switch.log"
-        if log.exists():
-            parts.append(f"--- {log.name} ---\n{tail(log)}")
-        return "\n".join(parts)
+        """Start the switch in the namespace with no pipeline (harness.switch: the one command line)."""
+        spec = SwitchSpec(
+            self.target,
+            [(p["port"], p["switch_iface"]) for p in self.ports],
+            log_file=self.workdir / "switch.log" if self.target == "softswitch" else None,
+        )
+        self.switch = SwitchProcess(spec, self.workdir / "switch.out", netns=self.ns)
+        self.switch.start(self.env)
 
     def wait_for_switch(self, timeout: float = 30.0) -> float:
         """Block until the switch's gRPC port accepts inside the namespace; the seconds it took."""
-        host, port = GRPC_ADDR.rsplit(":", 1)
-        probe = (
-            "import socket,sys,time\n"
-            f"end=time.monotonic()+{timeout}\n"
-            "while time.monotonic()<end:\n"
-            "    try:\n"
-            f"        socket.create_connection(({host!r},{port}),timeout=0.2).close(); sys.exit(0)\n"
-            "    except OSError: time.sleep(0.05)\n"
-            "sys.exit(1)\n"
-        )
-        t0 = time.monotonic()
-        poller = subprocess.Popen(self.in_ns(sys.executable, "-c", probe))
+        assert self.switch is not None
         try:
-            while True:
-                rc = poller.poll()
-                if rc == 0:
-                    return time.monotonic() - t0
-                if rc is not None:
-                    raise SetupError(
-                        f"{self.target} did not open {GRPC_ADDR} within {timeout:.0f}s\n" + self.switch_log_tail()
-                    )
-                if self.switch is not None and self.switch.poll() is not None:
-                    raise SetupError(
-                        f"{self.target} exited with code {self.switch.returncode} before serving "
-                        f"P4Runtime\n" + self.switch_log_tail()
-                    )
-                time.sleep(0.05)
-        finally:
-            if poller.poll() is None:
-                poller.kill()
-                poller.wait()
+            return self.switch.wait_ready(timeout)
+        except SwitchStartError as e:
+            raise SetupError(str(e)) from None
 
     # -- pipeline files ----------------------------------------------------------------------
     def pipeline_files(self) -> tuple[Path, Path]:
@@ -338,8 +263,9 @@ class TestBed:
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self) -> None:
-        for proc in (self.ptf, self.switch):
-            stop(proc)
+        stop_group(self.ptf)
+        if self.switch is not None:
+            self.switch.stop()
         if self.ns_created:
             # anything still inside the namespace was started by this run (the switch's children, say)
             r = sh("ip", "netns", "pids", self.ns, check=False)
@@ -350,9 +276,6 @@ class TestBed:
                 self.ns_created = False
             else:
                 print(f"warning: could not delete namespace {self.ns}", file=sys.stderr)
-
-
-stop = stop_group  # the switch and ptf run in their own process groups
 
 
 def ptf_binary() -> str:
@@ -431,9 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         ptf_rc = bed.run_ptf(bed.ptf_command(p4info, device_config, specs), tally)
         rc = 0 if ptf_rc == 0 else 1
-        if bed.switch is not None and bed.switch.poll() is not None:
+        if bed.switch is not None and bed.switch.returncode() is not None:
             print(
-                f"error: the switch exited with code {bed.switch.returncode} during the run\n" + bed.switch_log_tail(),
+                f"error: the switch exited with code {bed.switch.returncode()} during the run\n" + bed.switch.logs(),
                 file=sys.stderr,
             )
             rc = 1

@@ -1,0 +1,141 @@
+"""One switch of the bed: started by harness.switch in the namespace with no pipeline, given its pipeline and
+storage leaf sl0's entries over P4Runtime, the hit key cached and valid; and the sender process beside it.
+``close`` stops them."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import subprocess
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.progress import Progress
+
+from bench.switch.config import (
+    BMV2_JSON,
+    BMV2_P4INFO,
+    BUCKETS,
+    CLUSTER,
+    CTX,
+    IN_PORT,
+    LEAF,
+    PORTS,
+    SERVER_PORT,
+    SLOT,
+    VERSION_TAG,
+    SetupError,
+)
+from bench.switch.frames import Frames
+from bench.switch.namespace import Namespace
+from bench.switch.probe import probe
+from bench.switch.sender import sender_main
+from distcache import p4names as n
+from harness.switch import DEVICE_ID, GRPC_ADDR, SwitchProcess, SwitchSpec, SwitchStartError
+from p4rt.plan import plan
+
+if TYPE_CHECKING:
+    from p4rt.client import SwitchConnection
+
+
+class Bed:
+    """One switch in the namespace, its P4Runtime session and the sender; ``close`` stops them."""
+
+    def __init__(self, target: str, ns: Namespace, workdir: Path, progress: Progress) -> None:
+        self.target, self.ns, self.workdir, self.progress = target, ns, workdir, progress
+        soft = target == "softswitch"  # BMv2 logs nothing here: its log would cost it speed
+        spec = SwitchSpec(
+            target,
+            [(p, f"bsw{p}") for p in PORTS],
+            log_file=workdir / f"{target}.log" if soft else None,
+            log_level="warning" if soft else None,
+        )
+        self.switch = SwitchProcess(spec, workdir / f"{target}.out")
+        self.sw: SwitchConnection | None = None
+        self.sender: mp.process.BaseProcess | None = None
+        self.sender_conn: Connection | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        """The switch process (None before ``start``)."""
+        return self.switch.proc
+
+    def logs(self) -> str:
+        return self.switch.logs(20)
+
+    def start(self) -> None:
+        """Start the switch (in the namespace the harness entered) and the sender; return once the switch
+        is the P4Runtime primary's and the sender is ready."""
+        self.switch.start()
+        self.sender, self.sender_conn = self._spawn_sender()
+        try:
+            self.switch.wait_ready(30)
+        except SwitchStartError as e:
+            raise SetupError(str(e)) from None
+        from p4rt.client import SwitchConnection
+
+        self.sw = SwitchConnection(GRPC_ADDR, DEVICE_ID, name=self.target)
+        self.sw.connect(timeout=30)
+        if not self.sender_conn.poll(30) or self.sender_conn.recv() != "ready":
+            raise SetupError("the sender process did not start")
+
+    def _spawn_sender(self) -> tuple[mp.process.BaseProcess, Connection]:
+        here, there = CTX.Pipe()
+        proc = CTX.Process(target=sender_main, args=(there, f"bpt{IN_PORT}"), name="sender", daemon=True)
+        proc.start()
+        there.close()
+        return proc, here
+
+    def configure(self, frames: Frames) -> None:
+        """The pipeline, sl0's entries, and the hit key cached and valid."""
+        assert self.sw is not None
+        if self.target == "bmv2":
+            from p4rt.client import load_p4info
+
+            self.sw.set_pipeline(load_p4info(BMV2_P4INFO), BMV2_JSON.read_bytes())
+        else:
+            from softswitch.dataplane import PROGRAM
+
+            self.sw.set_pipeline(PROGRAM.p4info(), b"")
+        p = plan(CLUSTER, LEAF, BUCKETS)
+        self.sw.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        for e in p.defaults:
+            self.sw.set_default(e.table, e.action, e.params_dict)
+        for e in p.entries:
+            self.sw.insert(e.table, e.match_dict, e.action, e.params_dict)
+        self.sw.insert(
+            n.CACHE_LOOKUP,
+            {n.KEY_DC_KEY: int.from_bytes(frames.hit_key, "big")},
+            n.CACHE_HIT,
+            {"slot": SLOT, "version": VERSION_TAG},
+        )
+        for f, stat in zip(frames.fill, (n.Stat.INVALIDATE, n.Stat.UPDATE), strict=True):
+            out = probe(f, in_port=SERVER_PORT)
+            if self.stats().get(stat.name, 0) != 1 or len(out) != 1:
+                raise SetupError(
+                    f"{self.target}: filling the cache: {stat.name} not counted once "
+                    f"({self.stats()}), {len(out)} frame(s) out"
+                )
+
+    def stats(self) -> dict[str, int]:
+        """dc_stats cells by name."""
+        assert self.sw is not None
+        cells = self.sw.read_counter(n.DC_STATS)
+        return {s.name: cells.get(int(s), (0, 0))[0] for s in n.Stat}
+
+    def close(self) -> None:
+        if self.sw is not None:
+            with contextlib.suppress(Exception):
+                self.sw.close()
+            self.sw = None
+        if self.sender_conn is not None:
+            with contextlib.suppress(Exception):
+                self.sender_conn.send(None)
+        if self.sender is not None:
+            self.sender.join(2)
+            if self.sender.is_alive():
+                self.sender.kill()
+                self.sender.join()
+            self.sender = None
+        self.switch.stop()  # its process group

@@ -1,0 +1,94 @@
+"""The bed's network namespace ``dcbench-<pid>`` (built by harness.netns: lo and veth pairs bsw<N>/bpt<N>),
+which the harness's main thread enters before any thread exists, so that its P4Runtime channel and every
+process it starts live inside; and the kernel's packet counters of its interfaces."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+from bench.switch.config import SetupError, err
+from harness.netns import NamespaceError, make_veth_namespace
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, text=True, capture_output=True)
+
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"setns: {os.strerror(e)}")
+
+
+class Namespace:
+    """``dcbench-<pid>``: lo and veth pairs bsw<N>/bpt<N>; the harness's main thread can enter and leave it.
+
+    Built by harness.netns, as tests/ptf/run.py builds its own.
+    """
+
+    def __init__(self, ports: tuple[int, ...]) -> None:
+        self.name = f"dcbench-{os.getpid()}"
+        self.ports = ports
+        self.created = False
+        self._home: int | None = None  # fd of the network namespace the harness came from
+
+    def create(self) -> None:
+        try:
+            make_veth_namespace(self.name, [(f"bsw{p}", f"bpt{p}") for p in self.ports])
+        except NamespaceError as e:
+            raise SetupError(str(e)) from None
+        finally:
+            self.created = Path(f"/run/netns/{self.name}").exists()  # whatever part of it exists is ours to delete
+
+    def enter(self) -> None:
+        """Move the calling (main) thread into the namespace; threads and processes started later follow."""
+        if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
+            raise SetupError("the harness must enter the namespace before it starts any thread")
+        self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        fd = os.open(f"/run/netns/{self.name}", os.O_RDONLY)
+        try:
+            _setns(fd)
+        finally:
+            os.close(fd)
+        missing = [f"bpt{p}" for p in self.ports if f"bpt{p}" not in netdev()]
+        if missing:
+            raise SetupError(f"entered {self.name} but do not see {missing}")
+
+    def leave(self) -> None:
+        if self._home is not None:
+            _setns(self._home)
+            os.close(self._home)
+            self._home = None
+
+    def delete(self) -> None:
+        self.leave()
+        if not self.created:
+            return
+        for pid in sh("ip", "netns", "pids", self.name, check=False).stdout.split():
+            if pid.isdigit() and int(pid) != os.getpid():  # what is left inside was started by this run
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        if sh("ip", "netns", "del", self.name, check=False).returncode == 0:
+            self.created = False
+        else:
+            err.print(f"[red]warning: could not delete network namespace {self.name}[/]")
+
+
+def netdev() -> dict[str, tuple[int, int]]:
+    """(rx_packets, tx_packets) per interface of the main thread's network namespace (/proc/self/net/dev)."""
+    out = {}
+    for line in Path("/proc/self/net/dev").read_text().splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        f = rest.split()
+        out[name.strip()] = (int(f[1]), int(f[9]))
+    return out

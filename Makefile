@@ -1,6 +1,7 @@
 # DistCache-P4 entry points.  Run as root (Mininet needs it).
 #   make deps    apt packages + Python environment (idempotent, works on a bare Debian 12)
 #   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
+#   make constants  regenerate distcache/p4names.py (P4Info names) and p4defines.py (define.p4, size.p4) from p4src/
 #   make run     bring up the demo topology, run a workload, fail and recover spines, print a summary, tear down
 #   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
@@ -26,7 +27,7 @@ APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-uti
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 
-.PHONY: deps build run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: deps build constants run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
 deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o
 
@@ -84,6 +85,11 @@ build/distcache.json: $(P4SRC)
 	@mkdir -p build
 	$(P4C) --std p4-16 --arch v1model -o $@ --p4runtime-files build/distcache.p4info.txtpb p4src/distcache.p4
 	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
+
+# The Python side's P4Info names and P4 constants, generated from p4src/ (tools/gen_constants.py): from p4c's
+# P4Info where p4c is installed, else from the source reader; tests/test_p4_constants.py fails when they are stale.
+constants: $(STAMP)
+	$(PY) -m tools.gen_constants
 
 FORCE:
 

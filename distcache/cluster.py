@@ -28,7 +28,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import ClassVar
 
-from distcache import p4names
+from distcache import p4defines, p4names
 from distcache.hashing import h1
 
 
@@ -60,7 +60,7 @@ class Mechanism(IntEnum):
 
 
 SPINE_BASE, STORAGE_LEAF_BASE, CLIENT_LEAF_BASE = 0, 64, 128
-MAX_SPINES = 63
+MAX_SPINES = p4defines.MAX_SPINE_ID
 MAX_STORAGE_RACKS = CLIENT_LEAF_BASE - STORAGE_LEAF_BASE  # storage leaves are ids 64..127
 MAX_CLIENT_RACKS = p4names.MAX_SWITCHES - 1 - CLIENT_LEAF_BASE  # client leaves are ids 128..254
 MAX_HOSTS_PER_RACK = 250  # hosts are .1 .. .250 of their rack's /24 (.254 is the gateway)
@@ -213,7 +213,7 @@ class Cluster:
     servers_per_rack: int = 1
     client_racks: int = 1
     clients_per_rack: int = 1
-    cache_slots: int = 4096
+    cache_slots: int = p4defines.CACHE_SLOTS
     hh_threshold: int = 16  # reads of an uncached key in one detector window before it is reported
     hh_window_shift: int = 20  # detector windows last 2^shift microseconds (20: about 1 s)
     mechanism: Mechanism = Mechanism.DISTCACHE

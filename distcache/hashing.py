@@ -27,12 +27,13 @@ import hashlib
 import zlib
 
 from distcache.errors import InvalidKeyError
+from distcache.p4defines import SPINE_BUCKETS
 from distcache.wire import KEY_LEN
 
 __all__ = ["N_SPINE_BUCKETS", "InvalidKeyError", "h0", "h1", "user_key", "wire_key"]
 
-N_SPINE_BUCKETS = 1024
-"""Buckets of the spine partition (h0).  Must match ``SPINE_BUCKETS`` in p4src."""
+N_SPINE_BUCKETS = SPINE_BUCKETS
+"""Buckets of the spine partition (h0): spine_partition's entries, ``SPINE_BUCKETS`` of p4src size.p4."""
 
 _SHORT = KEY_LEN - 1
 _LONG_MARK = 0xFF

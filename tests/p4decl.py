@@ -191,8 +191,9 @@ def _collect_control(
         km = re.search(r"\bkey\s*=\s*\{", tbody)
         if km:
             kbody, _ = _block(tbody, km.start())
-            for expr, kind in re.findall(r"([\w.]+)\s*:\s*(\w+)\s*;", kbody):
-                keys.append((expr, key_width(expr), kind))
+            # a key's P4Info name is its @name annotation (p4src/ gives every key one), else its expression
+            for expr, kind, name in re.findall(r'([\w.]+)\s*:\s*(\w+)\s*(?:@name\(\s*"([\w.]+)"\s*\))?\s*;', kbody):
+                keys.append((name or expr, key_width(expr), kind))
         am = re.search(r"\bactions\s*=\s*\{", tbody)
         abody, _ = _block(tbody, am.start())
         acts = [a if a == "NoAction" else q + a for a in re.findall(r"(\w+)\s*(?:\(\s*\))?\s*;", abody)]

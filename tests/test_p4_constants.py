@@ -3,10 +3,13 @@
 p4src/include/define.p4 and size.p4 declare the wire format (version, port,
 header length, ops, statuses, flags), what the controller writes (roles, port
 kinds, mechanisms), the counter indexes the control plane reads (drop
-reasons, stats) and the sizes; distcache/ declares them for Python.  A value
-changed on one side only fails here.  Both directions are checked: every
-Python member has its P4 constant and every P4 constant of a family has its
-Python member.
+reasons, stats) and the sizes.  ``make constants`` (tools/gen_constants.py)
+writes their Python twin, distcache/p4defines.py, and the P4Info names,
+distcache/p4names.py: a P4 change without it fails the freshness test here.
+distcache.wire and distcache.cluster own the wire format and what the
+controller writes; a value changed on one side only fails here.  Both
+directions are checked: every Python member has its P4 constant and every P4
+constant of a family has its Python member.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
+import shutil
 from enum import IntEnum
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from distcache import p4names, wire
 from distcache.cluster import MAX_SPINES, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.wire import Flag, Op, Status
+from tools import gen_constants
 
 INCLUDE = Path(__file__).resolve().parents[1] / "p4src" / "include"
 
@@ -121,3 +126,21 @@ def test_reader_sees_every_constant() -> None:
     assert len(CONSTS) == len(re.findall(r"^(?:@\w+\([^)]*\)\s+)?const\b", text, flags=re.M))
     text = (INCLUDE / "size.p4").read_text()
     assert len(DEFINES) == len(re.findall(r"^#define\s+\w+\s+\d", text, flags=re.M))
+
+
+def test_generated_constants_are_fresh() -> None:
+    """distcache/p4names.py and p4defines.py are what ``make constants`` writes from p4src/ as it is now
+    (from p4c's P4Info where p4c is installed, else from the source reader)."""
+    stale = [
+        str(p.relative_to(gen_constants.REPO)) for p, text in gen_constants.rendered().items() if p.read_text() != text
+    ]
+    assert stale == [], f"generated from an older p4src/: run make constants ({stale})"
+
+
+@pytest.mark.skipif(
+    shutil.which(gen_constants.P4C) is None, reason="p4c-bm2-ss not installed (softswitch-only machine)"
+)
+def test_p4c_and_the_source_reader_generate_the_same_names() -> None:
+    """A machine without p4c writes the same p4names.py as one with it."""
+    via_p4c, via_source = gen_constants.from_p4c(), gen_constants.from_source()
+    assert gen_constants.render_p4names(via_p4c) == gen_constants.render_p4names(via_source)

@@ -1,10 +1,10 @@
 /* Constants of the DistCache data plane.
  *
- * Every value here has a Python twin, and tests/test_p4_constants.py holds
- * the two equal: the wire format (distcache/wire.py: version, ports, ops,
- * statuses, flags), the roles, port kinds and mechanisms the controller
- * writes (distcache/cluster.py), and the counter indexes the control plane
- * reads (distcache/p4names.py: DropReason, Stat).
+ * `make constants` writes their Python twin, distcache/p4defines.py (the
+ * counter indexes as DropReason and Stat); tests/test_p4_constants.py fails
+ * when it is stale, and holds the values Python owns equal to these: the wire
+ * format (distcache/wire.py: version, ports, ops, statuses, flags), and the
+ * roles, port kinds and mechanisms the controller writes (distcache/cluster.py).
  */
 #ifndef DC_DEFINE_P4
 #define DC_DEFINE_P4

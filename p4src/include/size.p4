@@ -1,6 +1,7 @@
 /* Sizes of tables, registers and counters (preprocessor macros, so they can
- * size declarations).  distcache/p4names.py repeats them for the control
- * plane; tests/test_p4_constants.py holds the two equal.
+ * size declarations).  `make constants` writes them into
+ * distcache/p4defines.py for the control plane; tests/test_p4_constants.py
+ * fails when it is stale.
  */
 #ifndef DC_SIZE_P4
 #define DC_SIZE_P4

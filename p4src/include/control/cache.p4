@@ -34,7 +34,7 @@ control DcCache(inout headers_t hdr,
     }
 
     table cache_lookup {
-        key = { hdr.dc.key: exact; }
+        key = { hdr.dc.key: exact @name("dc_key"); }
         actions = { cache_hit; cache_miss; }
         default_action = cache_miss();
         size = CACHE_SLOTS;

@@ -27,7 +27,7 @@ control DcConfig(inout headers_t hdr,
     }
 
     table port_kind {
-        key = { standard_metadata.ingress_port: exact; }
+        key = { standard_metadata.ingress_port: exact @name("ingress_port"); }
         actions = { set_port_kind; NoAction; }
         default_action = NoAction();
         size = MAX_PORTS;

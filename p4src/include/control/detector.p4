@@ -46,14 +46,14 @@ control DcDetector(inout headers_t hdr,
     }
 
     table hh_buckets {
-        key = { meta.bucket: exact; }
+        key = { meta.bucket: exact @name("bucket"); }
         actions = { designate; NoAction; }
         default_action = NoAction();
         size = SPINE_BUCKETS;
     }
 
     table hh_racks {
-        key = { hdr.ipv4.dstAddr: lpm; }
+        key = { hdr.ipv4.dstAddr: lpm @name("ipv4_dst"); }
         actions = { designate; NoAction; }
         default_action = NoAction();
         size = MAX_SWITCHES;

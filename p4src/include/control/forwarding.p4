@@ -38,7 +38,7 @@ control DcForwarding(inout headers_t hdr,
     }
 
     table ipv4_lpm {
-        key = { hdr.ipv4.dstAddr: lpm; }
+        key = { hdr.ipv4.dstAddr: lpm @name("ipv4_dst"); }
         actions = { set_nhop; transit; drop; }
         default_action = drop();
         size = MAX_ROUTES;
@@ -56,7 +56,7 @@ control DcForwarding(inout headers_t hdr,
     }
 
     table transit_spine {
-        key = { meta.transit_slot: exact; }
+        key = { meta.transit_slot: exact @name("transit_slot"); }
         actions = { set_transit; drop; }
         default_action = drop();
         size = TRANSIT_SLOTS;

@@ -100,7 +100,7 @@ control DcLiveness(inout headers_t hdr,
 
     /* a leaf's ports to the spines */
     table port_spine {
-        key = { standard_metadata.ingress_port: exact; }
+        key = { standard_metadata.ingress_port: exact @name("ingress_port"); }
         actions = { set_port_spine; NoAction; }
         default_action = NoAction();
         size = MAX_PORTS;

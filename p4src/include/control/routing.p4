@@ -45,7 +45,7 @@ control DcRouting(inout headers_t hdr,
     }
 
     table spine_partition {
-        key = { meta.bucket: exact; }
+        key = { meta.bucket: exact @name("bucket"); }
         actions = { set_spine_candidate; NoAction; }
         default_action = NoAction();
         size = SPINE_BUCKETS;
@@ -57,7 +57,7 @@ control DcRouting(inout headers_t hdr,
     }
 
     table replica_spine {
-        key = { meta.replica_slot: exact; }
+        key = { meta.replica_slot: exact @name("replica_slot"); }
         actions = { set_replica_spines; NoAction; }
         default_action = NoAction();
         size = REPLICA_SLOTS;
@@ -68,7 +68,7 @@ control DcRouting(inout headers_t hdr,
     }
 
     table replicated_keys {
-        key = { hdr.dc.key: exact; }
+        key = { hdr.dc.key: exact @name("dc_key"); }
         actions = { replicate; NoAction; }
         default_action = NoAction();
         size = MAX_REPLICATED_KEYS;
@@ -79,7 +79,7 @@ control DcRouting(inout headers_t hdr,
     }
 
     table storage_rack {
-        key = { hdr.ipv4.dstAddr: lpm; }
+        key = { hdr.ipv4.dstAddr: lpm @name("ipv4_dst"); }
         actions = { set_leaf_candidate; NoAction; }
         default_action = NoAction();
         size = MAX_SWITCHES;
@@ -92,7 +92,7 @@ control DcRouting(inout headers_t hdr,
     }
 
     table cache_route {
-        key = { hdr.dc.target: exact; }
+        key = { hdr.dc.target: exact @name("dc_target"); }
         actions = { route_to_cache; NoAction; }
         default_action = NoAction();
         size = MAX_SWITCHES;

@@ -36,8 +36,8 @@ control DcValidation(inout headers_t hdr,
 
     table client_source {
         key = {
-            standard_metadata.ingress_port: exact;
-            hdr.ipv4.srcAddr: lpm;
+            standard_metadata.ingress_port: exact @name("ingress_port");
+            hdr.ipv4.srcAddr: lpm @name("ipv4_src");
         }
         actions = { source_ok; NoAction; }
         default_action = NoAction();
@@ -48,7 +48,7 @@ control DcValidation(inout headers_t hdr,
 
     /* a leaf's hosts: what may come down to it from a spine */
     table rack_hosts {
-        key = { hdr.ipv4.dstAddr: exact; }
+        key = { hdr.ipv4.dstAddr: exact @name("ipv4_dst"); }
         actions = { dest_ok; NoAction; }
         default_action = NoAction();
         size = MAX_PORTS;

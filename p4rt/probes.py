@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from distcache import p4names as n
 from distcache.cluster import CLIENT_LEAF_BASE, STORAGE_LEAF_BASE, Cluster, Role, Switch
+from distcache.p4defines import PROTO_UDP, TYPE_IPV4
 from distcache.wire import DC_PORT, KEY_LEN, Message, Op, encode
 from p4rt.client import SwitchConnection
 
@@ -62,10 +63,10 @@ def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:
     src = ipaddress.IPv4Address(leaf_address(leaf)).packed
     dst = ipaddress.IPv4Address(Cluster.spine_address(spine.switch_id)).packed
     total = _IPV4.size + len(udp) + len(dc)
-    ip = _IPV4.pack(0x45, 0, total, 0, 0, PROBE_TTL, 17, 0, src, dst)
+    ip = _IPV4.pack(0x45, 0, total, 0, 0, PROBE_TTL, PROTO_UDP, 0, src, dst)
     ip = ip[:10] + struct.pack("!H", _ipv4_checksum(ip)) + ip[12:]
     mac = bytes.fromhex(leaf.mac.replace(":", ""))
-    return _ETH.pack(mac, mac, 0x0800) + ip + udp + dc
+    return _ETH.pack(mac, mac, TYPE_IPV4) + ip + udp + dc
 
 
 def send_probe(conn: SwitchConnection, leaf: Switch, spine: Switch, seq: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+from distcache.p4defines import IPV4_MIN_IHL, PROTO_UDP, TYPE_IPV4
 from distcache.p4names import CPU_PORT, PACKET_OUT_FIELDS
 from distcache.wire import CHUNK_LEN, DC_PORT, HEADER_LEN, HEADER_STRUCT, MAX_CHUNKS, VERSION
 from softswitch.dataplane.header import (
@@ -18,7 +19,6 @@ from softswitch.dataplane.header import (
     Headers,
 )
 
-TYPE_IPV4, PROTO_UDP, IPV4_MIN_IHL = 0x0800, 17, 5
 assert PACKET_OUT_FIELDS == (("spine_id", 8),), "parse() reads packet_out_t as one byte"
 NO_ERROR, PACKET_TOO_SHORT = "NoError", "PacketTooShort"
 DC_BAD_VERSION, DC_BAD_CHUNKS, IPV4_BAD_IHL = "DcBadVersion", "DcBadChunks", "Ipv4BadIhl"

@@ -46,7 +46,7 @@ def tag(m: Meta) -> int:
     return (m.cache_epoch << 16) | m.version
 
 
-def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     dc = h.dc
     m.cache_epoch = state.tables[n.CACHE_EPOCH].lookup()[1]["epoch"]
     action, p, _ = state.tables[n.CACHE_LOOKUP].lookup(int.from_bytes(dc["key"], "big"))
@@ -61,7 +61,7 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
     if not (m.cache_hit and valid != 0 and valid == tag(m)):
         stats.count(Stat.READ_MISS, m.packet_length)
         return
-    if state.meters[n.CACHE_METER].execute(0, now_us, m.packet_length) == RED:
+    if state.meters[n.CACHE_METER].execute(0, m.ingress_global_timestamp, m.packet_length) == RED:
         stats.count(Stat.HIT_METERED, m.packet_length)
         stats.count(Stat.READ_MISS, m.packet_length)
         return

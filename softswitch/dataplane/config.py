@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distcache import p4names as n
-from softswitch.dataplane.header import Meta
+from softswitch.dataplane.header import Headers, Meta
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
 
@@ -33,7 +33,8 @@ TABLES = (
 )
 
 
-def apply(state: SwitchState, m: Meta, now_us: int) -> None:
+def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
+    """Every packet, first: what this switch is and which port the packet came by (reads no header)."""
     tables = state.tables
     action, p, _ = tables[n.SWITCH_CONFIG].lookup()
     if action == n.SET_CONFIG:
@@ -43,4 +44,4 @@ def apply(state: SwitchState, m: Meta, now_us: int) -> None:
         m.port_kind = p["kind"]
     _, p, _ = tables[n.LOAD_WINDOW].lookup()
     m.window_shift = p["shift"]
-    m.epoch = ((now_us & 0xFFFFFFFFFFFF) >> m.window_shift) & 0xFFFFFFFF
+    m.epoch = (m.ingress_global_timestamp >> m.window_shift) & 0xFFFFFFFF

@@ -52,7 +52,7 @@ CM_SALTS = (1, 2, 3, 4)  # crc32 of {key, 8w<salt>}, one salt per row
 BLOOM_SALTS = (5, 6, 7)
 
 
-def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
+def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.op != OP_GET or m.cache_hit:
         return
     key = h.dc["key"]
@@ -65,7 +65,8 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
         return
     _, p, _ = tables[n.DETECTOR_CONFIG].lookup()
     threshold = p["threshold"]
-    window = ((now_us & 0xFFFFFFFFFFFF) >> p["window_shift"]) & 0xFFFF
+    now = m.ingress_global_timestamp
+    window = (now >> p["window_shift"]) & 0xFFFF
     regs = state.registers
     estimate = 0xFFFF
     for name, salt in zip(n.HH_CM, CM_SALTS, strict=True):
@@ -90,6 +91,6 @@ def apply(state: SwitchState, h: Headers, m: Meta, now_us: int) -> None:
         return  # reported already in this window
     for reg, i in cells:
         reg.write(i, tag)
-    elapsed = (now_us & 0xFFFFFFFFFFFF) & ((1 << p["window_shift"]) - 1)  # into the window (detector.p4)
+    elapsed = now & ((1 << p["window_shift"]) - 1)  # into the window (detector.p4)
     state.emit_digest(n.HH_DIGEST, (int.from_bytes(key, "big"), estimate, m.switch_id, elapsed))
     stats.count(Stat.HH_REPORTED, m.packet_length)

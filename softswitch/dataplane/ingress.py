@@ -3,6 +3,12 @@
 v1model semantics kept on purpose: a parser error does not drop the packet
 but reaches ingress as ``parser_error``; metadata starts zeroed; egress is
 empty; the IPv4 checksum is recomputed on every IPv4 packet.
+
+Every control is ``apply(state, hdr, meta)``, as every v1model control takes
+``(hdr, meta, standard_metadata)``: ``meta`` (:class:`Meta`) holds the
+standard metadata too, the time included (``ingress_global_timestamp``), and
+``state`` stands for the tables, registers, counters and meters the P4
+controls declare.
 """
 
 from __future__ import annotations
@@ -72,8 +78,8 @@ class DistCachePipeline:
             parser_error=perr,
             ingress_global_timestamp=now_us & 0xFFFFFFFFFFFF,
         )
-        config.apply(state, m, now_us)
-        liveness.apply(state, m)  # heard: every packet from a spine, before any drop
+        config.apply(state, h, m)
+        liveness.apply(state, h, m)  # heard: every packet from a spine, before any drop
         validation.apply(state, h, m)
         if m.dropped:
             return []
@@ -81,9 +87,9 @@ class DistCachePipeline:
             h.udp[UDP_CSUM] = 0  # any switch may rewrite a DistCache message
             probe.apply(state, h, m)
             if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
-                cache.apply(state, h, m, now_us)
+                cache.apply(state, h, m)
                 coherence.apply(state, h, m)
-                detector.apply(state, h, m, now_us)
+                detector.apply(state, h, m)
             telemetry.apply(state, h, m)
             if m.role == ROLE_CLIENT_LEAF:
                 routing.apply(state, h, m)

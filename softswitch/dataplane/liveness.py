@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from distcache import p4names as n
 from distcache.cluster import Role
-from softswitch.dataplane.header import Meta
+from softswitch.dataplane.header import Headers, Meta
 from softswitch.program import Action, Counter, Digest, MatchField, Param, Register, Table
 from softswitch.state import SwitchState
 
@@ -72,8 +72,9 @@ def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, de
     return (asked > heard and ((now - asked) & MASK48) > threshold) or heard < hold
 
 
-def apply(state: SwitchState, m: Meta) -> None:
-    """Every packet at a leaf, before DcValidation may drop it: what comes in by a spine's port is heard."""
+def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
+    """Every packet at a leaf, before DcValidation may drop it: what comes in by a spine's port is heard
+    (whatever its headers, so they are not read)."""
     if m.role not in LEAVES:
         return
     tables = state.tables

@@ -14,13 +14,18 @@ device config must be empty or softswitch's identity of that program
 program's identity, garbage) is refused, since softswitch cannot run it.
 What was accepted is kept and handed back by GetForwardingPipelineConfig.
 
+The server reaches the data plane only through softswitch/target.py (the typed
+:class:`~softswitch.target.PipelineTarget`: tables and default entries, counters,
+meters, pipeline install); packet-ins, digests and packet-outs go through the
+service's own hooks (see :class:`P4RuntimeService`).
+
 Threading: gRPC handlers run on a thread pool.  ``_arb_lock`` guards
 arbitration (held briefly); ``_cfg_lock`` serializes Write, Read and
 SetForwardingPipelineConfig; ``state.lock`` is taken inside ``_cfg_lock``
 for the actual data-plane access, so packets see each batch whole.
 """
 
-from softswitch.server.codec import DEFAULT_GRPC_ADDR, P4RUNTIME_API_VERSION, P4RuntimeError, decode_bytes, encode_bytes
+from softswitch.server.codec import DEFAULT_GRPC_ADDR, P4RUNTIME_API_VERSION, P4RuntimeError
 from softswitch.server.ids import IdMap, PipelineConfig, packet_out_frame
 from softswitch.server.service import P4RuntimeServer, P4RuntimeService
 from softswitch.server.verify import device_config_mismatch, p4info_mismatch
@@ -33,9 +38,7 @@ __all__ = [
     "P4RuntimeServer",
     "P4RuntimeService",
     "PipelineConfig",
-    "decode_bytes",
     "device_config_mismatch",
-    "encode_bytes",
     "p4info_mismatch",
     "packet_out_frame",
 ]

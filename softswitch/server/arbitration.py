@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,8 @@ from softswitch.server.codec import (
     _to_u128,
     _u128,
 )
+from softswitch.server.digests import DigestEngine
+from softswitch.server.ids import PipelineConfig
 
 log = logging.getLogger("softswitch.server")
 
@@ -56,6 +58,16 @@ class Arbitration:
     """StreamChannel: client arbitration per role (primary = highest election id), packet-in/out and digests
     on the primary's stream.  A part of :class:`~softswitch.server.service.P4RuntimeService` (its state
     is set up there)."""
+
+    # set up by P4RuntimeService.__init__
+    device_id: int
+    digests: DigestEngine
+    packet_out_handler: Callable[[p4r.PacketOut], None] | None
+    digest_ack_handler: Callable[[p4r.DigestListAck], None] | None
+    packet_ins_dropped: int
+    _arb_lock: threading.Lock
+    _roles: dict[str, _Role]
+    _committed: PipelineConfig | None
 
     def primary_election_id(self, role: str = "") -> int | None:
         with self._arb_lock:
@@ -195,6 +207,7 @@ class Arbitration:
             return stream.role is not None and self._roles[stream.role].primary is stream
 
     def _on_packet_out(self, stream: _Stream, packet: p4r.PacketOut) -> None:
+        code: int
         if not self._is_primary_stream(stream):
             code, msg = rpc_code.PERMISSION_DENIED, "only the primary controller may send packets"
         elif self.packet_out_handler is None:

@@ -1,5 +1,5 @@
 """What the P4Runtime server's parts share: its constants, its error (a gRPC status code and a message)
-and the P4Runtime byte-string codec (canonical big-endian, no more bits than the field has)."""
+and the P4Runtime integers (the byte strings are p4rt.codec's, shared with the P4Runtime client)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import NoReturn
 import grpc
 from finsy.proto import p4i, p4r
 
-from p4rt.codec import P4RuntimeError, decode_checked, encode
+from p4rt.codec import P4RuntimeError
 
 log = logging.getLogger("softswitch.server")
 
@@ -41,13 +41,14 @@ def _err(code: grpc.StatusCode, message: str) -> NoReturn:
     raise P4RuntimeError(message, code.name)
 
 
+def _abort(context: grpc.ServicerContext, e: P4RuntimeError) -> NoReturn:
+    """End a unary RPC with ``e``'s code and message (grpc's ``abort`` raises; typed here as never returning)."""
+    context.abort(e.status, e.message)
+    raise AssertionError("unreachable")  # abort raises
+
+
 def _code_int(code: grpc.StatusCode) -> int:
     return int(code.value[0])
-
-
-# -- bytestrings: the codec the P4Runtime client uses too (p4rt.codec) --------------------------------------
-decode_bytes = decode_checked
-encode_bytes = encode
 
 
 def _u128(v: p4r.Uint128) -> int:

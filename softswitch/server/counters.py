@@ -13,7 +13,7 @@ from softswitch.server.codec import (
     _err,
 )
 from softswitch.server.ids import IdMap
-from softswitch.state import SwitchState
+from softswitch.target import PipelineTarget
 
 
 class CounterEntries:
@@ -25,7 +25,7 @@ class CounterEntries:
             _err(SC.INVALID_ARGUMENT, f"unknown counter id {counter_id:#x}")
         return c
 
-    def _write_counter_entry(self, ids: IdMap, state: SwitchState, utype: int, ce: p4r.CounterEntry) -> None:
+    def _write_counter_entry(self, ids: IdMap, state: PipelineTarget, utype: int, ce: p4r.CounterEntry) -> None:
         if utype != _UPD.MODIFY:
             _err(SC.INVALID_ARGUMENT, "counter entries can only be modified")
         if ce.counter_id == 0:
@@ -45,7 +45,7 @@ class CounterEntries:
             for idx in range(c.size):
                 arr.write(idx, ce.data.packet_count, ce.data.byte_count)
 
-    def _read_counter(self, ids: IdMap, state: SwitchState, q: p4r.CounterEntry) -> list[p4r.Entity]:
+    def _read_counter(self, ids: IdMap, state: PipelineTarget, q: p4r.CounterEntry) -> list[p4r.Entity]:
         if q.counter_id == 0:
             if q.HasField("index"):
                 _err(SC.INVALID_ARGUMENT, "an index needs a counter_id")

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from finsy.proto import p4r
 
-from softswitch.digests import DigestConfig, DigestConfigError
 from softswitch.program import Digest
 from softswitch.server.codec import (
     _UPD,
     SC,
     _err,
 )
-from softswitch.server.ids import IdMap
-from softswitch.state import SwitchState
+from softswitch.server.digests import DigestConfig, DigestConfigError, DigestEngine
+from softswitch.server.ids import IdMap, PipelineConfig
+from softswitch.target import PipelineTarget
 
 
 class DigestEntries:
     """The DigestEntry handler of :class:`~softswitch.server.service.P4RuntimeService`."""
+
+    # set up by P4RuntimeService.__init__
+    digests: DigestEngine
+    _saved: PipelineConfig | None
 
     def _digest(self, ids: IdMap, digest_id: int) -> Digest:
         d = ids.digests.get(digest_id)
@@ -24,7 +28,7 @@ class DigestEntries:
             _err(SC.NOT_FOUND, f"{digest_id} is not a valid digest id")
         return d
 
-    def _write_digest_entry(self, ids: IdMap, _state: SwitchState, utype: int, de: p4r.DigestEntry) -> None:
+    def _write_digest_entry(self, ids: IdMap, _state: PipelineTarget, utype: int, de: p4r.DigestEntry) -> None:
         d = self._digest(ids, de.digest_id)
         if self._saved is not None:
             _err(SC.UNAVAILABLE, "DigestEntry writes wait for the saved pipeline config to be committed")
@@ -36,7 +40,7 @@ class DigestEntries:
         except DigestConfigError as e:
             _err(SC[e.code], e.message)
 
-    def _read_digest(self, ids: IdMap, _state: SwitchState, q: p4r.DigestEntry) -> list[p4r.Entity]:
+    def _read_digest(self, ids: IdMap, _state: PipelineTarget, q: p4r.DigestEntry) -> list[p4r.Entity]:
         # digest_id 0 reads every configured digest (the spec); BMv2 differs: UNIMPLEMENTED
         wanted = [(q.digest_id, self._digest(ids, q.digest_id))] if q.digest_id else list(ids.digests.items())
         out = []

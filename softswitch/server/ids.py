@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 from finsy.proto import p4i, p4r
 
+from p4rt.codec import decode_checked
 from softswitch.program import Action, ControllerHeader, Counter, Digest, Meter, Param, Program, Register, Table
 from softswitch.server.codec import (
     SC,
     _err,
-    decode_bytes,
 )
 
 
@@ -122,7 +122,7 @@ def packet_out_frame(program: Program, cfg: PipelineConfig, packet: p4r.PacketOu
         if md.metadata_id not in cfg.ids.packet_out:
             _err(SC.INVALID_ARGUMENT, f"packet-out metadata id {md.metadata_id} is not in the P4Info's packet_out")
         name, width = cfg.ids.packet_out[md.metadata_id]
-        given[name] = decode_bytes(md.value, width, f"packet-out metadata {name!r}")
+        given[name] = decode_checked(md.value, width, f"packet-out metadata {name!r}")
     bits = 0
     for name, width in header.fields:
         bits = (bits << width) | given.get(name, 0)

@@ -14,10 +14,7 @@ from softswitch.server.codec import (
     _err,
 )
 from softswitch.server.ids import IdMap
-from softswitch.state import (
-    MeterConfig,
-    SwitchState,
-)
+from softswitch.target import MeterConfig, PipelineTarget
 
 
 class MeterEntries:
@@ -36,7 +33,7 @@ class MeterEntries:
             _err(SC.OUT_OF_RANGE, f"meter {m.name} index {index} >= size {m.size}")
         return index
 
-    def _write_meter_entry(self, ids: IdMap, state: SwitchState, utype: int, me: p4r.MeterEntry) -> None:
+    def _write_meter_entry(self, ids: IdMap, state: PipelineTarget, utype: int, me: p4r.MeterEntry) -> None:
         m = self._meter(ids, me.meter_id)
         if utype != _UPD.MODIFY:  # as BMv2 (but BMv2 first answers UNIMPLEMENTED for a missing index)
             _err(SC.INVALID_ARGUMENT, "meter entries can only be modified")
@@ -70,7 +67,7 @@ class MeterEntries:
             _err(SC.INVALID_ARGUMENT, f"meter {m.name}: cir {c.cir} > pir {c.pir}")
         return MeterConfig(c.cir, c.cburst, c.pir, c.pburst)
 
-    def _read_meter(self, ids: IdMap, state: SwitchState, q: p4r.MeterEntry) -> list[p4r.Entity]:
+    def _read_meter(self, ids: IdMap, state: PipelineTarget, q: p4r.MeterEntry) -> list[p4r.Entity]:
         # meter_id 0: every meter, and an index applies to each of them (as BMv2)
         meters = list(ids.meters.items()) if q.meter_id == 0 else [(q.meter_id, self._meter(ids, q.meter_id))]
         out = []

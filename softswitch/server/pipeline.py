@@ -3,29 +3,43 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
 import grpc
 from finsy.proto import p4r
 
+from softswitch.program import Program
+from softswitch.server.arbitration import Arbitration
 from softswitch.server.codec import (
     _CFG,
     _GET,
     P4RUNTIME_API_VERSION,
     SC,
     P4RuntimeError,
+    _abort,
     _err,
 )
 from softswitch.server.ids import IdMap, PipelineConfig
 from softswitch.server.verify import device_config_mismatch, p4info_mismatch
-from softswitch.state import SwitchState
+from softswitch.target import PipelineTarget
 
 log = logging.getLogger("softswitch.server")
 
 
-class PipelineConfigs:
+class PipelineConfigs(Arbitration):
     """Capabilities and the forwarding pipeline config (SetForwardingPipelineConfig's four actions and the
     shadow state between VERIFY_AND_SAVE and COMMIT).  A part of
-    :class:`~softswitch.server.service.P4RuntimeService`."""
+    :class:`~softswitch.server.service.P4RuntimeService`, over its arbitration (only the primary sets a
+    config)."""
+
+    # set up by P4RuntimeService.__init__
+    state: PipelineTarget
+    program: Program
+    on_commit: Callable[[PipelineConfig, bool], None] | None
+    _cfg_lock: threading.RLock
+    _saved: PipelineConfig | None
+    _shadow: PipelineTarget | None
 
     # -- public view ----------------------------------------------------------------------------
     @property
@@ -33,7 +47,7 @@ class PipelineConfigs:
         """The config packets are processed with (None: drop every packet)."""
         return self._committed
 
-    def _rw_target(self) -> tuple[PipelineConfig, SwitchState]:
+    def _rw_target(self) -> tuple[PipelineConfig, PipelineTarget]:
         """The config and state Read/Write act on (the saved one after VERIFY_AND_SAVE)."""
         if self._saved is not None and self._shadow is not None:
             return self._saved, self._shadow
@@ -58,7 +72,7 @@ class PipelineConfigs:
                 self._set_config(request)
         except P4RuntimeError as e:
             log.warning("SetForwardingPipelineConfig refused: %s %s", e.code, e.message)
-            context.abort(e.status, e.message)
+            _abort(context, e)
         return p4r.SetForwardingPipelineConfigResponse()
 
     def _verify(self, request: p4r.SetForwardingPipelineConfigRequest) -> PipelineConfig:
@@ -80,7 +94,7 @@ class PipelineConfigs:
             self._verify(request)
         elif action == _CFG.VERIFY_AND_SAVE:
             self._saved = self._verify(request)
-            self._shadow = SwitchState(self.program)
+            self._shadow = self.state.empty()
             log.info("pipeline config saved (not committed), cookie=%s", self._saved.cookie)
         elif action == _CFG.VERIFY_AND_COMMIT:
             self._commit(self._verify(request), None, reconcile=False)
@@ -96,7 +110,7 @@ class PipelineConfigs:
         else:
             _err(SC.INVALID_ARGUMENT, f"unsupported SetForwardingPipelineConfig action {action}")
 
-    def _commit(self, cfg: PipelineConfig, shadow: SwitchState | None, *, reconcile: bool) -> None:
+    def _commit(self, cfg: PipelineConfig, shadow: PipelineTarget | None, *, reconcile: bool) -> None:
         with self.state.lock:
             if not reconcile:
                 self.state.reset()
@@ -129,7 +143,7 @@ class PipelineConfigs:
             if cfg is None:
                 _err(SC.FAILED_PRECONDITION, "No forwarding pipeline config set for this device")
         except P4RuntimeError as e:
-            context.abort(e.status, e.message)
+            _abort(context, e)
         out = p4r.ForwardingPipelineConfig()
         rt = request.response_type
         if cfg.cookie is not None:
@@ -141,7 +155,7 @@ class PipelineConfigs:
         return p4r.GetForwardingPipelineConfigResponse(config=out)
 
 
-def _copy_control_state(src: SwitchState, dst: SwitchState) -> None:
+def _copy_control_state(src: PipelineTarget, dst: PipelineTarget) -> None:
     """Install what P4Runtime wrote into ``src`` (entries, defaults, counter values, meter configs) into ``dst``."""
     for name, st in src.tables.items():
         dt = dst.tables[name]

@@ -11,8 +11,7 @@ from typing import Any, NoReturn
 import grpc
 from finsy.proto import p4r, p4r_grpc, rpc_code, rpc_status
 
-from softswitch.digests import DigestEngine
-from softswitch.server.arbitration import Arbitration, _Role
+from softswitch.server.arbitration import _Role
 from softswitch.server.codec import (
     _UPD,
     DEFAULT_GRPC_ADDR,
@@ -20,16 +19,18 @@ from softswitch.server.codec import (
     READ_CHUNK,
     SC,
     P4RuntimeError,
+    _abort,
     _code_int,
     _err,
 )
 from softswitch.server.counters import CounterEntries
 from softswitch.server.digest_entries import DigestEntries
+from softswitch.server.digests import DigestEngine
 from softswitch.server.ids import IdMap, PipelineConfig
 from softswitch.server.meters import MeterEntries
 from softswitch.server.pipeline import PipelineConfigs
 from softswitch.server.tables import TableEntries
-from softswitch.state import SwitchState
+from softswitch.target import PipelineTarget
 
 log = logging.getLogger("softswitch.server")
 
@@ -51,7 +52,7 @@ def _abort_with_details(context: grpc.ServicerContext, message: str, errors: lis
 
 
 class P4RuntimeService(
-    Arbitration, PipelineConfigs, TableEntries, CounterEntries, MeterEntries, DigestEntries, p4r_grpc.P4RuntimeServicer
+    PipelineConfigs, TableEntries, CounterEntries, MeterEntries, DigestEntries, p4r_grpc.P4RuntimeServicer
 ):
     """The P4Runtime service for one device.
 
@@ -78,7 +79,7 @@ class P4RuntimeService(
     :meth:`send_packet_in`, :meth:`send_digest_list`, :attr:`on_commit`.
     """
 
-    def __init__(self, state: SwitchState, device_id: int) -> None:
+    def __init__(self, state: PipelineTarget, device_id: int) -> None:
         if device_id <= 0:
             raise ValueError("device_id must be > 0 (P4Runtime reserves 0)")
         self.state = state
@@ -89,7 +90,7 @@ class P4RuntimeService(
         self._cfg_lock = threading.RLock()
         self._committed: PipelineConfig | None = None
         self._saved: PipelineConfig | None = None
-        self._shadow: SwitchState | None = None
+        self._shadow: PipelineTarget | None = None
         self.packet_out_handler: Callable[[p4r.PacketOut], None] | None = None
         self.digest_ack_handler: Callable[[p4r.DigestListAck], None] | None = None
         self.on_commit: Callable[[PipelineConfig, bool], None] | None = None
@@ -97,13 +98,13 @@ class P4RuntimeService(
         self.digests = DigestEngine(self.program.digests, self.send_digest_list)
         self.digest_ack_handler = self._digest_ack
         # one handler per entity kind: write(ids, state, update type, entity) and read(ids, state, query)
-        self._writers: dict[str, Callable[[IdMap, SwitchState, int, Any], None]] = {
+        self._writers: dict[str, Callable[[IdMap, PipelineTarget, int, Any], None]] = {
             "table_entry": self._write_table_entry,
             "counter_entry": self._write_counter_entry,
             "meter_entry": self._write_meter_entry,
             "digest_entry": self._write_digest_entry,
         }
-        self._readers: dict[str, Callable[[IdMap, SwitchState, Any], list[p4r.Entity]]] = {
+        self._readers: dict[str, Callable[[IdMap, PipelineTarget, Any], list[p4r.Entity]]] = {
             "table_entry": self._read_table,
             "counter_entry": self._read_counter,
             "meter_entry": self._read_meter,
@@ -111,7 +112,7 @@ class P4RuntimeService(
         }
 
     def _batch(
-        self, context: grpc.ServicerContext, items: Iterable[Any], apply: Callable[[IdMap, SwitchState, Any], object]
+        self, context: grpc.ServicerContext, items: Iterable[Any], apply: Callable[[IdMap, PipelineTarget, Any], object]
     ) -> tuple[list[p4r.Error], set[grpc.StatusCode]]:
         """Apply ``apply`` to every item of a Write or Read, each under the state lock.
 
@@ -127,7 +128,7 @@ class P4RuntimeService(
             try:
                 cfg, state = self._rw_target()
             except P4RuntimeError as e:
-                context.abort(e.status, e.message)
+                _abort(context, e)
             for item in items:
                 try:
                     with state.lock:
@@ -150,7 +151,7 @@ class P4RuntimeService(
             if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
                 _err(SC.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
         except P4RuntimeError as e:
-            context.abort(e.status, e.message)
+            _abort(context, e)
         errors, codes = self._batch(context, request.updates, self._apply_update)
         failed = sum(e.canonical_code != rpc_code.OK for e in errors)
         if codes:
@@ -158,7 +159,7 @@ class P4RuntimeService(
             _abort_with_details(context, f"Write failure: {failed} of {len(request.updates)} updates failed", errors)
         return p4r.WriteResponse()
 
-    def _apply_update(self, ids: IdMap, state: SwitchState, upd: p4r.Update) -> None:
+    def _apply_update(self, ids: IdMap, state: PipelineTarget, upd: p4r.Update) -> None:
         if upd.type not in (_UPD.INSERT, _UPD.MODIFY, _UPD.DELETE):
             _err(SC.INVALID_ARGUMENT, "update type must be INSERT, MODIFY or DELETE")
         kind = upd.entity.WhichOneof("entity")
@@ -179,7 +180,7 @@ class P4RuntimeService(
         try:
             self._check_device(request.device_id)
         except P4RuntimeError as e:
-            context.abort(e.status, e.message)
+            _abort(context, e)
         results: list[p4r.Entity] = []
         errors, codes = self._batch(
             context, request.entities, lambda ids, state, ent: results.extend(self._read_one(ids, state, ent))
@@ -191,7 +192,7 @@ class P4RuntimeService(
         for i in range(0, len(results), READ_CHUNK):
             yield p4r.ReadResponse(entities=results[i : i + READ_CHUNK])
 
-    def _read_one(self, ids: IdMap, state: SwitchState, ent: p4r.Entity) -> list[p4r.Entity]:
+    def _read_one(self, ids: IdMap, state: PipelineTarget, ent: p4r.Entity) -> list[p4r.Entity]:
         kind = ent.WhichOneof("entity")
         if kind in self._readers:
             return self._readers[kind](ids, state, getattr(ent, kind))
@@ -206,7 +207,7 @@ class P4RuntimeServer:
     """A gRPC server running :class:`P4RuntimeService` on one address."""
 
     def __init__(
-        self, state: SwitchState, device_id: int, address: str = DEFAULT_GRPC_ADDR, max_workers: int = 32
+        self, state: PipelineTarget, device_id: int, address: str = DEFAULT_GRPC_ADDR, max_workers: int = 32
     ) -> None:
         self.service = P4RuntimeService(state, device_id)
         self.requested_address = address

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from finsy.proto import p4r
 
+from p4rt.codec import decode_checked, encode
 from softswitch.server.codec import (
     _SCOPE_DEFAULT_ONLY,
     _SCOPE_TABLE_ONLY,
     _UPD,
     SC,
     _err,
-    decode_bytes,
-    encode_bytes,
 )
 from softswitch.server.ids import IdMap, TableIds
-from softswitch.state import (
+from softswitch.target import (
     CanonicalMatch,
     EntryExistsError,
     EntryNotFoundError,
-    SwitchState,
-    TableEntry,
+    InstalledEntry,
+    PipelineTarget,
     TableFullError,
 )
 
@@ -35,7 +36,7 @@ class TableEntries:
             _err(SC.INVALID_ARGUMENT, f"unknown table id {table_id:#x}")
         return t
 
-    def _write_table_entry(self, ids: IdMap, state: SwitchState, utype: int, te: p4r.TableEntry) -> None:
+    def _write_table_entry(self, ids: IdMap, state: PipelineTarget, utype: int, te: p4r.TableEntry) -> None:
         t = self._table_ids(ids, te.table_id)
         ts = state.tables[t.table.name]
         tname = t.table.name
@@ -105,11 +106,11 @@ class TableEntries:
                 _err(SC.INVALID_ARGUMENT, f"{t.table.name}: field {mf.name} is {mf.match_type}, not {kind}")
             w, full, what = mf.bitwidth, (1 << mf.bitwidth) - 1, f"{t.table.name} field {mf.name}"
             if kind == "exact":
-                out[i] = (decode_bytes(fm.exact.value, w, what), full)
+                out[i] = (decode_checked(fm.exact.value, w, what), full)
             elif kind == "optional":
-                out[i] = (decode_bytes(fm.optional.value, w, what), full)
+                out[i] = (decode_checked(fm.optional.value, w, what), full)
             elif kind == "lpm":
-                v, plen = decode_bytes(fm.lpm.value, w, what), fm.lpm.prefix_len
+                v, plen = decode_checked(fm.lpm.value, w, what), fm.lpm.prefix_len
                 if plen <= 0 or plen > w:
                     _err(
                         SC.INVALID_ARGUMENT,
@@ -120,14 +121,14 @@ class TableEntries:
                     _err(SC.INVALID_ARGUMENT, f"{what}: value {v:#x} has bits set beyond prefix /{plen}")
                 out[i] = (v, mask)
             elif kind == "ternary":
-                v, mask = decode_bytes(fm.ternary.value, w, what), decode_bytes(fm.ternary.mask, w, what)
+                v, mask = decode_checked(fm.ternary.value, w, what), decode_checked(fm.ternary.mask, w, what)
                 if mask == 0:
                     _err(SC.INVALID_ARGUMENT, f"{what}: zero mask (omit the field for don't care)")
                 if v & ~mask:
                     _err(SC.INVALID_ARGUMENT, f"{what}: value {v:#x} has bits outside mask {mask:#x}")
                 out[i] = (v, mask)
             else:  # range
-                lo, hi = decode_bytes(fm.range.low, w, what), decode_bytes(fm.range.high, w, what)
+                lo, hi = decode_checked(fm.range.low, w, what), decode_checked(fm.range.high, w, what)
                 if lo > hi:
                     _err(SC.INVALID_ARGUMENT, f"{what}: range low {lo} > high {hi}")
                 if lo == 0 and hi == full:
@@ -166,13 +167,13 @@ class TableEntries:
                 _err(SC.INVALID_ARGUMENT, f"action {ai.action.name}: unknown parameter id {p.param_id}")
             if prm.name in params:
                 _err(SC.INVALID_ARGUMENT, f"action {ai.action.name}: parameter {prm.name} given twice")
-            params[prm.name] = decode_bytes(p.value, prm.bitwidth, f"action {ai.action.name} parameter {prm.name}")
+            params[prm.name] = decode_checked(p.value, prm.bitwidth, f"action {ai.action.name} parameter {prm.name}")
         for prm in ai.action.params:
             if prm.name not in params:
                 _err(SC.INVALID_ARGUMENT, f"action {ai.action.name}: parameter {prm.name} is missing")
         return ai.action.name, params
 
-    def _read_table(self, ids: IdMap, state: SwitchState, q: p4r.TableEntry) -> list[p4r.Entity]:
+    def _read_table(self, ids: IdMap, state: PipelineTarget, q: p4r.TableEntry) -> list[p4r.Entity]:
         if q.table_id == 0:
             return [
                 self._encode_entry(ids, t, e) for t in ids.tables.values() for e in state.tables[t.table.name].entries()
@@ -200,7 +201,7 @@ class TableEntries:
             out.append(self._encode_entry(ids, t, e))
         return out
 
-    def _encode_entry(self, ids: IdMap, t: TableIds, e: TableEntry) -> p4r.Entity:
+    def _encode_entry(self, ids: IdMap, t: TableIds, e: InstalledEntry) -> p4r.Entity:
         te = p4r.TableEntry(
             table_id=t.id, priority=e.priority, controller_metadata=e.controller_metadata, metadata=e.metadata
         )
@@ -208,28 +209,28 @@ class TableEntries:
             kind = mf.match_type
             full = (1 << mf.bitwidth) - 1
             if kind == "exact":
-                te.match.add(field_id=t.field_ids[i]).exact.value = encode_bytes(a)
+                te.match.add(field_id=t.field_ids[i]).exact.value = encode(a)
             elif kind == "range":
                 if (a, b) != (0, full):
                     r = te.match.add(field_id=t.field_ids[i]).range
-                    r.low, r.high = encode_bytes(a), encode_bytes(b)
+                    r.low, r.high = encode(a), encode(b)
             elif b == 0:
                 continue  # don't care: omitted
             elif kind == "lpm":
                 lpm = te.match.add(field_id=t.field_ids[i]).lpm
-                lpm.value, lpm.prefix_len = encode_bytes(a), b.bit_count()
+                lpm.value, lpm.prefix_len = encode(a), b.bit_count()
             elif kind == "ternary":
                 tern = te.match.add(field_id=t.field_ids[i]).ternary
-                tern.value, tern.mask = encode_bytes(a), encode_bytes(b)
+                tern.value, tern.mask = encode(a), encode(b)
             else:
-                te.match.add(field_id=t.field_ids[i]).optional.value = encode_bytes(a)
+                te.match.add(field_id=t.field_ids[i]).optional.value = encode(a)
         self._encode_action(ids, te, e.action, e.params)
         return p4r.Entity(table_entry=te)
 
-    def _encode_action(self, ids: IdMap, te: p4r.TableEntry, name: str, params: dict[str, int]) -> None:
+    def _encode_action(self, ids: IdMap, te: p4r.TableEntry, name: str, params: Mapping[str, int]) -> None:
         aid = ids.action_ids[name]
         act = te.action.action
         act.action_id = aid
         ai = ids.actions[aid]
         for prm in ai.action.params:
-            act.params.add(param_id=ai.param_ids[prm.name], value=encode_bytes(params.get(prm.name, 0)))
+            act.params.add(param_id=ai.param_ids[prm.name], value=encode(params.get(prm.name, 0)))

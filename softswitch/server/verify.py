@@ -30,8 +30,8 @@ def p4info_mismatch(program: Program, info: p4i.P4Info) -> str | None:
     for fld in _UNSUPPORTED_P4INFO:
         items = getattr(info, fld)
         if len(items):
-            names = ", ".join(repr(x.preamble.name) for x in items)
-            return f"P4Info has {fld} ({names}) that softswitch program {program.name!r} does not implement"
+            listed = ", ".join(repr(x.preamble.name) for x in items)
+            return f"P4Info has {fld} ({listed}) that softswitch program {program.name!r} does not implement"
     seen_ids: dict[int, str] = {}
     groups: list[tuple[str, Sequence[Any], Sequence[Any]]] = [
         ("action", program.actions, info.actions),

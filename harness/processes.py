@@ -1,4 +1,9 @@
-"""Stop and start switch processes, for `fail` and `recover` in an emulated deployment.
+"""The processes of a deployment: services started, waited for, stopped and restarted one way; switch
+processes stopped and started again for `fail` and `recover` in an emulated deployment.
+
+A :class:`Service` is one long-running process (a storage host's redis-server or shim, an agent, the
+controller): its command line, output file, state file and readiness, so dcnet starts and kills each kind
+the same way and the fault tests restart any of them with or without its state.
 
 The deployment (``dcnet.deploy``) writes ``switches.json`` into its run folder:
 per switch, the command line of its data-plane process (softswitch or
@@ -25,8 +30,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 try:  # looked up now: a preexec_fn should not dlopen anything between fork and exec
@@ -198,3 +205,118 @@ class SwitchProcesses:
             except OSError:
                 time.sleep(0.05)
         raise SwitchProcessError(f"{name} did not open {spec['grpc']} within {timeout:.0f}s; see {spec['log']}")
+
+
+class ServiceError(RuntimeError):
+    """A service did not come up: it exited first, or did not answer in time; the message is one line."""
+
+
+def wait_until(
+    check: Callable[[], bool], proc: subprocess.Popen, timeout: float, what: str, doing: str, log: Path | None = None
+) -> None:
+    """Poll ``check`` until it holds; ServiceError if ``proc`` exits first or ``timeout`` s pass.
+
+    Watching the process too turns a service that died at start into an error at once, naming its log,
+    rather than a wait that runs out; ``what`` and ``doing`` make the message ("shim on r0s0 did not
+    create /x/y.sock within 15 s")."""
+    see = f"; see {log}" if log is not None else ""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise ServiceError(f"{what} exited with code {proc.returncode}{see}")
+        if check():
+            return
+        if time.monotonic() > deadline:
+            raise ServiceError(f"{what} did not {doing} within {timeout:.0f} s{see}")
+        time.sleep(0.05)
+
+
+def wait_for_path(path: Path, proc: subprocess.Popen, timeout: float, what: str, log: Path | None = None) -> None:
+    """Return once ``path`` exists (a service's Unix socket: it listens); ServiceError as wait_until."""
+    wait_until(path.exists, proc, timeout, what, f"create {path}", log)
+
+
+def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
+    """SIGTERM ``proc`` (a shutdown: it may flush and close), SIGKILL it if it lingers past ``grace`` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def python_argv(module: str, options: dict[str, object]) -> list[str]:
+    """``python -m module --option value ...`` (an option whose value is None is a flag): the command line of a
+    service written in Python, run by this interpreter (the virtualenv's, with what it has installed)."""
+    argv = [sys.executable, "-m", module]
+    for option, value in options.items():
+        argv += [option] if value is None else [option, str(value)]
+    return argv
+
+
+#: A service's own readiness check: (its process, seconds to wait) -> returns once it answers, else ServiceError
+Readiness = Callable[[subprocess.Popen, float], None]
+
+
+@dataclass
+class Service:
+    """One long-running process of a deployment (a redis-server, a shim, an agent, the controller).
+
+    One record says how each is started (command line; ``popen`` runs it, e.g. a Mininet host's, to start it
+    in that host's namespace), where its output goes, which file keeps its state across restarts, and when it
+    is up; so every kind starts, stops, crashes (``kill``) and restarts the same way.  Only the process
+    started last is held: the fault tests kill one and start the next.
+    """
+
+    name: str  #: also the stem of its output file and, in messages, what it is
+    argv: list[str]
+    out: Path  #: stdout and stderr, appended across restarts
+    log: Path | None = None  #: its own log file, named in errors
+    state_file: Path | None = None  #: what a restart ``without state`` deletes first
+    socket: Path | None = None  #: a Unix socket it creates once it listens: its readiness, deleted before a start
+    ready: Readiness | None = None  #: a readiness check of its own instead
+    timeout: float = 30.0  #: how long a start waits for it to be ready
+    popen: Callable[..., subprocess.Popen] = subprocess.Popen
+    proc: subprocess.Popen | None = field(default=None, init=False)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, *extra: str, timeout: float | None = None) -> subprocess.Popen:
+        """Start it (``extra`` arguments after its command line); returns once it is ready, else ServiceError."""
+        if self.running:
+            raise ServiceError(f"{self.name} is already running (pid {self.proc.pid})")  # type: ignore[union-attr]
+        if self.socket is not None:
+            self.socket.unlink(missing_ok=True)  # left by a killed predecessor: would pass for ready at once
+        with open(self.out, "ab") as out:  # the child keeps its own descriptor
+            proc = self.proc = self.popen(
+                [*self.argv, *extra], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        wait = self.timeout if timeout is None else timeout
+        if self.ready is not None:
+            self.ready(proc, wait)
+        elif self.socket is not None:
+            wait_for_path(self.socket, proc, wait, self.name, self.log or self.out)
+        return proc
+
+    def kill(self) -> None:
+        """SIGKILL it, as a crash would (nothing flushed, nobody told), and reap it."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(5)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Shut it down (SIGTERM, SIGKILL after ``grace`` s); nothing if it is not running."""
+        stop_process(self.proc, grace)
+
+    def restart(self, *extra: str, keep_state: bool = True, timeout: float | None = None) -> subprocess.Popen:
+        """Kill it and start it again, with its state file or (``keep_state=False``) without."""
+        self.kill()
+        if not keep_state and self.state_file is not None:
+            self.state_file.unlink(missing_ok=True)
+        return self.start(*extra, timeout=timeout)

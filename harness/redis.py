@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness.processes import ServiceError
+
 
 def redis_argv(sock: Path, folder: Path, *, durable: bool = False, appendfsync: str = "everysec",
                name: str = "redis", logfile: Path | None = None) -> list[str]:  # fmt: skip
@@ -26,12 +28,12 @@ def redis_argv(sock: Path, folder: Path, *, durable: bool = False, appendfsync: 
 
 
 def wait_for_redis(sock: Path, proc: subprocess.Popen, timeout: float = 10.0, what: str = "redis-server") -> None:
-    """Return once the redis-server ``proc`` answers PING on ``sock``; RuntimeError (one line) if it exits
+    """Return once the redis-server ``proc`` answers PING on ``sock``; ServiceError (one line) if it exits
     first or does not within ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} before serving; see its log")
+            raise ServiceError(f"{what} exited with code {proc.returncode} before serving; see its log")
         if sock.exists():
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -43,4 +45,4 @@ def wait_for_redis(sock: Path, proc: subprocess.Popen, timeout: float = 10.0, wh
             except OSError:
                 pass
         time.sleep(0.05)
-    raise RuntimeError(f"{what} did not answer on {sock} within {timeout:.0f} s")
+    raise ServiceError(f"{what} did not answer on {sock} within {timeout:.0f} s")

@@ -4,6 +4,7 @@ processes."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from harness.processes import Service, ServiceError, python_argv, wait_for_path
 from harness.profile import summarize_profile
 from harness.redis import redis_argv, wait_for_redis
 from harness.switch import CPU_PORT, SwitchProcess, SwitchSpec, SwitchStartError
@@ -159,3 +161,87 @@ def test_a_switch_that_exits_at_once_is_one_clear_error_with_its_log(tmp_path: P
             switch.wait_ready(30)
     finally:
         switch.stop()
+
+
+def _listener(sock: Path, delay: float) -> list[str]:
+    """A process that listens on Unix socket ``sock`` after ``delay`` s and then serves until killed."""
+    code = (
+        "import socket, sys, time\n"
+        f"time.sleep({delay})\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.bind({str(sock)!r}); s.listen()\n"
+        "while True: s.accept()[0].close()\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_waiting_for_a_path_ends_when_it_appears_or_the_process_exits(tmp_path: Path) -> None:
+    flag = tmp_path / "up"
+    proc = subprocess.Popen(["sh", "-c", f"sleep 0.3; touch {flag}; sleep 30"])
+    try:
+        wait_for_path(flag, proc, 10, "toucher")
+        assert flag.exists()
+    finally:
+        proc.kill()
+        proc.wait(5)
+    dead = subprocess.Popen(["sh", "-c", "exit 3"])
+    with pytest.raises(ServiceError, match=re.escape("quitter exited with code 3; see /x.log")):
+        wait_for_path(tmp_path / "never", dead, 10, "quitter", Path("/x.log"))
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(ServiceError, match=re.escape(f"sleeper did not create {tmp_path / 'never'} within 0 s")):
+            wait_for_path(tmp_path / "never", slow, 0.3, "sleeper")
+    finally:
+        slow.kill()
+        slow.wait(5)
+
+
+def test_a_service_is_ready_when_it_listens_not_when_a_stale_socket_is_there(tmp_path: Path) -> None:
+    sock = tmp_path / "svc.sock"
+    sock.write_text("left by a killed predecessor")
+    svc = Service("svc", _listener(sock, 0.5), out=tmp_path / "svc.out", socket=sock, timeout=10)
+    try:
+        svc.start()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))  # it answers: start waited for the real socket
+        with pytest.raises(ServiceError, match="already running"):
+            svc.start()
+        first = svc.proc
+        svc.kill()  # a crash: SIGKILL, reaped
+        assert first is not None and first.returncode == -signal.SIGKILL and not svc.running
+        svc.start()  # the killed one's socket is still on disk: removed before the start
+        assert svc.running and svc.proc is not first
+    finally:
+        svc.stop()
+    assert svc.proc is not None and svc.proc.returncode == -signal.SIGTERM  # a shutdown: SIGTERM
+
+
+def test_a_service_restarts_with_or_without_its_state_and_says_why_it_did_not_start(tmp_path: Path) -> None:
+    sock, state = tmp_path / "r.sock", tmp_path / "r.state"
+    svc = Service(
+        "redis-r",
+        redis_argv(sock, tmp_path, durable=True, appendfsync="always", name="r"),
+        out=tmp_path / "redis-r.out",
+        state_file=state,
+        socket=sock,
+        ready=lambda proc, timeout: wait_for_redis(sock, proc, timeout),
+    )
+    try:
+        svc.start()
+        redis.Redis(unix_socket_path=str(sock)).set("k", "v")
+        state.write_text("{}")
+        svc.restart()  # killed and started again: the state file stays
+        assert state.exists() and redis.Redis(unix_socket_path=str(sock)).get("k") == b"v"
+        svc.restart(keep_state=False)
+        assert not state.exists() and svc.running
+    finally:
+        svc.stop()
+    assert (tmp_path / "redis-r.out").stat().st_size > 0  # every life's output, appended
+    broken = Service("broken", ["sh", "-c", "echo no; exit 2"], out=tmp_path / "b.out", socket=tmp_path / "b.sock")
+    with pytest.raises(ServiceError, match=re.escape(f"broken exited with code 2; see {tmp_path / 'b.out'}")):
+        broken.start()
+
+
+def test_python_argv_runs_a_module_with_this_interpreter() -> None:
+    argv = python_argv("shim", {"--cluster": Path("/c.json"), "--fresh": None, "--port": 7})
+    assert argv == [sys.executable, "-m", "shim", "--cluster", "/c.json", "--fresh", "--port", "7"]

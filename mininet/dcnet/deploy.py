@@ -1,16 +1,15 @@
 """Bring a whole DistCache deployment up in Mininet, and tear it down cleanly.
 
-A :class:`Deployment` starts, in order: the switches (softswitch or BMv2
-processes attached to the Mininet veths), one ``redis-server`` and one shim in
-each storage host's namespace, one agent per cache switch, then the
-controller daemon (``python -m controller``), which configures agents, client
-leaves and shims, and watches them.  The controller may stop and start switch
-processes itself (``distcache-ctl fail/recover``): the run folder's
-``switches.json`` tells it how, and each switch's pid file says which process
-runs now.  Everything it starts is
-stopped on exit — also on Ctrl-C, SIGTERM or an error — so no process,
-interface or namespace is left behind.  Logs (and optional pcaps) of a run land
-in one run folder.
+A :class:`Deployment` starts, in order: the hosts, the storage hosts each with
+one ``redis-server`` and one shim in its namespace (:mod:`dcnet.nodes`), the
+switches (softswitch or BMv2 processes attached to the Mininet veths), one agent
+per cache switch, then the controller daemon (``python -m controller``), which
+configures agents, client leaves and shims, and watches them.  The controller
+may stop and start switch processes itself (``distcache-ctl fail/recover``): the
+run folder's ``switches.json`` tells it how, and each switch's pid file says
+which process runs now.  Everything it starts is stopped on exit — also on
+Ctrl-C, SIGTERM or an error — so no process, interface or namespace is left
+behind.  Logs (and optional pcaps) of a run land in one run folder.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -32,25 +30,23 @@ from mininet.link import Link, TCLink
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 
+from dcnet.errors import DeploymentError, one_line_errors
+from dcnet.nodes import FabricHost, StorageHost, redis_socket, shim_control
+from dcnet.operator_view import Operator
 from dcnet.p4switch import P4RuntimeSwitch, check_target
+from dcnet.sessions import ClientProcess, WorkloadSession
 from dcnet.topo import LeafSpineTopo
-from distcache.api import agent_pb2
-from distcache.cluster import Cluster, Host, Mechanism, Switch, is_cache_switch
-from distcache.hashing import wire_key
-from distcache.partition import cache_switches
+from distcache.cluster import Cluster, Host, Switch, is_cache_switch
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient, ControllerUnreachableError
-from harness.redis import redis_argv, wait_for_redis
-from p4rt.client import SwitchConnection, load_p4info
+from harness.processes import Readiness, Service, python_argv, stop_process, wait_until
+
+__all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
-
-
-class DeploymentError(RuntimeError):
-    """The deployment could not be brought up; the message says which part failed."""
 
 
 def new_run_dir(base: Path | None = None) -> Path:
@@ -104,136 +100,13 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
     return path, b""
 
 
-class ClientProcess:
-    """A client-library process inside a client host's namespace, driven by JSON lines.
-
-    See :mod:`dcnet.client_runner` for the operations it accepts.
-    """
-
-    def __init__(self, host: object, cluster_path: Path, log_path: Path) -> None:
-        self.name = host.name  # type: ignore[attr-defined]
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
-        self.proc = host.popen(
-            [sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
-        )
-
-    def call(self, op: str, key: str | None = None, value: str | None = None, **extra: object) -> dict:
-        req = {"op": op, "key": key, "value": value, **extra}
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise DeploymentError(f"client process on {self.name} died; see its log")
-        return json.loads(line)
-
-    def get_first_path(self, key: str, tries: int = 5) -> dict:
-        """A GET answered on its first attempt, the path the routing under test picked.
-
-        A reply to a retry says nothing about that path (attempt 1 goes to the other cache, later
-        ones to the server), and on an emulation host starved of CPU a first attempt can take longer
-        than the client's timeout.  Reads again, up to ``tries`` times; the last reply if none was.
-        """
-        for _ in range(tries):
-            r = self.call("get", key)
-            if r.get("attempts") == 1:
-                return r
-        return r
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin
-                self.proc.stdin.close()
-                self.proc.wait(3)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait(3)
-        self._log.close()
-
-
-class Operator:
-    """The controller's API plus direct reads of agents and switches: what the demo and tests inspect.
-
-    Reads only (counters, tables, agent status) and manual cache insertions; every change of
-    partitions or switch state goes through the controller.
-    """
-
-    def __init__(self, cluster: Cluster, p4info_path: Path, ctl: ControllerClient) -> None:
-        self.cluster, self.ctl = cluster, ctl
-        self.p4info = load_p4info(p4info_path)
-        self.agents = {
-            sw.name: AgentClient(cluster.agent_address(sw)) for sw in cluster.switches() if is_cache_switch(sw)
-        }
-        self.conns = _Readers(self)
-
-    @property
-    def buckets(self) -> list[int]:
-        return list(self.ctl.partitions().owner)
-
-    def agent_status(self, with_keys: bool = False) -> dict[str, agent_pb2.AgentStatus]:
-        return {name: a.status(with_keys) for name, a in self.agents.items()}
-
-    def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
-        """Insert ``key`` by hand into every cache switch that should hold it."""
-        wkey = wire_key(key)
-        now = replace(self.cluster, mechanism=Mechanism[self.ctl.status().mechanism.upper()])  # the operator's
-        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(now, self.buckets, wkey)}
-
-    def close(self) -> None:
-        for a in self.agents.values():
-            a.close()
-        for c in self.conns.values():
-            c.close()
-        self.ctl.close()
-
-
-class _Readers(dict):
-    """Read-only P4Runtime sessions by switch name, opened on first use."""
-
-    def __init__(self, op: Operator) -> None:
-        super().__init__()
-        self.op = op
-
-    def __missing__(self, name: str) -> SwitchConnection:
-        sw = self.op.cluster.switch(name)
-        conn = SwitchConnection(f"127.0.0.1:{sw.grpc_port}", sw.device_id, name=name)
-        conn.use_p4info(self.op.p4info)
-        self[name] = conn
-        return conn
-
-
-class WorkloadSession:
-    """One generator process (dcnet.bench_runner --serve): ``run(config)`` is one checked workload."""
-
-    def __init__(self, proc: subprocess.Popen, log_path: Path) -> None:
-        self.proc, self.log_path = proc, log_path
-
-    def run(self, config: dict, on_second: Callable[[dict], None] | None = None) -> dict:
-        """The workload's report (client_lib.workload.Report as a dict)."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(config) + "\n")
-        self.proc.stdin.flush()
-        for line in self.proc.stdout:
-            msg = json.loads(line)
-            if msg["type"] == "report":
-                return msg
-            if msg["type"] == "second" and on_second is not None:
-                on_second(msg)
-        raise DeploymentError(f"the workload generator exited ({self.proc.wait()}); see {self.log_path}")
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        _terminate(self.proc)
-
-
 class Deployment:
+    """One DistCache deployment in Mininet, as a context manager: up on entry, all of it gone on exit.
+
+    The storage hosts run their redis-server and shim (:class:`dcnet.nodes.StorageHost`); the agents and
+    the controller run in the root namespace; each is one :class:`harness.processes.Service`, which the
+    fault tests kill and start again through the methods below."""
+
     def __init__(
         self,
         cluster: Cluster,
@@ -254,23 +127,20 @@ class Deployment:
         self.cluster_path = self.run_dir / "cluster.json"
         self.net: Mininet | None = None
         self.controller: Operator | None = None
-        self.controller_proc: subprocess.Popen | None = None
-        self._controller_files: tuple[Path, Path] | None = None
-        self._procs: list[tuple[str, subprocess.Popen]] = []
-        self.agent_procs: dict[str, subprocess.Popen] = {}
-        self.shim_procs: dict[str, subprocess.Popen] = {}
-        self.redis_procs: dict[str, subprocess.Popen] = {}
-        self._agent_files: tuple[Path, Path] | None = None
+        self._controller: Service | None = None
+        self._agents: dict[str, Service] = {}
+        self._pipeline: tuple[Path, Path] | None = None
+        self._generators: list[tuple[str, subprocess.Popen]] = []
         self._clients: list[ClientProcess] = []
         self._old_handlers: dict[int, object] = {}
         setLogLevel("warning" if quiet else "info")
 
     # -- addresses of things in the run folder ---------------------------------------------
     def shim_control(self, host: Host) -> str:
-        return f"unix:{self.run_dir / f'shim-{host.name}.sock'}"
+        return shim_control(self.run_dir, host.name)
 
     def redis_socket(self, host: Host) -> Path:
-        return self.run_dir / f"redis-{host.name}.sock"
+        return redis_socket(self.run_dir, host.name)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Deployment:
@@ -292,12 +162,12 @@ class Deployment:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[sig] = signal.signal(sig, on_term)
 
+    @one_line_errors()
     def start(self) -> None:
         self.cluster.save(self.cluster_path)
         p4info_path, device_config = pipeline_files(self.target, self.run_dir)
         if self.pcap:
             (self.run_dir / "pcap").mkdir(exist_ok=True)
-        topo = LeafSpineTopo(cluster=self.cluster)
         switch = partial(
             P4RuntimeSwitch,
             run_dir=str(self.run_dir),
@@ -307,86 +177,92 @@ class Deployment:
             extra_args=self.switch_args,
         )
         self.net = Mininet(
-            topo=topo,
+            topo=LeafSpineTopo(cluster=self.cluster),
             switch=switch,
+            host=self._host,
             controller=None,
             autoSetMacs=False,
             build=False,
             waitConnected=False,
             link=TCLink if self.cluster.link_mbps else Link,
         )
-        self.net.build()
-        for h in self.cluster.hosts():
-            self._config_host(h)
+        self.net.build()  # configures the hosts: the storage hosts start their redis-server and shim
         self.net.start()
-        for h in self.cluster.servers():
-            self._start_storage(h)
         config_path = self.run_dir / "device_config.bin"
         config_path.write_bytes(device_config)
         (self.run_dir / "switches.json").write_text(
             json.dumps({sw.name: self.net[sw.name].spec() for sw in self.cluster.switches()}, indent=1)
         )
+        self._pipeline = (p4info_path, config_path)
         for sw in self.cluster.switches():
             if is_cache_switch(sw):
-                self.start_agent(sw, p4info_path, config_path)
-        self._controller_files = (p4info_path, config_path)
+                self.start_agent(sw)
+        self._controller = self._python_service(
+            "controller",
+            "controller",
+            {"--switches": self.run_dir / "switches.json"},
+            ready=self._controller_answers,
+        )
         self.start_controller()
         self.controller = Operator(self.cluster, p4info_path, ControllerClient(self.cluster.controller_address))
         log.info("deployment up in %s", self.run_dir)
 
-    def start_controller(self, timeout: float = 60.0) -> subprocess.Popen:
-        """Start the controller daemon (again); returns once its API answers (it has reconciled everything)."""
-        assert self._controller_files is not None
-        p4info_path, config_path = self._controller_files
-        out = open(self.run_dir / "controller.out", "ab")  # noqa: SIM115 - child keeps its own fd
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "controller",
-                "--cluster",
-                str(self.cluster_path),
-                "--p4info",
-                str(p4info_path),
-                "--device-config",
-                str(config_path),
-                "--shim-dir",
-                str(self.run_dir),
-                "--state-file",
-                str(self.run_dir / "controller.state.json"),
-                "--switches",
-                str(self.run_dir / "switches.json"),
-                "--log-file",
-                str(self.run_dir / "controller.log"),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+    def _host(self, name: str, **params: object) -> FabricHost:
+        """Mininet's host constructor: the cluster's storage servers are StorageHosts, its clients FabricHosts."""
+        spec = next(h for h in self.cluster.hosts() if h.name == name)
+        if spec not in self.cluster.servers():
+            return FabricHost(name, spec=spec, **params)
+        return StorageHost(
+            name,
+            spec=spec,
+            run_dir=self.run_dir,
+            cluster_path=self.cluster_path,
+            appendfsync=self.cluster.redis_appendfsync,
+            shim_args=self.shim_args,
+            **params,
         )
-        out.close()
-        self._procs.append(("controller", proc))
-        self.controller_proc = proc
+
+    def _python_service(
+        self, name: str, module: str, options: dict[str, object], ready: Readiness | None = None
+    ) -> Service:
+        """An agent or the controller (one command line for both): ``python -m <module>`` with the cluster and
+        pipeline files, the shims' folder, and its own state file, log and output in the run folder by ``name``."""
+        assert self._pipeline is not None
+        p4info_path, config_path = self._pipeline
+        state, log_file = self.run_dir / f"{name}.state.json", self.run_dir / f"{name}.log"
+        argv = python_argv(
+            module,
+            {"--cluster": self.cluster_path, **options, "--p4info": p4info_path, "--device-config": config_path,
+             "--shim-dir": self.run_dir, "--state-file": state, "--log-file": log_file},
+        )  # fmt: skip
+        return Service(name, argv, out=self.run_dir / f"{name}.out", log=log_file, state_file=state, ready=ready)
+
+    def _controller_answers(self, proc: subprocess.Popen, timeout: float) -> None:
         client = ControllerClient(self.cluster.controller_address)
-        deadline = time.monotonic() + timeout
+
+        def answers() -> bool:
+            try:
+                client.wait_ready(1.0)
+                client.status()
+                return True
+            except ControllerUnreachableError:
+                return False
+
         try:
-            while True:
-                if proc.poll() is not None:
-                    raise DeploymentError(
-                        f"the controller exited with code {proc.returncode}; see {self.run_dir / 'controller.log'}"
-                    )
-                try:
-                    client.wait_ready(1.0)
-                    client.status()
-                    break
-                except ControllerUnreachableError:
-                    if time.monotonic() > deadline:
-                        raise DeploymentError(
-                            f"the controller did not answer within {timeout:.0f}s; see "
-                            f"{self.run_dir / 'controller.log'}"
-                        ) from None
+            wait_until(answers, proc, timeout, "the controller", "answer", self.run_dir / "controller.log")
         finally:
             client.close()
-        return proc
+
+    @one_line_errors()
+    def start_controller(self, timeout: float = 60.0) -> subprocess.Popen:
+        """Start the controller daemon (again); returns once its API answers (it has reconciled everything)."""
+        assert self._controller is not None
+        return self._controller.start(timeout=timeout)
+
+    def kill_controller(self) -> None:
+        """Kill the controller daemon at once (SIGKILL): the data plane must not notice."""
+        assert self._controller is not None
+        self._controller.kill()
 
     def ctl(self, *argv: str, operator_cpu: bool = False) -> str:
         """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError.
@@ -394,19 +270,9 @@ class Deployment:
         ``operator_cpu``: at the lowest priority (nice 19), as if on the operator's own machine -- a run that
         measures the fabric must not have the command's start-up (~0.15 CPU-s of Python imports) taken from
         the switches and hosts it shares two cores with, as no real fabric pays for its operator's shell."""
-        res = subprocess.run(
-            [
-                *(["nice", "-n", "19"] if operator_cpu else []),
-                sys.executable,
-                "-m",
-                "controller.ctl",
-                "--cluster",
-                str(self.cluster_path),
-                *argv,
-            ],
-            capture_output=True,
-            text=True,
-        )
+        nice = ["nice", "-n", "19"] if operator_cpu else []
+        cmd = [*nice, *python_argv("controller.ctl", {"--cluster": self.cluster_path}), *argv]
+        res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
         return res.stdout.strip()
@@ -428,220 +294,99 @@ class Deployment:
             f"within {timeout:.0f}s; see controller.log in {self.run_dir}"
         )
 
-    def kill_controller(self) -> None:
-        """Kill the controller daemon at once (SIGKILL): the data plane must not notice."""
-        assert self.controller_proc is not None
-        self.controller_proc.kill()
-        self.controller_proc.wait(5)
+    # -- storage hosts ----------------------------------------------------------------------
+    def _storage(self, name: str) -> StorageHost:
+        node = self.net[name]  # type: ignore[index]
+        assert isinstance(node, StorageHost), f"{name} is not a storage server"
+        return node
 
-    def _config_host(self, h: Host) -> None:
-        node = self.net[h.name]
-        intf = node.defaultIntf().name
-        node.cmd(f"ethtool -K {intf} tx off rx off >/dev/null 2>&1")
-        node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
-        node.cmd("ip link set lo up")
-        # one /32 and one route into the fabric; no default route, so nothing leaves the emulation
-        node.cmd(f"ip route replace 10.0.0.0/8 via {h.gateway} dev {intf} onlink")
-        node.cmd(f"ip neigh replace {h.gateway} lladdr {h.gateway_mac} dev {intf} nud permanent")
-
-    def _popen(self, what: str, node: object, cmd: list[str]) -> subprocess.Popen:
-        out = open(self.run_dir / f"{what}.out", "ab")  # noqa: SIM115 - child keeps its own fd
-        proc = node.popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # type: ignore[attr-defined]
-        out.close()
-        self._procs.append((what, proc))
-        return proc
-
-    def _start_storage(self, h: Host) -> None:
-        self.start_redis(h)
-        self.start_shim(h, fresh=True)
-
+    @one_line_errors()
     def start_redis(self, h: Host) -> subprocess.Popen:
-        """Start (or restart) the redis-server of storage server ``h``, durable by its append-only file
-        (fsync policy: the cluster's ``redis_appendfsync``; a restart reloads what the file kept)."""
-        node = self.net[h.name]
-        sock = self.redis_socket(h)
-        sock.unlink(missing_ok=True)
-        redis = self._popen(
-            f"redis-{h.name}",
-            node,
-            redis_argv(
-                sock,
-                self.run_dir,
-                durable=True,
-                appendfsync=self.cluster.redis_appendfsync,
-                name=f"redis-{h.name}",
-                logfile=self.run_dir / f"redis-{h.name}.log",
-            ),
-        )
-        wait_for_redis(sock, redis, 10.0, f"redis-server on {h.name}")
-        self.redis_procs[h.name] = redis
-        return redis
+        """Start the redis-server of storage server ``h`` again (after kill_redis); returns once it answers.
+        A restart reloads what its append-only file kept (fsync policy: the cluster's ``redis_appendfsync``)."""
+        return self._storage(h.name).redis.start()
 
     def kill_redis(self, name: str) -> None:
         """Kill the redis-server of storage server ``name`` at once (SIGKILL, like a crash)."""
-        proc = self.redis_procs.pop(name)
-        proc.kill()
-        proc.wait(5)
+        self._storage(name).redis.kill()
 
+    @one_line_errors()
     def start_shim(self, h: Host, fresh: bool = False) -> subprocess.Popen:
-        """Start (or restart) the shim of storage server ``h`` in its namespace; returns once it listens.
+        """Start the shim of storage server ``h`` again (after kill_shim); returns once it listens.
 
         ``fresh`` only when the deployment starts: its switches were just started and cache nothing.
         """
-        node = self.net[h.name]
-        sock = self.redis_socket(h)
-        control = self.shim_control(h)
-        Path(control.removeprefix("unix:")).unlink(missing_ok=True)
-        shim = self._popen(
-            f"shim-{h.name}",
-            node,
-            [
-                sys.executable,
-                "-m",
-                "shim",
-                "--cluster",
-                str(self.cluster_path),
-                "--server",
-                h.name,
-                "--listen",
-                h.ip,
-                "--redis-url",
-                f"unix://{sock}",
-                "--control",
-                control,
-                "--state-file",
-                str(self.run_dir / f"shim-{h.name}.state.json"),
-                "--log-file",
-                str(self.run_dir / f"shim-{h.name}.log"),
-                *(["--fresh"] if fresh else []),
-                *self.shim_args,
-            ],
-        )
-        _wait_for_path(Path(control.removeprefix("unix:")), shim, 15.0, f"shim on {h.name}")
-        self.shim_procs[h.name] = shim
-        return shim
+        return self._storage(h.name).start_shim(fresh)
 
     def kill_shim(self, name: str) -> None:
         """Kill the shim of storage server ``name`` at once (SIGKILL): it forgets which keys are cached."""
-        proc = self.shim_procs.pop(name)
-        proc.kill()
-        proc.wait(5)
+        self._storage(name).shim.kill()
 
+    # -- agents -------------------------------------------------------------------------------
     def start_agent(
         self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None
     ) -> subprocess.Popen:
         """Start (or restart) the agent process of cache switch ``sw``, in the root namespace."""
         if p4info_path is not None and config_path is not None:
-            self._agent_files = (p4info_path, config_path)
-        if self._agent_files is None:
+            self._pipeline = (p4info_path, config_path)
+        if self._pipeline is None:
             raise DeploymentError("start_agent: the deployment has not written its pipeline files yet")
-        p4info_path, config_path = self._agent_files
-        out = open(self.run_dir / f"agent-{sw.name}.out", "ab")  # noqa: SIM115 - child keeps its own fd
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "agent",
-                "--cluster",
-                str(self.cluster_path),
-                "--switch",
-                sw.name,
-                "--p4info",
-                str(p4info_path),
-                "--device-config",
-                str(config_path),
-                "--shim-dir",
-                str(self.run_dir),
-                "--state-file",
-                str(self.run_dir / f"agent-{sw.name}.state.json"),
-                "--log-file",
-                str(self.run_dir / f"agent-{sw.name}.log"),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        out.close()
-        self._procs.append((f"agent-{sw.name}", proc))
-        self.agent_procs[sw.name] = proc
-        return proc
+        record = self._python_service(f"agent-{sw.name}", "agent", {"--switch": sw.name})
+        agent = self._agents.setdefault(sw.name, record)
+        agent.argv = record.argv  # the pipeline files given last
+        return agent.start()
 
     def kill_agent(self, name: str) -> None:
         """Kill the agent of cache switch ``name`` at once (SIGKILL: no goodbye to anyone)."""
-        proc = self.agent_procs.pop(name)
-        proc.kill()
-        proc.wait(5)
+        self._agents[name].kill()
 
+    @one_line_errors()
     def restart_agent(self, name: str, timeout: float = 30.0) -> None:
         """Start the agent of ``name`` again; returns once the controller has configured it."""
         sw = self.cluster.switch(name)
-        self.start_agent(sw)
+        proc = self.start_agent(sw)
         client = AgentClient(self.cluster.agent_address(sw))
         try:
             client.wait_ready(timeout)
-            deadline = time.monotonic() + timeout
-            while not client.status().configured:  # the controller's heartbeat notices the restart
-                if time.monotonic() > deadline:
-                    raise DeploymentError(
-                        f"the controller did not configure the restarted agent of {name} "
-                        f"within {timeout:.0f}s; see controller.log"
-                    )
-                time.sleep(0.1)
+            wait_until(  # the controller's heartbeat notices the restart
+                lambda: client.status().configured,
+                proc,
+                timeout,
+                f"the restarted agent of {name}",
+                "get configured by the controller",
+                self.run_dir / "controller.log",
+            )
         finally:
             client.close()
 
+    # -- clients and workloads ------------------------------------------------------------------
+    def _generator(self, host: Host, what: str, argv: list[str], stdin: int) -> subprocess.Popen:
+        """A process in ``host``'s namespace that answers in JSON lines on stdout; stderr to ``<what>-<host>.log``."""
+        with open(self.run_dir / f"{what}-{host.name}.log", "ab") as err:
+            proc = self.net[host.name].popen(  # type: ignore[index]
+                argv, stdout=subprocess.PIPE, stderr=err, stdin=stdin, text=True, bufsize=1
+            )
+        self._generators.append((f"{what}-{host.name}", proc))
+        return proc
+
     def bench(self, host: Host, config: dict) -> Iterator[dict]:
         """Run the workload generator in ``host``'s namespace; yield its JSON lines as they come."""
-        log_path = self.run_dir / f"bench-{host.name}.log"
-        with open(log_path, "ab") as err:
-            proc = self.net[host.name].popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "dcnet.bench_runner",
-                    "--cluster",
-                    str(self.cluster_path),
-                    "--config",
-                    json.dumps(config),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                bufsize=1,
-            )
-        self._procs.append((f"bench-{host.name}", proc))
+        argv = python_argv("dcnet.bench_runner", {"--cluster": self.cluster_path, "--config": json.dumps(config)})
+        proc = self._generator(host, "bench", argv, subprocess.DEVNULL)
         assert proc.stdout is not None
         for line in proc.stdout:
             yield json.loads(line)
         if proc.wait() != 0:
-            raise DeploymentError(f"the workload on {host.name} exited with code {proc.returncode}; see {log_path}")
+            raise DeploymentError(
+                f"the workload on {host.name} exited with code {proc.returncode}; "
+                f"see {self.run_dir / f'bench-{host.name}.log'}"
+            )
 
     def workload_session(self, host: Host, timeout: float = 0.5, retries: int = 3) -> WorkloadSession:
         """A workload generator process in ``host``'s namespace that runs one workload per call."""
-        log_path = self.run_dir / f"workload-{host.name}.log"
-        with open(log_path, "ab") as err:
-            proc = self.net[host.name].popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "dcnet.bench_runner",
-                    "--cluster",
-                    str(self.cluster_path),
-                    "--serve",
-                    "--timeout",
-                    str(timeout),
-                    "--retries",
-                    str(retries),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.PIPE,
-                text=True,
-                bufsize=1,
-            )
-        self._procs.append((f"workload-{host.name}", proc))
-        return WorkloadSession(proc, log_path)
+        options = {"--cluster": self.cluster_path, "--serve": None, "--timeout": timeout, "--retries": retries}
+        proc = self._generator(host, "workload", python_argv("dcnet.bench_runner", options), subprocess.PIPE)
+        return WorkloadSession(proc, self.run_dir / f"workload-{host.name}.log")
 
     def client(self, host: Host | None = None) -> ClientProcess:
         """A client process on ``host`` (default: the first client)."""
@@ -653,6 +398,13 @@ class Deployment:
     def host(self, name: str) -> object:
         return self.net[name]
 
+    @property
+    def _procs(self) -> list[tuple[str, subprocess.Popen]]:
+        """(name, process) of every process this deployment holds now (the teardown test checks each ends)."""
+        storage = [self._storage(h.name) for h in self.cluster.servers()] if self.net is not None else []
+        services = [*(s for h in storage for s in (h.redis, h.shim)), *self._agents.values(), self._controller]
+        return [(s.name, s.proc) for s in services if s is not None and s.proc is not None] + self._generators
+
     def stop(self) -> None:
         """Stop everything this deployment started; safe to call twice."""
         for cp in self._clients:
@@ -661,36 +413,16 @@ class Deployment:
         if self.controller is not None:
             self.controller.close()
             self.controller = None
-        for _, proc in reversed(self._procs):
-            _terminate(proc)
-        self._procs.clear()
+        for _, proc in reversed(self._generators):
+            stop_process(proc)
+        self._generators.clear()
+        for svc in [*filter(None, [self._controller]), *reversed(self._agents.values())]:
+            svc.stop()
         if self.net is not None:
             try:
-                self.net.stop()
+                self.net.stop()  # the storage hosts stop their shim and redis-server
             finally:
                 self.net = None
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()
-
-
-def _terminate(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def _wait_for_path(path: Path, proc: subprocess.Popen, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise DeploymentError(f"{what} exited with code {proc.returncode}; see its log in the run folder")
-        if path.exists():
-            return
-        time.sleep(0.05)
-    raise DeploymentError(f"{what} did not create {path} within {timeout:.0f}s")

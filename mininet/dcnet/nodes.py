@@ -1,0 +1,132 @@
+"""The hosts of an emulated fabric, as Mininet nodes: each configures itself, a storage host runs its storage.
+
+Mininet configures every host (``config``) while it builds the network and terminates it (``terminate``)
+when it stops; so a :class:`FabricHost` sets its one route into the fabric there, and a :class:`StorageHost`
+starts its redis-server and its shim there and stops them there, as Mininet's own nodes do with what they
+run (cf. its ``LinuxRouter`` example).  Both run in the host's network namespace (``Host.popen``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from mininet.node import Host
+
+from distcache.cluster import Host as HostSpec
+from harness.processes import Service, python_argv
+from harness.redis import redis_argv, wait_for_redis
+
+
+def redis_socket(run_dir: Path, server: str) -> Path:
+    """The Unix socket the redis-server of storage host ``server`` serves on (no TCP port)."""
+    return run_dir / f"redis-{server}.sock"
+
+
+def shim_control(run_dir: Path, server: str) -> str:
+    """The control address of ``server``'s shim; the controller finds it by this name in ``--shim-dir``."""
+    return f"unix:{run_dir / f'shim-{server}.sock'}"
+
+
+class FabricHost(Host):
+    """A host of the fabric: its /32, one route into the fabric through its leaf, nothing else.
+
+    No default route, so nothing leaves the emulation; the leaf's MAC is set by hand (the leaf answers no
+    ARP); checksum offloads off, so the switches see packets as a NIC would send them; no IPv6 chatter."""
+
+    def __init__(self, name: str, *, spec: HostSpec, **params: object) -> None:
+        self.spec = spec
+        super().__init__(name, **params)
+
+    def config(self, **params: object) -> dict:
+        r = super().config(**params)
+        intf = self.defaultIntf().name
+        self.cmd(f"ethtool -K {intf} tx off rx off >/dev/null 2>&1")
+        self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+        self.cmd("ip link set lo up")
+        self.cmd(f"ip route replace 10.0.0.0/8 via {self.spec.gateway} dev {intf} onlink")
+        self.cmd(f"ip neigh replace {self.spec.gateway} lladdr {self.spec.gateway_mac} dev {intf} nud permanent")
+        return r
+
+
+class StorageHost(FabricHost):
+    """A storage server: its redis-server (durable by its append-only file, fsync ``appendfsync``; a restart
+    reloads what the file kept) and its shim, started once the host is configured and stopped with it.
+
+    Files in ``run_dir``, by the server's name: ``redis-<name>.{sock,log,out,aof}``,
+    ``shim-<name>.{sock,log,out,state.json}``.  ``redis`` and ``shim`` are the two services, which the fault
+    tests kill and restart through the deployment."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        spec: HostSpec,
+        run_dir: Path,
+        cluster_path: Path,
+        appendfsync: str,
+        shim_args: Sequence[str] = (),
+        **params: object,
+    ) -> None:
+        super().__init__(name, spec=spec, **params)
+        self.shim_args = list(shim_args)  # extra shim options (tests: e.g. a deliberately broken mode)
+        sock = redis_socket(run_dir, name)
+        self.redis = Service(
+            f"redis-{name}",
+            redis_argv(
+                sock,
+                run_dir,
+                durable=True,
+                appendfsync=appendfsync,
+                name=f"redis-{name}",
+                logfile=run_dir / f"redis-{name}.log",
+            ),
+            out=run_dir / f"redis-{name}.out",
+            socket=sock,
+            ready=lambda proc, timeout: wait_for_redis(sock, proc, timeout, f"redis-server on {name}"),
+            timeout=10.0,
+            popen=self.popen,
+        )
+        control, shim_log, state = (
+            shim_control(run_dir, name),
+            run_dir / f"shim-{name}.log",
+            run_dir / f"shim-{name}.state.json",
+        )
+        self.shim = Service(
+            f"shim-{name}",
+            python_argv(
+                "shim",
+                {
+                    "--cluster": cluster_path,
+                    "--server": name,
+                    "--listen": spec.ip,
+                    "--redis-url": f"unix://{sock}",
+                    "--control": control,
+                    "--state-file": state,
+                    "--log-file": shim_log,
+                },
+            ),
+            out=run_dir / f"shim-{name}.out",
+            log=shim_log,
+            state_file=state,
+            socket=Path(control.removeprefix("unix:")),
+            timeout=15.0,
+            popen=self.popen,
+        )
+
+    def config(self, **params: object) -> dict:
+        r = super().config(**params)
+        self.redis.start()
+        self.start_shim(fresh=True)  # the switches start after the hosts: they cache nothing yet
+        return r
+
+    def start_shim(self, fresh: bool = False) -> subprocess.Popen:
+        """Start the shim; returns once it listens.  ``fresh`` only when the deployment starts: no switch
+        caches anything yet and no earlier life of this shim applied a write."""
+        return self.shim.start(*(["--fresh"] if fresh else []), *self.shim_args)
+
+    def terminate(self) -> None:
+        self.shim.stop()
+        self.redis.stop()
+        super().terminate()

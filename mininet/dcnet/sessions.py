@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from dcnet.errors import DeploymentError
-from harness.processes import stop_process
+from harness.processes import python_argv, stop_process
 
 
 class ClientProcess:
@@ -23,7 +22,7 @@ class ClientProcess:
         self.name = host.name  # type: ignore[attr-defined]
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
         self.proc = host.popen(
-            [sys.executable, "-m", "dcnet.client_runner", "--cluster", str(cluster_path)],
+            python_argv("dcnet.client_runner", {"--cluster": cluster_path}),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

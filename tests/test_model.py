@@ -15,37 +15,37 @@ from dataclasses import replace
 
 import pytest
 
-from model import run
+from model import config, render, report, suites, verifier
 
 needs_rumur = pytest.mark.skipif(
     shutil.which("rumur") is None or shutil.which("cc") is None,
     reason="needs rumur and cc (make deps installs Debian's rumur and gcc)",
 )
 
-TEST_CONFIGS = {c.name: c for c in run.suite("test")}
-FINDINGS = {c.name: c for c in run.suite("findings")}
+TEST_CONFIGS = {c.name: c for c in suites.suite("test")}
+FINDINGS = {c.name: c for c in suites.suite("findings")}
 
 
-def _check(cfg: run.Config) -> run.Result:
-    return run.check(cfg, threads=1, timeout=240, opt="-O1")
+def _check(cfg: config.Config) -> verifier.Result:
+    return verifier.check(cfg, threads=1, timeout=240, opt="-O1")
 
 
-def _covers(cfg: run.Config) -> set[str]:
-    return set(re.findall(r'^\s*cover "([^"]+)"', run.render(cfg), re.M))
+def _covers(cfg: config.Config) -> set[str]:
+    return set(re.findall(r'^\s*cover "([^"]+)"', render.render(cfg), re.M))
 
 
 def test_the_model_is_the_protocol_with_every_fix_and_no_bug() -> None:
     """docs/protocol.md specifies the protocol with every fix the model found: the model's own constants
     say so, and run.py knows every fix and bug constant the model has (so none is left out of a suite)."""
-    consts = run.effective(run.Config("defaults", {}))
+    consts = render.effective(config.Config("defaults", {}))
     model_fixes = {k for k in consts if k.startswith("FIX_")}
     model_bugs = {k for k in consts if k.startswith("BUG_")}
-    assert model_fixes == set(run.FIXES) and model_bugs == set(run.BUGS)
-    assert all(consts[f] == 1 for f in run.FIXES), {f: consts[f] for f in run.FIXES}
-    assert all(consts[b] == 0 for b in run.BUGS), {b: consts[b] for b in run.BUGS}
+    assert model_fixes == set(config.FIXES) and model_bugs == set(config.BUGS)
+    assert all(consts[f] == 1 for f in config.FIXES), {f: consts[f] for f in config.FIXES}
+    assert all(consts[b] == 0 for b in config.BUGS), {b: consts[b] for b in config.BUGS}
     # every fix but one has a configuration without it that must give a counterexample
-    off = {f for c in FINDINGS.values() for f in run.FIXES if not c.consts[f]}
-    assert off == set(run.FIXES) - {"FIX_DOWNSET_FIRST"}
+    off = {f for c in FINDINGS.values() for f in config.FIXES if not c.consts[f]}
+    assert off == set(config.FIXES) - {"FIX_DOWNSET_FIRST"}
 
 
 def test_a_cover_is_demanded_only_where_the_fault_budget_reaches_it() -> None:
@@ -69,7 +69,7 @@ def test_a_cover_is_demanded_only_where_the_fault_budget_reaches_it() -> None:
 @needs_rumur
 def test_protocol_holds_in_the_small_configuration() -> None:
     res = _check(TEST_CONFIGS["small"])
-    assert res.result == "ok", res.line() + "\n" + res.message + "\n" + run.brief_trace(res.trace)
+    assert res.result == "ok", res.line() + "\n" + res.message + "\n" + report.brief_trace(res.trace)
     # not vacuous: the state space is real, and every cover of the configuration was reached
     assert res.states > 100_000
     assert res.covers_missed == []
@@ -88,7 +88,7 @@ def test_seeded_bug_gives_a_counterexample(name: str) -> None:
     res = _check(cfg)
     assert res.result == "violation", res.line()
     assert res.invariant == cfg.expect, f"{name}: broke {res.invariant!r}, expected {cfg.expect!r}: {res.message}"
-    steps = run.brief_trace(res.trace).splitlines()
+    steps = report.brief_trace(res.trace).splitlines()
     assert steps[0].startswith("broken: ") and steps[1] == "start" and len(steps) > 3, res.trace[:2000]
 
 
@@ -98,7 +98,7 @@ def test_the_same_configurations_hold_without_the_seeded_bug() -> None:
     for name, cfg in TEST_CONFIGS.items():
         if cfg.expect == "ok":
             continue
-        res = _check(run.without_bug(cfg))
+        res = _check(config.without_bug(cfg))
         assert res.result == "ok", f"{name} without its bug: " + res.line() + " " + res.message
 
 
@@ -109,9 +109,9 @@ def test_a_populate_arms_only_the_slot_it_was_asked_for() -> None:
     cfg = FINDINGS["spec-populate-slot"]
     res = _check(cfg)
     assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
-    steps = run.brief_trace(res.trace)
+    steps = report.brief_trace(res.trace)
     assert "agent evicts a key" in steps and "the network duplicates a packet" in steps
-    fixed = _check(run.without_bug(cfg))
+    fixed = _check(config.without_bug(cfg))
     assert fixed.result == "ok", fixed.line()
 
 
@@ -124,7 +124,7 @@ def test_a_spine_failed_for_its_dead_data_plane_is_flushed_before_it_serves_agai
     cfg = TEST_CONFIGS["bug-dp-no-flush"]
     res = _check(cfg)
     assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
-    steps = run.brief_trace(res.trace)
+    steps = report.brief_trace(res.trace)
     for step in (
         "a spine's data plane dies",
         "failover 1 (its data plane is dead)",
@@ -133,5 +133,5 @@ def test_a_spine_failed_for_its_dead_data_plane_is_flushed_before_it_serves_agai
     ):
         assert step in steps, steps
     assert "spine process crashes" not in steps and "agent restarts" not in steps
-    fixed = _check(run.without_bug(cfg))
+    fixed = _check(config.without_bug(cfg))
     assert fixed.result == "ok", fixed.line()

@@ -270,7 +270,7 @@ def test_a_spine_whose_data_plane_dies_is_failed_over_while_its_p4runtime_answer
     """Issue 16: every DistCache packet sp1 would send is dropped (its P4Runtime server still answers): the
     leaves' probes go unanswered, the controller declares it dead from the probe counters within a second,
     reads go on; once it forwards again it is recovered without an operator."""
-    from dcnet.linearizability import fabric_ports
+    from dcnet.matrix_faults import fabric_ports
     from dcnet.netfaults import FaultConfig, PacketFaults
 
     before = ctl_json(dep, "status")

@@ -16,7 +16,8 @@ import shutil
 
 import pytest
 from dcnet.fault_schedule import PROCESS_KINDS
-from dcnet.linearizability import LINCHECK, run_cell
+from dcnet.matrix_cell import run_cell
+from dcnet.matrix_result import LINCHECK
 
 pytestmark = [
     pytest.mark.mininet,

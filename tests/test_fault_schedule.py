@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from dcnet.fault_schedule import DP_DEAD_S, KINDS, LANES, PROCESS_KINDS, Tally, draw
-from dcnet.linearizability import Cell, kinds_for
+from dcnet.matrix_result import Cell, kinds_for
 
 SPINES = ["sp0", "sp1"]
 

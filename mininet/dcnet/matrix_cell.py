@@ -1,0 +1,183 @@
+"""One cell of the fault matrix (``make linearizability``): a fresh deployment under one mechanism, one
+recorded history while the seed's fault schedule runs in its lanes (and packet faults in the background),
+one check of the history."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from dcnet.deploy import Deployment, DeploymentError
+from dcnet.fault_schedule import PACKET_KINDS, Fault, Schedule, draw
+from dcnet.matrix_faults import Faults, fabric_ports
+from dcnet.matrix_result import Cell, check
+from dcnet.netfaults import FaultConfig, PacketFaults
+from distcache.cluster import Cluster, Mechanism, is_cache_switch
+
+console = Console(stderr=True, highlight=False)
+MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")
+CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 2, "cache_slots": 4, "hh_threshold": 2}
+# background packet faults on every switch port (DistCache packets: requests, replies and coherence)
+PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
+BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
+BURST_LEN = 6  # DistCache packets each burst drops
+CLIENT_RATE = 75.0  # requests per second per client at most: a cell's history stays small enough to check
+OVERRUN = 2.0  # the clients run on while the fault lanes finish, up to this many times the duration
+
+
+def _lane(faults: Faults, lane: list[Fault], t0: float, stop: threading.Event) -> None:
+    for f in lane:
+        if stop.wait(max(0.0, t0 + f.at - time.monotonic())):
+            return
+        faults.apply(f)
+
+
+def _stop_clients_after(lanes: list[threading.Thread], not_before: float, stop_file: Path) -> None:
+    """Tell the history recorder to stop once every lane has run its faults, and not before ``not_before``."""
+    for t in lanes:
+        t.join()
+    time.sleep(max(0.0, not_before - time.monotonic()))
+    stop_file.touch()
+
+
+def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event) -> None:
+    rng = random.Random(seed)
+    while not stop.wait(BURST_EVERY * rng.uniform(0.5, 1.5)):
+        pf.start_burst(BURST_LEN, ports=[rng.choice(ports)])
+
+
+def run_cell(
+    mechanism: str,
+    run_dir: Path,
+    target: str,
+    duration: float,
+    clients: int,
+    seed: int,
+    per_kind: int,
+    broken: bool = False,
+    keys: int = 16,
+) -> Cell:
+    """One deployment under ``mechanism``, one recorded history under the seed's schedule, one check."""
+    cell = Cell(mechanism)
+    cluster = Cluster(**CELL, mechanism=Mechanism[mechanism.upper()])
+    shim_args = ["--unsafe-ack-before-invalidate", "0.05"] if broken else []
+    with Deployment(cluster, target=target, run_dir=run_dir / mechanism, shim_args=shim_args) as dep:
+        history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
+        # short timeouts, many retries: a lost packet costs a client 0.1 s, retried writes are frequent, and a
+        # write gives up (an unknown outcome, the checker's costliest case) only after 15 s without an answer: a
+        # shim restarted without its state waits for the controller's down-set before a write to a key a dead
+        # spine may hold completes, and with the controller restarting too that took 10 s (seed 7401): 23 writes
+        # of one key given up after 3 s each were more open ends than the checker could hold in 24 GB
+        # the clients run for ``duration`` and on until every lane of the schedule has finished (a fault that
+        # waits for its effect can push a lane's last faults past ``duration``): a fault counts only while
+        # they run; never beyond OVERRUN x duration
+        stop_file = dep.run_dir / "clients.stop"
+        stop_file.unlink(missing_ok=True)
+        cfg = {
+            "keys": keys,
+            "clients": clients,
+            "duration": duration * OVERRUN,
+            "read_ratio": 0.75,
+            "prefix": "h",
+            "seed": seed,
+            "timeout": 0.1,
+            "retries": 149,
+            "stop_file": str(stop_file),
+            "rate": CLIENT_RATE,
+        }
+        host = dep.host(cluster.client(0, 0).name)
+        proc = host.popen(
+            [
+                sys.executable,
+                "-m",
+                "dcnet.history_runner",
+                "--cluster",
+                str(dep.cluster_path),
+                "--config",
+                json.dumps(cfg),
+                "--out",
+                str(history),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=open(dep.run_dir / "history.err", "wb"),  # noqa: SIM115 - the child holds it
+            text=True,
+        )
+        running, stop = threading.Event(), threading.Event()
+        ports = fabric_ports(dep)
+        with PacketFaults(ports) as pf:
+            threads: list[threading.Thread] = []
+            if not broken:
+                pf.configure(PACKETS)
+                sched: Schedule = draw(
+                    seed,
+                    duration,
+                    spines=[cluster.spine(i).name for i in range(cluster.spines)],
+                    cache_switches=[s.name for s in cluster.switches() if is_cache_switch(s)],
+                    servers=[h.name for h in cluster.servers()],
+                    mechanism=mechanism,
+                    per_kind=per_kind,
+                )
+                (dep.run_dir / "schedule.json").write_text(
+                    json.dumps({"seed": seed, "faults": [vars(f) for f in sched.faults]}, indent=1)
+                )
+                faults = Faults(dep, mechanism, cell.tally, running, pf, PACKETS)
+                t0 = time.monotonic()
+                threads = [
+                    threading.Thread(target=_lane, args=(faults, sched.lane(lane), t0, stop), daemon=True)
+                    for lane in sched.lanes
+                ]
+                threads.append(threading.Thread(target=_bursts, args=(pf, ports, seed, stop), daemon=True))
+            running.set()
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            lanes = threads[:-1]  # (the last one is the loss bursts', which runs until stopped)
+            threading.Thread(target=_stop_clients_after, args=(lanes, t0 + duration, stop_file), daemon=True).start()
+            totals: dict = {}
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                msg = json.loads(line)
+                if msg["type"] == "done":
+                    totals = msg
+                elif int(msg.get("ops", 0)) % 2000 < 400:
+                    console.print(
+                        f"  {mechanism}: {msg['ops']} ops ({msg['writes']} writes, "
+                        f"{msg['unknown']} timed out), {cell.tally.total} faults so far"
+                    )
+            running.clear()
+            stop.set()
+            for t in threads:
+                t.join(120)
+            c = pf.counters()
+        if proc.wait() != 0 or not totals:
+            raise DeploymentError(f"the history recorder failed; see {dep.run_dir / 'history.err'}")
+        if not broken:
+            # the background loss is what the injector dropped less what the data-plane deaths dropped
+            for kind, n in zip(
+                PACKET_KINDS,
+                (c.dropped - faults.dp_dropped, c.bursts if c.burst_dropped else 0, c.duplicated, c.reordered),
+                strict=True,
+            ):
+                cell.tally.took_effect(
+                    kind,
+                    f"{n} DistCache packets" if kind != "loss_burst" else f"{n} bursts, {c.burst_dropped} packets",
+                    n,
+                )
+        (dep.run_dir / "faults.log").write_text(
+            "\n".join([*cell.tally.log, "-- not applied --", *cell.tally.failed]) + "\n"
+        )
+        cell.reads, cell.cached_reads = int(totals.get("reads", 0)), int(totals.get("cached_reads", 0))
+        cell.ops, cell.violations, cell.unknown_keys = check(history, html)
+        cell.history = history
+        if cell.violations:
+            cell.html = html
+        else:
+            html.unlink(missing_ok=True)
+    return cell

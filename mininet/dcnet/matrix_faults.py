@@ -1,0 +1,289 @@
+"""The fault matrix's faults (``make linearizability``): the actions of a drawn schedule on one deployment.
+
+Each action of :class:`Faults` is named after its kind in :mod:`dcnet.fault_schedule`, applies the
+fault and waits for its effect (a spine declared dead and back, a process answering again as a new
+process, packets the injector dropped...), and says in one line what happened; a fault counts only if
+it took effect while the clients were running.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from dcnet.deploy import Deployment, DeploymentError
+from dcnet.fault_schedule import Fault, Tally
+from dcnet.netfaults import FaultConfig, PacketFaults
+from distcache.cluster import Host
+from distcache.rpc.shim import ShimLink, ShimUnavailableError
+from harness.processes import SwitchProcesses
+
+# a spine's dead data plane (spine_dp_dead): every DistCache packet to and from it, on both ends of its links
+DP_DEAD = FaultConfig(match="distcache", drop=1.0)
+DP_DETECT_S = 1.0  # after a death: how long the controller may still take to declare it (probe checks lag)
+
+
+def _fabric_links(dep: Deployment) -> list[tuple[object, object]]:
+    """(interface, its peer) for every switch interface whose link leads to another switch."""
+    switches = set(dep.net.switches)  # type: ignore[union-attr]
+    out = []
+    for sw in switches:
+        for intf in sw.intfList():
+            link = intf.link
+            if link is None:
+                continue
+            other = link.intf2 if link.intf1 is intf else link.intf1
+            if other.node in switches:
+                out.append((intf, other))
+    return out
+
+
+def switch_ports(dep: Deployment, name: str) -> list[str]:
+    """Both ends of every link between switch ``name`` and another switch: with the injector on their egress,
+    every frame to or from ``name`` over the fabric (all of a spine's links) crosses one of them."""
+    return sorted(
+        p
+        for intf, other in _fabric_links(dep)
+        if intf.node.name == name  # type: ignore[attr-defined]
+        for p in (intf.name, other.name)
+    )
+
+
+def fabric_ports(dep: Deployment) -> list[str]:
+    """Both ends of every switch-to-switch link: their egress carries every frame crossing the fabric, in
+    each direction (every coherence path and every request from a client rack crosses it).  Host-facing
+    ports are left alone: a copy a switch port sends towards a host would be read back by BMv2 as input."""
+    return sorted(intf.name for intf, _ in _fabric_links(dep))  # type: ignore[attr-defined]
+
+
+class Faults:
+    """The actions of a schedule on one deployment, each waiting for its own effect."""
+
+    def __init__(
+        self,
+        dep: Deployment,
+        mechanism: str,
+        tally: Tally,
+        running: threading.Event,
+        packets: PacketFaults | None = None,
+        background: FaultConfig | None = None,
+    ) -> None:
+        """``packets``: the cell's injector (on every fabric port), whose ``background`` configuration a
+        data-plane death replaces on the dead spine's links for its length."""
+        self.dep, self.mechanism, self.tally, self.running = dep, mechanism, tally, running
+        self.cluster = dep.cluster
+        self.procs = SwitchProcesses(dep.run_dir / "switches.json")
+        self.shifts = 0
+        self.packets, self.background = packets, background or FaultConfig(enabled=False)
+        self.dp_dropped = 0  # packets the data-plane deaths dropped (the injector counts them as dropped too)
+
+    def apply(self, f: Fault) -> None:
+        """Apply one fault; count it only if it took effect while the clients were running."""
+        action: Callable[..., str] = getattr(self, f.kind)
+        t = time.monotonic()
+        try:
+            what = action(f.target, f.hold) if f.hold else action(f.target)
+        except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, never fatal
+            self.tally.could_not(f.kind, f"{f.target}: {type(e).__name__}: {e}")
+            return
+        if self.running.is_set():
+            self.tally.took_effect(f.kind, f"{what} ({time.monotonic() - t:.1f} s)")
+        else:
+            self.tally.could_not(f.kind, f"{f.target}: took effect after the clients stopped")
+
+    # -- fabric ---------------------------------------------------------------------------------
+    def spine_crash(self, spine: str) -> str:
+        self.procs.stop(spine)
+        self.dep.wait_switch(spine, failed=True)
+        detected = self.dep.controller.ctl.status().last_detection_s  # type: ignore[union-attr]
+        self.procs.start(spine)
+        self.dep.wait_switch(spine, failed=False)
+        return f"{spine} killed, declared dead after {detected:.2f} s, back by itself"
+
+    def spine_operator(self, spine: str) -> str:
+        self._until_done(lambda: self.dep.ctl("fail", spine))
+        time.sleep(1.0)
+        tries = self._until_done(lambda: self.dep.ctl("recover", spine))
+        self.dep.wait_switch(spine, failed=False)
+        return f"distcache-ctl fail {spine}, recover {spine}" + (f" (recover tried {tries} times)" if tries > 1 else "")
+
+    def spine_dp_dead(self, spine: str, hold: float = 1.0) -> str:
+        """The spine's data plane dies for ``hold`` s while its P4Runtime server and agent answer: every
+        DistCache packet to and from it is dropped on both ends of its links (coherence, requests, replies
+        and the controller's probes alike).  Leaves route around it within tens of milliseconds; a death
+        past the controller's 0.5 s of unanswered probes is failed over, and the controller must recover
+        the spine by itself once its probes are answered again.  Takes effect only if the injector dropped
+        packets while the spine was dead."""
+        if self.packets is None:
+            raise DeploymentError("no packet injector in this cell")
+        ports = switch_ports(self.dep, spine)
+        ctl = self.dep.controller.ctl  # type: ignore[union-attr]
+        failovers = ctl.status().failovers
+        self.packets.configure(DP_DEAD, ports=ports)
+        try:
+            # read after the drop began and before it ends: every packet counted between is the death's
+            before = self.packets.counters(ports).dropped
+            time.sleep(hold)
+            dropped = self.packets.counters(ports).dropped - before
+        finally:
+            self.packets.configure(self.background, ports=ports)
+        self.dp_dropped += dropped
+        # the controller reads the leaves' probe counters every 50 ms: a death it caught is declared by now
+        deadline, declared = time.monotonic() + DP_DETECT_S, False
+        while not declared and time.monotonic() < deadline:
+            st = ctl.status()
+            declared = st.failovers > failovers or {s.name: s for s in st.switches}[spine].failed
+            if not declared:
+                time.sleep(0.1)
+        if declared:
+            self.dep.wait_switch(spine, failed=False)
+        if dropped <= 0:
+            links = f"{spine} was failed over, but its links" if declared else f"{spine}'s links"
+            raise DeploymentError(f"{links} carried no DistCache packet in {hold:.2f} s")
+        return f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); " + (
+            "failed over by the controller and recovered by itself"
+            if declared
+            else "forwarding again before the controller failed it over"
+        )
+
+    @staticmethod
+    def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:
+        """Run an operator command until it succeeds, as an operator would (another fault may be under way:
+        recover refuses while the switch's agent is restarting, saying so); returns how many tries it took."""
+        deadline, tries = time.monotonic() + timeout, 0
+        while True:
+            tries += 1
+            try:
+                command()
+                return tries
+            except DeploymentError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def controller_restart(self, _: str) -> str:
+        self.dep.kill_controller()
+        time.sleep(0.5)
+        self.dep.start_controller()
+        return "controller killed (SIGKILL) and started again"
+
+    def controller_mid_failover(self, spine: str) -> str:
+        self.procs.stop(spine)
+        time.sleep(random.uniform(0.2, 0.6))  # while the controller detects the crash and moves buckets
+        self.dep.kill_controller()
+        self.dep.start_controller()
+        self.dep.wait_switch(spine, failed=True)
+        self.procs.start(spine)
+        self.dep.wait_switch(spine, failed=False)
+        return f"{spine} killed, controller killed during its failover, restarted: {spine} failed over and back"
+
+    def mechanism_change(self, away: str) -> str:
+        self._until_done(lambda: self.dep.ctl("mechanism", away))
+        time.sleep(1.5)
+        self._until_done(lambda: self.dep.ctl("mechanism", self.mechanism))
+        return f"mechanism {away} and back to {self.mechanism}"
+
+    # -- processes ------------------------------------------------------------------------------
+    def _agent_restart(self, name: str, stateless: bool) -> str:
+        self.dep.kill_agent(name)
+        if stateless:
+            (self.dep.run_dir / f"agent-{name}.state.json").unlink(missing_ok=True)
+        time.sleep(0.3)
+        self.dep.restart_agent(name)
+        st = self.dep.controller.agent_status()[name]  # type: ignore[union-attr]
+        # without its state the agent must raise the cache epoch (a switch that came up empty meanwhile is
+        # raised too)
+        if stateless and st.epoch_raises < 1:
+            raise DeploymentError(f"agent of {name} restarted without its state but did not raise the epoch")
+        return f"agent of {name} killed, restarted {'without' if stateless else 'with'} its state file" + (
+            f" (cache epoch {st.cache_epoch})" if stateless else ""
+        )
+
+    def agent_restart(self, name: str) -> str:
+        return self._agent_restart(name, stateless=False)
+
+    def agent_restart_stateless(self, name: str) -> str:
+        return self._agent_restart(name, stateless=True)
+
+    def _server(self, name: str) -> Host:
+        return next(h for h in self.cluster.servers() if h.name == name)
+
+    def _shim_restart(self, name: str, stateless: bool) -> str:
+        h = self._server(name)
+        self.dep.kill_shim(name)
+        if stateless:
+            (self.dep.run_dir / f"shim-{name}.state.json").unlink(missing_ok=True)
+        self.dep.start_shim(h)
+        link = ShimLink(self.dep.shim_control(h))
+        deadline = time.monotonic() + 20
+        while not self._view_known(link):
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"the restarted shim {name} did not get the controller's view within 20 s")
+            time.sleep(0.05)
+        return f"shim {name} killed, restarted {'without' if stateless else 'with'} its state file, view back"
+
+    @staticmethod
+    def _view_known(link: ShimLink) -> bool:
+        try:
+            return bool(link.stats()["view_known"])
+        except ShimUnavailableError:  # its control socket is not accepting yet
+            return False
+
+    def shim_restart(self, name: str) -> str:
+        return self._shim_restart(name, stateless=False)
+
+    def shim_restart_stateless(self, name: str) -> str:
+        return self._shim_restart(name, stateless=True)
+
+    def redis_kill(self, name: str) -> str:
+        h = self._server(name)
+        link = ShimLink(self.dep.shim_control(h))
+        before = link.stats()["redis_restarts"]
+        self.dep.kill_redis(name)
+        self.dep.start_redis(h)
+        deadline = time.monotonic() + 10
+        while link.stats()["redis_restarts"] == before:
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"the shim of {name} did not notice its redis-server restart")
+            time.sleep(0.05)
+        return f"redis-server of {name} killed (-9) and restarted; the shim resynchronized"
+
+    def hot_shift(self, _: str) -> str:
+        """Another client makes a few other keys very hot for a while: the caches take them in (evicting the
+        history's keys where those are colder).  Took effect if the caches inserted or evicted keys meanwhile."""
+        self.shifts += 1
+        before = self._churn()
+        host = self.cluster.client(0, self.cluster.clients_per_rack - 1)
+        cfg = {
+            "keys": 6,
+            "zipf": 0.0,
+            "read_ratio": 1.0,
+            "duration": 4.0,
+            "load_keys": 6,
+            "concurrency": 24,
+            "prefix": f"shift{self.shifts}-",
+            "seed": self.shifts,
+        }
+        for _line in self.dep.bench(host, cfg):
+            pass
+        after = self._churn()
+        # an agent restarted meanwhile starts its counters again: count the agents that answered both times
+        inserted = sum(max(0, after[n][0] - before[n][0]) for n in after.keys() & before.keys())
+        evicted = sum(max(0, after[n][1] - before[n][1]) for n in after.keys() & before.keys())
+        if inserted <= 0 and evicted <= 0:
+            raise DeploymentError("6 other keys were made hot but no cache inserted or evicted anything")
+        return f"6 other keys made hot: {inserted} insertions, {evicted} evictions"
+
+    def _churn(self) -> dict[str, tuple[int, int]]:
+        """Keys each answering agent inserted from reports and evicted, so far (an agent another fault is
+        restarting is left out)."""
+        out = {}
+        for name, agent in self.dep.controller.agents.items():  # type: ignore[union-attr]
+            try:
+                st = agent.status()
+            except Exception:  # noqa: BLE001 - not answering right now
+                continue
+            out[name] = (st.auto_inserted, st.evicted)
+        return out

@@ -26,7 +26,7 @@ Send = Callable[[bytes, tuple[str, int]], None]
 
 # How an exchange on one path ended.  RELEASED: the path's far end was declared down while we waited;
 # its ack will never come, and the path does NOT count as done -- the switches before the far end (the
-# storage leaf) may not have seen the message (shim.server then covers them by a path of their own).
+# storage leaf) may not have seen the message (shim.phases then covers them by a path of their own).
 ACKED, RELEASED, TIMED_OUT = "acked", "released", "timeout"
 
 
@@ -70,7 +70,7 @@ class Coherence:
     def release(self, targets: set[int]) -> None:
         """End the exchanges waiting on switches declared down (their acks will never come) as RELEASED.
 
-        Skipping the dead far end is safe (see shim.server: the controller has stopped every read
+        Skipping the dead far end is safe (see shim.view: the controller has stopped every read
         from reaching it and flushes it before it serves again); the rest of its path is not
         covered by that, so the caller decides what to send instead.
         """

@@ -16,7 +16,8 @@ import grpc
 from distcache.api import shim_grpc, shim_pb2
 from distcache.rpc.shim import grpc_target
 from distcache.wire import KEY_LEN
-from shim.server import Shim, StaleViewError
+from shim.server import Shim
+from shim.view import StaleViewError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,70 @@
+"""A write's two phases (paper §4.3) along the coherence paths of the shim's view: phase 1 invalidates
+every copy a read could reach, phase 2 writes the new value into the copies phase 1 reached.
+
+Each path ends at a far end (a spine, or the storage leaf, which every path of this server passes);
+:mod:`shim.coherence` sends, retransmits and matches the acks of one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from distcache.wire import MAX_CACHEABLE
+from shim.coherence import ACKED, RELEASED, Coherence
+from shim.view import CacheView
+
+log = logging.getLogger("shim.server")  # the name the shim's log lines had before this module split off
+
+CoherenceAddress = Callable[[int], tuple[str, int]]
+
+
+class Phases:
+    """Phase 1 and phase 2 of one key, over ``coherence``, to the far ends ``view`` names, each reached
+    at ``address(switch_id)``."""
+
+    def __init__(self, coherence: Coherence, view: CacheView, address: CoherenceAddress) -> None:
+        self.coherence, self.view, self.address = coherence, view, address
+
+    async def invalidate(
+        self, key: bytes, seq: int, paths: list[int], tag: tuple[int, int] | None = None
+    ) -> list[int] | None:
+        """Phase 1 along ``paths``; the far ends that acknowledged it, or None if a path timed out.
+
+        A path whose far end was declared down meanwhile is dropped, but the storage leaf before it
+        still counts: if no acknowledged path passed the leaf and it may hold a copy, the same
+        message goes on a path ending at the leaf.
+        """
+        if not paths:
+            log.error("no live switch to invalidate %s at; has the controller pushed the partition?", key.hex())
+            return None
+        results = await asyncio.gather(*(self.coherence.invalidate(key, seq, t, self.address(t), tag) for t in paths))
+        if any(r not in (ACKED, RELEASED) for r in results):
+            return None
+        acked = [t for t, r in zip(paths, results, strict=True) if r == ACKED]
+        leaf = self.view.leaf_id
+        if not acked and tag is None and leaf in self.view.holders(key):
+            r = await self.coherence.invalidate(key, seq, leaf, self.address(leaf))
+            if r == ACKED:
+                acked = [leaf]
+            elif r != RELEASED:
+                return None
+        return acked
+
+    async def update(self, key: bytes, seq: int, value: bytes, paths: list[int]) -> bool:
+        """Phase 2 along ``paths``: whether every far end acknowledged it."""
+        if not paths:
+            return False
+        oks = await asyncio.gather(*(self.coherence.update(key, seq, value, t, self.address(t)) for t in paths))
+        return all(oks)
+
+    async def fill(self, key: bytes, seq: int, value: bytes | None, paths: list[int] | None) -> str:
+        """Phase 2 of a populate or refresh whose phase 1 took ``paths`` (None: it failed), and its outcome."""
+        if paths is None:
+            return "failed"
+        if value is None:
+            return "absent"
+        if len(value) > MAX_CACHEABLE:
+            return "too_large"
+        return "valid" if await self.update(key, seq, value, paths) else "failed"

@@ -1,0 +1,85 @@
+"""Reads from Redis, batched: the GETs that arrive together leave together, as one MGET.
+
+At most ``MGETS_IN_FLIGHT`` batches are at Redis at once; reads arriving meanwhile queue up
+and leave as the next batch when one comes back.  Under load one round trip (and one task)
+serves many reads, which is what lets one Python process keep up with Redis; when idle a
+read leaves at once.  Reads take no lock: each is linearized where Redis executes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from distcache.wire import Message, Status, encode
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+MGETS_IN_FLIGHT = 1  # read batches at Redis at once: reads arriving meanwhile leave together with the next
+# (1 gave the biggest batches: 29 us of shim CPU per GET against 48 us with 2, make bench-shim)
+MAX_BATCH = 256  # reads per MGET
+
+Address = tuple[str, int]
+
+
+class ReadBatcher:
+    """Answers GETs from Redis in batches; ``send(data, addr)`` sends a reply, ``errors`` counts failed
+    reads by reason, ``tasks`` holds the batches under way (the shim cancels them when it closes)."""
+
+    def __init__(
+        self, redis: Redis, send: Callable[[bytes, Address], None], errors: Counter[str], tasks: set[asyncio.Task]
+    ) -> None:
+        self.redis, self.send, self.errors, self.tasks = redis, send, errors, tasks
+        self._gets: list[tuple[Message, Address]] = []  # reads waiting for the next MGET
+        self._in_flight = 0
+        self._flush_scheduled = False
+        self.batches = 0
+
+    def __len__(self) -> int:
+        return len(self._gets)
+
+    def add(self, msg: Message, addr: Address) -> None:
+        """Queue a read; it leaves with the next batch (at once if no batch is at Redis)."""
+        self._gets.append((msg, addr))
+        if self._in_flight < MGETS_IN_FLIGHT and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._gets or self._in_flight >= MGETS_IN_FLIGHT:
+            return
+        batch, self._gets = self._gets[:MAX_BATCH], self._gets[MAX_BATCH:]
+        self._in_flight += 1
+        task = asyncio.get_running_loop().create_task(self._serve(batch))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _serve(self, batch: list[tuple[Message, Address]]) -> None:
+        try:
+            values = cast("list[bytes | None]", await self.redis.mget([m.key for m, _ in batch]))  # bytes client
+        except Exception as e:  # noqa: BLE001 - a failed read changed nothing: answer ERROR, keep serving
+            self.errors[
+                "redis_unavailable" if isinstance(e, (RedisConnectionError, RedisTimeoutError)) else type(e).__name__
+            ] += len(batch)
+            values = None
+        finally:
+            self._in_flight -= 1
+            if self._gets and not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+        for i, (m, addr) in enumerate(batch):
+            value = None if values is None else values[i]
+            if values is None:
+                self.send(encode(m.reply(Status.ERROR)), addr)
+            elif value is None:
+                self.send(encode(m.reply(Status.NOT_FOUND)), addr)
+            else:
+                self.send(encode(m.reply(Status.OK, value)), addr)
+        self.batches += 1

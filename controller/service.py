@@ -18,7 +18,8 @@ from typing import TypeVar
 
 import grpc
 
-from controller.controller import Controller, ControllerError
+from controller.controller import Controller
+from controller.core import ControllerError
 from distcache import p4names as n
 from distcache.api import abort, controller_grpc, controller_pb2
 from distcache.cluster import Role, is_cache_switch

@@ -1,0 +1,136 @@
+"""Bringing switches to the partition: client leaves as their P4Runtime primary, cache switches through
+their agents.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from controller.core import DEATH_DIGESTS, WRITE_TIMEOUT, Core, why
+from distcache import p4names as n
+from distcache.api import agent_pb2
+from distcache.cluster import Role, Switch, is_cache_switch
+from p4rt.client import P4RuntimeError, SwitchConnection
+from p4rt.plan import SwitchPlan, plan
+from p4rt.reconcile import apply_plan
+
+log = logging.getLogger("controller")
+
+
+class Configuration(Core):
+    """Configures switches in service; a switch whose configuration failed is noted in ``_stale`` (the
+    reconciler tries it again)."""
+
+    def _bring_up_client_leaf(self, sw: Switch, timeout: float = 15.0, replicated: set[bytes] | None = None) -> None:
+        """A new primary session with the client leaf (also after a restart, a lost stream or a lost
+        mastership), its pipeline if it has none, and its entries brought to the plan."""
+        old = self.leaves.pop(sw.name, None)
+        if old is not None:
+            old.close()  # first: a switch refuses a second session with the same election id
+        conn = self._leaf_session(sw, timeout)
+        try:
+            if conn.has_pipeline():
+                conn.use_p4info(self.p4info)
+            else:
+                conn.set_pipeline(self.p4info, self.device_config)
+                log.info("%s: pipeline pushed", sw.name)
+            writes = self._apply_leaf(sw, conn, replicated)
+            conn.enable_digest(n.SPINE_DEATH_DIGEST, **DEATH_DIGESTS)
+        except BaseException:
+            conn.close()
+            raise
+        self.leaves[sw.name] = conn
+        log.info("%s: reconciled (%d entries written)", sw.name, writes)
+
+    def _leaf_session(self, sw: Switch, timeout: float) -> SwitchConnection:
+        """A primary P4Runtime session with a client leaf.  Its election id is 1 unless the leaf has seen
+        higher ones (another client took mastership, then left): when nobody is primary, the next id above
+        the highest the switch has seen takes mastership back; when another client is primary, the
+        controller does not fight it (the error says another controller holds it)."""
+        eid = self._election.get(sw.name, 1)
+        for attempt in range(2):
+            conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, election_id=eid, name=sw.name)
+            conn.timeout = WRITE_TIMEOUT
+            try:
+                conn.connect(timeout)
+                return conn
+            except P4RuntimeError:
+                arb = conn.arbitration
+                conn.close()
+                past = (arb.election_id.high << 64 | arb.election_id.low) if arb is not None else 0
+                if (
+                    attempt
+                    or arb is None
+                    or arb.status.code != grpc.StatusCode.NOT_FOUND.value[0]
+                    or past < eid
+                    or past + 1 >= 1 << 64
+                ):
+                    raise
+                eid = self._election[sw.name] = past + 1
+                log.warning(
+                    "%s: nobody is primary and it has seen election ids up to %d: taking mastership with %d",
+                    sw.name,
+                    past,
+                    eid,
+                )
+        raise AssertionError("unreachable")
+
+    def _apply_leaf(self, sw: Switch, conn: SwitchConnection, replicated: set[bytes] | None = None) -> int:
+        """Bring a client leaf's tables to the plan, keeping track of the spines it may send reads to:
+        while the write is under way, those of the old plan and the new one; after it, the new one's."""
+        live = frozenset(self.live_spines())
+        self._leaf_live[sw.name] = self._leaf_live.get(sw.name, frozenset(self.spine_ids())) | live
+        writes = apply_plan(conn, self._plan(sw, replicated))
+        self._leaf_live[sw.name] = live
+        self._stale.pop(sw.name, None)
+        return writes
+
+    def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
+        return plan(
+            self.cluster, sw, self.buckets, self.live_spines(), self.replicated if replicated is None else replicated
+        )
+
+    def _configure_agent(self, sw: Switch, replicated: set[bytes] | None = None) -> agent_pb2.AgentStatus:
+        st = self.agents[sw.name].configure(
+            self.cluster, self.buckets, self.live_spines(), self.replicated if replicated is None else replicated
+        )
+        self._stale.pop(sw.name, None)
+        log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
+        return st
+
+    def _configure(self, roles: set[Role], replicated: set[bytes] | None = None) -> dict[str, str]:
+        """Bring every switch in service of ``roles`` to the current partition and spines in service
+        (and Hybrid's ``replicated`` keys, default: the current ones), all at once; returns those that
+        could not be, with why.  They stay in ``_stale`` and the reconciler tries them again every
+        RETRY s; an agent the health poll found not answering is not waited for, only retried."""
+
+        def one(sw: Switch) -> None:
+            if is_cache_switch(sw):
+                h = self.health[sw.name]
+                if h.agent_alive is False:
+                    raise ConnectionError("waiting for its agent to answer (its last Status did not come back)")
+                self._configure_agent(sw, replicated)
+            elif (
+                sw.name in self.leaves
+                and sw.name not in self._stale
+                and not self.leaves[sw.name].stream_closed.is_set()
+            ):
+                self._apply_leaf(sw, self.leaves[sw.name], replicated)
+            else:  # never reached, or its last write failed: a new session (it may have lost mastership)
+                self._bring_up_client_leaf(sw, replicated=replicated)
+
+        jobs = {
+            sw.name: self._pool.submit(one, sw)
+            for sw in self.cluster.switches()
+            if sw.role in roles and sw.name not in self.state.failed
+        }
+        failed: dict[str, str] = {}
+        for name, job in jobs.items():
+            try:
+                job.result()
+            except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
+                failed[name] = self._stale[name] = why(e)
+                log.error("%s: not reconfigured: %s", name, why(e))
+        return failed

@@ -1,0 +1,175 @@
+"""What every job of the controller shares: its deadlines, its state, its connections and its lock.
+
+The controller is built in layers (:mod:`controller.controller` lists them), each a class that uses only
+what the classes below it define; :class:`Core`, the lowest, holds every attribute, so each job's module
+reads and changes the same state under the same lock without owning any of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import grpc
+
+from controller.state import ControllerState
+from distcache.api import agent_pb2
+from distcache.cluster import Cluster, Host, Mechanism, Switch
+from distcache.partition import spine_buckets
+from distcache.rpc.agent import AgentClient
+from harness.processes import SwitchProcesses
+from p4rt.client import SwitchConnection, load_p4info
+from p4rt.probes import ProbeLedger, SpineDeath
+
+PROBE_INTERVAL = 0.25  # seconds between liveness probes of one switch
+PROBE_TIMEOUT = 0.5
+MISSES_TO_FAIL = 2  # failed probes in a row that declare a switch dead
+DRAIN = 0.05  # after client leaves stop targeting a spine: reads already in flight to it finish
+HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restarted) this often
+# Data-plane probes (p4src/include/control/liveness.p4): one PROBE per client leaf and spine this often, sent
+# into the leaf as a PacketOut; the leaves exclude a spine that stops answering by themselves, within
+# DEAD_AFTER_US of a probe.  The controller reads the leaves' probe counters this often and declares a spine
+# dead whose probes went unanswered DP_MISSES times in a row at every leaf (its data plane stopped, even if
+# its P4Runtime server still answers).
+DP_DEAD_REASON = "its data plane stopped answering the leaves' probes"
+DP_CHECK_INTERVAL = 0.05
+SPINE_DEATHS_KEPT = 1000  # the last spine deaths the client leaves reported (distcache-ctl status)
+DEATH_DIGESTS = {"max_timeout_ns": 1_000_000, "max_list_size": 16, "ack_timeout_ns": 1_000_000_000}
+DP_MISSES = 50  # 0.5 s of unanswered probes: a failover is costly, a slow round trip under load is not death
+RETRY = 1.0  # a configuration that failed, or a recovery that could not finish yet, is tried again this often
+# Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
+READ_TIMEOUT = 1.0  # a P4Runtime read (counters) by the monitor or the Status API
+WRITE_TIMEOUT = 10.0  # one P4Runtime call to a client leaf (a partition change is one Write per table)
+AGENT_STATUS_TIMEOUT = 1.0  # an agent's Status: past it the agent is reported "not answering"
+AGENT_TIMEOUT = 10.0  # an agent's Configure, Flush, Cache, Evict (Configure may push a pipeline)
+
+
+class ControllerError(RuntimeError):
+    """An operator request the controller cannot carry out; the message says what to do instead."""
+
+
+def why(e: BaseException) -> str:
+    """One line saying why a call to a switch, agent or shim failed."""
+    if isinstance(e, grpc.RpcError):
+        code = e.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return "no answer in time (DEADLINE_EXCEEDED)"
+        return f"{code.name}: {e.details()}"
+    return str(e)
+
+
+@dataclass
+class Health:
+    """What the monitor last saw of one switch (written by its probe thread and the health poll, read by
+    the Status API without any lock: each field is replaced whole)."""
+
+    alive: bool = True
+    misses: int = 0
+    first_miss: float = 0.0
+    detected: tuple[float, float] | None = None  # probes declared it dead: (stopped answering, decided)
+    dp_detected: tuple[float, float] | None = None  # its data plane stopped answering the leaves' probes
+    agent_alive: bool | None = None  # its agent answered its last Status (None: not asked yet)
+    agent_error: str = ""  # why it did not
+    agent: agent_pb2.AgentStatus | None = None
+    stats: dict[int, tuple[int, int]] = field(default_factory=dict)  # dc_stats as last read
+    drops: dict[int, tuple[int, int]] = field(default_factory=dict)  # dc_drops as last read
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (time, reads) for the load
+    recover_tried: float = 0.0  # last automatic recovery attempt (monotonic)
+
+
+class Core:
+    """The controller's state and connections, and the views derived from them (no thread, no I/O but
+    opening connections and saving the state file)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        p4info_path: str | Path,
+        shim_address: Callable[[Host], str],
+        device_config: bytes = b"",
+        state_path: Path | None = None,
+        procs: SwitchProcesses | None = None,
+        grpc_host: str = "127.0.0.1",
+    ) -> None:
+        self.state_path = state_path
+        self.state = ControllerState.load(state_path, cluster)
+        self.cluster = cluster
+        if self.state.mechanism:
+            self.cluster = replace(cluster, mechanism=Mechanism[self.state.mechanism.upper()])
+        self.p4info = load_p4info(p4info_path)
+        self.device_config = device_config
+        self.shim_address = shim_address
+        self.procs = procs
+        self.grpc_host = grpc_host
+        self.lock = threading.RLock()  # every change of state, partition or switch configuration
+        self.leaves: dict[str, SwitchConnection] = {}  # client-rack leaves, as primary
+        self.readers: dict[str, SwitchConnection] = {}  # every switch: probes and counter reads
+        self.agents: dict[str, AgentClient] = {}  # changes (Configure, Flush, ...): AGENT_TIMEOUT
+        self.agent_status: dict[str, AgentClient] = {}  # Status only: AGENT_STATUS_TIMEOUT
+        self.health = {sw.name: Health() for sw in cluster.switches()}
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # the reconciler has something to do now
+        self._threads: list[threading.Thread] = []
+        self._pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctl-call")
+        self._buckets_pushed: list[int] | None = None  # the partition the switches hold
+        # switch -> why its last configuration failed (retried every RETRY s); a client leaf in here may
+        # still route reads by an older partition.  Single dict operations only (the GIL makes them atomic).
+        self._stale: dict[str, str] = {}
+        # client leaf -> the spines in service in the last plan it took: it may send reads to those only
+        self._leaf_live: dict[str, frozenset[int]] = {}
+        self._election: dict[str, int] = {}  # client leaf -> our election id there, when not 1
+        self._failover_pending = False  # a failover stopped before the shims: a client leaf kept old routes
+        self._recovering: set[str] = set()  # switches a recover() is bringing back (one at a time each)
+        self._shims_behind: dict[str, bool] = {}  # shim host -> needs its view again (else: partition only)
+        self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
+        self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
+        self._dp_silent_since: dict[int, float] = {}  # spine id -> when the ledger first found it silent
+        self.spine_deaths: deque[SpineDeath] = deque(maxlen=SPINE_DEATHS_KEPT)  # reported by the client leaves
+        for name in self.state.failed:
+            self.health[name].alive = False
+
+    # -- derived views --------------------------------------------------------------------
+    def spine_ids(self) -> list[int]:
+        return [self.cluster.spine(i).switch_id for i in range(self.cluster.spines)]
+
+    @property
+    def replicated(self) -> set[bytes]:
+        return {bytes.fromhex(k) for k in self.state.replicated}
+
+    def live_spines(self) -> set[int]:
+        failed = {self.cluster.switch(name).switch_id for name in self.state.failed}
+        return set(self.spine_ids()) - failed
+
+    @property
+    def buckets(self) -> list[int]:
+        return spine_buckets(self.spine_ids(), self.live_spines())
+
+    def _save(self) -> None:
+        self.state.save(self.state_path)
+
+    def _reader(self, sw: Switch) -> SwitchConnection:
+        conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, name=sw.name)
+        conn.timeout = READ_TIMEOUT
+        conn.use_p4info(self.p4info)
+        return conn
+
+    def _spines(self) -> list[Switch]:
+        return [self.cluster.spine(i) for i in range(self.cluster.spines)]
+
+    def _last_buckets(self) -> list[int]:
+        return self._buckets_pushed or spine_buckets(self.spine_ids())
+
+    def _remember_buckets(self, buckets: list[int]) -> None:
+        self._buckets_pushed = list(buckets)
+
+    def _switch(self, name: str) -> Switch:
+        try:
+            return self.cluster.switch(name)
+        except KeyError:
+            raise ControllerError(
+                f"no switch named {name!r}; switches: {', '.join(sw.name for sw in self.cluster.switches())}"
+            ) from None

@@ -1,0 +1,246 @@
+"""Failures and recoveries: declaring a switch dead, the operator's fail and recover, the failover's steps
+(:mod:`controller.controller` explains their order).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from controller.configure import Configuration
+from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, why
+from controller.monitor import Monitor
+from controller.state import Failure
+from distcache.cluster import Role, Switch, is_cache_switch
+from harness.processes import SwitchProcessError
+from p4rt.client import P4RuntimeError
+
+log = logging.getLogger("controller")
+
+
+class Failover(Monitor, Configuration):
+    """Takes switches out of service and puts them back, moving the failed spines' buckets."""
+
+    def _failover(self) -> tuple[int, list[str]]:
+        """Move the buckets of failed spines to live ones (steps in the module docstring); returns how many
+        moved and the client leaves the failover now waits for (empty: done)."""
+        before = self._last_buckets()
+        self.state.epoch += 1
+        self._save()
+        self._failover_pending = True
+        waiting = self._continue_failover()
+        after = self.buckets
+        self._remember_buckets(after)
+        return sum(a != b for a, b in zip(before, after, strict=True)), waiting
+
+    def _continue_failover(self, configure: bool = True) -> list[str]:
+        """The failover's steps: step 1 (idempotent; without ``configure`` the reconciler has just retried
+        the leaves that missed it), and no step after it until every client leaf in service has taken the
+        new routes (until then the shims keep waiting for the failed spines' acks, so writes invalidate
+        whatever those spines still hold).  Returns the client leaves it waits for; the reconciler calls
+        it again every RETRY s until there are none."""
+        if configure:
+            self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
+        waiting = sorted(
+            name
+            for name in list(self._stale)
+            if name not in self.state.failed and self.cluster.switch(name).role == Role.CLIENT_LEAF
+        )
+        if waiting:
+            (log.error if configure else log.debug)(
+                "failover waits for %s to take the new routes; until then the shims keep waiting for the acks "
+                "of %s (retried every %.0fs)",
+                ", ".join(waiting),
+                ", ".join(sorted(self.state.failed)),
+                RETRY,
+            )
+            return waiting
+        time.sleep(DRAIN)
+        self._push_shims()
+        self._configure({Role.SPINE})
+        if self._failover_pending:
+            self._failover_pending = False
+            log.info(
+                "failover complete: %s",
+                ", ".join(f"{s.name} routed away" for s in self._spines() if s.name in self.state.failed),
+            )
+        return []
+
+    def declare_dead(self, sw: Switch, since: float, reason: str, decided: float | None = None) -> None:
+        """``sw`` stopped answering at ``since`` and was found dead at ``decided`` (monotonic; default: now)."""
+        with self.lock:
+            self.health[sw.name].detected = None
+            if sw.name in self.state.failed:
+                return
+            t = time.monotonic()
+            decided = t if decided is None else decided
+            self.state.failed[sw.name] = Failure(admin=False, since=time.time(), reason=reason)
+            self.state.last_detection_s = decided - since
+            self.health[sw.name].alive = False
+            log.warning("%s declared dead after %.2fs: %s", sw.name, decided - since, reason)
+            if sw.role == Role.SPINE:
+                moved, waiting = self._failover()
+                self.state.failovers += 1
+                self.state.last_failover_s = time.monotonic() - t
+                log.warning(
+                    "%s: %d buckets moved to live spines in %.2fs%s",
+                    sw.name,
+                    moved,
+                    self.state.last_failover_s,
+                    f" (waiting for {', '.join(waiting)})" if waiting else "",
+                )
+            self._save()
+
+    def fail(self, name: str, keep_running: bool = False) -> tuple[str, int, float]:
+        """Operator: take ``name`` out of service, and stop its process if the deployment lets the
+        controller do so and ``keep_running`` is not asked for (a drain: the switch stays up, serves
+        nothing, and is flushed before it serves again).
+
+        A spine is drained first and stopped after: its buckets move while it still forwards, so no read
+        is sent to a switch that is already gone (stopped first, every read the leaves sent it until they
+        found it dead was lost and retried).  Stopping it then is a crash of a failed spine, which the
+        protocol allows at any time (docs/protocol.md, "Failover")."""
+        sw = self._switch(name)
+        t = time.monotonic()
+        with self.lock:
+            if name in self.state.failed:
+                raise ControllerError(
+                    f"{name} is already failed ({self.state.failed[name].reason}); use `distcache-ctl recover {name}`"
+                )
+            if sw.role == Role.SPINE and self.live_spines() == {sw.switch_id}:
+                raise ControllerError(
+                    f"{name} is the last spine in service: without it no rack reaches another; "
+                    "recover another spine first"
+                )
+            stopped = self.procs is not None and name in self.procs and not keep_running
+            self.state.failed[name] = Failure(
+                admin=True, since=time.time(), reason="failed by the operator", stopped=stopped
+            )
+            moved, waiting = 0, list[str]()
+            if sw.role == Role.SPINE:
+                moved, waiting = self._failover()
+                self.state.failovers += 1
+                self.state.last_failover_s = time.monotonic() - t
+            if stopped:
+                assert self.procs is not None
+                self.procs.stop(name)
+                self.health[name].alive = False
+            self._save()
+        what = "process stopped" if stopped else "out of service, its process keeps running"
+        msg = f"{name}: {what}; {moved} buckets moved to live spines"
+        if waiting:
+            msg += (
+                f"; {', '.join(waiting)} did not take the new routes yet: writes keep invalidating {name} "
+                f"until they do (retried every {RETRY:.0f} s; see `distcache-ctl status`)"
+            )
+        return msg, moved, time.monotonic() - t
+
+    def recover(self, name: str, timeout: float = 30.0) -> tuple[str, int, float]:
+        """Operator (or the reconciler, for a detected failure that came back): put ``name`` back.
+
+        Waiting for the switch (and its agent) happens outside the lock, so failures elsewhere are
+        handled meanwhile.  An agent that restarted while its switch was failed has had no configuration
+        (only switches in service get one from the reconciler): recover gives it one first.
+        """
+        sw = self._switch(name)
+        t = time.monotonic()
+        with self.lock:
+            failure = self.state.failed.get(name)
+            if failure is None:
+                raise ControllerError(f"{name} is not failed; nothing to recover (see `distcache-ctl status`)")
+            if name in self._recovering:
+                raise ControllerError(f"{name} is being recovered already; see `distcache-ctl status`")
+            self._recovering.add(name)
+        try:
+            if failure.stopped and self.procs is not None and not self.procs.running(name):
+                try:
+                    self.procs.start(name)
+                except SwitchProcessError as e:
+                    raise ControllerError(f"cannot start {name} again: {e}") from None
+            self._wait_back(sw, timeout)
+            with self.lock:
+                before = self.buckets
+                if sw.role == Role.SPINE:
+                    # the shims stop skipping it before its cache is flushed (it still owns no bucket), so
+                    # nothing it caches from now on can be missed by a write; then routes lead to it
+                    self._push_shims(up=sw.switch_id)
+                    self._flush(sw)
+                    self.state.failed.pop(name)
+                    self.state.epoch += 1
+                    self._save()
+                    self._push_shims()
+                    self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
+                    self._configure({Role.SPINE})
+                    self._remember_buckets(self.buckets)
+                else:
+                    # configured first, in service after: a client leaf's routes are current before the
+                    # shims may count on them (shim_down)
+                    self._stale.pop(name, None)
+                    try:
+                        if sw.role == Role.CLIENT_LEAF:
+                            self._bring_up_client_leaf(sw)
+                        else:
+                            self._configure_agent(sw)
+                    except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
+                        raise ControllerError(f"{name} answers but could not be configured: {why(e)}") from None
+                    self.state.failed.pop(name)
+                    self._save()
+                    self._push_shims()
+                h = self.health[name]
+                h.alive, h.misses, h.detected = True, 0, None
+                self.state.recoveries += 1
+                self._save()
+                moved = sum(a != b for a, b in zip(before, self.buckets, strict=True))
+        finally:
+            with self.lock:
+                self._recovering.discard(name)
+        return f"{name}: back in service; {moved} buckets moved back to it", moved, time.monotonic() - t
+
+    def _flush(self, sw: Switch) -> None:
+        try:
+            st = self.agents[sw.name].flush()
+            log.info("%s: cache flushed before it serves again (%d keys left)", sw.name, st.occupied)
+        except grpc.RpcError as e:
+            raise ControllerError(
+                f"{sw.name}: its agent could not flush the cache ({why(e)}); start "
+                f"the agent (python -m agent --switch {sw.name} ...) and retry"
+            ) from None
+
+    def _wait_back(self, sw: Switch, timeout: float) -> None:
+        """Until the switch answers again and, for a cache switch, its agent is configured and connected to
+        it; an agent that says it has no configuration (it restarted while its switch was failed) is
+        configured here, with the partition as it stands (its switch still owns nothing)."""
+        deadline = time.monotonic() + timeout
+        missing = "its P4Runtime server does not answer"
+        while True:
+            probe = self._reader(sw)
+            back = probe.probe(PROBE_TIMEOUT)
+            probe.close()
+            if back and not is_cache_switch(sw):
+                return
+            if back:
+                st = self.poll_agent(sw.name)  # also tells the health view that it answers again
+                if st is None:
+                    missing = (
+                        f"its agent at {self.cluster.agent_address(sw)} does not answer "
+                        f"({self.health[sw.name].agent_error})"
+                    )
+                elif not st.configured:
+                    log.info("%s: its agent restarted while the switch was failed; configuring it", sw.name)
+                    try:
+                        with self.lock:
+                            self._configure_agent(sw)
+                        continue
+                    except grpc.RpcError as e:
+                        missing = f"its agent could not be configured ({why(e)})"
+                elif st.switch_connected:
+                    return
+                else:
+                    missing = "its agent is not connected to it yet"
+            else:
+                missing = f"its P4Runtime server at {self.grpc_host}:{sw.grpc_port} does not answer"
+            if time.monotonic() >= deadline:
+                raise ControllerError(f"{sw.name} is not back after {timeout:.0f}s: {missing}; start it first")
+            time.sleep(0.2)

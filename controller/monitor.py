@@ -1,0 +1,242 @@
+"""Watching the switches, their agents and the shims: probe threads, data-plane probes, the health poll.
+
+Nothing slow may stand between a switch's death and its detection, so the work is split:
+
+* one probe thread per switch: P4Runtime Capabilities every PROBE_INTERVAL, PROBE_TIMEOUT each;
+  it only records what it sees (a hung peer delays its own probe, nobody else's);
+* the health poll: agents' Status, counters and shims' stats every HEARTBEAT, each call with a
+  short deadline and all at once; it caches what it reads (the Status API answers from it when a
+  live read does not come in time) and notes what needs work;
+* the reconciler (:mod:`controller.reconcile`): every change (failover, recovery, configuration
+  retries, shim pushes), under the lock, woken by the other two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import replace
+
+import grpc
+
+from controller.core import (
+    AGENT_STATUS_TIMEOUT,
+    DP_CHECK_INTERVAL,
+    DP_DEAD_REASON,
+    DP_MISSES,
+    HEARTBEAT,
+    MISSES_TO_FAIL,
+    PROBE_INTERVAL,
+    PROBE_TIMEOUT,
+    why,
+)
+from controller.shims import ShimViews
+from distcache import p4names as n
+from distcache.api import agent_pb2
+from distcache.cluster import Role, Switch
+from distcache.rpc.shim import ShimLink, ShimUnavailableError
+from p4rt.client import P4RuntimeError, SwitchConnection
+from p4rt.probes import DP_PROBE_INTERVAL, probe_round, read_probe_counts, spine_deaths
+
+log = logging.getLogger("controller")
+
+
+class Monitor(ShimViews):
+    """Records what the probes and polls see (``health``, ``_stale``, ``_shims_behind``, the probe ledger)
+    and wakes the reconciler to act on it; it configures nothing itself."""
+
+    def _probe_loop(self, sw: Switch) -> None:
+        while not self._stop.wait(PROBE_INTERVAL):
+            try:
+                self._probe(sw)
+            except Exception:
+                log.exception("%s: probe handling failed", sw.name)
+
+    def _probe(self, sw: Switch) -> None:
+        h = self.health[sw.name]
+        reader = self.readers[sw.name]
+        ok = reader.probe(PROBE_TIMEOUT)
+        if ok:
+            h.misses, h.alive, h.detected = 0, True, None
+            if sw.name in self.state.failed:
+                self._wake.set()  # it may come back
+            return
+        self.readers[sw.name] = self._reader(sw)  # a fresh channel: no reconnect backoff hides its return
+        reader.close()
+        now = time.monotonic()
+        if h.misses == 0:
+            h.first_miss = now - PROBE_INTERVAL / 2  # it stopped answering somewhere since the last good probe
+        h.misses += 1
+        failure = self.state.failed.get(sw.name)
+        if failure is not None and failure.reason == DP_DEAD_REASON and h.misses >= MISSES_TO_FAIL:
+            # failed for its data plane, now its process is gone too: it comes back unconfigured (no probe
+            # answers until recovered), so recover it like a crashed switch once it answers
+            self.state.failed[sw.name] = replace(failure, reason="its P4Runtime server stopped answering")
+        if h.misses >= MISSES_TO_FAIL and h.alive:
+            h.alive = False
+            if sw.name not in self.state.failed:
+                h.detected = (h.first_miss, now)
+                self._wake.set()
+
+    def _dp_probe_loop(self) -> None:
+        """Probe every spine's data plane through every client leaf, and watch the answers."""
+        seq, next_check = 0, time.monotonic()
+        spines = self._spines()
+        while not self._stop.wait(DP_PROBE_INTERVAL):
+            for name, conn in list(self.leaves.items()):
+                with contextlib.suppress(P4RuntimeError):  # its stream is down: the reconciler brings it back
+                    seq = probe_round(conn, self.cluster.switch(name), spines, seq)
+                self._take_deaths(name, conn)
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + DP_CHECK_INTERVAL
+                try:
+                    self._dp_check()
+                except Exception:
+                    log.exception("data-plane probe check failed")
+
+    def _take_deaths(self, name: str, conn: SwitchConnection) -> None:
+        """Keep the spine deaths client leaf ``name`` reported since the last look."""
+        try:
+            deaths = spine_deaths(conn, self.cluster.switch(name), self.cluster, time.time())
+        except P4RuntimeError:
+            return
+        for d in deaths:
+            log.info(
+                "%s: %s was dead in its data plane: found dead %.1f ms after it was last heard, silent %.0f ms",
+                d.leaf,
+                d.spine,
+                d.detect_s * 1e3,
+                d.silent_s * 1e3,
+            )
+        self.spine_deaths.extend(deaths)
+
+    def _dp_check(self) -> None:
+        """Read the client leaves' probe counters; a spine silent at all of them is declared dead."""
+        for name in list(self.leaves):
+            try:
+                self.probes.update(name, read_probe_counts(self.readers[name]))
+            except P4RuntimeError:
+                continue
+        now = time.monotonic()
+        dead = self.probes.dead(self.spine_ids())
+        for sid in dead - set(self._dp_silent_since):
+            self._dp_silent_since[sid] = now - DP_MISSES * DP_PROBE_INTERVAL
+        for sid in set(self._dp_silent_since) - dead:
+            del self._dp_silent_since[sid]
+        self.dp_dead = dead
+        for sw in self._spines():
+            if sw.switch_id in dead and sw.name not in self.state.failed and self.health[sw.name].dp_detected is None:
+                self.health[sw.name].dp_detected = (self._dp_silent_since[sw.switch_id], now)
+                self._wake.set()
+
+    def _health_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._poll()
+            except Exception:
+                log.exception("health poll failed")
+            self._stop.wait(HEARTBEAT)
+
+    def read_stats(self, name: str) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+        """dc_stats and dc_drops of switch ``name``, read now (READ_TIMEOUT each)."""
+        reader = self.readers[name]
+        return reader.read_counter(n.DC_STATS), reader.read_counter(n.DC_DROPS)
+
+    def read_deaths(self, name: str) -> dict[str, int]:
+        """Leaf ``name``'s spine_deaths counter by spine name (deaths that ended), read now."""
+        out, spines = {}, set(self.spine_ids())
+        for sid, (packets, _) in self.readers[name].read_counter(n.SPINE_DEATHS).items():
+            if packets and sid in spines:
+                out[self.cluster.switch_by_id(sid).name] = packets
+        return out
+
+    def poll_agent(self, name: str) -> agent_pb2.AgentStatus | None:
+        """The agent's Status now (AGENT_STATUS_TIMEOUT), kept in its Health; None if it did not answer."""
+        h = self.health[name]
+        try:
+            st = self.agent_status[name].status()
+        except grpc.RpcError as e:
+            hung = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            h.agent_alive, h.agent_error = False, f"no reply within {AGENT_STATUS_TIMEOUT:g} s" if hung else why(e)
+            return None
+        h.agent, h.agent_alive, h.agent_error = st, True, ""
+        return st
+
+    def _poll(self) -> None:
+        now = time.monotonic()
+        agents = {name: self._pool.submit(self.poll_agent, name) for name in self.agent_status}
+        reads = {
+            sw.name: self._pool.submit(self.read_stats, sw.name)
+            for sw in self.cluster.switches()
+            if sw.name not in self.state.failed
+        }
+        for name, job in agents.items():
+            st = job.result()
+            if st is None:
+                continue
+            if not st.configured and name not in self.state.failed and name not in self._stale:
+                log.warning("%s: its agent restarted; configuring it again", name)
+                self._stale[name] = "its agent restarted"
+            if name in self._stale:
+                self._wake.set()
+        for name, read in reads.items():
+            try:
+                stats, drops = read.result()
+            except (P4RuntimeError, ValueError):  # ValueError: its reader was replaced (closed) meanwhile
+                continue
+            sw = self.cluster.switch(name)
+            h = self.health[name]
+            h.stats, h.drops = stats, drops
+            idx = (
+                (n.Stat.ROUTED_SPINE, n.Stat.ROUTED_LEAF)
+                if sw.role == Role.CLIENT_LEAF
+                else (n.Stat.READ_HIT, n.Stat.READ_MISS)
+            )
+            h.samples = ([*h.samples, (now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
+        for name, conn in list(self.leaves.items()):
+            if conn.stream_closed.is_set() and name not in self.state.failed and name not in self._stale:
+                log.warning("%s: lost its stream (restarted?); reconnecting", name)
+                self._stale[name] = "lost its P4Runtime stream (restarted?)"
+                self._wake.set()
+        down = self.shim_down()
+        for host in self.cluster.servers():
+            try:
+                st = ShimLink(self.shim_address(host), timeout=2.0).stats()
+            except ShimUnavailableError:
+                continue
+            if not st.get("view_known") or st.get("epoch") != self.state.epoch:
+                if not self._shims_behind.get(host.name):
+                    log.warning(
+                        "%s: shim restarted or behind (epoch %s); sending partition and view",
+                        host.name,
+                        st.get("epoch"),
+                    )
+                self._shims_behind[host.name] = True
+                self._wake.set()
+            elif sorted(st.get("down", [])) != down:
+                self._shims_behind.setdefault(host.name, False)
+                self._wake.set()
+
+    def detail(self, name: str) -> str:
+        """What is wrong with switch ``name``, for the Status API (empty: nothing)."""
+        sw = self.cluster.switch(name)
+        notes = []
+        failure = self.state.failed.get(name)
+        if failure is not None:
+            notes.append(failure.reason)
+            if sw.role == Role.SPINE and sw.switch_id not in self.shim_down():
+                leaves = self.routing_to(sw)
+                if leaves:
+                    notes.append(f"writes still wait for its acks: {', '.join(leaves)} may still send it reads")
+        stale = self._stale.get(name)
+        if stale is not None and failure is None:  # a failed switch is configured by its recovery
+            what = "routes not updated" if sw.role == Role.CLIENT_LEAF else "not reconfigured"
+            notes.append(f"{what} (retrying): {stale}")
+        return "; ".join(notes)
+
+    def load(self, name: str) -> float:
+        s = self.health[name].samples
+        if len(s) < 2 or s[1][0] <= s[0][0]:
+            return 0.0
+        return (s[1][1] - s[0][1]) / (s[1][0] - s[0][0])

@@ -1,0 +1,108 @@
+"""The reconciler: the one thread that acts on what the monitor found, most urgent first.
+
+Every change (failover, recovery, configuration retries, shim pushes) is made here, under the lock,
+woken by the probe threads and the health poll (:mod:`controller.monitor`); a recovery that cannot
+finish yet returns at once and is tried again RETRY s later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from controller.core import DP_DEAD_REASON, HEARTBEAT, PROBE_TIMEOUT, RETRY, ControllerError, why
+from controller.failover import Failover
+from controller.mechanism import Mechanisms
+from distcache.cluster import Mechanism, Switch, is_cache_switch
+from p4rt.client import P4RuntimeError
+
+log = logging.getLogger("controller")
+
+
+class Reconciler(Failover, Mechanisms):
+    """Declares dead what the monitor detected, recovers what came back, retries what failed, brings
+    shims that fell behind up to date and, under Hybrid, re-chooses the replicated keys."""
+
+    def _reconcile_loop(self) -> None:
+        last_beat = 0.0
+        while not self._stop.is_set():
+            self._wake.wait(RETRY)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._reconcile()
+                if self.cluster.mechanism == Mechanism.HYBRID and time.monotonic() - last_beat >= HEARTBEAT:
+                    last_beat = time.monotonic()
+                    self.rebalance_hybrid()
+            except Exception:
+                log.exception("reconciliation failed")
+
+    def _reconcile(self) -> None:
+        """Act on what the probes and the health poll found, most urgent first."""
+        for sw in self.cluster.switches():
+            detected = self.health[sw.name].detected
+            if detected is not None:
+                self.declare_dead(sw, detected[0], "its P4Runtime server stopped answering", detected[1])
+            dp = self.health[sw.name].dp_detected
+            if dp is not None:
+                self.health[sw.name].dp_detected = None
+                self.declare_dead(sw, dp[0], DP_DEAD_REASON, dp[1])
+        for sw in self.cluster.switches():
+            self._maybe_recover(sw)
+        for name in list(self._stale):
+            self._retry(name)
+        if self._failover_pending:
+            with self.lock:
+                if self._failover_pending:
+                    self._continue_failover(configure=False)
+        if self._shims_behind:
+            with self.lock:
+                behind = {name: self._shims_behind.pop(name) for name in list(self._shims_behind)}
+                hosts = [h for h in self.cluster.servers() if h.name in behind]
+                if any(behind[h.name] for h in hosts):
+                    self._push_shims(views=True, only=[h for h in hosts if behind[h.name]])
+                if not all(behind[h.name] for h in hosts):
+                    self._push_shims(only=[h for h in hosts if not behind[h.name]])
+
+    def _maybe_recover(self, sw: Switch) -> None:
+        """A detected failure that answers again (and whose agent answers) is recovered; one whose
+        recovery cannot finish yet is tried again RETRY s later, never waited for."""
+        failure, h = self.state.failed.get(sw.name), self.health[sw.name]
+        if failure is None or failure.admin or not h.alive or sw.name in self._recovering:
+            return
+        if failure.reason == DP_DEAD_REASON and sw.switch_id in self.dp_dead:
+            return  # its P4Runtime server answers, but its data plane still does not (a switch that
+            #         restarted meanwhile had its reason changed: it is unconfigured, so it cannot answer yet)
+        if is_cache_switch(sw) and not h.agent_alive:
+            return
+        if time.monotonic() - h.recover_tried < RETRY:
+            return
+        h.recover_tried = time.monotonic()
+        log.info("%s answers again; recovering it", sw.name)
+        try:
+            self.recover(sw.name, timeout=PROBE_TIMEOUT)
+        except ControllerError as e:
+            log.info("%s: not recovered yet: %s", sw.name, e)
+
+    def _retry(self, name: str) -> None:
+        """Configure again a switch in service whose last configuration failed."""
+        sw = self.cluster.switch(name)
+        with self.lock:
+            if name not in self._stale or name in self.state.failed or name in self._recovering:
+                return  # done meanwhile, or its recovery configures it
+            if is_cache_switch(sw) and self.health[name].agent_alive is False:
+                return  # tried once it answers
+            before = self._stale[name]
+            try:
+                if is_cache_switch(sw):
+                    self._configure_agent(sw)
+                else:
+                    self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2)
+            except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
+                self._stale[name] = why(e)
+                (log.debug if why(e) == before else log.warning)("%s: still not reconfigured: %s", name, why(e))
+                return
+            log.info("%s: reconfigured (it had failed: %s)", name, before)

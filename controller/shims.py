@@ -1,0 +1,95 @@
+"""What the shims are told: the partition, the switches they may stop waiting for, the cached-key views."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from controller.core import Core
+from distcache.cluster import Host, Role, Switch
+from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
+
+log = logging.getLogger("controller")
+
+
+class ShimViews(Core):
+    """Pushes to the shims, and decides which failed switches they may skip (:meth:`shim_down`)."""
+
+    def _push_shims(self, views: bool = False, only: list[Host] | None = None, up: int | None = None) -> None:
+        """Partition, switches down (minus ``up``, which is coming back) and, with ``views``, cached keys.
+
+        A view names the switches it is complete for (their agents answered: every key they cache
+        is in it) and the incarnation of the shim it was collected for, read before collecting: a
+        shim that restarted meanwhile refuses it (a copy validated through its previous life after
+        the collection would be missing), and gets the next round's.
+        """
+        hosts = only or self.cluster.servers()
+        links = {h.name: ShimLink(self.shim_address(h)) for h in hosts}
+        incarnations: dict[str, int] = {}
+        cached: dict[str, dict[bytes, list[int]]] = {}
+        complete: set[int] = set()
+        if views:
+            for h in hosts:
+                try:
+                    incarnations[h.name] = int(links[h.name].stats().get("incarnation", 0))
+                except (ShimUnavailableError, ShimRequestError) as e:
+                    log.warning("%s: shim not updated: %s", h.name, e)
+            for name, agent in self.agents.items():
+                if name in self.state.failed:
+                    continue
+                try:
+                    st = agent.status(with_keys=True)
+                except grpc.RpcError as e:
+                    log.warning("%s: agent unreachable, its keys are not in the view: %s", name, e.code())
+                    continue
+                if not (st.configured and st.switch_connected):
+                    # a restarted agent knows its switch's entries only once connected and configured (it reads
+                    # them back then): its empty list now would tell a shim the switch caches nothing
+                    log.info("%s: agent not configured yet, its keys are not in the view", name)
+                    continue
+                complete.add(st.switch_id)
+                for k in st.keys:
+                    server = self.cluster.server_for_key(k.key).name
+                    cached.setdefault(server, {}).setdefault(bytes(k.key), []).append(st.switch_id)
+        spines = {self.cluster.spine(i).switch_id for i in range(self.cluster.spines)}
+        for host in hosts:
+            if views and host.name not in incarnations:
+                continue
+            try:
+                link = links[host.name]
+                link.partition(self.buckets, [d for d in self.shim_down() if d != up], self.state.epoch)
+                if views:
+                    mine = spines | {self.cluster.storage_leaf(host.rack).switch_id}
+                    link.view(cached.get(host.name, {}), sorted(complete & mine), incarnations[host.name])
+            except (ShimUnavailableError, ShimRequestError) as e:
+                log.warning("%s: shim not updated: %s", host.name, e)
+
+    def shim_down(self) -> list[int]:
+        """The switches the shims may stop waiting for: every failed switch, except a failed spine that a
+        client leaf may still send reads to (step 2 of the failover waits for step 1 everywhere).
+
+        A client leaf may send reads to the spines in service in the last plan it took (both plans while
+        one is being written; every spine if it never took one from this controller), unless its process
+        is known to be gone (a new one starts without a pipeline, and gets the current plan first).
+        """
+        out = []
+        for name in list(self.state.failed):
+            sw = self.cluster.switch(name)
+            if sw.role != Role.SPINE or not self.routing_to(sw):
+                out.append(sw.switch_id)
+        return sorted(out)
+
+    def routing_to(self, spine: Switch) -> list[str]:
+        """The client leaves that may still send reads to ``spine``."""
+        every = frozenset(self.spine_ids())
+        return [
+            sw.name
+            for sw in self.cluster.switches()
+            if sw.role == Role.CLIENT_LEAF
+            and spine.switch_id in self._leaf_live.get(sw.name, every)
+            and not self._known_stopped(sw.name)
+        ]
+
+    def _known_stopped(self, name: str) -> bool:
+        return self.procs is not None and name in self.procs and not self.procs.running(name)

@@ -13,7 +13,7 @@ so reads and writes go on while it is down.
   (:mod:`agent`); the controller gives it the cluster, the
   partition and the spines in service.
 * **Shims** get the partition, the switches declared down and the cached-key
-  view (:mod:`shim.server` explains how they use them); a restarted shim gets
+  view (:mod:`shim.view` explains how they use them); a restarted shim gets
   them back at the next heartbeat.
 
 **Failure handling.**  Every switch's P4Runtime server is probed a few times
@@ -37,7 +37,7 @@ Step 2 waits for step 1 everywhere: if a client leaf in service cannot take
 the new routes (its write fails or times out, another client took its
 mastership), the failover stops there and is retried every second, reported
 in ``distcache-ctl status`` and the log.  Whatever pushes to the shims, the
-switches they may skip come from one place (:meth:`Controller.shim_down`): a
+switches they may skip come from one place (:meth:`Controller.shim_down`, in :mod:`controller.shims`): a
 failed spine is left out while any client leaf may still send it reads (the
 last routes it took include it, or a write to it is under way), unless that
 leaf's process is known to be gone (a new one starts empty).  A leaf that

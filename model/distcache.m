@@ -1026,7 +1026,7 @@ ruleset keep: boolean do
 end;
 
 -- The controller reads the shim's incarnation, collects the cached keys from the agents that
--- answer (controller/controller.py) and pushes them (AddView: a union; those agents' switches
+-- answer (controller/shims.py) and pushes them (AddView: a union; those agents' switches
 -- become known).  With FIX_VIEW_INCARNATION a view collected before the shim's restart is
 -- refused, so a view is collected only while the shim misses one, and collecting and pushing
 -- are one step.  (Reduction: a view pushed later than collected differs only by keys evicted
@@ -1120,7 +1120,7 @@ ruleset s: spine_t do
     Check();
   end;
 
-  -- controller/controller.py _dp_probe_loop: a spine whose probes go unanswered at every client
+  -- controller/monitor.py _dp_probe_loop: a spine whose probes go unanswered at every client
   -- leaf for 0.5 s is declared dead (declare_dead, DP_DEAD_REASON) and failed over like a crashed
   -- one, but its switch keeps its registers and its agent keeps running.  Any time after the
   -- death, or never (the death may end first); the death was the fault, this costs no budget
@@ -1148,7 +1148,7 @@ ruleset s: spine_t do
     Check();
   end;
 
-  -- controller/controller.py recover(): once the switch and its agent answer, the shims
+  -- controller/failover.py recover(): once the switch and its agent answer, the shims
   -- stop skipping the spine (it owns no bucket yet), then its agent flushes its cache (evicts
   -- every entry), then the partition moves back and client leaves route reads to it.  The
   -- same for a spine failed for its data plane: the reconciler recovers it once its probes are

@@ -20,6 +20,7 @@ from finsy.proto import p4i, p4r, p4r_grpc
 from google.protobuf import text_format
 
 from distcache.api import FAST_RECONNECT
+from distcache.rpc.channel import channel_ready
 from p4rt.codec import P4RuntimeError, decode, encode
 
 if TYPE_CHECKING:
@@ -262,14 +263,12 @@ class SwitchConnection:
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         """Wait for the server without joining the stream: a read-only session (Read needs no arbitration)."""
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
+        if not channel_ready(self.channel, timeout):
             raise P4RuntimeError(
                 f"{self.name}: no P4Runtime server answers at {self.address} "
                 f"within {timeout:.0f}s; is the switch running?",
                 "UNAVAILABLE",
-            ) from None
+            )
 
     def _read_stream(self) -> None:
         try:

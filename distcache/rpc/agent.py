@@ -8,6 +8,7 @@ import grpc
 
 from distcache.api import agent_grpc, agent_pb2
 from distcache.cluster import Cluster
+from distcache.rpc.channel import channel_ready
 
 
 class AgentClient:
@@ -19,12 +20,8 @@ class AgentClient:
         self.stub = agent_grpc.AgentStub(self.channel)
 
     def wait_ready(self, timeout: float = 15.0) -> None:
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            raise ConnectionError(
-                f"no agent answers at {self.address}; is it running (python -m agent --help)?"
-            ) from None
+        if not channel_ready(self.channel, timeout):
+            raise ConnectionError(f"no agent answers at {self.address}; is it running (python -m agent --help)?")
 
     def configure(
         self, cluster: Cluster, buckets: list[int], live: set[int] | None = None, replicated: Iterable[bytes] = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from distcache.api import controller_grpc, controller_pb2
+from distcache.rpc.channel import channel_ready
 
 
 class ControllerUnreachableError(ConnectionError):
@@ -28,12 +29,8 @@ class ControllerClient:
         self.stub = controller_grpc.ControllerStub(self.channel)
 
     def wait_ready(self, timeout: float = 15.0) -> None:
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            raise ControllerUnreachableError(
-                f"controller not reachable at {self.address}; is it running? {START_HINT}"
-            ) from None
+        if not channel_ready(self.channel, timeout):
+            raise ControllerUnreachableError(f"controller not reachable at {self.address}; is it running? {START_HINT}")
 
     def _call(self, method: str, request: object) -> object:
         try:

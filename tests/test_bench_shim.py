@@ -1,4 +1,4 @@
-"""``make bench-shim``'s harness (bench/shim.py) runs end to end and reports every figure.
+"""``make bench-shim``'s harness (bench/shim/) runs end to end and reports every figure.
 
 Why: the harness starts five kinds of processes and parses another tool's
 output; a short run catches a broken phase, a parse that stopped matching

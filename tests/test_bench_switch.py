@@ -1,4 +1,4 @@
-"""``make bench-switch``'s harness (bench/switch.py) runs end to end, reports its figures and cleans up.
+"""``make bench-switch``'s harness (bench/switch/) runs end to end, reports its figures and cleans up.
 
 Why: the harness builds a network namespace with veth pairs, starts a switch
 in it, configures it over P4Runtime and checks every path against the switch's

@@ -629,7 +629,10 @@ def test_spine_declared_down_mid_write_still_invalidates_and_updates_the_leaf(en
     link.partition([SPINE] * N_SPINE_BUCKETS, [other], 2)
     writer.join(3)
     assert done and r.get(wire_key("k")) == b"v1"
-    _wait_seen(peer, 1)
+    # phase 2 follows the write's answer: wait for its UPDATE (a loaded machine sends it later)
+    deadline = time.monotonic() + 3.0
+    while not any(m.op == Op.UPDATE and m.target == LEAF for m, _ in list(peer.seen)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     leaf_ops = [m.op for m, _ in peer.seen if m.target == LEAF]
     assert leaf_ops[:1] == [Op.INVALIDATE] and Op.UPDATE in leaf_ops
     assert not [m for m, _ in peer.seen if m.op == Op.UPDATE and m.target == other]

@@ -27,7 +27,7 @@ def main() -> None:
         subprocess.run(["pkill", "-f", "--", pat], check=False)
     # Mininet's own cleanup removes leftover veths and kills its helper shells
     subprocess.run(["mn", "-c"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # namespaces of PTF runs (tests/ptf/run.py) and make bench-switch (bench/switch.py) killed before their teardown
+    # namespaces of PTF runs (tests/ptf/run.py) and make bench-switch (bench/switch/) killed before their teardown
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()
     for ns in (x for x in names if x.startswith(("dcptf-", "dcbench-"))):
         subprocess.run(["ip", "netns", "delete", ns], check=False)

@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,9 +21,10 @@ from mininet.node import Switch
 
 from distcache import p4names
 from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
+from harness.switch import BMV2_SWITCH, SwitchSpec
 
 TARGETS = ("softswitch", "bmv2")
-BMV2_BINARY = "simple_switch_grpc"
+
 BMV2_CPU_PORT = p4names.CPU_PORT  # packet-out (probes) enters here; 511 is BMv2's drop port
 BMV2_THRIFT_BASE = 9090  # one Thrift (debug CLI) port per switch: 9090 + device id
 # What a switch writes to its log in the run folder (softswitch: <switch>.log; BMv2: <switch>.txt, rotated
@@ -38,11 +38,11 @@ SWITCH_LOGS = ("events", "packets")
 SWITCH_LOG_HELP = (
     "what each switch logs in the run folder: events (default) or packets (BMv2's per-packet trace; ~10x slower)"
 )
-_LOG_LEVEL = {
-    ("bmv2", "packets"): ["--log-level", "trace", "--log-flush"],
-    ("bmv2", "events"): ["--log-level", "info"],
-    ("softswitch", "packets"): ["--log-level", "debug"],
-    ("softswitch", "events"): ["--log-level", "info"],
+_LOG_LEVEL = {  # (level, flush every line)
+    ("bmv2", "packets"): ("trace", True),
+    ("bmv2", "events"): ("info", False),
+    ("softswitch", "packets"): ("debug", False),
+    ("softswitch", "events"): ("info", False),
 }
 
 
@@ -53,7 +53,7 @@ class TargetMissingError(RuntimeError):
 def check_target(target: str) -> None:
     if target not in TARGETS:
         raise TargetMissingError(f"unknown TARGET={target!r}; use one of {', '.join(TARGETS)}")
-    if target == "bmv2" and shutil.which(BMV2_BINARY) is None:
+    if target == "bmv2" and shutil.which(BMV2_SWITCH) is None:
         raise TargetMissingError(
             "TARGET=bmv2 needs simple_switch_grpc on PATH (BMv2 built with P4Runtime support) and a pipeline "
             "compiled by p4c-bm2-ss (`make build`); neither ships with this project. Use TARGET=softswitch."
@@ -100,49 +100,26 @@ class P4RuntimeSwitch(Switch):
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
 
-    def port_args(self) -> list[str]:
-        args = []
-        for intf in self.intfList():
-            if intf.name == "lo":
-                continue
-            args += ["-i", f"{self.ports[intf]}@{intf.name}"]
-        return args
-
     def command(self) -> list[str]:
-        log = str(self.run_dir / f"{self.name}.log")
-        addr = f"127.0.0.1:{self.grpc_port}"
-        if self.target == "bmv2":
-            cmd = [
-                BMV2_BINARY,
-                "--device-id",
-                str(self.device_id),
-                *self.port_args(),
-                "--log-file",
-                log[:-4],
-                *_LOG_LEVEL[self.target, self.switch_log],
-                "--no-p4",
-                "--thrift-port",
-                str(BMV2_THRIFT_BASE + self.device_id),
-            ]
-            if self.pcap:
-                cmd += ["--pcap", str(self.run_dir / "pcap")]
-            return [*cmd, "--", "--grpc-server-addr", addr, "--cpu-port", str(BMV2_CPU_PORT)]
-        cmd = [
-            sys.executable,
-            "-m",
-            "softswitch",
-            "--device-id",
-            str(self.device_id),
-            "--grpc-addr",
-            addr,
-            *self.port_args(),
-            "--log-file",
-            log,
-            *_LOG_LEVEL[self.target, self.switch_log],
-        ]
-        if self.pcap:
-            cmd += ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
-        return cmd + self.extra_args
+        """The switch process's command line (one shape for both targets: :class:`harness.switch.SwitchSpec`)."""
+        bmv2 = self.target == "bmv2"
+        level = _LOG_LEVEL[self.target, self.switch_log]
+        pcap = (
+            ["--pcap", str(self.run_dir / "pcap")] if bmv2 else ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
+        )
+        spec = SwitchSpec(
+            self.target,
+            [(self.ports[intf], intf.name) for intf in self.intfList() if intf.name != "lo"],
+            grpc_addr=f"127.0.0.1:{self.grpc_port}",
+            device_id=self.device_id,
+            log_file=self.run_dir / (self.name if bmv2 else f"{self.name}.log"),  # BMv2 appends .txt
+            log_level=level[0],
+            log_flush=level[1],
+            thrift_port=BMV2_THRIFT_BASE + self.device_id,
+            cpu_port=BMV2_CPU_PORT,
+            extra=[*(pcap if self.pcap else []), *([] if bmv2 else self.extra_args)],
+        )
+        return spec.argv()
 
     def start(self, controllers: list) -> None:  # noqa: ARG002 - P4Runtime, not OpenFlow
         for intf in self.intfList():

@@ -87,7 +87,7 @@ build/distcache.json: $(P4SRC)
 	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
 
 # The Python side's P4Info names and P4 constants, generated from p4src/ (tools/gen_constants.py): from p4c's
-# P4Info where p4c is installed, else from the source reader; tests/test_p4_constants.py fails when they are stale.
+# P4Info where p4c is installed, else from the source reader; tests/unit/test_p4_constants.py fails when they are stale.
 constants: $(STAMP)
 	$(PY) -m tools.gen_constants
 

@@ -3,7 +3,7 @@
 """The constants of p4src/include/define.p4 and size.p4, for Python.
 
 The wire format's (DC_*, OP_*, STATUS_*, FLAG_*) are distcache.wire's to own, the roles, port kinds and
-mechanisms distcache.cluster's: tests/test_p4_constants.py holds those equal to these.
+mechanisms distcache.cluster's: tests/unit/test_p4_constants.py holds those equal to these.
 """
 
 from __future__ import annotations

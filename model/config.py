@@ -1,7 +1,7 @@
 """What a model configuration is: the model's invariants, fault budgets, seeded bugs and fixes, by name.
 
 A configuration (:class:`Config`) is model/distcache.m with some constants changed; the tables of
-them are in :mod:`model.suites`.  The names here are the model's own (tests/test_model.py holds
+them are in :mod:`model.suites`.  The names here are the model's own (tests/unit/test_model.py holds
 them to the constants distcache.m declares), so a suite cannot leave one out.
 """
 

@@ -99,7 +99,7 @@ const
   B_DPDEAD: 1;        -- a spine's data plane dies while its P4Runtime server answers (revives later)
   B_VIEW: 1;          -- cached-key views the controller collects for the shim (not a fault)
 
-  -- seeded bugs: each must yield a counterexample (tests/test_model.py)
+  -- seeded bugs: each must yield a counterexample (tests/unit/test_model.py)
   BUG_ACK_BEFORE_P1: false;     -- write Redis and acknowledge before phase 1
   BUG_DEAD_SPINE_DONE: false;   -- a spine declared down completes its pending paths (no leaf-only path)
   BUG_NO_EPOCH_BUMP: false;     -- an agent without state resets its counters, same epoch

@@ -11,7 +11,7 @@ broken in any reachable state, and every ``cover`` goal of the configuration rea
 allows happens in some trace), or a counterexample breaking a named invariant for a seeded bug or
 for the protocol as specified without one of the fixes the model found necessary (model/README.md).
 
-    python -m model.run --suite test                     # tests/test_model.py's configurations
+    python -m model.run --suite test                     # tests/unit/test_model.py's configurations
     python -m model.run --suite verify --save runs/verify --show-trace     # make verify
     python -m model.run --list
 """

@@ -20,7 +20,7 @@ ALL_KINDS: Consts = {f: 1 for f in (*FAULTS, "B_VIEW")}
 BASE: Consts = {"NK": 2, "NSP": 2, "NSLOT": 1, "K1_SPINES": 1}
 
 SUITES: dict[str, list[Config]] = {
-    # make test (tests/test_model.py): seconds each
+    # make test (tests/unit/test_model.py): seconds each
     "test": [
         _c(
             "small",

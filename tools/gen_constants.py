@@ -5,12 +5,12 @@ generated rather than kept by hand:
 
 - distcache/p4names.py, the P4Info names (tables, actions, registers, counters, meters, digests, the
   packet-out header, match fields), from p4c's P4Info where ``p4c-bm2-ss`` is installed and from the
-  source reader (tests/p4decl.py) otherwise -- the parity test holds the two equal, so either machine
+  source reader (tests/common/p4decl.py) otherwise -- the parity test holds the two equal, so either machine
   writes the same file;
 - distcache/p4defines.py, the Python twin of p4src/include/define.p4 and size.p4.
 
 ``python -m tools.gen_constants`` writes both; ``--check`` only says whether they are stale, and
-tests/test_p4_constants.py does the same on every test run (a P4 change without ``make constants`` fails).
+tests/unit/test_p4_constants.py does the same on every test run (a P4 change without ``make constants`` fails).
 The Python name of an entity is derived from its P4Info name (``DcIngress.cache.cache_lookup`` ->
 ``CACHE_LOOKUP``); OVERRIDES holds the few chosen by hand.
 """
@@ -96,8 +96,8 @@ def from_p4c(main: Path = MAIN) -> Names:
 
 
 def from_source(main: Path = MAIN) -> Names:
-    """The same names read from the P4 source without p4c (tests/p4decl.py)."""
-    from tests.p4decl import parse
+    """The same names read from the P4 source without p4c (tests/common/p4decl.py)."""
+    from tests.common.p4decl import parse
 
     d = parse(main)
     return Names(
@@ -226,7 +226,7 @@ def render_p4defines() -> str:
         GENERATED.format(src="p4src/include/define.p4 and size.p4"),
         '"""The constants of p4src/include/define.p4 and size.p4, for Python.\n',
         "The wire format's (DC_*, OP_*, STATUS_*, FLAG_*) are distcache.wire's to own, the roles, port kinds and",
-        "mechanisms distcache.cluster's: tests/test_p4_constants.py holds those equal to these.",
+        "mechanisms distcache.cluster's: tests/unit/test_p4_constants.py holds those equal to these.",
         '"""\n',
         "from __future__ import annotations\n",
         "from enum import IntEnum\n",

@@ -56,4 +56,4 @@ from bench.shim.redis_benchmark import _rps
 from bench.shim.report import summary_line
 from bench.shim.run import main
 
-__all__ = ["_rps", "main", "summary_line", "switch_latency"]  # what tests/test_bench_shim.py imports
+__all__ = ["_rps", "main", "summary_line", "switch_latency"]  # what the bench-shim tests import (unit, e2e)

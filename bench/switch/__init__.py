@@ -84,7 +84,7 @@ from bench.switch.probe import probe
 from bench.switch.run import main
 from harness.switch import BMV2_COMPILER, BMV2_SWITCH
 
-__all__ = [  # what the tests that reuse the bed import (tests/test_netfaults.py, tests/test_bench_switch.py)
+__all__ = [  # what the tests that reuse the bed import (tests/e2e/test_netfaults.py, tests/e2e/test_bench_switch.py)
     "BMV2_COMPILER",
     "BMV2_JSON",
     "BMV2_P4INFO",

@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 OBJECT = REPO / "build" / "faultinject.bpf.o"
 BPFFS = Path("/sys/fs/bpf")
 PIN_PREFIX = "dcfaults-"
-NETNS_PREFIX = "dcfault-"  # private namespaces of tests/test_netfaults.py
+NETNS_PREFIX = "dcfault-"  # private namespaces of tests/e2e/test_netfaults.py
 FILTER_PREF = 49152  # tc priority of our filters: what lets cleanup tell them from others
 PROGRAM_PREFIX = "dc_fault_"
 DIRECTIONS = ("ingress", "egress")  # index into every map of the program (enum dc_dir)
@@ -487,7 +487,7 @@ def remove_leftovers() -> list[str]:
     """What a killed run left: our filters (root namespace), their clsact qdiscs if now empty, our pins.
 
     Interfaces in Mininet hosts and test namespaces vanish with them; the dcfault- namespaces and
-    root-namespace links of tests/test_netfaults.py are deleted here.  Returns what was removed.
+    root-namespace links of tests/e2e/test_netfaults.py are deleted here.  Returns what was removed.
     """
     removed: list[str] = []
     tc = shutil.which("tc") or shutil.which("tc", path=SBIN) or "tc"

@@ -4,7 +4,7 @@ The runtime hands every message a packet emitted (:meth:`DigestEngine.submit`,
 called after the packet, outside the state lock); a worker thread batches them
 per digest according to the controller's ``DigestEntry`` config and gives each
 finished list to ``send`` (the P4Runtime server's "to the primary's stream").
-Semantics, checked against BMv2 1.15.5 with PI (see tests/test_softswitch_digests.py):
+Semantics, checked against BMv2 1.15.5 with PI (see tests/p4runtime/test_softswitch_digests.py):
 
 * Nothing flows for a digest until a DigestEntry is INSERTed; messages emitted
   before are dropped (BMv2 differs: its learn engine may still hold samples

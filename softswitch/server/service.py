@@ -64,7 +64,7 @@ class P4RuntimeService(
     * A failed Read returns no entities and ends with the code of the first entity
       that failed, without per-entity details (as BMv2: the spec has no batch
       errors for Read).
-    * Error codes are BMv2's (tests/test_p4runtime_conformance.py holds both
+    * Error codes are BMv2's (tests/p4runtime/test_p4runtime_conformance.py holds both
       targets to one table); where BMv2's answer is a bug or unhelpful, the
       spec's code is kept and the place says so ("BMv2 differs").
     * Counters report only what their unit counts: a packets counter reads back

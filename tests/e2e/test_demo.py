@@ -1,0 +1,45 @@
+"""`make run`'s demo: its progress and its last line are part of the interface."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [
+    pytest.mark.timeout(240),
+]
+
+
+def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_path) -> None:  # noqa: ANN001
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dcnet.demo", "--duration", "20", "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"reads=(\d+) hits=(\d+) misses=(\d+) errors=(\d+) auto_cached=(\d+) failovers=(\d+)", last)
+    assert m, last
+    reads, hits, misses, errors, auto, failovers = map(int, m.groups())
+    assert errors == 0 and reads > 1000
+    # the demo failed one spine through distcache-ctl and crashed another; the controller handled both
+    assert failovers == 2
+    ctl_log = (run_dir / "controller.log").read_text()
+    assert "sp1 declared dead" in ctl_log and "sp1 answers again; recovering it" in ctl_log
+    assert ctl_log.count("cache flushed before it serves again") == 2
+    assert "distcache-ctl fail sp0" in proc.stderr and "back in service" in proc.stderr
+    assert hits + misses <= reads
+    assert auto >= 10, "the agents cached nothing from hot-key reports"
+    assert hits / reads >= 0.35, f"hit ratio {hits / reads:.2f}"
+    # the agents' logs say what they inserted, from reports
+    logs = "".join((run_dir / f"agent-{sw}.log").read_text() for sw in ("sp0", "sp1", "sl0", "sl1"))
+    assert logs.count("from a report") >= auto
+    # the hit ratio climbs: the caches start empty and fill during the first seconds
+    rows = [ln.split() for ln in proc.stderr.splitlines() if re.match(r"^\d+\s+[\d,]+\s+[01]\.\d\d\s", ln)]
+    ratios = [float(r[2]) for r in rows]
+    assert len(ratios) >= 15 and ratios[0] + 0.1 < max(ratios[-5:]), ratios

@@ -1,0 +1,182 @@
+"""``distcache-ctl`` shows what clients chose exactly as they chose it (issue 15, defect 7).
+
+A key is client data: any client can write a key named ``[/]`` or ``[bold]x[/bold]``.  Once a
+switch caches it, ``distcache-ctl hot`` printed it as rich markup: ``[/]`` crashed the command
+(MarkupError) and ``[bold]x[/bold]`` came out as a bold ``x``; Hybrid's replicated keys in
+``status`` likewise.  Here a real controller (``controller.controller.Controller`` behind its gRPC
+service) runs over real softswitches and real agents on loopback, the agents cache such keys, the
+controller's state holds them as Hybrid's replicated keys, and the real ``distcache-ctl`` must show
+every one of them exactly as written (a key longer than 15 bytes travels hashed: its hex).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import text_format
+
+from agent.agent import SwitchAgent, shim_links
+from agent.service import AgentService
+from controller.controller import Controller
+from controller.service import serve
+from controller.state import ControllerState
+from distcache.api import agent_grpc
+from distcache.cluster import Cluster, Mechanism
+from distcache.hashing import wire_key
+from softswitch.dataplane import PROGRAM, DistCachePipeline
+from softswitch.switch import SoftSwitch
+from tests.common.softswitch_helpers import ports_free
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
+# keys a client may write; all but the last are short enough to travel (and be shown) as written
+KEYS = ["[/]", "[bold]x[/bold]", "[link=f]a[/]", "[red]", "[link=file:///etc]a[/link]"]
+SHOWN = [k if len(k.encode()) <= 15 else wire_key(k).hex() for k in KEYS]
+
+
+def _cluster() -> Cluster:
+    for base in range(22000 + os.getpid() % 89 * 200, 60000, 991):
+        c = Cluster(
+            spines=1,
+            storage_racks=1,
+            client_racks=1,
+            cache_slots=16,
+            mechanism=Mechanism.HYBRID,
+            grpc_base_port=base,
+            agent_base_port=base + 256,
+            controller_address=f"127.0.0.1:{base + 255}",
+        )
+        if ports_free([sw.grpc_port for sw in c.switches()] + [base + 255, base + 256 + 1, base + 256 + 64]):
+            return c
+    raise RuntimeError("no free loopback ports")
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cluster]]:
+    tmp = tmp_path_factory.mktemp("ctl")
+    cluster = _cluster()
+    p4info = tmp / "p4info.txt"
+    p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
+    state = tmp / "controller.state.json"
+    ControllerState(mechanism="hybrid", replicated=sorted(wire_key(k).hex() for k in KEYS)).save(state)
+    closers = []
+    try:
+        for sw in cluster.switches():
+            s = SoftSwitch(DistCachePipeline(), device_id=sw.device_id, grpc_addr=f"127.0.0.1:{sw.grpc_port}")
+            s.start()
+            closers.append(s.close)
+        agents = {}
+        for sw in (cluster.spine(0), cluster.storage_leaf(0)):
+            agent = SwitchAgent(
+                cluster, sw, p4info, b"", shim_links(cluster, tmp), state_file=tmp / f"agent-{sw.name}.json"
+            )
+            agent.start()
+            closers.append(agent.stop)
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            agent_grpc.add_AgentServicer_to_server(AgentService(agent), server)
+            assert server.add_insecure_port(cluster.agent_address(sw))
+            server.start()
+            closers.append(lambda server=server: server.stop(0))
+            agents[sw.name] = agent
+        ctl = Controller(cluster, p4info, lambda h: f"unix:{tmp / f'shim-{h.name}.sock'}", b"", state)
+        ctl.start(timeout=20, monitor=False)
+        closers.append(ctl.close)
+        server = serve(ctl, cluster.controller_address)
+        closers.append(lambda: server.stop(0))
+        for agent in agents.values():
+            for k in KEYS:  # what an agent does with a key its switch's detector reported hot
+                agent.insert(wire_key(k))
+        yield cluster.controller_address, cluster
+    finally:
+        for close in reversed(closers):
+            close()
+
+
+def ctl(address: str, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "controller.ctl", "--controller", address, "--timeout", "20", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def _cells(out: str) -> set[str]:
+    """Every table cell of rich's output, stripped."""
+    return {c.strip() for line in out.splitlines() for c in line.split("│")}
+
+
+def test_hot_shows_every_key_exactly_as_written(controller: tuple[str, Cluster]) -> None:
+    address, _ = controller
+    for switch in ("sl0", "sp0"):
+        res = ctl(address, "hot", "--switch", switch, "--top", "20")
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        assert set(SHOWN) <= _cells(res.stdout), res.stdout
+
+
+def test_status_shows_replicated_keys_exactly_as_written(controller: tuple[str, Cluster]) -> None:
+    address, _ = controller
+    res = ctl(address, "status")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("replicated in every spine"))
+    assert line == f"replicated in every spine ({len(KEYS)}): " + ", ".join(sorted(SHOWN)), line
+
+
+def test_an_error_quoting_what_the_operator_typed_is_one_line(controller: tuple[str, Cluster]) -> None:
+    address, _ = controller
+    res = ctl(address, "fail", "[/]x")
+    assert res.returncode == 1 and res.stdout == "", res.stderr
+    assert len(res.stderr.splitlines()) == 1 and "[/]x" in res.stderr, res.stderr
+
+
+def test_the_client_cli_shows_keys_and_values_as_written(redis_sock: Path, tmp_path: Path) -> None:
+    """``distcache`` (the client CLI) against a real shim: keys and values with markup round-trip and
+    are printed as written, in results and in messages."""
+    from tests.unit.test_cli_bench import CLUSTER, ShimThread
+
+    shim = ShimThread(redis_sock)
+    cluster_json = tmp_path / "cluster.json"
+    CLUSTER.save(cluster_json)
+    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+    def distcache(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "client_lib",
+                "--cluster",
+                str(cluster_json),
+                "--server",
+                f"127.0.0.1:{shim.port}",
+                "--timeout",
+                "2",
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+
+    try:
+        for key in KEYS[:3]:
+            assert distcache("put", key, f"[bold]{key}[/bold]").returncode == 0
+            res = distcache("get", key)
+            assert (res.returncode, res.stdout) == (0, f"[bold]{key}[/bold]\n"), res.stderr
+        res = distcache("get", "[/]absent")
+        assert (res.returncode, res.stderr) == (1, "not found: [/]absent\n")
+        res = distcache("put", "k", "--value-file", str(tmp_path / "[/]"))
+        assert res.returncode == 1 and len(res.stderr.splitlines()) == 1 and f"{tmp_path}/[/]" in res.stderr
+    finally:
+        shim.close()

@@ -1,0 +1,409 @@
+"""The ``distcache`` CLI and the bench engine against a real shim in front of a real redis-server.
+
+The shim listens on an ephemeral loopback port (the CLI reaches it with
+``--server``); no switch is involved, so every read is a miss served by the
+shim and no coherence traffic happens (no key is cached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from client_lib import Client
+from client_lib.cli import app
+from client_lib.workload import BenchConfig, Report, make_value, parse_value, run_bench
+from distcache.cluster import Cluster
+from distcache.hashing import wire_key
+from shim.server import Shim
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = Cluster(storage_racks=2, servers_per_rack=2)  # four servers: the CLI's --server sends all to one shim
+
+
+class ShimThread:
+    """A real Shim on its own event loop thread, on 127.0.0.1:<ephemeral>."""
+
+    def __init__(self, redis_sock: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0, fresh=True)
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self.shim.start(), self.loop).result(10)
+        self.port = self.shim.transport.get_extra_info("sockname")[1]
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.shim.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
+    r = redis.Redis(unix_socket_path=str(redis_sock))
+    r.flushall()
+    shim = ShimThread(redis_sock)
+    cluster_json = tmp_path / "cluster.json"
+    CLUSTER.save(cluster_json)
+    yield shim, cluster_json, r
+    shim.close()
+    r.close()
+
+
+def cli(cluster_json: Path, port: int, *args: str, input: bytes | None = None):  # noqa: ANN201
+    res = CliRunner().invoke(
+        app,
+        ["--cluster", str(cluster_json), "--server", f"127.0.0.1:{port}", "--timeout", "2", "--retries", "1", *args],
+        input=input,
+    )
+    if res.exception and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res
+
+
+def bench(shim: ShimThread, **kw: object) -> Report:
+    return run_bench(CLUSTER, BenchConfig(**kw), resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=1)
+
+
+# -- CLI ------------------------------------------------------------------------------------
+
+
+def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN001
+    shim, cj, r = env
+    res = cli(cj, shim.port, "put", "user:42", "hello wörld")
+    assert res.exit_code == 0 and res.stdout.strip() == "ok"
+    assert r.get(wire_key("user:42")) == "hello wörld".encode()  # stored by the shim under the wire key
+
+    res = cli(cj, shim.port, "get", "user:42")
+    assert res.exit_code == 0 and res.stdout == "hello wörld\n"
+
+    res = cli(cj, shim.port, "get", "--json", "user:42")
+    assert res.exit_code == 0
+    d = json.loads(res.stdout)
+    assert set(d) == {"key", "found", "value", "encoding", "cached", "served_by", "latency_us", "attempts"}
+    assert d["key"] == "user:42"
+    assert d["found"] is True
+    assert d["value"] == "hello wörld" and d["encoding"] == "utf-8"
+    assert d["cached"] is False and d["served_by"] == 0  # no switch on loopback: the shim answered
+    assert isinstance(d["latency_us"], int) and 0 < d["latency_us"] < 2_000_000
+    assert d["attempts"] == 1
+
+    import base64
+
+    blob = bytes(range(256)) * 2
+    (tmp_path / "blob").write_bytes(blob)
+    assert cli(cj, shim.port, "put", "bin", "--value-file", str(tmp_path / "blob")).exit_code == 0
+    d = json.loads(cli(cj, shim.port, "get", "--json", "bin").stdout)
+    assert d["encoding"] == "base64"
+    assert base64.b64decode(d["value"]) == blob
+    assert cli(cj, shim.port, "put", "stdin", "--value-file", "-", input=b"from stdin").exit_code == 0
+    assert r.get(wire_key("stdin")) == b"from stdin"
+
+    res = cli(cj, shim.port, "del", "user:42")
+    assert res.exit_code == 0 and res.stdout.strip() == "deleted"
+    assert r.get(wire_key("user:42")) is None
+    res = cli(cj, shim.port, "del", "user:42")
+    assert res.exit_code == 0 and res.stdout.strip() == "absent"
+    res = cli(cj, shim.port, "get", "user:42")
+    assert res.exit_code == 1 and res.stdout == "" and "not found" in res.stderr
+    d = json.loads(cli(cj, shim.port, "get", "--json", "user:42").stdout)
+    assert d["found"] is False and d["value"] is None
+
+
+def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
+    cj = tmp_path / "cluster.json"
+    CLUSTER.save(cj)
+    env = {k: v for k, v in os.environ.items() if k not in ("DISTCACHE_CLUSTER", "DISTCACHE_SERVER")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "mininet"), env.get("PYTHONPATH", "")])
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "client_lib", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            cwd=tmp_path,
+        )
+
+    p = run("get", "k")
+    assert p.returncode != 0 and p.stderr.strip().splitlines() == [
+        "error: no cluster description: pass --cluster PATH (a run's cluster.json) or set DISTCACHE_CLUSTER"
+    ]
+    # a loopback port with nobody listening: the request times out
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    try:
+        p = run(
+            "--cluster", str(cj), "--server", f"127.0.0.1:{port}", "--timeout", "0.05", "--retries", "2", "get", "k"
+        )
+    finally:
+        s.close()
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    host = CLUSTER.server_for_key(wire_key("k")).name
+    assert lines[0] == (
+        f"error: no reply from {host} (127.0.0.1:{port}) after 3 tries of 0.05s; is the deployment running?"
+    )
+    p = run("--cluster", str(tmp_path / "missing.json"), "get", "k")
+    assert p.returncode == 1 and "does not exist" in p.stderr
+
+
+# -- bench ----------------------------------------------------------------------------------
+
+
+def test_bench_counts_add_up_without_errors(env) -> None:  # noqa: ANN001
+    shim, _, r = env
+    rep = bench(
+        shim,
+        keys=3000,
+        zipf=0.99,
+        read_ratio=0.8,
+        value_size=100,
+        concurrency=16,
+        ops=4000,
+        load=True,
+        load_keys=2000,
+        seed=7,
+        run_tag="t1",
+        duration=None,
+    )
+    assert rep.errors == {} and rep.error_count == 0
+    assert rep.ops == 4000
+    assert rep.reads + rep.writes == rep.ops
+    assert rep.hits + rep.misses + rep.failed_reads == rep.reads
+    assert rep.failed_reads == rep.failed_writes == 0
+    assert rep.hits == 0 and rep.misses == rep.reads  # nothing caches on loopback
+    assert 0.75 < rep.reads / rep.ops < 0.85
+    assert rep.loaded_keys == 2000
+    assert rep.absent > 0  # ranks 2000..2999 were never loaded: absent is correct, not an error
+    lat = rep.latency_us
+    assert lat["all"]["count"] == rep.ops
+    assert lat["miss"]["count"] + lat["hit"]["count"] + lat["write"]["count"] == rep.ops
+    assert 0 < lat["all"]["p50"] <= lat["all"]["p99"] <= lat["all"]["p999"]
+    assert sum(s["ops"] for s in rep.per_second) == rep.ops
+    assert sum(s["hits"] for s in rep.per_second) == rep.hits
+    # the values really are in Redis, self-describing, padded to the value size
+    v = r.get(wire_key("key1999"))
+    assert v is not None and len(v) == 100 and parse_value(v)[:2] == ("key1999", "t1")
+    assert r.get(wire_key("key2999")) is None or parse_value(r.get(wire_key("key2999")))[2] >= 1
+    # a second run over the same data reads the first run's values: other run, not an error
+    rep2 = bench(shim, keys=3000, read_ratio=1.0, ops=1000, load=False, seed=8, run_tag="t2", duration=None)
+    assert rep2.errors == {} and rep2.other_run_values > 0
+
+
+def test_bench_zipf_skew_matches_theory(env) -> None:  # noqa: ANN001
+    shim, _, _ = env
+    n, theta, ops = 10_000, 0.99, 12_000
+    rep = bench(shim, keys=n, zipf=theta, read_ratio=1.0, ops=ops, load=False, seed=3, duration=None)
+    assert rep.ops == ops and rep.errors == {}
+    h = float(np.sum(np.arange(1, n + 1, dtype=float) ** -theta))
+    for rank in range(3):
+        top = rep.top_keys[rank]
+        expected = (rank + 1) ** -theta / h
+        sigma = (expected * (1 - expected) / ops) ** 0.5
+        assert top["rank"] == rank and top["key"] == f"key{rank}"
+        assert top["expected_share"] == pytest.approx(expected, abs=1e-5)
+        assert abs(top["share"] - expected) < 5 * sigma, (rank, top, expected)
+    assert rep.top_keys[0]["share"] > 0.08  # ~10 % of all requests go to key0 at θ = 0.99 over 10^4 keys
+    uni = bench(shim, keys=n, zipf=0.0, read_ratio=1.0, ops=3000, load=False, seed=3, duration=None)
+    assert uni.top_keys[0]["share"] < 0.005  # uniform: 1/10^4 each
+
+
+def test_bench_detects_wrong_values(env) -> None:  # noqa: ANN001
+    shim, _, _r = env
+    with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=1) as c:
+        c.put("key0", b"not a workload value")  # foreign value
+        c.put("key1", make_value("key2", "run9", 0, 64))  # another key's value
+        c.put("key2", make_value("key2", "run9", 5, 64))  # a counter this run never issued
+        c.put("key3", make_value("key3", "old", 0, 64)[:-1] + b"!")  # corrupt padding
+        c.put("key4", make_value("key4", "old", 3, 64))  # an earlier run's value: fine
+        c.put("key5", make_value("key5", "run9", 0, 64))  # counter 0, but this run loaded nothing
+    rep = bench(shim, keys=50, zipf=0.99, read_ratio=1.0, ops=2000, load=False, seed=1, run_tag="run9", duration=None)
+    wrong = sum(t["requests"] for t in rep.top_keys if t["rank"] in (0, 1, 2, 3, 5))
+    assert rep.errors == {"wrong_value": wrong} and wrong > 0  # every read of those keys, nothing else
+    assert rep.other_run_values == rep.top_keys[4]["requests"] > 0
+    assert rep.absent == rep.reads - wrong - rep.other_run_values  # the rest were never written
+
+
+def test_bench_detects_missing_and_corrupt_loaded_keys(env) -> None:  # noqa: ANN001
+    shim, _, r = env
+
+    def on_load(done: int, n: int) -> None:
+        if done == n:  # the load was acknowledged; now values change behind the workload's back
+            r.delete(wire_key("key0"))
+            r.set(wire_key("key1"), make_value("key1", "run7", 0, 64)[:-1] + b"!")  # corrupt padding
+            r.set(wire_key("key2"), make_value("key2", "run7", 0, 32))  # this run's value, wrong length
+            r.set(wire_key("key3"), make_value("key3", "run6", 0, 64))  # an earlier run's: stale
+
+    rep = run_bench(
+        CLUSTER,
+        BenchConfig(keys=100, read_ratio=1.0, ops=1000, load=True, duration=None, run_tag="run7"),
+        resolve=lambda _h: ("127.0.0.1", shim.port),
+        on_load=on_load,
+    )
+    top = [t["requests"] for t in rep.top_keys]
+    assert rep.errors == {"missing": top[0], "wrong_value": top[1] + top[2], "stale_value": top[3]}
+    assert min(top[:4]) > 0
+
+
+def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
+    shim, cj, _ = env
+    res = cli(
+        cj,
+        shim.port,
+        "bench",
+        "--keys",
+        "100000",
+        "--zipf",
+        "0.9",
+        "--read-ratio",
+        "0.9",
+        "--value-size",
+        "32",
+        "--concurrency",
+        "8",
+        "--duration",
+        "1.5",
+        "--load-keys",
+        "500",
+        "--json",
+    )
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    expect = {
+        "config": dict,
+        "run_tag": str,
+        "loaded_keys": int,
+        "load_seconds": float,
+        "seconds": float,
+        "ops": int,
+        "reads": int,
+        "writes": int,
+        "hits": int,
+        "misses": int,
+        "absent": int,
+        "failed_reads": int,
+        "failed_writes": int,
+        "other_run_values": int,
+        "throughput": float,
+        "hit_ratio": float,
+        "latency_us": dict,
+        "per_second": list,
+        "errors": dict,
+        "top_keys": list,
+        "error_count": int,
+        "target": str,
+    }
+    assert set(d) == set(expect)
+    for k, t in expect.items():
+        assert isinstance(d[k], t), (k, d[k])
+    assert d["target"] == "deployment" and d["error_count"] == 0 and d["loaded_keys"] == 500
+    assert d["config"]["keys"] == 100000 and d["config"]["zipf"] == 0.9 and d["config"]["value_size"] == 32
+    assert 1.4 < d["seconds"] < 3 and d["ops"] > 0 and d["throughput"] > 0
+    assert set(d["latency_us"]) == {"all", "hit", "miss", "write"}
+    for v in d["latency_us"].values():
+        assert set(v) == {"count", "mean", "p50", "p99", "p999"}
+    assert len(d["per_second"]) == 2 and d["per_second"][1]["span"] < 1
+    for s in d["per_second"]:
+        assert set(s) == {
+            "t",
+            "ops",
+            "reads",
+            "hits",
+            "writes",
+            "errors",
+            "span",
+            "hit_ratio",
+            "read_p99_us",
+            "write_p99_us",
+        }
+
+    # a foreign value under the hottest key: the CLI reports it and exits 2
+    with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port)) as c:
+        c.put("key0", b"garbage")
+    res = cli(cj, shim.port, "bench", "--keys", "100", "--read-ratio", "1", "--ops", "300", "--no-load", "--json")
+    assert res.exit_code == 2 and json.loads(res.stdout)["errors"]["wrong_value"] > 0
+    res = cli(cj, shim.port, "bench", "--keys", "100", "--read-ratio", "1", "--ops", "300", "--no-load")
+    assert res.exit_code == 2 and "wrong_value=" in res.stdout
+
+
+def test_bench_echo_measures_the_generator_alone(tmp_path: Path) -> None:
+    cj = tmp_path / "cluster.json"
+    CLUSTER.save(cj)
+    res = CliRunner().invoke(
+        app, ["--cluster", str(cj), "bench", "--echo", "--keys", "1000000", "--ops", "3000", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["target"] == "echo" and d["ops"] == 3000 and d["errors"] == {} and d["loaded_keys"] == 0
+
+
+def test_progress_callback_sees_each_second(env) -> None:  # noqa: ANN001
+    shim, _, _ = env
+    got = []
+    rep = run_bench(
+        CLUSTER,
+        BenchConfig(keys=1000, duration=2.5, load=False),
+        resolve=lambda _h: ("127.0.0.1", shim.port),
+        on_second=got.append,
+    )
+    assert [s.t for s in got] == [0, 1, 2]
+    assert sum(s.ops for s in got) == rep.ops
+    assert got[0].span == 1.0 and 0 < got[2].span < 1
+    # each second's read p99 comes from that second's reads alone: between the run's p50 and its worst read
+    worst = max(rep.latency_us["hit"]["p99"] or 0, rep.latency_us["miss"]["p999"] or 0) * 10
+    for s in got:
+        assert s.reads and rep.latency_us["all"]["p50"] * 0.5 <= s.read_p99_us <= worst, (s, rep.latency_us)
+
+
+# -- open loop (the saturation search of make emulate) --------------------------------------
+
+
+def test_open_loop_issues_ops_at_the_rate_whatever_the_replies(env) -> None:  # noqa: ANN001
+    shim, _, _ = env
+    rep = bench(
+        shim,
+        keys=200,
+        zipf=0.99,
+        read_ratio=0.9,
+        value_size=16,
+        concurrency=64,
+        rate=300.0,
+        duration=2.0,
+        load_keys=200,
+    )
+    assert rep.error_count == 0, rep.errors
+    assert 500 <= rep.ops <= 620, rep.ops  # 600 due in 2 s (the last ones may still be in flight at the end)
+
+
+def test_open_loop_counts_backlog_when_the_system_does_not_keep_up() -> None:
+    """Nothing answers: the first `concurrency` ops time out, every op due meanwhile is a backlog error."""
+    import socket
+
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))  # bound, never read: requests vanish
+    try:
+        rep = run_bench(
+            CLUSTER,
+            BenchConfig(keys=100, concurrency=4, rate=100.0, duration=1.0, load=False),
+            resolve=lambda _h: dead.getsockname(),
+            timeout=2.0,
+            retries=0,
+        )
+    finally:
+        dead.close()
+    assert rep.errors.get("backlog", 0) >= 80, rep.errors  # ~96 of the 100 due found 4 in flight
+    assert rep.errors.get("timeout", 0) == 4

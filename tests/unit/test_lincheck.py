@@ -1,0 +1,274 @@
+"""tools/lincheck: the Go linearizability checker, run as a binary on small JSON Lines histories,
+and on histories client_lib.history records from the real client against a real shim on loopback.
+
+The binary is built with `go build` into a temporary directory; without `go` on PATH the one
+`make deps` left in build/lincheck is used, and the module is skipped when neither exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from client_lib.history import HistoryConfig, HistoryStats, Request, plan, record
+from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.rpc.shim import ShimLink
+from distcache.wire import Op
+from tests.unit.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
+
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "tools" / "lincheck"
+PREBUILT = REPO / "build" / "lincheck"
+
+
+@pytest.fixture(scope="module")
+def lincheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    go = shutil.which("go")
+    if go is None:
+        if PREBUILT.is_file():
+            return PREBUILT
+        pytest.skip("no `go` on PATH and no build/lincheck: install golang-go (make deps) to test tools/lincheck")
+    out = tmp_path_factory.mktemp("lincheck") / "lincheck"
+    proc = subprocess.run(
+        [go, "build", "-buildvcs=false", "-o", str(out), "."], cwd=SRC, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, f"go build failed:\n{proc.stderr}"
+    return out
+
+
+def op(client: int, key: str, kind: str, value: str | None, call: int, ret: int | None) -> dict[str, object]:
+    return {"client": client, "key": key, "op": kind, "value": value, "call": call, "return": ret}
+
+
+def delete(client: int, key: str, found: bool | None, call: int, ret: int | None) -> dict[str, object]:
+    """A delete line: ``found`` is its status (True: OK, False: NOT_FOUND, None: no reply)."""
+    return {"client": client, "key": key, "op": "delete", "found": found, "call": call, "return": ret}
+
+
+def check(lincheck: Path, tmp_path: Path, lines: list[dict[str, object] | str]) -> subprocess.CompletedProcess[str]:
+    """Write `lines` (dicts as JSON, strings verbatim) as a history and run lincheck on it."""
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return subprocess.run(
+        [str(lincheck), "--history", str(history), "--timeout", "60s"], capture_output=True, text=True, timeout=90
+    )
+
+
+def test_linearizable_history(lincheck: Path, tmp_path: Path) -> None:
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            op(0, "k", "put", "a", 0, 100),
+            op(1, "k", "get", None, 10, 20),  # overlaps the put: may still see the key absent
+            op(2, "k", "get", "a", 50, 60),  # overlaps the put: may already see it
+            op(1, "k", "get", "a", 150, 160),
+            op(0, "k", "put", "b", 200, None),  # timed out: may take effect later, or never
+            op(2, "k", "get", "a", 300, 310),
+            op(1, "k", "get", "b", 400, 410),
+        ],
+    )
+    assert (proc.returncode, proc.stdout) == (0, "ops=7 violations=0\n"), proc.stderr
+    assert proc.stderr == ""
+
+
+def test_stale_read_after_acknowledged_write(lincheck: Path, tmp_path: Path) -> None:
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            op(0, "k", "put", "a", 0, 10),
+            op(0, "k", "put", "b", 20, 30),  # acknowledged before the read below began
+            op(1, "k", "get", "a", 40, 50),
+        ],
+    )
+    assert (proc.returncode, proc.stdout) == (1, "ops=3 violations=1\n"), proc.stderr
+    assert proc.stderr == "violation key=k ops=3\n"
+
+
+def test_two_keys_one_bad(lincheck: Path, tmp_path: Path) -> None:
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            op(0, "good", "put", "1", 0, 10),
+            op(1, "good", "get", "1", 20, 30),
+            op(0, "bad", "put", "1", 0, 10),
+            delete(0, "bad", True, 20, 30),
+            op(1, "bad", "get", "1", 40, 50),  # deleted before the read began
+            op(2, "good", "get", None, 5, None),  # unknown outcome get: skipped, not counted
+        ],
+    )
+    assert (proc.returncode, proc.stdout) == (1, "ops=5 violations=1\n"), proc.stderr
+    assert proc.stderr == "violation key=bad ops=3\n"
+
+
+def test_malformed_line(lincheck: Path, tmp_path: Path) -> None:
+    proc = check(lincheck, tmp_path, [op(0, "k", "put", "a", 0, 10), "", '{"client": 1, "key": "k", "op": "get"'])
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "line 3" in proc.stderr
+
+
+def test_delete_statuses_that_fit(lincheck: Path, tmp_path: Path) -> None:
+    proc = check(
+        lincheck,
+        tmp_path,
+        [
+            delete(0, "k", False, 0, 10),  # never written: NOT_FOUND
+            op(1, "k", "put", "a", 20, 30),
+            delete(0, "k", True, 40, 50),  # present: OK
+            delete(1, "k", False, 60, 70),  # gone again: NOT_FOUND
+            op(1, "k", "put", "b", 80, 90),
+            delete(0, "k", None, 100, None),  # timed out: no status, may take effect later or never
+            op(2, "k", "get", "b", 200, 210),
+            delete(2, "k", True, 300, 310),  # the timed-out delete had not taken effect yet...
+            delete(0, "k", False, 400, 410),  # ...and whenever it does, the key stays absent
+        ],
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ops=9 violations=0\n", "")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param([op(0, "k", "put", "a", 0, 10), delete(1, "k", False, 20, 30)], id="not_found-after-put"),
+        pytest.param([delete(1, "k", True, 0, 10)], id="ok-of-a-key-never-written"),
+        pytest.param(
+            [op(0, "k", "put", "a", 0, 10), delete(1, "k", True, 20, 30), delete(1, "k", True, 40, 50)],
+            id="ok-twice-for-one-put",
+        ),
+    ],
+)
+def test_wrong_delete_status_is_a_violation(lincheck: Path, tmp_path: Path, lines: list[dict[str, object]]) -> None:
+    proc = check(lincheck, tmp_path, lines)
+    assert (proc.returncode, proc.stdout) == (1, f"ops={len(lines)} violations=1\n"), proc.stderr
+    assert proc.stderr == f"violation key=k ops={len(lines)}\n"
+
+
+def test_delete_without_a_status_is_bad_input(lincheck: Path, tmp_path: Path) -> None:
+    proc = check(lincheck, tmp_path, [op(0, "k", "put", "a", 0, 10), op(0, "k", "delete", None, 20, 30)])
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.count("\n") == 1 and 'line 2: delete needs "found"' in proc.stderr
+
+
+# -- histories recorded by client_lib.history against a real shim on loopback ---------------------------
+
+HOT = 6  # keys of the recorded histories; the even ones are cached at SPINE, so their writes run coherence
+
+
+@pytest.fixture
+def peer(redis_sock: Path) -> Iterator[SwitchPeer]:
+    """The shim's coherence peer: acknowledges every INVALIDATE and UPDATE, and records them."""
+    peer = SwitchPeer(redis_sock)
+    yield peer
+    peer.close()
+
+
+@pytest.fixture
+def shim(redis_sock: Path, tmp_path: Path, peer: SwitchPeer) -> Iterator[ShimThread]:
+    """A real Shim over a real redis-server, its coherence peer acknowledging, half the keys cached."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
+    link = ShimLink(shim.control_addr)
+    link.partition([SPINE] * N_SPINE_BUCKETS)
+    for i in range(0, HOT, 2):
+        assert link.populate(wire_key(f"lin{i}"), SPINE, 0, 1) == "absent"  # installed; filled by later writes
+    yield shim
+    shim.close()
+
+
+def record_history(shim: ShimThread, path: Path, **fields: object) -> HistoryStats:
+    cfg = HistoryConfig(**{"keys": HOT, "duration": 60.0, "timeout": 3.0, "seed": 7, **fields})  # type: ignore[arg-type]
+    return asyncio.run(record(CLUSTER, cfg, path, resolve=lambda _host: ("127.0.0.1", shim.port)))
+
+
+def test_recorded_history_with_deletes_checks_clean(
+    lincheck: Path, tmp_path: Path, shim: ShimThread, peer: SwitchPeer
+) -> None:
+    """Eight clients against one shim: reads, puts and deletes (OK and NOT_FOUND) of six hot keys."""
+    peer.seen.clear()
+    history = tmp_path / "recorded.jsonl"
+    stats = record_history(shim, history, clients=8, ops=150, read_ratio=0.5, delete_ratio=0.4)
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    assert stats.ops == len(lines) == 8 * 150 and stats.errors == stats.unknown == 0
+    deletes = [x for x in lines if x["op"] == "delete"]
+    assert len(deletes) == stats.deletes > 100
+    assert {x["found"] for x in deletes} == {True, False}  # both statuses were exercised
+    assert sum(not x["found"] for x in deletes) == stats.deletes_not_found
+    assert all(set(x) == {"client", "key", "op", "found", "call", "return"} for x in deletes)
+    cached = {wire_key(f"lin{i}") for i in range(0, HOT, 2)}
+    assert {m.key for m, _ in peer.seen if m.op == Op.INVALIDATE} == cached  # writes of cached keys ran phase 1
+    proc = subprocess.run(
+        [str(lincheck), "--history", str(history), "--timeout", "60s"], capture_output=True, text=True, timeout=90
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ops={len(lines)} violations=0\n", "")
+
+
+def test_recorded_history_with_a_flipped_delete_status_is_a_violation(
+    lincheck: Path, tmp_path: Path, shim: ShimThread
+) -> None:
+    """One client, so every key's state is known at each delete: flipping any one status must be caught."""
+    history = tmp_path / "recorded.jsonl"
+    stats = record_history(shim, history, clients=1, ops=200, read_ratio=0.3, delete_ratio=0.5)
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    assert stats.ops == len(lines) == 200 and stats.unknown == 0  # sequential, every outcome known
+    assert check(lincheck, tmp_path, lines).returncode == 0
+    for status in (True, False):
+        i = next(i for i, x in enumerate(lines) if x["op"] == "delete" and x["found"] is status)
+        bad = [dict(x, found=not status) if j == i else x for j, x in enumerate(lines)]
+        proc = check(lincheck, tmp_path, bad)
+        assert (proc.returncode, proc.stdout) == (1, f"ops={len(lines)} violations=1\n"), proc.stderr
+        assert proc.stderr.startswith(f"violation key={lines[i]['key']} ")
+
+
+def test_recorder_requests_follow_the_seed(tmp_path: Path, shim: ShimThread) -> None:
+    """What each client asks is a function of (seed, client id): the recorded requests are the plan's."""
+    cfg = HistoryConfig(keys=HOT, clients=3, ops=40, seed=11, client_id_base=5)
+    assert list(plan(cfg, 6)) == list(plan(HistoryConfig(keys=HOT, clients=3, ops=40, seed=11), 6))
+    assert list(plan(cfg, 6)) != list(plan(HistoryConfig(keys=HOT, ops=40, seed=12), 6))
+    assert list(plan(cfg, 6)) != list(plan(cfg, 7))
+    long = [r.op for r in plan(HistoryConfig(ops=20000), 0)]
+    writes = len(long) - long.count("get")
+    assert abs(long.count("get") / len(long) - 0.7) < 0.02 and abs(long.count("delete") / writes - 0.15) < 0.02
+    history = tmp_path / "recorded.jsonl"
+    record_history(shim, history, clients=3, ops=40, seed=11, client_id_base=5)
+    got: dict[int, list[Request]] = {}
+    for x in map(json.loads, history.read_text().splitlines()):
+        got.setdefault(x["client"], []).append(Request(x["key"], x["op"], x.get("value") if x["op"] == "put" else None))
+    assert got == {cid: list(plan(cfg, cid)) for cid in (5, 6, 7)}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("delete_ratio", 1.5, "HistoryConfig.delete_ratio must be a number in [0, 1], not 1.5"),
+        ("read_ratio", "0.7", "HistoryConfig.read_ratio must be a number in [0, 1], not '0.7'"),
+        ("keys", 0, "HistoryConfig.keys must be a positive integer, not 0"),
+        ("ops", -1, "HistoryConfig.ops must be an integer >= 0, not -1"),
+        ("duration", 0, "HistoryConfig.duration must be a positive number of seconds, not 0"),
+    ],
+)
+def test_history_config_rejects_bad_fields(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        HistoryConfig(**{field: value})  # type: ignore[arg-type]
+    assert str(e.value) == message
+
+
+def test_a_rate_bounds_the_requests_each_client_makes(tmp_path: Path, shim: ShimThread) -> None:
+    """``rate`` keeps each client to that many requests a second (what keeps a long fault-matrix cell's history
+    small enough for the checker), and a bad one is refused with one line."""
+    t0 = time.monotonic()
+    stats = record_history(shim, tmp_path / "paced.jsonl", clients=2, duration=1.0, rate=20.0)
+    assert time.monotonic() - t0 < 3.0
+    assert 30 <= stats.ops <= 2 * 21  # 20 a second each, over one second
+    with pytest.raises(ValueError, match="rate must be"):
+        HistoryConfig(rate=-1)

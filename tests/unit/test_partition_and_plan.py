@@ -1,0 +1,243 @@
+"""Controller logic that needs no switch: spine partitions and per-switch entries."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from distcache import p4names as n
+from distcache.cluster import Cluster, Mechanism, PortKind, Role
+from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
+from distcache.partition import spine_buckets
+from p4rt.client import Match
+from p4rt.plan import plan
+
+
+def test_partition_covers_every_bucket_evenly() -> None:
+    ids = list(range(1, 33))
+    owner = spine_buckets(ids)
+    assert len(owner) == N_SPINE_BUCKETS and set(owner) == set(ids)
+    counts = Counter(owner).values()
+    assert max(counts) < 3 * N_SPINE_BUCKETS / len(ids)  # virtual nodes keep shares near 1/32
+
+
+def test_failed_spine_moves_only_its_buckets_and_spreads_them() -> None:
+    ids = list(range(1, 33))
+    before = spine_buckets(ids)
+    after = spine_buckets(ids, alive=set(ids) - {7})
+    moved = [b for b in range(N_SPINE_BUCKETS) if before[b] != after[b]]
+    assert moved and all(before[b] == 7 for b in moved)
+    assert 7 not in after
+    assert len({after[b] for b in moved}) > 5  # spread over many spines, not one neighbour
+    assert spine_buckets(ids, alive=set(ids)) == before  # recovery restores the original map
+
+
+def test_no_spine_alive_maps_to_zero() -> None:
+    assert set(spine_buckets([1, 2], alive=set())) == {0}
+
+
+def test_wire_keys() -> None:
+    assert wire_key("abc") == b"abc" + b"\0" * 12 + b"\x03"
+    assert wire_key("abc") != wire_key(b"abc\0")
+    assert user_key(wire_key("abc")) == b"abc"
+    long = wire_key("k" * 40)
+    assert len(long) == 16 and long[-1] == 0xFF and user_key(long) is None
+    for bad in ("", b"", 5, None):
+        with pytest.raises(InvalidKeyError):
+            wire_key(bad)  # type: ignore[arg-type]
+
+
+def test_h0_and_h1_are_independent_enough() -> None:
+    keys = [wire_key(f"key{i}") for i in range(4000)]
+    pairs = Counter((h0(k) % 4, h1(k, 4)) for k in keys)
+    assert len(pairs) == 16 and min(pairs.values()) > 150  # every combination appears about 1/16 of the time
+
+
+def test_plan_small_cluster() -> None:
+    c = Cluster()
+    sp, sl, cl = c.spine(0), c.storage_leaf(0), c.client_leaf(0)
+    buckets = spine_buckets([sp.switch_id])
+    p_sl = plan(c, sl, buckets)
+    assert p_sl.config == {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 1}
+    kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sl.entries if e.table == n.PORT_KIND}
+    assert kinds == {1: PortKind.STORAGE, 2: PortKind.FABRIC}
+    routes = {
+        (e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len): e.params_dict.get(
+            "port", e.action
+        )
+        for e in p_sl.entries
+        if e.table == n.IPV4_LPM
+    }
+    assert routes[(0x0A010001, 32)] == 1  # the server, on port 1
+    assert routes[(0x0AFF0001, 32)] == 2  # the spine's address, up
+    assert routes[(0x0A000000, 8)] == n.TRANSIT  # other racks: over the spines (transit_spine)
+    p_cl = plan(c, cl, buckets)
+    parts = [e for e in p_cl.entries if e.table == n.SPINE_PARTITION]
+    assert len(parts) == N_SPINE_BUCKETS and {e.params_dict["spine_id"] for e in parts} == {1}
+    racks = [e for e in p_cl.entries if e.table == n.STORAGE_RACK]
+    assert racks[0].match_dict[n.KEY_IPV4_DST] == Match(0x0A010000, prefix_len=24)
+    assert racks[0].params_dict == {"leaf_id": 64}
+    p_sp = plan(c, sp, buckets)
+    kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sp.entries if e.table == n.PORT_KIND}
+    assert kinds == {1: PortKind.STORAGE, 2: PortKind.CLIENT}
+
+
+def test_leaves_get_the_clusters_liveness_times_spines_do_not() -> None:
+    c = Cluster(dead_after_ms=45, dead_after_max_ms=400, liveness_hold_ms=250.5)
+    buckets = spine_buckets([c.spine(0).switch_id])
+    for sw in (c.client_leaf(0), c.storage_leaf(0)):
+        (cfg,) = [e for e in plan(c, sw, buckets).defaults if e.table == n.LIVENESS_CONFIG]
+        assert (cfg.action, cfg.params_dict) == (
+            n.SET_LIVENESS,
+            {"dead_after": 45_000, "dead_after_max": 400_000, "hold": 250_500},
+        )
+    assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == n.LIVENESS_CONFIG]
+    assert (Cluster().dead_after_ms, Cluster().dead_after_max_ms, Cluster().liveness_hold_ms) == (
+        n.DEAD_AFTER_US / 1000,
+        n.DEAD_AFTER_MAX_US / 1000,
+        n.HOLD_US / 1000,
+    )
+
+
+def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
+    c = Cluster(spines=3, storage_racks=2, client_racks=1)
+    spines = [c.spine(i) for i in range(3)]
+    live = {spines[0].switch_id, spines[2].switch_id}
+    buckets = spine_buckets([s.switch_id for s in spines], live)
+    cl = plan(c, c.client_leaf(0), buckets, live)
+    port_of = {name: port for port, name in c.ports(c.client_leaf(0).name).items()}
+    transit = Counter(e.params_dict["port"] for e in cl.entries if e.table == n.TRANSIT_SPINE)
+    assert sum(transit.values()) == n.TRANSIT_SLOTS
+    assert set(transit) == {port_of[spines[0].name], port_of[spines[2].name]}  # sp1 is down: no slot
+    assert max(transit.values()) - min(transit.values()) <= 1
+    replica = Counter(e.params_dict["spine_id"] for e in cl.entries if e.table == n.REPLICA_SPINE)
+    assert set(replica) == live and sum(replica.values()) == n.REPLICA_SLOTS
+    assert max(replica.values()) - min(replica.values()) <= 1
+    sl = plan(c, c.storage_leaf(0), buckets, live)
+    assert {e.params_dict["port"] for e in sl.entries if e.table == n.TRANSIT_SPINE} == {
+        p for p, name in c.ports(c.storage_leaf(0).name).items() if name in (spines[0].name, spines[2].name)
+    }
+
+
+def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:
+    hot = [wire_key("hot-a"), wire_key("hot-b")]
+    for mech, leaf_caches, spine_buckets_of_sp0 in (
+        (Mechanism.DISTCACHE, True, "own"),
+        (Mechanism.PARTITION, True, "own"),
+        (Mechanism.REPLICATION, True, "all"),
+        (Mechanism.HYBRID, True, "own"),
+        (Mechanism.NOCACHE, False, "none"),
+    ):
+        c = Cluster(spines=2, storage_racks=2, mechanism=mech)
+        buckets = spine_buckets([1, 2])
+        sl = plan(c, c.storage_leaf(0), buckets)
+        assert any(e.table == n.HH_RACKS for e in sl.entries) == leaf_caches, mech
+        mine = {e.match_dict[n.KEY_BUCKET] for e in plan(c, c.spine(0), buckets).entries if e.table == n.HH_BUCKETS}
+        want = {"own": {b for b, s in enumerate(buckets) if s == 1}, "all": set(range(N_SPINE_BUCKETS)), "none": set()}[
+            spine_buckets_of_sp0
+        ]
+        assert mine == want, mech
+        cl = plan(c, c.client_leaf(0), buckets, replicated=hot)
+        assert {e.match_dict[n.KEY_DC_KEY] for e in cl.entries if e.table == n.REPLICATED_KEYS} == {
+            int.from_bytes(k, "big") for k in hot
+        }
+
+
+def test_cluster_json_round_trip_and_errors() -> None:
+    c = Cluster(spines=4, storage_racks=3, servers_per_rack=2, client_racks=2)
+    assert Cluster.from_json(c.to_json()) == c
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        Cluster.from_json('{"mechanism": "magic"}')
+    with pytest.raises(ValueError):
+        Cluster(spines=0)
+    # every link's ends agree with both switches' port maps
+    for ln in c.links():
+        if ln.a.startswith(("sl", "cl")):
+            assert c.ports(ln.a)[ln.a_port] == ln.b
+        assert c.ports(ln.b)[ln.b_port] == ln.a
+
+
+def test_versions_never_repeat_within_an_epoch_in_any_slot() -> None:
+    """No two entries of a switch share a tag within an epoch, in the same slot or another.
+
+    The same slot: its valid register may still hold the previous entry's tag.  Another slot: a
+    delayed populate of an evicted entry would arm the key's next entry there if it had the same
+    version (the model's spec-populate-slot).  A wrapping counter, or one per slot, breaks this.
+    """
+    from agent.slots import SlotAllocator, VersionsExhaustedError
+
+    alloc = SlotAllocator(2)
+    seen: set[int] = set()
+
+    def take() -> int:
+        slot, version = alloc.take()
+        assert 1 <= version <= 0xFFFF
+        assert version not in seen, f"version {version} handed out twice in one epoch (slot {slot})"
+        seen.add(version)
+        return slot
+
+    held = take()
+    for _ in range(0xFFFF - 2):
+        alloc.give_back(take())  # the other slot churns through the tags
+    alloc.give_back(held)
+    take()  # the last version of the epoch
+    with pytest.raises(VersionsExhaustedError):
+        take()
+    assert len(seen) == 0xFFFF
+    alloc.new_epoch()  # a new epoch: every tag changed, the versions start again
+    assert alloc.take()[1] == 1
+
+
+def test_shipped_topologies_load_and_describe_themselves() -> None:
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[2] / "topologies").glob("*.json"))
+    assert len(files) >= 3
+    for f in files:
+        c = Cluster.load(f)
+        assert c.description, f"{f.name} says nothing about itself"
+        assert Cluster.from_json(c.to_json()) == c
+    with pytest.raises(ValueError, match=r"unknown cluster field\(s\) \['spine'\]"):
+        Cluster.from_json('{"spine": 2}')
+
+
+def test_layers_are_independent_joint_distribution() -> None:
+    """The spine a key's h0 bucket maps to and the rack h1 places it in are independent:
+    a chi-square test of independence over their joint distribution (4 spines x 4 racks)."""
+    from scipy.stats import chi2_contingency
+
+    owner = spine_buckets([1, 2, 3, 4])
+    table = np.zeros((4, 4))
+    for i in range(40_000):
+        k = wire_key(f"user:{i}")
+        table[owner[h0(k)] - 1, h1(k, 4)] += 1
+    _, p, _, _ = chi2_contingency(table)
+    assert p > 1e-3, f"spine and rack look dependent (p={p:.2g}):\n{table}"
+
+
+@pytest.mark.parametrize("m", [2, 4, 8, 32])
+def test_removing_one_of_m_spines_moves_about_one_mth_of_the_buckets(m: int) -> None:
+    ids = list(range(1, m + 1))
+    before = spine_buckets(ids)
+    for failed in ids:
+        after = spine_buckets(ids, alive=set(ids) - {failed})
+        moved = [b for b in range(N_SPINE_BUCKETS) if before[b] != after[b]]
+        assert all(before[b] == failed for b in moved)  # only the failed spine's buckets move
+        assert len(moved) == before.count(failed)  # ... and all of them
+        assert abs(len(moved) / N_SPINE_BUCKETS - 1 / m) < 0.6 / m  # about 1/m of them
+        assert spine_buckets(ids, alive=set(ids)) == before  # recovery moves them back
+
+
+def test_hybrid_replicates_keys_over_the_rate_with_hysteresis() -> None:
+    from controller import hybrid
+
+    rates = {b"a": 100.0, b"b": 40.0, b"c": 26.0, b"d": 5.0}
+    assert hybrid.choose(rates, (), rate=30.0, limit=8) == {b"a", b"b"}
+    assert hybrid.choose(rates, {b"c", b"d"}, rate=30.0, limit=8) == {b"a", b"b", b"c"}  # c stays: over half
+    assert hybrid.choose(rates, (), rate=30.0, limit=1) == {b"a"}  # the hottest first
+    assert hybrid.choose(rates, (), rate=0.0, limit=8) == set()  # no rate: Hybrid replicates nothing
+    assert hybrid.threshold(Cluster(switch_rate=100.0)) == 50.0
+    assert hybrid.threshold(Cluster(switch_rate=100.0, hybrid_rate=7.0)) == 7.0
+    assert hybrid.limit(Cluster(cache_slots=16)) == 8

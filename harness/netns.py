@@ -4,6 +4,9 @@ switch sends keep the checksums it computed), no addresses and no route out."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 
 
@@ -38,3 +41,13 @@ def make_veth_namespace(name: str, pairs: list[tuple[str, str]]) -> None:
     r = _run("ip", "netns", "exec", name, "sh", "-c", "\n".join(script))
     if r.returncode != 0:
         raise NamespaceError(f"setting up namespace {name} failed: {r.stderr.strip()}")
+
+
+def delete_namespace(name: str) -> bool:
+    """Kill what is left inside namespace ``name`` (a run's own namespace: whatever runs there was started
+    by it, the switch's children say) and delete it; whether it is gone."""
+    for pid in _run("ip", "netns", "pids", name).stdout.split():
+        if pid.isdigit() and int(pid) != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    return _run("ip", "netns", "del", name).returncode == 0

@@ -4,16 +4,14 @@ process it starts live inside; and the kernel's packet counters of its interface
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
-import signal
 import subprocess
 import threading
 from pathlib import Path
 
 from bench.switch.config import SetupError, err
-from harness.netns import NamespaceError, make_veth_namespace
+from harness.netns import NamespaceError, delete_namespace, make_veth_namespace
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -74,11 +72,7 @@ class Namespace:
         self.leave()
         if not self.created:
             return
-        for pid in sh("ip", "netns", "pids", self.name, check=False).stdout.split():
-            if pid.isdigit() and int(pid) != os.getpid():  # what is left inside was started by this run
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
-        if sh("ip", "netns", "del", self.name, check=False).returncode == 0:
+        if delete_namespace(self.name):
             self.created = False
         else:
             err.print(f"[red]warning: could not delete network namespace {self.name}[/]")

@@ -21,7 +21,6 @@ Exit status: 0 when every test passed and at least one ran, 1 otherwise, 2 on a 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fnmatch
 import json
 import os
@@ -35,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.netns import NamespaceError, make_veth_namespace
+from harness.netns import NamespaceError, delete_namespace, make_veth_namespace
 from harness.processes import stop_group
 from harness.switch import (
     BMV2_COMPILER,
@@ -267,12 +266,7 @@ class TestBed:
         if self.switch is not None:
             self.switch.stop()
         if self.ns_created:
-            # anything still inside the namespace was started by this run (the switch's children, say)
-            r = sh("ip", "netns", "pids", self.ns, check=False)
-            for pid in r.stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            if sh("ip", "netns", "del", self.ns, check=False).returncode == 0:
+            if delete_namespace(self.ns):  # what is still inside was started by this run
                 self.ns_created = False
             else:
                 print(f"warning: could not delete namespace {self.ns}", file=sys.stderr)

@@ -174,16 +174,16 @@ class TableEntries:
         return ai.action.name, params
 
     def _read_table(self, ids: IdMap, state: PipelineTarget, q: p4r.TableEntry) -> list[p4r.Entity]:
-        if q.table_id == 0:
+        if q.table_id == 0:  # every table: its default entry alone, or its non-default entries (as BMv2)
+            if q.is_default_action:
+                return [self._encode_default(ids, t, state) for t in ids.tables.values()]
             return [
                 self._encode_entry(ids, t, e) for t in ids.tables.values() for e in state.tables[t.table.name].entries()
             ]
         t = self._table_ids(ids, q.table_id)
         ts = state.tables[t.table.name]
         if q.is_default_action:
-            te = p4r.TableEntry(table_id=t.id, is_default_action=True)
-            self._encode_action(ids, te, ts.default_action, ts.default_params)
-            return [p4r.Entity(table_entry=te)]
+            return [self._encode_default(ids, t, state)]
         if len(q.match):
             e = ts.get(self._parse_match(t, q), q.priority)
             found = [e] if e is not None else []
@@ -200,6 +200,13 @@ class TableEntries:
                 continue
             out.append(self._encode_entry(ids, t, e))
         return out
+
+    def _encode_default(self, ids: IdMap, t: TableIds, state: PipelineTarget) -> p4r.Entity:
+        """The default entry of ``t``: the spec's ``is_default_action`` read gives exactly one per table."""
+        ts = state.tables[t.table.name]
+        te = p4r.TableEntry(table_id=t.id, is_default_action=True)
+        self._encode_action(ids, te, ts.default_action, ts.default_params)
+        return p4r.Entity(table_entry=te)
 
     def _encode_entry(self, ids: IdMap, t: TableIds, e: InstalledEntry) -> p4r.Entity:
         te = p4r.TableEntry(

@@ -3,12 +3,35 @@ the controller's and agents' clients, digests, packet I/O)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.common.marks import mark_folder
+from tests.common.p4rt_targets import BMV2_AVAILABLE, Target, bmv2_target, softswitch_target
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_folder(items, Path(__file__).parent, "p4runtime")
+
+
+TARGETS = [
+    "softswitch",
+    pytest.param(
+        "bmv2",
+        marks=pytest.mark.skipif(not BMV2_AVAILABLE, reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH"),
+    ),
+]
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """A switch running the DistCache pipeline with a primary client: softswitch, and BMv2 where installed,
+    so a module's requests run on both (one switch per module and target)."""
+    if request.param == "softswitch":
+        with softswitch_target() as t:
+            yield t
+    else:
+        with bmv2_target(Path(tmp_path_factory.mktemp("bmv2"))) as t:
+            yield t

@@ -16,13 +16,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from finsy.proto import p4d, p4r
 
 from distcache import p4names as n
-from tests.common.p4rt_targets import BMV2_AVAILABLE, Names, Outcome, Target, bmv2_target, softswitch_target
+from tests.common.p4rt_targets import Names, Outcome, Target
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -538,26 +537,7 @@ CASES: list[Case] = [
 ]
 
 
-# -- fixtures ----------------------------------------------------------------------------------------------
-TARGETS = [
-    "softswitch",
-    pytest.param(
-        "bmv2",
-        marks=pytest.mark.skipif(not BMV2_AVAILABLE, reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH"),
-    ),
-]
-
-
-@pytest.fixture(scope="module", params=TARGETS)
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    if request.param == "softswitch":
-        with softswitch_target() as t:
-            yield t
-    else:
-        with bmv2_target(Path(tmp_path_factory.mktemp("bmv2"))) as t:
-            yield t
-
-
+# -- fixtures (``target``, softswitch and BMv2 where installed, is the folder's conftest's) -------------------
 def reset_meters(target: Target) -> None:
     """Every meter cell back to unconfigured (MODIFY without a config), one index at a time as BMv2 needs."""
     ups = [

@@ -86,6 +86,15 @@ build/distcache.json: $(P4SRC)
 	$(P4C) --std p4-16 --arch v1model -o $@ --p4runtime-files build/distcache.p4info.txtpb p4src/distcache.p4
 	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
 
+# p4lang's p4runtime-shell in a venv of its own: it pins protobuf and grpcio older than ours.  Made here or by
+# tests/p4runtime/test_p4runtime_shell.py (which runs this target); the test skips only when PyPI is unreachable.
+P4RT_SHELL_VENV := build/p4rt-shell-venv
+$(P4RT_SHELL_VENV)/.installed: tests/p4runtime/p4rt-shell-requirements.txt
+	@rm -rf $(P4RT_SHELL_VENV)
+	/usr/bin/python3 -m venv $(P4RT_SHELL_VENV)
+	$(P4RT_SHELL_VENV)/bin/pip install -q -r $<
+	@touch $@
+
 # The Python side's P4Info names and P4 constants, generated from p4src/ (tools/gen_constants.py): from p4c's
 # P4Info where p4c is installed, else from the source reader; tests/unit/test_p4_constants.py fails when they are stale.
 constants: $(STAMP)

@@ -18,6 +18,7 @@ from agent.state import load_state, save_state
 from agent.status import agent_status
 from distcache import p4names as n
 from distcache.api import agent_pb2
+from distcache.caching import REPLACE_MARGIN
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0
 from distcache.ratelimit import TokenBucket
@@ -31,13 +32,6 @@ log = logging.getLogger("agent")
 
 # hot-key reports in lists of up to 16, sent within 10 ms; unacknowledged duplicates held back 0.5 s
 DIGEST_DELIVERY = {"max_timeout_ns": 10_000_000, "max_list_size": 16, "ack_timeout_ns": 500_000_000}
-
-
-#: a reported key replaces the coldest cached key only at this many times its hits: both figures are
-#: estimates (a report's rate comes from a handful of reads), and swapping keys of about the same rate
-#: gains nothing but costs an insertion, a populate and an eviction (a 60 s make run cached 3 700 keys
-#: into 400 slots without a margin)
-REPLACE_MARGIN = 1.5
 
 
 class SwitchAgent:

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import defaultdict
 
 import grpc
 
@@ -13,11 +15,16 @@ from controller.configure import Configuration
 from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, why
 from controller.monitor import Monitor
 from controller.state import Failure
-from distcache.cluster import Role, Switch, is_cache_switch
+from controller.warmup import warm_keys
+from distcache.cluster import Mechanism, Role, Switch, is_cache_switch
+from distcache.hashing import h0
 from harness.processes import SwitchProcessError
 from p4rt.client import P4RuntimeError
 
 log = logging.getLogger("controller")
+
+# mechanisms whose spines cache their partition's keys: a failover moves hot keys to a cold spine
+WARMED = {Mechanism.PARTITION, Mechanism.DISTCACHE, Mechanism.HYBRID}
 
 
 class Failover(Monitor, Configuration):
@@ -60,6 +67,9 @@ class Failover(Monitor, Configuration):
         time.sleep(DRAIN)
         self._push_shims()
         self._configure({Role.SPINE})
+        if self._failover_pending and self.cluster.mechanism in WARMED:
+            args = (self.state.epoch, self.buckets, self.live_spines(), sorted(self.state.failed))
+            threading.Thread(target=self._warm_new_owners, args=args, name="warmup", daemon=True).start()
         if self._failover_pending:
             self._failover_pending = False
             log.info(
@@ -67,6 +77,52 @@ class Failover(Monitor, Configuration):
                 ", ".join(f"{s.name} routed away" for s in self._spines() if s.name in self.state.failed),
             )
         return []
+
+    def _warm_new_owners(self, epoch: int, buckets: list[int], live: set[int], failed: list[str]) -> None:
+        """Cache at each spine that took over buckets the hottest keys the failed spines held in them
+        (:mod:`controller.warmup`), off the lock: agents answer on their own deadlines, and each insert
+        is an ordinary one (its populate goes through the key's shim).  Stops when the partition moves
+        again (``epoch``); ``buckets``, ``live`` and ``failed`` are the partition's, taken under the lock."""
+        t = time.monotonic()
+        moved: dict[int, dict[bytes, int]] = defaultdict(dict)
+        for name in failed:
+            sw = self.cluster.switch(name)
+            if sw.role != Role.SPINE or name not in self.agent_status:
+                continue
+            try:
+                st = self.agent_status[name].status(with_keys=True)
+            except grpc.RpcError:
+                continue
+            for k in st.keys:
+                owner = buckets[h0(bytes(k.key))]
+                if owner in live:
+                    moved[owner][bytes(k.key)] = max(k.hits, moved[owner].get(bytes(k.key), 0))
+        for owner, keys in moved.items():
+            name = self.cluster.switch_by_id(owner).name
+            try:
+                st = self.agent_status[name].status(with_keys=True)
+            except grpc.RpcError:
+                continue
+            todo = warm_keys(keys, {bytes(k.key): k.hits for k in st.keys}, st.slots - st.occupied)
+
+            def cache(key: bytes, name: str = name) -> bool:
+                if self.state.epoch != epoch:
+                    return False
+                try:
+                    self.agents[name].cache(key)
+                except grpc.RpcError:
+                    return False
+                return True
+
+            jobs = [self._pool.submit(cache, k) for k in todo]  # a few at once: each waits for its populate
+            done = sum(f.result() for f in jobs)
+            log.info(
+                "%s: %d of %d hot keys of its new buckets cached ahead of their reads in %.0f ms",
+                name,
+                done,
+                len(todo),
+                1000 * (time.monotonic() - t),
+            )
 
     def declare_dead(self, sw: Switch, since: float, reason: str, decided: float | None = None) -> None:
         """``sw`` stopped answering at ``since`` and was found dead at ``decided`` (monotonic; default: now)."""

@@ -18,9 +18,8 @@ from collections.abc import Iterable, Mapping
 
 from distcache import p4names as n
 from distcache.api import agent_pb2
+from distcache.caching import HIT_WINDOWS
 from distcache.cluster import Cluster
-
-HIT_WINDOWS = 2  # an agent's CachedKey.hits covers its last two hit windows
 
 
 def threshold(cluster: Cluster) -> float:

@@ -187,6 +187,16 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
     assert before, "sp0 cached no hot key during warm-up"
     out = ctl(dep, "fail", "sp0")
     assert f"{ORIGINAL.count(SP0.switch_id)} buckets moved" in out
+    # the controller has sp1 cache sp0's hottest keys at once (not from sp1's own reports, which come
+    # at its insertion budget): entries of sp0's hot keys at sp1 that no report placed
+    warmed: set[str] = set()
+
+    def placed_ahead() -> bool:
+        keys = dep.controller.agent_status(with_keys=True)["sp1"].keys
+        warmed.update(k.key.hex() for k in keys if not k.auto and k.key.hex() in before)
+        return bool(warmed)
+
+    wait_for("sp0's hot keys placed at sp1 by the controller", placed_ahead, timeout=3.0)
     bench.join(120)
     report = result["report"]
     assert report["error_count"] == 0, report["errors"]  # every read returned what was last written

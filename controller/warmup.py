@@ -1,0 +1,34 @@
+"""Which keys a spine that took over a failed spine's buckets caches at once, before their reads miss.
+
+Why: after a failover the new owner's cache holds none of the moved buckets' hot keys; left to its
+hot-key reports, its agent inserts them at its insertion budget (50/s), and for the seconds that takes
+their reads go to the storage servers.  The failed spine's agent still knows what it held and how hot
+each key was, so the controller asks the new owner to cache those keys straight away, through the same
+insert-and-populate path every insertion takes (coherent at any time: the populate makes the shim count
+the switch as a holder before the copy is valid).  A moved key replaces one the new owner holds only if
+it is REPLACE_MARGIN times hotter, as a hot-key report's would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distcache.caching import REPLACE_MARGIN
+
+
+def warm_keys(moved: Mapping[bytes, int], held: Mapping[bytes, int], free: int) -> list[bytes]:
+    """The ``moved`` keys (key -> recent hits where they were) worth caching at a spine that holds ``held``
+    (key -> recent hits there) with ``free`` slots, hottest first: one per free slot, then one for each
+    held key it is REPLACE_MARGIN times hotter than (the agent evicts its coldest for each)."""
+    hot = sorted((k for k, h in moved.items() if h > 0 and k not in held), key=lambda k: -moved[k])
+    cold = sorted(held.values())
+    out: list[bytes] = []
+    for k in hot:
+        if free > 0:
+            free -= 1
+        elif cold and moved[k] > REPLACE_MARGIN * cold[0]:
+            cold.pop(0)
+        else:
+            break
+        out.append(k)
+    return out

@@ -1,0 +1,35 @@
+"""After a failover the new owner caches the failed spine's hottest keys of its new buckets at once; which
+ones: free slots first, then only keys REPLACE_MARGIN times hotter than one it would evict."""
+
+from __future__ import annotations
+
+from controller.warmup import warm_keys
+from distcache.caching import REPLACE_MARGIN
+
+
+def k(i: int) -> bytes:
+    return i.to_bytes(16, "big")
+
+
+def test_free_slots_take_the_hottest_moved_keys_first() -> None:
+    moved = {k(1): 5, k(2): 50, k(3): 20}
+    assert warm_keys(moved, {}, free=2) == [k(2), k(3)]
+
+
+def test_a_held_key_is_replaced_only_by_a_key_margin_times_hotter() -> None:
+    held = {k(10): 10, k(11): 40}
+    moved = {k(1): int(10 * REPLACE_MARGIN) + 1, k(2): int(10 * REPLACE_MARGIN), k(3): 1000}
+    # k(3) replaces the coldest (10); k(1) would need a held key colder than it by the margin: 40 is not
+    assert warm_keys(moved, held, free=0) == [k(3)]
+    assert warm_keys({k(1): 16}, {k(10): 10}, free=0) == [k(1)]
+    assert warm_keys({k(2): 15}, {k(10): 10}, free=0) == []
+
+
+def test_keys_already_held_or_never_read_are_left_alone() -> None:
+    assert warm_keys({k(1): 9, k(2): 0}, {k(1): 1}, free=5) == []
+
+
+def test_free_slots_then_replacements_in_order_of_heat() -> None:
+    held = {k(10): 2, k(11): 3, k(12): 100}
+    moved = {k(i): 100 - i for i in range(1, 6)}  # 99, 98, 97, 96, 95
+    assert warm_keys(moved, held, free=1) == [k(1), k(2), k(3)]  # one free slot, then the two cold keys

@@ -134,8 +134,10 @@ class SwitchProcessError(RuntimeError):
 
 
 class SwitchProcesses:
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, tied: bool = False) -> None:
+        """``tied``: the switches started here die with this process (a test bed); never the controller's,
+        whose restart must leave the switches running."""
+        self.path, self.tied = path, tied
         try:
             self.specs: dict[str, dict] = json.loads(path.read_text())
         except (OSError, ValueError) as e:
@@ -189,7 +191,12 @@ class SwitchProcesses:
             raise SwitchProcessError(f"{name} is already running (pid {self.pid(name)})")
         with open(spec["log"], "ab") as out:
             proc = subprocess.Popen(
-                spec["cmd"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                spec["cmd"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent if self.tied else None,
             )
         raise_priority(proc)
         write_pid_file(spec["pid_file"], proc.pid)

@@ -34,7 +34,7 @@ from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
 from distcache.rpc.shim import ShimLink
-from harness.processes import SwitchProcesses, pid_alive
+from harness.processes import SwitchProcesses, die_with_parent, pid_alive
 from p4rt.client import SwitchConnection, load_p4info
 from softswitch.dataplane import PROGRAM
 from tests.common.softswitch_helpers import ports_free
@@ -107,7 +107,7 @@ class Bed:
                 "grpc": f"127.0.0.1:{sw.grpc_port}",
             }
         (run / "switches.json").write_text(json.dumps(specs))
-        self.switches = SwitchProcesses(run / "switches.json")
+        self.switches = SwitchProcesses(run / "switches.json", tied=True)  # a killed test run leaves none behind
         try:
             for sw in self.cluster.switches():
                 self.switches.start(sw.name)
@@ -124,7 +124,13 @@ class Bed:
     def _popen(self, what: str, cmd: list[str]) -> subprocess.Popen:
         with open(self.run / f"{what}.out", "ab") as out:
             p = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=REPO,
+                preexec_fn=die_with_parent,  # a killed test run leaves nothing behind
             )
         self.procs[what] = p
         return p

@@ -3,6 +3,7 @@ processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -51,35 +52,62 @@ def test_a_redis_that_cannot_start_is_one_clear_error(tmp_path: Path) -> None:
         wait_for_redis(sock, proc, timeout=5)
 
 
-def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
-    """die_with_parent: killing the parent (SIGKILL: no cleanup of its own) takes the child with it."""
+def _child_of_killed_parent(tmp_path: Path, spawn: str) -> bool:
+    """Run ``spawn`` (Python that starts a child and writes its pid to ``pidfile``) in a parent process,
+    SIGKILL the parent (no cleanup of its own), and say whether the child is still alive after 5 s."""
     pidfile = tmp_path / "child.pid"
     parent = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import subprocess, sys, time\n"
-            "from harness.processes import die_with_parent\n"
-            "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
-            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-            "time.sleep(60)\n",
-        ],
+        [sys.executable, "-c", f"import subprocess, sys, time\npidfile = {str(pidfile)!r}\n{spawn}\ntime.sleep(60)\n"],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     child = int(pidfile.read_text())
     parent.send_signal(signal.SIGKILL)
     parent.wait(5)
+
+    def alive() -> bool:
+        stat = Path(f"/proc/{child}/stat")
+        return stat.exists() and stat.read_text().split()[2] not in ("Z", "X")
+
     deadline = time.monotonic() + 5
-    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
-        state = Path(f"/proc/{child}/stat").read_text().split()[2] if Path(f"/proc/{child}/stat").exists() else "X"
-        if state == "Z":
-            break
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    alive = Path(f"/proc/{child}/stat").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
-    assert not alive, "the child outlived its parent"
+    still = alive()
+    if still:
+        os.kill(child, signal.SIGKILL)
+    return still
+
+
+def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
+    """die_with_parent: killing the parent takes the child with it."""
+    spawn = (
+        "from harness.processes import die_with_parent\n"
+        "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
+        "open(pidfile, 'w').write(str(p.pid))"
+    )
+    assert not _child_of_killed_parent(tmp_path, spawn), "the child outlived its parent"
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_switches_die_with_a_test_bed_not_with_the_controller(tied: bool, tmp_path: Path) -> None:
+    """A test bed's switches (tied) go when the bed is killed; the controller's (not tied) keep running when
+    it dies, since a controller restart must leave the data plane untouched."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listen = f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)"
+    spec = {"cmd": [sys.executable, "-c", listen], "pid_file": str(tmp_path / "sw.pid"),
+            "log": str(tmp_path / "sw.out"), "grpc": f"127.0.0.1:{port}"}  # fmt: skip
+    (tmp_path / "switches.json").write_text(json.dumps({"sw": spec}))
+    spawn = (
+        "from pathlib import Path\n"
+        "from harness.processes import SwitchProcesses\n"
+        f"procs = SwitchProcesses(Path({str(tmp_path / 'switches.json')!r}), tied={tied})\n"
+        "open(pidfile, 'w').write(str(procs.start('sw')))"
+    )
+    assert _child_of_killed_parent(tmp_path, spawn) is not tied
 
 
 def test_a_profile_counts_the_main_thread_and_leaves_torn_stacks_out(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ STAMP := .venv/.deps-stamp
 
 .PHONY: deps build constants run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o
+deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o build/p4rt-shell-venv/.installed
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

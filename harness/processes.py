@@ -49,6 +49,14 @@ def die_with_parent() -> None:
         _prctl(1, signal.SIGTERM)
 
 
+def tied_argv(argv: list[str]) -> list[str]:
+    """``argv`` run so that it gets SIGTERM when the process starting it dies (util-linux's setpriv sets
+    PR_SET_PDEATHSIG, which survives the exec).  Unlike ``preexec_fn=die_with_parent`` it runs no Python
+    between fork and exec, which a process with gRPC threads cannot afford (the child hung there, its
+    output ending in "epoll_wait error: Bad file descriptor")."""
+    return ["setpriv", "--pdeathsig", "TERM", "--", *argv]
+
+
 def stop_group(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
     """SIGTERM the process group ``proc`` leads (started with start_new_session), SIGKILL it if it lingers."""
     if proc is None or proc.poll() is not None:
@@ -191,12 +199,11 @@ class SwitchProcesses:
             raise SwitchProcessError(f"{name} is already running (pid {self.pid(name)})")
         with open(spec["log"], "ab") as out:
             proc = subprocess.Popen(
-                spec["cmd"],
+                tied_argv(spec["cmd"]) if self.tied else spec["cmd"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=die_with_parent if self.tied else None,
             )
         raise_priority(proc)
         write_pid_file(spec["pid_file"], proc.pid)

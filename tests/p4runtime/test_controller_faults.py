@@ -34,7 +34,7 @@ from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
 from distcache.rpc.shim import ShimLink
-from harness.processes import SwitchProcesses, die_with_parent, pid_alive
+from harness.processes import SwitchProcesses, pid_alive, tied_argv
 from p4rt.client import SwitchConnection, load_p4info
 from softswitch.dataplane import PROGRAM
 from tests.common.softswitch_helpers import ports_free
@@ -124,13 +124,12 @@ class Bed:
     def _popen(self, what: str, cmd: list[str]) -> subprocess.Popen:
         with open(self.run / f"{what}.out", "ab") as out:
             p = subprocess.Popen(
-                cmd,
+                tied_argv(cmd),  # a killed test run leaves nothing behind
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=REPO,
-                preexec_fn=die_with_parent,  # a killed test run leaves nothing behind
             )
         self.procs[what] = p
         return p

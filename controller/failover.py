@@ -67,11 +67,11 @@ class Failover(Monitor, Configuration):
         time.sleep(DRAIN)
         self._push_shims()
         self._configure({Role.SPINE})
-        if self._failover_pending and self.cluster.mechanism in WARMED:
-            args = (self.state.epoch, self.buckets, self.live_spines(), sorted(self.state.failed))
-            threading.Thread(target=self._warm_new_owners, args=args, name="warmup", daemon=True).start()
         if self._failover_pending:
             self._failover_pending = False
+            if self.cluster.mechanism in WARMED:
+                args = (self.state.epoch, self.buckets, self.live_spines(), sorted(self.state.failed))
+                threading.Thread(target=self._warm_new_owners, args=args, name="warmup", daemon=True).start()
             log.info(
                 "failover complete: %s",
                 ", ".join(f"{s.name} routed away" for s in self._spines() if s.name in self.state.failed),

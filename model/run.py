@@ -42,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CONST=VALUE",
         help="override a constant of the chosen configurations (exploring bounds)",
     )
-    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="verifier threads for a configuration that must hold (one expecting a counterexample runs on one)",
+    )
     ap.add_argument("--timeout", type=float, help="stop each verifier after this many seconds")
     ap.add_argument(
         "--opt",
@@ -84,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [replace(c, name=c.name + "+", consts={**c.consts, **over}) for c in chosen]
     failed = 0
     for cfg in chosen:
-        res = check(cfg, args.threads, args.timeout, args.opt or ("-O3" if cfg.expect == "ok" else "-O1"))
+        # A configuration that expects a counterexample runs on one thread: Rumur's breadth-first search then
+        # finds the shortest one, the one named, every time (with two threads the first violation found
+        # depends on their timing: bug-no-epoch-bump broke StaleAfterAck before OtherKey in one run).
+        threads = args.threads if cfg.expect == "ok" else 1
+        res = check(cfg, threads, args.timeout, args.opt or ("-O3" if cfg.expect == "ok" else "-O1"))
         failed += not report(cfg, res, args.show_trace, args.save)
     print(f"model: {len(chosen) - failed}/{len(chosen)} configurations as expected")
     return 1 if failed else 0

@@ -16,6 +16,7 @@ import grpc
 from distcache.api import shim_grpc, shim_pb2
 from distcache.rpc.shim import grpc_target
 from distcache.wire import KEY_LEN
+from shim.metrics import exposition
 from shim.server import Shim
 from shim.view import StaleViewError
 
@@ -43,6 +44,9 @@ class ShimService(shim_grpc.ShimServicer):
 
     async def Stats(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
         return shim_pb2.ShimStats(**self.shim.stats())
+
+    async def Metrics(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
+        return shim_pb2.MetricsText(text=exposition(self.shim))
 
     async def SetPartition(self, request, context):  # noqa: ANN001, ANN201, N802
         try:

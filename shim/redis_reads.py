@@ -9,6 +9,7 @@ read leaves at once.  Reads take no lock: each is linearized where Redis execute
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -26,17 +27,24 @@ MGETS_IN_FLIGHT = 1  # read batches at Redis at once: reads arriving meanwhile l
 MAX_BATCH = 256  # reads per MGET
 
 Address = tuple[str, int]
+Replied = Callable[[str, str, float], None]  # (op, status, seconds since it was received)
 
 
 class ReadBatcher:
-    """Answers GETs from Redis in batches; ``send(data, addr)`` sends a reply, ``errors`` counts failed
-    reads by reason, ``tasks`` holds the batches under way (the shim cancels them when it closes)."""
+    """Answers GETs from Redis in batches; ``send(data, addr)`` sends a reply, ``replied`` records it (for
+    the shim's metrics), ``errors`` counts failed reads by reason, ``tasks`` holds the batches under way
+    (the shim cancels them when it closes)."""
 
     def __init__(
-        self, redis: Redis, send: Callable[[bytes, Address], None], errors: Counter[str], tasks: set[asyncio.Task]
+        self,
+        redis: Redis,
+        send: Callable[[bytes, Address], None],
+        errors: Counter[str],
+        tasks: set[asyncio.Task],
+        replied: Replied,
     ) -> None:
-        self.redis, self.send, self.errors, self.tasks = redis, send, errors, tasks
-        self._gets: list[tuple[Message, Address]] = []  # reads waiting for the next MGET
+        self.redis, self.send, self.errors, self.tasks, self.replied = redis, send, errors, tasks, replied
+        self._gets: list[tuple[Message, Address, float]] = []  # reads waiting for the next MGET, when received
         self._in_flight = 0
         self._flush_scheduled = False
         self.batches = 0
@@ -44,9 +52,10 @@ class ReadBatcher:
     def __len__(self) -> int:
         return len(self._gets)
 
-    def add(self, msg: Message, addr: Address) -> None:
-        """Queue a read; it leaves with the next batch (at once if no batch is at Redis)."""
-        self._gets.append((msg, addr))
+    def add(self, msg: Message, addr: Address, received: float) -> None:
+        """Queue a read (``received``: its ``time.monotonic()``); it leaves with the next batch (at once if
+        no batch is at Redis)."""
+        self._gets.append((msg, addr, received))
         if self._in_flight < MGETS_IN_FLIGHT and not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -61,9 +70,9 @@ class ReadBatcher:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _serve(self, batch: list[tuple[Message, Address]]) -> None:
+    async def _serve(self, batch: list[tuple[Message, Address, float]]) -> None:
         try:
-            values = cast("list[bytes | None]", await self.redis.mget([m.key for m, _ in batch]))  # bytes client
+            values = cast("list[bytes | None]", await self.redis.mget([m.key for m, _, _ in batch]))  # bytes client
         except Exception as e:  # noqa: BLE001 - a failed read changed nothing: answer ERROR, keep serving
             self.errors[
                 "redis_unavailable" if isinstance(e, (RedisConnectionError, RedisTimeoutError)) else type(e).__name__
@@ -74,12 +83,15 @@ class ReadBatcher:
             if self._gets and not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
-        for i, (m, addr) in enumerate(batch):
+        now = time.monotonic()
+        for i, (m, addr, received) in enumerate(batch):
             value = None if values is None else values[i]
             if values is None:
-                self.send(encode(m.reply(Status.ERROR)), addr)
+                status = Status.ERROR
             elif value is None:
-                self.send(encode(m.reply(Status.NOT_FOUND)), addr)
+                status = Status.NOT_FOUND
             else:
-                self.send(encode(m.reply(Status.OK, value)), addr)
+                status = Status.OK
+            self.send(encode(m.reply(status, value or b"")), addr)
+            self.replied("GET", status.name, now - received)
         self.batches += 1

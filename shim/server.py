@@ -34,6 +34,7 @@ from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Sta
 from shim.coherence import Coherence
 from shim.dedup import Dedup, RequestId, dedup_marker
 from shim.key_locks import KeyLocks
+from shim.metrics import ShimMetrics
 from shim.phases import CoherenceAddress, Phases
 from shim.redis_reads import ReadBatcher
 from shim.redis_writes import MARKER_ERROR, WriteBatcher
@@ -102,7 +103,8 @@ class Shim:
         self.redis_restarts = 0
         self.resynced: Counter[str] = Counter()  # cached copies populated again after a Redis restart, by state
         self._tasks: set[asyncio.Task] = set()
-        self.reads = ReadBatcher(self.redis, self._send, self.errors, self._tasks)
+        self.metrics = ShimMetrics()  # replies and latencies for the Prometheus series (shim/metrics.py)
+        self.reads = ReadBatcher(self.redis, self._send, self.errors, self._tasks, self.metrics.replied)
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -169,6 +171,7 @@ class Shim:
             self.malformed[e.reason] += 1
             return
         if msg.op in REQUEST_OPS:
+            received = time.monotonic()
             self.requests[msg.op.name] += 1
             if len(self._tasks) + len(self.reads) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
                 self.errors["overload"] += 1
@@ -177,6 +180,8 @@ class Shim:
             if wait is None:
                 self.errors["rate_limited"] += 1
                 return
+            if self.limiter is not None:
+                self.metrics.queue_seconds.observe(wait)
             if msg.op != Op.GET:
                 rid = (addr[0], addr[1], msg.seq)
                 done = self.dedup.begin(rid)
@@ -185,15 +190,15 @@ class Shim:
                     if done and self.transport is not None:
                         self.transport.sendto(done, addr)
                     return
-                if time.monotonic() < self._recheck_until:  # our memory is younger than a client's retries
-                    task = asyncio.get_running_loop().create_task(self._serve_unless_applied(msg, addr, wait))
+                if received < self._recheck_until:  # our memory is younger than a client's retries
+                    task = asyncio.get_running_loop().create_task(self._serve_unless_applied(msg, addr, wait, received))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                     return
             if msg.op == Op.GET and not wait:
-                self.reads.add(msg, addr)
+                self.reads.add(msg, addr, received)
                 return
-            task = asyncio.get_running_loop().create_task(self._serve(msg, addr, wait))
+            task = asyncio.get_running_loop().create_task(self._serve(msg, addr, wait, received))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif msg.op in (Op.INVALIDATE_ACK, Op.UPDATE_ACK):
@@ -201,7 +206,7 @@ class Shim:
         else:
             self.malformed["unexpected_op"] += 1
 
-    async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float) -> None:
+    async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float, received: float) -> None:
         """After a restart: a write whose marker is in Redis was applied by our previous life; answer it again,
         with the status it had (a DELETE's marker says whether the key existed: OK or NOT_FOUND)."""
         try:
@@ -210,10 +215,12 @@ class Shim:
             self.errors["redis_unavailable"] += 1
             return  # no answer: the client retries
         if marker is None:
-            await self._serve(msg, addr, wait)
+            await self._serve(msg, addr, wait, received)
             return
         self.duplicates["replayed_after_restart"] += 1
-        data = encode(msg.reply(self._marked_status(msg, marker)))
+        status = self._marked_status(msg, marker)
+        self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
+        data = encode(msg.reply(status))
         self.dedup.finish((addr[0], addr[1], msg.seq), data)
         if self.transport is not None:
             self.transport.sendto(data, addr)
@@ -237,14 +244,18 @@ class Shim:
                 return
         reply(Status.ERROR)
 
-    async def _serve(self, msg: Message, addr: tuple[str, int], wait: float = 0.0) -> None:
+    async def _serve(
+        self, msg: Message, addr: tuple[str, int], wait: float = 0.0, received: float | None = None
+    ) -> None:
         replied = False
+        received = time.monotonic() if received is None else received
         if wait > 0:
             await asyncio.sleep(wait)
 
         def reply(status: Status, value: bytes = b"") -> None:
             nonlocal replied
             replied = True
+            self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
             data = encode(msg.reply(status, value))
             if msg.op != Op.GET:
                 self.dedup.finish((addr[0], addr[1], msg.seq), data)
@@ -295,7 +306,9 @@ class Shim:
                 # each, as the paper's rate-limited servers (and the simulator, coherence_cost = 1) count them
                 self.limiter.charge(2 * len(paths))
             if cached:
+                began = time.monotonic()
                 live = await self.phases.invalidate(msg.key, seq, paths)
+                self.metrics.phase_seconds.observe("invalidate", time.monotonic() - began)
                 if live is None:
                     self.errors["invalidate_timeout"] += 1
                     await self._refuse(msg, reply, marker)  # copies may still be valid: do not write
@@ -308,7 +321,9 @@ class Shim:
                 status = Status.OK if await self.writes.delete(msg.key, marker) else Status.NOT_FOUND
             reply(status)  # safe before phase 2: every copy is invalid
             if cached and msg.op == Op.PUT and len(msg.value) <= MAX_CACHEABLE:
+                began = time.monotonic()
                 await self.phases.update(msg.key, seq, msg.value, paths)  # still under the key's lock
+                self.metrics.phase_seconds.observe("update", time.monotonic() - began)
 
     # -- control commands (from the controller and the switch agents) ---------------------
     async def populate(self, key: bytes, switch: int, tag: tuple[int, int] = (0, 0)) -> str:

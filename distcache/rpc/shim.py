@@ -68,6 +68,10 @@ class ShimLink:
     def stats(self) -> dict:
         return message_dict(self._call("Stats", shim_pb2.Empty()))
 
+    def metrics(self) -> bytes:
+        """The shim's Prometheus series (text exposition format)."""
+        return bytes(self._call("Metrics", shim_pb2.Empty()).text)
+
     def partition(self, buckets: list[int], down: list[int] | None = None, epoch: int = 0) -> None:
         self._call("SetPartition", shim_pb2.PartitionRequest(buckets=buckets, down=down or [], epoch=epoch))
 

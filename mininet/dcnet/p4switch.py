@@ -125,7 +125,10 @@ class P4RuntimeSwitch(Switch):
         for intf in self.intfList():
             if intf.name != "lo":
                 self.cmd(f"ethtool -K {intf.name} tx off rx off >/dev/null 2>&1")
-                self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
+                # the port is the switch's, not the root namespace's: no IPv6 on it, and strict reverse-path
+                # filtering, so nothing a host sends through it is taken in (or forwarded) by the root
+                # namespace, where the control plane listens (BMv2's Thrift server on every address included)
+                self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1 net.ipv4.conf.{intf.name}.rp_filter=1")
         out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
         self._cmd = self.command()  # what stop() recognizes the process by (Mininet may delete the ports first)
         self.proc = subprocess.Popen(

@@ -1,7 +1,7 @@
 """Shim and client library on loopback, against a real redis-server.
 
-The switches' part in coherence is played by a UDP peer on 127.0.0.1 that
-reflects INVALIDATE/UPDATE as acknowledgements (and can drop some), records
+The switches' part in coherence is played by a UDP peer on 127.0.0.1 (tests/common/shim_bed.py's
+SwitchPeer) that reflects INVALIDATE/UPDATE as acknowledgements (and can drop some), records
 what it saw, and checks Redis at the moment phase 1 arrives.  It is the
 shim's network peer, not a stand-in for any code under test.
 """
@@ -30,100 +30,11 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
-from shim.control import serve_control
-from shim.server import Shim
+from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer
 
 pytestmark = pytest.mark.timeout(60)
-CLUSTER = Cluster(spines=2)
 SPINE = CLUSTER.spine(0).switch_id
 LEAF = CLUSTER.storage_leaf(0).switch_id  # server r0s0's
-
-
-class SwitchPeer:
-    """Plays the coherence path's far end: acknowledges, records, optionally drops."""
-
-    def __init__(self, redis_sock: Path) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.seen: list[tuple[Message, bytes | None]] = []  # message, Redis value when it arrived
-        self.drop = 0  # drop this many upcoming packets
-        self.mute = False  # never answer
-        self.answer_only: set[int] | None = None  # answer only packets addressed to these spines
-        self.redis = redis.Redis(unix_socket_path=str(redis_sock))
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, addr = self.sock.recvfrom(2048)
-            except TimeoutError:
-                continue
-            m = decode(data)
-            self.seen.append((decode(data), self.redis.get(m.key)))
-            if self.mute or (self.answer_only is not None and m.target not in self.answer_only):
-                continue
-            if self.drop:
-                self.drop -= 1
-                continue
-            m.op = m.op.reply()
-            self.sock.sendto(encode(m), addr)
-
-    def ops(self) -> list[tuple[Op, int]]:
-        return [(m.op, m.seq) for m, _ in self.seen]
-
-    def close(self) -> None:
-        self._stop.set()
-        self.thread.join(2)
-        self.sock.close()
-        self.redis.close()
-
-
-class ShimThread:
-    """A real Shim with its control channel, on its own event loop thread."""
-
-    def __init__(
-        self,
-        redis_sock: Path,
-        peer: SwitchPeer,
-        control: Path,
-        state_file: Path | None = None,
-        cluster: Cluster = CLUSTER,
-        fresh: bool = True,
-    ) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.shim = Shim(
-            cluster,
-            cluster.server(0, 0),
-            f"unix://{redis_sock}",
-            listen="127.0.0.1",
-            port=0,
-            coherence_address=lambda _spine: ("127.0.0.1", peer.port),
-            state_file=state_file,
-            fresh=fresh,
-        )
-        self.control_addr = f"unix:{control}"
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.run(self._start())
-        self.port = self.shim.transport.get_extra_info("sockname")[1]
-
-    async def _start(self) -> None:
-        await self.shim.start()
-        self.control = await serve_control(self.shim, self.control_addr)
-
-    def run(self, coro):  # noqa: ANN001, ANN201
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
-
-    def close(self) -> None:
-        async def stop() -> None:
-            await self.control.stop(0.5)
-            await self.shim.close()
-
-        self.run(stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 #   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
 #   make constants  regenerate distcache/p4names.py (P4Info names) and p4defines.py (define.p4, size.p4) from p4src/
 #   make run     bring up the demo topology, run a workload, fail and recover spines, print a summary, tear down
-#   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit
+#   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit;
+#                PROMETHEUS=1 also runs a Prometheus server scraping the deployment's metrics; PCAP=1 captures every switch port
 #   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
 #   make linearizability  record histories under faults (and with coherence broken on purpose), check them
 #   make verify  model-check the coherence protocol (model/distcache.m, Rumur): it holds; seeded bugs give counterexamples
@@ -106,7 +107,7 @@ run: build
 	$(PY) -m dcnet.demo --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG) $(if $(PCAP),--pcap)
 
 up: build
-	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG)
+	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG) $(if $(PROMETHEUS),--prometheus) $(if $(PCAP),--pcap)
 
 emulate: build
 	$(PY) -m dcnet.emulate --target $(TARGET) --switch-log $(SWITCH_LOG)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 
+from controller.instruments import Instruments
 from controller.state import ControllerState
 from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Host, Mechanism, Switch
@@ -129,6 +130,7 @@ class Core:
         self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
         self._dp_silent_since: dict[int, float] = {}  # spine id -> when the ledger first found it silent
         self.spine_deaths: deque[SpineDeath] = deque(maxlen=SPINE_DEATHS_KEPT)  # reported by the client leaves
+        self.instruments = Instruments()  # failures and their timings, for the metrics exporter
         for name in self.state.failed:
             self.health[name].alive = False
 

@@ -134,12 +134,15 @@ class Failover(Monitor, Configuration):
             decided = t if decided is None else decided
             self.state.failed[sw.name] = Failure(admin=False, since=time.time(), reason=reason)
             self.state.last_detection_s = decided - since
+            self.instruments.switch_failures.labels("detected").inc()
+            self.instruments.detection_seconds.observe(decided - since)
             self.health[sw.name].alive = False
             log.warning("%s declared dead after %.2fs: %s", sw.name, decided - since, reason)
             if sw.role == Role.SPINE:
                 moved, waiting = self._failover()
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t
+                self.instruments.failover_seconds.observe(self.state.last_failover_s)
                 log.warning(
                     "%s: %d buckets moved to live spines in %.2fs%s",
                     sw.name,
@@ -174,11 +177,13 @@ class Failover(Monitor, Configuration):
             self.state.failed[name] = Failure(
                 admin=True, since=time.time(), reason="failed by the operator", stopped=stopped
             )
+            self.instruments.switch_failures.labels("operator").inc()
             moved, waiting = 0, list[str]()
             if sw.role == Role.SPINE:
                 moved, waiting = self._failover()
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t
+                self.instruments.failover_seconds.observe(self.state.last_failover_s)
             if stopped:
                 assert self.procs is not None
                 self.procs.stop(name)

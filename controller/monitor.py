@@ -102,6 +102,7 @@ class Monitor(ShimViews):
         except P4RuntimeError:
             return
         for d in deaths:
+            self.instruments.leaf_detection_seconds.observe(d.detect_s)
             log.info(
                 "%s: %s was dead in its data plane: found dead %.1f ms after it was last heard, silent %.0f ms",
                 d.leaf,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import TypeVar
@@ -20,35 +19,17 @@ import grpc
 
 from controller.controller import Controller
 from controller.core import ControllerError
-from distcache import p4names as n
+from controller.metrics import serve_metrics
+from controller.status import cluster_status, key_text
 from distcache.api import abort, controller_grpc, controller_pb2
-from distcache.cluster import Role, is_cache_switch
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
-from distcache.hashing import user_key
 from distcache.partition import spine_buckets
 from harness.processes import SwitchProcessError, SwitchProcesses
 from p4rt.client import P4RuntimeError
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 log = logging.getLogger("controller")
-
-STATUS_WAIT = 1.5  # seconds the Status API waits for live counters and agents before using cached ones
-ROLE_NAMES = {Role.SPINE: "spine", Role.STORAGE_LEAF: "storage_leaf", Role.CLIENT_LEAF: "client_leaf"}
-
-
-def key_text(wkey: bytes) -> str:
-    """The user key of a wire key when it is short and printable, else its hex."""
-    k = user_key(wkey)
-    if k is not None:
-        try:
-            text = k.decode()
-            if text.isprintable():
-                return text
-        except UnicodeDecodeError:
-            pass
-    return wkey.hex()
 
 
 class ControllerService(controller_grpc.ControllerServicer):
@@ -57,91 +38,7 @@ class ControllerService(controller_grpc.ControllerServicer):
         self.pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="status")
 
     def Status(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
-        """Answers within STATUS_WAIT whatever hangs: counters and agents are read now, all at once and
-        each with a short deadline; what does not answer in time is shown as the health poll last saw it
-        (an agent that the poll found not answering is not asked again here)."""
-        ctl = self.ctl
-        switches = ctl.cluster.switches()
-        reads = {sw.name: self.pool.submit(ctl.read_stats, sw.name) for sw in switches if ctl.health[sw.name].alive}
-        deaths = {
-            sw.name: self.pool.submit(ctl.read_deaths, sw.name)
-            for sw in switches
-            if ctl.health[sw.name].alive and sw.role in (Role.CLIENT_LEAF, Role.STORAGE_LEAF)
-        }
-        agents = {
-            name: self.pool.submit(ctl.poll_agent, name)
-            for name in ctl.agent_status
-            if ctl.health[name].agent_alive is not False
-        }
-        by = time.monotonic() + STATUS_WAIT
-
-        def result(job: futures.Future[R] | None) -> R | None:
-            if job is None:
-                return None
-            try:
-                return job.result(timeout=max(0.0, by - time.monotonic()))
-            except Exception:  # noqa: BLE001 - a switch or agent that did not answer: shown from the cache
-                return None
-
-        out = controller_pb2.ClusterStatus(
-            mechanism=ctl.cluster.mechanism.name.lower(),
-            failovers=ctl.state.failovers,
-            recoveries=ctl.state.recoveries,
-            epoch=ctl.state.epoch,
-            last_detection_s=ctl.state.last_detection_s,
-            last_failover_s=ctl.state.last_failover_s,
-            replicated=sorted(key_text(k) for k in ctl.replicated),
-        )
-        for death in list(ctl.spine_deaths):
-            out.spine_deaths.add(
-                leaf=death.leaf, spine=death.spine, detect_s=death.detect_s, silent_s=death.silent_s, at=death.at
-            )
-        owned: dict[int, int] = {}
-        for sid in ctl.buckets:
-            owned[sid] = owned.get(sid, 0) + 1
-        for sw in switches:
-            h = ctl.health[sw.name]
-            failure = ctl.state.failed.get(sw.name)
-            notes = [d] if (d := ctl.detail(sw.name)) else []
-            st = out.switches.add(
-                name=sw.name,
-                role=ROLE_NAMES[sw.role],
-                switch_id=sw.switch_id,
-                alive=h.alive,
-                failed=failure is not None,
-                admin_failed=bool(failure and failure.admin),
-                load=ctl.load(sw.name),
-                buckets=owned.get(sw.switch_id, 0),
-            )
-            counters = result(reads.get(sw.name))
-            if counters is None and sw.name in reads:
-                notes.append("counters not readable now" + (", as last read" if h.stats else ""))
-                counters = (h.stats, h.drops) if h.stats else None
-            if counters is not None:
-                stats, drops = counters
-                for s in n.Stat:
-                    st.stats[s.name] = stats.get(int(s), (0, 0))[0]
-                for reason in n.DropReason:
-                    if drops.get(int(reason), (0, 0))[0]:
-                        st.drops[reason.name] = drops[int(reason)][0]
-                st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]
-                st.hit_ratio = st.hits / (st.hits + st.misses) if st.hits + st.misses else 0.0
-            if (dead := result(deaths.get(sw.name))) is not None:
-                st.spine_deaths.update(dead)
-            if is_cache_switch(sw):
-                a = result(agents.get(sw.name))
-                st.agent_alive = a is not None
-                if a is None:
-                    notes.append(
-                        f"agent: not answering ({h.agent_error or 'no reply in time'})"
-                        + (", figures as last seen" if h.agent is not None else "")
-                    )
-                    a = h.agent
-                if a is not None:
-                    st.slots, st.occupied = a.slots, a.occupied
-                    st.digests, st.auto_inserted = a.digests, a.auto_inserted
-            st.detail = "; ".join(notes)
-        return out
+        return cluster_status(self.ctl, self.pool).cluster
 
     def Partitions(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
         ctl = self.ctl
@@ -245,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         type=listen_address,
         help="operator API address (default: the cluster's controller_address, loopback)",
     )
+    ap.add_argument(
+        "--metrics",
+        type=listen_address,
+        help="Prometheus metrics address, HOST:PORT (default: the cluster's metrics_address, loopback)",
+    )
     ap.add_argument("--log-file", type=output_file)
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -264,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, SwitchProcessError) as e:
         ap.error(str(e))
     listen = args.listen or cluster.controller_address
+    metrics = args.metrics or cluster.metrics_address
     try:
         ctl.start()
         server = serve(ctl, listen)
+        if metrics:
+            serve_metrics(ctl, metrics)
     except (OSError, P4RuntimeError, ConnectionError, grpc.RpcError) as e:
         log.error("cannot start: %s", e)
         print(f"controller: cannot start: {e}", flush=True)
@@ -278,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "controller serving on %s (epoch %d, failed: %s)", listen, ctl.state.epoch, sorted(ctl.state.failed) or "none"
     )
-    print(f"controller ready listen={listen}", flush=True)
+    print(f"controller ready listen={listen} metrics={metrics or 'off'}", flush=True)
     stop.wait()
     server.stop(1)
     ctl.close()

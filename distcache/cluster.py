@@ -220,6 +220,9 @@ class Cluster:
     grpc_base_port: int = 50051
     agent_base_port: int = 51051  # switch agents' control API: 127.0.0.1:<agent_base_port + switch id>
     controller_address: str = "127.0.0.1:50050"  # the controller's operator API (loopback or management net)
+    # the deployment's Prometheus metrics, served by the controller at /metrics (loopback or management net;
+    # "" serves none)
+    metrics_address: str = "127.0.0.1:9464"
     insert_rate: float = 50.0  # insertions per second an agent may make from hot-key reports
     insert_burst: int = 20
     server_rate: float = 0.0  # requests per second each storage server serves (its shim's token bucket); 0: no limit
@@ -330,12 +333,24 @@ class Cluster:
         if not isinstance(self.description, str):
             raise ClusterError(f"description: expected a string, got {_show(self.description)}")
         _, controller_port = service_address(self.controller_address, "controller_address")
-        self._check_ports(controller_port)
+        used = {controller_port: "the controller (controller_address)"}
+        if not isinstance(self.metrics_address, str):
+            raise ClusterError(
+                f'metrics_address: expected "HOST:PORT" or "" (no metrics), got {_show(self.metrics_address)}'
+            )
+        if self.metrics_address:
+            _, metrics_port = service_address(self.metrics_address, "metrics_address")
+            if metrics_port == controller_port:
+                raise ClusterError(
+                    f"metrics_address: port {metrics_port} is also the controller's (controller_address); "
+                    "give the metrics another port"
+                )
+            used[metrics_port] = "the metrics exporter (metrics_address)"
+        self._check_ports(used)
 
-    def _check_ports(self, controller_port: int) -> None:
+    def _check_ports(self, used: dict[int, str]) -> None:
         """Every listener on loopback gets its own port in 1..65535: switches' P4Runtime servers,
-        cache switches' agents and the controller."""
-        used: dict[int, str] = {controller_port: "the controller (controller_address)"}
+        cache switches' agents, the controller and its metrics (``used`` holds the last two)."""
         for sw in self.switches():
             listeners = [("grpc_base_port", self.grpc_base_port, "P4Runtime server")]
             if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
@@ -350,7 +365,7 @@ class Cluster:
                 if port in used:
                     raise ClusterError(
                         f"{field_name}: port {port} of {sw.name}'s {what} is also used by {used[port]}; "
-                        "move grpc_base_port, agent_base_port or controller_address apart"
+                        "move grpc_base_port, agent_base_port, controller_address or metrics_address apart"
                     )
                 used[port] = f"{sw.name}'s {what}"
 

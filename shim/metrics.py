@@ -26,6 +26,10 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from shim.server import Shim
 
+# kinds every shim exports from the start, zeros included (a series that appears late loses its first rise)
+ERROR_KINDS = ("overload", "rate_limited", "redis_unavailable", "invalidate_timeout")
+DUPLICATE_KINDS = ("replayed", "in_progress", "replayed_after_restart")
+
 # seconds: a request served from Redis takes 0.1-2 ms here; coherence and the rate limiter's queue up to 1 s
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -117,7 +121,12 @@ class ShimCollector(Collector):
         for (op, status), v in sorted(m.replies.items()):
             replies.add_metric([server, op, status], v)
         yield replies
-        yield counter("distcache_shim_errors", "Requests that failed or were refused, by kind.", "kind", st["errors"])
+        yield counter(
+            "distcache_shim_errors",
+            "Requests that failed or were refused, by kind.",
+            "kind",
+            {**dict.fromkeys(ERROR_KINDS, 0), **st["errors"]},
+        )
         yield counter(
             "distcache_shim_malformed", "Datagrams dropped as malformed, by reason.", "reason", st["malformed"]
         )
@@ -125,7 +134,7 @@ class ShimCollector(Collector):
             "distcache_shim_duplicates",
             "Retried writes not applied again (answered again, or still in progress).",
             "kind",
-            st["duplicates"],
+            {**dict.fromkeys(DUPLICATE_KINDS, 0), **st["duplicates"]},
         )
         c = st["coherence"]
         yield counter(

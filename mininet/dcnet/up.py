@@ -3,11 +3,16 @@
 Everything ``make run`` starts (switches, redis-servers, shims, agents, the
 controller daemon) stays up while the Mininet prompt runs.  From the prompt:
 
-* ``c0h0 distcache --cluster <run>/cluster.json put k v`` / ``get k`` — the
-  client CLI, inside a client host (``c0h0 distcache ... bench`` for a workload);
-* ``sh distcache-ctl --cluster <run>/cluster.json status`` — the operator CLI
+* ``c0h0 distcache put k v`` / ``get k`` — the client CLI, inside a client host
+  (``c0h0 distcache bench`` for a workload; the prompt's environment names the
+  cluster file in ``DISTCACHE_CLUSTER`` and puts the project's commands on PATH);
+* ``sh distcache-ctl status`` — the operator CLI
   (``partitions``, ``hot``, ``fail sp0``, ``recover sp0``, ``mechanism …``),
-  in the root namespace where the controller listens on loopback.
+  in the root namespace where the controller listens on loopback;
+* ``sh curl -s 127.0.0.1:9464/metrics`` — every series of the deployment (the
+  cluster's ``metrics_address``); with ``--prometheus`` (``make up PROMETHEUS=1``)
+  a Prometheus server scrapes them every second (its UI and API on 127.0.0.1:9090,
+  or the free port it prints).
 
 ``exit`` (or Ctrl-D) tears everything down.
 """
@@ -25,18 +30,44 @@ from rich.text import Text
 from dcnet.demo import DEFAULT_TOPO
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
+from dcnet.prometheus import Prometheus, PrometheusError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
 console = Console(stderr=True)
 VENV_BIN = Path(sys.executable).parent
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m dcnet.up", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
     ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO, help="cluster description (JSON)")
     ap.add_argument("--run-dir", type=output_dir, help="where logs go (default runs/<timestamp>)")
+    ap.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a Prometheus server scraping the deployment's metrics (Debian's prometheus)",
+    )
+    ap.add_argument("--pcap", action="store_true", help="capture every switch port (pcap/ in the run folder)")
+    return ap
+
+
+def operator_env(dep: Deployment, prom: Prometheus | None) -> dict[str, str]:
+    """What the Mininet prompt's commands find in their environment (hosts inherit it): the project's
+    commands on PATH, ``DISTCACHE_CLUSTER`` (which ``distcache`` and ``distcache-ctl`` read), the run
+    folder and Prometheus' URL, so docs/tutorial.md's commands work as written on any run."""
+    env = {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DISTCACHE_CLUSTER": str(dep.cluster_path),
+        "DISTCACHE_RUN": str(dep.run_dir),
+    }
+    if prom is not None:
+        env["DISTCACHE_PROMETHEUS"] = prom.url
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     cluster = load_cluster(ap, args.topo)  # a bad topology is one line, before Mininet starts anything
     if os.geteuid() != 0:
@@ -44,19 +75,40 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with console.status(f"starting {args.target} topology {args.topo.name}..."):
-            dep = Deployment(cluster, target=args.target, run_dir=args.run_dir, switch_log=args.switch_log)
+            dep = Deployment(
+                cluster, target=args.target, run_dir=args.run_dir, switch_log=args.switch_log, pcap=args.pcap
+            )
+            os.environ.update(operator_env(dep, None))  # before the hosts start: they inherit it
             dep.__enter__()
     except (OSError, ValueError, TargetMissingError, DeploymentError) as e:
         console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)  # data, not markup
         return 2
+    prom: Prometheus | None = None
     try:
-        c = dep.cluster_path
+        if args.prometheus:
+            try:
+                with console.status("starting prometheus..."):
+                    prom = Prometheus(cluster, dep.run_dir)
+                    prom.start()
+            except PrometheusError as e:
+                console.print(Text.assemble(("error:", "red"), " ", str(e)), soft_wrap=True)
+                return 2
+            os.environ.update(operator_env(dep, prom))  # `sh` commands run in this process's environment
+        metrics = f"http://{cluster.metrics_address}/metrics" if cluster.metrics_address else "off (metrics_address)"
+        scraped = (
+            f"\n  prometheus: {prom.url} ($DISTCACHE_PROMETHEUS; scraping every second; e.g. {prom.url}/graph?"
+            "g0.expr=sum(rate(distcache_switch_read_hits_total[10s])))"
+            if prom is not None
+            else ""
+        )
         console.print(
-            f"[green]deployment up[/] — logs in {dep.run_dir}; controller at {cluster.controller_address}\n"
-            f"  client:   {cluster.client(0, 0).name} {VENV_BIN}/distcache --cluster {c} put hello world\n"
-            f"            {cluster.client(0, 0).name} {VENV_BIN}/distcache --cluster {c} get hello\n"
-            f"  operator: sh {VENV_BIN}/distcache-ctl --cluster {c} status   (partitions, hot, fail sp0, "
-            f"recover sp0, mechanism NAME)\n"
+            f"[green]deployment up[/] — logs in {dep.run_dir} ($DISTCACHE_RUN); controller at "
+            f"{cluster.controller_address}; DISTCACHE_CLUSTER={dep.cluster_path}\n"
+            f"  client:   {cluster.client(0, 0).name} distcache put hello world\n"
+            f"            {cluster.client(0, 0).name} distcache get hello\n"
+            "  operator: sh distcache-ctl status   (partitions, hot, fail sp0, recover sp0, mechanism NAME)\n"
+            f"  metrics:  {metrics}{scraped}\n"
+            "  a walk through all of it: docs/tutorial.md\n"
             "  exit (or Ctrl-D) tears everything down",
             highlight=False,
         )
@@ -64,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         with console.status("tearing down..."):
+            if prom is not None:
+                prom.stop()
             dep.stop()
 
 

@@ -89,6 +89,7 @@ class ShimThread:
             fresh=fresh,
         )
         self.control_addr = f"unix:{control}"
+        self.closed = False
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.run(self._start())
         self.port = self.shim.transport.get_extra_info("sockname")[1]
@@ -101,6 +102,11 @@ class ShimThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
 
     def close(self) -> None:
+        """Stop the shim and its loop (again: nothing)."""
+        if self.closed:
+            return
+        self.closed = True
+
         async def stop() -> None:
             await self.control.stop(0.5)
             await self.shim.close()

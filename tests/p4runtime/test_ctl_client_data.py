@@ -15,23 +15,18 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 from google.protobuf import text_format
 
-from agent.agent import SwitchAgent, shim_links
-from agent.service import AgentService
 from controller.controller import Controller
 from controller.service import serve
 from controller.state import ControllerState
-from distcache.api import agent_grpc
 from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import wire_key
-from softswitch.dataplane import PROGRAM, DistCachePipeline
-from softswitch.switch import SoftSwitch
+from softswitch.dataplane import PROGRAM
+from tests.common.control_bed import start_agent, start_switches
 from tests.common.softswitch_helpers import ports_free
 
 pytestmark = pytest.mark.timeout(120)
@@ -69,23 +64,11 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     ControllerState(mechanism="hybrid", replicated=sorted(wire_key(k).hex() for k in KEYS)).save(state)
     closers = []
     try:
-        for sw in cluster.switches():
-            s = SoftSwitch(DistCachePipeline(), device_id=sw.device_id, grpc_addr=f"127.0.0.1:{sw.grpc_port}")
-            s.start()
-            closers.append(s.close)
-        agents = {}
-        for sw in (cluster.spine(0), cluster.storage_leaf(0)):
-            agent = SwitchAgent(
-                cluster, sw, p4info, b"", shim_links(cluster, tmp), state_file=tmp / f"agent-{sw.name}.json"
-            )
-            agent.start()
-            closers.append(agent.stop)
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            agent_grpc.add_AgentServicer_to_server(AgentService(agent), server)
-            assert server.add_insecure_port(cluster.agent_address(sw))
-            server.start()
-            closers.append(lambda server=server: server.stop(0))
-            agents[sw.name] = agent
+        start_switches(cluster, closers)
+        agents = {
+            sw.name: start_agent(cluster, sw, p4info, tmp, closers, state_file=tmp / f"agent-{sw.name}.json")
+            for sw in (cluster.spine(0), cluster.storage_leaf(0))
+        }
         ctl = Controller(cluster, p4info, lambda h: f"unix:{tmp / f'shim-{h.name}.sock'}", b"", state)
         ctl.start(timeout=20, monitor=False)
         closers.append(ctl.close)

@@ -320,6 +320,11 @@ def test_entry_point_says_one_line(files: dict[str, Path], argv: list[str], code
         ("controller_address", "127.0.0.1:0", "port 0"),
         ("controller_address", "127.0.0.1", "HOST:PORT"),
         ("controller_address", 50050, "HOST:PORT"),
+        ("metrics_address", "0.0.0.0:9464", "every interface"),
+        ("metrics_address", "10.2.0.1:9464", "data network"),
+        ("metrics_address", "127.0.0.1:50050", "also the controller's"),
+        ("metrics_address", None, 'or ""'),
+        ("metrics_address", "127.0.0.1", "HOST:PORT"),
     ],
 )
 def test_cluster_field_is_checked(field: str, value: object, words: str) -> None:
@@ -344,6 +349,8 @@ def test_cluster_field_is_checked(field: str, value: object, words: str) -> None
         ("controller_address", "localhost:50050"),
         ("controller_address", "[::1]:50050"),
         ("controller_address", "192.168.7.2:50050"),
+        ("metrics_address", ""),
+        ("metrics_address", "[::1]:9100"),
         ("mechanism", 4),
     ],
 )

@@ -143,6 +143,8 @@ def test_every_command_works_as_written(tmp_path: Path) -> None:
                         )
                         out, err = proc.communicate(timeout=120)
                         res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+                    with open(dep.run_dir / "tutorial.transcript", "a") as t:  # what each command printed
+                        t.write(f"{PROMPT}{step.command}\n{res.stdout}{res.stderr}")
                     where = f"docs/tutorial.md line {step.line}: {step.command}"
                     assert res.returncode == 0, (
                         f"{where}\nexit {res.returncode}\n{res.stdout[-2000:]}{res.stderr[-2000:]}"

@@ -22,8 +22,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from mininet.cli import CLI
+from mininet.log import setLogLevel
+from mininet.net import Mininet
 from rich.console import Console
 from rich.text import Text
 
@@ -64,6 +67,16 @@ def operator_env(dep: Deployment, prom: Prometheus | None) -> dict[str, str]:
     if prom is not None:
         env["DISTCACHE_PROMETHEUS"] = prom.url
     return env
+
+
+def prompt(net: Mininet, script: str | None = None, stdin: TextIO = sys.stdin) -> None:
+    """Mininet's CLI on the deployment (``script``: run that file's commands, then return).
+
+    The deployment logs Mininet's warnings only, but the prompt must show what a host's command prints,
+    which Mininet's CLI writes at its "output" level (at "warning", ``c0h0 distcache get k`` showed
+    nothing at all)."""
+    setLogLevel("output")
+    CLI(net, stdin=stdin, script=script)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             "  exit (or Ctrl-D) tears everything down",
             highlight=False,
         )
-        CLI(dep.net)
+        prompt(dep.net)
         return 0
     finally:
         with console.status("tearing down..."):

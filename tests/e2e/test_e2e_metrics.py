@@ -45,7 +45,7 @@ DASHBOARD = REPO / "tools" / "grafana" / "distcache-dashboard.json"
 TARGETS = ["softswitch"]
 if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
     TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
-WINDOW = 12.0  # seconds of load over which the rates are compared
+WINDOW = 10.0  # seconds of load over which the rates are compared
 GRAFANA_VARS = {"$__rate_interval": "15s", "$__interval": "5s", "$__range": "1m"}
 
 
@@ -106,7 +106,7 @@ def scraped(request: pytest.FixtureRequest) -> Iterator[Scraped]:
 
         def run() -> None:
             cfg = {"keys": 2000, "zipf": 0.99, "read_ratio": 0.95, "value_size": 32, "concurrency": 8}
-            for msg in dep.bench(cluster.client(0, 0), {**cfg, "duration": WINDOW + 16, "load_keys": 2000}):
+            for msg in dep.bench(cluster.client(0, 0), {**cfg, "duration": WINDOW + 10, "load_keys": 2000}):
                 if msg["type"] == "second" and msg["t"] == 0:
                     load["started"] = time.monotonic()
                 elif msg["type"] == "report":
@@ -117,7 +117,7 @@ def scraped(request: pytest.FixtureRequest) -> Iterator[Scraped]:
         deadline = time.monotonic() + 120
         while "started" not in load and worker.is_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(6)  # caches fill; the load settles
+        time.sleep(4)  # caches fill; the load settles
         samples = []  # (Unix time in the middle of the read, counts): every half second through the window
         while len(samples) < 2 or samples[-1][0] - samples[0][0] < WINDOW + 1:
             t0 = time.time()

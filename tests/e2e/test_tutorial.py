@@ -12,6 +12,8 @@ only for existing: each ``make`` target it names must be one the Makefile has.
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import re
 import shlex
@@ -23,7 +25,8 @@ from pathlib import Path
 import pytest
 from dcnet.deploy import Deployment
 from dcnet.prometheus import Prometheus
-from dcnet.up import operator_env, parser
+from dcnet.up import operator_env, parser, prompt
+from mininet.log import lg
 
 from distcache.cmdline import load_cluster
 
@@ -123,34 +126,47 @@ def test_every_command_works_as_written(tmp_path: Path) -> None:
     cluster = load_cluster(ap, REPO / args.topo if not args.topo.is_absolute() else args.topo)
     saved = dict(os.environ)
     try:
-        with Deployment(
+        dep = Deployment(
             cluster, target=args.target, run_dir=tmp_path / "run", pcap=args.pcap, switch_log=args.switch_log
-        ) as dep:
-            os.environ.update(operator_env(dep, None))
-            with Prometheus(cluster, dep.run_dir) as prom:
-                os.environ.update(operator_env(dep, prom))
-                os.environ["COLUMNS"] = "160"  # a terminal's width: rich fits its tables to it (80 without one)
-                assert dep.net is not None
-                for step in mininet:
-                    if step.command == "exit":
-                        break
-                    node, _, cmd = step.command.partition(" ")
-                    if node == "sh":
-                        res = subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=120)
-                    else:
-                        proc = dep.net[node].popen(
-                            ["bash", "-c", cmd], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                        )
-                        out, err = proc.communicate(timeout=120)
-                        res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-                    with open(dep.run_dir / "tutorial.transcript", "a") as t:  # what each command printed
-                        t.write(f"{PROMPT}{step.command}\n{res.stdout}{res.stderr}")
-                    where = f"docs/tutorial.md line {step.line}: {step.command}"
-                    assert res.returncode == 0, (
-                        f"{where}\nexit {res.returncode}\n{res.stdout[-2000:]}{res.stderr[-2000:]}"
+        )
+        os.environ.update(operator_env(dep, None))  # before the hosts start, as make up does: they inherit it
+        with dep, Prometheus(cluster, dep.run_dir) as prom:
+            os.environ.update(operator_env(dep, prom))
+            os.environ["COLUMNS"] = "160"  # a terminal's width: rich fits its tables to it (80 without one)
+            assert dep.net is not None
+            for step in mininet:
+                if step.command == "exit":
+                    break
+                node, _, cmd = step.command.partition(" ")
+                if node == "sh":
+                    res = subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=120)
+                else:
+                    proc = dep.net[node].popen(
+                        ["bash", "-c", cmd], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
                     )
-                    absent = missing(step.shown, res.stdout)
-                    assert not absent, f"{where}\nnot in its output: {absent}\n--- output:\n{res.stdout[-4000:]}"
+                    out, err = proc.communicate(timeout=120)
+                    res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+                with open(dep.run_dir / "tutorial.transcript", "a") as t:  # what each command printed
+                    printed = res.stdout + res.stderr
+                    t.write(f"{PROMPT}{step.command}\n{printed}{'' if printed.endswith(chr(10)) else chr(10)}")
+                where = f"docs/tutorial.md line {step.line}: {step.command}"
+                assert res.returncode == 0, f"{where}\nexit {res.returncode}\n{res.stdout[-2000:]}{res.stderr[-2000:]}"
+                absent = missing(step.shown, res.stdout)
+                assert not absent, f"{where}\nnot in its output: {absent}\n--- output:\n{res.stdout[-4000:]}"
+            # and the prompt itself shows what a host's command prints (make up's CLI, in batch mode)
+            step = next(s for s in mininet if s.command == "c0h0 distcache get hello")
+            (tmp_path / "cli").write_text(step.command + "\n")
+            shown = io.StringIO()  # what Mininet's log shows the user (its own handler writes to the terminal)
+            handler = logging.StreamHandler(shown)
+            lg.addHandler(handler)
+            r, w = os.pipe()  # a stdin with nothing to read: the CLI waits on the host's output only
+            try:
+                with open(r) as idle:
+                    prompt(dep.net, script=str(tmp_path / "cli"), stdin=idle)
+            finally:
+                os.close(w)
+                lg.removeHandler(handler)
+            assert not missing(step.shown, shown.getvalue()), shown.getvalue()
     finally:
         os.environ.clear()
         os.environ.update(saved)

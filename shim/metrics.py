@@ -77,7 +77,7 @@ class LatencyByLabel:
 
 class ShimMetrics:
     """What the shim records for its series besides its own counters: replies by op and status, and
-    the latencies (request, server-rate queue, write phase 1)."""
+    the latencies (request, server-rate queue, a write's two coherence phases)."""
 
     def __init__(self) -> None:
         self.replies: Counter[tuple[str, str]] = Counter()  # (op, status) -> replies sent

@@ -244,11 +244,8 @@ class Shim:
                 return
         reply(Status.ERROR)
 
-    async def _serve(
-        self, msg: Message, addr: tuple[str, int], wait: float = 0.0, received: float | None = None
-    ) -> None:
+    async def _serve(self, msg: Message, addr: tuple[str, int], wait: float, received: float) -> None:
         replied = False
-        received = time.monotonic() if received is None else received
         if wait > 0:
             await asyncio.sleep(wait)
 

@@ -59,8 +59,9 @@ def operator_env(dep: Deployment, prom: Prometheus | None) -> dict[str, str]:
     """What the Mininet prompt's commands find in their environment (hosts inherit it): the project's
     commands on PATH, ``DISTCACHE_CLUSTER`` (which ``distcache`` and ``distcache-ctl`` read), the run
     folder and Prometheus' URL, so docs/tutorial.md's commands work as written on any run."""
+    path = os.environ.get("PATH", "")
     env = {
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": path if path.startswith(f"{VENV_BIN}{os.pathsep}") else f"{VENV_BIN}{os.pathsep}{path}",
         "DISTCACHE_CLUSTER": str(dep.cluster_path),
         "DISTCACHE_RUN": str(dep.run_dir),
     }

@@ -10,11 +10,17 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
+from client_lib import Client
 from distcache.cluster import Cluster
+from distcache.hashing import N_SPINE_BUCKETS
+from distcache.rpc.shim import ShimLink
 from distcache.wire import Message, Op, decode, encode
 from shim.control import serve_control
 from shim.server import Shim
@@ -113,3 +119,31 @@ class ShimThread:
 
         self.run(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@dataclass
+class LoopbackShim:
+    """A running shim on loopback with its coherence peer, its control link and a client of it."""
+
+    client: Client
+    shim: ShimThread
+    peer: SwitchPeer
+    link: ShimLink
+
+
+@contextmanager
+def shim_on_loopback(redis_sock: Path, control: Path, cluster: Cluster = CLUSTER) -> Iterator[LoopbackShim]:
+    """Redis emptied, a shim of ``cluster``'s server r0s0 whose partition gives every bucket to the first
+    spine, and a client that sends every request to it (no retries); all stopped on exit."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, control, cluster=cluster)
+    link = ShimLink(shim.control_addr)
+    link.partition([cluster.spine(0).switch_id] * N_SPINE_BUCKETS)
+    client = Client(cluster, resolve=lambda _host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
+    try:
+        yield LoopbackShim(client, shim, peer, link)
+    finally:
+        client.close()
+        shim.close()
+        peer.close()

@@ -30,7 +30,7 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
-from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer
+from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
 SPINE = CLUSTER.spine(0).switch_id
@@ -39,16 +39,8 @@ LEAF = CLUSTER.storage_leaf(0).switch_id  # server r0s0's
 
 @pytest.fixture
 def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
-    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
-    peer = SwitchPeer(redis_sock)
-    shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
-    link = ShimLink(shim.control_addr)
-    link.partition([SPINE] * N_SPINE_BUCKETS)
-    client = Client(CLUSTER, resolve=lambda _host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
-    yield client, shim, peer, link, redis.Redis(unix_socket_path=str(redis_sock))
-    client.close()
-    shim.close()
-    peer.close()
+    with shim_on_loopback(redis_sock, tmp_path / "shim.sock") as b:
+        yield b.client, b.shim, b.peer, b.link, redis.Redis(unix_socket_path=str(redis_sock))
 
 
 def test_put_get_delete(env) -> None:  # noqa: ANN001

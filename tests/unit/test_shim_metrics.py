@@ -10,13 +10,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from client_lib import Client
-from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.hashing import wire_key
 from distcache.rpc.shim import ShimLink
-from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer
+from tests.common.shim_bed import CLUSTER, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
 SPINE = CLUSTER.spine(0).switch_id
@@ -37,16 +35,8 @@ def value(smp: dict, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def bed(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
-    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
-    peer = SwitchPeer(redis_sock)
-    shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock")
-    link = ShimLink(shim.control_addr)
-    link.partition([SPINE] * N_SPINE_BUCKETS)
-    client = Client(CLUSTER, resolve=lambda _host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
-    yield client, link
-    client.close()
-    shim.close()
-    peer.close()
+    with shim_on_loopback(redis_sock, tmp_path / "shim.sock") as b:
+        yield b.client, b.link
 
 
 def test_requests_and_replies_are_counted_by_op_and_status_with_their_latency(bed) -> None:  # noqa: ANN001
@@ -85,18 +75,10 @@ def test_a_cached_keys_write_shows_both_coherence_phases(bed) -> None:  # noqa: 
 
 
 def test_queue_time_is_observed_under_a_server_rate(redis_sock: Path, tmp_path: Path) -> None:
-    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
     cluster = dataclasses.replace(CLUSTER, server_rate=50.0, server_burst=1, server_queue=1.0)
-    peer = SwitchPeer(redis_sock)
-    shim = ShimThread(redis_sock, peer, tmp_path / "shim.sock", cluster=cluster)
-    client = Client(cluster, resolve=lambda _host: ("127.0.0.1", shim.port), timeout=3.0, retries=0)
-    try:
-        client.mget([f"k{i}" for i in range(10)])  # 10 at once against a burst of 1: 9 wait their turn
-        smp = samples(ShimLink(shim.control_addr))
-    finally:
-        client.close()
-        shim.close()
-        peer.close()
+    with shim_on_loopback(redis_sock, tmp_path / "shim.sock", cluster=cluster) as b:
+        b.client.mget([f"k{i}" for i in range(10)])  # 10 at once against a burst of 1: 9 wait their turn
+        smp = samples(b.link)
     assert value(smp, "distcache_shim_queue_seconds_count") == 10
     assert value(smp, "distcache_shim_queue_seconds_sum") > 0.1  # 9 waits of 20-180 ms
     assert value(smp, "distcache_shim_rate_limit") == 50

@@ -31,6 +31,7 @@ LIVENESS_SPINES = p4defines.LIVENESS_SPINES
 DEAD_AFTER_US = p4defines.DEAD_AFTER_US
 DEAD_AFTER_MAX_US = p4defines.DEAD_AFTER_MAX_US
 HOLD_US = p4defines.HOLD_US
+PEAK_DECAY_SHIFT = p4defines.PEAK_DECAY_SHIFT
 LOAD_WINDOW_SHIFT = p4defines.LOAD_WINDOW_SHIFT
 HH_CM_WIDTH = p4defines.HH_CM_WIDTH
 HH_BLOOM_WIDTH = p4defines.HH_BLOOM_WIDTH
@@ -113,6 +114,8 @@ SPINE_GAP = "spine_gap"
 SPINE_GAPVAR = "spine_gapvar"
 SPINE_HEARD = "spine_heard"
 SPINE_HOLD = "spine_hold"
+SPINE_PEAK = "spine_peak"
+SPINE_PEAK_AT = "spine_peak_at"
 
 # counters
 CACHE_HITS = "DcIngress.cache.cache_hits"

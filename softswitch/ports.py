@@ -204,9 +204,15 @@ class PortSet:
         with contextlib.suppress(OSError):  # pipe full or closed: a wake-up is already pending or nobody waits
             os.write(self._wake_w, b"\0")
 
-    def poll(self, timeout: float | None) -> Iterator[tuple[int, bytes, int]]:
+    def poll(self, timeout: float | None) -> list[tuple[int, bytes, int]]:
         """Frames received within ``timeout`` seconds, as (port, frame, when the kernel received it: ns
-        of CLOCK_REALTIME), outgoing ones skipped."""
+        of CLOCK_REALTIME), outgoing ones skipped, in the order the kernel received them.
+
+        Up to BATCH frames of each ready port, merged by receive time: the pipeline's timestamps never go
+        backwards (SoftSwitch.stamp), so a frame processed after a later one of another port would be
+        stamped late -- a spine's answer that waited behind 40 ms of a busy leaf's client traffic read as
+        40 ms of silence, and liveness.p4 took the spine for dead."""
+        frames: list[tuple[int, bytes, int]] = []
         for key, _ in self._sel.select(timeout):
             port: Port | None = key.data
             if port is None:
@@ -216,26 +222,32 @@ class PortSet:
                 except BlockingIOError:
                     pass
                 continue
-            sock = port.sock
-            if sock is None:
+            frames.extend(self._receive(port))
+        frames.sort(key=lambda f: f[2])
+        return frames
+
+    def _receive(self, port: Port) -> Iterator[tuple[int, bytes, int]]:
+        """Up to BATCH frames waiting on ``port``."""
+        sock = port.sock
+        if sock is None:
+            return
+        for _ in range(BATCH):
+            try:
+                frame, ancillary, _, addr = sock.recvmsg(MAX_FRAME, _ANCILLARY)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:  # e.g. ENETDOWN when the link goes away: keep serving the others
+                if e.errno not in (errno.ENETDOWN, errno.ENXIO):
+                    log.warning("port %d (%s): receive error: %s", port.number, port.iface, e)
+                break
+            if addr[2] == PACKET_OUTGOING:
                 continue
-            for _ in range(BATCH):
-                try:
-                    frame, ancillary, _, addr = sock.recvmsg(MAX_FRAME, _ANCILLARY)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError as e:  # e.g. ENETDOWN when the link goes away: keep serving the others
-                    if e.errno not in (errno.ENETDOWN, errno.ENXIO):
-                        log.warning("port %d (%s): receive error: %s", port.number, port.iface, e)
-                    break
-                if addr[2] == PACKET_OUTGOING:
-                    continue
-                assert port.stats is not None
-                port.stats.rx += 1
-                received = _received_ns(ancillary)
-                if port.pcap_in is not None:
-                    port.pcap_in.write(frame, received / 1e9)
-                yield port.number, frame, received
+            assert port.stats is not None
+            port.stats.rx += 1
+            received = _received_ns(ancillary)
+            if port.pcap_in is not None:
+                port.pcap_in.write(frame, received / 1e9)
+            yield port.number, frame, received
 
     def send(self, port: int, frame: bytes) -> bool:
         """Transmit a frame on a port; False (and counted) if it could not be sent."""

@@ -110,8 +110,8 @@ class SoftSwitch:
         self.state = SwitchState(pipeline.program)
         self.server = P4RuntimeServer(self.state, device_id, grpc_addr)
         self.server.service.on_commit = self._on_commit
-        # packet-outs for the packet loop, with when they came (ns, CLOCK_REALTIME, as the ports' frames)
-        self._injected: queue.SimpleQueue[tuple[bytes, int]] = queue.SimpleQueue()
+        # packet-outs for the packet loop
+        self._injected: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         if pipeline.program.cpu_port is not None:
             self.server.service.packet_out_handler = self._on_packet_out
         self.ports = PortSet(ports or {}, pcap_dir, egress_loss)
@@ -148,15 +148,21 @@ class SoftSwitch:
             self.run_packet_outs()
 
     def run_packet_outs(self) -> None:
-        """Process the packet-outs queued so far, at the CPU port (the packet loop's thread)."""
+        """Process the packet-outs queued so far, at the CPU port (the packet loop's thread).
+
+        Each is stamped when it enters the pipeline, not when the controller's message came: a CPU port
+        is no wire, and what the program does with a packet-out is send it now -- a probe's ask
+        (control/probe.p4) starts when the probe leaves for its spine.  Stamped on arrival, a probe the
+        loop reached 30 ms late (a busy host) counted those 30 ms against the spine, which had not seen it
+        yet: a storage leaf's agent's probes made false deaths of both spines at once."""
         cpu_port = self.pipeline.program.cpu_port
         while cpu_port is not None:
             try:
-                frame, received_ns = self._injected.get_nowait()
+                frame = self._injected.get_nowait()
             except queue.Empty:
                 return
             self.stats.packet_out += 1
-            self.handle_packet(cpu_port, frame, self.stamp(received_ns))
+            self.handle_packet(cpu_port, frame)
 
     def _on_packet_out(self, packet: p4r.PacketOut) -> None:
         """A primary controller's PacketOut (gRPC thread): queued for the packet loop, which sends it
@@ -164,7 +170,7 @@ class SoftSwitch:
         cfg = self.server.service.committed
         if cfg is None:
             raise P4RuntimeError("no forwarding pipeline config set", "FAILED_PRECONDITION")
-        self._injected.put((packet_out_frame(self.state.program, cfg, packet), time.time_ns()))
+        self._injected.put(packet_out_frame(self.state.program, cfg, packet))
         self.ports.wakeup()
 
     def stop(self) -> None:

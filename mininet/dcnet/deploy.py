@@ -39,7 +39,7 @@ from dcnet.topo import LeafSpineTopo
 from distcache.cluster import Cluster, Host, Switch, is_cache_switch
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient, ControllerUnreachableError
-from harness.processes import Readiness, Service, python_argv, stop_process, wait_until
+from harness.processes import Readiness, Service, SoftirqPriority, python_argv, stop_process, wait_until
 
 __all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
 
@@ -133,6 +133,7 @@ class Deployment:
         self._generators: list[tuple[str, subprocess.Popen]] = []
         self._clients: list[ClientProcess] = []
         self._old_handlers: dict[int, object] = {}
+        self._softirq = SoftirqPriority()  # the kernel's packet delivery while the switches run (harness.processes)
         setLogLevel("warning" if quiet else "info")
 
     # -- addresses of things in the run folder ---------------------------------------------
@@ -187,6 +188,7 @@ class Deployment:
             link=TCLink if self.cluster.link_mbps else Link,
         )
         self.net.build()  # configures the hosts: the storage hosts start their redis-server and shim
+        self._softirq.__enter__()
         self.net.start()
         config_path = self.run_dir / "device_config.bin"
         config_path.write_bytes(device_config)
@@ -423,6 +425,7 @@ class Deployment:
                 self.net.stop()  # the storage hosts stop their shim and redis-server
             finally:
                 self.net = None
+        self._softirq.__exit__()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()

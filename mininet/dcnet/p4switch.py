@@ -87,8 +87,10 @@ class P4RuntimeSwitch(Switch):
         pcap: bool = False,
         switch_log: str = "events",
         extra_args: tuple[str, ...] = (),
+        realtime: bool = False,
         **params: object,
     ) -> None:
+        """``realtime``: run the process at a real-time priority (a spine: harness.processes.SPINE_RT_PRIORITY)."""
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
@@ -97,6 +99,7 @@ class P4RuntimeSwitch(Switch):
             raise ValueError(f"unknown switch log {switch_log!r}; use one of {', '.join(SWITCH_LOGS)}")
         self.target, self.pcap, self.switch_log = target, pcap, switch_log
         self.extra_args = list(extra_args)  # appended to the switch process's command line
+        self.realtime = realtime
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
 
@@ -135,9 +138,10 @@ class P4RuntimeSwitch(Switch):
             self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
         out.close()
-        raise_priority(self.proc)
+        raise_priority(self.proc, self.realtime)
         write_pid_file(self.pid_file, self.proc.pid)
         wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
+        raise_priority(self.proc, self.realtime)  # the threads it started since
 
     @property
     def pid_file(self) -> Path:
@@ -151,6 +155,7 @@ class P4RuntimeSwitch(Switch):
             "pid_file": str(self.pid_file),
             "log": str(self.run_dir / f"{self.name}.out"),
             "grpc": f"127.0.0.1:{self.grpc_port}",
+            "realtime": self.realtime,
         }
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mininet.topo import Topo
 
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, Role
 
 
 class LeafSpineTopo(Topo):
@@ -16,7 +16,9 @@ class LeafSpineTopo(Topo):
 
     def build(self, cluster: Cluster, **switch_opts: object) -> None:
         for sw in cluster.switches():
-            self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, **switch_opts)
+            # a spine's silence is what its leaves' liveness measures: it runs at a real-time priority
+            realtime = sw.role == Role.SPINE
+            self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, realtime=realtime, **switch_opts)
         for h in cluster.hosts():
             self.addHost(h.name, ip=f"{h.ip}/32", mac=h.mac)
         shaping = {"bw": cluster.link_mbps} if cluster.link_mbps else {}  # tc htb on both ends (TCLink)

@@ -101,6 +101,7 @@ struct metadata_t {
     bit<8>  from_spine;    /* port_spine: the spine whose port the packet came in by (0: none) */
     bit<32> dead_after;    /* liveness_config, in us: the threshold's floor */
     bit<32> dead_after_max;  /* and its cap */
+    bit<8>  peak_decay_shift; /* the recent peak wait loses 1 us per 2^this us */
     bit<32> hold;
     /* DcProbe */
     bit<1>  consumed;      /* the packet ends here (a probe reply the leaf counted) */

@@ -57,6 +57,7 @@ class Meta:
     from_spine: int = 0
     dead_after: int = 0  # liveness_config, in us: the threshold's floor
     dead_after_max: int = 0  # and its cap
+    peak_decay_shift: int = 0  # the recent peak wait loses 1 us per 2^this us
     hold: int = 0
     # DcProbe
     consumed: bool = False

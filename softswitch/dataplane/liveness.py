@@ -1,11 +1,13 @@
 """DcLiveness (p4src/include/control/liveness.p4): which spines a leaf hears from, and which it leaves out.
 
 Per spine id: ``spine_heard`` (last packet from it), ``spine_asked`` (oldest unanswered probe to it),
-``spine_hold`` (excluded while heard < hold: the end of the hold time of its last death), and
-``spine_gap``/``spine_gapvar`` (the smoothed wait for an answer x 8 and its deviation x 4).  A spine
-is dead when asked > heard and now - asked > its threshold (smoothed wait + 4 x deviation, kept within
-[dead_after, dead_after_max]); see the P4 file for why only probes ask, why the threshold adapts, and
-why the hysteresis needs no register for the moment a spine was found dead.
+``spine_hold`` (excluded while heard < hold: the end of the hold time of its last death),
+``spine_gap``/``spine_gapvar`` (the smoothed wait for an answer x 8 and its deviation x 4) and
+``spine_peak``/``spine_peak_at`` (the longest recent wait, decaying, and when it ended).  A spine is dead
+when asked > heard and now - asked > its threshold (the larger of smoothed wait + 4 x deviation and 1.5 x
+the decayed peak, kept within [dead_after, dead_after_max]); see the P4 file for why only probes ask, why
+the threshold adapts by both, and why the hysteresis needs no register for the moment a spine was found
+dead.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from softswitch.state import SwitchState
 
 ACTIONS = (
     Action(n.SET_PORT_SPINE, (Param("spine_id", 8),)),
-    Action(n.SET_LIVENESS, (Param("dead_after", 32), Param("dead_after_max", 32), Param("hold", 32))),
+    Action(
+        n.SET_LIVENESS,
+        (Param("dead_after", 32), Param("dead_after_max", 32), Param("hold", 32), Param("peak_decay_shift", 8)),
+    ),
 )
 TABLES = (
     # a leaf's ports to the spines
@@ -34,7 +39,12 @@ TABLES = (
         (),
         (n.SET_LIVENESS,),
         n.SET_LIVENESS,
-        default_params=(("dead_after", n.DEAD_AFTER_US), ("dead_after_max", n.DEAD_AFTER_MAX_US), ("hold", n.HOLD_US)),
+        default_params=(
+            ("dead_after", n.DEAD_AFTER_US),
+            ("dead_after_max", n.DEAD_AFTER_MAX_US),
+            ("hold", n.HOLD_US),
+            ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
+        ),
         size=1,
     ),
 )
@@ -45,6 +55,8 @@ REGISTERS = (
     Register(n.SPINE_HOLD, 48, n.LIVENESS_SPINES),
     Register(n.SPINE_GAP, 32, n.LIVENESS_SPINES),
     Register(n.SPINE_GAPVAR, 32, n.LIVENESS_SPINES),
+    Register(n.SPINE_PEAK, 32, n.LIVENESS_SPINES),
+    Register(n.SPINE_PEAK_AT, 48, n.LIVENESS_SPINES),
 )
 
 COUNTERS = (Counter(n.SPINE_DEATHS, n.LIVENESS_SPINES, "packets"),)  # deaths that ended, per spine
@@ -55,20 +67,31 @@ MASK32 = (1 << 32) - 1
 LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
 
 
-def spine_threshold(state: SwitchState, spine: int, dead_after: int, dead_max: int) -> int:
-    """How long ``spine`` may leave a probe unanswered before it is dead (the P4 action of the same name)."""
+def spine_peak_now(state: SwitchState, spine: int, at: int, shift: int) -> int:
+    """``spine_peak`` of ``spine`` as it stands at time ``at`` (the P4 action of the same name)."""
     regs = state.registers
-    t = ((regs[n.SPINE_GAP].read(spine) >> 3) + regs[n.SPINE_GAPVAR].read(spine)) & MASK32
+    peak, peak_at = regs[n.SPINE_PEAK].read(spine), regs[n.SPINE_PEAK_AT].read(spine)
+    lost = (at - peak_at) >> shift if at > peak_at else 0
+    return 0 if lost >= peak else peak - lost
+
+
+def spine_threshold(state: SwitchState, spine: int, asked: int, dead_after: int, dead_max: int, shift: int) -> int:
+    """How long ``spine`` may leave the probe it was asked at ``asked`` unanswered before it is dead (the P4
+    action of the same name)."""
+    regs = state.registers
+    rto = ((regs[n.SPINE_GAP].read(spine) >> 3) + regs[n.SPINE_GAPVAR].read(spine)) & MASK32
+    peak = spine_peak_now(state, spine, asked, shift)
+    t = max((peak + (peak >> 1)) & MASK32, rto)
     return max(min(t, dead_max), dead_after)
 
 
-def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, dead_max: int) -> bool:
+def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, dead_max: int, shift: int) -> bool:
     """Whether routing must leave ``spine`` out now (the P4 action of the same name)."""
     regs = state.registers
     heard = regs[n.SPINE_HEARD].read(spine)
     asked = regs[n.SPINE_ASKED].read(spine)
     hold = regs[n.SPINE_HOLD].read(spine)
-    threshold = spine_threshold(state, spine, dead_after, dead_max)
+    threshold = spine_threshold(state, spine, asked, dead_after, dead_max, shift)
     return (asked > heard and ((now - asked) & MASK48) > threshold) or heard < hold
 
 
@@ -80,6 +103,7 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
     tables = state.tables
     _, p, _ = tables[n.LIVENESS_CONFIG].lookup()
     m.dead_after, m.dead_after_max, m.hold = p["dead_after"], p["dead_after_max"], p["hold"]
+    m.peak_decay_shift = p["peak_decay_shift"]
     action, p, hit = tables[n.PORT_SPINE].lookup(m.ingress_port)
     if action == n.SET_PORT_SPINE:
         m.from_spine = p["spine_id"]
@@ -88,7 +112,7 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
     regs, s, now = state.registers, m.from_spine, m.ingress_global_timestamp
     heard, asked = regs[n.SPINE_HEARD].read(s), regs[n.SPINE_ASKED].read(s)
     if asked > heard:  # a wait ends (only then is the threshold needed)
-        threshold = spine_threshold(state, s, m.dead_after, m.dead_after_max)
+        threshold = spine_threshold(state, s, asked, m.dead_after, m.dead_after_max, m.peak_decay_shift)
         waited = (now - asked) & MASK48
         if waited > threshold:
             # it was dead until now: held until hold time after it was found dead
@@ -103,4 +127,8 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
         smoothed = gap8 >> 3
         regs[n.SPINE_GAP].write(s, (gap8 - smoothed + w) & MASK32)
         regs[n.SPINE_GAPVAR].write(s, (var4 - (var4 >> 2) + abs(w - smoothed)) & MASK32)
+        # and, unless it was a death of dead_after_max or more, of the recent peak
+        if waited < m.dead_after_max and waited >= spine_peak_now(state, s, now, m.peak_decay_shift):
+            regs[n.SPINE_PEAK].write(s, waited)
+            regs[n.SPINE_PEAK_AT].write(s, now)
     regs[n.SPINE_HEARD].write(s, now)

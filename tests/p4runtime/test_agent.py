@@ -422,6 +422,26 @@ def test_a_storage_leafs_agent_probes_every_spine_through_it(tmp_path: Path) -> 
         bed.switch.close()
 
 
+def test_a_probe_asks_when_the_leaf_sends_it_not_when_it_was_queued(tmp_path: Path) -> None:
+    """A probe that waited in the leaf's packet-out queue while its packet loop was busy starts the spine's
+    ask (spine_asked) when the leaf sends it: the time it waited is not the spine's silence."""
+    bed = _Bed(tmp_path, storage_leaf=True)
+    try:
+        agent = bed.agent()
+        try:
+            time.sleep(0.1)
+        finally:
+            agent.stop()  # its probes are queued; none went through the pipeline (this bed runs no loop)
+        time.sleep(0.2)
+        sent = bed.switch.now_us()
+        bed.switch.run_packet_outs()
+        spine = bed.cluster.spine(0).switch_id
+        assert bed.switch.state.counters[n.PROBES_SENT].read(spine)[0] >= 1
+        assert bed.switch.state.registers[n.SPINE_ASKED].read(spine) >= sent
+    finally:
+        bed.switch.close()
+
+
 def test_hits_are_sampled_from_the_slots_in_use(bed: _Bed) -> None:
     """Each hit window reads the cache_hits cells of the cached keys' slots (one request of those cells, not
     the whole counter: softswitch builds a read under the lock its packets need)."""

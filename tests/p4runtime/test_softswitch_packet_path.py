@@ -252,3 +252,26 @@ def test_a_frame_is_stamped_when_it_reached_the_switch_not_when_processed(net: V
         assert sw.stamp(now + 10**12) <= sw.now_us()  # never in the future
     finally:
         sw.close()
+
+
+def test_frames_of_several_ports_are_processed_in_the_order_they_arrived(net: VethNet) -> None:
+    """A batch of frames from several ports comes out of poll() merged by receive time, not port by port:
+    timestamps never go backwards, so a frame processed after a later one of another port would be stamped
+    late (a spine's answer behind a busy leaf's client traffic read as silence)."""
+    from softswitch.ports import PortSet
+
+    ports = PortSet({1: net.switch_ifaces[0], 2: net.switch_ifaces[1]})
+    ports.open()
+    try:
+        hosts = [socket_in_netns(net.netns[0], "eth0"), socket_in_netns(net.netns[1], "eth0")]
+        sent = []
+        for i in range(8):  # alternating ports, each frame after the last
+            hosts[i % 2].send(ipv4_udp_frame("10.0.2.5", f"ordered-{i}".encode()))
+            sent.append((i % 2 + 1, f"ordered-{i}".encode()))
+            time.sleep(0.002)
+        time.sleep(0.2)  # the switch is busy elsewhere: all eight wait
+        got = [(p, f[f.index(b"ordered-") :][:9], t) for p, f, t in ports.poll(1.0) if b"ordered-" in f]
+        assert [(p, tag) for p, tag, _ in got] == sent
+        assert [t for _, _, t in got] == sorted(t for _, _, t in got)
+    finally:
+        ports.close()

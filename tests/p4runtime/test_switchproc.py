@@ -105,3 +105,33 @@ def test_a_switch_list_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
         path.write_text(bad)
         with pytest.raises(SwitchProcessError, match=r"switches\.json|cannot read"):
             SwitchProcesses(path)
+
+
+def test_a_spine_restarts_at_its_real_time_priority_every_thread_of_it(procs: SwitchProcesses) -> None:
+    """A spine's silence is what its leaves' liveness measures (harness.processes.SPINE_RT_PRIORITY): the
+    process `recover` starts again is SCHED_RR like the first, every thread of it, and the other switches
+    are not (nice SWITCH_NICE only)."""
+    import os
+
+    from harness.processes import SPINE_RT_PRIORITY, SWITCH_NICE
+
+    if os.geteuid() != 0:
+        pytest.skip("real-time priorities need root")
+    pid = procs.start("sp0")
+    assert os.sched_getscheduler(pid) == os.SCHED_OTHER  # no "realtime" in its spec: a leaf
+    assert os.getpriority(os.PRIO_PROCESS, pid) == SWITCH_NICE
+    procs.stop("sp0")
+    procs.specs["sp0"]["realtime"] = True
+    pid = procs.start("sp0")
+    threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    assert len(threads) > 1  # gRPC's threads included
+    assert {os.sched_getscheduler(t) for t in threads} == {os.SCHED_RR}
+    assert {os.sched_getparam(t).sched_priority for t in threads} == {SPINE_RT_PRIORITY}
+
+
+def test_a_switch_list_with_a_realtime_that_is_no_boolean_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "switches.json"
+    spec = {"cmd": ["softswitch"], "pid_file": "p", "log": "l", "grpc": "127.0.0.1:1", "realtime": "yes"}
+    path.write_text(json.dumps({"sp0": spec}))
+    with pytest.raises(SwitchProcessError, match=r"optional realtime: bool"):
+        SwitchProcesses(path)

@@ -273,3 +273,19 @@ def test_a_service_restarts_with_or_without_its_state_and_says_why_it_did_not_st
 def test_python_argv_runs_a_module_with_this_interpreter() -> None:
     argv = python_argv("shim", {"--cluster": Path("/c.json"), "--fresh": None, "--port": 7})
     assert argv == [sys.executable, "-m", "shim", "--cluster", "/c.json", "--fresh", "--port", "7"]
+
+
+def test_softirq_threads_run_above_the_switches_while_a_deployment_runs() -> None:
+    """Under load the kernel delivers packets between veths in its ksoftirqd threads; a deployment raises
+    them above the switches (SOFTIRQ_NICE) and gives them back their nice value when it stops."""
+    from harness.processes import SOFTIRQ_NICE, SWITCH_NICE, SoftirqPriority, _kernel_threads
+
+    if os.geteuid() != 0:
+        pytest.skip("renicing kernel threads needs root")
+    threads = _kernel_threads("ksoftirqd/")
+    assert threads, "no ksoftirqd threads found"
+    before = {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads}
+    assert SOFTIRQ_NICE < SWITCH_NICE
+    with SoftirqPriority():
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == {SOFTIRQ_NICE}
+    assert {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads} == before

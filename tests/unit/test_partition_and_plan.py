@@ -91,7 +91,7 @@ def test_leaves_get_the_clusters_liveness_times_spines_do_not() -> None:
         (cfg,) = [e for e in plan(c, sw, buckets).defaults if e.table == n.LIVENESS_CONFIG]
         assert (cfg.action, cfg.params_dict) == (
             n.SET_LIVENESS,
-            {"dead_after": 45_000, "dead_after_max": 400_000, "hold": 250_500},
+            {"dead_after": 45_000, "dead_after_max": 400_000, "hold": 250_500, "peak_decay_shift": n.PEAK_DECAY_SHIFT},
         )
     assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == n.LIVENESS_CONFIG]
     assert (Cluster().dead_after_ms, Cluster().dead_after_max_ms, Cluster().liveness_hold_ms) == (

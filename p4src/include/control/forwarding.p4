@@ -79,10 +79,10 @@ control DcForwarding(inout headers_t hdr,
             if (meta.routed == 1 && meta.transit_id != 0 && meta.alt_id != 0) {
                 bit<48> now = standard_metadata.ingress_global_timestamp;
                 bit<1> dead;
-                spine_excluded(meta.transit_id, now, meta.dead_after, meta.dead_after_max, dead);
+                spine_excluded(meta.transit_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
                 if (dead == 1) {
                     bit<1> alt_dead;
-                    spine_excluded(meta.alt_id, now, meta.dead_after, meta.dead_after_max, alt_dead);
+                    spine_excluded(meta.alt_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
                     if (alt_dead == 0) {
                         meta.nhop_dmac = meta.alt_dmac;
                         meta.nhop_port = meta.alt_port;

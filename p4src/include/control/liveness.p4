@@ -1,6 +1,6 @@
 /* Liveness of the spines, learned by each leaf in its data plane (issue 16).
  *
- * A leaf keeps three registers per spine id (and two more for its threshold, below) (LIVENESS_SPINES cells; which port faces which spine
+ * A leaf keeps three registers per spine id (and four more for its threshold, below) (LIVENESS_SPINES cells; which port faces which spine
  * is the controller's port_spine table):
  *
  *   spine_heard[s]  the last time any packet arrived on the port facing s;
@@ -15,20 +15,31 @@
  * or silent a spine is.  Any packet refreshes heard, so a probe lost under load is covered by the
  * data that keeps arriving.
  *
- * The threshold adapts to how fast s answers, the way TCP's retransmission timeout does (RFC 6298):
- * each time a packet from s ends a wait (asked > heard), the wait w = now - asked is a sample, capped
- * at dead_after_max, of two more registers per spine -- spine_gap, the smoothed wait times 8, and
- * spine_gapvar, its mean deviation times 4:
+ * The threshold adapts to how long s takes to answer.  Each time a packet from s ends a wait
+ * (asked > heard), the wait w = now - asked is a sample.  Two estimators, the larger wins:
  *
- *   gap8 += w - gap8/8        var4 += |w - gap8/8| - var4/4        (gap8/8 the old smoothed wait)
- *   threshold(s) = gap8/8 + var4  (= smoothed + 4 x deviation), kept within [dead_after, dead_after_max]
+ *   - the mean, as TCP's retransmission timeout (RFC 6298): spine_gap keeps the smoothed wait x 8 and
+ *     spine_gapvar its mean deviation x 4 (samples capped at dead_after_max):
+ *         gap8 += w - gap8/8        var4 += |w - gap8/8| - var4/4        (gap8/8 the old smoothed wait)
+ *     rto = gap8/8 + var4 (= smoothed + 4 x deviation);
+ *   - the recent peak: spine_peak keeps the longest wait s ended lately (spine_peak_at: when), losing
+ *     1 us every 2^peak_decay_shift us since (PEAK_DECAY_SHIFT, 8: a 40 ms wait is forgotten in ~10 s); a wait at least as long as the decayed peak replaces it.
+ *     Waits of dead_after_max or more are not samples of it: that was a death (a crash, a drained
+ *     spine), not a slow answer, and it must not keep the next death waiting.  peak = peak + peak/2.
  *
- * (DEAD_AFTER_US 30 ms and DEAD_AFTER_MAX_US 250 ms unless liveness_config says otherwise).  A spine
- * answering within a few ms keeps its threshold at dead_after; one a starved host or a busy link makes
- * answer in 40-100 ms, as BMv2 with its per-packet logs does on a loaded machine, raises it past its
- * waits, so it is not taken for dead for being slow.  A wait that ended a death is a sample too (capped):
- * a spine that keeps being found dead and answering is one the leaf waits longer for.  Shifts and adds
- * only, in 32 bits: samples are at most dead_after_max (under a minute), so var4 < 2^28 and gap8 < 2^29.
+ *   threshold(s) = max(rto, peak + peak/2) within [dead_after, dead_after_max]
+ *
+ * (DEAD_AFTER_US 30 ms and DEAD_AFTER_MAX_US 250 ms unless liveness_config says otherwise).  Why both:
+ * under load a wait mostly ends at once (data keeps coming from s), so the mean stays near 0 and its
+ * deviation, with a gain of 1/4 per sample, forgets a 40 ms stall within ten probes; a loaded
+ * emulation host stalls a spine for 30-60 ms every few seconds (queueing behind its own traffic, a
+ * starved process), and each stall was a false death.  The peak remembers such a wait for seconds,
+ * and one half again as long as any seen lately is still found, so a spine that answers slowly
+ * now and then is waited for a little longer than its slowest recent answer, and one that always
+ * answers at once keeps dead_after.  The decay is measured up to asked (not now), so the threshold of
+ * a wait going on is fixed.  A wait that ended a death is a sample too (capped for the mean): a spine
+ * that keeps being found dead and answering is one the leaf waits longer for.  Shifts and adds only,
+ * in 32 bits: samples are at most dead_after_max (under a minute), so var4 < 2^28 and gap8 < 2^29.
  *
  * Hysteresis: a spine found dead stays excluded until it is heard from at least HOLD_US after it was
  * found dead.  The instant it was found dead needs no register: it is asked + threshold, the moment
@@ -63,14 +74,32 @@ register<bit<48>>(LIVENESS_SPINES) spine_asked;
 register<bit<48>>(LIVENESS_SPINES) spine_hold;
 register<bit<32>>(LIVENESS_SPINES) spine_gap;     /* smoothed wait for an answer, us x 8 */
 register<bit<32>>(LIVENESS_SPINES) spine_gapvar;  /* its mean deviation, us x 4 */
+register<bit<32>>(LIVENESS_SPINES) spine_peak;    /* the longest recent wait, us */
+register<bit<48>>(LIVENESS_SPINES) spine_peak_at; /* when it ended */
 
-/* How long spine `spine` may leave a probe unanswered before it is dead (see above). */
-@hidden action spine_threshold(in bit<8> spine, in bit<32> dead_after, in bit<32> dead_max, out bit<48> threshold) {
+/* spine_peak of `spine` as it stands at time `at`: less 1 us per 2^shift us since it was set */
+@hidden action spine_peak_now(in bit<8> spine, in bit<48> at, in bit<8> shift, out bit<32> peak) {
+    bit<32> p;
+    bit<48> p_at;
+    spine_peak.read(p, (bit<32>)spine);
+    spine_peak_at.read(p_at, (bit<32>)spine);
+    bit<48> lost = at > p_at ? (at - p_at) >> shift : 0;
+    peak = lost >= (bit<48>)p ? 0 : p - (bit<32>)lost;
+}
+
+/* How long spine `spine` may leave the probe it was asked at `asked` unanswered before it is dead (see above). */
+@hidden action spine_threshold(in bit<8> spine, in bit<48> asked, in bit<32> dead_after, in bit<32> dead_max,
+                               in bit<8> peak_shift, out bit<48> threshold) {
     bit<32> gap8;
     bit<32> var4;
+    bit<32> peak;
     spine_gap.read(gap8, (bit<32>)spine);
     spine_gapvar.read(var4, (bit<32>)spine);
-    bit<32> t = (gap8 >> 3) + var4;
+    spine_peak_now(spine, asked, peak_shift, peak);
+    bit<32> rto = (gap8 >> 3) + var4;
+    bit<32> margin = peak >> 1;
+    bit<32> t = peak + margin;
+    t = t > rto ? t : rto;
     t = t > dead_max ? dead_max : t;
     t = t < dead_after ? dead_after : t;
     threshold = (bit<48>)t;
@@ -78,7 +107,7 @@ register<bit<32>>(LIVENESS_SPINES) spine_gapvar;  /* its mean deviation, us x 4 
 
 /* Whether routing must leave spine `spine` out now (see above). */
 @hidden action spine_excluded(in bit<8> spine, in bit<48> now, in bit<32> dead_after, in bit<32> dead_max,
-                              out bit<1> excluded) {
+                              in bit<8> peak_shift, out bit<1> excluded) {
     bit<48> heard;
     bit<48> asked;
     bit<48> hold;
@@ -86,7 +115,7 @@ register<bit<32>>(LIVENESS_SPINES) spine_gapvar;  /* its mean deviation, us x 4 
     spine_heard.read(heard, (bit<32>)spine);
     spine_asked.read(asked, (bit<32>)spine);
     spine_hold.read(hold, (bit<32>)spine);
-    spine_threshold(spine, dead_after, dead_max, threshold);
+    spine_threshold(spine, asked, dead_after, dead_max, peak_shift, threshold);
     excluded = ((asked > heard && now - asked > threshold) || heard < hold) ? 1w1 : 1w0;
 }
 
@@ -108,15 +137,16 @@ control DcLiveness(inout headers_t hdr,
 
     counter(LIVENESS_SPINES, CounterType.packets) spine_deaths;  /* deaths that ended, per spine */
 
-    action set_liveness(bit<32> dead_after, bit<32> dead_after_max, bit<32> hold) {
+    action set_liveness(bit<32> dead_after, bit<32> dead_after_max, bit<32> hold, bit<8> peak_decay_shift) {
         meta.dead_after = dead_after;
         meta.dead_after_max = dead_after_max;
+        meta.peak_decay_shift = peak_decay_shift;
         meta.hold = hold;
     }
 
     table liveness_config {
         actions = { set_liveness; }
-        default_action = set_liveness(DEAD_AFTER_US, DEAD_AFTER_MAX_US, HOLD_US);
+        default_action = set_liveness(DEAD_AFTER_US, DEAD_AFTER_MAX_US, HOLD_US, PEAK_DECAY_SHIFT);
         size = 1;
     }
 
@@ -134,7 +164,8 @@ control DcLiveness(inout headers_t hdr,
                 spine_heard.read(heard, s);
                 spine_asked.read(asked, s);
                 if (asked > heard) {  /* a wait ends (only then is the threshold needed) */
-                    spine_threshold(meta.from_spine, meta.dead_after, meta.dead_after_max, threshold);
+                    spine_threshold(meta.from_spine, asked, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift,
+                                    threshold);
                     bit<48> waited = now - asked;
                     if (waited > threshold) {
                         /* it was dead until now: held until hold time after it was found dead */
@@ -157,6 +188,13 @@ control DcLiveness(inout headers_t hdr,
                     bit<32> dev = w > smoothed ? w - smoothed : smoothed - w;
                     spine_gap.write(s, gap8 - smoothed + w);
                     spine_gapvar.write(s, var4 - (var4 >> 2) + dev);
+                    /* and, unless it was a death of dead_after_max or more, of the recent peak */
+                    bit<32> peak;
+                    spine_peak_now(meta.from_spine, now, meta.peak_decay_shift, peak);
+                    if (waited < (bit<48>)meta.dead_after_max && (bit<32>)waited >= peak) {
+                        spine_peak.write(s, (bit<32>)waited);
+                        spine_peak_at.write(s, now);
+                    }
                 }
                 spine_heard.write(s, now);
             }

@@ -124,12 +124,12 @@ control DcRouting(inout headers_t hdr,
             if (meta.spine_cand != 0) {
                 bit<48> now = standard_metadata.ingress_global_timestamp;
                 bit<1> dead;
-                spine_excluded(meta.spine_cand, now, meta.dead_after, meta.dead_after_max, dead);
+                spine_excluded(meta.spine_cand, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
                 if (dead == 1) {
                     bit<8> instead = 0;  /* another live replica spine, else no spine at all */
                     if (meta.replicated == 1 && meta.replica_alt != 0) {
                         bit<1> alt_dead;
-                        spine_excluded(meta.replica_alt, now, meta.dead_after, meta.dead_after_max, alt_dead);
+                        spine_excluded(meta.replica_alt, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
                         if (alt_dead == 0) {
                             instead = meta.replica_alt;
                         }

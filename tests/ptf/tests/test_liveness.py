@@ -60,7 +60,9 @@ class _Liveness(DcTest):
         port, m = self.exchange(1, dc_frame(CLIENT.ip, SERVER.ip, get))
         return port, m.target
 
-    def liveness(self, dead_after: float, hold: float, dead_after_max: float | None = None) -> None:
+    def liveness(
+        self, dead_after: float, hold: float, dead_after_max: float | None = None, peak_decay_shift: int | None = None
+    ) -> None:
         self.set_default(
             n.LIVENESS_CONFIG,
             n.SET_LIVENESS,
@@ -68,6 +70,7 @@ class _Liveness(DcTest):
                 "dead_after": round(dead_after * 1e6),
                 "hold": round(hold * 1e6),
                 "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6),
+                "peak_decay_shift": n.PEAK_DECAY_SHIFT if peak_decay_shift is None else peak_decay_shift,
             },
         )
 
@@ -188,28 +191,36 @@ class OnlyTheOldestUnansweredProbeCounts(_Liveness):
 
 
 class ASlowSpineIsWaitedForLongerAFastOneNot(_Liveness):
-    """The threshold adapts (smoothed wait + 4 x its deviation, within [DEAD_AFTER, DEAD_AFTER_MAX]): sp0
-    answers six probes 80 ms late -- the first wait is a death (30 ms then), the next ones are not, as the
-    threshold grows past 80 ms -- and a 60 ms silence after them leaves sp0 in use (with a fixed 30 ms it
-    was out).  Answered at once 25 times, the threshold is back at DEAD_AFTER: silent past it, sp0 is
-    dead again.  The waits are lower bounds; the one upper bound (the 60 ms silence) has ~150 ms slack."""
+    """The threshold adapts (the larger of smoothed wait + 4 x its deviation and 1.5 x the recent peak wait,
+    within [DEAD_AFTER, DEAD_AFTER_MAX]): sp0 answers six probes 100 ms late -- the first wait is a death
+    (30 ms then), the next ones are not.  Then it answers at once 25 times, which brings the smoothed wait
+    and its deviation back near 0 -- and still a 60 ms silence leaves sp0 in use: the peak (100 ms, so
+    150) remembers a slow answer for seconds, where the mean forgot it within a few probes (with a fixed
+    30 ms, or the mean alone, sp0 was out).  Answered at once 25 times more, and its peak decaying 1 us per
+    2 us (liveness_config) for 0.2 s, sp0 is fast again: silent past DEAD_AFTER, it is dead.  The waits
+    are lower bounds; the one upper bound (the 60 ms silence) has ~80 ms slack."""
 
     def runTest(self) -> None:
         for seq in range(1, 7):
             self.probe(SP0, seq)
-            time.sleep(0.08)
+            time.sleep(0.1)
             self.answer(SP0, seq)
         self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
-        self.probe(SP0, seq=7)
-        self.wait_until(time.monotonic() + 2 * DEAD)
-        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
-        self.answer(SP0, seq=7)
-        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
-        for seq in range(8, 33):
+        for seq in range(7, 32):
             self.probe(SP0, seq)
             self.answer(SP0, seq)
-        self.silence(SP0, seq=33)
-        self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
+        self.probe(SP0, seq=32)
+        self.wait_until(time.monotonic() + 2 * DEAD)
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+        self.answer(SP0, seq=32)
+        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+        for seq in range(33, 58):
+            self.probe(SP0, seq)
+            self.answer(SP0, seq)
+        self.liveness(DEAD, HOLD, peak_decay_shift=1)
+        time.sleep(0.2)
+        self.silence(SP0, seq=58)
+        self.assertEqual(self.choose(3), (PORT[SP1.switch_id], SL0.switch_id))
         self.assertEqual(self.stat(Stat.READ_REROUTED), 1)
 
 
@@ -219,7 +230,15 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
     def runTest(self) -> None:
         self.assertEqual(
             self.sw.read_default(n.LIVENESS_CONFIG),
-            (n.SET_LIVENESS, {"dead_after": n.DEAD_AFTER_US, "dead_after_max": n.DEAD_AFTER_MAX_US, "hold": n.HOLD_US}),
+            (
+                n.SET_LIVENESS,
+                {
+                    "dead_after": n.DEAD_AFTER_US,
+                    "dead_after_max": n.DEAD_AFTER_MAX_US,
+                    "hold": n.HOLD_US,
+                    "peak_decay_shift": n.PEAK_DECAY_SHIFT,
+                },
+            ),
         )
         asked_by = self.silence(SP0)
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))

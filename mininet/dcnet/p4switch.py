@@ -90,7 +90,9 @@ class P4RuntimeSwitch(Switch):
         realtime: bool = False,
         **params: object,
     ) -> None:
-        """``realtime``: run the process at a real-time priority (a spine: harness.processes.SPINE_RT_PRIORITY)."""
+        """``realtime``: run a softswitch process at a real-time priority (a spine: SPINE_RT_PRIORITY in
+        harness.processes).  Not BMv2: its spines at SCHED_RR took the CPU its leaves needed (a loaded run
+        fell from ~950 to ~700 ops/s), where softswitch spines, idle in poll() between frames, do not."""
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
@@ -99,7 +101,7 @@ class P4RuntimeSwitch(Switch):
             raise ValueError(f"unknown switch log {switch_log!r}; use one of {', '.join(SWITCH_LOGS)}")
         self.target, self.pcap, self.switch_log = target, pcap, switch_log
         self.extra_args = list(extra_args)  # appended to the switch process's command line
-        self.realtime = realtime
+        self.realtime = realtime and target == "softswitch"
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
 

@@ -23,9 +23,10 @@
  *         gap8 += w - gap8/8        var4 += |w - gap8/8| - var4/4        (gap8/8 the old smoothed wait)
  *     rto = gap8/8 + var4 (= smoothed + 4 x deviation);
  *   - the recent peak: spine_peak keeps the longest wait s ended lately (spine_peak_at: when), losing
- *     1 us every 2^peak_decay_shift us since (PEAK_DECAY_SHIFT, 8: a 40 ms wait is forgotten in ~10 s); a wait at least as long as the decayed peak replaces it.
+ *     1 us every 2^peak_decay_shift us since (PEAK_DECAY_SHIFT, 10: about 1 ms a second);
+ *     a wait at least as long as the decayed peak replaces it.
  *     Waits of dead_after_max or more are not samples of it: that was a death (a crash, a drained
- *     spine), not a slow answer, and it must not keep the next death waiting.  peak = peak + peak/2.
+ *     spine), not a slow answer, and it must not keep the next death waiting.
  *
  *   threshold(s) = max(rto, peak + peak/2) within [dead_after, dead_after_max]
  *
@@ -33,9 +34,9 @@
  * under load a wait mostly ends at once (data keeps coming from s), so the mean stays near 0 and its
  * deviation, with a gain of 1/4 per sample, forgets a 40 ms stall within ten probes; a loaded
  * emulation host stalls a spine for 30-60 ms every few seconds (queueing behind its own traffic, a
- * starved process), and each stall was a false death.  The peak remembers such a wait for seconds,
- * and one half again as long as any seen lately is still found, so a spine that answers slowly
- * now and then is waited for a little longer than its slowest recent answer, and one that always
+ * starved process), and each stall was a false death.  The peak remembers such a wait for tens of seconds,
+ * and a silence half again as long as any wait seen lately is still a death, so a spine that answers
+ * slowly now and then is waited for a little longer than its slowest recent answer, and one that always
  * answers at once keeps dead_after.  The decay is measured up to asked (not now), so the threshold of
  * a wait going on is fixed.  A wait that ended a death is a sample too (capped for the mean): a spine
  * that keeps being found dead and answering is one the leaf waits longer for.  Shifts and adds only,

@@ -127,25 +127,32 @@ def _threads(pid: int) -> list[int]:
 
 
 class SoftirqPriority:
-    """SOFTIRQ_NICE for the kernel's ksoftirqd threads while it is entered, their old nice values after
-    (a context manager; as root only, else it changes nothing)."""
+    """SOFTIRQ_NICE for the kernel's ksoftirqd threads from :meth:`raise_` to :meth:`restore` (or while
+    entered as a context manager), their old nice values after; as root only, else it changes nothing."""
 
     def __init__(self) -> None:
         self._old: dict[int, int] = {}
 
-    def __enter__(self) -> SoftirqPriority:
+    def raise_(self) -> None:
         for pid in _kernel_threads("ksoftirqd/"):
             with contextlib.suppress(OSError):
                 old = os.getpriority(os.PRIO_PROCESS, pid)
                 os.setpriority(os.PRIO_PROCESS, pid, SOFTIRQ_NICE)
-                self._old[pid] = old
-        return self
+                self._old.setdefault(pid, old)  # raised twice: the first old value is the one to give back
 
-    def __exit__(self, *exc: object) -> None:
+    def restore(self) -> None:
+        """Give back the old nice values (nothing to do when not raised)."""
         for pid, old in self._old.items():
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, pid, old)
         self._old.clear()
+
+    def __enter__(self) -> SoftirqPriority:
+        self.raise_()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
 
 
 def _kernel_threads(prefix: str) -> list[int]:

@@ -188,7 +188,7 @@ class Deployment:
             link=TCLink if self.cluster.link_mbps else Link,
         )
         self.net.build()  # configures the hosts: the storage hosts start their redis-server and shim
-        self._softirq.__enter__()
+        self._softirq.raise_()
         self.net.start()
         config_path = self.run_dir / "device_config.bin"
         config_path.write_bytes(device_config)
@@ -425,7 +425,7 @@ class Deployment:
                 self.net.stop()  # the storage hosts stop their shim and redis-server
             finally:
                 self.net = None
-        self._softirq.__exit__()
+        self._softirq.restore()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()

@@ -16,7 +16,8 @@ class LeafSpineTopo(Topo):
 
     def build(self, cluster: Cluster, **switch_opts: object) -> None:
         for sw in cluster.switches():
-            # a spine's silence is what its leaves' liveness measures: it runs at a real-time priority
+            # a spine's silence is what its leaves' liveness measures: a real-time priority where its target
+            # allows (softswitch, not BMv2: dcnet.p4switch.P4RuntimeSwitch)
             realtime = sw.role == Role.SPINE
             self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, realtime=realtime, **switch_opts)
         for h in cluster.hosts():

@@ -26,7 +26,12 @@ from rich.text import Text
 from distcache.api import message_dict
 from distcache.cluster import Cluster, ClusterError, parse_address
 from distcache.cmdline import Typer, fail
-from distcache.rpc.controller import ControllerClient, ControllerRequestError, ControllerUnreachableError
+from distcache.rpc.controller import (
+    ControllerClient,
+    ControllerRequestError,
+    ControllerUnreachableError,
+    change_summary,
+)
 
 app = Typer(
     add_completion=False,
@@ -229,14 +234,14 @@ def fail_switch(
 ) -> None:
     """Take a switch out of service: stop its process (in an emulation) and move a spine's buckets."""
     r = _call(ctx, "fail", switch, keep_running)
-    say(r.message, f" ({r.seconds:.2f} s, epoch {r.epoch})")
+    say(change_summary(r))
 
 
 @app.command()
 def recover(ctx: typer.Context, switch: Annotated[str, typer.Argument(help="switch name, e.g. sp0")]) -> None:
     """Put a failed switch back: start it again, flush its cache, give a spine its buckets back."""
     r = _call(ctx, "recover", switch)
-    say(r.message, f" ({r.seconds:.2f} s, epoch {r.epoch})")
+    say(change_summary(r))
 
 
 @app.command()

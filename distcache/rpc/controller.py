@@ -22,6 +22,11 @@ START_HINT = (
 )
 
 
+def change_summary(reply: controller_pb2.ChangeReply) -> str:
+    """The line ``distcache-ctl fail``/``recover`` prints for the controller's answer (whoever sent it)."""
+    return f"{reply.message} ({reply.seconds:.2f} s, epoch {reply.epoch})"
+
+
 class ControllerClient:
     def __init__(self, address: str, timeout: float = 60.0) -> None:
         self.address, self.timeout = address, timeout

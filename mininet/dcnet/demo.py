@@ -8,7 +8,8 @@ fill the values; the hit ratio climbs second by second as the caches fill.
 
 While the workload runs, the demo drives failures (``--no-failures`` skips
 them): ``distcache-ctl fail`` of the first spine (its process is stopped and its
-buckets move to the other spines), ``distcache-ctl recover`` of it, then a crash
+buckets move to the other spines), ``distcache-ctl recover`` of it (both sent from
+the demo's process, as the command sends them: Deployment.operate), then a crash
 of the last spine that nobody reports (its process is killed; the controller
 must detect it) and its restart (the controller brings it back by itself).
 For each it prints the read throughput around the event: the lowest of the
@@ -176,12 +177,8 @@ def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Time
     d = int(duration)
     return Timeline(
         [
-            Event(
-                int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.ctl("fail", first, operator_cpu=True), first
-            ),
-            Event(
-                int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.ctl("recover", first, operator_cpu=True)
-            ),
+            Event(int(d * 0.35), f"distcache-ctl fail {first}", lambda: dep.operate("fail", first), first),
+            Event(int(d * 0.55), f"distcache-ctl recover {first}", lambda: dep.operate("recover", first)),
             Event(int(d * 0.70), f"crash {last}", crash, last),
             Event(int(d * 0.85), f"restart {last}", restart),
         ]

@@ -38,7 +38,12 @@ from dcnet.sessions import ClientProcess, WorkloadSession
 from dcnet.topo import LeafSpineTopo
 from distcache.cluster import Cluster, Host, Switch, is_cache_switch
 from distcache.rpc.agent import AgentClient
-from distcache.rpc.controller import ControllerClient, ControllerUnreachableError
+from distcache.rpc.controller import (
+    ControllerClient,
+    ControllerRequestError,
+    ControllerUnreachableError,
+    change_summary,
+)
 from harness.processes import Readiness, Service, SoftirqPriority, python_argv, stop_process, wait_until
 
 __all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
@@ -266,18 +271,32 @@ class Deployment:
         assert self._controller is not None
         self._controller.kill()
 
-    def ctl(self, *argv: str, operator_cpu: bool = False) -> str:
-        """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError.
-
-        ``operator_cpu``: at the lowest priority (nice 19), as if on the operator's own machine -- a run that
-        measures the fabric must not have the command's start-up (~0.15 CPU-s of Python imports) taken from
-        the switches and hosts it shares two cores with, as no real fabric pays for its operator's shell."""
-        nice = ["nice", "-n", "19"] if operator_cpu else []
-        cmd = [*nice, *python_argv("controller.ctl", {"--cluster": self.cluster_path}), *argv]
+    def ctl(self, *argv: str) -> str:
+        """Run ``distcache-ctl`` against this deployment as an operator would; its output, or DeploymentError."""
+        cmd = [*python_argv("controller.ctl", {"--cluster": self.cluster_path}), *argv]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise DeploymentError(f"distcache-ctl {' '.join(argv)} failed: {res.stderr.strip() or res.stdout.strip()}")
         return res.stdout.strip()
+
+    def operate(self, command: str, switch: str) -> str:
+        """Send the request ``distcache-ctl <command> <switch>`` sends (``fail`` or ``recover``) from this
+        process, and return the line the command prints; DeploymentError if the controller refuses it.
+
+        For runs that measure the fabric around the change.  Starting the command's own process costs
+        ~0.15 CPU-s of Python imports on the two cores the emulated fabric shares, and no scheduling class
+        keeps that off the fabric: a ``distcache-ctl --help`` alone, at nice 19 and SCHED_IDLE, took reads
+        down to 68-89 % of the seconds before (docs/protocol.md, "Measuring an operator's `fail`").  A real fabric
+        does not pay for its operator's shell; the request and the controller's work are the same."""
+        if command not in ("fail", "recover"):
+            raise DeploymentError(f"operate: expected fail or recover, got {command!r}")
+        if self.controller is None:
+            raise DeploymentError("operate: the deployment is not running (start it first)")
+        try:
+            reply = getattr(self.controller.ctl, command)(switch)
+        except (ControllerRequestError, ControllerUnreachableError) as e:
+            raise DeploymentError(f"distcache-ctl {command} {switch} failed: {e}") from None
+        return change_summary(reply)
 
     def wait_switch(self, name: str, failed: bool, timeout: float = 30.0) -> None:
         """Wait until the controller reports switch ``name`` failed (``failed``) or back in service and alive."""

@@ -305,7 +305,7 @@ def apply_event(em: Emulation, what: str, name: str) -> None:
         procs = SwitchProcesses(em.dep.run_dir / "switches.json")
         (procs.stop if what == "crash" else procs.start)(name)
     else:
-        em.dep.ctl(what, name)
+        em.dep.operate(what, name)
 
 
 def event_dips(trace: list[tuple[float, float]]) -> list[tuple[str, float, float]]:

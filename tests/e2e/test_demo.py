@@ -33,6 +33,9 @@ def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_pa
     assert "sp1 declared dead" in ctl_log and "sp1 answers again; recovering it" in ctl_log
     assert ctl_log.count("cache flushed before it serves again") == 2
     assert "distcache-ctl fail sp0" in proc.stderr and "back in service" in proc.stderr
+    # sent as the command sends them, printed as it prints them (the controller's epoch after each)
+    assert re.search(r"fail sp0: sp0: process stopped; \d+ buckets moved.*?\(\d+\.\d\d s, epoch 1\)", proc.stderr, re.S)
+    assert re.search(r"recover sp0: sp0: back in service.*?\(\d+\.\d\d s, epoch 2\)", proc.stderr, re.S)
     assert hits + misses <= reads
     assert auto >= 10, "the agents cached nothing from hot-key reports"
     assert hits / reads >= 0.35, f"hit ratio {hits / reads:.2f}"

@@ -286,8 +286,9 @@ class Deployment:
         For runs that measure the fabric around the change.  Starting the command's own process costs
         ~0.15 CPU-s of Python imports on the two cores the emulated fabric shares, and no scheduling class
         keeps that off the fabric: a ``distcache-ctl --help`` alone, at nice 19 and SCHED_IDLE, took reads
-        down to 68-89 % of the seconds before (docs/protocol.md, "Measuring an operator's `fail`").  A real fabric
-        does not pay for its operator's shell; the request and the controller's work are the same."""
+        to 68-101 % of the seconds before, 85 % on average over four (docs/protocol.md, "Measuring an
+        operator's `fail`").  A real fabric does not pay for its operator's shell; the request and the
+        controller's work are the same."""
         if command not in ("fail", "recover"):
             raise DeploymentError(f"operate: expected fail or recover, got {command!r}")
         if self.controller is None:

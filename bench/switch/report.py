@@ -24,7 +24,8 @@ def render(fig: dict, out: Console) -> None:
     targets = fig["targets"]
     t = Table(
         title=f"packets per second through one switch (storage leaf sl0; {fig['config']['seconds']:g} s "
-        f"window per path; offered = what reached the switch's ingress interface)"
+        f"window per path; offered = what reached the switch's ingress interface"
+        + (f"; BMv2 is {fig['config']['bmv2_binary']})" if "bmv2" in targets else ")")
     )
     t.add_column("path")
     for target in targets:

@@ -44,7 +44,7 @@ from bench.switch.measure import PathResult, run_path, shared
 from bench.switch.namespace import Namespace
 from bench.switch.profile import profile_hits
 from bench.switch.report import render, summary_lines
-from harness.switch import BMV2_COMPILER, BMV2_SWITCH, TARGETS
+from harness.switch import BMV2_COMPILER, BMV2_SWITCH, TARGETS, bmv2_binary
 
 
 def bench_target(
@@ -147,6 +147,7 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
         "loadavg_before": [round(x, 2) for x in args.loadavg],
         "hit_value_bytes": len(VALUE),
         "frame_bytes": {p: len(f) for p, f in frames.paths.items()},
+        "bmv2_binary": bmv2_binary(None),  # the fast build where installed (harness.switch.bmv2_binary)
     }
     if "softswitch" in fig["targets"] and "profile" in fig["targets"]["softswitch"]:
         fig["profile"] = fig["targets"]["softswitch"].pop("profile")  # None: py-spy missing or wrote nothing

@@ -92,7 +92,7 @@ def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, de
     asked = regs[n.SPINE_ASKED].read(spine)
     hold = regs[n.SPINE_HOLD].read(spine)
     threshold = spine_threshold(state, spine, asked, dead_after, dead_max, shift)
-    return (asked > heard and ((now - asked) & MASK48) > threshold) or heard < hold
+    return (asked > heard and now > asked + threshold) or heard < hold
 
 
 def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
@@ -111,7 +111,7 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
         return
     regs, s, now = state.registers, m.from_spine, m.ingress_global_timestamp
     heard, asked = regs[n.SPINE_HEARD].read(s), regs[n.SPINE_ASKED].read(s)
-    if asked > heard:  # a wait ends (only then is the threshold needed)
+    if asked > heard and now > asked:  # a wait ends (only then is the threshold needed; see the P4 file)
         threshold = spine_threshold(state, s, asked, m.dead_after, m.dead_after_max, m.peak_decay_shift)
         waited = (now - asked) & MASK48
         if waited > threshold:
@@ -131,4 +131,4 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
         if waited < m.dead_after_max and waited >= spine_peak_now(state, s, now, m.peak_decay_shift):
             regs[n.SPINE_PEAK].write(s, waited)
             regs[n.SPINE_PEAK_AT].write(s, now)
-    regs[n.SPINE_HEARD].write(s, now)
+    regs[n.SPINE_HEARD].write(s, max(now, heard))  # never back in time (stamps out of order: the P4 file)

@@ -20,7 +20,15 @@ import redis
 from harness.processes import Service, ServiceError, python_argv, wait_for_path
 from harness.profile import summarize_profile
 from harness.redis import redis_argv, wait_for_redis
-from harness.switch import CPU_PORT, SwitchProcess, SwitchSpec, SwitchStartError
+from harness.switch import (
+    BMV2_FAST_SWITCH,
+    BMV2_SWITCH,
+    CPU_PORT,
+    SwitchProcess,
+    SwitchSpec,
+    SwitchStartError,
+    bmv2_binary,
+)
 
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 
@@ -137,7 +145,7 @@ def test_one_command_line_per_switch_target(tmp_path: Path) -> None:
     ]  # fmt: skip
     bmv2 = SwitchSpec("bmv2", ports, grpc_addr="127.0.0.1:50002", thrift_port=9191)
     assert bmv2.argv() == [
-        "simple_switch_grpc", "--device-id", "1", "-i", "1@veth1", "-i", "2@veth3", "--no-p4",
+        bmv2_binary(None), "--device-id", "1", "-i", "1@veth1", "-i", "2@veth3", "--no-p4",
         "--thrift-port", "9191", "--", "--grpc-server-addr", "127.0.0.1:50002", "--cpu-port", str(CPU_PORT),
     ]  # fmt: skip
     assert CPU_PORT != 511  # BMv2's drop port
@@ -145,6 +153,24 @@ def test_one_command_line_per_switch_target(tmp_path: Path) -> None:
     assert inside.argv() == ["ip", "netns", "exec", "dcptf-1", *bmv2.argv()]
     with pytest.raises(ValueError, match="unknown switch target"):
         SwitchSpec("tofino", ports)
+
+
+def test_bmv2_is_the_fast_build_unless_a_packet_trace_is_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast build where it is on PATH, but the logging build for a trace (the fast one has no such lines)
+    and wherever the fast one is missing."""
+    for name in (BMV2_SWITCH, BMV2_FAST_SWITCH):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    ports = [(1, "veth1")]
+    assert SwitchSpec("bmv2", ports).argv()[0] == BMV2_FAST_SWITCH
+    assert SwitchSpec("bmv2", ports, log_level="info", log_file=tmp_path / "sw").argv()[0] == BMV2_FAST_SWITCH
+    assert SwitchSpec("bmv2", ports, log_level="trace", log_flush=True).argv()[0] == BMV2_SWITCH
+    assert SwitchSpec("bmv2", ports, log_level="debug").argv()[0] == BMV2_SWITCH
+    (tmp_path / BMV2_FAST_SWITCH).unlink()
+    assert SwitchSpec("bmv2", ports).argv()[0] == BMV2_SWITCH
 
 
 def free_port() -> int:

@@ -62,6 +62,13 @@
  * and BMv2 keeps one digest per packet, the last one called -- a GET coming down to a storage leaf
  * could carry both a death and a hot-key report, and the detector runs later.
  *
+ * Timestamps need not arrive in order: BMv2 stamps a frame in the thread that reads it from its port and a
+ * packet-out in the gRPC thread that injects it, and both wait for the ingress queue, so a spine's packet
+ * stamped before a probe can be processed after it.  Such a packet does not answer the probe (it
+ * predates it: the wait goes on, and now - asked would wrap to ~2^48, a false death), and heard never
+ * goes back in time (an older stamp would reopen a wait already answered).  Hence now > asked below and
+ * in spine_excluded (written as now > asked + threshold), and heard = max(heard, now).
+ *
  * Routing (DcRouting, DcForwarding) asks spine_excluded() about a spine before it sends a read or
  * transit traffic there, and then takes the other path the controller's tables name; a leaf never
  * routes to a spine those tables do not already route to (docs/protocol.md, "Liveness").  Timestamps
@@ -117,7 +124,7 @@ register<bit<48>>(LIVENESS_SPINES) spine_peak_at; /* when it ended */
     spine_asked.read(asked, (bit<32>)spine);
     spine_hold.read(hold, (bit<32>)spine);
     spine_threshold(spine, asked, dead_after, dead_max, peak_shift, threshold);
-    excluded = ((asked > heard && now - asked > threshold) || heard < hold) ? 1w1 : 1w0;
+    excluded = ((asked > heard && now > asked + threshold) || heard < hold) ? 1w1 : 1w0;
 }
 
 control DcLiveness(inout headers_t hdr,
@@ -164,7 +171,7 @@ control DcLiveness(inout headers_t hdr,
                 bit<48> threshold;
                 spine_heard.read(heard, s);
                 spine_asked.read(asked, s);
-                if (asked > heard) {  /* a wait ends (only then is the threshold needed) */
+                if (asked > heard && now > asked) {  /* a wait ends (only then is the threshold needed) */
                     spine_threshold(meta.from_spine, asked, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift,
                                     threshold);
                     bit<48> waited = now - asked;
@@ -197,7 +204,7 @@ control DcLiveness(inout headers_t hdr,
                         spine_peak_at.write(s, now);
                     }
                 }
-                spine_heard.write(s, now);
+                spine_heard.write(s, now > heard ? now : heard);
             }
         }
     }

@@ -84,8 +84,8 @@ build/softswitch.p4info.txt: FORCE | $(STAMP)
 # p4c runs only when p4src/ changed; its P4Info comes with the JSON.
 build/distcache.json: $(P4SRC)
 	@mkdir -p build
-	$(P4C) --std p4-16 --arch v1model -o $@ --p4runtime-files build/distcache.p4info.txtpb p4src/distcache.p4
-	@echo "compiled p4src/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
+	$(P4C) --std p4-16 --arch v1model -o $@ --p4runtime-files build/distcache.p4info.txtpb p4src/v1model/distcache.p4
+	@echo "compiled p4src/v1model/distcache.p4 -> build/distcache.json (BMv2) + build/distcache.p4info.txtpb"
 
 # p4lang's p4runtime-shell in a venv of its own: it pins protobuf and grpcio older than ours.  Made here or by
 # tests/p4runtime/test_p4runtime_shell.py (which runs this target); the test skips only when PyPI is unreachable.

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MAIN = REPO / "p4src" / "distcache.p4"
+MAIN = REPO / "p4src" / "v1model" / "distcache.p4"
 INCLUDE = REPO / "p4src" / "include"
 P4NAMES = REPO / "distcache" / "p4names.py"
 P4DEFINES = REPO / "distcache" / "p4defines.py"
@@ -155,7 +155,7 @@ def _section(title: str, names: list[str]) -> list[tuple[str, str | tuple[str, .
 def render_p4names(names: Names) -> str:
     """The text of distcache/p4names.py (the same whichever reader gave ``names``)."""
     lines = [
-        GENERATED.format(src="the P4Info of p4src/distcache.p4"),
+        GENERATED.format(src="the P4Info of p4src/v1model/distcache.p4"),
         '"""P4Info names of the DistCache pipeline: the one list every part uses.\n',
         "The controller, agents and tests address entities by these names; the softswitch pipeline declares",
         "them (softswitch/dataplane/), and the parity test holds its P4Info equal to p4c's and to p4src/.",

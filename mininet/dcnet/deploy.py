@@ -45,6 +45,7 @@ from distcache.rpc.controller import (
     change_summary,
 )
 from harness.processes import Readiness, Service, SoftirqPriority, python_argv, stop_process, wait_until
+from harness.switch import P4_V1MODEL
 
 __all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
 
@@ -84,13 +85,13 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
                     str(json_path),
                     "--p4runtime-files",
                     str(p4info),
-                    str(REPO / "p4src" / "distcache.p4"),
+                    str(P4_V1MODEL),
                 ],
                 capture_output=True,
                 text=True,
             )
             if res.returncode != 0:
-                raise DeploymentError(f"p4c-bm2-ss failed on p4src/distcache.p4:\n{res.stderr}")
+                raise DeploymentError(f"p4c-bm2-ss failed on {P4_V1MODEL.relative_to(REPO)}:\n{res.stderr}")
             return p4info, json_path.read_bytes()
         p4info, json_path = BUILD / "distcache.p4info.txtpb", BUILD / "distcache.json"
         if not (p4info.exists() and json_path.exists()):

@@ -137,6 +137,17 @@ struct metadata_t {
     port_t  nhop_port;
 }
 
+/* The packet as the architecture presents it to the controls, and what they ask of it: each top
+ * (p4src/v1model/, p4src/psa/) fills it from its architecture's metadata before DcIngress's controls run
+ * and applies it after, so no control names an architecture's metadata. */
+struct dc_io_t {
+    port_t  ingress_port;
+    bit<48> now;           /* when the packet arrived, in microseconds */
+    error   parser_error;
+    port_t  egress_port;   /* where it goes, unless dropped */
+    bit<1>  drop;
+}
+
 /* What a cache switch reports of a hot key it does not cache (DcDetector). */
 struct hh_digest_t {
     bit<128> key;

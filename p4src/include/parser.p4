@@ -1,9 +1,10 @@
-/* Parser, checksum and deparser shared by every role.
+/* The frame's parser and deparser, shared by every role and both architectures.
  *
- * Parser errors do not drop the packet in v1model: it enters ingress with
- * standard_metadata.parser_error set, where DcValidation counts and drops it.
- * IPv4 options are parsed (so their bytes are checksummed and re-emitted);
- * DcValidation drops DistCache messages that carry them.
+ * Each top (p4src/v1model/, p4src/psa/) runs it from its own parser and says whether the packet is a
+ * controller's packet-out (from_cpu: how one arrives is the architecture's).  Parser errors do
+ * not drop the packet: it enters ingress with its parser_error (dc_io_t), where DcValidation counts and
+ * drops it.  IPv4 options are parsed (so their bytes are checksummed and re-emitted); DcValidation
+ * drops DistCache messages that carry them.
  */
 #ifndef DC_PARSER_P4
 #define DC_PARSER_P4
@@ -11,15 +12,11 @@
 #include "define.p4"
 #include "header.p4"
 
-parser DcParser(packet_in packet,
-                out headers_t hdr,
-                inout metadata_t meta,
-                inout standard_metadata_t standard_metadata) {
-    /* A controller's packet-out (P4Runtime PacketOut through BMv2's --cpu-port) arrives with its
-     * packet_out header ahead of the frame. */
+parser DcFrameParser(packet_in packet, out headers_t hdr, inout metadata_t meta, in bool from_cpu) {
+    /* A controller's packet-out arrives with its packet_out header ahead of the frame. */
     state start {
-        transition select(standard_metadata.ingress_port) {
-            CPU_PORT: parse_packet_out;
+        transition select(from_cpu) {
+            true: parse_packet_out;
             default: parse_ethernet;
         }
     }
@@ -89,27 +86,8 @@ parser DcParser(packet_in packet,
     }
 }
 
-control DcVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
-    apply { }
-}
-
-/* The IPv4 checksum covers the header and its options.  The UDP checksum of
- * a DistCache message is zeroed by DcIngress (IPv4 allows it), because a
- * switch may rewrite any of them. */
-control DcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
-    apply {
-        update_checksum(
-            hdr.ipv4.isValid(),
-            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
-              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
-              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr,
-              hdr.ipv4_options.options },
-            hdr.ipv4.hdrChecksum,
-            HashAlgorithm.csum16);
-    }
-}
-
-control DcDeparser(packet_out packet, in headers_t hdr) {
+/* Every header that may be valid, in wire order (invalid ones emit nothing). */
+control DcEmit(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);

@@ -10,17 +10,17 @@
 #include "size.p4"
 
 /* The value store: read by DcCache (hits), written by DcCoherence. */
-register<bit<48>>(CACHE_SLOTS) cache_valid;        /* tag (epoch ++ version) of the valid entry; 0 = invalid */
-register<bit<16>>(CACHE_SLOTS) cache_vlen;
-register<bit<128>>(CACHE_VALUE_CELLS) cache_value;  /* slot * MAX_CHUNKS + chunk */
+DC_REGISTER(bit<48>, CACHE_SLOTS) cache_valid;        /* tag (epoch ++ version) of the valid entry; 0 = invalid */
+DC_REGISTER(bit<16>, CACHE_SLOTS) cache_vlen;
+DC_REGISTER(bit<128>, CACHE_VALUE_CELLS) cache_value;  /* slot * MAX_CHUNKS + chunk */
 
 /* Loads of cache switches carried back in replies (client-rack leaf):
  * written by DcTelemetry, read by DcRouting.  Indexed by switch id. */
-register<bit<32>>(MAX_SWITCHES) peer_load;
-register<bit<32>>(MAX_SWITCHES) peer_load_epoch;
+DC_REGISTER(bit<32>, MAX_SWITCHES) peer_load;
+DC_REGISTER(bit<32>, MAX_SWITCHES) peer_load_epoch;
 
 /* Counted by every control: why packets were dropped, and what happened. */
-counter(N_DROP_REASONS, CounterType.packets) dc_drops;
-counter(N_STATS, CounterType.packets) dc_stats;
+DC_COUNTER(N_DROP_REASONS) dc_drops;
+DC_COUNTER(N_STATS) dc_stats;
 
 #endif

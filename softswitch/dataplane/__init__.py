@@ -17,7 +17,7 @@ include/control/detector.p4             detector.py
 include/control/telemetry.p4            telemetry.py
 include/control/routing.p4              routing.py
 include/control/forwarding.p4           forwarding.py
-distcache.p4                            ingress.py (DcIngress, and the Program)
+include/pipeline.p4                     ingress.py (DcIngress, and the Program)
 ======================================  =====================================
 
 Constants (include/define.p4, include/size.p4) come from distcache/ (wire.py,

@@ -1,4 +1,4 @@
-"""DcIngress (p4src/distcache.p4): the controls composed, and the program they declare.
+"""DcIngress (p4src/include/pipeline.p4): the controls composed, and the program they declare.
 
 v1model semantics kept on purpose: a parser error does not drop the packet
 but reaches ingress as ``parser_error``; metadata starts zeroed; egress is

@@ -4,8 +4,10 @@ A deliberately small reader for the subset of P4_16 our program uses: it
 expands ``#include`` and ``#define``, resolves typedefs, header and struct
 field widths, and collects the tables, actions, registers, counters and meters of a
 control block in the shape p4c puts into a P4Info (names qualified by the
-control's name; only actions that some table references are visible), and the
-digests: each ``digest<T>(...)`` call is a digest p4c names ``T``, whose fields
+control's name; only actions that some table references are visible; the externs
+as the shared controls declare them, through the macros of p4src/<arch>/arch.p4:
+``DC_REGISTER``, ``DC_COUNTER``, ``DC_METER``), and the
+digests: each ``DC_DIGEST(T, ...)`` call is a digest p4c names ``T``, whose fields
 are struct T's members; and the ``@controller_header("name")`` headers (P4Info
 ``controller_packet_metadata``: the header's fields, named by the annotation).  The
 parity test compares the result with softswitch's own declarations.
@@ -80,7 +82,7 @@ def _int(expr: str, defines: dict[str, str]) -> int:
 
 
 def parse(main: Path, control: str = "DcIngress") -> Decls:
-    raw = _strip_comments(_preprocess(main))
+    raw = re.sub(r"\\\n", " ", _strip_comments(_preprocess(main)))  # a macro's continued lines: one #define line
     defines = dict(re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+(\S.*?)[ \t]*$", raw, flags=re.M))
     text = "\n".join(ln for ln in raw.splitlines() if not ln.strip().startswith("#"))
     d = Decls()
@@ -139,21 +141,21 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
     collect(control, f"{control}.")
     for cname, htype in re.findall(r'@controller_header\(\s*"(\w+)"\s*\)\s*header\s+(\w+)', text):
         d.controller_headers[cname] = d.header_fields[htype]
-    for sname in re.findall(r"\bdigest\s*<\s*(\w+)\s*>\s*\(", text):  # v1model digest<T>(receiver, data)
+    for sname in re.findall(r"\bDC_DIGEST\s*\(\s*(\w+)\s*,", text):  # DC_DIGEST(T, receiver, data)
         if sname not in d.header_fields:
-            raise ValueError(f"digest<{sname}>: no struct {sname}")
+            raise ValueError(f"DC_DIGEST({sname}, ...): no struct {sname}")
         d.digests[sname] = d.header_fields[sname]
     return d
 
 
 def _externs(d: Decls, body: str, q: str, defines: dict[str, str]) -> None:
     """Registers, counters and meters instantiated in ``body`` (names prefixed with ``q``)."""
-    for w, size, name in re.findall(r"register<bit<(\w+)>>\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+    for w, size, name in re.findall(r"\bDC_REGISTER\s*\(\s*bit<(\w+)>\s*,([^)]+)\)\s*(\w+)\s*;", body):
         d.registers[q + name] = (_int(w, defines), _int(size, defines))
-    for size, unit, name in re.findall(r"\bcounter\s*\(([^,]+),\s*CounterType\.(\w+)\)\s*(\w+)\s*;", body):
-        d.counters[q + name] = (_int(size, defines), unit)
-    for size, unit, name in re.findall(r"\bmeter\s*\(([^,]+),\s*MeterType\.(\w+)\)\s*(\w+)\s*;", body):
-        d.meters[q + name] = (_int(size, defines), unit)
+    for size, name in re.findall(r"\bDC_COUNTER\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+        d.counters[q + name] = (_int(size, defines), "packets")
+    for size, name in re.findall(r"\bDC_METER\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+        d.meters[q + name] = (_int(size, defines), "packets")
 
 
 def _collect_control(

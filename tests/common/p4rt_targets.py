@@ -20,8 +20,8 @@ import grpc
 from finsy.proto import p4i, p4r
 from google.protobuf import text_format
 
+from harness.switch import P4_V1MODEL
 from tests.common.softswitch_helpers import (
-    REPO_ROOT,
     Client,
     error_details,
     free_tcp_port,
@@ -129,7 +129,7 @@ def softswitch_target() -> Iterator[Target]:
 
 
 def compile_p4src(out_dir: Path) -> tuple[p4i.P4Info, bytes]:
-    """p4c-bm2-ss on the repository's p4src/distcache.p4: (P4Info, BMv2 JSON)."""
+    """p4c-bm2-ss on the repository's p4src/v1model/distcache.p4: (P4Info, BMv2 JSON)."""
     json_path, info_path = out_dir / "distcache.json", out_dir / "distcache.p4info.txtpb"
     subprocess.run(
         [
@@ -142,7 +142,7 @@ def compile_p4src(out_dir: Path) -> tuple[p4i.P4Info, bytes]:
             str(json_path),
             "--p4runtime-files",
             str(info_path),
-            str(Path(REPO_ROOT) / "p4src" / "distcache.p4"),
+            str(P4_V1MODEL),
         ],
         check=True,
         capture_output=True,

@@ -17,12 +17,13 @@ from finsy.proto import p4i
 from google.protobuf import text_format
 
 from distcache import wire
+from harness.switch import P4_V1MODEL
 from softswitch.dataplane import PROGRAM
 from tests.common.p4decl import parse
 from tests.common.softswitch_helpers import DIGEST_PROGRAM, DIGEST_TEST_P4
 
 REPO = Path(__file__).resolve().parents[2]
-MAIN = REPO / "p4src" / "distcache.p4"
+MAIN = P4_V1MODEL
 KINDS = {
     p4i.MatchField.EXACT: "exact",
     p4i.MatchField.LPM: "lpm",
@@ -133,7 +134,7 @@ def test_p4c_p4info_matches_softswitch(tmp_path: Path) -> None:
 
 
 def test_digests_are_read_from_p4_source() -> None:
-    """The reader finds digest<T>(...) and T's members (p4src/ has none yet: the digest test program has one)."""
+    """The reader finds DC_DIGEST(T, ...) and T's members (p4src/ has none yet: the digest test program has one)."""
     d = parse(Path(DIGEST_TEST_P4), control="DtIngress")
     assert d.digests == {"hh_digest_t": [("key", 128), ("estimate", 16), ("switch_id", 8)]}
     assert shape(DIGEST_PROGRAM.p4info())["digests"] == d.digests

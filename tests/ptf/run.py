@@ -41,6 +41,7 @@ from harness.switch import (
     BMV2_SWITCH,
     DEVICE_ID,
     GRPC_ADDR,
+    P4_V1MODEL,
     TARGETS,
     SwitchProcess,
     SwitchSpec,
@@ -52,7 +53,7 @@ from harness.switch import CPU_PORT as CPU_PORT  # where the tests' packet-outs 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TEST_DIR = HERE / "tests"
-P4_SOURCE = REPO / "p4src" / "distcache.p4"
+P4_SOURCE = P4_V1MODEL
 
 # unittest at verbosity 2: "name ... ok" per test, then "Ran N tests in Xs" and "OK" / "FAILED (failures=1, ...)"
 RESULT_RE = re.compile(

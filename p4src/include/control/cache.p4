@@ -18,10 +18,10 @@
 
 control DcCache(inout headers_t hdr,
                 inout metadata_t meta,
-                inout standard_metadata_t standard_metadata) {
+                inout dc_io_t io) {
 
-    counter(CACHE_SLOTS, CounterType.packets) cache_hits;  /* per slot: the agent evicts the least hit */
-    meter(1, MeterType.packets) cache_meter;  /* reads answered from cache; unconfigured: no limit */
+    DC_COUNTER(CACHE_SLOTS) cache_hits;  /* per slot: the agent evicts the least hit */
+    DC_METER(1) cache_meter;  /* reads answered from cache; unconfigured: no limit */
 
     action cache_hit(bit<16> slot, bit<16> version) {
         meta.cache_hit = 1;
@@ -58,19 +58,19 @@ control DcCache(inout headers_t hdr,
         if (meta.op == OP_GET && (hdr.dc.target == meta.switch_id || spine_missed)) {
             bit<48> valid = 0;
             if (meta.cache_hit == 1) {
-                cache_valid.read(valid, (bit<32>)meta.slot);
+                DC_READ(cache_valid, valid, (bit<32>)meta.slot);
             }
-            bit<2> color = V1MODEL_METER_COLOR_GREEN;
+            bool red = false;
             if (meta.cache_hit == 1 && valid != 0 && valid == tag) {
-                cache_meter.execute_meter<bit<2>>(0, color);
-                if (color == V1MODEL_METER_COLOR_RED) {
+                DC_METER_RED(cache_meter, 0, red);
+                if (red) {
                     dc_stats.count(STAT_HIT_METERED);
                 }
             }
-            if (meta.cache_hit == 1 && valid != 0 && valid == tag && color != V1MODEL_METER_COLOR_RED) {
+            if (meta.cache_hit == 1 && valid != 0 && valid == tag && !red) {
                 /* ---- hit: the request becomes the reply ---- */
                 bit<16> vlen;
-                cache_vlen.read(vlen, (bit<32>)meta.slot);
+                DC_READ(cache_vlen, vlen, (bit<32>)meta.slot);
                 bit<8> n = (bit<8>)((vlen + 15) >> 4);
                 bit<32> base = (bit<32>)meta.slot * MAX_CHUNKS;
                 hdr.dc.op = OP_GET_REPLY;
@@ -83,14 +83,14 @@ control DcCache(inout headers_t hdr,
                 hdr.vals[2].setInvalid(); hdr.vals[3].setInvalid();
                 hdr.vals[4].setInvalid(); hdr.vals[5].setInvalid();
                 hdr.vals[6].setInvalid(); hdr.vals[7].setInvalid();
-                if (n > 0) { hdr.vals[0].setValid(); cache_value.read(hdr.vals[0].chunk, base + 0); }
-                if (n > 1) { hdr.vals[1].setValid(); cache_value.read(hdr.vals[1].chunk, base + 1); }
-                if (n > 2) { hdr.vals[2].setValid(); cache_value.read(hdr.vals[2].chunk, base + 2); }
-                if (n > 3) { hdr.vals[3].setValid(); cache_value.read(hdr.vals[3].chunk, base + 3); }
-                if (n > 4) { hdr.vals[4].setValid(); cache_value.read(hdr.vals[4].chunk, base + 4); }
-                if (n > 5) { hdr.vals[5].setValid(); cache_value.read(hdr.vals[5].chunk, base + 5); }
-                if (n > 6) { hdr.vals[6].setValid(); cache_value.read(hdr.vals[6].chunk, base + 6); }
-                if (n > 7) { hdr.vals[7].setValid(); cache_value.read(hdr.vals[7].chunk, base + 7); }
+                if (n > 0) { hdr.vals[0].setValid(); DC_READ(cache_value, hdr.vals[0].chunk, base + 0); }
+                if (n > 1) { hdr.vals[1].setValid(); DC_READ(cache_value, hdr.vals[1].chunk, base + 1); }
+                if (n > 2) { hdr.vals[2].setValid(); DC_READ(cache_value, hdr.vals[2].chunk, base + 2); }
+                if (n > 3) { hdr.vals[3].setValid(); DC_READ(cache_value, hdr.vals[3].chunk, base + 3); }
+                if (n > 4) { hdr.vals[4].setValid(); DC_READ(cache_value, hdr.vals[4].chunk, base + 4); }
+                if (n > 5) { hdr.vals[5].setValid(); DC_READ(cache_value, hdr.vals[5].chunk, base + 5); }
+                if (n > 6) { hdr.vals[6].setValid(); DC_READ(cache_value, hdr.vals[6].chunk, base + 6); }
+                if (n > 7) { hdr.vals[7].setValid(); DC_READ(cache_value, hdr.vals[7].chunk, base + 7); }
                 hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
                 hdr.ipv4.totalLen = 20 + hdr.udp.length;
                 dc_reflect(hdr);

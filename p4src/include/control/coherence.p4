@@ -28,9 +28,9 @@
 
 control DcCoherence(inout headers_t hdr,
                     inout metadata_t meta,
-                    inout standard_metadata_t standard_metadata) {
+                    inout dc_io_t io) {
 
-    register<bit<81>>(CACHE_SLOTS) cache_inval;  /* tag ++ armed ++ seq of the newest INVALIDATE of the entry */
+    DC_REGISTER(bit<81>, CACHE_SLOTS) cache_inval;  /* tag ++ armed ++ seq of the newest INVALIDATE of the entry */
 
     apply {
         bit<8> op = meta.op;
@@ -39,35 +39,35 @@ control DcCoherence(inout headers_t hdr,
                 bit<32> slot = (bit<32>)meta.slot;
                 bit<48> tag = meta.cache_epoch ++ meta.version;
                 bit<81> last;
-                cache_inval.read(last, slot);
+                DC_READ(cache_inval, last, slot);
                 bool same_tenure = last[80:33] == tag;
                 bool armed = last[32:32] == 1;
                 bit<32> last_seq = last[31:0];
                 if (op == OP_INVALIDATE) {
-                    cache_valid.write(slot, 0);
+                    DC_WRITE(cache_valid, slot, 0);
                     bit<32> ahead = hdr.dc.seq - last_seq;  /* seq >= last_seq in serial arithmetic */
                     bool own_populate = (hdr.dc.flags & FLAG_POPULATE) != 0 && hdr.dc.target == meta.switch_id
                                         && hdr.dc.spine_load == meta.cache_epoch
                                         && hdr.dc.leaf_load == (bit<32>)meta.version;
                     if (!same_tenure || ahead[31:31] == 0) {
                         bit<1> arm = (own_populate || (same_tenure && armed)) ? 1w1 : 1w0;
-                        cache_inval.write(slot, tag ++ arm ++ hdr.dc.seq);
+                        DC_WRITE(cache_inval, slot, tag ++ arm ++ hdr.dc.seq);
                         dc_stats.count(STAT_INVALIDATE);
                     } else {
                         dc_stats.count(STAT_INVALIDATE_STALE);
                     }
                 } else if (same_tenure && armed && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
                     bit<32> base = slot * MAX_CHUNKS;
-                    cache_vlen.write(slot, hdr.dc.vlen);
-                    if (hdr.vals[0].isValid()) { cache_value.write(base + 0, hdr.vals[0].chunk); }
-                    if (hdr.vals[1].isValid()) { cache_value.write(base + 1, hdr.vals[1].chunk); }
-                    if (hdr.vals[2].isValid()) { cache_value.write(base + 2, hdr.vals[2].chunk); }
-                    if (hdr.vals[3].isValid()) { cache_value.write(base + 3, hdr.vals[3].chunk); }
-                    if (hdr.vals[4].isValid()) { cache_value.write(base + 4, hdr.vals[4].chunk); }
-                    if (hdr.vals[5].isValid()) { cache_value.write(base + 5, hdr.vals[5].chunk); }
-                    if (hdr.vals[6].isValid()) { cache_value.write(base + 6, hdr.vals[6].chunk); }
-                    if (hdr.vals[7].isValid()) { cache_value.write(base + 7, hdr.vals[7].chunk); }
-                    cache_valid.write(slot, tag);
+                    DC_WRITE(cache_vlen, slot, hdr.dc.vlen);
+                    if (hdr.vals[0].isValid()) { DC_WRITE(cache_value, base + 0, hdr.vals[0].chunk); }
+                    if (hdr.vals[1].isValid()) { DC_WRITE(cache_value, base + 1, hdr.vals[1].chunk); }
+                    if (hdr.vals[2].isValid()) { DC_WRITE(cache_value, base + 2, hdr.vals[2].chunk); }
+                    if (hdr.vals[3].isValid()) { DC_WRITE(cache_value, base + 3, hdr.vals[3].chunk); }
+                    if (hdr.vals[4].isValid()) { DC_WRITE(cache_value, base + 4, hdr.vals[4].chunk); }
+                    if (hdr.vals[5].isValid()) { DC_WRITE(cache_value, base + 5, hdr.vals[5].chunk); }
+                    if (hdr.vals[6].isValid()) { DC_WRITE(cache_value, base + 6, hdr.vals[6].chunk); }
+                    if (hdr.vals[7].isValid()) { DC_WRITE(cache_value, base + 7, hdr.vals[7].chunk); }
+                    DC_WRITE(cache_valid, slot, tag);
                     dc_stats.count(STAT_UPDATE);
                 } else {
                     dc_stats.count(STAT_UPDATE_STALE);

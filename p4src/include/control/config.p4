@@ -8,7 +8,7 @@
 
 control DcConfig(inout headers_t hdr,
                  inout metadata_t meta,
-                 inout standard_metadata_t standard_metadata) {
+                 inout dc_io_t io) {
 
     action set_config(bit<8> switch_id, bit<8> role, bit<8> mechanism) {
         meta.switch_id = switch_id;
@@ -27,7 +27,7 @@ control DcConfig(inout headers_t hdr,
     }
 
     table port_kind {
-        key = { standard_metadata.ingress_port: exact @name("ingress_port"); }
+        key = { io.ingress_port: exact @name("ingress_port"); }
         actions = { set_port_kind; NoAction; }
         default_action = NoAction();
         size = MAX_PORTS;
@@ -47,7 +47,7 @@ control DcConfig(inout headers_t hdr,
         switch_config.apply();
         port_kind.apply();
         load_window.apply();
-        meta.epoch = (bit<32>)(standard_metadata.ingress_global_timestamp >> meta.window_shift);
+        meta.epoch = (bit<32>)(io.now >> meta.window_shift);
     }
 }
 

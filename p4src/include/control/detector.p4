@@ -20,15 +20,15 @@
 
 control DcDetector(inout headers_t hdr,
                    inout metadata_t meta,
-                   inout standard_metadata_t standard_metadata) {
+                   inout dc_io_t io) {
 
-    register<bit<32>>(HH_CM_WIDTH) hh_cm0;  /* window(16) ++ count(16) */
-    register<bit<32>>(HH_CM_WIDTH) hh_cm1;
-    register<bit<32>>(HH_CM_WIDTH) hh_cm2;
-    register<bit<32>>(HH_CM_WIDTH) hh_cm3;
-    register<bit<16>>(HH_BLOOM_WIDTH) hh_bloom0;  /* window + 1 it was set in */
-    register<bit<16>>(HH_BLOOM_WIDTH) hh_bloom1;
-    register<bit<16>>(HH_BLOOM_WIDTH) hh_bloom2;
+    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm0;  /* window(16) ++ count(16) */
+    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm1;
+    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm2;
+    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm3;
+    DC_REGISTER(bit<16>, HH_BLOOM_WIDTH) hh_bloom0;  /* window + 1 it was set in */
+    DC_REGISTER(bit<16>, HH_BLOOM_WIDTH) hh_bloom1;
+    DC_REGISTER(bit<16>, HH_BLOOM_WIDTH) hh_bloom2;
 
     action set_detector(bit<16> threshold, bit<8> window_shift) {
         meta.hh_threshold = threshold;
@@ -62,7 +62,7 @@ control DcDetector(inout headers_t hdr,
     apply {
         if (meta.op == OP_GET && meta.cache_hit == 0) {
             if (meta.role == ROLE_SPINE) {
-                hash(meta.bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+                DC_CRC32(meta.bucket, SPINE_BUCKETS, { hdr.dc.key });
                 hh_buckets.apply();
             } else {
                 hh_racks.apply();
@@ -70,14 +70,14 @@ control DcDetector(inout headers_t hdr,
         }
         if (meta.hh_designated == 1) {
             detector_config.apply();
-            bit<16> window = (bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift);
+            bit<16> window = (bit<16>)(io.now >> meta.hh_window_shift);
             bit<32> i0; bit<32> i1; bit<32> i2; bit<32> i3;
-            hash(i0, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w1 }, (bit<32>)HH_CM_WIDTH);
-            hash(i1, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w2 }, (bit<32>)HH_CM_WIDTH);
-            hash(i2, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w3 }, (bit<32>)HH_CM_WIDTH);
-            hash(i3, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w4 }, (bit<32>)HH_CM_WIDTH);
+            DC_CRC32(i0, HH_CM_WIDTH, { hdr.dc.key, 8w1 });
+            DC_CRC32(i1, HH_CM_WIDTH, { hdr.dc.key, 8w2 });
+            DC_CRC32(i2, HH_CM_WIDTH, { hdr.dc.key, 8w3 });
+            DC_CRC32(i3, HH_CM_WIDTH, { hdr.dc.key, 8w4 });
             bit<32> c0; bit<32> c1; bit<32> c2; bit<32> c3;
-            hh_cm0.read(c0, i0); hh_cm1.read(c1, i1); hh_cm2.read(c2, i2); hh_cm3.read(c3, i3);
+            DC_READ(hh_cm0, c0, i0); DC_READ(hh_cm1, c1, i1); DC_READ(hh_cm2, c2, i2); DC_READ(hh_cm3, c3, i3);
             bit<16> n0 = 0; bit<16> n1 = 0; bit<16> n2 = 0; bit<16> n3 = 0;
             if (c0[31:16] == window) { n0 = c0[15:0]; }
             if (c1[31:16] == window) { n1 = c1[15:0]; }
@@ -87,8 +87,8 @@ control DcDetector(inout headers_t hdr,
             if (n1 != 0xFFFF) { n1 = n1 + 1; }
             if (n2 != 0xFFFF) { n2 = n2 + 1; }
             if (n3 != 0xFFFF) { n3 = n3 + 1; }
-            hh_cm0.write(i0, window ++ n0); hh_cm1.write(i1, window ++ n1);
-            hh_cm2.write(i2, window ++ n2); hh_cm3.write(i3, window ++ n3);
+            DC_WRITE(hh_cm0, i0, window ++ n0); DC_WRITE(hh_cm1, i1, window ++ n1);
+            DC_WRITE(hh_cm2, i2, window ++ n2); DC_WRITE(hh_cm3, i3, window ++ n3);
             bit<16> estimate = n0;
             if (n1 < estimate) { estimate = n1; }
             if (n2 < estimate) { estimate = n2; }
@@ -96,17 +96,17 @@ control DcDetector(inout headers_t hdr,
             dc_stats.count(STAT_HH_COUNTED);
             if (estimate >= meta.hh_threshold) {
                 bit<32> b0; bit<32> b1; bit<32> b2;
-                hash(b0, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w5 }, (bit<32>)HH_BLOOM_WIDTH);
-                hash(b1, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w6 }, (bit<32>)HH_BLOOM_WIDTH);
-                hash(b2, HashAlgorithm.crc32, (bit<32>)0, { hdr.dc.key, 8w7 }, (bit<32>)HH_BLOOM_WIDTH);
+                DC_CRC32(b0, HH_BLOOM_WIDTH, { hdr.dc.key, 8w5 });
+                DC_CRC32(b1, HH_BLOOM_WIDTH, { hdr.dc.key, 8w6 });
+                DC_CRC32(b2, HH_BLOOM_WIDTH, { hdr.dc.key, 8w7 });
                 bit<16> s0; bit<16> s1; bit<16> s2;
-                hh_bloom0.read(s0, b0); hh_bloom1.read(s1, b1); hh_bloom2.read(s2, b2);
+                DC_READ(hh_bloom0, s0, b0); DC_READ(hh_bloom1, s1, b1); DC_READ(hh_bloom2, s2, b2);
                 bit<16> tag = window + 1;
                 if (s0 != tag || s1 != tag || s2 != tag) {
-                    hh_bloom0.write(b0, tag); hh_bloom1.write(b1, tag); hh_bloom2.write(b2, tag);
-                    bit<48> now = standard_metadata.ingress_global_timestamp;
+                    DC_WRITE(hh_bloom0, b0, tag); DC_WRITE(hh_bloom1, b1, tag); DC_WRITE(hh_bloom2, b2, tag);
+                    bit<48> now = io.now;
                     bit<48> elapsed = now - ((now >> meta.hh_window_shift) << meta.hh_window_shift);
-                    digest<hh_digest_t>(DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id, elapsed });
+                    DC_DIGEST(hh_digest_t, DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id, elapsed });
                     dc_stats.count(STAT_HH_REPORTED);
                 }
             }

@@ -21,7 +21,7 @@
 
 control DcForwarding(inout headers_t hdr,
                      inout metadata_t meta,
-                     inout standard_metadata_t standard_metadata) {
+                     inout dc_io_t io) {
 
     action set_nhop(bit<48> dmac, bit<9> port) {
         meta.routed = 1;
@@ -69,7 +69,7 @@ control DcForwarding(inout headers_t hdr,
         if (meta.transit == 1) {
             bit<16> bucket = 0;
             if (hdr.dc.isValid()) {
-                hash(bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+                DC_CRC32(bucket, SPINE_BUCKETS, { hdr.dc.key });
                 if (meta.port_kind == PORT_CLIENT) {
                     bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);
                 }
@@ -77,7 +77,7 @@ control DcForwarding(inout headers_t hdr,
             meta.transit_slot = (bit<8>)(bucket & (TRANSIT_SLOTS - 1));
             transit_spine.apply();
             if (meta.routed == 1 && meta.transit_id != 0 && meta.alt_id != 0) {
-                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<48> now = io.now;
                 bit<1> dead;
                 spine_excluded(meta.transit_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
                 if (dead == 1) {
@@ -96,18 +96,18 @@ control DcForwarding(inout headers_t hdr,
          * never leaves by the port it came in by: a spine would hand a leaf's packet for its own rack
          * straight back to it. */
         bool answered = hdr.dc.isValid() && hdr.dc.op != meta.op;
-        if (meta.routed == 1 && meta.nhop_port == standard_metadata.ingress_port && !answered) {
+        if (meta.routed == 1 && meta.nhop_port == io.ingress_port && !answered) {
             dc_drops.count(DROP_LOOP);
-            mark_to_drop(standard_metadata);
+            io.drop = 1;
         } else if (meta.routed == 1) {
-            standard_metadata.egress_spec = meta.nhop_port;
+            io.egress_port = meta.nhop_port;
             hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
             hdr.ethernet.dstAddr = meta.nhop_dmac;
             /* never wraps: DcValidation passes only TTL >= 2, and an answer starts again from 64 */
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
         } else {
             dc_drops.count(DROP_NO_ROUTE);
-            mark_to_drop(standard_metadata);
+            io.drop = 1;
         }
     }
 }

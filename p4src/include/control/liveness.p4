@@ -77,20 +77,20 @@
 #ifndef DC_LIVENESS_P4
 #define DC_LIVENESS_P4
 
-register<bit<48>>(LIVENESS_SPINES) spine_heard;
-register<bit<48>>(LIVENESS_SPINES) spine_asked;
-register<bit<48>>(LIVENESS_SPINES) spine_hold;
-register<bit<32>>(LIVENESS_SPINES) spine_gap;     /* smoothed wait for an answer, us x 8 */
-register<bit<32>>(LIVENESS_SPINES) spine_gapvar;  /* its mean deviation, us x 4 */
-register<bit<32>>(LIVENESS_SPINES) spine_peak;    /* the longest recent wait, us */
-register<bit<48>>(LIVENESS_SPINES) spine_peak_at; /* when it ended */
+DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_heard;
+DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_asked;
+DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_hold;
+DC_REGISTER(bit<32>, LIVENESS_SPINES) spine_gap;     /* smoothed wait for an answer, us x 8 */
+DC_REGISTER(bit<32>, LIVENESS_SPINES) spine_gapvar;  /* its mean deviation, us x 4 */
+DC_REGISTER(bit<32>, LIVENESS_SPINES) spine_peak;    /* the longest recent wait, us */
+DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_peak_at; /* when it ended */
 
 /* spine_peak of `spine` as it stands at time `at`: less 1 us per 2^shift us since it was set */
 @hidden action spine_peak_now(in bit<8> spine, in bit<48> at, in bit<8> shift, out bit<32> peak) {
     bit<32> p;
     bit<48> p_at;
-    spine_peak.read(p, (bit<32>)spine);
-    spine_peak_at.read(p_at, (bit<32>)spine);
+    DC_READ(spine_peak, p, (bit<32>)spine);
+    DC_READ(spine_peak_at, p_at, (bit<32>)spine);
     bit<48> lost = at > p_at ? (at - p_at) >> shift : 0;
     peak = lost >= (bit<48>)p ? 0 : p - (bit<32>)lost;
 }
@@ -101,8 +101,8 @@ register<bit<48>>(LIVENESS_SPINES) spine_peak_at; /* when it ended */
     bit<32> gap8;
     bit<32> var4;
     bit<32> peak;
-    spine_gap.read(gap8, (bit<32>)spine);
-    spine_gapvar.read(var4, (bit<32>)spine);
+    DC_READ(spine_gap, gap8, (bit<32>)spine);
+    DC_READ(spine_gapvar, var4, (bit<32>)spine);
     spine_peak_now(spine, asked, peak_shift, peak);
     bit<32> rto = (gap8 >> 3) + var4;
     bit<32> margin = peak >> 1;
@@ -120,16 +120,16 @@ register<bit<48>>(LIVENESS_SPINES) spine_peak_at; /* when it ended */
     bit<48> asked;
     bit<48> hold;
     bit<48> threshold;
-    spine_heard.read(heard, (bit<32>)spine);
-    spine_asked.read(asked, (bit<32>)spine);
-    spine_hold.read(hold, (bit<32>)spine);
+    DC_READ(spine_heard, heard, (bit<32>)spine);
+    DC_READ(spine_asked, asked, (bit<32>)spine);
+    DC_READ(spine_hold, hold, (bit<32>)spine);
     spine_threshold(spine, asked, dead_after, dead_max, peak_shift, threshold);
     excluded = ((asked > heard && now > asked + threshold) || heard < hold) ? 1w1 : 1w0;
 }
 
 control DcLiveness(inout headers_t hdr,
                    inout metadata_t meta,
-                   inout standard_metadata_t standard_metadata) {
+                   inout dc_io_t io) {
 
     action set_port_spine(bit<8> spine_id) {
         meta.from_spine = spine_id;
@@ -137,13 +137,13 @@ control DcLiveness(inout headers_t hdr,
 
     /* a leaf's ports to the spines */
     table port_spine {
-        key = { standard_metadata.ingress_port: exact @name("ingress_port"); }
+        key = { io.ingress_port: exact @name("ingress_port"); }
         actions = { set_port_spine; NoAction; }
         default_action = NoAction();
         size = MAX_PORTS;
     }
 
-    counter(LIVENESS_SPINES, CounterType.packets) spine_deaths;  /* deaths that ended, per spine */
+    DC_COUNTER(LIVENESS_SPINES) spine_deaths;  /* deaths that ended, per spine */
 
     action set_liveness(bit<32> dead_after, bit<32> dead_after_max, bit<32> hold, bit<8> peak_decay_shift) {
         meta.dead_after = dead_after;
@@ -165,46 +165,45 @@ control DcLiveness(inout headers_t hdr,
             liveness_config.apply();
             if (port_spine.apply().hit && meta.from_spine != 0) {
                 bit<32> s = (bit<32>)meta.from_spine;
-                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<48> now = io.now;
                 bit<48> heard;
                 bit<48> asked;
                 bit<48> threshold;
-                spine_heard.read(heard, s);
-                spine_asked.read(asked, s);
+                DC_READ(spine_heard, heard, s);
+                DC_READ(spine_asked, asked, s);
                 if (asked > heard && now > asked) {  /* a wait ends (only then is the threshold needed) */
                     spine_threshold(meta.from_spine, asked, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift,
                                     threshold);
                     bit<48> waited = now - asked;
                     if (waited > threshold) {
                         /* it was dead until now: held until hold time after it was found dead */
-                        spine_hold.write(s, asked + threshold + (bit<48>)meta.hold);
+                        DC_WRITE(spine_hold, s, asked + threshold + (bit<48>)meta.hold);
                         spine_deaths.count(s);
                         if (meta.role == ROLE_CLIENT_LEAF) {
                             bit<48> detect = asked + threshold - heard;
                             bit<48> silent = now - heard;
-                            digest<spine_death_t>(DIGEST_SPINE_DEATH,
-                                { meta.switch_id, meta.from_spine, (bit<32>)detect, (bit<32>)silent });
+                            DC_DIGEST(spine_death_t, DIGEST_SPINE_DEATH, { meta.switch_id, meta.from_spine, (bit<32>)detect, (bit<32>)silent });
                         }
                     }
                     /* the wait is a sample of how fast s answers */
                     bit<32> w = waited > (bit<48>)meta.dead_after_max ? meta.dead_after_max : (bit<32>)waited;
                     bit<32> gap8;
                     bit<32> var4;
-                    spine_gap.read(gap8, s);
-                    spine_gapvar.read(var4, s);
+                    DC_READ(spine_gap, gap8, s);
+                    DC_READ(spine_gapvar, var4, s);
                     bit<32> smoothed = gap8 >> 3;
                     bit<32> dev = w > smoothed ? w - smoothed : smoothed - w;
-                    spine_gap.write(s, gap8 - smoothed + w);
-                    spine_gapvar.write(s, var4 - (var4 >> 2) + dev);
+                    DC_WRITE(spine_gap, s, gap8 - smoothed + w);
+                    DC_WRITE(spine_gapvar, s, var4 - (var4 >> 2) + dev);
                     /* and, unless it was a death of dead_after_max or more, of the recent peak */
                     bit<32> peak;
                     spine_peak_now(meta.from_spine, now, meta.peak_decay_shift, peak);
                     if (waited < (bit<48>)meta.dead_after_max && (bit<32>)waited >= peak) {
-                        spine_peak.write(s, (bit<32>)waited);
-                        spine_peak_at.write(s, now);
+                        DC_WRITE(spine_peak, s, (bit<32>)waited);
+                        DC_WRITE(spine_peak_at, s, now);
                     }
                 }
-                spine_heard.write(s, now > heard ? now : heard);
+                DC_WRITE(spine_heard, s, now > heard ? now : heard);
             }
         }
     }

@@ -21,10 +21,10 @@
 
 control DcProbe(inout headers_t hdr,
                 inout metadata_t meta,
-                inout standard_metadata_t standard_metadata) {
+                inout dc_io_t io) {
 
-    counter(LIVENESS_SPINES, CounterType.packets) probes_sent;      /* a leaf's probes, per spine */
-    counter(LIVENESS_SPINES, CounterType.packets) probes_answered;  /* their replies, per spine */
+    DC_COUNTER(LIVENESS_SPINES) probes_sent;      /* a leaf's probes, per spine */
+    DC_COUNTER(LIVENESS_SPINES) probes_answered;  /* their replies, per spine */
 
     apply {
         if (meta.op == OP_PROBE && hdr.packet_out.isValid()) {
@@ -34,10 +34,10 @@ control DcProbe(inout headers_t hdr,
             hdr.dc.target = spine;
             bit<48> heard;
             bit<48> asked;
-            spine_heard.read(heard, (bit<32>)spine);
-            spine_asked.read(asked, (bit<32>)spine);
+            DC_READ(spine_heard, heard, (bit<32>)spine);
+            DC_READ(spine_asked, asked, (bit<32>)spine);
             if (asked <= heard) {
-                spine_asked.write((bit<32>)spine, standard_metadata.ingress_global_timestamp);
+                DC_WRITE(spine_asked, (bit<32>)spine, io.now);
             }
             probes_sent.count((bit<32>)spine);
         } else if (meta.op == OP_PROBE) {
@@ -46,14 +46,14 @@ control DcProbe(inout headers_t hdr,
             hdr.dc.spine_id = meta.switch_id;
             dc_reflect(hdr);
             meta.routed = 1;
-            meta.nhop_port = standard_metadata.ingress_port;
+            meta.nhop_port = io.ingress_port;
             meta.nhop_dmac = hdr.ethernet.srcAddr;
             dc_stats.count(STAT_PROBE_REFLECTED);
         } else if (meta.op == OP_PROBE_REPLY) {
             /* a leaf: a spine's answer */
             probes_answered.count((bit<32>)meta.from_spine);
             meta.consumed = 1;
-            mark_to_drop(standard_metadata);
+            io.drop = 1;
         }
     }
 }

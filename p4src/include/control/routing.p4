@@ -38,7 +38,7 @@
 
 control DcRouting(inout headers_t hdr,
                   inout metadata_t meta,
-                  inout standard_metadata_t standard_metadata) {
+                  inout dc_io_t io) {
 
     action set_spine_candidate(bit<8> spine_id) {
         meta.spine_cand = spine_id;
@@ -108,7 +108,7 @@ control DcRouting(inout headers_t hdr,
                 replicated_keys.apply();
             }
             if (meta.mechanism != MECH_NOCACHE) {
-                hash(meta.bucket, HashAlgorithm.crc32, (bit<16>)0, { hdr.dc.key }, (bit<32>)SPINE_BUCKETS);
+                DC_CRC32(meta.bucket, SPINE_BUCKETS, { hdr.dc.key });
             }
             if (meta.replicated == 1) {
                 bit<16> spread = meta.bucket + hdr.dc.seq[15:0] + (bit<16>)attempt;
@@ -122,7 +122,7 @@ control DcRouting(inout headers_t hdr,
                 storage_rack.apply();
             }
             if (meta.spine_cand != 0) {
-                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<48> now = io.now;
                 bit<1> dead;
                 spine_excluded(meta.spine_cand, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
                 if (dead == 1) {
@@ -142,12 +142,12 @@ control DcRouting(inout headers_t hdr,
             bit<32> leaf_load = 0;
             bit<32> e;
             if (meta.spine_cand != 0) {
-                peer_load_epoch.read(e, (bit<32>)meta.spine_cand);
-                if (meta.epoch - e <= 1) { peer_load.read(spine_load, (bit<32>)meta.spine_cand); }
+                DC_READ(peer_load_epoch, e, (bit<32>)meta.spine_cand);
+                if (meta.epoch - e <= 1) { DC_READ(peer_load, spine_load, (bit<32>)meta.spine_cand); }
             }
             if (meta.leaf_cand != 0) {
-                peer_load_epoch.read(e, (bit<32>)meta.leaf_cand);
-                if (meta.epoch - e <= 1) { peer_load.read(leaf_load, (bit<32>)meta.leaf_cand); }
+                DC_READ(peer_load_epoch, e, (bit<32>)meta.leaf_cand);
+                if (meta.epoch - e <= 1) { DC_READ(peer_load, leaf_load, (bit<32>)meta.leaf_cand); }
             }
             bit<8> chosen = 0;  /* the power of two choices' pick */
             bit<8> other = 0;  /* the candidate it did not pick, if there are two */

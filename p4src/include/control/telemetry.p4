@@ -16,10 +16,10 @@
 
 control DcTelemetry(inout headers_t hdr,
                     inout metadata_t meta,
-                    inout standard_metadata_t standard_metadata) {
+                    inout dc_io_t io) {
 
-    register<bit<32>>(1) load_count;  /* reads targeted here in window load_epoch */
-    register<bit<32>>(1) load_epoch;
+    DC_REGISTER(bit<32>, 1) load_count;  /* reads targeted here in window load_epoch */
+    DC_REGISTER(bit<32>, 1) load_epoch;
 
     apply {
         bool reply = hdr.dc.op == OP_GET_REPLY || hdr.dc.op == OP_PUT_REPLY || hdr.dc.op == OP_DELETE_REPLY;
@@ -29,16 +29,16 @@ control DcTelemetry(inout headers_t hdr,
             if (targeted_read || reply) {
                 bit<32> epoch;
                 bit<32> count;
-                load_epoch.read(epoch, 0);
-                load_count.read(count, 0);
+                DC_READ(load_epoch, epoch, 0);
+                DC_READ(load_count, count, 0);
                 if (epoch != meta.epoch) {
                     count = 0;  /* a new window starts at 0 */
-                    load_epoch.write(0, meta.epoch);
+                    DC_WRITE(load_epoch, 0, meta.epoch);
                 }
                 if (targeted_read) {
                     count = count + 1;
                 }
-                load_count.write(0, count);
+                DC_WRITE(load_count, 0, count);
                 meta.load = count;
             }
             if (reply) {
@@ -71,12 +71,12 @@ control DcTelemetry(inout headers_t hdr,
                 hdr.dc.leaf_load = 0;
             } else if (reply && meta.port_kind == PORT_FABRIC) {
                 if (hdr.dc.spine_id != 0) {
-                    peer_load.write((bit<32>)hdr.dc.spine_id, hdr.dc.spine_load);
-                    peer_load_epoch.write((bit<32>)hdr.dc.spine_id, meta.epoch);
+                    DC_WRITE(peer_load, (bit<32>)hdr.dc.spine_id, hdr.dc.spine_load);
+                    DC_WRITE(peer_load_epoch, (bit<32>)hdr.dc.spine_id, meta.epoch);
                 }
                 if (hdr.dc.leaf_id != 0) {
-                    peer_load.write((bit<32>)hdr.dc.leaf_id, hdr.dc.leaf_load);
-                    peer_load_epoch.write((bit<32>)hdr.dc.leaf_id, meta.epoch);
+                    DC_WRITE(peer_load, (bit<32>)hdr.dc.leaf_id, hdr.dc.leaf_load);
+                    DC_WRITE(peer_load_epoch, (bit<32>)hdr.dc.leaf_id, meta.epoch);
                 }
                 dc_stats.count(STAT_LOAD_RECORDED);
             }

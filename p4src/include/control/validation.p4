@@ -28,7 +28,7 @@
 
 control DcValidation(inout headers_t hdr,
                      inout metadata_t meta,
-                     inout standard_metadata_t standard_metadata) {
+                     inout dc_io_t io) {
 
     bit<32> reason = 0;
 
@@ -36,7 +36,7 @@ control DcValidation(inout headers_t hdr,
 
     table client_source {
         key = {
-            standard_metadata.ingress_port: exact @name("ingress_port");
+            io.ingress_port: exact @name("ingress_port");
             hdr.ipv4.srcAddr: lpm @name("ipv4_src");
         }
         actions = { source_ok; NoAction; }
@@ -58,13 +58,13 @@ control DcValidation(inout headers_t hdr,
         bool from_cpu = hdr.packet_out.isValid();  /* the controller's packet-out */
         bool leaf = meta.role == ROLE_STORAGE_LEAF || meta.role == ROLE_CLIENT_LEAF;
         meta.dropped = 1;
-        if (standard_metadata.parser_error == error.PacketTooShort) {
+        if (io.parser_error == error.PacketTooShort) {
             reason = DROP_TRUNCATED;
-        } else if (standard_metadata.parser_error == error.DcBadVersion) {
+        } else if (io.parser_error == error.DcBadVersion) {
             reason = DROP_BAD_VERSION;
-        } else if (standard_metadata.parser_error == error.DcBadChunks) {
+        } else if (io.parser_error == error.DcBadChunks) {
             reason = DROP_BAD_CHUNKS;
-        } else if (standard_metadata.parser_error != error.NoError) {
+        } else if (io.parser_error != error.NoError) {
             reason = DROP_PARSER_OTHER;
         } else if (!hdr.ipv4.isValid()) {
             reason = DROP_NOT_IPV4;
@@ -121,7 +121,7 @@ control DcValidation(inout headers_t hdr,
         }
         if (meta.dropped == 1) {
             dc_drops.count(reason);
-            mark_to_drop(standard_metadata);
+            io.drop = 1;
         }
     }
 }

@@ -5,8 +5,7 @@
 //
 // Frame: Ethernet (EtherType 0x88B5) | key: 16 bytes | estimate: 2 bytes.
 // Digest: {key, estimate, switch_id = 7}.  Every frame is dropped.
-#include <core.p4>
-#include <v1model.p4>
+#include "../../../p4src/v1model/arch.p4"  /* DC_DIGEST: the shared controls' spelling */
 
 #define SWITCH_ID 7
 
@@ -30,7 +29,7 @@ control DtDetector(inout headers_t hdr, inout meta_t meta) {
     apply {
         if (hdr.probe.isValid()) {
             bit<16> estimate = hdr.probe.estimate;
-            digest<hh_digest_t>((bit<32>)1, {hdr.probe.key, estimate, meta.switch_id});
+            DC_DIGEST(hh_digest_t, (bit<32>)1, {hdr.probe.key, estimate, meta.switch_id});
         }
     }
 }

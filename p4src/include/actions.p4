@@ -13,4 +13,19 @@
     hdr.ipv4.ttl = 64;
 }
 
+/* x >> s and x << s for a shift s set at run time (a window, a decay).  p4c-ebpf takes a shift amount
+ * of at most 5 bits (up to 31), so the shift is cut in two: 32 when bit 5 of s is set, then s's low five
+ * bits; s >= 64 gives 0.  The same value as x >> s (x << s) for every s on every target. */
+@hidden action dc_shr48(in bit<48> x, in bit<8> s, out bit<48> y) {
+    bit<48> t = s[5:5] == 1 ? x >> 32 : x;
+    t = t >> (bit<5>)s[4:0];
+    y = s[7:6] == 0 ? t : 0;
+}
+
+@hidden action dc_shl48(in bit<48> x, in bit<8> s, out bit<48> y) {
+    bit<48> t = s[5:5] == 1 ? x << 32 : x;
+    t = t << (bit<5>)s[4:0];
+    y = s[7:6] == 0 ? t : 0;
+}
+
 #endif

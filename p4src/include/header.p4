@@ -40,9 +40,10 @@ header ipv4_t {
     ip4_t   dstAddr;
 }
 
-/* IPv4 options: up to 40 bytes (ihl up to 15). */
-header ipv4_options_t {
-    varbit<320> options;
+/* IPv4 options: up to 40 bytes (ihl up to 15), one 32-bit word per stack entry.  A stack, not a varbit
+ * field: p4c-ebpf extracts no variable-sized field. */
+header ipv4_option_t {
+    bit<32> word;
 }
 
 header udp_t {
@@ -78,10 +79,26 @@ struct headers_t {
     packet_out_t           packet_out;
     ethernet_t             ethernet;
     ipv4_t                 ipv4;
-    ipv4_options_t         ipv4_options;
+    ipv4_option_t[10]      ipv4_options;
     udp_t                  udp;
     distcache_t            dc;
     dc_value_t[MAX_CHUNKS] vals;
+}
+
+/* What a cache switch reports of a hot key it does not cache (DcDetector). */
+struct hh_digest_t {
+    bit<128> key;
+    bit<16>  estimate;
+    bit<8>   switch_id;
+    bit<48>  elapsed_us;  /* how far into the window the estimate was reached: the agent's rate */
+}
+
+/* How a spine's death looked from a client leaf, sent when the spine is heard from again (DcLiveness). */
+struct spine_death_t {
+    bit<8>  switch_id;   /* the leaf */
+    bit<8>  spine_id;
+    bit<32> detect_us;   /* from the last packet heard from it to the moment it was found dead */
+    bit<32> silent_us;   /* from the last packet heard from it to the first one after (this one) */
 }
 
 struct metadata_t {
@@ -94,6 +111,7 @@ struct metadata_t {
     bit<32> epoch;
     /* DcParser */
     bit<8>  chunks_left;
+    bit<8>  option_words_left;
     /* DcValidation */
     bit<1>  dropped;
     bit<8>  op;            /* the op as the packet arrived */
@@ -135,6 +153,11 @@ struct metadata_t {
     bit<1>  routed;
     mac_t   nhop_dmac;
     port_t  nhop_port;
+    /* a digest, for an architecture that sends it from its deparser (PSA: DC_DIGEST of psa/arch.p4) */
+    hh_digest_t   dc_hh_digest_t;
+    bit<1>        dc_hh_digest_t_send;
+    spine_death_t dc_spine_death_t;
+    bit<1>        dc_spine_death_t_send;
 }
 
 /* The packet as the architecture presents it to the controls, and what they ask of it: each top
@@ -146,22 +169,6 @@ struct dc_io_t {
     error   parser_error;
     port_t  egress_port;   /* where it goes, unless dropped */
     bit<1>  drop;
-}
-
-/* What a cache switch reports of a hot key it does not cache (DcDetector). */
-struct hh_digest_t {
-    bit<128> key;
-    bit<16>  estimate;
-    bit<8>   switch_id;
-    bit<48>  elapsed_us;  /* how far into the window the estimate was reached: the agent's rate */
-}
-
-/* How a spine's death looked from a client leaf, sent when the spine is heard from again (DcLiveness). */
-struct spine_death_t {
-    bit<8>  switch_id;   /* the leaf */
-    bit<8>  spine_id;
-    bit<32> detect_us;   /* from the last packet heard from it to the moment it was found dead */
-    bit<32> silent_us;   /* from the last packet heard from it to the first one after (this one) */
 }
 
 error {

@@ -44,8 +44,17 @@ parser DcFrameParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
     }
 
     state parse_ipv4_options {
-        packet.extract(hdr.ipv4_options, (bit<32>)(((bit<16>)hdr.ipv4.ihl - 5) << 5));
-        transition parse_ipv4_payload;
+        meta.option_words_left = (bit<8>)hdr.ipv4.ihl - (bit<8>)IPV4_MIN_IHL;
+        transition parse_ipv4_option_word;
+    }
+
+    state parse_ipv4_option_word {
+        packet.extract(hdr.ipv4_options.next);
+        meta.option_words_left = meta.option_words_left - 1;
+        transition select(meta.option_words_left) {
+            0: parse_ipv4_payload;
+            default: parse_ipv4_option_word;
+        }
     }
 
     /* Only unfragmented UDP (or a first fragment) is looked into. */

@@ -40,8 +40,9 @@
     METER.execute_meter<bit<2>>(INDEX, dc_color); \
     RED = dc_color == V1MODEL_METER_COLOR_RED; }
 
-/* DST = CRC32 (IEEE, as distcache/hashing.py) of the fields listed after MAX, modulo MAX */
-#define DC_CRC32(DST, MAX, ...) hash(DST, HashAlgorithm.crc32, (bit<32>)0, __VA_ARGS__, (bit<32>)(MAX))
+/* DST (bit<W>) = CRC32 (IEEE, as distcache/hashing.py) of the fields listed after MAX, modulo MAX */
+#define DC_CRC32_UNIT
+#define DC_CRC32(DST, W, MAX, ...) hash(DST, HashAlgorithm.crc32, (bit<32>)0, __VA_ARGS__, (bit<32>)(MAX))
 
 /* one message of struct type T to the controller (receiver: a DIGEST_* constant) */
 #define DC_DIGEST(T, RECEIVER, ...) digest<T>(RECEIVER, __VA_ARGS__)

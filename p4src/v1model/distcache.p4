@@ -67,7 +67,9 @@ control DcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
               hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr,
-              hdr.ipv4_options.options },
+              hdr.ipv4_options[0], hdr.ipv4_options[1], hdr.ipv4_options[2], hdr.ipv4_options[3],
+              hdr.ipv4_options[4], hdr.ipv4_options[5], hdr.ipv4_options[6], hdr.ipv4_options[7],
+              hdr.ipv4_options[8], hdr.ipv4_options[9] },
             hdr.ipv4.hdrChecksum,
             HashAlgorithm.csum16);
     }

@@ -47,7 +47,9 @@ control DcConfig(inout headers_t hdr,
         switch_config.apply();
         port_kind.apply();
         load_window.apply();
-        meta.epoch = (bit<32>)(io.now >> meta.window_shift);
+        bit<48> window;
+        dc_shr48(io.now, meta.window_shift, window);
+        meta.epoch = (bit<32>)window;
     }
 }
 

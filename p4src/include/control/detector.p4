@@ -22,6 +22,8 @@ control DcDetector(inout headers_t hdr,
                    inout metadata_t meta,
                    inout dc_io_t io) {
 
+    DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
+
     DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm0;  /* window(16) ++ count(16) */
     DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm1;
     DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm2;
@@ -62,7 +64,7 @@ control DcDetector(inout headers_t hdr,
     apply {
         if (meta.op == OP_GET && meta.cache_hit == 0) {
             if (meta.role == ROLE_SPINE) {
-                DC_CRC32(meta.bucket, SPINE_BUCKETS, { hdr.dc.key });
+                DC_CRC32(meta.bucket, 16, SPINE_BUCKETS, { hdr.dc.key });
                 hh_buckets.apply();
             } else {
                 hh_racks.apply();
@@ -70,12 +72,14 @@ control DcDetector(inout headers_t hdr,
         }
         if (meta.hh_designated == 1) {
             detector_config.apply();
-            bit<16> window = (bit<16>)(io.now >> meta.hh_window_shift);
+            bit<48> windows;
+            dc_shr48(io.now, meta.hh_window_shift, windows);
+            bit<16> window = (bit<16>)windows;
             bit<32> i0; bit<32> i1; bit<32> i2; bit<32> i3;
-            DC_CRC32(i0, HH_CM_WIDTH, { hdr.dc.key, 8w1 });
-            DC_CRC32(i1, HH_CM_WIDTH, { hdr.dc.key, 8w2 });
-            DC_CRC32(i2, HH_CM_WIDTH, { hdr.dc.key, 8w3 });
-            DC_CRC32(i3, HH_CM_WIDTH, { hdr.dc.key, 8w4 });
+            DC_CRC32(i0, 32, HH_CM_WIDTH, { hdr.dc.key, 8w1 });
+            DC_CRC32(i1, 32, HH_CM_WIDTH, { hdr.dc.key, 8w2 });
+            DC_CRC32(i2, 32, HH_CM_WIDTH, { hdr.dc.key, 8w3 });
+            DC_CRC32(i3, 32, HH_CM_WIDTH, { hdr.dc.key, 8w4 });
             bit<32> c0; bit<32> c1; bit<32> c2; bit<32> c3;
             DC_READ(hh_cm0, c0, i0); DC_READ(hh_cm1, c1, i1); DC_READ(hh_cm2, c2, i2); DC_READ(hh_cm3, c3, i3);
             bit<16> n0 = 0; bit<16> n1 = 0; bit<16> n2 = 0; bit<16> n3 = 0;
@@ -96,16 +100,18 @@ control DcDetector(inout headers_t hdr,
             dc_stats.count(STAT_HH_COUNTED);
             if (estimate >= meta.hh_threshold) {
                 bit<32> b0; bit<32> b1; bit<32> b2;
-                DC_CRC32(b0, HH_BLOOM_WIDTH, { hdr.dc.key, 8w5 });
-                DC_CRC32(b1, HH_BLOOM_WIDTH, { hdr.dc.key, 8w6 });
-                DC_CRC32(b2, HH_BLOOM_WIDTH, { hdr.dc.key, 8w7 });
+                DC_CRC32(b0, 32, HH_BLOOM_WIDTH, { hdr.dc.key, 8w5 });
+                DC_CRC32(b1, 32, HH_BLOOM_WIDTH, { hdr.dc.key, 8w6 });
+                DC_CRC32(b2, 32, HH_BLOOM_WIDTH, { hdr.dc.key, 8w7 });
                 bit<16> s0; bit<16> s1; bit<16> s2;
                 DC_READ(hh_bloom0, s0, b0); DC_READ(hh_bloom1, s1, b1); DC_READ(hh_bloom2, s2, b2);
                 bit<16> tag = window + 1;
                 if (s0 != tag || s1 != tag || s2 != tag) {
                     DC_WRITE(hh_bloom0, b0, tag); DC_WRITE(hh_bloom1, b1, tag); DC_WRITE(hh_bloom2, b2, tag);
                     bit<48> now = io.now;
-                    bit<48> elapsed = now - ((now >> meta.hh_window_shift) << meta.hh_window_shift);
+                    bit<48> start;
+                    dc_shl48(windows, meta.hh_window_shift, start);
+                    bit<48> elapsed = now - start;
                     DC_DIGEST(hh_digest_t, DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id, elapsed });
                     dc_stats.count(STAT_HH_REPORTED);
                 }

@@ -23,6 +23,8 @@ control DcForwarding(inout headers_t hdr,
                      inout metadata_t meta,
                      inout dc_io_t io) {
 
+    DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
+
     action set_nhop(bit<48> dmac, bit<9> port) {
         meta.routed = 1;
         meta.nhop_dmac = dmac;
@@ -69,9 +71,9 @@ control DcForwarding(inout headers_t hdr,
         if (meta.transit == 1) {
             bit<16> bucket = 0;
             if (hdr.dc.isValid()) {
-                DC_CRC32(bucket, SPINE_BUCKETS, { hdr.dc.key });
+                DC_CRC32(bucket, 16, SPINE_BUCKETS, { hdr.dc.key });
                 if (meta.port_kind == PORT_CLIENT) {
-                    bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);
+                    bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> (bit<5>)FLAG_ATTEMPT_SHIFT);
                 }
             }
             meta.transit_slot = (bit<8>)(bucket & (TRANSIT_SLOTS - 1));

@@ -91,7 +91,10 @@ DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_peak_at; /* when it ended */
     bit<48> p_at;
     DC_READ(spine_peak, p, (bit<32>)spine);
     DC_READ(spine_peak_at, p_at, (bit<32>)spine);
-    bit<48> lost = at > p_at ? (at - p_at) >> shift : 0;
+    bit<48> lost = 0;
+    if (at > p_at) {
+        dc_shr48(at - p_at, shift, lost);
+    }
     peak = lost >= (bit<48>)p ? 0 : p - (bit<32>)lost;
 }
 

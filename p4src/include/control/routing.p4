@@ -40,6 +40,8 @@ control DcRouting(inout headers_t hdr,
                   inout metadata_t meta,
                   inout dc_io_t io) {
 
+    DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
+
     action set_spine_candidate(bit<8> spine_id) {
         meta.spine_cand = spine_id;
     }
@@ -100,7 +102,7 @@ control DcRouting(inout headers_t hdr,
 
     apply {
         if (meta.op == OP_GET && meta.port_kind == PORT_CLIENT) {
-            bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT;
+            bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> (bit<5>)FLAG_ATTEMPT_SHIFT;
             hdr.dc.target = 0;
             if (meta.mechanism == MECH_REPLICATION) {
                 meta.replicated = 1;
@@ -108,7 +110,7 @@ control DcRouting(inout headers_t hdr,
                 replicated_keys.apply();
             }
             if (meta.mechanism != MECH_NOCACHE) {
-                DC_CRC32(meta.bucket, SPINE_BUCKETS, { hdr.dc.key });
+                DC_CRC32(meta.bucket, 16, SPINE_BUCKETS, { hdr.dc.key });
             }
             if (meta.replicated == 1) {
                 bit<16> spread = meta.bucket + hdr.dc.seq[15:0] + (bit<16>)attempt;

@@ -90,7 +90,7 @@ control DcValidation(inout headers_t hdr,
             if (hdr.dc.vlen <= MAX_CACHEABLE) {
                 want_chunks = (hdr.dc.vlen + 15) >> 4;
             }
-            if (hdr.ipv4_options.isValid()) {
+            if (hdr.ipv4_options[0].isValid()) {
                 reason = DROP_IP_OPTIONS;
             } else if (!known) {
                 reason = DROP_UNKNOWN_OP;

@@ -120,16 +120,19 @@ class DistCacheWithIpOptions(_Drop):
 
 
 class OtherUdpWithIpOptionsIsRouted(DcTest):
-    """Plain traffic with options goes on; its checksum covers the options."""
+    """Plain traffic with options goes on, every option byte as it came; its checksum covers them: one
+    word, and the most there can be (ten words, ihl 15)."""
 
     def runTest(self) -> None:
-        opts = b"\x94\x04\x00\x00"  # router alert
-        pkt = dc_frame(SERVER.ip, CLIENT.ip, b"not distcache", sport=1234, dport=5678, ip_options=opts)
-        self.send(1, pkt)
-        want = routed(pkt, SP0.mac)
-        self.assertEqual(want[IP].ihl, 6)
-        self.expect(want, 2)
-        self.expect_none()
+        router_alert = b"\x94\x04\x00\x00"
+        longest = b"\x07\x27\x04" + bytes(range(1, 37)) + b"\x00"  # record route, 36 bytes of addresses, EOL
+        for opts, ihl in ((router_alert, 6), (longest, 15)):
+            pkt = dc_frame(SERVER.ip, CLIENT.ip, b"not distcache", sport=1234, dport=5678, ip_options=opts)
+            self.send(1, pkt)
+            want = routed(pkt, SP0.mac)
+            self.assertEqual(want[IP].ihl, ihl)
+            self.expect(want, 2)
+            self.expect_none()
 
 
 class NoRoute(_Drop):

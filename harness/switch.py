@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("softswitch", "bmv2")
 BMV2_SWITCH, BMV2_COMPILER = "simple_switch_grpc", "p4c-bm2-ss"
 P4_V1MODEL = REPO / "p4src" / "v1model" / "distcache.p4"  # the program's v1model top (BMv2's; p4src/include shared)
+P4_PSA = REPO / "p4src" / "psa" / "distcache.p4"  # its PSA top (p4c-ebpf)
 # the same BMv2 built at -O3 without its logging macros (../shared/p4tool installs both): ~5.5x the packets
 BMV2_FAST_SWITCH = "simple_switch_grpc-fast"
 BMV2_PACKET_LOG_LEVELS = ("trace", "debug")  # what only the logging build writes: a line per packet step

@@ -3,14 +3,14 @@
 #define DC_ACTIONS_P4
 
 /* Turn a DistCache packet around: it goes back to its sender as a reply. */
-@hidden action dc_reflect(inout headers_t hdr) {
-    ip4_t ip = hdr.ipv4.srcAddr;
-    hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
-    hdr.ipv4.dstAddr = ip;
-    bit<16> p = hdr.udp.srcPort;
-    hdr.udp.srcPort = hdr.udp.dstPort;
-    hdr.udp.dstPort = p;
-    hdr.ipv4.ttl = 64;
+@hidden action dc_reflect(inout ipv4_t ipv4, inout udp_t udp) {  /* (p4c-ebpf copies no whole headers_t) */
+    ip4_t ip = ipv4.srcAddr;
+    ipv4.srcAddr = ipv4.dstAddr;
+    ipv4.dstAddr = ip;
+    bit<16> p = udp.srcPort;
+    udp.srcPort = udp.dstPort;
+    udp.dstPort = p;
+    ipv4.ttl = 64;
 }
 
 /* x >> s and x << s for a shift s set at run time (a window, a decay).  p4c-ebpf takes a shift amount

@@ -65,6 +65,13 @@ const bit<8> MECH_REPLICATION = 2;
 const bit<8> MECH_PARTITION = 3;
 const bit<8> MECH_HYBRID = 4;
 
+/* ---- how the parser ended (dc_io_t.parse_status) ---- */
+const bit<8> PARSE_OK = 0;
+const bit<8> PARSE_TRUNCATED = 1;
+const bit<8> PARSE_BAD_VERSION = 2;
+const bit<8> PARSE_BAD_CHUNKS = 3;
+const bit<8> PARSE_OTHER = 4;
+
 /* ---- indexes of the dc_drops counter (p4names.DropReason) ---- */
 const bit<32> DROP_TRUNCATED = 0;
 const bit<32> DROP_BAD_VERSION = 1;

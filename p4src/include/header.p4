@@ -135,6 +135,15 @@ struct metadata_t {
     bit<1>  hh_designated;  /* this switch is a designated cache of the key */
     bit<16> hh_threshold;
     bit<8>  hh_window_shift;
+    /* the salts that make the detector's seven CRC32s independent (1..7; metadata, not constants: p4c-ebpf
+     * hashes a constant by its address) */
+    bit<8>  hh_salt1;
+    bit<8>  hh_salt2;
+    bit<8>  hh_salt3;
+    bit<8>  hh_salt4;
+    bit<8>  hh_salt5;
+    bit<8>  hh_salt6;
+    bit<8>  hh_salt7;
     /* DcRouting (and DcDetector on a spine) */
     bit<16> bucket;
     bit<8>  spine_cand;
@@ -166,7 +175,7 @@ struct metadata_t {
 struct dc_io_t {
     port_t  ingress_port;
     bit<48> now;           /* when the packet arrived, in microseconds */
-    error   parser_error;
+    bit<8>  parse_status;  /* how the parser ended: PARSE_* (DC_PARSE_STATUS; a C struct holds no P4 error) */
     port_t  egress_port;   /* where it goes, unless dropped */
     bit<1>  drop;
 }
@@ -176,5 +185,13 @@ error {
     DcBadChunks,
     Ipv4BadIhl
 }
+
+/* io.parse_status from the architecture's parser error ERR: each top's DC_IO_IN uses it. */
+#define DC_PARSE_STATUS(IO, ERR) \
+    if (ERR == error.NoError) { IO.parse_status = PARSE_OK; } \
+    else if (ERR == error.PacketTooShort) { IO.parse_status = PARSE_TRUNCATED; } \
+    else if (ERR == error.DcBadVersion) { IO.parse_status = PARSE_BAD_VERSION; } \
+    else if (ERR == error.DcBadChunks) { IO.parse_status = PARSE_BAD_CHUNKS; } \
+    else { IO.parse_status = PARSE_OTHER; }
 
 #endif

@@ -19,18 +19,20 @@
 #define DC_IO_IN(IO) \
     IO.ingress_port = standard_metadata.ingress_port; \
     IO.now = standard_metadata.ingress_global_timestamp; \
-    IO.parser_error = standard_metadata.parser_error; \
+    DC_PARSE_STATUS(IO, standard_metadata.parser_error) \
     IO.egress_port = 0; \
     IO.drop = 0
 #define DC_IO_OUT(IO) \
     if (IO.drop == 1) { mark_to_drop(standard_metadata); } else { standard_metadata.egress_spec = IO.egress_port; }
 
 /* register<T>(N): cells indexed by bit<32> */
+#define DC_REGISTER_T(T) register<T>  /* its type, as a control's constructor parameter */
 #define DC_REGISTER(T, N) register<T>(N)
 #define DC_READ(REG, DST, INDEX) REG.read(DST, INDEX)
-#define DC_WRITE(REG, INDEX, VALUE) REG.write(INDEX, VALUE)
+#define DC_WRITE(REG, T, INDEX, VALUE) REG.write(INDEX, VALUE)  /* T: the cell's type (PSA needs it) */
 
 /* packet counters, indexed by bit<32> */
+#define DC_COUNTER_T counter
 #define DC_COUNTER(N) counter(N, CounterType.packets)
 
 /* a packet meter; RED (a bool) says whether this packet is over its rate */

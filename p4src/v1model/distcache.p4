@@ -20,7 +20,6 @@
 #include "../include/size.p4"
 #include "../include/header.p4"
 #include "../include/parser.p4"
-#include "../include/shared.p4"
 #include "../include/actions.p4"
 #include "../include/control/config.p4"
 #include "../include/control/liveness.p4"

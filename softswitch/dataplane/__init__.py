@@ -5,7 +5,7 @@ p4src/                                  softswitch/dataplane/
 ======================================  =====================================
 include/header.p4                       header.py
 include/parser.p4                       parser.py
-include/shared.p4                       shared.py
+include/pipeline.p4 (its shared state)  shared.py
 include/actions.p4                      actions.py
 include/control/config.p4               config.py
 include/control/liveness.p4             liveness.py

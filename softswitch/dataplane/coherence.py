@@ -1,6 +1,6 @@
 """DcCoherence (p4src/include/control/coherence.p4): INVALIDATE and UPDATE on cache switches.
 
-cache_inval[slot] is ``tag << 33 | armed << 32 | seq`` of the newest INVALIDATE
+cache_inval[slot] is ``tag << 1 | armed`` and cache_inval_seq[slot] the seq of the newest INVALIDATE
 the slot's entry has seen (tag = cache_epoch ++ version); see the P4 file for
 why an UPDATE must match both and find the record armed, why only an entry's
 own populate arms a new tenure, and why other INVALIDATEs still set its floor.
@@ -17,7 +17,7 @@ from softswitch.dataplane.header import Headers, Meta
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
-REGISTERS = (Register(n.CACHE_INVAL, 81, n.CACHE_SLOTS),)
+REGISTERS = (Register(n.CACHE_INVAL, 49, n.CACHE_SLOTS), Register(n.CACHE_INVAL_SEQ, 32, n.CACHE_SLOTS))
 
 OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
 FLAG_POPULATE = int(Flag.POPULATE)
@@ -33,10 +33,9 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         regs = state.registers
         slot, seq = m.slot, dc["seq"]
         tag = entry_tag(m)
-        last = regs[n.CACHE_INVAL].read(slot)
-        same_tenure = (last >> 33) == tag
-        armed = bool(last >> 32 & 1)
-        last_seq = last & 0xFFFFFFFF
+        last, last_seq = regs[n.CACHE_INVAL].read(slot), regs[n.CACHE_INVAL_SEQ].read(slot)
+        same_tenure = (last >> 1) == tag
+        armed = bool(last & 1)
         if op == OP_INVALIDATE:
             regs[n.CACHE_VALID].write(slot, 0)
             ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
@@ -48,7 +47,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             )
             if not same_tenure or not ahead >> 31:
                 arm = bool(own_populate) or (same_tenure and armed)
-                regs[n.CACHE_INVAL].write(slot, (tag << 33) | (arm << 32) | seq)
+                regs[n.CACHE_INVAL].write(slot, (tag << 1) | arm)
+                regs[n.CACHE_INVAL_SEQ].write(slot, seq)
                 stats.count(Stat.INVALIDATE, m.packet_length)
             else:
                 stats.count(Stat.INVALIDATE_STALE, m.packet_length)

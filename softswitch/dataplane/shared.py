@@ -1,4 +1,4 @@
-"""State shared by two controls, declared once (p4src/include/shared.p4)."""
+"""State shared by two controls, declared once (p4src/include/pipeline.p4: DcIngress hands it to them)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,8 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
 
     controls: dict[str, tuple[str, str]] = {}  # name -> (parameter list, body)
     spans: list[tuple[int, int]] = []
-    for cm in re.finditer(r"\bcontrol\s+(\w+)\s*\((.*?)\)\s*\{", text, flags=re.S):
+    # control Name(params) [(constructor params)] {
+    for cm in re.finditer(r"\bcontrol\s+(\w+)\s*\((.*?)\)\s*(?:\([^{]*?\)\s*)?\{", text, flags=re.S):
         cbody, end = _block(text, cm.start())
         controls[cm.group(1)] = (cm.group(2), cbody)
         spans.append((cm.start(), end))
@@ -133,7 +134,7 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
     def collect(name: str, q: str) -> None:
         plist, body = controls[name]
         params = {pname: ptype for ptype, pname in re.findall(r"(?:inout|in|out)?\s*(\w+)\s+(\w+)\s*(?:,|$)", plist)}
-        for ctype, inst in re.findall(r"\b(\w+)\s*\(\s*\)\s*(\w+)\s*;", body):
+        for ctype, inst in re.findall(r"\b(\w+)\s*\([^;{}]*\)\s*(\w+)\s*;", body):  # Type(args) name;
             if ctype in controls:
                 collect(ctype, f"{q}{inst}.")
         _collect_control(d, body, q, params, member_types, defines, width)
@@ -149,13 +150,21 @@ def parse(main: Path, control: str = "DcIngress") -> Decls:
 
 
 def _externs(d: Decls, body: str, q: str, defines: dict[str, str]) -> None:
-    """Registers, counters and meters instantiated in ``body`` (names prefixed with ``q``)."""
-    for w, size, name in re.findall(r"\bDC_REGISTER\s*\(\s*bit<(\w+)>\s*,([^)]+)\)\s*(\w+)\s*;", body):
-        d.registers[q + name] = (_int(w, defines), _int(size, defines))
-    for size, name in re.findall(r"\bDC_COUNTER\s*\(([^)]+)\)\s*(\w+)\s*;", body):
-        d.counters[q + name] = (_int(size, defines), "packets")
-    for size, name in re.findall(r"\bDC_METER\s*\(([^)]+)\)\s*(\w+)\s*;", body):
-        d.meters[q + name] = (_int(size, defines), "packets")
+    """Registers, counters and meters instantiated in ``body`` (names prefixed with ``q``, unless an
+    ``@name(".x")`` makes the name global: ``x``)."""
+    named = r'(?:@name\(\s*"([\w.]+)"\s*\)\s*)?'
+
+    def full(annotated: str, name: str) -> str:
+        if annotated.startswith("."):
+            return annotated[1:]
+        return q + (annotated or name)
+
+    for a, w, size, name in re.findall(named + r"\bDC_REGISTER\s*\(\s*bit<(\w+)>\s*,([^)]+)\)\s*(\w+)\s*;", body):
+        d.registers[full(a, name)] = (_int(w, defines), _int(size, defines))
+    for a, size, name in re.findall(named + r"\bDC_COUNTER\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+        d.counters[full(a, name)] = (_int(size, defines), "packets")
+    for a, size, name in re.findall(named + r"\bDC_METER\s*\(([^)]+)\)\s*(\w+)\s*;", body):
+        d.meters[full(a, name)] = (_int(size, defines), "packets")
 
 
 def _collect_control(

@@ -17,7 +17,7 @@ from finsy.proto import p4i
 from google.protobuf import text_format
 
 from distcache import wire
-from harness.switch import P4_V1MODEL
+from harness.switch import P4_PSA, P4_V1MODEL
 from softswitch.dataplane import PROGRAM
 from tests.common.p4decl import parse
 from tests.common.softswitch_helpers import DIGEST_PROGRAM, DIGEST_TEST_P4
@@ -159,3 +159,28 @@ def test_p4c_digests_match_the_source_reader(tmp_path: Path) -> None:
     theirs = p4i.P4Info()
     text_format.Parse(out.read_text(), theirs)
     assert shape(theirs)["digests"] == parse(Path(DIGEST_TEST_P4), control="DtIngress").digests
+
+
+def _ids(info: p4i.P4Info) -> dict[str, int]:
+    """Every entity's id by its kind and name (the controller addresses entities by these ids)."""
+    kinds = ("tables", "actions", "registers", "counters", "meters", "digests", "controller_packet_metadata")
+    return {f"{k}:{e.preamble.name}": e.preamble.id for k in kinds for e in getattr(info, k)}
+
+
+@pytest.mark.skipif(
+    not (shutil.which("p4c-ebpf") and shutil.which("p4c-bm2-ss")), reason="needs p4c-ebpf and p4c-bm2-ss"
+)
+def test_psa_build_declares_what_the_v1model_build_does(tmp_path: Path) -> None:
+    """p4c-ebpf compiles the PSA top (the same controls) into the P4Info of the v1model build: the same
+    entities with the same names, ids and widths, so a controller cannot tell the targets apart (issue 19)."""
+    infos = {}
+    for arch, cmd in (
+        ("v1model", ["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dc.json"), str(P4_V1MODEL)]),
+        ("psa", ["p4c-ebpf", "--arch", "psa", "--target", "kernel", "-o", str(tmp_path / "dc.c"), str(P4_PSA)]),
+    ):
+        out = tmp_path / f"{arch}.p4info.txtpb"
+        run = subprocess.run([*cmd, "--p4runtime-files", str(out)], capture_output=True, text=True)
+        assert run.returncode == 0, f"{cmd[0]} failed on {arch}:\n{run.stderr}"
+        infos[arch] = text_format.Parse(out.read_text(), p4i.P4Info())
+    assert shape(infos["psa"]) == shape(infos["v1model"])
+    assert _ids(infos["psa"]) == _ids(infos["v1model"])

@@ -52,7 +52,7 @@ MUTANTS = (
         "!(client_source.apply().hit || true)",
     ),
     Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 1;", "DC_VERSION = 2;"),
-    Mutant("crc32 made crc16", "control/routing.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
+    Mutant("crc32 made crc16", "../v1model/arch.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
     Mutant(
         "IP options accepted by the parser (not extracted)",
         "parser.p4",
@@ -101,7 +101,14 @@ MUTANTS = (
         "if (meta.served == 1) {\n                        hdr.dc.leaf_id = 0;",
         "if (false) {\n                        hdr.dc.leaf_id = 0;",
     ),
-    Mutant("checksum skips IPv4 options", "parser.p4", ",\n              hdr.ipv4_options.options }", " }"),
+    Mutant(
+        "checksum skips IPv4 options",
+        "../v1model/distcache.p4",
+        ",\n              hdr.ipv4_options[0], hdr.ipv4_options[1], hdr.ipv4_options[2], hdr.ipv4_options[3],\n"
+        "              hdr.ipv4_options[4], hdr.ipv4_options[5], hdr.ipv4_options[6], hdr.ipv4_options[7],\n"
+        "              hdr.ipv4_options[8], hdr.ipv4_options[9] }",
+        " }",
+    ),
     Mutant(
         "detector reports every read over the threshold (no Bloom filter)",
         "control/detector.p4",
@@ -117,8 +124,8 @@ MUTANTS = (
     Mutant(
         "detector windows never age",
         "control/detector.p4",
-        "(bit<16>)(standard_metadata.ingress_global_timestamp >> meta.hh_window_shift)",
-        "16w1",
+        "dc_shr48(io.now, meta.hh_window_shift, windows);",
+        "windows = 1;",
     ),
     Mutant(
         "TTL not checked (wraps from 0 to 255)", "control/validation.p4", "if (hdr.ipv4.ttl <= 1) {", "if (false) {"
@@ -132,13 +139,13 @@ MUTANTS = (
     Mutant(
         "packets forwarded back out of their ingress port",
         "control/forwarding.p4",
-        "meta.nhop_port == standard_metadata.ingress_port && !answered",
+        "meta.nhop_port == io.ingress_port && !answered",
         "false && !answered",
     ),
     Mutant(
         "attempt ignored by routing (retries go to the first copy's cache)",
         "control/routing.p4",
-        "bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT;",
+        "bit<8> attempt = (hdr.dc.flags & FLAG_ATTEMPT) >> (bit<5>)FLAG_ATTEMPT_SHIFT;",
         "bit<8> attempt = 0;",
     ),
     Mutant(
@@ -150,7 +157,7 @@ MUTANTS = (
     Mutant(
         "attempt ignored by transit (retries go up the first copy's spine)",
         "control/forwarding.p4",
-        "bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> FLAG_ATTEMPT_SHIFT);",
+        "bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> (bit<5>)FLAG_ATTEMPT_SHIFT);",
         "bucket = bucket;",
     ),
     Mutant(
@@ -194,8 +201,8 @@ MUTANTS = (
     Mutant(
         "hold counted from the reply, not from when the spine was found dead",
         "control/liveness.p4",
-        "spine_hold.write(s, asked + threshold + (bit<48>)meta.hold);",
-        "spine_hold.write(s, now + (bit<48>)meta.hold);",
+        "DC_WRITE(spine_hold, bit<48>, s, asked + threshold + (bit<48>)meta.hold);",
+        "DC_WRITE(spine_hold, bit<48>, s, now + (bit<48>)meta.hold);",
     ),
     Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
     Mutant(
@@ -214,7 +221,7 @@ MUTANTS = (
     Mutant(
         "a fixed threshold: how slowly a spine answers is not learned",
         "control/liveness.p4",
-        "bit<32> t = (gap8 >> 3) + var4;",
+        "bit<32> t = peak + margin;\n        t = t > rto ? t : rto;",
         "bit<32> t = 0;",
     ),
     Mutant(

@@ -18,7 +18,9 @@
 
 control DcCache(inout headers_t hdr,
                 inout metadata_t meta,
-                inout dc_io_t io) {
+                inout dc_io_t io)
+               (DC_REGISTER_T(bit<48>) cache_valid, DC_REGISTER_T(bit<16>) cache_vlen,
+                DC_REGISTER_T(bit<128>) cache_value, DC_COUNTER_T dc_stats) {
 
     DC_COUNTER(CACHE_SLOTS) cache_hits;  /* per slot: the agent evicts the least hit */
     DC_METER(1) cache_meter;  /* reads answered from cache; unconfigured: no limit */
@@ -93,7 +95,7 @@ control DcCache(inout headers_t hdr,
                 if (n > 7) { hdr.vals[7].setValid(); DC_READ(cache_value, hdr.vals[7].chunk, base + 7); }
                 hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
                 hdr.ipv4.totalLen = 20 + hdr.udp.length;
-                dc_reflect(hdr);
+                dc_reflect(hdr.ipv4, hdr.udp);
                 meta.served = 1;
                 cache_hits.count((bit<32>)meta.slot);
                 dc_stats.count(STAT_READ_HIT);

@@ -1,8 +1,10 @@
 /* Coherence (paper §4.3): INVALIDATE (phase 1) and UPDATE (phase 2 or cache
  * population) from the key's storage server, on cache switches.
  *
- * An entry's tag is cache_epoch ++ version (DcCache).  cache_inval[slot]
- * records the newest INVALIDATE the slot's entry has seen as {tag, armed, seq}.
+ * An entry's tag is cache_epoch ++ version (DcCache).  cache_inval[slot] and
+ * cache_inval_seq[slot] record the newest INVALIDATE the slot's entry has seen
+ * as {tag, armed} and {seq}: two registers, since p4c-ebpf computes on no field
+ * wider than 64 bits (the record is 81); one packet writes both.
  * An UPDATE writes the value and makes the entry valid only if the record is
  * armed and the UPDATE follows that very INVALIDATE: same entry (tag) and same
  * write (seq).  An INVALIDATE always clears the entry (clearing is always
@@ -28,9 +30,12 @@
 
 control DcCoherence(inout headers_t hdr,
                     inout metadata_t meta,
-                    inout dc_io_t io) {
+                    inout dc_io_t io)
+                   (DC_REGISTER_T(bit<48>) cache_valid, DC_REGISTER_T(bit<16>) cache_vlen,
+                    DC_REGISTER_T(bit<128>) cache_value, DC_COUNTER_T dc_stats) {
 
-    DC_REGISTER(bit<81>, CACHE_SLOTS) cache_inval;  /* tag ++ armed ++ seq of the newest INVALIDATE of the entry */
+    DC_REGISTER(bit<49>, CACHE_SLOTS) cache_inval;      /* tag ++ armed of the newest INVALIDATE of the entry */
+    DC_REGISTER(bit<32>, CACHE_SLOTS) cache_inval_seq;  /* and its seq */
 
     apply {
         bit<8> op = meta.op;
@@ -38,36 +43,38 @@ control DcCoherence(inout headers_t hdr,
             if (meta.cache_hit == 1) {
                 bit<32> slot = (bit<32>)meta.slot;
                 bit<48> tag = meta.cache_epoch ++ meta.version;
-                bit<81> last;
+                bit<49> last;
+                bit<32> last_seq;
                 DC_READ(cache_inval, last, slot);
-                bool same_tenure = last[80:33] == tag;
-                bool armed = last[32:32] == 1;
-                bit<32> last_seq = last[31:0];
+                DC_READ(cache_inval_seq, last_seq, slot);
+                bool same_tenure = last[48:1] == tag;
+                bool armed = last[0:0] == 1;
                 if (op == OP_INVALIDATE) {
-                    DC_WRITE(cache_valid, slot, 0);
+                    DC_WRITE(cache_valid, bit<48>, slot, 0);
                     bit<32> ahead = hdr.dc.seq - last_seq;  /* seq >= last_seq in serial arithmetic */
                     bool own_populate = (hdr.dc.flags & FLAG_POPULATE) != 0 && hdr.dc.target == meta.switch_id
                                         && hdr.dc.spine_load == meta.cache_epoch
                                         && hdr.dc.leaf_load == (bit<32>)meta.version;
                     if (!same_tenure || ahead[31:31] == 0) {
                         bit<1> arm = (own_populate || (same_tenure && armed)) ? 1w1 : 1w0;
-                        DC_WRITE(cache_inval, slot, tag ++ arm ++ hdr.dc.seq);
+                        DC_WRITE(cache_inval, bit<49>, slot, tag ++ arm);
+                        DC_WRITE(cache_inval_seq, bit<32>, slot, hdr.dc.seq);
                         dc_stats.count(STAT_INVALIDATE);
                     } else {
                         dc_stats.count(STAT_INVALIDATE_STALE);
                     }
                 } else if (same_tenure && armed && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
                     bit<32> base = slot * MAX_CHUNKS;
-                    DC_WRITE(cache_vlen, slot, hdr.dc.vlen);
-                    if (hdr.vals[0].isValid()) { DC_WRITE(cache_value, base + 0, hdr.vals[0].chunk); }
-                    if (hdr.vals[1].isValid()) { DC_WRITE(cache_value, base + 1, hdr.vals[1].chunk); }
-                    if (hdr.vals[2].isValid()) { DC_WRITE(cache_value, base + 2, hdr.vals[2].chunk); }
-                    if (hdr.vals[3].isValid()) { DC_WRITE(cache_value, base + 3, hdr.vals[3].chunk); }
-                    if (hdr.vals[4].isValid()) { DC_WRITE(cache_value, base + 4, hdr.vals[4].chunk); }
-                    if (hdr.vals[5].isValid()) { DC_WRITE(cache_value, base + 5, hdr.vals[5].chunk); }
-                    if (hdr.vals[6].isValid()) { DC_WRITE(cache_value, base + 6, hdr.vals[6].chunk); }
-                    if (hdr.vals[7].isValid()) { DC_WRITE(cache_value, base + 7, hdr.vals[7].chunk); }
-                    DC_WRITE(cache_valid, slot, tag);
+                    DC_WRITE(cache_vlen, bit<16>, slot, hdr.dc.vlen);
+                    if (hdr.vals[0].isValid()) { DC_WRITE(cache_value, bit<128>, base + 0, hdr.vals[0].chunk); }
+                    if (hdr.vals[1].isValid()) { DC_WRITE(cache_value, bit<128>, base + 1, hdr.vals[1].chunk); }
+                    if (hdr.vals[2].isValid()) { DC_WRITE(cache_value, bit<128>, base + 2, hdr.vals[2].chunk); }
+                    if (hdr.vals[3].isValid()) { DC_WRITE(cache_value, bit<128>, base + 3, hdr.vals[3].chunk); }
+                    if (hdr.vals[4].isValid()) { DC_WRITE(cache_value, bit<128>, base + 4, hdr.vals[4].chunk); }
+                    if (hdr.vals[5].isValid()) { DC_WRITE(cache_value, bit<128>, base + 5, hdr.vals[5].chunk); }
+                    if (hdr.vals[6].isValid()) { DC_WRITE(cache_value, bit<128>, base + 6, hdr.vals[6].chunk); }
+                    if (hdr.vals[7].isValid()) { DC_WRITE(cache_value, bit<128>, base + 7, hdr.vals[7].chunk); }
+                    DC_WRITE(cache_valid, bit<48>, slot, tag);
                     dc_stats.count(STAT_UPDATE);
                 } else {
                     dc_stats.count(STAT_UPDATE_STALE);
@@ -75,7 +82,7 @@ control DcCoherence(inout headers_t hdr,
             }
             if (hdr.dc.target == meta.switch_id) {
                 hdr.dc.op = op | OP_REPLY_BIT;
-                dc_reflect(hdr);
+                dc_reflect(hdr.ipv4, hdr.udp);
                 dc_stats.count(STAT_REFLECTED);
             }
         }

@@ -20,7 +20,8 @@
 
 control DcDetector(inout headers_t hdr,
                    inout metadata_t meta,
-                   inout dc_io_t io) {
+                   inout dc_io_t io)
+                  (DC_COUNTER_T dc_stats) {
 
     DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
 
@@ -72,14 +73,16 @@ control DcDetector(inout headers_t hdr,
         }
         if (meta.hh_designated == 1) {
             detector_config.apply();
+            meta.hh_salt1 = 1; meta.hh_salt2 = 2; meta.hh_salt3 = 3; meta.hh_salt4 = 4;
+            meta.hh_salt5 = 5; meta.hh_salt6 = 6; meta.hh_salt7 = 7;
             bit<48> windows;
             dc_shr48(io.now, meta.hh_window_shift, windows);
             bit<16> window = (bit<16>)windows;
             bit<32> i0; bit<32> i1; bit<32> i2; bit<32> i3;
-            DC_CRC32(i0, 32, HH_CM_WIDTH, { hdr.dc.key, 8w1 });
-            DC_CRC32(i1, 32, HH_CM_WIDTH, { hdr.dc.key, 8w2 });
-            DC_CRC32(i2, 32, HH_CM_WIDTH, { hdr.dc.key, 8w3 });
-            DC_CRC32(i3, 32, HH_CM_WIDTH, { hdr.dc.key, 8w4 });
+            DC_CRC32(i0, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt1 });
+            DC_CRC32(i1, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt2 });
+            DC_CRC32(i2, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt3 });
+            DC_CRC32(i3, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt4 });
             bit<32> c0; bit<32> c1; bit<32> c2; bit<32> c3;
             DC_READ(hh_cm0, c0, i0); DC_READ(hh_cm1, c1, i1); DC_READ(hh_cm2, c2, i2); DC_READ(hh_cm3, c3, i3);
             bit<16> n0 = 0; bit<16> n1 = 0; bit<16> n2 = 0; bit<16> n3 = 0;
@@ -91,8 +94,8 @@ control DcDetector(inout headers_t hdr,
             if (n1 != 0xFFFF) { n1 = n1 + 1; }
             if (n2 != 0xFFFF) { n2 = n2 + 1; }
             if (n3 != 0xFFFF) { n3 = n3 + 1; }
-            DC_WRITE(hh_cm0, i0, window ++ n0); DC_WRITE(hh_cm1, i1, window ++ n1);
-            DC_WRITE(hh_cm2, i2, window ++ n2); DC_WRITE(hh_cm3, i3, window ++ n3);
+            DC_WRITE(hh_cm0, bit<32>, i0, window ++ n0); DC_WRITE(hh_cm1, bit<32>, i1, window ++ n1);
+            DC_WRITE(hh_cm2, bit<32>, i2, window ++ n2); DC_WRITE(hh_cm3, bit<32>, i3, window ++ n3);
             bit<16> estimate = n0;
             if (n1 < estimate) { estimate = n1; }
             if (n2 < estimate) { estimate = n2; }
@@ -100,14 +103,14 @@ control DcDetector(inout headers_t hdr,
             dc_stats.count(STAT_HH_COUNTED);
             if (estimate >= meta.hh_threshold) {
                 bit<32> b0; bit<32> b1; bit<32> b2;
-                DC_CRC32(b0, 32, HH_BLOOM_WIDTH, { hdr.dc.key, 8w5 });
-                DC_CRC32(b1, 32, HH_BLOOM_WIDTH, { hdr.dc.key, 8w6 });
-                DC_CRC32(b2, 32, HH_BLOOM_WIDTH, { hdr.dc.key, 8w7 });
+                DC_CRC32(b0, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt5 });
+                DC_CRC32(b1, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt6 });
+                DC_CRC32(b2, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt7 });
                 bit<16> s0; bit<16> s1; bit<16> s2;
                 DC_READ(hh_bloom0, s0, b0); DC_READ(hh_bloom1, s1, b1); DC_READ(hh_bloom2, s2, b2);
                 bit<16> tag = window + 1;
                 if (s0 != tag || s1 != tag || s2 != tag) {
-                    DC_WRITE(hh_bloom0, b0, tag); DC_WRITE(hh_bloom1, b1, tag); DC_WRITE(hh_bloom2, b2, tag);
+                    DC_WRITE(hh_bloom0, bit<16>, b0, tag); DC_WRITE(hh_bloom1, bit<16>, b1, tag); DC_WRITE(hh_bloom2, bit<16>, b2, tag);
                     bit<48> now = io.now;
                     bit<48> start;
                     dc_shl48(windows, meta.hh_window_shift, start);

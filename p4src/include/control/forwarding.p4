@@ -21,7 +21,10 @@
 
 control DcForwarding(inout headers_t hdr,
                      inout metadata_t meta,
-                     inout dc_io_t io) {
+                     inout dc_io_t io)
+                    (DC_COUNTER_T dc_drops, DC_COUNTER_T dc_stats, DC_LIVENESS_REG_PARAMS) {
+    DcSpineExcluded(DC_LIVENESS_REGS) transit_excluded;
+    DcSpineExcluded(DC_LIVENESS_REGS) alt_excluded;
 
     DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
 
@@ -81,10 +84,10 @@ control DcForwarding(inout headers_t hdr,
             if (meta.routed == 1 && meta.transit_id != 0 && meta.alt_id != 0) {
                 bit<48> now = io.now;
                 bit<1> dead;
-                spine_excluded(meta.transit_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
+                transit_excluded.apply(meta.transit_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
                 if (dead == 1) {
                     bit<1> alt_dead;
-                    spine_excluded(meta.alt_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
+                    alt_excluded.apply(meta.alt_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
                     if (alt_dead == 0) {
                         meta.nhop_dmac = meta.alt_dmac;
                         meta.nhop_port = meta.alt_port;

@@ -67,9 +67,9 @@
  * stamped before a probe can be processed after it.  Such a packet does not answer the probe (it
  * predates it: the wait goes on, and now - asked would wrap to ~2^48, a false death), and heard never
  * goes back in time (an older stamp would reopen a wait already answered).  Hence now > asked below and
- * in spine_excluded (written as now > asked + threshold), and heard = max(heard, now).
+ * in DcSpineExcluded (written as now > asked + threshold), and heard = max(heard, now).
  *
- * Routing (DcRouting, DcForwarding) asks spine_excluded() about a spine before it sends a read or
+ * Routing (DcRouting, DcForwarding) asks DcSpineExcluded about a spine before it sends a read or
  * transit traffic there, and then takes the other path the controller's tables name; a leaf never
  * routes to a spine those tables do not already route to (docs/protocol.md, "Liveness").  Timestamps
  * are v1model's ingress_global_timestamp, in microseconds (softswitch keeps the same unit).
@@ -77,62 +77,79 @@
 #ifndef DC_LIVENESS_P4
 #define DC_LIVENESS_P4
 
-DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_heard;
-DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_asked;
-DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_hold;
-DC_REGISTER(bit<32>, LIVENESS_SPINES) spine_gap;     /* smoothed wait for an answer, us x 8 */
-DC_REGISTER(bit<32>, LIVENESS_SPINES) spine_gapvar;  /* its mean deviation, us x 4 */
-DC_REGISTER(bit<32>, LIVENESS_SPINES) spine_peak;    /* the longest recent wait, us */
-DC_REGISTER(bit<48>, LIVENESS_SPINES) spine_peak_at; /* when it ended */
+/* The registers above, as DcIngress passes them to the controls that use them (include/pipeline.p4: shared
+ * state lives in DcIngress, since p4c-ebpf keeps no register outside a control). */
+#define DC_LIVENESS_REG_PARAMS \
+    DC_REGISTER_T(bit<48>) spine_heard, DC_REGISTER_T(bit<48>) spine_asked, DC_REGISTER_T(bit<48>) spine_hold, \
+    DC_REGISTER_T(bit<32>) spine_gap, DC_REGISTER_T(bit<32>) spine_gapvar, DC_REGISTER_T(bit<32>) spine_peak, \
+    DC_REGISTER_T(bit<48>) spine_peak_at
+#define DC_LIVENESS_REGS spine_heard, spine_asked, spine_hold, spine_gap, spine_gapvar, spine_peak, spine_peak_at
 
 /* spine_peak of `spine` as it stands at time `at`: less 1 us per 2^shift us since it was set */
-@hidden action spine_peak_now(in bit<8> spine, in bit<48> at, in bit<8> shift, out bit<32> peak) {
-    bit<32> p;
-    bit<48> p_at;
-    DC_READ(spine_peak, p, (bit<32>)spine);
-    DC_READ(spine_peak_at, p_at, (bit<32>)spine);
-    bit<48> lost = 0;
-    if (at > p_at) {
-        dc_shr48(at - p_at, shift, lost);
+control DcSpinePeak(in bit<8> spine, in bit<48> at, in bit<8> shift, out bit<32> peak)
+                   (DC_REGISTER_T(bit<32>) spine_peak, DC_REGISTER_T(bit<48>) spine_peak_at) {
+    apply {
+        bit<32> p;
+        bit<48> p_at;
+        DC_READ(spine_peak, p, (bit<32>)spine);
+        DC_READ(spine_peak_at, p_at, (bit<32>)spine);
+        bit<48> lost = 0;
+        if (at > p_at) {
+            dc_shr48(at - p_at, shift, lost);
+        }
+        peak = lost >= (bit<48>)p ? 0 : p - (bit<32>)lost;
     }
-    peak = lost >= (bit<48>)p ? 0 : p - (bit<32>)lost;
 }
 
 /* How long spine `spine` may leave the probe it was asked at `asked` unanswered before it is dead (see above). */
-@hidden action spine_threshold(in bit<8> spine, in bit<48> asked, in bit<32> dead_after, in bit<32> dead_max,
-                               in bit<8> peak_shift, out bit<48> threshold) {
-    bit<32> gap8;
-    bit<32> var4;
-    bit<32> peak;
-    DC_READ(spine_gap, gap8, (bit<32>)spine);
-    DC_READ(spine_gapvar, var4, (bit<32>)spine);
-    spine_peak_now(spine, asked, peak_shift, peak);
-    bit<32> rto = (gap8 >> 3) + var4;
-    bit<32> margin = peak >> 1;
-    bit<32> t = peak + margin;
-    t = t > rto ? t : rto;
-    t = t > dead_max ? dead_max : t;
-    t = t < dead_after ? dead_after : t;
-    threshold = (bit<48>)t;
+control DcSpineThreshold(in bit<8> spine, in bit<48> asked, in bit<32> dead_after, in bit<32> dead_max,
+                         in bit<8> peak_shift, out bit<48> threshold)
+                        (DC_REGISTER_T(bit<32>) spine_gap, DC_REGISTER_T(bit<32>) spine_gapvar,
+                         DC_REGISTER_T(bit<32>) spine_peak, DC_REGISTER_T(bit<48>) spine_peak_at) {
+    DcSpinePeak(spine_peak, spine_peak_at) peak_now;
+
+    apply {
+        bit<32> gap8;
+        bit<32> var4;
+        bit<32> peak;
+        DC_READ(spine_gap, gap8, (bit<32>)spine);
+        DC_READ(spine_gapvar, var4, (bit<32>)spine);
+        peak_now.apply(spine, asked, peak_shift, peak);
+        bit<32> rto = (gap8 >> 3) + var4;
+        bit<32> margin = peak >> 1;
+        bit<32> t = peak + margin;
+        t = t > rto ? t : rto;
+        t = t > dead_max ? dead_max : t;
+        t = t < dead_after ? dead_after : t;
+        threshold = (bit<48>)t;
+    }
 }
 
 /* Whether routing must leave spine `spine` out now (see above). */
-@hidden action spine_excluded(in bit<8> spine, in bit<48> now, in bit<32> dead_after, in bit<32> dead_max,
-                              in bit<8> peak_shift, out bit<1> excluded) {
-    bit<48> heard;
-    bit<48> asked;
-    bit<48> hold;
-    bit<48> threshold;
-    DC_READ(spine_heard, heard, (bit<32>)spine);
-    DC_READ(spine_asked, asked, (bit<32>)spine);
-    DC_READ(spine_hold, hold, (bit<32>)spine);
-    spine_threshold(spine, asked, dead_after, dead_max, peak_shift, threshold);
-    excluded = ((asked > heard && now > asked + threshold) || heard < hold) ? 1w1 : 1w0;
+control DcSpineExcluded(in bit<8> spine, in bit<48> now, in bit<32> dead_after, in bit<32> dead_max,
+                        in bit<8> peak_shift, out bit<1> excluded)
+                       (DC_LIVENESS_REG_PARAMS) {
+    DcSpineThreshold(spine_gap, spine_gapvar, spine_peak, spine_peak_at) threshold_of;
+
+    apply {
+        bit<48> heard;
+        bit<48> asked;
+        bit<48> hold;
+        bit<48> threshold;
+        DC_READ(spine_heard, heard, (bit<32>)spine);
+        DC_READ(spine_asked, asked, (bit<32>)spine);
+        DC_READ(spine_hold, hold, (bit<32>)spine);
+        threshold_of.apply(spine, asked, dead_after, dead_max, peak_shift, threshold);
+        excluded = ((asked > heard && now > asked + threshold) || heard < hold) ? 1w1 : 1w0;
+    }
 }
 
 control DcLiveness(inout headers_t hdr,
                    inout metadata_t meta,
-                   inout dc_io_t io) {
+                   inout dc_io_t io)
+                  (DC_LIVENESS_REG_PARAMS) {
+    DcSpineThreshold(spine_gap, spine_gapvar, spine_peak, spine_peak_at) threshold_of;
+    DcSpinePeak(spine_peak, spine_peak_at) peak_now;
 
     action set_port_spine(bit<8> spine_id) {
         meta.from_spine = spine_id;
@@ -175,12 +192,12 @@ control DcLiveness(inout headers_t hdr,
                 DC_READ(spine_heard, heard, s);
                 DC_READ(spine_asked, asked, s);
                 if (asked > heard && now > asked) {  /* a wait ends (only then is the threshold needed) */
-                    spine_threshold(meta.from_spine, asked, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift,
+                    threshold_of.apply(meta.from_spine, asked, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift,
                                     threshold);
                     bit<48> waited = now - asked;
                     if (waited > threshold) {
                         /* it was dead until now: held until hold time after it was found dead */
-                        DC_WRITE(spine_hold, s, asked + threshold + (bit<48>)meta.hold);
+                        DC_WRITE(spine_hold, bit<48>, s, asked + threshold + (bit<48>)meta.hold);
                         spine_deaths.count(s);
                         if (meta.role == ROLE_CLIENT_LEAF) {
                             bit<48> detect = asked + threshold - heard;
@@ -196,17 +213,17 @@ control DcLiveness(inout headers_t hdr,
                     DC_READ(spine_gapvar, var4, s);
                     bit<32> smoothed = gap8 >> 3;
                     bit<32> dev = w > smoothed ? w - smoothed : smoothed - w;
-                    DC_WRITE(spine_gap, s, gap8 - smoothed + w);
-                    DC_WRITE(spine_gapvar, s, var4 - (var4 >> 2) + dev);
+                    DC_WRITE(spine_gap, bit<32>, s, gap8 - smoothed + w);
+                    DC_WRITE(spine_gapvar, bit<32>, s, var4 - (var4 >> 2) + dev);
                     /* and, unless it was a death of dead_after_max or more, of the recent peak */
                     bit<32> peak;
-                    spine_peak_now(meta.from_spine, now, meta.peak_decay_shift, peak);
+                    peak_now.apply(meta.from_spine, now, meta.peak_decay_shift, peak);
                     if (waited < (bit<48>)meta.dead_after_max && (bit<32>)waited >= peak) {
-                        DC_WRITE(spine_peak, s, (bit<32>)waited);
-                        DC_WRITE(spine_peak_at, s, now);
+                        DC_WRITE(spine_peak, bit<32>, s, (bit<32>)waited);
+                        DC_WRITE(spine_peak_at, bit<48>, s, now);
                     }
                 }
-                DC_WRITE(spine_heard, s, now > heard ? now : heard);
+                DC_WRITE(spine_heard, bit<48>, s, now > heard ? now : heard);
             }
         }
     }

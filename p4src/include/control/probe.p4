@@ -21,7 +21,8 @@
 
 control DcProbe(inout headers_t hdr,
                 inout metadata_t meta,
-                inout dc_io_t io) {
+                inout dc_io_t io)
+               (DC_REGISTER_T(bit<48>) spine_heard, DC_REGISTER_T(bit<48>) spine_asked, DC_COUNTER_T dc_stats) {
 
     DC_COUNTER(LIVENESS_SPINES) probes_sent;      /* a leaf's probes, per spine */
     DC_COUNTER(LIVENESS_SPINES) probes_answered;  /* their replies, per spine */
@@ -37,14 +38,14 @@ control DcProbe(inout headers_t hdr,
             DC_READ(spine_heard, heard, (bit<32>)spine);
             DC_READ(spine_asked, asked, (bit<32>)spine);
             if (asked <= heard) {
-                DC_WRITE(spine_asked, (bit<32>)spine, io.now);
+                DC_WRITE(spine_asked, bit<48>, (bit<32>)spine, io.now);
             }
             probes_sent.count((bit<32>)spine);
         } else if (meta.op == OP_PROBE) {
             /* a spine: back to the leaf, out of the port it came in by */
             hdr.dc.op = OP_PROBE_REPLY;
             hdr.dc.spine_id = meta.switch_id;
-            dc_reflect(hdr);
+            dc_reflect(hdr.ipv4, hdr.udp);
             meta.routed = 1;
             meta.nhop_port = io.ingress_port;
             meta.nhop_dmac = hdr.ethernet.srcAddr;

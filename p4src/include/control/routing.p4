@@ -38,7 +38,11 @@
 
 control DcRouting(inout headers_t hdr,
                   inout metadata_t meta,
-                  inout dc_io_t io) {
+                  inout dc_io_t io)
+                 (DC_REGISTER_T(bit<32>) peer_load, DC_REGISTER_T(bit<32>) peer_load_epoch, DC_COUNTER_T dc_stats,
+                  DC_LIVENESS_REG_PARAMS) {
+    DcSpineExcluded(DC_LIVENESS_REGS) cand_excluded;
+    DcSpineExcluded(DC_LIVENESS_REGS) alt_excluded;
 
     DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
 
@@ -126,12 +130,12 @@ control DcRouting(inout headers_t hdr,
             if (meta.spine_cand != 0) {
                 bit<48> now = io.now;
                 bit<1> dead;
-                spine_excluded(meta.spine_cand, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
+                cand_excluded.apply(meta.spine_cand, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
                 if (dead == 1) {
                     bit<8> instead = 0;  /* another live replica spine, else no spine at all */
                     if (meta.replicated == 1 && meta.replica_alt != 0) {
                         bit<1> alt_dead;
-                        spine_excluded(meta.replica_alt, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
+                        alt_excluded.apply(meta.replica_alt, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
                         if (alt_dead == 0) {
                             instead = meta.replica_alt;
                         }

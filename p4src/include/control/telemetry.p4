@@ -16,7 +16,8 @@
 
 control DcTelemetry(inout headers_t hdr,
                     inout metadata_t meta,
-                    inout dc_io_t io) {
+                    inout dc_io_t io)
+                   (DC_REGISTER_T(bit<32>) peer_load, DC_REGISTER_T(bit<32>) peer_load_epoch, DC_COUNTER_T dc_stats) {
 
     DC_REGISTER(bit<32>, 1) load_count;  /* reads targeted here in window load_epoch */
     DC_REGISTER(bit<32>, 1) load_epoch;
@@ -33,12 +34,12 @@ control DcTelemetry(inout headers_t hdr,
                 DC_READ(load_count, count, 0);
                 if (epoch != meta.epoch) {
                     count = 0;  /* a new window starts at 0 */
-                    DC_WRITE(load_epoch, 0, meta.epoch);
+                    DC_WRITE(load_epoch, bit<32>, 0, meta.epoch);
                 }
                 if (targeted_read) {
                     count = count + 1;
                 }
-                DC_WRITE(load_count, 0, count);
+                DC_WRITE(load_count, bit<32>, 0, count);
                 meta.load = count;
             }
             if (reply) {
@@ -71,12 +72,12 @@ control DcTelemetry(inout headers_t hdr,
                 hdr.dc.leaf_load = 0;
             } else if (reply && meta.port_kind == PORT_FABRIC) {
                 if (hdr.dc.spine_id != 0) {
-                    DC_WRITE(peer_load, (bit<32>)hdr.dc.spine_id, hdr.dc.spine_load);
-                    DC_WRITE(peer_load_epoch, (bit<32>)hdr.dc.spine_id, meta.epoch);
+                    DC_WRITE(peer_load, bit<32>, (bit<32>)hdr.dc.spine_id, hdr.dc.spine_load);
+                    DC_WRITE(peer_load_epoch, bit<32>, (bit<32>)hdr.dc.spine_id, meta.epoch);
                 }
                 if (hdr.dc.leaf_id != 0) {
-                    DC_WRITE(peer_load, (bit<32>)hdr.dc.leaf_id, hdr.dc.leaf_load);
-                    DC_WRITE(peer_load_epoch, (bit<32>)hdr.dc.leaf_id, meta.epoch);
+                    DC_WRITE(peer_load, bit<32>, (bit<32>)hdr.dc.leaf_id, hdr.dc.leaf_load);
+                    DC_WRITE(peer_load_epoch, bit<32>, (bit<32>)hdr.dc.leaf_id, meta.epoch);
                 }
                 dc_stats.count(STAT_LOAD_RECORDED);
             }

@@ -28,7 +28,8 @@
 
 control DcValidation(inout headers_t hdr,
                      inout metadata_t meta,
-                     inout dc_io_t io) {
+                     inout dc_io_t io)
+                    (DC_COUNTER_T dc_drops) {
 
     bit<32> reason = 0;
 
@@ -58,13 +59,13 @@ control DcValidation(inout headers_t hdr,
         bool from_cpu = hdr.packet_out.isValid();  /* the controller's packet-out */
         bool leaf = meta.role == ROLE_STORAGE_LEAF || meta.role == ROLE_CLIENT_LEAF;
         meta.dropped = 1;
-        if (io.parser_error == error.PacketTooShort) {
+        if (io.parse_status == PARSE_TRUNCATED) {
             reason = DROP_TRUNCATED;
-        } else if (io.parser_error == error.DcBadVersion) {
+        } else if (io.parse_status == PARSE_BAD_VERSION) {
             reason = DROP_BAD_VERSION;
-        } else if (io.parser_error == error.DcBadChunks) {
+        } else if (io.parse_status == PARSE_BAD_CHUNKS) {
             reason = DROP_BAD_CHUNKS;
-        } else if (io.parser_error != error.NoError) {
+        } else if (io.parse_status != PARSE_OK) {
             reason = DROP_PARSER_OTHER;
         } else if (!hdr.ipv4.isValid()) {
             reason = DROP_NOT_IPV4;

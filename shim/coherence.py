@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[bytes, tuple[str, int]], None]
 
-# How an exchange on one path ended.  RELEASED: the path's far end was declared down while we waited;
+# How an exchange on one path ended.  RELEASED: the path's far end was declared down before or while we waited;
 # its ack will never come, and the path does NOT count as done -- the switches before the far end (the
 # storage leaf) may not have seen the message (shim.phases then covers them by a path of their own).
 ACKED, RELEASED, TIMED_OUT = "acked", "released", "timeout"
@@ -45,6 +45,8 @@ class Coherence:
     """Sends coherence packets and waits for their acknowledgements."""
 
     send: Send
+    # whether the controller has declared a switch down (the shim's view): no exchange with it starts or goes on
+    is_down: Callable[[int], bool] = lambda _switch: False
     retry_interval: float = 0.05
     invalidate_deadline: float = 1.0
     update_attempts: int = 4
@@ -86,6 +88,11 @@ class Coherence:
         data = encode(msg)
         try:
             for i in range(attempts):
+                # declared down before this exchange began, or between two tries: release() ended only the
+                # exchanges waiting when the controller's push came, and a write's paths are read before its
+                # exchanges start (asyncio.gather runs them a loop turn later, and the push may come between)
+                if self.is_down(msg.target):
+                    return RELEASED
                 if i:
                     self.stats.retransmits += 1
                 self.send(data, dest)

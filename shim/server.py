@@ -84,7 +84,7 @@ class Shim:
         self.locks = KeyLocks()  # a write or populate of a key runs under the key's lock
         self._saving = asyncio.Lock()  # one state-file write at a time (set_partition_durably)
         self.transport: asyncio.DatagramTransport | None = None
-        self.coherence = Coherence(send=self._send)
+        self.coherence = Coherence(send=self._send, is_down=lambda switch: switch in self.view.down)
         self.phases = Phases(self.coherence, self.view, self.coherence_address)
         self._load_state()
         # the storage server's capacity (paper §6: rate-limited servers): requests beyond it wait their turn,

@@ -1,0 +1,67 @@
+"""shim.coherence alone: an exchange with a switch the controller declared down neither starts nor waits.
+
+The interleaving (a loaded CI run lost a write to it: ``invalidate ... not acknowledged by switch 2`` 1.2 s
+after the controller declared sp1 dead): a write reads its paths from the view (sp1 still up) and hands
+them to asyncio.gather, which starts the exchanges a loop turn later; in between, the controller's push
+declares sp1 down and release() ends the exchanges waiting on it -- none yet.  The exchange then began,
+retransmitted to the dead spine until the invalidation deadline, and the write failed with an ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from distcache.wire import Message, Op
+from shim.coherence import ACKED, RELEASED, Coherence
+
+pytestmark = pytest.mark.timeout(30)
+
+KEY = b"k".ljust(16, b"\0")
+DEAD, LIVE = 2, 1
+DEST = ("127.0.0.1", 9)
+
+
+def test_an_exchange_scheduled_before_the_push_and_started_after_it_is_released() -> None:
+    async def scenario() -> tuple[str, float, int]:
+        loop = asyncio.get_running_loop()
+        down: set[int] = set()
+        sent: list[tuple[str, int]] = []
+        c = Coherence(send=lambda _data, dest: sent.append(dest), is_down=down.__contains__)
+        c.invalidate_deadline = 1.0
+        task = asyncio.ensure_future(c.invalidate(KEY, 7, DEAD, DEST))  # as gather: runs a loop turn later
+        down.add(DEAD)  # the controller's push, first
+        c.release(down)
+        t0 = loop.time()
+        result = await task
+        return result, loop.time() - t0, len(sent)
+
+    result, took, sent = asyncio.run(scenario())
+    assert (result, sent) == (RELEASED, 0)
+    assert took < 0.5
+
+
+def test_a_switch_declared_down_between_two_tries_is_released_at_the_next() -> None:
+    async def scenario() -> tuple[str, int]:
+        down: set[int] = set()
+        sent: list[tuple[str, int]] = []
+        c = Coherence(send=lambda _data, dest: sent.append(dest), is_down=down.__contains__, retry_interval=0.02)
+        task = asyncio.ensure_future(c.invalidate(KEY, 8, DEAD, DEST))
+        await asyncio.sleep(0.05)  # a few tries, unanswered
+        down.add(DEAD)  # declared down without a release (its push raced the wait)
+        return await task, len(sent)
+
+    result, sent = asyncio.run(scenario())
+    assert result == RELEASED and 1 <= sent <= 5
+
+
+def test_a_live_switch_is_still_waited_for_and_acknowledged() -> None:
+    async def scenario() -> str:
+        c = Coherence(send=lambda _data, _dest: None, is_down={DEAD}.__contains__)
+        task = asyncio.ensure_future(c.invalidate(KEY, 9, LIVE, DEST))
+        await asyncio.sleep(0.01)
+        c.on_ack(Message(op=Op.INVALIDATE_ACK, key=KEY, seq=9, target=LIVE))
+        return await task
+
+    assert asyncio.run(scenario()) == ACKED

@@ -1,5 +1,10 @@
 /* The PSA spelling of the externs the shared controls use (p4src/include/), for p4c-ebpf.
- * See ../v1model/arch.p4 for what each macro means. */
+ * See ../v1model/arch.p4 for what each macro means.
+ *
+ * Known gaps (the PSA build is not a target yet; README, p4src/psa/distcache.p4): p4c-ebpf compares two
+ * `error` values as 4-byte memcmp of its 1-byte ParserError_t, so DC_PARSE_STATUS below reads past
+ * istd.parser_error; the port is cut from an interface index to 9 bits (to be translated by tables the
+ * server fills); timestamps are turned from ns into us by a division. */
 #ifndef DC_PSA_ARCH_P4
 #define DC_PSA_ARCH_P4
 

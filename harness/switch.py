@@ -105,7 +105,7 @@ def bmv2_binary(log_level: str | None) -> str:
     Why: at ``info`` and above the logging build writes nothing more than the fast one (a loaded
     ``make run`` left empty logs), yet forwards ~5.5x slower, and on two shared cores its queues held a
     spine's answers 30-45 ms now and then -- a false death in the leaves' liveness (7-13 in a quiet 60 s
-    run, 2 with the fast build).  A per-packet trace (``trace``/``debug``) needs the logging build."""
+    run, 0 with the fast build).  A per-packet trace (``trace``/``debug``) needs the logging build."""
     if log_level not in BMV2_PACKET_LOG_LEVELS and shutil.which(BMV2_FAST_SWITCH):
         return BMV2_FAST_SWITCH
     return BMV2_SWITCH

@@ -17,8 +17,8 @@ event's second and the three after it against the median of the five before,
 the read p99 in the event's second, the highest write p99 of those four
 seconds, the operations that failed in them, and how fast a client leaf's data plane found the spine dead (reported
 by the leaf when the spine is heard again).  At the end it prints the workload's
-report, how many spine deaths the leaves' data planes saw (0 in a loaded softswitch
-run without failures; BMv2 on two cores still counts some: docs/protocol.md) and,
+report, how many spine deaths the leaves' data planes saw (0 in a loaded 60 s run
+without failures, on softswitch and on BMv2's fast build: docs/protocol.md) and,
 last, one line::
 
     reads=<n> hits=<n> misses=<n> errors=<n> auto_cached=<n> failovers=<n>

@@ -20,6 +20,7 @@ from distcache import wire
 from harness.switch import P4_PSA, P4_V1MODEL
 from softswitch.dataplane import PROGRAM
 from tests.common.p4decl import parse
+from tests.common.p4rt_targets import compile_p4src
 from tests.common.softswitch_helpers import DIGEST_PROGRAM, DIGEST_TEST_P4
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,14 +174,11 @@ def _ids(info: p4i.P4Info) -> dict[str, int]:
 def test_psa_build_declares_what_the_v1model_build_does(tmp_path: Path) -> None:
     """p4c-ebpf compiles the PSA top (the same controls) into the P4Info of the v1model build: the same
     entities with the same names, ids and widths, so a controller cannot tell the targets apart (issue 19)."""
-    infos = {}
-    for arch, cmd in (
-        ("v1model", ["p4c-bm2-ss", "--arch", "v1model", "-o", str(tmp_path / "dc.json"), str(P4_V1MODEL)]),
-        ("psa", ["p4c-ebpf", "--arch", "psa", "--target", "kernel", "-o", str(tmp_path / "dc.c"), str(P4_PSA)]),
-    ):
-        out = tmp_path / f"{arch}.p4info.txtpb"
-        run = subprocess.run([*cmd, "--p4runtime-files", str(out)], capture_output=True, text=True)
-        assert run.returncode == 0, f"{cmd[0]} failed on {arch}:\n{run.stderr}"
-        infos[arch] = text_format.Parse(out.read_text(), p4i.P4Info())
-    assert shape(infos["psa"]) == shape(infos["v1model"])
-    assert _ids(infos["psa"]) == _ids(infos["v1model"])
+    v1model, _ = compile_p4src(tmp_path)
+    out = tmp_path / "psa.p4info.txtpb"
+    cmd = ["p4c-ebpf", "--arch", "psa", "--target", "kernel", "-o", str(tmp_path / "dc.c"), "--p4runtime-files"]
+    run = subprocess.run([*cmd, str(out), str(P4_PSA)], capture_output=True, text=True)
+    assert run.returncode == 0, f"p4c-ebpf failed on the PSA top:\n{run.stderr}"
+    psa = text_format.Parse(out.read_text(), p4i.P4Info())
+    assert shape(psa) == shape(v1model)
+    assert _ids(psa) == _ids(v1model)

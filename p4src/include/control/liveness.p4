@@ -77,8 +77,9 @@
 #ifndef DC_LIVENESS_P4
 #define DC_LIVENESS_P4
 
-/* The registers above, as DcIngress passes them to the controls that use them (include/pipeline.p4: shared
- * state lives in DcIngress, since p4c-ebpf keeps no register outside a control). */
+/* The registers described above, as DcIngress declares them and passes them to the controls that use
+ * them (include/pipeline.p4: shared state lives in DcIngress, since p4c-ebpf keeps no register outside a
+ * control). */
 #define DC_LIVENESS_REG_PARAMS \
     DC_REGISTER_T(bit<48>) spine_heard, DC_REGISTER_T(bit<48>) spine_asked, DC_REGISTER_T(bit<48>) spine_hold, \
     DC_REGISTER_T(bit<32>) spine_gap, DC_REGISTER_T(bit<32>) spine_gapvar, DC_REGISTER_T(bit<32>) spine_peak, \

@@ -25,7 +25,7 @@ from distcache.ratelimit import TokenBucket
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from p4rt.client import P4RuntimeError, SwitchConnection, load_p4info
 from p4rt.plan import LEAF_CACHING, SwitchPlan, plan
-from p4rt.probes import DP_PROBE_INTERVAL, probe_round
+from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource
 from p4rt.reconcile import apply_plan
 
 log = logging.getLogger("agent")
@@ -464,13 +464,16 @@ class SwitchAgent:
         then finds a stopped spine dead by itself (liveness.p4) and sends replies around it.  Only the
         primary may send packet-outs, so the controller cannot probe a storage leaf.  With this agent
         stopped nothing is probed there, and a leaf excludes no spine it is not asked about."""
-        seq = 0
-        while not self._stop.wait(DP_PROBE_INTERVAL):
-            conn = self.conn
-            if conn is None or not self.configured:
-                continue
-            with contextlib.suppress(P4RuntimeError):  # the stream is down: the watch loop reconnects
-                seq = probe_round(conn, self.switch, (self.cluster.spine(i) for i in range(self.cluster.spines)), seq)
+        source = ProbeSource(self.switch)  # into the leaf's probe port where it has one (p4rt.probes)
+        try:
+            while not self._stop.wait(DP_PROBE_INTERVAL):
+                conn = self.conn
+                if conn is None or not self.configured:
+                    continue
+                with contextlib.suppress(P4RuntimeError):  # the stream is down: the watch loop reconnects
+                    source.round(conn, (self.cluster.spine(i) for i in range(self.cluster.spines)))
+        finally:
+            source.close()
 
     def _hits_loop(self) -> None:
         while not self._stop.wait(self.hit_window):

@@ -37,7 +37,7 @@ from distcache.api import agent_pb2
 from distcache.cluster import Role, Switch
 from distcache.rpc.shim import ShimLink, ShimUnavailableError
 from p4rt.client import P4RuntimeError, SwitchConnection
-from p4rt.probes import DP_PROBE_INTERVAL, probe_round, read_probe_counts, spine_deaths
+from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource, read_probe_counts, spine_deaths
 
 log = logging.getLogger("controller")
 
@@ -81,19 +81,27 @@ class Monitor(ShimViews):
 
     def _dp_probe_loop(self) -> None:
         """Probe every spine's data plane through every client leaf, and watch the answers."""
-        seq, next_check = 0, time.monotonic()
+        next_check = time.monotonic()
         spines = self._spines()
-        while not self._stop.wait(DP_PROBE_INTERVAL):
-            for name, conn in list(self.leaves.items()):
-                with contextlib.suppress(P4RuntimeError):  # its stream is down: the reconciler brings it back
-                    seq = probe_round(conn, self.cluster.switch(name), spines, seq)
-                self._take_deaths(name, conn)
-            if time.monotonic() >= next_check:
-                next_check = time.monotonic() + DP_CHECK_INTERVAL
-                try:
-                    self._dp_check()
-                except Exception:
-                    log.exception("data-plane probe check failed")
+        sources: dict[str, ProbeSource] = {}  # per client leaf: its probe port where it has one (p4rt.probes)
+        try:
+            while not self._stop.wait(DP_PROBE_INTERVAL):
+                for name, conn in list(self.leaves.items()):
+                    source = sources.get(name)
+                    if source is None:
+                        source = sources[name] = ProbeSource(self.cluster.switch(name))
+                    with contextlib.suppress(P4RuntimeError):  # its stream is down: the reconciler brings it back
+                        source.round(conn, spines)
+                    self._take_deaths(name, conn)
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + DP_CHECK_INTERVAL
+                    try:
+                        self._dp_check()
+                    except Exception:
+                        log.exception("data-plane probe check failed")
+        finally:
+            for source in sources.values():
+                source.close()
 
     def _take_deaths(self, name: str, conn: SwitchConnection) -> None:
         """Keep the spine deaths client leaf ``name`` reported since the last look."""

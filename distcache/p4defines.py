@@ -47,6 +47,7 @@ ROLE_STORAGE_LEAF = 2
 ROLE_CLIENT_LEAF = 3
 MAX_SPINE_ID = 63  # spines have ids 1..63 (distcache.cluster.MAX_SPINES)
 CPU_PORT = 510  # packet-out enters here (BMv2 --cpu-port; 511 is its drop port)
+PROBE_PORT = 509  # a leaf's local probe source writes here (packet_out header, frame)
 PORT_FABRIC = 0
 PORT_CLIENT = 1
 PORT_STORAGE = 2

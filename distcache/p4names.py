@@ -38,6 +38,7 @@ HH_BLOOM_WIDTH = p4defines.HH_BLOOM_WIDTH
 HH_THRESHOLD = p4defines.HH_THRESHOLD
 HH_WINDOW_SHIFT = p4defines.HH_WINDOW_SHIFT
 CPU_PORT = p4defines.CPU_PORT
+PROBE_PORT = p4defines.PROBE_PORT
 DropReason = p4defines.DropReason
 Stat = p4defines.Stat
 

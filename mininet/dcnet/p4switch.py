@@ -22,6 +22,7 @@ from mininet.node import Switch
 from distcache import p4names
 from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
 from harness.switch import BMV2_SWITCH, SwitchSpec
+from p4rt.probes import probe_interfaces
 
 TARGETS = ("softswitch", "bmv2")
 
@@ -88,11 +89,14 @@ class P4RuntimeSwitch(Switch):
         switch_log: str = "events",
         extra_args: tuple[str, ...] = (),
         realtime: bool = False,
+        probe_port: bool = False,
         **params: object,
     ) -> None:
         """``realtime``: run a softswitch process at a real-time priority (a spine: SPINE_RT_PRIORITY in
         harness.processes).  Not BMv2: its spines at SCHED_RR took the CPU its leaves needed (a loaded run
-        fell from ~950 to ~700 ops/s), where softswitch spines, idle in poll() between frames, do not."""
+        fell from ~950 to ~700 ops/s), where softswitch spines, idle in poll() between frames, do not.
+        ``probe_port``: a leaf's PROBE_PORT on a veth whose peer, in the root namespace too, is where its
+        probe source writes (p4rt.probes.probe_interfaces); no host is linked to it."""
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
@@ -102,6 +106,7 @@ class P4RuntimeSwitch(Switch):
         self.target, self.pcap, self.switch_log = target, pcap, switch_log
         self.extra_args = list(extra_args)  # appended to the switch process's command line
         self.realtime = realtime and target == "softswitch"
+        self.probe_ifaces = probe_interfaces(name) if probe_port else None
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
 
@@ -114,7 +119,10 @@ class P4RuntimeSwitch(Switch):
         )
         spec = SwitchSpec(
             self.target,
-            [(self.ports[intf], intf.name) for intf in self.intfList() if intf.name != "lo"],
+            [
+                *((self.ports[intf], intf.name) for intf in self.intfList() if intf.name != "lo"),
+                *([(p4names.PROBE_PORT, self.probe_ifaces[0])] if self.probe_ifaces else []),
+            ],
             grpc_addr=f"127.0.0.1:{self.grpc_port}",
             device_id=self.device_id,
             log_file=self.run_dir / (self.name if bmv2 else f"{self.name}.log"),  # BMv2 appends .txt
@@ -127,13 +135,20 @@ class P4RuntimeSwitch(Switch):
         return spec.argv()
 
     def start(self, controllers: list) -> None:  # noqa: ARG002 - P4Runtime, not OpenFlow
-        for intf in self.intfList():
-            if intf.name != "lo":
-                self.cmd(f"ethtool -K {intf.name} tx off rx off >/dev/null 2>&1")
-                # the port is the switch's, not the root namespace's: no IPv6 on it, and strict reverse-path
-                # filtering, so nothing a host sends through it is taken in (or forwarded) by the root
-                # namespace, where the control plane listens (BMv2's Thrift server on every address included)
-                self.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1 net.ipv4.conf.{intf.name}.rp_filter=1")
+        ifaces = [intf.name for intf in self.intfList() if intf.name != "lo"]
+        if self.probe_ifaces:
+            port, peer = self.probe_ifaces
+            if not os.path.exists(f"/sys/class/net/{port}"):
+                self.cmd(f"ip link add {port} type veth peer name {peer}")
+            ifaces += [port, peer]  # the peer too: nothing of the root namespace's own (IPv6) is sent into the port
+        for iface in ifaces:
+            self.cmd(f"ethtool -K {iface} tx off rx off >/dev/null 2>&1")
+            # the port is the switch's, not the root namespace's: no IPv6 on it, and strict reverse-path
+            # filtering, so nothing a host sends through it is taken in (or forwarded) by the root
+            # namespace, where the control plane listens (BMv2's Thrift server on every address included)
+            self.cmd(f"sysctl -qw net.ipv6.conf.{iface}.disable_ipv6=1 net.ipv4.conf.{iface}.rp_filter=1")
+        if self.probe_ifaces:
+            self.cmd(f"ip link set {self.probe_ifaces[0]} up && ip link set {self.probe_ifaces[1]} up")
         out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
         self._cmd = self.command()  # what stop() recognizes the process by (Mininet may delete the ports first)
         self.proc = subprocess.Popen(
@@ -181,4 +196,6 @@ class P4RuntimeSwitch(Switch):
         if self.proc is not None:
             self.proc.wait(5)
         self.proc = None
+        if deleteIntfs and self.probe_ifaces:
+            self.cmd(f"ip link del {self.probe_ifaces[0]} 2>/dev/null")
         super().stop(deleteIntfs)

@@ -19,7 +19,16 @@ class LeafSpineTopo(Topo):
             # a spine's silence is what its leaves' liveness measures: a real-time priority where its target
             # allows (softswitch, not BMv2: dcnet.p4switch.P4RuntimeSwitch)
             realtime = sw.role == Role.SPINE
-            self.addSwitch(sw.name, device_id=sw.device_id, grpc_port=sw.grpc_port, realtime=realtime, **switch_opts)
+            # a leaf's probe source (controller or agent) writes its probes into its probe port (p4rt.probes)
+            probe_port = sw.role != Role.SPINE
+            self.addSwitch(
+                sw.name,
+                device_id=sw.device_id,
+                grpc_port=sw.grpc_port,
+                realtime=realtime,
+                probe_port=probe_port,
+                **switch_opts,
+            )
         for h in cluster.hosts():
             self.addHost(h.name, ip=f"{h.ip}/32", mac=h.mac)
         shaping = {"bw": cluster.link_mbps} if cluster.link_mbps else {}  # tc htb on both ends (TCLink)

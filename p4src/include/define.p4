@@ -54,6 +54,11 @@ const bit<8> ROLE_STORAGE_LEAF = 2;
 const bit<8> ROLE_CLIENT_LEAF = 3;
 const bit<8> MAX_SPINE_ID = 63;  /* spines have ids 1..63 (distcache.cluster.MAX_SPINES) */
 const bit<9> CPU_PORT = 510;  /* packet-out enters here (BMv2 --cpu-port; 511 is its drop port) */
+/* A leaf's probe port: frames its local probe source writes, shaped as packet-outs (packet_out header,
+ * then the frame), so the parser takes them as it takes CPU_PORT's.  It stands for a hardware switch's
+ * packet generator: a probe costs a raw write into a veth instead of a P4Runtime message through two
+ * gRPC stacks (p4rt/probes.py; the probe source's rounds were a third of a loaded 2-core host). */
+const bit<9> PROBE_PORT = 509;  /* a leaf's local probe source writes here (packet_out header, frame) */
 
 const bit<8> PORT_FABRIC = 0;
 const bit<8> PORT_CLIENT = 1;

@@ -5,7 +5,7 @@
  *
  * Where it stands: p4c-ebpf compiles it and clang builds the C; llc refuses the ingress program for its
  * stack (over BPF's 512 bytes: p4c-ebpf keeps every local of the inlined controls on it).  Still to come:
- * packet-outs (no CPU port here: from_cpu is false), port numbers translated to and from interface
+ * packet-outs (no CPU or probe port here: from_cpu is false), port numbers translated to and from interface
  * indexes (a port is cut to 9 bits today), and the loader and P4Runtime server over the BPF maps.
  */
 #include "arch.p4"

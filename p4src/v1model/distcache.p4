@@ -39,9 +39,11 @@ parser DcParser(packet_in packet,
                 inout standard_metadata_t standard_metadata) {
     DcFrameParser() frame;
 
-    /* A controller's packet-out (P4Runtime PacketOut) enters by BMv2's --cpu-port. */
+    /* A controller's packet-out (P4Runtime PacketOut) enters by BMv2's --cpu-port, a leaf's local
+     * probe source's frames by PROBE_PORT, with the same packet_out header. */
     state start {
-        frame.apply(packet, hdr, meta, standard_metadata.ingress_port == CPU_PORT);
+        frame.apply(packet, hdr, meta,
+                    standard_metadata.ingress_port == CPU_PORT || standard_metadata.ingress_port == PROBE_PORT);
         transition accept;
     }
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 from distcache.p4defines import IPV4_MIN_IHL, PROTO_UDP, TYPE_IPV4
-from distcache.p4names import CPU_PORT, PACKET_OUT_FIELDS
+from distcache.p4names import CPU_PORT, PACKET_OUT_FIELDS, PROBE_PORT
 from distcache.wire import CHUNK_LEN, DC_PORT, HEADER_LEN, HEADER_STRUCT, MAX_CHUNKS, VERSION
 from softswitch.dataplane.header import (
     DC_FIELDS,
@@ -27,10 +27,11 @@ DC_BAD_VERSION, DC_BAD_CHUNKS, IPV4_BAD_IHL = "DcBadVersion", "DcBadChunks", "Ip
 def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
     """The headers of ``pkt`` and the parser error (``NoError`` if none).
 
-    A packet-out (from ``CPU_PORT``) starts with its packet_out header (the spine id, one byte)."""
+    A packet-out (from ``CPU_PORT``), and a frame of a leaf's local probe source (``PROBE_PORT``), starts
+    with its packet_out header (the spine id, one byte)."""
     h = Headers()
     off = 0
-    if ingress_port == CPU_PORT:
+    if ingress_port in (CPU_PORT, PROBE_PORT):
         if len(pkt) < 1:
             return h, PACKET_TOO_SHORT
         h.packet_out = pkt[0]

@@ -26,16 +26,18 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from dcnet.deploy import Deployment
 
 from distcache import p4names as n
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, Role
 from distcache.hashing import h0, user_key, wire_key
 from distcache.partition import spine_buckets
 from distcache.rpc.shim import ShimLink
 from harness.processes import SwitchProcesses
+from p4rt.probes import DP_PROBE_INTERVAL, probe_interfaces, read_probe_counts
 
 pytestmark = [
     pytest.mark.slow,
@@ -147,6 +149,30 @@ def test_status_and_hot_json_match_the_switches(dep: Deployment) -> None:
             assert k["slot"] == held[k["key"]].slot and k["total_hits"] == slots.get(k["slot"], (0, 0))[0]
             assert k["text"] in ("key1", "key2", "key3", "key7")  # key7 may have got hot enough on its own
     assert sum(k["total_hits"] for sh in hot["switches"] for k in sh["keys"]) >= 15
+
+
+def test_leaves_are_probed_through_their_probe_ports(dep: Deployment) -> None:
+    """The controller (client leaves) and each storage leaf's agent write their probes into the leaf's
+    probe port (p4rt.probes.ProbeSource; no PacketOut through gRPC): one per spine every 10 ms, seen leaving
+    the source's end of each leaf's veth, and counted by the leaf as sent."""
+    leaves = [sw for sw in CLUSTER.switches() if sw.role != Role.SPINE]
+
+    def written() -> dict[str, int]:
+        return {
+            sw.name: int(Path(f"/sys/class/net/{probe_interfaces(sw)[1]}/statistics/tx_packets").read_text())
+            for sw in leaves
+        }
+
+    def sent() -> int:
+        return sum(c.sent for c in read_probe_counts(dep.controller.conns["cl0"]).values())
+
+    a, sent_a = written(), sent()
+    time.sleep(1.0)
+    b, sent_b = written(), sent()
+    per_second = CLUSTER.spines / DP_PROBE_INTERVAL
+    for sw in leaves:
+        assert b[sw.name] - a[sw.name] >= per_second / 4, (sw.name, a, b)
+    assert sent_b - sent_a >= per_second / 4, (sent_a, sent_b)
 
 
 def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:

@@ -8,6 +8,11 @@ plumbing (metadata by name, serialized into the packet_out header, refused when 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,9 +26,20 @@ from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT, Op, decode
+from harness.netns import delete_namespace, make_veth_namespace
 from p4rt.client import P4RuntimeError, SwitchConnection
 from p4rt.plan import plan
-from p4rt.probes import ProbeCounts, ProbeLedger, leaf_address, probe_frame, read_probe_counts, send_probe
+from p4rt.probes import (
+    ProbeCounts,
+    ProbeLedger,
+    ProbeSource,
+    leaf_address,
+    packet_out_header,
+    probe_frame,
+    probe_interfaces,
+    read_probe_counts,
+    send_probe,
+)
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.server import P4RuntimeError as ServerError
 from softswitch.server import p4info_mismatch, packet_out_frame
@@ -169,3 +185,76 @@ def test_probes_sent_by_packet_out_are_counted_per_spine(leaf: tuple[SoftSwitch,
         time.sleep(0.02)
     assert sw.stats.packet_out == 4
     assert c.read_counter(n.DC_DROPS, int(n.DropReason.PROBE)) == {int(n.DropReason.PROBE): (0, 0)}
+
+
+def test_packet_out_header_is_the_p4_header_s_bytes() -> None:
+    assert packet_out_header(spine_id=7) == bytes([7])
+    with pytest.raises(ValueError, match="does not fit 8 bits"):
+        packet_out_header(spine_id=256)
+    with pytest.raises(ValueError, match="no field 'port'"):
+        packet_out_header(spine_id=1, port=2)
+    with pytest.raises(KeyError):
+        packet_out_header()
+
+
+# run inside the test's namespace (ip netns exec remounts /sys there, so the source sees only its veth)
+_WRITE_ROUND = """
+import json, socket, sys
+from distcache.cluster import Cluster
+from p4rt.probes import ProbeSource, probe_interfaces
+c = Cluster(spines=2, storage_racks=2, client_racks=2)
+rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+rx.bind((probe_interfaces(c.client_leaf(0))[0], 0))
+rx.settimeout(5)
+src = ProbeSource(c.client_leaf(0))
+src.round(None, [c.spine(0), c.spine(1)])
+src.round(None, [c.spine(1)])
+frames = [rx.recv(2048).hex() for _ in range(3)]
+print(json.dumps({"frames": frames, "written": src.written, "packet_outs": src.packet_outs}))
+"""
+
+
+def test_probe_source_writes_into_the_leaf_s_probe_port() -> None:
+    """Where the leaf's probe port has its peer on this host, each probe is a raw write there: the
+    packet_out header, then the probe frame (what the switch's parser takes at PROBE_PORT), no PacketOut."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace, raw sockets)")
+    ns = f"dcprobe{os.getpid()}"
+    make_veth_namespace(ns, [probe_interfaces(CL0)])
+    try:
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", _WRITE_ROUND],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        delete_namespace(ns)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert (got["written"], got["packet_outs"]) == (3, 0)
+    want = [
+        packet_out_header(spine_id=sp.switch_id) + probe_frame(CL0, sp, seq)
+        for seq, sp in ((1, SP0), (2, SP1), (3, SP1))
+    ]
+    assert [bytes.fromhex(f) for f in got["frames"]] == want
+
+
+def test_probe_source_without_a_probe_port_sends_packet_outs(leaf: tuple[SoftSwitch, SwitchConnection]) -> None:
+    """No probe port on this host (a leaf named so that none exists): PacketOuts on the session, and
+    without a session the round fails with a P4RuntimeError, which the probe loops take as a stream down."""
+    sw, c = leaf
+    elsewhere = dataclasses.replace(CL0, name="nosuchleaf9")
+    assert not os.path.exists(f"/sys/class/net/{probe_interfaces(elsewhere)[1]}")
+    src = ProbeSource(elsewhere)
+    src.round(c, [SP0, SP1])
+    deadline = time.monotonic() + 5
+    while read_probe_counts(c) != {SP0.switch_id: ProbeCounts(1, 0), SP1.switch_id: ProbeCounts(1, 0)}:
+        assert time.monotonic() < deadline, read_probe_counts(c)
+        time.sleep(0.02)
+    assert (sw.stats.packet_out, src.packet_outs, src.written) == (2, 2, 0)
+    with pytest.raises(P4RuntimeError, match="no probe port and no session"):
+        src.round(None, [SP0])
+    with pytest.raises(ValueError, match="not a leaf"):
+        ProbeSource(SP0)

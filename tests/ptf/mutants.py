@@ -52,6 +52,12 @@ MUTANTS = (
         "!(client_source.apply().hit || true)",
     ),
     Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 1;", "DC_VERSION = 2;"),
+    Mutant(
+        "the probe port's frames parsed as plain frames",
+        "../v1model/distcache.p4",
+        "|| standard_metadata.ingress_port == PROBE_PORT",
+        "",
+    ),
     Mutant("crc32 made crc16", "../v1model/arch.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
     Mutant(
         "IP options accepted by the parser (not extracted)",

@@ -19,6 +19,7 @@ from distcache import p4names as n
 from distcache.cluster import Mechanism
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, attempt_flags
+from p4rt.probes import packet_out_header, probe_frame
 from tests.ptf.dctest import (
     CL0,
     CLIENT,
@@ -94,6 +95,32 @@ class ProbesGoUpToTheirSpineAndAreCounted(_Liveness):
         self.assertEqual(self.drops(DropReason.PROBE), 0)
 
 
+class ProbePortProbesAsAPacketOutDoes(_Liveness):
+    """A frame into cl0's probe port (PROBE_PORT: the packet_out header, then the probe -- what
+    p4rt.probes.ProbeSource writes there) leaves up its spine's port exactly as a PacketOut probe does,
+    is counted, and starts an ask: left unanswered, the spine is dead and reads go around it.  There too a
+    frame that is no probe, or a probe for no spine, is dropped and counted."""
+
+    def runTest(self) -> None:
+        self.send(n.PROBE_PORT, packet_out_header(spine_id=SP1.switch_id) + probe_frame(CL0, SP1, 8))
+        self.expect(probe_wire(CL0, SP1, 8), PORT[SP1.switch_id])
+        self.send(n.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + probe_frame(CL0, SP0, 9))
+        self.expect(probe_wire(CL0, SP0, 9), PORT[SP0.switch_id])
+        self.answer(SP1, seq=8)
+        counts = self.probe_counts()
+        self.assertEqual(
+            {sid: (c.sent, c.answered) for sid, c in counts.items()}, {SP0.switch_id: (1, 0), SP1.switch_id: (1, 1)}
+        )
+        self.wait_until(time.monotonic() + DEAD + MARGIN)  # sp0 never answered its probe: dead
+        self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3))
+        self.send(n.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + bytes(get))
+        self.send(n.PROBE_PORT, packet_out_header(spine_id=0) + probe_frame(CL0, SP0, 10))
+        self.expect_none()
+        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 2), 2)
+        self.assertEqual(self.probe_counts()[SP0.switch_id].sent, 1)
+
+
 class StorageLeafProbesToo(_Liveness):
     """sl0 is a probe source as well: its probes come from its rack's gateway address."""
 
@@ -109,8 +136,8 @@ class StorageLeafProbesToo(_Liveness):
 
 class SpineReflectsProbesFromItsLeaves(_Liveness):
     """sp0 turns a leaf's PROBE around as PROBE_REPLY, stamped with its id, out of the port it came in by
-    (exact frames, from a storage leaf's and a client leaf's port); it takes no probe reply, and no
-    packet-out."""
+    (exact frames, from a storage leaf's and a client leaf's port); it takes no probe reply, no
+    packet-out, and nothing from a probe port."""
 
     role = SP0
 
@@ -121,8 +148,11 @@ class SpineReflectsProbesFromItsLeaves(_Liveness):
         self.assertEqual(self.stat(Stat.PROBE_REFLECTED), 2)
         self.send(1, probe_wire(SL0, SP0, seq=4, reply=True))  # a reply, into a spine
         self.sw.packet_out(bytes(probe_wire(CL0, SP0, seq=5, ttl=64)), spine_id=SP0.switch_id)
+        self.send(
+            n.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + probe_frame(CL0, SP0, 6)
+        )  # a spine has no probe source
         self.expect_none()
-        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 2), 2)
+        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 3), 3)
         self.assertEqual(self.stat(Stat.PROBE_REFLECTED), 2)
 
 

@@ -182,7 +182,7 @@ class Client(_Base):
     """Blocking client.  Not thread-safe: use one per thread (they are cheap).
 
     ``timeout`` is the longest wait for one copy and the RTO before a server has answered;
-    ``min_timeout`` the RTO's floor (default 5 ms, or ``timeout`` if that is less;
+    ``min_timeout`` the RTO's floor (default 20 ms, or ``timeout`` if that is less;
     ``min_timeout=timeout``: a fixed timeout, as before); a request gives up ``(retries + 1) * timeout``
     after its first copy.
     """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -148,7 +149,8 @@ def test_a_dead_destination_backs_off_to_the_cap_and_gives_up_in_bounded_time(se
     assert "\n" not in str(e.value) and "attempts" in str(e.value)
     copies = server.of(server.copies[-1].seq)
     assert [x.attempt for x in copies] == list(range(len(copies)))
-    assert 4 <= len(copies) <= retries + 1 + 6  # log2(0.2 / 0.005) < 6 shorter waits before the cap
+    shorter = math.ceil(math.log2(timeout / DEFAULT_FLOOR))  # waits under the cap, doubling from the floor
+    assert 4 <= len(copies) <= retries + 1 + shorter
     gaps = [b.at - a.at for a, b in itertools.pairwise(copies)]
     assert gaps[0] < timeout / 4 and max(gaps) < timeout + 0.05
     assert gaps[2] > 1.5 * gaps[0]  # backing off (two steps, so timer noise cannot fake it)

@@ -99,6 +99,7 @@ class Flag(IntFlag):
 
 
 ATTEMPT_SHIFT = 2  # the attempt number's lowest bit in ``flags`` (FLAG_ATTEMPT_SHIFT in p4src/include/define.p4)
+_ATTEMPT_MASK = int(Flag.ATTEMPT)
 MAX_WIRE_ATTEMPT = int(Flag.ATTEMPT) >> ATTEMPT_SHIFT  # 7: the largest attempt number the field holds
 
 
@@ -118,8 +119,11 @@ def attempt_flags(attempt: int) -> Flag:
 
 
 def attempt_of(flags: int) -> int:
-    """The attempt number a request's ``flags`` carry (what routing.p4 reads)."""
-    return (int(flags) & Flag.ATTEMPT) >> ATTEMPT_SHIFT
+    """The attempt number a request's ``flags`` carry (what routing.p4 reads).
+
+    Masked with a plain int: ``int & Flag.ATTEMPT`` builds an IntFlag member (microseconds), and the
+    switch data planes ask this of every client read."""
+    return (int(flags) & _ATTEMPT_MASK) >> ATTEMPT_SHIFT
 
 
 def populate_invalidate(key: bytes, seq: int, target: int, epoch: int, version: int) -> Message:

@@ -140,12 +140,14 @@ class SoftSwitch:
 
     def run(self) -> None:
         """Receive, process and send until :meth:`stop`."""
-        while not self._stop.is_set():
-            for port, frame, received_ns in self.ports.poll(1.0):
-                self.handle_packet(port, frame, self.stamp(received_ns))
-                if self._stop.is_set():
+        stopped, poll, handle, stamp = self._stop.is_set, self.ports.poll, self.handle_packet, self.stamp
+        while not stopped():
+            for port, frame, received_ns in poll(1.0):
+                handle(port, frame, stamp(received_ns))
+                if stopped():
                     break
-            self.run_packet_outs()
+            if not self._injected.empty():  # (checked here: most wake-ups bring no packet-out)
+                self.run_packet_outs()
 
     def run_packet_outs(self) -> None:
         """Process the packet-outs queued so far, at the CPU port (the packet loop's thread).
@@ -156,11 +158,8 @@ class SoftSwitch:
         loop reached 30 ms late (a busy host) counted those 30 ms against the spine, which had not seen it
         yet: a storage leaf's agent's probes made false deaths of both spines at once."""
         cpu_port = self.pipeline.program.cpu_port
-        while cpu_port is not None:
-            try:
-                frame = self._injected.get_nowait()
-            except queue.Empty:
-                return
+        while cpu_port is not None and not self._injected.empty():  # this thread alone takes from the queue
+            frame = self._injected.get_nowait()
             self.stats.packet_out += 1
             self.handle_packet(cpu_port, frame)
 
@@ -209,7 +208,7 @@ class SoftSwitch:
         softswitch.ports) -- never in the future, and never before the last one (frames of different ports
         are processed in batches, not in arrival order; liveness.p4 compares times of different ports)."""
         us = (received_ns - self._realtime_ns - self._t0_ns) // 1000
-        self._last_us = min(max(us, self._last_us), self.now_us())
+        self._last_us = min(max(us, self._last_us), (time.monotonic_ns() - self._t0_ns) // 1000)  # now_us()
         return self._last_us
 
     def process_packet(self, ingress_port: int, packet: bytes, now_us: int | None = None) -> list[tuple[int, bytes]]:
@@ -220,9 +219,10 @@ class SoftSwitch:
         its timestamp (:meth:`stamp`); none: it arrives now.
         """
         now = self.stamp(time.time_ns()) if now_us is None else now_us
-        self.stats.rx += 1
+        stats = self.stats
+        stats.rx += 1
         if self.server.service.committed is None:
-            self.stats.dropped_no_config += 1
+            stats.dropped_no_config += 1
             return []
         state = self.state
         try:
@@ -231,10 +231,12 @@ class SoftSwitch:
                     out = self.pipeline.process(state, ingress_port, packet, now)
                     result = [(int(p), bytes(f)) for p, f in out]
                 finally:
-                    digests, state.pending_digests = state.pending_digests, []
+                    digests = state.pending_digests
+                    if digests:  # (most packets emit none: no new list for them)
+                        state.pending_digests = []
         except Exception:  # noqa: BLE001 - a program's error drops the packet, never the switch
             # a failed packet's digests go with it (empty list kept for the next packet)
-            self.stats.dropped_pipeline_error += 1
+            stats.dropped_pipeline_error += 1
             self._errors.exception(
                 "pipeline failed on a %d-byte packet from port %d; dropped", len(packet), ingress_port
             )
@@ -242,16 +244,19 @@ class SoftSwitch:
         if digests:  # off the packet path: the digest engine batches them on its own thread
             self.server.service.digests.submit(digests)
         if not result:
-            self.stats.dropped_by_pipeline += 1
+            stats.dropped_by_pipeline += 1
         return result
 
     def handle_packet(self, ingress_port: int, packet: bytes, now_us: int | None = None) -> None:
         """Process a frame and transmit the results on the switch's ports."""
-        for port, frame in self.process_packet(ingress_port, packet, now_us):
-            if self.ports.send(port, frame):
-                self.stats.tx += 1
-            else:
-                self.stats.tx_failed += 1
+        out = self.process_packet(ingress_port, packet, now_us)
+        if out:
+            send, stats = self.ports.send, self.stats
+            for port, frame in out:
+                if send(port, frame):
+                    stats.tx += 1
+                else:
+                    stats.tx_failed += 1
 
     def _on_commit(self, cfg: PipelineConfig, reconciled: bool) -> None:
         log.info(

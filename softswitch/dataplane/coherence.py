@@ -13,7 +13,18 @@ from distcache.p4names import Stat
 from distcache.wire import MAX_CACHEABLE, Flag, Op
 from softswitch.dataplane.actions import dc_reflect
 from softswitch.dataplane.cache import tag as entry_tag
-from softswitch.dataplane.header import Headers, Meta
+from softswitch.dataplane.header import (
+    DC_FLAGS,
+    DC_LEAF_LOAD,
+    DC_NCHUNKS,
+    DC_OP,
+    DC_SEQ,
+    DC_SPINE_LOAD,
+    DC_TARGET,
+    DC_VLEN,
+    Headers,
+    Meta,
+)
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
@@ -21,6 +32,8 @@ REGISTERS = (Register(n.CACHE_INVAL, 49, n.CACHE_SLOTS), Register(n.CACHE_INVAL_
 
 OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
 FLAG_POPULATE = int(Flag.POPULATE)
+STAT_INVALIDATE, STAT_INVALIDATE_STALE = int(Stat.INVALIDATE), int(Stat.INVALIDATE_STALE)  # plain ints (see cache.py)
+STAT_UPDATE, STAT_UPDATE_STALE, STAT_REFLECTED = int(Stat.UPDATE), int(Stat.UPDATE_STALE), int(Stat.REFLECTED)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
@@ -31,7 +44,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     stats = state.counters[n.DC_STATS]
     if m.cache_hit:
         regs = state.registers
-        slot, seq = m.slot, dc["seq"]
+        slot, seq = m.slot, dc[DC_SEQ]
         tag = entry_tag(m)
         last, last_seq = regs[n.CACHE_INVAL].read(slot), regs[n.CACHE_INVAL_SEQ].read(slot)
         same_tenure = (last >> 1) == tag
@@ -40,29 +53,29 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             regs[n.CACHE_VALID].write(slot, 0)
             ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
             own_populate = (
-                dc["flags"] & FLAG_POPULATE
-                and dc["target"] == m.switch_id
-                and dc["spine_load"] == m.cache_epoch
-                and dc["leaf_load"] == m.version
+                dc[DC_FLAGS] & FLAG_POPULATE
+                and dc[DC_TARGET] == m.switch_id
+                and dc[DC_SPINE_LOAD] == m.cache_epoch
+                and dc[DC_LEAF_LOAD] == m.version
             )
             if not same_tenure or not ahead >> 31:
                 arm = bool(own_populate) or (same_tenure and armed)
                 regs[n.CACHE_INVAL].write(slot, (tag << 1) | arm)
                 regs[n.CACHE_INVAL_SEQ].write(slot, seq)
-                stats.count(Stat.INVALIDATE, m.packet_length)
+                stats.count(STAT_INVALIDATE, m.packet_length)
             else:
-                stats.count(Stat.INVALIDATE_STALE, m.packet_length)
-        elif same_tenure and armed and last_seq == seq and dc["vlen"] <= MAX_CACHEABLE:
+                stats.count(STAT_INVALIDATE_STALE, m.packet_length)
+        elif same_tenure and armed and last_seq == seq and dc[DC_VLEN] <= MAX_CACHEABLE:
             base = slot * n.MAX_CHUNKS
-            regs[n.CACHE_VLEN].write(slot, dc["vlen"])
+            regs[n.CACHE_VLEN].write(slot, dc[DC_VLEN])
             values = regs[n.CACHE_VALUE]
-            for i, chunk in enumerate(h.vals[: dc["nchunks"]]):
+            for i, chunk in enumerate(h.vals[: dc[DC_NCHUNKS]]):
                 values.write(base + i, int.from_bytes(chunk, "big"))
             regs[n.CACHE_VALID].write(slot, tag)
-            stats.count(Stat.UPDATE, m.packet_length)
+            stats.count(STAT_UPDATE, m.packet_length)
         else:
-            stats.count(Stat.UPDATE_STALE, m.packet_length)
-    if dc["target"] == m.switch_id:
-        dc["op"] = op | OP_REPLY_BIT
+            stats.count(STAT_UPDATE_STALE, m.packet_length)
+    if dc[DC_TARGET] == m.switch_id:
+        dc[DC_OP] = op | OP_REPLY_BIT
         dc_reflect(h)
-        stats.count(Stat.REFLECTED, m.packet_length)
+        stats.count(STAT_REFLECTED, m.packet_length)

@@ -42,6 +42,5 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
     action, p, _ = tables[n.PORT_KIND].lookup(m.ingress_port)
     if action == n.SET_PORT_KIND:
         m.port_kind = p["kind"]
-    _, p, _ = tables[n.LOAD_WINDOW].lookup()
-    m.window_shift = p["shift"]
-    m.epoch = (m.ingress_global_timestamp >> m.window_shift) & 0xFFFFFFFF
+    m.window_shift = shift = tables[n.LOAD_WINDOW].lookup()[1]["shift"]
+    m.epoch = (m.ingress_global_timestamp >> shift) & 0xFFFFFFFF

@@ -9,7 +9,7 @@ from distcache.cluster import Role
 from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import Op
-from softswitch.dataplane.header import IP_DST, Headers, Meta
+from softswitch.dataplane.header import DC_KEY, IP_DST, Headers, Meta
 from softswitch.program import Action, Digest, MatchField, Param, Register, Table
 from softswitch.state import SwitchState
 
@@ -50,12 +50,14 @@ REGISTERS = (
 OP_GET, ROLE_SPINE = int(Op.GET), int(Role.SPINE)
 CM_SALTS = (1, 2, 3, 4)  # crc32 of {key, 8w<salt>}, one salt per row
 BLOOM_SALTS = (5, 6, 7)
+CM_SALT_BYTES, BLOOM_SALT_BYTES = tuple(bytes((s,)) for s in CM_SALTS), tuple(bytes((s,)) for s in BLOOM_SALTS)
+HH_COUNTED, HH_REPORTED = int(Stat.HH_COUNTED), int(Stat.HH_REPORTED)  # plain ints (see cache.py)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.op != OP_GET or m.cache_hit:
         return
-    key = h.dc["key"]
+    key = h.dc[DC_KEY]
     tables = state.tables
     if m.role == ROLE_SPINE:
         action, _, _ = tables[n.HH_BUCKETS].lookup(h0(key))
@@ -69,8 +71,9 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     window = (now >> p["window_shift"]) & 0xFFFF
     regs = state.registers
     estimate = 0xFFFF
-    for name, salt in zip(n.HH_CM, CM_SALTS, strict=True):
-        i = zlib.crc32(key + bytes((salt,))) % n.HH_CM_WIDTH
+    key_crc = zlib.crc32(key)  # crc32(key ++ salt) continued from it: crc32(salt, crc32(key)) (zlib's running CRC)
+    for name, salt in zip(n.HH_CM, CM_SALT_BYTES, strict=True):
+        i = zlib.crc32(salt, key_crc) % n.HH_CM_WIDTH
         reg = regs[name]
         cell = reg.read(i)
         count = cell & 0xFFFF if cell >> 16 == window else 0
@@ -79,13 +82,13 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         reg.write(i, (window << 16) | count)
         estimate = min(estimate, count)
     stats = state.counters[n.DC_STATS]
-    stats.count(Stat.HH_COUNTED, m.packet_length)
+    stats.count(HH_COUNTED, m.packet_length)
     if estimate < threshold:
         return
     tag = (window + 1) & 0xFFFF
     cells = [
-        (regs[name], zlib.crc32(key + bytes((salt,))) % n.HH_BLOOM_WIDTH)
-        for name, salt in zip(n.HH_BLOOM, BLOOM_SALTS, strict=True)
+        (regs[name], zlib.crc32(salt, key_crc) % n.HH_BLOOM_WIDTH)
+        for name, salt in zip(n.HH_BLOOM, BLOOM_SALT_BYTES, strict=True)
     ]
     if all(reg.read(i) == tag for reg, i in cells):
         return  # reported already in this window
@@ -93,4 +96,4 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         reg.write(i, tag)
     elapsed = now & ((1 << p["window_shift"]) - 1)  # into the window (detector.p4)
     state.emit_digest(n.HH_DIGEST, (int.from_bytes(key, "big"), estimate, m.switch_id, elapsed))
-    stats.count(Stat.HH_REPORTED, m.packet_length)
+    stats.count(HH_REPORTED, m.packet_length)

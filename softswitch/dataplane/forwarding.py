@@ -9,7 +9,7 @@ from distcache.cluster import PortKind
 from distcache.hashing import h0
 from distcache.p4names import DropReason, Stat
 from distcache.wire import attempt_of
-from softswitch.dataplane.header import IP_DST, IP_TTL, Headers, Meta
+from softswitch.dataplane.header import DC_FLAGS, DC_KEY, DC_OP, IP_DST, IP_TTL, Headers, Meta
 from softswitch.dataplane.liveness import spine_excluded
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
@@ -45,19 +45,21 @@ TABLES = (
 
 
 PORT_CLIENT = int(PortKind.CLIENT)
+TRANSIT_REROUTED, DROP_LOOP, DROP_NO_ROUTE = int(Stat.TRANSIT_REROUTED), int(DropReason.LOOP), int(DropReason.NO_ROUTE)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
+    ip, dc = h.ipv4, h.dc
     if not m.routed:
-        action, p, _ = state.tables[n.IPV4_LPM].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
+        action, p, _ = state.tables[n.IPV4_LPM].lookup(int.from_bytes(ip[IP_DST], "big"))
         if action == n.SET_NHOP:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
         elif action == n.TRANSIT:
             m.transit = True
     if m.transit:
-        bucket = h0(h.dc["key"]) if h.dc is not None else 0
-        if h.dc is not None and m.port_kind == PORT_CLIENT:  # a client's retry: through another spine
-            bucket += attempt_of(h.dc["flags"])
+        bucket = h0(dc[DC_KEY]) if dc is not None else 0
+        if dc is not None and m.port_kind == PORT_CLIENT:  # a client's retry: through another spine
+            bucket += attempt_of(dc[DC_FLAGS])
         m.transit_slot = bucket & (n.TRANSIT_SLOTS - 1)
         action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
         if action == n.SET_TRANSIT:
@@ -74,19 +76,20 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
                 state, m.transit_id, now, m.dead_after, m.dead_after_max, m.peak_decay_shift
             ) and not spine_excluded(state, m.alt_id, now, m.dead_after, m.dead_after_max, m.peak_decay_shift):
                 m.nhop_dmac, m.nhop_port = m.alt_dmac, m.alt_port
-                state.counters[n.DC_STATS].count(Stat.TRANSIT_REROUTED, m.packet_length)
+                state.counters[n.DC_STATS].count(TRANSIT_REROUTED, m.packet_length)
     # an answer (a cache hit, a reflected coherence message: its op gained the reply bit here) is this
     # switch's own packet and goes back the way its request came; no other packet leaves by its ingress port
-    answered = h.dc is not None and h.dc["op"] != m.op
+    answered = dc is not None and dc[DC_OP] != m.op
     if m.routed and m.nhop_port == m.ingress_port and not answered:
-        state.counters[n.DC_DROPS].count(DropReason.LOOP, m.packet_length)
+        state.counters[n.DC_DROPS].count(DROP_LOOP, m.packet_length)
         m.dropped = True
     elif m.routed:
         m.egress_spec = m.nhop_port
-        h.eth[1] = h.eth[0]
-        h.eth[0] = m.nhop_dmac.to_bytes(6, "big")
+        eth = h.eth
+        eth[1] = eth[0]
+        eth[0] = m.nhop_dmac.to_bytes(6, "big")
         # bit<8> arithmetic as in P4; never wraps: validation passes TTL >= 2 only, an answer starts from 64
-        h.ipv4[IP_TTL] = (h.ipv4[IP_TTL] - 1) & 0xFF
+        ip[IP_TTL] = (ip[IP_TTL] - 1) & 0xFF
     else:
-        state.counters[n.DC_DROPS].count(DropReason.NO_ROUTE, m.packet_length)
+        state.counters[n.DC_DROPS].count(DROP_NO_ROUTE, m.packet_length)
         m.dropped = True

@@ -1,9 +1,12 @@
 """Headers and metadata: p4src/include/header.p4 as softswitch holds them.
 
-:class:`Headers` keeps each parsed header as a mutable list (``None`` when the
-header is invalid) and the DistCache header as a dict keyed by the field names
-of distcache/wire.py; :class:`Meta` is ``metadata_t`` field for field, zeroed
-per packet like v1model does.
+:class:`Headers` keeps each parsed header as a mutable list of its fields in
+wire order (``None`` when the header is invalid), indexed by the constants
+below -- the DistCache header too (``DC_*``, the fields of distcache/wire.py):
+a list is built straight from the unpacked tuple and packed back with no
+per-field look-up, where a dict keyed by field name cost about a microsecond
+per packet to build and emit; :class:`Meta` is ``metadata_t`` field for field,
+zeroed per packet like v1model does.
 """
 
 from __future__ import annotations
@@ -23,6 +26,26 @@ DC_FIELDS = tuple(name for name, _ in HEADER_FIELDS)
 IP_VER_IHL, IP_TOS, IP_TOTAL_LEN, IP_IDENT, IP_FLAGS_FRAG, IP_TTL, IP_PROTO, IP_CSUM, IP_SRC, IP_DST = range(10)
 # indexes into the UDP list (udp_t)
 UDP_SPORT, UDP_DPORT, UDP_LENGTH, UDP_CSUM = range(4)
+# indexes into the DistCache list (dc_t): the fields of distcache/wire.py's HEADER_FIELDS, in wire order
+(
+    DC_VERSION,
+    DC_OP,
+    DC_FLAGS,
+    DC_STATUS,
+    DC_SEQ,
+    DC_KEY,
+    DC_TARGET,
+    DC_SERVED_BY,
+    DC_SPINE_ID,
+    DC_LEAF_ID,
+    DC_SPINE_LOAD,
+    DC_LEAF_LOAD,
+    DC_VLEN,
+    DC_NCHUNKS,
+    DC_RESERVED,
+) = range(15)
+assert all(DC_FIELDS[globals()["DC_" + name.upper()]] == name for name in DC_FIELDS), "DC_* out of wire order"
+assert len(DC_FIELDS) == 15
 
 
 @dataclass(slots=True)
@@ -34,7 +57,7 @@ class Headers:
     ipv4: list | None = None  # see IP_* indexes
     ipv4_options: bytes | None = None
     udp: list | None = None  # see UDP_* indexes
-    dc: dict | None = None
+    dc: list | None = None  # see DC_* indexes
     vals: list[bytes] = field(default_factory=list)
     payload: bytes = b""
 

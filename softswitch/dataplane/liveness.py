@@ -90,9 +90,11 @@ def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, de
     regs = state.registers
     heard = regs[n.SPINE_HEARD].read(spine)
     asked = regs[n.SPINE_ASKED].read(spine)
-    hold = regs[n.SPINE_HOLD].read(spine)
-    threshold = spine_threshold(state, spine, asked, dead_after, dead_max, shift)
-    return (asked > heard and now > asked + threshold) or heard < hold
+    # (asked > heard and now > asked + threshold) or heard < hold; the threshold (six register reads) only
+    # when a probe is unanswered, which it rarely is: forwarding asks this of two spines per transit packet
+    if asked > heard and now > asked + spine_threshold(state, spine, asked, dead_after, dead_max, shift):
+        return True
+    return heard < regs[n.SPINE_HOLD].read(spine)
 
 
 def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
@@ -107,10 +109,12 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
     action, p, hit = tables[n.PORT_SPINE].lookup(m.ingress_port)
     if action == n.SET_PORT_SPINE:
         m.from_spine = p["spine_id"]
-    if not (hit and m.from_spine != 0):
+    s = m.from_spine
+    if not (hit and s != 0):
         return
-    regs, s, now = state.registers, m.from_spine, m.ingress_global_timestamp
-    heard, asked = regs[n.SPINE_HEARD].read(s), regs[n.SPINE_ASKED].read(s)
+    regs, now = state.registers, m.ingress_global_timestamp
+    heard_reg = regs[n.SPINE_HEARD]
+    heard, asked = heard_reg.read(s), regs[n.SPINE_ASKED].read(s)
     if asked > heard and now > asked:  # a wait ends (only then is the threshold needed; see the P4 file)
         threshold = spine_threshold(state, s, asked, m.dead_after, m.dead_after_max, m.peak_decay_shift)
         waited = (now - asked) & MASK48
@@ -131,4 +135,4 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
         if waited < m.dead_after_max and waited >= spine_peak_now(state, s, now, m.peak_decay_shift):
             regs[n.SPINE_PEAK].write(s, waited)
             regs[n.SPINE_PEAK_AT].write(s, now)
-    regs[n.SPINE_HEARD].write(s, max(now, heard))  # never back in time (stamps out of order: the P4 file)
+    heard_reg.write(s, max(now, heard))  # never back in time (stamps out of order: the P4 file)

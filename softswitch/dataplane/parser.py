@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import struct
-
 from distcache.p4defines import IPV4_MIN_IHL, PROTO_UDP, TYPE_IPV4
 from distcache.p4names import CPU_PORT, PACKET_OUT_FIELDS, PROBE_PORT
 from distcache.wire import CHUNK_LEN, DC_PORT, HEADER_LEN, HEADER_STRUCT, MAX_CHUNKS, VERSION
 from softswitch.dataplane.header import (
     DC_FIELDS,
+    DC_NCHUNKS,
+    DC_VERSION,
     ETH,
     ETH_LEN,
     IP_CSUM,
@@ -20,6 +20,9 @@ from softswitch.dataplane.header import (
 )
 
 assert PACKET_OUT_FIELDS == (("spine_id", 8),), "parse() reads packet_out_t as one byte"
+_CSUM_AT = 10  # the IPv4 checksum's byte offset
+assert IPV4.size == IPV4_LEN and IPV4.format.startswith("!") and IP_CSUM == 7
+assert len(HEADER_STRUCT.unpack(bytes(HEADER_LEN))) == len(DC_FIELDS), "h.dc holds the struct's fields, DC_* index them"
 NO_ERROR, PACKET_TOO_SHORT = "NoError", "PacketTooShort"
 DC_BAD_VERSION, DC_BAD_CHUNKS, IPV4_BAD_IHL = "DcBadVersion", "DcBadChunks", "Ipv4BadIhl"
 
@@ -28,83 +31,106 @@ def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
     """The headers of ``pkt`` and the parser error (``NoError`` if none).
 
     A packet-out (from ``CPU_PORT``), and a frame of a leaf's local probe source (``PROBE_PORT``), starts
-    with its packet_out header (the spine id, one byte)."""
+    with its packet_out header (the spine id, one byte).
+    (Each header is kept in a local as well as in ``h``: attribute reads cost, and this runs per packet.)"""
     h = Headers()
+    size = len(pkt)
     off = 0
     if ingress_port in (CPU_PORT, PROBE_PORT):
-        if len(pkt) < 1:
+        if size < 1:
             return h, PACKET_TOO_SHORT
         h.packet_out = pkt[0]
         off = 1
-    if len(pkt) < off + ETH_LEN:
+    if size < off + ETH_LEN:
         return h, PACKET_TOO_SHORT
-    h.eth = list(ETH.unpack_from(pkt, off))
+    h.eth = eth = list(ETH.unpack_from(pkt, off))
     off += ETH_LEN
-    if h.eth[2] != TYPE_IPV4:
+    if eth[2] != TYPE_IPV4:
         h.payload = pkt[off:]
         return h, NO_ERROR
-    if len(pkt) < off + IPV4_LEN:
+    if size < off + IPV4_LEN:
         return h, PACKET_TOO_SHORT
-    h.ipv4 = list(IPV4.unpack_from(pkt, off))
+    h.ipv4 = ip = list(IPV4.unpack_from(pkt, off))
     off += IPV4_LEN
-    ihl = h.ipv4[0] & 0x0F
+    ihl = ip[0] & 0x0F
     if ihl < IPV4_MIN_IHL:
         return h, IPV4_BAD_IHL
     if ihl > IPV4_MIN_IHL:
         n = (ihl - IPV4_MIN_IHL) * 4
-        if len(pkt) < off + n:
+        if size < off + n:
             return h, PACKET_TOO_SHORT
         h.ipv4_options = pkt[off : off + n]
         off += n
-    if not ((h.ipv4[4] & 0x1FFF) == 0 and h.ipv4[6] == PROTO_UDP):
+    if not ((ip[4] & 0x1FFF) == 0 and ip[6] == PROTO_UDP):
         h.payload = pkt[off:]
         return h, NO_ERROR
-    if len(pkt) < off + UDP_LEN:
+    if size < off + UDP_LEN:
         return h, PACKET_TOO_SHORT
-    h.udp = list(UDP.unpack_from(pkt, off))
+    h.udp = udp = list(UDP.unpack_from(pkt, off))
     off += UDP_LEN
-    if h.udp[1] != DC_PORT and h.udp[0] != DC_PORT:
+    if udp[1] != DC_PORT and udp[0] != DC_PORT:
         h.payload = pkt[off:]
         return h, NO_ERROR
-    if len(pkt) < off + HEADER_LEN:
+    if size < off + HEADER_LEN:
         return h, PACKET_TOO_SHORT
-    h.dc = dict(zip(DC_FIELDS, HEADER_STRUCT.unpack_from(pkt, off), strict=True))
+    h.dc = dc = list(HEADER_STRUCT.unpack_from(pkt, off))
     off += HEADER_LEN
-    if h.dc["version"] != VERSION:
+    if dc[DC_VERSION] != VERSION:
         return h, DC_BAD_VERSION
-    nchunks = h.dc["nchunks"]
+    nchunks = dc[DC_NCHUNKS]
     if nchunks > MAX_CHUNKS:
         return h, DC_BAD_CHUNKS
-    for _ in range(nchunks):
-        if len(pkt) < off + CHUNK_LEN:
-            return h, PACKET_TOO_SHORT
-        h.vals.append(pkt[off : off + CHUNK_LEN])
-        off += CHUNK_LEN
+    if nchunks:
+        vals = h.vals
+        for _ in range(nchunks):
+            if size < off + CHUNK_LEN:
+                return h, PACKET_TOO_SHORT
+            vals.append(pkt[off : off + CHUNK_LEN])
+            off += CHUNK_LEN
     h.payload = pkt[off:]
     return h, NO_ERROR
+
+
+def csum16(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of ``data`` (even length): the one's complement of the one's
+    complement sum of its 16-bit words, as P4's csum16.
+
+    Computed on ``data`` read as one integer, not word by word: 2**16 is 1 modulo 0xFFFF, so that integer
+    leaves the same remainder as the sum of its words, which is what folding the carries back computes
+    (RFC 1071, "mod 0xFFFF") -- except that folding gives 0xFFFF, not 0, for a nonzero sum divisible by
+    0xFFFF.  One C-level division instead of unpacking and summing ten words in Python."""
+    x = int.from_bytes(data, "big")
+    s = x % 0xFFFF
+    if s == 0 and x:
+        s = 0xFFFF
+    return ~s & 0xFFFF
 
 
 def ipv4_checksum(fields: list, options: bytes | None) -> int:
     """csum16 over the IPv4 header (checksum field as 0) and its options."""
     raw = IPV4.pack(*fields[:IP_CSUM], 0, *fields[IP_CSUM + 1 :]) + (options or b"")
-    s = sum(struct.unpack(f"!{len(raw) // 2}H", raw))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
+    return csum16(raw)
 
 
 def deparse(h: Headers) -> bytes:
-    """DcComputeChecksum, then DcDeparser: emit the valid headers in order (packet_out never is)."""
+    """DcComputeChecksum, then DcDeparser: emit the valid headers in order (packet_out never is).
+
+    The IPv4 header is packed once, with its checksum field 0, the checksum computed over those bytes
+    (and the options) and spliced in (what ipv4_checksum computes, without packing the header twice)."""
     out = [ETH.pack(*h.eth)] if h.eth else []
-    if h.ipv4:
-        h.ipv4[IP_CSUM] = ipv4_checksum(h.ipv4, h.ipv4_options)
-        out.append(IPV4.pack(*h.ipv4))
-        if h.ipv4_options:
-            out.append(h.ipv4_options)
+    ip = h.ipv4
+    if ip:
+        ip[IP_CSUM] = 0
+        raw = IPV4.pack(*ip)
+        options = h.ipv4_options
+        ip[IP_CSUM] = csum = csum16(raw + options if options else raw)
+        out.append(raw[:_CSUM_AT] + csum.to_bytes(2, "big") + raw[_CSUM_AT + 2 :])
+        if options:
+            out.append(options)
     if h.udp:
         out.append(UDP.pack(*h.udp))
     if h.dc:
-        out.append(HEADER_STRUCT.pack(*(h.dc[f] for f in DC_FIELDS)))
+        out.append(HEADER_STRUCT.pack(*h.dc))
     out.extend(h.vals)
     out.append(h.payload)
     return b"".join(out)

@@ -7,7 +7,7 @@ from distcache import p4names as n
 from distcache.p4names import Stat
 from distcache.wire import Op
 from softswitch.dataplane.actions import dc_reflect
-from softswitch.dataplane.header import Headers, Meta
+from softswitch.dataplane.header import DC_OP, DC_SPINE_ID, DC_TARGET, Headers, Meta
 from softswitch.program import Counter
 from softswitch.state import SwitchState
 
@@ -17,24 +17,25 @@ COUNTERS = (
 )
 
 OP_PROBE, OP_PROBE_REPLY = int(Op.PROBE), int(Op.PROBE_REPLY)
+PROBE_REFLECTED = int(Stat.PROBE_REFLECTED)  # a plain int (see cache.py)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.op == OP_PROBE and h.packet_out is not None:
         # a leaf: its controller's probe for one spine
         spine, h.packet_out = h.packet_out, None
-        h.dc["target"] = spine
+        h.dc[DC_TARGET] = spine
         regs = state.registers
         if regs[n.SPINE_ASKED].read(spine) <= regs[n.SPINE_HEARD].read(spine):
             regs[n.SPINE_ASKED].write(spine, m.ingress_global_timestamp)
         state.counters[n.PROBES_SENT].count(spine, m.packet_length)
     elif m.op == OP_PROBE:
         # a spine: back to the leaf, out of the port it came in by
-        h.dc["op"] = OP_PROBE_REPLY
-        h.dc["spine_id"] = m.switch_id
+        h.dc[DC_OP] = OP_PROBE_REPLY
+        h.dc[DC_SPINE_ID] = m.switch_id
         dc_reflect(h)
         m.routed, m.nhop_port, m.nhop_dmac = True, m.ingress_port, int.from_bytes(h.eth[1], "big")
-        state.counters[n.DC_STATS].count(Stat.PROBE_REFLECTED, m.packet_length)
+        state.counters[n.DC_STATS].count(PROBE_REFLECTED, m.packet_length)
     elif m.op == OP_PROBE_REPLY:
         # a leaf: a spine's answer, counted under the spine of the port it came in by
         state.counters[n.PROBES_ANSWERED].count(m.from_spine, m.packet_length)

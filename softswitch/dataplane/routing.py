@@ -9,7 +9,7 @@ from distcache.cluster import Mechanism, PortKind
 from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import Op, attempt_of
-from softswitch.dataplane.header import IP_DST, Headers, Meta
+from softswitch.dataplane.header import DC_FLAGS, DC_KEY, DC_SEQ, DC_TARGET, IP_DST, Headers, Meta
 from softswitch.dataplane.liveness import spine_excluded
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
@@ -60,6 +60,7 @@ TABLES = (
 )
 
 OP_GET, PORT_CLIENT = int(Op.GET), int(PortKind.CLIENT)
+READ_REROUTED, ROUTED_SPINE, ROUTED_LEAF = int(Stat.READ_REROUTED), int(Stat.ROUTED_SPINE), int(Stat.ROUTED_LEAF)
 MECH_NOCACHE, MECH_DISTCACHE, MECH_PARTITION, MECH_REPLICATION, MECH_HYBRID = (
     int(Mechanism.NOCACHE),
     int(Mechanism.DISTCACHE),
@@ -74,16 +75,16 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         return
     tables, regs = state.tables, state.registers
     dc = h.dc
-    attempt = attempt_of(dc["flags"])
-    dc["target"] = 0
+    attempt = attempt_of(dc[DC_FLAGS])
+    dc[DC_TARGET] = 0
     mech = m.mechanism
     if mech == MECH_REPLICATION:
         m.replicated = True
     elif mech == MECH_HYBRID:
-        m.replicated = tables[n.REPLICATED_KEYS].lookup(int.from_bytes(dc["key"], "big"))[0] == n.REPLICATE
-    bucket = h0(dc["key"]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
+        m.replicated = tables[n.REPLICATED_KEYS].lookup(int.from_bytes(dc[DC_KEY], "big"))[0] == n.REPLICATE
+    bucket = h0(dc[DC_KEY]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
     if m.replicated:
-        m.replica_slot = (bucket + (dc["seq"] & 0xFFFF) + attempt) & (n.REPLICA_SLOTS - 1)
+        m.replica_slot = (bucket + (dc[DC_SEQ] & 0xFFFF) + attempt) & (n.REPLICA_SLOTS - 1)
         action, p, _ = tables[n.REPLICA_SPINE].lookup(m.replica_slot)
         if action == n.SET_REPLICA_SPINES:
             m.spine_cand, m.replica_alt = p["spine_id"], p["alt_spine_id"]
@@ -107,7 +108,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             ):
                 instead = m.replica_alt
             m.spine_cand = instead
-            stats.count(Stat.READ_REROUTED, m.packet_length)
+            stats.count(READ_REROUTED, m.packet_length)
     loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
 
     def fresh_load(sid: int) -> int:
@@ -118,7 +119,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     leaf_load = fresh_load(m.leaf_cand) if m.leaf_cand else 0
     chosen = other = 0  # the power of two choices' pick, and the candidate it did not pick (if two)
     if m.spine_cand and m.leaf_cand:
-        if spine_load < leaf_load or (spine_load == leaf_load and dc["seq"] & 1 == 0):
+        if spine_load < leaf_load or (spine_load == leaf_load and dc[DC_SEQ] & 1 == 0):
             chosen, other = m.spine_cand, m.leaf_cand
         else:
             chosen, other = m.leaf_cand, m.spine_cand
@@ -127,14 +128,14 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     elif m.leaf_cand:
         chosen = m.leaf_cand
     if attempt == 0 or (attempt == 1 and m.replicated):
-        dc["target"] = chosen  # a replicated key's retry: already the next replica slot's spine
+        dc[DC_TARGET] = chosen  # a replicated key's retry: already the next replica slot's spine
     elif attempt == 1:
-        dc["target"] = other
+        dc[DC_TARGET] = other
     # attempt 2 and later: no cache, straight to the storage server
-    if dc["target"] != 0 and dc["target"] == m.spine_cand:
-        action, p, _ = tables[n.CACHE_ROUTE].lookup(dc["target"])
+    if dc[DC_TARGET] != 0 and dc[DC_TARGET] == m.spine_cand:
+        action, p, _ = tables[n.CACHE_ROUTE].lookup(dc[DC_TARGET])
         if action == n.ROUTE_TO_CACHE:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
-        stats.count(Stat.ROUTED_SPINE, m.packet_length)
-    elif dc["target"] != 0:
-        stats.count(Stat.ROUTED_LEAF, m.packet_length)
+        stats.count(ROUTED_SPINE, m.packet_length)
+    elif dc[DC_TARGET] != 0:
+        stats.count(ROUTED_LEAF, m.packet_length)

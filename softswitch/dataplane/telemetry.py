@@ -6,7 +6,17 @@ from distcache import p4names as n
 from distcache.cluster import PortKind, Role
 from distcache.p4names import Stat
 from distcache.wire import Op
-from softswitch.dataplane.header import Headers, Meta
+from softswitch.dataplane.header import (
+    DC_LEAF_ID,
+    DC_LEAF_LOAD,
+    DC_OP,
+    DC_SERVED_BY,
+    DC_SPINE_ID,
+    DC_SPINE_LOAD,
+    DC_TARGET,
+    Headers,
+    Meta,
+)
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
@@ -19,14 +29,15 @@ REPLY_OPS = frozenset({int(Op.GET_REPLY), int(Op.PUT_REPLY), int(Op.DELETE_REPLY
 OP_GET = int(Op.GET)
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)
 PORT_FABRIC, PORT_CLIENT = int(PortKind.FABRIC), int(PortKind.CLIENT)
+REPLY_STAMPED, LOAD_RECORDED = int(Stat.REPLY_STAMPED), int(Stat.LOAD_RECORDED)  # plain ints (see cache.py)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     dc = h.dc
-    reply = dc["op"] in REPLY_OPS
+    reply = dc[DC_OP] in REPLY_OPS
     regs = state.registers
     if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
-        targeted_read = m.op == OP_GET and (dc["target"] == m.switch_id or m.served)
+        targeted_read = m.op == OP_GET and (dc[DC_TARGET] == m.switch_id or m.served)
         if targeted_read or reply:
             epoch_reg, count_reg = regs[n.LOAD_EPOCH], regs[n.LOAD_COUNT]
             count = count_reg.read(0)
@@ -39,25 +50,25 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             m.load = count
         if reply:
             if m.role == ROLE_SPINE:
-                dc["spine_id"], dc["spine_load"] = m.switch_id, m.load
+                dc[DC_SPINE_ID], dc[DC_SPINE_LOAD] = m.switch_id, m.load
                 if m.served:
-                    dc["leaf_id"] = dc["leaf_load"] = 0
+                    dc[DC_LEAF_ID] = dc[DC_LEAF_LOAD] = 0
             else:
-                dc["leaf_id"], dc["leaf_load"] = m.switch_id, m.load
+                dc[DC_LEAF_ID], dc[DC_LEAF_LOAD] = m.switch_id, m.load
                 if m.served:
-                    dc["spine_id"] = dc["spine_load"] = 0
+                    dc[DC_SPINE_ID] = dc[DC_SPINE_LOAD] = 0
             if not m.served:
-                state.counters[n.DC_STATS].count(Stat.REPLY_STAMPED, m.packet_length)
+                state.counters[n.DC_STATS].count(REPLY_STAMPED, m.packet_length)
     elif m.role == ROLE_CLIENT_LEAF:
         if m.port_kind == PORT_CLIENT:
             # requests from clients carry no telemetry
-            dc["served_by"] = dc["spine_id"] = dc["leaf_id"] = dc["spine_load"] = dc["leaf_load"] = 0
+            dc[DC_SERVED_BY] = dc[DC_SPINE_ID] = dc[DC_LEAF_ID] = dc[DC_SPINE_LOAD] = dc[DC_LEAF_LOAD] = 0
         elif reply and m.port_kind == PORT_FABRIC:
             loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
-            if dc["spine_id"] != 0:
-                loads.write(dc["spine_id"], dc["spine_load"])
-                epochs.write(dc["spine_id"], m.epoch)
-            if dc["leaf_id"] != 0:
-                loads.write(dc["leaf_id"], dc["leaf_load"])
-                epochs.write(dc["leaf_id"], m.epoch)
-            state.counters[n.DC_STATS].count(Stat.LOAD_RECORDED, m.packet_length)
+            if dc[DC_SPINE_ID] != 0:
+                loads.write(dc[DC_SPINE_ID], dc[DC_SPINE_LOAD])
+                epochs.write(dc[DC_SPINE_ID], m.epoch)
+            if dc[DC_LEAF_ID] != 0:
+                loads.write(dc[DC_LEAF_ID], dc[DC_LEAF_LOAD])
+                epochs.write(dc[DC_LEAF_ID], m.epoch)
+            state.counters[n.DC_STATS].count(LOAD_RECORDED, m.packet_length)

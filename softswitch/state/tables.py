@@ -82,6 +82,8 @@ class TableState:
     # -- data-plane path ------------------------------------------------------------
     def lookup(self, *values: int) -> tuple[str, dict[str, int], bool]:
         """Match ``values`` (ints, in ``table.keys`` order); return (action, params, hit)."""
+        if not values:  # a keyless table (no entry can be inserted): its default action, every packet
+            return self.default_action, self.default_params, False
         shape = self._shape
         if shape == "exact":
             e = self._exact.get(values[0] if len(values) == 1 else values)

@@ -124,7 +124,7 @@ class Monitor(ShimViews):
         """Read the client leaves' probe counters; a spine silent at all of them is declared dead."""
         for name in list(self.leaves):
             try:
-                self.probes.update(name, read_probe_counts(self.readers[name]))
+                self.probes.update(name, read_probe_counts(self.readers[name], self.spine_ids()))
             except P4RuntimeError:
                 continue
         now = time.monotonic()

@@ -14,8 +14,8 @@ agent, which probes through it the same way (only the primary may send packet-ou
 
 Where the probe source runs beside the leaf (a Mininet deployment: switches, controller and agents all
 in the root namespace), it writes each probe straight into the leaf's probe port (PROBE_PORT in
-define.p4, the peer of :func:`probe_source_interface`), shaped as a packet-out: packet_out header, then
-the frame; the parser takes it as it takes a packet-out.  That is a hardware switch's packet generator:
+define.p4, through the veth peer :func:`probe_interfaces` names), shaped as a packet-out: packet_out
+header, then the frame; the parser takes it as it takes a packet-out.  That is a hardware switch's packet generator:
 a PacketOut crosses the source's and the switch's gRPC stacks, and on a loaded 2-core host the probe
 rounds took a third of it (0.6 cores idle, for 600 probes a second); a raw write costs a system call.
 Without that interface (a switch elsewhere, a test bed without it) :class:`ProbeSource` sends

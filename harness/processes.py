@@ -90,8 +90,8 @@ def start_time(pid: int) -> int | None:
 #: take for a dead spine.
 SWITCH_NICE = -10
 
-#: Real-time priority (SCHED_RR) of a softswitch spine's process where the host allows it (not BMv2's, whose
-#: spines at SCHED_RR took the CPU their leaves needed: dcnet.p4switch).  Nice -10 was not enough for
+#: Real-time priority (SCHED_RR) of a softswitch spine's process, and of every switch process of BMv2's fast
+#: build, where the host allows it (dcnet.p4switch says which and why).  Nice -10 was not enough for
 #: the switches whose silence the leaves measure: with four more switches at -10 on two cores, a spine still
 #: waited 25-58 ms for a CPU a few times a minute (a frame's kernel timestamp to its processing), and each
 #: wait past 30 ms was a false death at every leaf it served.  Leaves stamp frames with the kernel's receive

@@ -21,7 +21,7 @@ from mininet.node import Switch
 
 from distcache import p4names
 from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
-from harness.switch import BMV2_SWITCH, SwitchSpec
+from harness.switch import BMV2_FAST_SWITCH, BMV2_SWITCH, SwitchSpec
 from p4rt.probes import probe_interfaces
 
 TARGETS = ("softswitch", "bmv2")
@@ -88,13 +88,21 @@ class P4RuntimeSwitch(Switch):
         pcap: bool = False,
         switch_log: str = "events",
         extra_args: tuple[str, ...] = (),
-        realtime: bool = False,
+        spine: bool = False,
         probe_port: bool = False,
         **params: object,
     ) -> None:
-        """``realtime``: run a softswitch process at a real-time priority (a spine: SPINE_RT_PRIORITY in
-        harness.processes).  Not BMv2: its spines at SCHED_RR took the CPU its leaves needed (a loaded run
-        fell from ~950 to ~700 ops/s), where softswitch spines, idle in poll() between frames, do not.
+        """``spine``: a spine, whose silence its leaves measure.  It runs at a real-time priority
+        (SPINE_RT_PRIORITY in harness.processes) if softswitch (idle in poll() between frames, it takes
+        nothing the leaves need; they stamp frames with the kernel's receive time, so their own waits cost
+        nothing).  BMv2's fast build runs every switch, spine or leaf, at that priority: a BMv2 leaf stamps
+        a frame when its port thread reads it, so its own wait for a CPU counts against the spine too, and
+        at nice -10 a loaded run saw both kinds (captured on the links: a spine sending nothing out of any
+        port for 36-48 ms, and a leaf that forwarded probes while taking nothing from a spine that kept
+        answering), 1-3 false deaths in each quiet 60 s run; with its spines alone at SCHED_RR or nice -20
+        the leaves' stalls remained, and the spines took ~20 % of the CPU the others needed.  All five at
+        SCHED_RR: 0 deaths in four quiet runs, at 1,412-1,545 ops/s against 1,548-1,610.  Not the logging
+        build: ~5x slower per packet, its spines at SCHED_RR starved the rest (~950 -> ~700 ops/s).
         ``probe_port``: a leaf's PROBE_PORT on a veth whose peer, in the root namespace too, is where its
         probe source writes (p4rt.probes.probe_interfaces); no host is linked to it."""
         params.setdefault("dpid", f"{device_id:016x}")
@@ -105,7 +113,8 @@ class P4RuntimeSwitch(Switch):
             raise ValueError(f"unknown switch log {switch_log!r}; use one of {', '.join(SWITCH_LOGS)}")
         self.target, self.pcap, self.switch_log = target, pcap, switch_log
         self.extra_args = list(extra_args)  # appended to the switch process's command line
-        self.realtime = realtime and target == "softswitch"
+        self.spine = spine
+        self.realtime = False  # what start() gives it
         self.probe_ifaces = probe_interfaces(name) if probe_port else None
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
@@ -151,6 +160,7 @@ class P4RuntimeSwitch(Switch):
             self.cmd(f"ip link set {self.probe_ifaces[0]} up && ip link set {self.probe_ifaces[1]} up")
         out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
         self._cmd = self.command()  # what stop() recognizes the process by (Mininet may delete the ports first)
+        self.realtime = self._cmd[0] == BMV2_FAST_SWITCH if self.target == "bmv2" else self.spine
         self.proc = subprocess.Popen(
             self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )

@@ -16,16 +16,16 @@ class LeafSpineTopo(Topo):
 
     def build(self, cluster: Cluster, **switch_opts: object) -> None:
         for sw in cluster.switches():
-            # a spine's silence is what its leaves' liveness measures: a real-time priority where its target
-            # allows (softswitch, not BMv2: dcnet.p4switch.P4RuntimeSwitch)
-            realtime = sw.role == Role.SPINE
+            # a spine's silence is what its leaves' liveness measures: a real-time priority (which switches
+            # get one on each target: dcnet.p4switch.P4RuntimeSwitch)
+            spine = sw.role == Role.SPINE
             # a leaf's probe source (controller or agent) writes its probes into its probe port (p4rt.probes)
             probe_port = sw.role != Role.SPINE
             self.addSwitch(
                 sw.name,
                 device_id=sw.device_id,
                 grpc_port=sw.grpc_port,
-                realtime=realtime,
+                spine=spine,
                 probe_port=probe_port,
                 **switch_opts,
             )

@@ -175,6 +175,30 @@ def test_leaves_are_probed_through_their_probe_ports(dep: Deployment) -> None:
     assert sent_b - sent_a >= per_second / 4, (sent_a, sent_b)
 
 
+def test_the_switches_whose_silence_counts_run_at_a_real_time_priority(dep: Deployment) -> None:
+    """A spine silent for 30 ms is dead to its leaves, and on a loaded host a switch waiting for a CPU is
+    silent (dcnet.p4switch.P4RuntimeSwitch): softswitch spines run at SCHED_RR (their leaves stamp frames with
+    the kernel's time), and with BMv2's fast build every switch does (a BMv2 leaf stamps a frame when it reads
+    it, so its own wait counts against the spine too), every thread of each; the logging build none."""
+    import os
+
+    from harness.processes import SPINE_RT_PRIORITY, SWITCH_NICE
+    from harness.switch import BMV2_FAST_SWITCH
+
+    fast_bmv2 = dep.target == "bmv2" and shutil.which(BMV2_FAST_SWITCH) is not None
+    procs = SwitchProcesses(dep.run_dir / "switches.json")
+    for sw in CLUSTER.switches():
+        pid = procs.pid(sw.name)
+        assert pid is not None, sw.name
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        want_rt = fast_bmv2 if dep.target == "bmv2" else sw.role == Role.SPINE
+        policies = {os.sched_getscheduler(t) for t in threads}
+        assert policies == {os.SCHED_RR if want_rt else os.SCHED_OTHER}, (sw.name, policies)
+        if want_rt:
+            assert {os.sched_getparam(t).sched_priority for t in threads} == {SPINE_RT_PRIORITY}, sw.name
+        assert os.getpriority(os.PRIO_PROCESS, pid) == SWITCH_NICE, sw.name
+
+
 def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
     result: dict = {}
 

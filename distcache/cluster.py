@@ -234,10 +234,12 @@ class Cluster:
     link_mbps: float = 0.0  # bandwidth of every emulated link in Mbit/s (Mininet TCLink); 0: no limit
     # leaves' liveness (p4src/include/control/liveness.p4): a probed spine heard from by nothing for dead_after_ms
     # (more where it answers slowly, up to dead_after_max_ms) is left out until heard from liveness_hold_ms
-    # after it was found dead
+    # after it was found dead; a leaf does not send a probe for a spine it heard from within probe_skip_ms (0: sends
+    # every probe)
     dead_after_ms: float = p4names.DEAD_AFTER_US / 1000
     dead_after_max_ms: float = p4names.DEAD_AFTER_MAX_US / 1000
     liveness_hold_ms: float = p4names.HOLD_US / 1000
+    probe_skip_ms: float = p4names.PROBE_SKIP_US / 1000
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
 
@@ -276,6 +278,7 @@ class Cluster:
         "dead_after_ms": (1, 60_000, " (ms; a leaf's 32-bit microsecond field, kept under a minute)"),
         "dead_after_max_ms": (1, 60_000, " (ms; at least dead_after_ms)"),
         "liveness_hold_ms": (0, 60_000, " (ms)"),
+        "probe_skip_ms": (0, 60_000, " (ms; 0: every probe is sent)"),
     }
 
     def __post_init__(self) -> None:

@@ -83,6 +83,7 @@ DEAD_AFTER_US = 30000
 DEAD_AFTER_MAX_US = 250000
 HOLD_US = 100000
 PEAK_DECAY_SHIFT = 10
+PROBE_SKIP_US = 3000
 LOAD_WINDOW_SHIFT = 20
 HH_CM_WIDTH = 16384
 HH_BLOOM_WIDTH = 65536
@@ -128,3 +129,4 @@ class Stat(IntEnum):
     READ_REROUTED = 14  # a client's read whose spine candidate was dead (DcLiveness)
     TRANSIT_REROUTED = 15  # transit sent up the slot's other spine: its own was dead
     PROBE_REFLECTED = 16  # a spine answered a leaf's PROBE
+    PROBE_SKIPPED = 17  # a leaf's probe not sent: its spine was heard from within probe_skip

@@ -121,6 +121,7 @@ def plan(
                     ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
                     ("hold", round(cluster.liveness_hold_ms * 1000)),
                     ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
+                    ("probe_skip", round(cluster.probe_skip_ms * 1000)),
                 ),
             )
         )

@@ -110,6 +110,7 @@ const bit<32> STAT_HIT_METERED = 13;  /* a valid copy, not served: over the cach
 const bit<32> STAT_READ_REROUTED = 14;  /* a client's read whose spine candidate was dead (DcLiveness) */
 const bit<32> STAT_TRANSIT_REROUTED = 15;  /* transit sent up the slot's other spine: its own was dead */
 const bit<32> STAT_PROBE_REFLECTED = 16;  /* a spine answered a leaf's PROBE */
+const bit<32> STAT_PROBE_SKIPPED = 17;  /* a leaf's probe not sent: its spine was heard from within probe_skip */
 
 /* ---- digests (receiver ids of v1model digest()) ---- */
 const bit<32> DIGEST_HOT_KEY = 1;

@@ -26,12 +26,14 @@
  * and not heard from for its threshold is dead -- DEAD_AFTER_US, or more where the leaf measured slower
  * answers, up to DEAD_AFTER_MAX_US -- and stays excluded until heard from HOLD_US or more after it was
  * found dead (defaults of the liveness_config table, in us of ingress_global_timestamp).  The longest
- * recent wait a spine ended loses 1 us every 2^PEAK_DECAY_SHIFT us (about 1 ms a second: a 40 ms wait is forgotten in ~40 s). */
+ * recent wait a spine ended loses 1 us every 2^PEAK_DECAY_SHIFT us (about 1 ms a second: a 40 ms wait is forgotten in ~40 s).
+ * A probe for a spine heard from within PROBE_SKIP_US is not sent: its traffic answered it already. */
 #define LIVENESS_SPINES 64
 #define DEAD_AFTER_US 30000
 #define DEAD_AFTER_MAX_US 250000
 #define HOLD_US 100000
 #define PEAK_DECAY_SHIFT 10
+#define PROBE_SKIP_US 3000
 
 /* Load windows last 2^LOAD_WINDOW_SHIFT us of ingress_global_timestamp
  * (2^20 us ~ 1.05 s) unless the load_window table says otherwise. */

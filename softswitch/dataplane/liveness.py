@@ -22,7 +22,13 @@ ACTIONS = (
     Action(n.SET_PORT_SPINE, (Param("spine_id", 8),)),
     Action(
         n.SET_LIVENESS,
-        (Param("dead_after", 32), Param("dead_after_max", 32), Param("hold", 32), Param("peak_decay_shift", 8)),
+        (
+            Param("dead_after", 32),
+            Param("dead_after_max", 32),
+            Param("hold", 32),
+            Param("peak_decay_shift", 8),
+            Param("probe_skip", 32),
+        ),
     ),
 )
 TABLES = (
@@ -44,6 +50,7 @@ TABLES = (
             ("dead_after_max", n.DEAD_AFTER_MAX_US),
             ("hold", n.HOLD_US),
             ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
+            ("probe_skip", n.PROBE_SKIP_US),
         ),
         size=1,
     ),
@@ -105,7 +112,7 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
     tables = state.tables
     _, p, _ = tables[n.LIVENESS_CONFIG].lookup()
     m.dead_after, m.dead_after_max, m.hold = p["dead_after"], p["dead_after_max"], p["hold"]
-    m.peak_decay_shift = p["peak_decay_shift"]
+    m.peak_decay_shift, m.probe_skip = p["peak_decay_shift"], p["probe_skip"]
     action, p, hit = tables[n.PORT_SPINE].lookup(m.ingress_port)
     if action == n.SET_PORT_SPINE:
         m.from_spine = p["spine_id"]

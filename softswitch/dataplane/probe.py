@@ -1,5 +1,6 @@
-"""DcProbe (p4src/include/control/probe.p4): a leaf sends its controller's probes, a spine reflects them,
-the leaf counts the replies (probes_sent, probes_answered: per spine id)."""
+"""DcProbe (p4src/include/control/probe.p4): a leaf sends its controller's probes (not those for a spine
+heard from within probe_skip), a spine reflects them, the leaf counts the replies (probes_sent,
+probes_answered: per spine id)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ COUNTERS = (
 )
 
 OP_PROBE, OP_PROBE_REPLY = int(Op.PROBE), int(Op.PROBE_REPLY)
-PROBE_REFLECTED = int(Stat.PROBE_REFLECTED)  # a plain int (see cache.py)
+PROBE_REFLECTED, PROBE_SKIPPED = int(Stat.PROBE_REFLECTED), int(Stat.PROBE_SKIPPED)  # plain ints (see cache.py)
 
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
@@ -26,8 +27,14 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         spine, h.packet_out = h.packet_out, None
         h.dc[DC_TARGET] = spine
         regs = state.registers
-        if regs[n.SPINE_ASKED].read(spine) <= regs[n.SPINE_HEARD].read(spine):
-            regs[n.SPINE_ASKED].write(spine, m.ingress_global_timestamp)
+        heard, now = regs[n.SPINE_HEARD].read(spine), m.ingress_global_timestamp
+        if regs[n.SPINE_ASKED].read(spine) <= heard:
+            if heard != 0 and heard <= now < heard + m.probe_skip:
+                # heard from lately, no wait going on: its traffic answered already; no ask starts
+                state.counters[n.DC_STATS].count(PROBE_SKIPPED, m.packet_length)
+                m.consumed = True
+                return
+            regs[n.SPINE_ASKED].write(spine, now)
         state.counters[n.PROBES_SENT].count(spine, m.packet_length)
     elif m.op == OP_PROBE:
         # a spine: back to the leaf, out of the port it came in by

@@ -212,6 +212,18 @@ MUTANTS = (
     ),
     Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
     Mutant(
+        "a probe skipped whatever its spine's silence",
+        "control/probe.p4",
+        "io.now - heard < (bit<48>)meta.probe_skip",
+        "true",
+    ),
+    Mutant(
+        "no probe ever skipped",
+        "control/probe.p4",
+        "io.now - heard < (bit<48>)meta.probe_skip",
+        "false",
+    ),
+    Mutant(
         "a death's detection time counted from the probe, not from the last packet heard",
         "control/liveness.p4",
         "bit<48> detect = asked + threshold - heard;",

@@ -304,6 +304,7 @@ def test_entry_point_says_one_line(files: dict[str, Path], argv: list[str], code
         ("switch_burst", False, "got false"),
         ("dead_after_ms", 0, "1..60000"),
         ("liveness_hold_ms", -5, "0..60000"),
+        ("probe_skip_ms", -1, "0..60000"),
         ("dead_after_max_ms", 60_001, "1..60000"),
         ("dead_after_max_ms", 29, "at least dead_after_ms (30;"),
         ("hybrid_rate", "fast", "number"),

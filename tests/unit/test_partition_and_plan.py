@@ -85,19 +85,27 @@ def test_plan_small_cluster() -> None:
 
 
 def test_leaves_get_the_clusters_liveness_times_spines_do_not() -> None:
-    c = Cluster(dead_after_ms=45, dead_after_max_ms=400, liveness_hold_ms=250.5)
+    c = Cluster(dead_after_ms=45, dead_after_max_ms=400, liveness_hold_ms=250.5, probe_skip_ms=2.5)
     buckets = spine_buckets([c.spine(0).switch_id])
     for sw in (c.client_leaf(0), c.storage_leaf(0)):
         (cfg,) = [e for e in plan(c, sw, buckets).defaults if e.table == n.LIVENESS_CONFIG]
         assert (cfg.action, cfg.params_dict) == (
             n.SET_LIVENESS,
-            {"dead_after": 45_000, "dead_after_max": 400_000, "hold": 250_500, "peak_decay_shift": n.PEAK_DECAY_SHIFT},
+            {
+                "dead_after": 45_000,
+                "dead_after_max": 400_000,
+                "hold": 250_500,
+                "peak_decay_shift": n.PEAK_DECAY_SHIFT,
+                "probe_skip": 2_500,
+            },
         )
     assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == n.LIVENESS_CONFIG]
-    assert (Cluster().dead_after_ms, Cluster().dead_after_max_ms, Cluster().liveness_hold_ms) == (
+    d = Cluster()
+    assert (d.dead_after_ms, d.dead_after_max_ms, d.liveness_hold_ms, d.probe_skip_ms) == (
         n.DEAD_AFTER_US / 1000,
         n.DEAD_AFTER_MAX_US / 1000,
         n.HOLD_US / 1000,
+        n.PROBE_SKIP_US / 1000,
     )
 
 

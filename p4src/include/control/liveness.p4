@@ -166,16 +166,18 @@ control DcLiveness(inout headers_t hdr,
 
     DC_COUNTER(LIVENESS_SPINES) spine_deaths;  /* deaths that ended, per spine */
 
-    action set_liveness(bit<32> dead_after, bit<32> dead_after_max, bit<32> hold, bit<8> peak_decay_shift) {
+    action set_liveness(bit<32> dead_after, bit<32> dead_after_max, bit<32> hold, bit<8> peak_decay_shift,
+                        bit<32> probe_skip) {
         meta.dead_after = dead_after;
         meta.dead_after_max = dead_after_max;
         meta.peak_decay_shift = peak_decay_shift;
         meta.hold = hold;
+        meta.probe_skip = probe_skip;
     }
 
     table liveness_config {
         actions = { set_liveness; }
-        default_action = set_liveness(DEAD_AFTER_US, DEAD_AFTER_MAX_US, HOLD_US, PEAK_DECAY_SHIFT);
+        default_action = set_liveness(DEAD_AFTER_US, DEAD_AFTER_MAX_US, HOLD_US, PEAK_DECAY_SHIFT, PROBE_SKIP_US);
         size = 1;
     }
 

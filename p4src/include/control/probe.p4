@@ -9,7 +9,11 @@
  * counts it (probes_answered[spine of that port]: port_spine, never the packet's own fields) and
  * the reply ends there.  DcLiveness has already recorded it as heard.
  *
- * The controller reads both counters (controller/probes.py): a spine that stopped answering every
+ * A probe for a spine heard from within probe_skip (liveness_config; PROBE_SKIP_US, 3 ms) with no ask
+ * outstanding is not sent (dc_stats PROBE_SKIPPED, not probes_sent) and starts no ask: the spine's
+ * traffic has answered it, and under load nearly every probe would be a round trip for nothing.
+ *
+ * The controller reads both counters (p4rt/probes.py): a spine that stopped answering every
  * leaf has a dead data plane even if its P4Runtime server still answers.
  *
  * DcValidation lets through only what belongs here: a PROBE at a leaf only from its controller, a
@@ -37,10 +41,19 @@ control DcProbe(inout headers_t hdr,
             bit<48> asked;
             DC_READ(spine_heard, heard, (bit<32>)spine);
             DC_READ(spine_asked, asked, (bit<32>)spine);
-            if (asked <= heard) {
-                DC_WRITE(spine_asked, bit<48>, (bit<32>)spine, io.now);
+            if (asked <= heard && heard != 0 && io.now >= heard && io.now - heard < (bit<48>)meta.probe_skip) {
+                /* heard from lately, and no wait going on: its traffic answered already (a loaded leaf
+                 * hears each spine every millisecond or less), so the probe would only cost the leaf and
+                 * the spine a round trip; sent, nothing would change.  No ask starts. */
+                dc_stats.count(STAT_PROBE_SKIPPED);
+                meta.consumed = 1;
+                io.drop = 1;
+            } else {
+                if (asked <= heard) {
+                    DC_WRITE(spine_asked, bit<48>, (bit<32>)spine, io.now);
+                }
+                probes_sent.count((bit<32>)spine);
             }
-            probes_sent.count((bit<32>)spine);
         } else if (meta.op == OP_PROBE) {
             /* a spine: back to the leaf, out of the port it came in by */
             hdr.dc.op = OP_PROBE_REPLY;

@@ -9,6 +9,7 @@ ever excluded.  The test plays the spines (cl0 and sl0: port 2 faces sp0, port 3
 (sp0: port 1 faces sl0, port 3 cl0).  KEY's spine and transit spine are sp0; the slot's other spine is
 sp1, so a read around a dead sp0 leaves by port 3.  Waits are lower bounds only (a dead spine is waited
 for past its deadline); where a test needs an upper bound it lengthens the hold with liveness_config.
+Every probe is sent (probe_skip 0) but in ProbesOfASpineHeardLatelyAreNotSent.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from distcache import p4names as n
 from distcache.cluster import Mechanism
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, attempt_flags
-from p4rt.probes import packet_out_header, probe_frame
+from p4rt.probes import packet_out_header, probe_frame, send_probe
 from tests.ptf.dctest import (
     CL0,
     CLIENT,
@@ -47,6 +48,10 @@ PORT = LEAF_UPLINK  # a leaf's port to each spine
 class _Liveness(DcTest):
     role = CL0
 
+    def setUp(self) -> None:
+        super().setUp()
+        self.liveness(DEAD, HOLD)  # probe_skip 0: the tests answer a probe and send the next within ms
+
     def silence(self, spine, seq: int = 1) -> float:  # noqa: ANN001 - a Switch
         """Probe ``spine`` and answer nothing until it is dead; returns when the probe left the leaf
         (time.monotonic(), an upper bound of when the leaf asked)."""
@@ -62,7 +67,12 @@ class _Liveness(DcTest):
         return port, m.target
 
     def liveness(
-        self, dead_after: float, hold: float, dead_after_max: float | None = None, peak_decay_shift: int | None = None
+        self,
+        dead_after: float,
+        hold: float,
+        dead_after_max: float | None = None,
+        peak_decay_shift: int | None = None,
+        probe_skip: float = 0.0,
     ) -> None:
         self.set_default(
             n.LIVENESS_CONFIG,
@@ -72,6 +82,7 @@ class _Liveness(DcTest):
                 "hold": round(hold * 1e6),
                 "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6),
                 "peak_decay_shift": n.PEAK_DECAY_SHIFT if peak_decay_shift is None else peak_decay_shift,
+                "probe_skip": round(probe_skip * 1e6),
             },
         )
 
@@ -193,6 +204,29 @@ class TrafficKeepsASpineAlive(_Liveness):
         self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
 
 
+class ProbesOfASpineHeardLatelyAreNotSent(_Liveness):
+    """A probe for a spine heard from within probe_skip (200 ms here; 3 ms by default) is not sent: a loaded
+    leaf hears each spine every millisecond or less, and the round trip would cost leaf and spine for
+    nothing.  It is counted (PROBE_SKIPPED), not as sent, and starts no ask: past DEAD_AFTER the spine is
+    still used.  Once the spine was silent for probe_skip, the next probe leaves as any other."""
+
+    def runTest(self) -> None:
+        self.liveness(DEAD, HOLD, probe_skip=0.2)
+        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+        self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
+        heard = time.monotonic()
+        send_probe(self.sw, self.role, SP0, 2)
+        self.assertEqual(self.wait_counter(n.DC_STATS, int(Stat.PROBE_SKIPPED), 1), 1)
+        self.expect_none()
+        self.assertNotIn(SP0.switch_id, self.probe_counts())  # none sent, none answered
+        self.wait_until(time.monotonic() + DEAD + MARGIN)
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))  # no ask: not dead
+        self.wait_until(heard + 0.2 + MARGIN)
+        self.probe(SP0, seq=4)  # silent for probe_skip: sent, exactly as always
+        self.assertEqual(self.probe_counts()[SP0.switch_id].sent, 1)
+        self.assertEqual(self.stat(Stat.PROBE_SKIPPED), 1)
+
+
 class NoProbesNothingExcluded(_Liveness):
     """With no probe source, a spine that is silent (reads go up to it, nothing comes back) is never
     left out: only probes ask."""
@@ -267,6 +301,7 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
                     "dead_after_max": n.DEAD_AFTER_MAX_US,
                     "hold": n.HOLD_US,
                     "peak_decay_shift": n.PEAK_DECAY_SHIFT,
+                    "probe_skip": 0,  # _Liveness.setUp: every probe sent
                 },
             ),
         )

@@ -86,7 +86,9 @@ PEAK_DECAY_SHIFT = 10
 PROBE_SKIP_US = 3000
 LOAD_WINDOW_SHIFT = 20
 HH_CM_WIDTH = 16384
+HH_CM_ROWS = 4
 HH_BLOOM_WIDTH = 65536
+HH_BLOOM_ROWS = 3
 HH_THRESHOLD = 16
 HH_WINDOW_SHIFT = 20
 
@@ -102,7 +104,6 @@ class DropReason(IntEnum):
     NO_ROUTE = 5
     PARSER_OTHER = 6
     NOT_IPV4 = 7
-    IP_OPTIONS = 8
     SPOOFED = 9
     TTL_EXPIRED = 10  # arrived with TTL 0 or 1: forwarding would take it to 0
     LOOP = 11  # would go back the way it came (valley-free routing)

@@ -35,7 +35,9 @@ PEAK_DECAY_SHIFT = p4defines.PEAK_DECAY_SHIFT
 PROBE_SKIP_US = p4defines.PROBE_SKIP_US
 LOAD_WINDOW_SHIFT = p4defines.LOAD_WINDOW_SHIFT
 HH_CM_WIDTH = p4defines.HH_CM_WIDTH
+HH_CM_ROWS = p4defines.HH_CM_ROWS
 HH_BLOOM_WIDTH = p4defines.HH_BLOOM_WIDTH
+HH_BLOOM_ROWS = p4defines.HH_BLOOM_ROWS
 HH_THRESHOLD = p4defines.HH_THRESHOLD
 HH_WINDOW_SHIFT = p4defines.HH_WINDOW_SHIFT
 CPU_PORT = p4defines.CPU_PORT
@@ -97,17 +99,8 @@ CACHE_INVAL_SEQ = "DcIngress.coherence.cache_inval_seq"
 CACHE_VALID = "cache_valid"
 CACHE_VALUE = "cache_value"
 CACHE_VLEN = "cache_vlen"
-HH_BLOOM = (
-    "DcIngress.detector.hh_bloom0",
-    "DcIngress.detector.hh_bloom1",
-    "DcIngress.detector.hh_bloom2",
-)
-HH_CM = (
-    "DcIngress.detector.hh_cm0",
-    "DcIngress.detector.hh_cm1",
-    "DcIngress.detector.hh_cm2",
-    "DcIngress.detector.hh_cm3",
-)
+HH_BLOOM = "DcIngress.detector.hh_bloom"
+HH_CM = "DcIngress.detector.hh_cm"
 LOAD_COUNT = "DcIngress.telemetry.load_count"
 LOAD_EPOCH = "DcIngress.telemetry.load_epoch"
 PEER_LOAD = "peer_load"

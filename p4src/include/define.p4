@@ -86,7 +86,7 @@ const bit<32> DROP_UNTRUSTED = 4;
 const bit<32> DROP_NO_ROUTE = 5;
 const bit<32> DROP_PARSER_OTHER = 6;
 const bit<32> DROP_NOT_IPV4 = 7;
-const bit<32> DROP_IP_OPTIONS = 8;
+/* 8 is not used: it counted DistCache messages behind IPv4 options before options became payload (parser.p4) */
 const bit<32> DROP_SPOOFED = 9;
 const bit<32> DROP_TTL_EXPIRED = 10;  /* arrived with TTL 0 or 1: forwarding would take it to 0 */
 const bit<32> DROP_LOOP = 11;  /* would go back the way it came (valley-free routing) */

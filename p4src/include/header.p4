@@ -40,12 +40,6 @@ header ipv4_t {
     ip4_t   dstAddr;
 }
 
-/* IPv4 options: up to 40 bytes (ihl up to 15), one 32-bit word per stack entry.  A stack, not a varbit
- * field: p4c-ebpf extracts no variable-sized field. */
-header ipv4_option_t {
-    bit<32> word;
-}
-
 header udp_t {
     bit<16> srcPort;
     bit<16> dstPort;
@@ -79,7 +73,6 @@ struct headers_t {
     packet_out_t           packet_out;
     ethernet_t             ethernet;
     ipv4_t                 ipv4;
-    ipv4_option_t[10]      ipv4_options;
     udp_t                  udp;
     distcache_t            dc;
     dc_value_t[MAX_CHUNKS] vals;
@@ -109,9 +102,11 @@ struct metadata_t {
     bit<8>  port_kind;
     bit<8>  window_shift;
     bit<32> epoch;
-    /* DcParser */
+    /* DcFrameParser: the status of the parse were it to fail here (PARSE_*), and whether it ended well
+     * (the top's parser sets parsed after DcFrameParser returns: an error leaves it 0); DC_PARSE_STATUS */
     bit<8>  chunks_left;
-    bit<8>  option_words_left;
+    bit<8>  parse_fail;
+    bit<1>  parsed;
     /* DcValidation */
     bit<1>  dropped;
     bit<8>  op;            /* the op as the packet arrived */
@@ -163,6 +158,13 @@ struct metadata_t {
     bit<1>  routed;
     mac_t   nhop_dmac;
     port_t  nhop_port;
+    /* a register's index and value where an architecture needs them addressable (PSA: DC_READ, DC_WRITE) */
+    bit<32>  dc_index;
+    bit<16>  dc_w16;
+    bit<32>  dc_w32;
+    bit<48>  dc_w48;
+    bit<49>  dc_w49;
+    bit<128> dc_w128;
     /* a digest, for an architecture that sends it from its deparser (PSA: DC_DIGEST of psa/arch.p4) */
     hh_digest_t   dc_hh_digest_t;
     bit<1>        dc_hh_digest_t_send;
@@ -187,12 +189,10 @@ error {
     Ipv4BadIhl
 }
 
-/* io.parse_status from the architecture's parser error ERR: each top's DC_IO_IN uses it. */
-#define DC_PARSE_STATUS(IO, ERR) \
-    if (ERR == error.NoError) { IO.parse_status = PARSE_OK; } \
-    else if (ERR == error.PacketTooShort) { IO.parse_status = PARSE_TRUNCATED; } \
-    else if (ERR == error.DcBadVersion) { IO.parse_status = PARSE_BAD_VERSION; } \
-    else if (ERR == error.DcBadChunks) { IO.parse_status = PARSE_BAD_CHUNKS; } \
-    else { IO.parse_status = PARSE_OTHER; }
+/* io.parse_status, from what DcFrameParser left in meta (each top's DC_IO_IN uses it): not from the
+ * architecture's parser error, since p4c-ebpf compares two `error` values as a 4-byte memcmp of its 1-byte
+ * ParserError_t, and its equality as their difference (so neither == nor != can be trusted there). */
+#define DC_PARSE_STATUS(IO) \
+    if (meta.parsed == 1) { IO.parse_status = PARSE_OK; } else { IO.parse_status = meta.parse_fail; }
 
 #endif

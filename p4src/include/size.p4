@@ -39,9 +39,12 @@
  * (2^20 us ~ 1.05 s) unless the load_window table says otherwise. */
 #define LOAD_WINDOW_SHIFT 20
 
-/* Heavy-hitter detector: Count-Min rows and Bloom filter rows (cells each). */
+/* Heavy-hitter detector: Count-Min rows and Bloom filter rows (cells each, and how many); each of hh_cm and
+ * hh_bloom holds its rows one after another (row r's cell i at r * width + i). */
 #define HH_CM_WIDTH 16384
+#define HH_CM_ROWS 4
 #define HH_BLOOM_WIDTH 65536
+#define HH_BLOOM_ROWS 3
 /* Defaults of the detector_config table: report a key once its estimate in
  * the current window reaches HH_THRESHOLD reads; windows of 2^HH_WINDOW_SHIFT us. */
 #define HH_THRESHOLD 16

@@ -1,10 +1,9 @@
 /* The PSA spelling of the externs the shared controls use (p4src/include/), for p4c-ebpf.
  * See ../v1model/arch.p4 for what each macro means.
  *
- * Known gaps (the PSA build is not a target yet; README, p4src/psa/distcache.p4): p4c-ebpf compares two
- * `error` values as 4-byte memcmp of its 1-byte ParserError_t, so DC_PARSE_STATUS below reads past
- * istd.parser_error; the port is cut from an interface index to 9 bits (to be translated by tables the
- * server fills); timestamps are turned from ns into us by a division. */
+ * Known gaps (the PSA build is not a target yet; README, p4src/psa/distcache.p4): the port is cut from an
+ * interface index to 9 bits (to be translated by tables the server fills); timestamps are turned from ns
+ * into us by a division. */
 #ifndef DC_PSA_ARCH_P4
 #define DC_PSA_ARCH_P4
 
@@ -15,7 +14,7 @@
 #define DC_IO_IN(IO) \
     IO.ingress_port = (bit<9>)(PortIdUint_t)istd.ingress_port; \
     IO.now = (bit<48>)((TimestampUint_t)istd.ingress_timestamp / 1000); \
-    DC_PARSE_STATUS(IO, istd.parser_error) \
+    DC_PARSE_STATUS(IO) \
     IO.egress_port = 0; \
     IO.drop = 0
 #define DC_IO_OUT(IO) \
@@ -27,10 +26,12 @@
 
 #define DC_REGISTER_T(T) Register<T, bit<32>>  /* its type, as a control's constructor parameter */
 #define DC_REGISTER(T, N) Register<T, bit<32>>(N)
-/* through locals: p4c-ebpf passes an index or value written as an expression to C as &(expr) */
-#define DC_READ(REG, DST, INDEX) { bit<32> dc_index = (bit<32>)(INDEX); DST = REG.read(dc_index); }
-#define DC_WRITE(REG, T, INDEX, VALUE) { \
-    bit<32> dc_index = (bit<32>)(INDEX); T dc_value = VALUE; REG.write(dc_index, dc_value); }
+/* through metadata_t's dc_index and dc_w<W>: p4c-ebpf passes the address of a register's index and value to
+ * the BPF map calls (an expression as &(expr), which C rejects), and a local whose address is taken stays on
+ * the program's 512-byte stack for the whole of it; metadata lives in a per-CPU map */
+#define DC_READ(REG, DST, INDEX) { meta.dc_index = (bit<32>)(INDEX); DST = REG.read(meta.dc_index); }
+#define DC_WRITE(REG, W, INDEX, VALUE) { \
+    meta.dc_index = (bit<32>)(INDEX); meta.dc_w##W = VALUE; REG.write(meta.dc_index, meta.dc_w##W); }
 #define DC_COUNTER_T Counter<bit<32>, bit<32>>
 #define DC_COUNTER(N) Counter<bit<32>, bit<32>>(N, PSA_CounterType_t.PACKETS)
 #define DC_METER(N) Meter<bit<32>>(N, PSA_MeterType_t.PACKETS)

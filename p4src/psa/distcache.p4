@@ -3,10 +3,13 @@
  * (InternetChecksum), the digests sent from the deparser (DC_DIGEST stages them in metadata), and the
  * empty egress.  tests/p4runtime/test_p4info_parity.py holds its P4Info equal to the v1model build's.
  *
- * Where it stands: p4c-ebpf compiles it and clang builds the C; llc refuses the ingress program for its
- * stack (over BPF's 512 bytes: p4c-ebpf keeps every local of the inlined controls on it).  Still to come:
- * packet-outs (no CPU or probe port here: from_cpu is false), port numbers translated to and from interface
- * indexes (a port is cut to 9 bits today), and the loader and P4Runtime server over the BPF maps.
+ * Where it stands: p4c-ebpf compiles it, clang and llc build the C into a BPF object, and the kernel's
+ * verifier takes its programs (softswitch/ebpf/; tests/p4runtime/test_ebpf_build.py).  What that took in the
+ * shared P4: register indexes and values staged in metadata (psa/arch.p4), one register for each detector
+ * structure (at most 64 maps per program), IPv4 options as payload (parser.p4), the parse status from
+ * metadata (header.p4).  Still to come: packet-outs (no CPU or probe port here: from_cpu is false), port
+ * numbers translated to and from interface indexes (a port is cut to 9 bits today), and the P4Runtime
+ * server over the BPF maps.
  */
 #include "arch.p4"
 
@@ -35,6 +38,7 @@ parser DcIngressParser(packet_in packet, out headers_t hdr, inout metadata_t met
     DcFrameParser() frame;
     state start {
         frame.apply(packet, hdr, meta, false);
+        meta.parsed = 1;  /* reached only when DcFrameParser ended without an error */
         transition accept;
     }
 }
@@ -47,21 +51,11 @@ control DcIngressDeparser(packet_out packet, out dc_empty_t clone_i2e_meta, out 
     DcEmit() emit;
     InternetChecksum() ck;
     apply {
-        if (hdr.ipv4.isValid()) {  /* the header and its options (v1model's DcComputeChecksum) */
+        if (hdr.ipv4.isValid() && hdr.ipv4.ihl == IPV4_MIN_IHL) {  /* as v1model's DcComputeChecksum */
             ck.clear();
             ck.add({ hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
                      hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
                      hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
-            if (hdr.ipv4_options[0].isValid()) { ck.add({ hdr.ipv4_options[0].word }); }
-            if (hdr.ipv4_options[1].isValid()) { ck.add({ hdr.ipv4_options[1].word }); }
-            if (hdr.ipv4_options[2].isValid()) { ck.add({ hdr.ipv4_options[2].word }); }
-            if (hdr.ipv4_options[3].isValid()) { ck.add({ hdr.ipv4_options[3].word }); }
-            if (hdr.ipv4_options[4].isValid()) { ck.add({ hdr.ipv4_options[4].word }); }
-            if (hdr.ipv4_options[5].isValid()) { ck.add({ hdr.ipv4_options[5].word }); }
-            if (hdr.ipv4_options[6].isValid()) { ck.add({ hdr.ipv4_options[6].word }); }
-            if (hdr.ipv4_options[7].isValid()) { ck.add({ hdr.ipv4_options[7].word }); }
-            if (hdr.ipv4_options[8].isValid()) { ck.add({ hdr.ipv4_options[8].word }); }
-            if (hdr.ipv4_options[9].isValid()) { ck.add({ hdr.ipv4_options[9].word }); }
             hdr.ipv4.hdrChecksum = ck.get();
         }
         if (meta.dc_hh_digest_t_send == 1) { hh_digest.pack(meta.dc_hh_digest_t); }

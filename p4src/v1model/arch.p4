@@ -19,7 +19,7 @@
 #define DC_IO_IN(IO) \
     IO.ingress_port = standard_metadata.ingress_port; \
     IO.now = standard_metadata.ingress_global_timestamp; \
-    DC_PARSE_STATUS(IO, standard_metadata.parser_error) \
+    DC_PARSE_STATUS(IO) \
     IO.egress_port = 0; \
     IO.drop = 0
 #define DC_IO_OUT(IO) \
@@ -29,7 +29,7 @@
 #define DC_REGISTER_T(T) register<T>  /* its type, as a control's constructor parameter */
 #define DC_REGISTER(T, N) register<T>(N)
 #define DC_READ(REG, DST, INDEX) REG.read(DST, INDEX)
-#define DC_WRITE(REG, T, INDEX, VALUE) REG.write(INDEX, VALUE)  /* T: the cell's type (PSA needs it) */
+#define DC_WRITE(REG, W, INDEX, VALUE) REG.write(INDEX, VALUE)  /* W: the cell's width (PSA needs it) */
 
 /* packet counters, indexed by bit<32> */
 #define DC_COUNTER_T counter

@@ -44,6 +44,7 @@ parser DcParser(packet_in packet,
     state start {
         frame.apply(packet, hdr, meta,
                     standard_metadata.ingress_port == CPU_PORT || standard_metadata.ingress_port == PROBE_PORT);
+        meta.parsed = 1;  /* reached only when DcFrameParser ended without an error */
         transition accept;
     }
 }
@@ -58,19 +59,16 @@ control DcEgress(inout headers_t hdr,
     apply { }
 }
 
-/* The IPv4 checksum covers the header and its options.  The UDP checksum of
- * a DistCache message is zeroed by DcIngress (IPv4 allows it), because a
- * switch may rewrite any of them. */
+/* The IPv4 checksum of a header without options; one with options (payload to the parser) has its
+ * checksum updated by DcForwarding.  The UDP checksum of a DistCache message is zeroed by DcIngress
+ * (IPv4 allows it), because a switch may rewrite any of them. */
 control DcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(
-            hdr.ipv4.isValid(),
+            hdr.ipv4.isValid() && hdr.ipv4.ihl == IPV4_MIN_IHL,
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
-              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr,
-              hdr.ipv4_options[0], hdr.ipv4_options[1], hdr.ipv4_options[2], hdr.ipv4_options[3],
-              hdr.ipv4_options[4], hdr.ipv4_options[5], hdr.ipv4_options[6], hdr.ipv4_options[7],
-              hdr.ipv4_options[8], hdr.ipv4_options[9] },
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr},
             hdr.ipv4.hdrChecksum,
             HashAlgorithm.csum16);
     }

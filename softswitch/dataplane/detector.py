@@ -43,13 +43,13 @@ TABLES = (
 )
 DIGESTS = (Digest(n.HH_DIGEST, n.HH_DIGEST_FIELDS),)
 REGISTERS = (
-    *(Register(name, 32, n.HH_CM_WIDTH) for name in n.HH_CM),
-    *(Register(name, 16, n.HH_BLOOM_WIDTH) for name in n.HH_BLOOM),
+    Register(n.HH_CM, 32, n.HH_CM_ROWS * n.HH_CM_WIDTH),  # row r's cell i at r * HH_CM_WIDTH + i (size.p4)
+    Register(n.HH_BLOOM, 16, n.HH_BLOOM_ROWS * n.HH_BLOOM_WIDTH),
 )
 
 OP_GET, ROLE_SPINE = int(Op.GET), int(Role.SPINE)
-CM_SALTS = (1, 2, 3, 4)  # crc32 of {key, 8w<salt>}, one salt per row
-BLOOM_SALTS = (5, 6, 7)
+CM_SALTS = tuple(range(1, n.HH_CM_ROWS + 1))  # crc32 of {key, 8w<salt>}, one salt per row (meta.hh_salt1..)
+BLOOM_SALTS = tuple(range(n.HH_CM_ROWS + 1, n.HH_CM_ROWS + n.HH_BLOOM_ROWS + 1))
 CM_SALT_BYTES, BLOOM_SALT_BYTES = tuple(bytes((s,)) for s in CM_SALTS), tuple(bytes((s,)) for s in BLOOM_SALTS)
 HH_COUNTED, HH_REPORTED = int(Stat.HH_COUNTED), int(Stat.HH_REPORTED)  # plain ints (see cache.py)
 
@@ -72,9 +72,9 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     regs = state.registers
     estimate = 0xFFFF
     key_crc = zlib.crc32(key)  # crc32(key ++ salt) continued from it: crc32(salt, crc32(key)) (zlib's running CRC)
-    for name, salt in zip(n.HH_CM, CM_SALT_BYTES, strict=True):
-        i = zlib.crc32(salt, key_crc) % n.HH_CM_WIDTH
-        reg = regs[name]
+    reg = regs[n.HH_CM]
+    for row, salt in enumerate(CM_SALT_BYTES):
+        i = row * n.HH_CM_WIDTH + zlib.crc32(salt, key_crc) % n.HH_CM_WIDTH
         cell = reg.read(i)
         count = cell & 0xFFFF if cell >> 16 == window else 0
         if count != 0xFFFF:
@@ -86,14 +86,15 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if estimate < threshold:
         return
     tag = (window + 1) & 0xFFFF
+    bloom = regs[n.HH_BLOOM]
     cells = [
-        (regs[name], zlib.crc32(salt, key_crc) % n.HH_BLOOM_WIDTH)
-        for name, salt in zip(n.HH_BLOOM, BLOOM_SALT_BYTES, strict=True)
+        row * n.HH_BLOOM_WIDTH + zlib.crc32(salt, key_crc) % n.HH_BLOOM_WIDTH
+        for row, salt in enumerate(BLOOM_SALT_BYTES)
     ]
-    if all(reg.read(i) == tag for reg, i in cells):
+    if all(bloom.read(i) == tag for i in cells):
         return  # reported already in this window
-    for reg, i in cells:
-        reg.write(i, tag)
+    for i in cells:
+        bloom.write(i, tag)
     elapsed = now & ((1 << p["window_shift"]) - 1)  # into the window (detector.p4)
     state.emit_digest(n.HH_DIGEST, (int.from_bytes(key, "big"), estimate, m.switch_id, elapsed))
     stats.count(HH_REPORTED, m.packet_length)

@@ -7,9 +7,21 @@ from __future__ import annotations
 from distcache import p4names as n
 from distcache.cluster import PortKind
 from distcache.hashing import h0
+from distcache.p4defines import IPV4_MIN_IHL
 from distcache.p4names import DropReason, Stat
 from distcache.wire import attempt_of
-from softswitch.dataplane.header import DC_FLAGS, DC_KEY, DC_OP, IP_DST, IP_TTL, Headers, Meta
+from softswitch.dataplane.header import (
+    DC_FLAGS,
+    DC_KEY,
+    DC_OP,
+    IP_CSUM,
+    IP_DST,
+    IP_PROTO,
+    IP_TTL,
+    IP_VER_IHL,
+    Headers,
+    Meta,
+)
 from softswitch.dataplane.liveness import spine_excluded
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
@@ -89,7 +101,19 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         eth[1] = eth[0]
         eth[0] = m.nhop_dmac.to_bytes(6, "big")
         # bit<8> arithmetic as in P4; never wraps: validation passes TTL >= 2 only, an answer starts from 64
+        ttl_word = ip[IP_TTL] << 8 | ip[IP_PROTO]
         ip[IP_TTL] = (ip[IP_TTL] - 1) & 0xFF
+        if ip[IP_VER_IHL] & 0x0F != IPV4_MIN_IHL:  # options are payload: the deparser leaves this checksum alone
+            ip[IP_CSUM] = ttl_checksum(ip[IP_CSUM], ttl_word, ip[IP_TTL] << 8 | ip[IP_PROTO])
     else:
         state.counters[n.DC_DROPS].count(DROP_NO_ROUTE, m.packet_length)
         m.dropped = True
+
+
+def ttl_checksum(checksum: int, old_word: int, new_word: int) -> int:
+    """An IPv4 header checksum after one 16-bit word of the header changed: HC' = ~(~HC + ~m + m')
+    (RFC 1624, eqn. 3), as forwarding.p4 computes it in 32 bits with two folds."""
+    s = (~checksum & 0xFFFF) + (~old_word & 0xFFFF) + new_word
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF

@@ -55,7 +55,6 @@ class Headers:
     packet_out: int | None = None  # packet_out_t.spine_id: only a packet-out from the CPU port has it
     eth: list | None = None  # [dst, src, type]
     ipv4: list | None = None  # see IP_* indexes
-    ipv4_options: bytes | None = None
     udp: list | None = None  # see UDP_* indexes
     dc: list | None = None  # see DC_* indexes
     vals: list[bytes] = field(default_factory=list)

@@ -55,13 +55,7 @@ def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
     ihl = ip[0] & 0x0F
     if ihl < IPV4_MIN_IHL:
         return h, IPV4_BAD_IHL
-    if ihl > IPV4_MIN_IHL:
-        n = (ihl - IPV4_MIN_IHL) * 4
-        if size < off + n:
-            return h, PACKET_TOO_SHORT
-        h.ipv4_options = pkt[off : off + n]
-        off += n
-    if not ((ip[4] & 0x1FFF) == 0 and ip[6] == PROTO_UDP):
+    if ihl > IPV4_MIN_IHL or not ((ip[4] & 0x1FFF) == 0 and ip[6] == PROTO_UDP):  # options: payload from here
         h.payload = pkt[off:]
         return h, NO_ERROR
     if size < off + UDP_LEN:
@@ -106,27 +100,21 @@ def csum16(data: bytes) -> int:
     return ~s & 0xFFFF
 
 
-def ipv4_checksum(fields: list, options: bytes | None) -> int:
-    """csum16 over the IPv4 header (checksum field as 0) and its options."""
-    raw = IPV4.pack(*fields[:IP_CSUM], 0, *fields[IP_CSUM + 1 :]) + (options or b"")
-    return csum16(raw)
-
-
 def deparse(h: Headers) -> bytes:
     """DcComputeChecksum, then DcDeparser: emit the valid headers in order (packet_out never is).
 
-    The IPv4 header is packed once, with its checksum field 0, the checksum computed over those bytes
-    (and the options) and spliced in (what ipv4_checksum computes, without packing the header twice)."""
+    An option-less IPv4 header is packed once, with its checksum field 0, the checksum computed over those
+    bytes and spliced in; one with options (payload to the parser) keeps the checksum DcForwarding left."""
     out = [ETH.pack(*h.eth)] if h.eth else []
     ip = h.ipv4
     if ip:
-        ip[IP_CSUM] = 0
-        raw = IPV4.pack(*ip)
-        options = h.ipv4_options
-        ip[IP_CSUM] = csum = csum16(raw + options if options else raw)
-        out.append(raw[:_CSUM_AT] + csum.to_bytes(2, "big") + raw[_CSUM_AT + 2 :])
-        if options:
-            out.append(options)
+        if ip[0] & 0x0F == IPV4_MIN_IHL:
+            ip[IP_CSUM] = 0
+            raw = IPV4.pack(*ip)
+            ip[IP_CSUM] = csum = csum16(raw)
+            out.append(raw[:_CSUM_AT] + csum.to_bytes(2, "big") + raw[_CSUM_AT + 2 :])
+        else:
+            out.append(IPV4.pack(*ip))
     if h.udp:
         out.append(UDP.pack(*h.udp))
     if h.dc:

@@ -49,11 +49,10 @@ DROP_TRUNCATED, DROP_BAD_VERSION, DROP_BAD_CHUNKS, DROP_PARSER_OTHER = (
     int(DropReason.BAD_CHUNKS),
     int(DropReason.PARSER_OTHER),
 )
-DROP_NOT_IPV4, DROP_PROBE, DROP_SPOOFED, DROP_IP_OPTIONS = (
+DROP_NOT_IPV4, DROP_PROBE, DROP_SPOOFED = (
     int(DropReason.NOT_IPV4),
     int(DropReason.PROBE),
     int(DropReason.SPOOFED),
-    int(DropReason.IP_OPTIONS),
 )
 DROP_UNKNOWN_OP, DROP_UNTRUSTED, DROP_TTL_EXPIRED, DROP_LOOP = (
     int(DropReason.UNKNOWN_OP),
@@ -92,9 +91,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         op = m.op = dc[DC_OP]
         vlen = dc[DC_VLEN]
         want_chunks = (vlen + 15) >> 4 if vlen <= MAX_CACHEABLE else 0
-        if h.ipv4_options is not None:
-            reason = DROP_IP_OPTIONS
-        elif op not in KNOWN_OPS:
+        if op not in KNOWN_OPS:
             reason = DROP_UNKNOWN_OP
         elif vlen > MAX_VALUE_LEN or dc[DC_NCHUNKS] != want_chunks:
             reason = DROP_BAD_CHUNKS

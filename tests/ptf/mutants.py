@@ -60,10 +60,10 @@ MUTANTS = (
     ),
     Mutant("crc32 made crc16", "../v1model/arch.p4", "HashAlgorithm.crc32", "HashAlgorithm.crc16"),
     Mutant(
-        "IP options accepted by the parser (not extracted)",
-        "parser.p4",
-        "default: parse_ipv4_options;",
-        "default: parse_ipv4_payload;",
+        "a header with options checksummed as if it had none",
+        "../v1model/distcache.p4",
+        "hdr.ipv4.isValid() && hdr.ipv4.ihl == IPV4_MIN_IHL,",
+        "hdr.ipv4.isValid(),",
     ),
     Mutant(
         "UPDATE ignores the entry's tenure",
@@ -108,12 +108,10 @@ MUTANTS = (
         "if (false) {\n                        hdr.dc.leaf_id = 0;",
     ),
     Mutant(
-        "checksum skips IPv4 options",
-        "../v1model/distcache.p4",
-        ",\n              hdr.ipv4_options[0], hdr.ipv4_options[1], hdr.ipv4_options[2], hdr.ipv4_options[3],\n"
-        "              hdr.ipv4_options[4], hdr.ipv4_options[5], hdr.ipv4_options[6], hdr.ipv4_options[7],\n"
-        "              hdr.ipv4_options[8], hdr.ipv4_options[9] }",
-        " }",
+        "the checksum of a header with options not updated for its TTL",
+        "control/forwarding.p4",
+        "hdr.ipv4.hdrChecksum = ~sum[15:0];",
+        "",
     ),
     Mutant(
         "detector reports every read over the threshold (no Bloom filter)",
@@ -207,8 +205,8 @@ MUTANTS = (
     Mutant(
         "hold counted from the reply, not from when the spine was found dead",
         "control/liveness.p4",
-        "DC_WRITE(spine_hold, bit<48>, s, asked + threshold + (bit<48>)meta.hold);",
-        "DC_WRITE(spine_hold, bit<48>, s, now + (bit<48>)meta.hold);",
+        "DC_WRITE(spine_hold, 48, s, asked + threshold + (bit<48>)meta.hold);",
+        "DC_WRITE(spine_hold, 48, s, now + (bit<48>)meta.hold);",
     ),
     Mutant("every probe restarts a silent spine's clock", "control/probe.p4", "if (asked <= heard) {", "if (true) {"),
     Mutant(

@@ -50,31 +50,31 @@ control DcCoherence(inout headers_t hdr,
                 bool same_tenure = last[48:1] == tag;
                 bool armed = last[0:0] == 1;
                 if (op == OP_INVALIDATE) {
-                    DC_WRITE(cache_valid, bit<48>, slot, 0);
+                    DC_WRITE(cache_valid, 48, slot, 0);
                     bit<32> ahead = hdr.dc.seq - last_seq;  /* seq >= last_seq in serial arithmetic */
                     bool own_populate = (hdr.dc.flags & FLAG_POPULATE) != 0 && hdr.dc.target == meta.switch_id
                                         && hdr.dc.spine_load == meta.cache_epoch
                                         && hdr.dc.leaf_load == (bit<32>)meta.version;
                     if (!same_tenure || ahead[31:31] == 0) {
                         bit<1> arm = (own_populate || (same_tenure && armed)) ? 1w1 : 1w0;
-                        DC_WRITE(cache_inval, bit<49>, slot, tag ++ arm);
-                        DC_WRITE(cache_inval_seq, bit<32>, slot, hdr.dc.seq);
+                        DC_WRITE(cache_inval, 49, slot, tag ++ arm);
+                        DC_WRITE(cache_inval_seq, 32, slot, hdr.dc.seq);
                         dc_stats.count(STAT_INVALIDATE);
                     } else {
                         dc_stats.count(STAT_INVALIDATE_STALE);
                     }
                 } else if (same_tenure && armed && last_seq == hdr.dc.seq && hdr.dc.vlen <= MAX_CACHEABLE) {
                     bit<32> base = slot * MAX_CHUNKS;
-                    DC_WRITE(cache_vlen, bit<16>, slot, hdr.dc.vlen);
-                    if (hdr.vals[0].isValid()) { DC_WRITE(cache_value, bit<128>, base + 0, hdr.vals[0].chunk); }
-                    if (hdr.vals[1].isValid()) { DC_WRITE(cache_value, bit<128>, base + 1, hdr.vals[1].chunk); }
-                    if (hdr.vals[2].isValid()) { DC_WRITE(cache_value, bit<128>, base + 2, hdr.vals[2].chunk); }
-                    if (hdr.vals[3].isValid()) { DC_WRITE(cache_value, bit<128>, base + 3, hdr.vals[3].chunk); }
-                    if (hdr.vals[4].isValid()) { DC_WRITE(cache_value, bit<128>, base + 4, hdr.vals[4].chunk); }
-                    if (hdr.vals[5].isValid()) { DC_WRITE(cache_value, bit<128>, base + 5, hdr.vals[5].chunk); }
-                    if (hdr.vals[6].isValid()) { DC_WRITE(cache_value, bit<128>, base + 6, hdr.vals[6].chunk); }
-                    if (hdr.vals[7].isValid()) { DC_WRITE(cache_value, bit<128>, base + 7, hdr.vals[7].chunk); }
-                    DC_WRITE(cache_valid, bit<48>, slot, tag);
+                    DC_WRITE(cache_vlen, 16, slot, hdr.dc.vlen);
+                    if (hdr.vals[0].isValid()) { DC_WRITE(cache_value, 128, base + 0, hdr.vals[0].chunk); }
+                    if (hdr.vals[1].isValid()) { DC_WRITE(cache_value, 128, base + 1, hdr.vals[1].chunk); }
+                    if (hdr.vals[2].isValid()) { DC_WRITE(cache_value, 128, base + 2, hdr.vals[2].chunk); }
+                    if (hdr.vals[3].isValid()) { DC_WRITE(cache_value, 128, base + 3, hdr.vals[3].chunk); }
+                    if (hdr.vals[4].isValid()) { DC_WRITE(cache_value, 128, base + 4, hdr.vals[4].chunk); }
+                    if (hdr.vals[5].isValid()) { DC_WRITE(cache_value, 128, base + 5, hdr.vals[5].chunk); }
+                    if (hdr.vals[6].isValid()) { DC_WRITE(cache_value, 128, base + 6, hdr.vals[6].chunk); }
+                    if (hdr.vals[7].isValid()) { DC_WRITE(cache_value, 128, base + 7, hdr.vals[7].chunk); }
+                    DC_WRITE(cache_valid, 48, slot, tag);
                     dc_stats.count(STAT_UPDATE);
                 } else {
                     dc_stats.count(STAT_UPDATE_STALE);

@@ -25,13 +25,10 @@ control DcDetector(inout headers_t hdr,
 
     DC_CRC32_UNIT  /* what DC_CRC32 hashes with, where the architecture has it as an object */
 
-    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm0;  /* window(16) ++ count(16) */
-    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm1;
-    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm2;
-    DC_REGISTER(bit<32>, HH_CM_WIDTH) hh_cm3;
-    DC_REGISTER(bit<16>, HH_BLOOM_WIDTH) hh_bloom0;  /* window + 1 it was set in */
-    DC_REGISTER(bit<16>, HH_BLOOM_WIDTH) hh_bloom1;
-    DC_REGISTER(bit<16>, HH_BLOOM_WIDTH) hh_bloom2;
+    /* the sketch's rows and the filter's, each in one register (size.p4): a program compiled for the kernel
+     * may use at most 64 BPF maps, and every register is one */
+    DC_REGISTER(bit<32>, HH_CM_ROWS * HH_CM_WIDTH) hh_cm;  /* window(16) ++ count(16) */
+    DC_REGISTER(bit<16>, HH_BLOOM_ROWS * HH_BLOOM_WIDTH) hh_bloom;  /* window + 1 it was set in */
 
     action set_detector(bit<16> threshold, bit<8> window_shift) {
         meta.hh_threshold = threshold;
@@ -84,7 +81,8 @@ control DcDetector(inout headers_t hdr,
             DC_CRC32(i2, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt3 });
             DC_CRC32(i3, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt4 });
             bit<32> c0; bit<32> c1; bit<32> c2; bit<32> c3;
-            DC_READ(hh_cm0, c0, i0); DC_READ(hh_cm1, c1, i1); DC_READ(hh_cm2, c2, i2); DC_READ(hh_cm3, c3, i3);
+            i1 = i1 + HH_CM_WIDTH; i2 = i2 + 2 * HH_CM_WIDTH; i3 = i3 + 3 * HH_CM_WIDTH;
+            DC_READ(hh_cm, c0, i0); DC_READ(hh_cm, c1, i1); DC_READ(hh_cm, c2, i2); DC_READ(hh_cm, c3, i3);
             bit<16> n0 = 0; bit<16> n1 = 0; bit<16> n2 = 0; bit<16> n3 = 0;
             if (c0[31:16] == window) { n0 = c0[15:0]; }
             if (c1[31:16] == window) { n1 = c1[15:0]; }
@@ -94,8 +92,8 @@ control DcDetector(inout headers_t hdr,
             if (n1 != 0xFFFF) { n1 = n1 + 1; }
             if (n2 != 0xFFFF) { n2 = n2 + 1; }
             if (n3 != 0xFFFF) { n3 = n3 + 1; }
-            DC_WRITE(hh_cm0, bit<32>, i0, window ++ n0); DC_WRITE(hh_cm1, bit<32>, i1, window ++ n1);
-            DC_WRITE(hh_cm2, bit<32>, i2, window ++ n2); DC_WRITE(hh_cm3, bit<32>, i3, window ++ n3);
+            DC_WRITE(hh_cm, 32, i0, window ++ n0); DC_WRITE(hh_cm, 32, i1, window ++ n1);
+            DC_WRITE(hh_cm, 32, i2, window ++ n2); DC_WRITE(hh_cm, 32, i3, window ++ n3);
             bit<16> estimate = n0;
             if (n1 < estimate) { estimate = n1; }
             if (n2 < estimate) { estimate = n2; }
@@ -107,10 +105,11 @@ control DcDetector(inout headers_t hdr,
                 DC_CRC32(b1, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt6 });
                 DC_CRC32(b2, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt7 });
                 bit<16> s0; bit<16> s1; bit<16> s2;
-                DC_READ(hh_bloom0, s0, b0); DC_READ(hh_bloom1, s1, b1); DC_READ(hh_bloom2, s2, b2);
+                b1 = b1 + HH_BLOOM_WIDTH; b2 = b2 + 2 * HH_BLOOM_WIDTH;
+                DC_READ(hh_bloom, s0, b0); DC_READ(hh_bloom, s1, b1); DC_READ(hh_bloom, s2, b2);
                 bit<16> tag = window + 1;
                 if (s0 != tag || s1 != tag || s2 != tag) {
-                    DC_WRITE(hh_bloom0, bit<16>, b0, tag); DC_WRITE(hh_bloom1, bit<16>, b1, tag); DC_WRITE(hh_bloom2, bit<16>, b2, tag);
+                    DC_WRITE(hh_bloom, 16, b0, tag); DC_WRITE(hh_bloom, 16, b1, tag); DC_WRITE(hh_bloom, 16, b2, tag);
                     bit<48> now = io.now;
                     bit<48> start;
                     dc_shl48(windows, meta.hh_window_shift, start);

@@ -84,10 +84,10 @@ control DcForwarding(inout headers_t hdr,
             if (meta.routed == 1 && meta.transit_id != 0 && meta.alt_id != 0) {
                 bit<48> now = io.now;
                 bit<1> dead;
-                transit_excluded.apply(meta.transit_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
+                transit_excluded.apply(meta, meta.transit_id, now, dead);
                 if (dead == 1) {
                     bit<1> alt_dead;
-                    alt_excluded.apply(meta.alt_id, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
+                    alt_excluded.apply(meta, meta.alt_id, now, alt_dead);
                     if (alt_dead == 0) {
                         meta.nhop_dmac = meta.alt_dmac;
                         meta.nhop_port = meta.alt_port;
@@ -109,7 +109,17 @@ control DcForwarding(inout headers_t hdr,
             hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
             hdr.ethernet.dstAddr = meta.nhop_dmac;
             /* never wraps: DcValidation passes only TTL >= 2, and an answer starts again from 64 */
+            bit<16> ttl_word = hdr.ipv4.ttl ++ hdr.ipv4.protocol;
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+            if (hdr.ipv4.ihl != IPV4_MIN_IHL) {
+                /* options are payload (parser.p4), so no deparser checksums this header: its checksum
+                 * follows the TTL's word, HC' = ~(~HC + ~m + m') (RFC 1624, eqn. 3) */
+                bit<32> sum = (bit<32>)(~hdr.ipv4.hdrChecksum) + (bit<32>)(~ttl_word)
+                    + (bit<32>)(hdr.ipv4.ttl ++ hdr.ipv4.protocol);
+                sum = (sum & 0xFFFF) + (sum >> 16);
+                sum = (sum & 0xFFFF) + (sum >> 16);
+                hdr.ipv4.hdrChecksum = ~sum[15:0];
+            }
         } else {
             dc_drops.count(DROP_NO_ROUTE);
             io.drop = 1;

@@ -86,8 +86,9 @@
     DC_REGISTER_T(bit<48>) spine_peak_at
 #define DC_LIVENESS_REGS spine_heard, spine_asked, spine_hold, spine_gap, spine_gapvar, spine_peak, spine_peak_at
 
-/* spine_peak of `spine` as it stands at time `at`: less 1 us per 2^shift us since it was set */
-control DcSpinePeak(in bit<8> spine, in bit<48> at, in bit<8> shift, out bit<32> peak)
+/* spine_peak of `spine` as it stands at time `at`: less 1 us per 2^meta.peak_decay_shift us since it was set.
+ * The helpers take meta for its liveness_config fields and for DC_READ's staging (psa/arch.p4). */
+control DcSpinePeak(inout metadata_t meta, in bit<8> spine, in bit<48> at, out bit<32> peak)
                    (DC_REGISTER_T(bit<32>) spine_peak, DC_REGISTER_T(bit<48>) spine_peak_at) {
     apply {
         bit<32> p;
@@ -96,15 +97,14 @@ control DcSpinePeak(in bit<8> spine, in bit<48> at, in bit<8> shift, out bit<32>
         DC_READ(spine_peak_at, p_at, (bit<32>)spine);
         bit<48> lost = 0;
         if (at > p_at) {
-            dc_shr48(at - p_at, shift, lost);
+            dc_shr48(at - p_at, meta.peak_decay_shift, lost);
         }
         peak = lost >= (bit<48>)p ? 0 : p - (bit<32>)lost;
     }
 }
 
 /* How long spine `spine` may leave the probe it was asked at `asked` unanswered before it is dead (see above). */
-control DcSpineThreshold(in bit<8> spine, in bit<48> asked, in bit<32> dead_after, in bit<32> dead_max,
-                         in bit<8> peak_shift, out bit<48> threshold)
+control DcSpineThreshold(inout metadata_t meta, in bit<8> spine, in bit<48> asked, out bit<48> threshold)
                         (DC_REGISTER_T(bit<32>) spine_gap, DC_REGISTER_T(bit<32>) spine_gapvar,
                          DC_REGISTER_T(bit<32>) spine_peak, DC_REGISTER_T(bit<48>) spine_peak_at) {
     DcSpinePeak(spine_peak, spine_peak_at) peak_now;
@@ -115,20 +115,19 @@ control DcSpineThreshold(in bit<8> spine, in bit<48> asked, in bit<32> dead_afte
         bit<32> peak;
         DC_READ(spine_gap, gap8, (bit<32>)spine);
         DC_READ(spine_gapvar, var4, (bit<32>)spine);
-        peak_now.apply(spine, asked, peak_shift, peak);
+        peak_now.apply(meta, spine, asked, peak);
         bit<32> rto = (gap8 >> 3) + var4;
         bit<32> margin = peak >> 1;
         bit<32> t = peak + margin;
         t = t > rto ? t : rto;
-        t = t > dead_max ? dead_max : t;
-        t = t < dead_after ? dead_after : t;
+        t = t > meta.dead_after_max ? meta.dead_after_max : t;
+        t = t < meta.dead_after ? meta.dead_after : t;
         threshold = (bit<48>)t;
     }
 }
 
 /* Whether routing must leave spine `spine` out now (see above). */
-control DcSpineExcluded(in bit<8> spine, in bit<48> now, in bit<32> dead_after, in bit<32> dead_max,
-                        in bit<8> peak_shift, out bit<1> excluded)
+control DcSpineExcluded(inout metadata_t meta, in bit<8> spine, in bit<48> now, out bit<1> excluded)
                        (DC_LIVENESS_REG_PARAMS) {
     DcSpineThreshold(spine_gap, spine_gapvar, spine_peak, spine_peak_at) threshold_of;
 
@@ -140,7 +139,7 @@ control DcSpineExcluded(in bit<8> spine, in bit<48> now, in bit<32> dead_after, 
         DC_READ(spine_heard, heard, (bit<32>)spine);
         DC_READ(spine_asked, asked, (bit<32>)spine);
         DC_READ(spine_hold, hold, (bit<32>)spine);
-        threshold_of.apply(spine, asked, dead_after, dead_max, peak_shift, threshold);
+        threshold_of.apply(meta, spine, asked, threshold);
         excluded = ((asked > heard && now > asked + threshold) || heard < hold) ? 1w1 : 1w0;
     }
 }
@@ -195,12 +194,11 @@ control DcLiveness(inout headers_t hdr,
                 DC_READ(spine_heard, heard, s);
                 DC_READ(spine_asked, asked, s);
                 if (asked > heard && now > asked) {  /* a wait ends (only then is the threshold needed) */
-                    threshold_of.apply(meta.from_spine, asked, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift,
-                                    threshold);
+                    threshold_of.apply(meta, meta.from_spine, asked, threshold);
                     bit<48> waited = now - asked;
                     if (waited > threshold) {
                         /* it was dead until now: held until hold time after it was found dead */
-                        DC_WRITE(spine_hold, bit<48>, s, asked + threshold + (bit<48>)meta.hold);
+                        DC_WRITE(spine_hold, 48, s, asked + threshold + (bit<48>)meta.hold);
                         spine_deaths.count(s);
                         if (meta.role == ROLE_CLIENT_LEAF) {
                             bit<48> detect = asked + threshold - heard;
@@ -216,17 +214,17 @@ control DcLiveness(inout headers_t hdr,
                     DC_READ(spine_gapvar, var4, s);
                     bit<32> smoothed = gap8 >> 3;
                     bit<32> dev = w > smoothed ? w - smoothed : smoothed - w;
-                    DC_WRITE(spine_gap, bit<32>, s, gap8 - smoothed + w);
-                    DC_WRITE(spine_gapvar, bit<32>, s, var4 - (var4 >> 2) + dev);
+                    DC_WRITE(spine_gap, 32, s, gap8 - smoothed + w);
+                    DC_WRITE(spine_gapvar, 32, s, var4 - (var4 >> 2) + dev);
                     /* and, unless it was a death of dead_after_max or more, of the recent peak */
                     bit<32> peak;
-                    peak_now.apply(meta.from_spine, now, meta.peak_decay_shift, peak);
+                    peak_now.apply(meta, meta.from_spine, now, peak);
                     if (waited < (bit<48>)meta.dead_after_max && (bit<32>)waited >= peak) {
-                        DC_WRITE(spine_peak, bit<32>, s, (bit<32>)waited);
-                        DC_WRITE(spine_peak_at, bit<48>, s, now);
+                        DC_WRITE(spine_peak, 32, s, (bit<32>)waited);
+                        DC_WRITE(spine_peak_at, 48, s, now);
                     }
                 }
-                DC_WRITE(spine_heard, bit<48>, s, now > heard ? now : heard);
+                DC_WRITE(spine_heard, 48, s, now > heard ? now : heard);
             }
         }
     }

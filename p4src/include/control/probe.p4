@@ -50,7 +50,7 @@ control DcProbe(inout headers_t hdr,
                 io.drop = 1;
             } else {
                 if (asked <= heard) {
-                    DC_WRITE(spine_asked, bit<48>, (bit<32>)spine, io.now);
+                    DC_WRITE(spine_asked, 48, (bit<32>)spine, io.now);
                 }
                 probes_sent.count((bit<32>)spine);
             }

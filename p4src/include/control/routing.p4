@@ -130,12 +130,12 @@ control DcRouting(inout headers_t hdr,
             if (meta.spine_cand != 0) {
                 bit<48> now = io.now;
                 bit<1> dead;
-                cand_excluded.apply(meta.spine_cand, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, dead);
+                cand_excluded.apply(meta, meta.spine_cand, now, dead);
                 if (dead == 1) {
                     bit<8> instead = 0;  /* another live replica spine, else no spine at all */
                     if (meta.replicated == 1 && meta.replica_alt != 0) {
                         bit<1> alt_dead;
-                        alt_excluded.apply(meta.replica_alt, now, meta.dead_after, meta.dead_after_max, meta.peak_decay_shift, alt_dead);
+                        alt_excluded.apply(meta, meta.replica_alt, now, alt_dead);
                         if (alt_dead == 0) {
                             instead = meta.replica_alt;
                         }

@@ -34,12 +34,12 @@ control DcTelemetry(inout headers_t hdr,
                 DC_READ(load_count, count, 0);
                 if (epoch != meta.epoch) {
                     count = 0;  /* a new window starts at 0 */
-                    DC_WRITE(load_epoch, bit<32>, 0, meta.epoch);
+                    DC_WRITE(load_epoch, 32, 0, meta.epoch);
                 }
                 if (targeted_read) {
                     count = count + 1;
                 }
-                DC_WRITE(load_count, bit<32>, 0, count);
+                DC_WRITE(load_count, 32, 0, count);
                 meta.load = count;
             }
             if (reply) {
@@ -72,12 +72,12 @@ control DcTelemetry(inout headers_t hdr,
                 hdr.dc.leaf_load = 0;
             } else if (reply && meta.port_kind == PORT_FABRIC) {
                 if (hdr.dc.spine_id != 0) {
-                    DC_WRITE(peer_load, bit<32>, (bit<32>)hdr.dc.spine_id, hdr.dc.spine_load);
-                    DC_WRITE(peer_load_epoch, bit<32>, (bit<32>)hdr.dc.spine_id, meta.epoch);
+                    DC_WRITE(peer_load, 32, (bit<32>)hdr.dc.spine_id, hdr.dc.spine_load);
+                    DC_WRITE(peer_load_epoch, 32, (bit<32>)hdr.dc.spine_id, meta.epoch);
                 }
                 if (hdr.dc.leaf_id != 0) {
-                    DC_WRITE(peer_load, bit<32>, (bit<32>)hdr.dc.leaf_id, hdr.dc.leaf_load);
-                    DC_WRITE(peer_load_epoch, bit<32>, (bit<32>)hdr.dc.leaf_id, meta.epoch);
+                    DC_WRITE(peer_load, 32, (bit<32>)hdr.dc.leaf_id, hdr.dc.leaf_load);
+                    DC_WRITE(peer_load_epoch, 32, (bit<32>)hdr.dc.leaf_id, meta.epoch);
                 }
                 dc_stats.count(STAT_LOAD_RECORDED);
             }

@@ -91,9 +91,7 @@ control DcValidation(inout headers_t hdr,
             if (hdr.dc.vlen <= MAX_CACHEABLE) {
                 want_chunks = (hdr.dc.vlen + 15) >> 4;
             }
-            if (hdr.ipv4_options[0].isValid()) {
-                reason = DROP_IP_OPTIONS;
-            } else if (!known) {
+            if (!known) {
                 reason = DROP_UNKNOWN_OP;
             } else if (hdr.dc.vlen > MAX_VALUE_LEN || (bit<16>)hdr.dc.nchunks != want_chunks) {
                 reason = DROP_BAD_CHUNKS;

@@ -12,7 +12,7 @@ from scapy.packet import Raw
 
 from distcache import p4names as n
 from distcache.cluster import Mechanism, Role
-from distcache.p4names import DropReason
+from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, encode
 from tests.ptf.dctest import (
     CL0,
@@ -105,34 +105,34 @@ class Ipv4HeaderLengthBelowFive(_Drop):
         self.dropped(2, Ether(bytes(raw)), DropReason.PARSER_OTHER)
 
 
-class DistCacheWithIpOptions(_Drop):
-    """A DistCache message behind IPv4 options is dropped, not looked at past the trust checks."""
+class DistCacheBehindIpOptionsIsPlainIpv4(DcTest):
+    """A DistCache message behind IPv4 options is payload to the switch (parser.p4): a read of a key the leaf
+    holds goes on to its server as plain IPv4, byte for byte but TTL and checksum, and nothing counts it or
+    answers it from the cache; and an INVALIDATE behind options reaches no cache."""
 
     def runTest(self) -> None:
-        pkt = dc_frame(
-            SERVER.ip,
-            C.spine_address(SP0.switch_id),
-            Message(op=Op.INVALIDATE, key=KEY, seq=1),
-            sport=DC_PORT,
-            ip_options=b"\x01\x01\x01\x00",
-        )  # NOP NOP NOP EOL
-        self.dropped(1, pkt, DropReason.IP_OPTIONS)
-
-
-class OtherUdpWithIpOptionsIsRouted(DcTest):
-    """Plain traffic with options goes on, every option byte as it came; its checksum covers them: one
-    word, and the most there can be (ten words, ihl 15)."""
-
-    def runTest(self) -> None:
-        router_alert = b"\x94\x04\x00\x00"
-        longest = b"\x07\x27\x04" + bytes(range(1, 37)) + b"\x00"  # record route, 36 bytes of addresses, EOL
-        for opts, ihl in ((router_alert, 6), (longest, 15)):
-            pkt = dc_frame(SERVER.ip, CLIENT.ip, b"not distcache", sport=1234, dport=5678, ip_options=opts)
-            self.send(1, pkt)
-            want = routed(pkt, SP0.mac)
-            self.assertEqual(want[IP].ihl, ihl)
-            self.expect(want, 2)
-            self.expect_none()
+        value = b"cached at the leaf"
+        self.fill(KEY, slot=3, version=9, value=value, seq=100)
+        counted = (Stat.READ_HIT, Stat.READ_MISS, Stat.INVALIDATE, Stat.UPDATE)
+        before = [self.stat(s) for s in counted]
+        nop = b"\x01\x01\x01\x00"  # NOP NOP NOP EOL
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=41, target=SL0.switch_id), ip_options=nop)
+        self.send(2, get)
+        self.expect(routed(get, SERVER.mac), 1)
+        self.expect_none()
+        inval = dc_frame(
+            SERVER.ip, CLIENT.ip, Message(op=Op.INVALIDATE, key=KEY, seq=101), sport=DC_PORT, ip_options=nop
+        )
+        self.send(1, inval)
+        self.expect(routed(inval, SP0.mac), 2)
+        self.expect_none()
+        self.assertEqual([self.stat(s) for s in counted], before)
+        self.assertEqual(self.counter(n.CACHE_HITS, 3), 0)
+        port, reply = self.exchange(
+            2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=42, target=SL0.switch_id))
+        )
+        self.assertEqual((port, reply.op, reply.value), (2, Op.GET_REPLY, value))  # the INVALIDATE was none here
+        self.expect_none()
 
 
 class NoRoute(_Drop):

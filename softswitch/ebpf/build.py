@@ -1,0 +1,88 @@
+"""p4src/psa/distcache.p4 -> a BPF object, as p4c's backends/ebpf/runtime/kernel.mk builds one: p4c-ebpf
+(PSA, kernel target) writes C and the P4Info, clang compiles the C to LLVM IR (with BTF, which libbpf reads
+the maps' layouts from), llc lowers it to BPF.  Each step's failure is a :class:`BuildError` carrying the
+tool's own message: a limit of the back end (a stack over 512 bytes, a computation over 64 bits) shows as
+the compiler states it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+P4_PSA = REPO / "p4src" / "psa" / "distcache.p4"
+P4C_EBPF = "p4c-ebpf"
+CLANG, LLC = "clang", "llc"
+# what kernel.mk passes clang (its warnings about p4c-ebpf's generated C silenced as it silences them)
+CFLAGS = (
+    "-O2", "-g", "-c", "-D__KERNEL__", "-D__ASM_SYSREG_H", "-DBTF", "-emit-llvm",
+    "-Wno-unused-value", "-Wno-pointer-sign", "-Wno-compare-distinct-pointer-types",
+    "-Wno-gnu-variable-sized-type-not-at-end", "-Wno-address-of-packed-member", "-Wno-tautological-compare",
+    "-Wno-unknown-warning-option", "-Wno-parentheses-equality", "-Wno-implicit-function-declaration",
+)  # fmt: skip
+LLC_FLAGS = ("-march=bpf", "-mcpu=generic", "-filetype=obj")
+
+
+class BuildError(RuntimeError):
+    """A step of the build failed; the message names the step and ends with the tool's output."""
+
+
+@dataclass(frozen=True)
+class BpfBuild:
+    """What :func:`build` wrote: p4c-ebpf's C, the BPF object, and the P4Info."""
+
+    c_file: Path
+    object_file: Path
+    p4info: Path
+
+
+def missing_tools() -> list[str]:
+    """The tools of the build that are not on PATH (empty: it can run)."""
+    return [t for t in (P4C_EBPF, CLANG, LLC) if shutil.which(t) is None]
+
+
+def runtime_dir() -> Path:
+    """p4c-ebpf's C runtime (psa.h, ebpf_kernel.h, its libbpf headers), beside the compiler's install:
+    P4C_EBPF_RUNTIME if set, else <prefix>/share/p4c/ebpf/runtime of the p4c-ebpf on PATH."""
+    if env := os.environ.get("P4C_EBPF_RUNTIME"):
+        return Path(env)
+    exe = shutil.which(P4C_EBPF)
+    if exe is None:
+        raise BuildError(f"{P4C_EBPF} is not on PATH: install ../shared/p4tool (its README says how)")
+    return Path(exe).resolve().parents[1] / "share" / "p4c" / "ebpf" / "runtime"
+
+
+def _run(step: str, cmd: list[str]) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except FileNotFoundError as e:
+        raise BuildError(f"{step}: {cmd[0]} not found ({e})") from e
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-20:])
+        raise BuildError(f"{step} failed (exit {done.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+def build(out_dir: Path, source: Path = P4_PSA) -> BpfBuild:
+    """Compile ``source`` (the PSA top) into ``out_dir``; return the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = source.stem
+    c_file, bc_file = out_dir / f"{stem}.c", out_dir / f"{stem}.bc"
+    obj, p4info = out_dir / f"{stem}.o", out_dir / f"{stem}.p4info.txtpb"
+    rt = runtime_dir()
+    _run(
+        "p4c-ebpf",
+        [P4C_EBPF, "--arch", "psa", "--target", "kernel", "-o", str(c_file), "--p4runtime-files", str(p4info),
+         str(source)],
+    )  # fmt: skip
+    includes = [
+        f"-I{rt}",
+        f"-I{rt / 'contrib' / 'libbpf' / 'include' / 'uapi'}",
+        f"-I{rt / 'install' / 'libbpf' / 'include'}",
+    ]
+    _run("clang", [CLANG, *CFLAGS, *includes, "-o", str(bc_file), str(c_file)])
+    _run("llc", [LLC, *LLC_FLAGS, "-o", str(obj), str(bc_file)])
+    bc_file.unlink()
+    return BpfBuild(c_file, obj, p4info)

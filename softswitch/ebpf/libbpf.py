@@ -1,0 +1,257 @@
+"""p4c-ebpf's BPF object loaded by the system's libbpf (``libbpf.so.1``, Debian's libbpf1), through ctypes.
+
+Why not ``bpftool prog loadall``: p4c-ebpf names its sections ``classifier/...`` and ``xdp/...``, from which
+libbpf 1.x derives no program type (its table holds ``tc``, ``classifier`` and ``xdp`` alone), and bpftool
+sets one type for every program of an object, while this one holds both kinds; and its maps are declared
+pinned by name, which libbpf resolves against one pin root, ``/sys/fs/bpf`` by default -- the one bpffs
+that every network namespace of this host shares.  A second switch loaded there would silently take the
+first one's tables and registers as its own.  So each object is opened with its own pin root, each
+program's type is set from its section before the load, and the verifier's verdict comes back as it
+stated it (:class:`LoadError`).
+
+Only the plain entry points of libbpf's API are used (object open/load/close, program and map accessors,
+``bpf_obj_get``, ``bpf_map_*_elem``, ``bpf_prog_test_run_opts``); their structs are declared here as
+libbpf 1.1's headers declare them, with their ``sz`` field, which is how libbpf tells versions apart.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+BPFFS = Path("/sys/fs/bpf")
+PROG_TYPE_SCHED_CLS, PROG_TYPE_XDP = 3, 6
+LOG_LEVEL_VERBOSE, LOG_LEVEL_STATS = 1, 4
+#: the verifier's log is read back when a load fails (a big program's full log runs to hundreds of MB:
+#: the kernel keeps its last lines, where it says why, when the buffer is full)
+FAILURE_LOG_BYTES = 16 << 20
+STATS_LOG_BYTES = 1 << 16
+
+
+class LibbpfError(RuntimeError):
+    """libbpf is missing, or one of its calls failed (the message names the call and the errno)."""
+
+
+class LoadError(LibbpfError):
+    """The kernel refused a program; the message ends with the verifier's last lines."""
+
+
+class _OpenOpts(ctypes.Structure):
+    _fields_ = (
+        ("sz", ctypes.c_size_t),
+        ("object_name", ctypes.c_char_p),
+        ("relaxed_maps", ctypes.c_bool),
+        ("pin_root_path", ctypes.c_char_p),
+        ("_attach_prog_fd", ctypes.c_uint32),  # a removed field, kept as padding by libbpf
+        ("kconfig", ctypes.c_char_p),
+        ("btf_custom_path", ctypes.c_char_p),
+        ("kernel_log_buf", ctypes.c_void_p),
+        ("kernel_log_size", ctypes.c_size_t),
+        ("kernel_log_level", ctypes.c_uint32),
+    )
+
+
+class _TestRunOpts(ctypes.Structure):
+    _fields_ = (
+        ("sz", ctypes.c_size_t),
+        ("data_in", ctypes.c_void_p),
+        ("data_out", ctypes.c_void_p),
+        ("data_size_in", ctypes.c_uint32),
+        ("data_size_out", ctypes.c_uint32),
+        ("ctx_in", ctypes.c_void_p),
+        ("ctx_out", ctypes.c_void_p),
+        ("ctx_size_in", ctypes.c_uint32),
+        ("ctx_size_out", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32),
+        ("repeat", ctypes.c_int),
+        ("duration", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("batch_size", ctypes.c_uint32),
+    )
+
+
+_lib: ctypes.CDLL | None = None
+
+
+def lib() -> ctypes.CDLL:
+    """libbpf, its functions typed (loaded once)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    name = ctypes.util.find_library("bpf")
+    if name is None:
+        raise LibbpfError("libbpf is not installed (Debian: apt-get install libbpf1 libbpf-dev)")
+    c = ctypes.CDLL(name, use_errno=True)
+    p, i, s = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    for fn, res, args in (
+        ("bpf_object__open_file", p, (s, ctypes.POINTER(_OpenOpts))),
+        ("bpf_object__load", i, (p,)),
+        ("bpf_object__close", None, (p,)),
+        ("bpf_object__next_program", p, (p, p)),
+        ("bpf_object__next_map", p, (p, p)),
+        ("bpf_program__section_name", s, (p,)),
+        ("bpf_program__name", s, (p,)),
+        ("bpf_program__set_type", i, (p, i)),
+        ("bpf_program__fd", i, (p,)),
+        ("bpf_program__pin", i, (p, s)),
+        ("bpf_program__set_log_level", i, (p, ctypes.c_uint32)),
+        ("bpf_program__set_log_buf", i, (p, p, ctypes.c_size_t)),
+        ("libbpf_set_print", p, (p,)),
+        ("bpf_map__name", s, (p,)),
+        ("bpf_map__fd", i, (p,)),
+        ("bpf_obj_get", i, (s,)),
+        ("bpf_map_lookup_elem", i, (i, p, p)),
+        ("bpf_map_update_elem", i, (i, p, p, ctypes.c_uint64)),
+        ("bpf_prog_test_run_opts", i, (i, ctypes.POINTER(_TestRunOpts))),
+    ):
+        f = getattr(c, fn)
+        f.restype, f.argtypes = res, args
+    c.libbpf_set_print(None)  # its warnings (p4c-ebpf's extra ELF sections) on stderr: quiet; errors come back here
+    _lib = c
+    return c
+
+
+def _check(rc: int, call: str) -> int:
+    if rc < 0:
+        err = -rc if rc != -1 else ctypes.get_errno()
+        raise LibbpfError(f"{call}: {os.strerror(err)} (errno {err})")
+    return rc
+
+
+def program_type(section: str) -> int:
+    """The program type p4c-ebpf means by a section name (``classifier/...``: TC, ``xdp...``: XDP)."""
+    if section.startswith("classifier"):
+        return PROG_TYPE_SCHED_CLS
+    if section.startswith("xdp"):
+        return PROG_TYPE_XDP
+    raise LibbpfError(f"section {section!r}: not a program section p4c-ebpf writes (classifier/..., xdp/...)")
+
+
+@dataclass(frozen=True)
+class Program:
+    section: str
+    name: str
+    fd: int
+    verified_insns: int  # instructions the verifier walked to accept it
+
+
+class BpfObject:
+    """One loaded object: its programs (by section) and maps (by name), its maps pinned under ``pin_root``.
+
+    ``close()`` releases this process's handles; what is pinned stays until :func:`unpin` removes it."""
+
+    def __init__(self, path: Path, pin_root: Path) -> None:
+        self.path, self.pin_root = Path(path), Path(pin_root)
+        self.programs: dict[str, Program] = {}
+        self.maps: dict[str, int] = {}
+        self._logs: dict[str, ctypes.Array[ctypes.c_char]] = {}  # per program: the verifier's words on it
+        self._obj = self._load(LOG_LEVEL_STATS, STATS_LOG_BYTES)
+
+    def _open(self, level: int, size: int) -> int:
+        self.pin_root.mkdir(parents=True, exist_ok=True)
+        opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts), pin_root_path=str(self.pin_root).encode())
+        ctypes.set_errno(0)
+        obj = lib().bpf_object__open_file(str(self.path).encode(), ctypes.byref(opts))
+        if not obj:
+            err = ctypes.get_errno()
+            raise LibbpfError(f"bpf_object__open_file({self.path}): {os.strerror(err)} (errno {err})")
+        prog = None
+        while prog := lib().bpf_object__next_program(obj, prog):
+            section = lib().bpf_program__section_name(prog).decode()
+            _check(lib().bpf_program__set_type(prog, program_type(section)), f"bpf_program__set_type({section})")
+            log = self._logs[section] = ctypes.create_string_buffer(size)
+            _check(lib().bpf_program__set_log_buf(prog, ctypes.addressof(log), size), "bpf_program__set_log_buf")
+            _check(lib().bpf_program__set_log_level(prog, level), "bpf_program__set_log_level")
+        return obj
+
+    def _load(self, level: int, size: int) -> int:
+        obj = self._open(level, size)
+        rc = lib().bpf_object__load(obj)
+        if rc < 0:
+            lib().bpf_object__close(obj)
+            if level != LOG_LEVEL_VERBOSE:  # again, with the verifier saying why
+                return self._load(LOG_LEVEL_VERBOSE, FAILURE_LOG_BYTES)
+            refused = [(sec, log.value.decode(errors="replace").strip()) for sec, log in self._logs.items()]
+            sec, text = next(((sec, t) for sec, t in refused if t), ("?", ""))
+            tail = "\n".join(text.splitlines()[-25:])
+            raise LoadError(f"the kernel refused {self.path.name} ({sec}): {os.strerror(-rc)}\n{tail}")
+        prog = None
+        while prog := lib().bpf_object__next_program(obj, prog):
+            section = lib().bpf_program__section_name(prog).decode()
+            name = lib().bpf_program__name(prog).decode()
+            found = re.search(r"processed (\d+) insns", self._logs[section].value.decode(errors="replace"))
+            insns = int(found.group(1)) if found else -1
+            self.programs[section] = Program(section, name, lib().bpf_program__fd(prog), insns)
+        self._logs.clear()
+        m = None
+        while m := lib().bpf_object__next_map(obj, m):
+            self.maps[lib().bpf_map__name(m).decode()] = lib().bpf_map__fd(m)
+        return obj
+
+    def pin_programs(self, directory: Path) -> dict[str, Path]:
+        """Pin every program under ``directory`` (a section's slashes as underscores): what ``tc ...
+        object-pinned`` attaches."""
+        directory.mkdir(parents=True, exist_ok=True)
+        out = {}
+        for section in self.programs:
+            path = directory / section.replace("/", "_")
+            prog = self._find_program(section)
+            _check(lib().bpf_program__pin(prog, str(path).encode()), f"bpf_program__pin({path})")
+            out[section] = path
+        return out
+
+    def _find_program(self, section: str) -> int:
+        prog = None
+        while prog := lib().bpf_object__next_program(self._obj, prog):
+            if lib().bpf_program__section_name(prog).decode() == section:
+                return prog
+        raise KeyError(section)
+
+    def test_run(self, section: str, data: bytes) -> int:
+        """Run one program once on ``data`` (BPF_PROG_TEST_RUN) and return its return code: how p4c-ebpf's
+        map initializer (default actions, the CRC32 table) is meant to be run once after the load."""
+        buf = ctypes.create_string_buffer(data, len(data))
+        opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), data_in=ctypes.addressof(buf), data_size_in=len(data))
+        _check(lib().bpf_prog_test_run_opts(self.programs[section].fd, ctypes.byref(opts)), f"test run of {section}")
+        return int(opts.retval)
+
+    def close(self) -> None:
+        if self._obj:
+            lib().bpf_object__close(self._obj)
+            self._obj = 0
+
+
+def map_get(path: Path) -> int:
+    """A file descriptor of the map pinned at ``path`` (close it with os.close)."""
+    return _check(lib().bpf_obj_get(str(path).encode()), f"bpf_obj_get({path})")
+
+
+def lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
+    """The value under ``key`` in map ``fd`` (None if there is none)."""
+    k = ctypes.create_string_buffer(key, len(key))
+    v = ctypes.create_string_buffer(value_size)
+    if lib().bpf_map_lookup_elem(fd, ctypes.addressof(k), ctypes.addressof(v)) < 0:
+        err = ctypes.get_errno()
+        if err == 2:  # ENOENT
+            return None
+        raise LibbpfError(f"bpf_map_lookup_elem: {os.strerror(err)} (errno {err})")
+    return v.raw
+
+
+def unpin(root: Path) -> None:
+    """Remove everything pinned under ``root`` (bpffs files and directories), then ``root``."""
+    if not root.is_relative_to(BPFFS) or root == BPFFS:
+        raise ValueError(f"{root}: only a directory under {BPFFS} is unpinned")
+    if not root.exists():
+        return
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for f in filenames:
+            os.unlink(os.path.join(dirpath, f))
+        for d in dirnames:
+            os.rmdir(os.path.join(dirpath, d))
+    os.rmdir(root)

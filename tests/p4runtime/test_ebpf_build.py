@@ -147,3 +147,28 @@ def test_the_ingress_program_counts_each_drop_reason(loaded: tuple[libbpf.BpfObj
         delete_namespace(NS)
     moved = {r: after[r] - before[r] for r in DropReason if after[r] != before[r]}
     assert moved == dict.fromkeys(frames, 1)
+
+
+def test_a_refused_program_comes_back_with_the_verifiers_words(tmp_path: Path) -> None:
+    """A program the kernel refuses raises LoadError ending with what the verifier said (here: a packet read
+    without the bounds check every read needs), not a bare errno."""
+    src = tmp_path / "unchecked.c"
+    src.write_text(
+        "#include <linux/bpf.h>\n"
+        '__attribute__((section("classifier/unchecked"), used)) int unchecked(struct __sk_buff *skb)\n'
+        "{ return *(int *)(long)skb->data; }\n"
+        '__attribute__((section("license"), used)) char _license[] = "GPL";\n'
+    )
+    obj = tmp_path / "unchecked.o"
+    done = subprocess.run(
+        [build.CLANG, "-O2", "-g", "-target", "bpf", f"-I/usr/include/{os.uname().machine}-linux-gnu", "-c", str(src),
+         "-o", str(obj)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    root = libbpf.BPFFS / f"dctest-refused-{os.getpid()}"
+    try:
+        with pytest.raises(libbpf.LoadError, match=r"(?s)classifier/unchecked.*invalid access to packet"):
+            libbpf.BpfObject(obj, root)
+    finally:
+        libbpf.unpin(root)

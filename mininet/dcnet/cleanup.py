@@ -7,8 +7,10 @@ this is for a killed (SIGKILL) launcher.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from dcnet.netfaults import remove_leftovers
+from p4rt.probes import probe_interfaces
 
 PATTERNS = (
     "-m softswitch",
@@ -27,9 +29,15 @@ def main() -> None:
         subprocess.run(["pkill", "-f", "--", pat], check=False)
     # Mininet's own cleanup removes leftover veths and kills its helper shells
     subprocess.run(["mn", "-c"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # namespaces of PTF runs (tests/ptf/run.py) and make bench-switch (bench/switch/) killed before their teardown
+    # the leaves' probe ports (dcnet.p4switch), which are no Mininet links: deleting one end deletes the pair
+    suffix = probe_interfaces("x")[0].removeprefix("x")
+    for link in Path("/sys/class/net").iterdir():
+        if link.name.endswith(suffix):
+            subprocess.run(["ip", "link", "del", link.name], check=False, stderr=subprocess.DEVNULL)
+    # namespaces of PTF runs (tests/ptf/run.py), make bench-switch (bench/switch/) and the kernel target's test
+    # (tests/p4runtime/test_ebpf_build.py) killed before their teardown
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()
-    for ns in (x for x in names if x.startswith(("dcptf-", "dcbench-"))):
+    for ns in (x for x in names if x.startswith(("dcptf-", "dcbench-", "dcbpf-"))):
         subprocess.run(["ip", "netns", "delete", ns], check=False)
     remove_leftovers()  # the packet fault injector's filters, pinned programs and maps, test namespaces
     print("cleanup done")

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +95,6 @@ def lib() -> ctypes.CDLL:
         ("bpf_object__load", i, (p,)),
         ("bpf_object__close", None, (p,)),
         ("bpf_object__next_program", p, (p, p)),
-        ("bpf_object__next_map", p, (p, p)),
         ("bpf_program__section_name", s, (p,)),
         ("bpf_program__name", s, (p,)),
         ("bpf_program__set_type", i, (p, i)),
@@ -102,8 +103,6 @@ def lib() -> ctypes.CDLL:
         ("bpf_program__set_log_level", i, (p, ctypes.c_uint32)),
         ("bpf_program__set_log_buf", i, (p, p, ctypes.c_size_t)),
         ("libbpf_set_print", p, (p,)),
-        ("bpf_map__name", s, (p,)),
-        ("bpf_map__fd", i, (p,)),
         ("bpf_obj_get", i, (s,)),
         ("bpf_map_lookup_elem", i, (i, p, p)),
         ("bpf_map_update_elem", i, (i, p, p, ctypes.c_uint64)),
@@ -132,6 +131,13 @@ def program_type(section: str) -> int:
     raise LibbpfError(f"section {section!r}: not a program section p4c-ebpf writes (classifier/..., xdp/...)")
 
 
+def _programs(obj: int) -> Iterator[tuple[int, str]]:
+    """(libbpf's program handle, its section name) for every program of ``obj``, in section order."""
+    prog = None
+    while prog := lib().bpf_object__next_program(obj, prog):
+        yield prog, lib().bpf_program__section_name(prog).decode()
+
+
 @dataclass(frozen=True)
 class Program:
     section: str
@@ -141,14 +147,15 @@ class Program:
 
 
 class BpfObject:
-    """One loaded object: its programs (by section) and maps (by name), its maps pinned under ``pin_root``.
+    """One loaded object: its programs (by section), its maps pinned under ``pin_root`` (open them by path,
+    :func:`map_get`).
 
     ``close()`` releases this process's handles; what is pinned stays until :func:`unpin` removes it."""
 
     def __init__(self, path: Path, pin_root: Path) -> None:
         self.path, self.pin_root = Path(path), Path(pin_root)
         self.programs: dict[str, Program] = {}
-        self.maps: dict[str, int] = {}
+        self._handles: dict[str, int] = {}  # per program: libbpf's struct bpf_program *
         self._logs: dict[str, ctypes.Array[ctypes.c_char]] = {}  # per program: the verifier's words on it
         self._obj = self._load(LOG_LEVEL_STATS, STATS_LOG_BYTES)
 
@@ -160,9 +167,7 @@ class BpfObject:
         if not obj:
             err = ctypes.get_errno()
             raise LibbpfError(f"bpf_object__open_file({self.path}): {os.strerror(err)} (errno {err})")
-        prog = None
-        while prog := lib().bpf_object__next_program(obj, prog):
-            section = lib().bpf_program__section_name(prog).decode()
+        for prog, section in _programs(obj):
             _check(lib().bpf_program__set_type(prog, program_type(section)), f"bpf_program__set_type({section})")
             log = self._logs[section] = ctypes.create_string_buffer(size)
             _check(lib().bpf_program__set_log_buf(prog, ctypes.addressof(log), size), "bpf_program__set_log_buf")
@@ -176,21 +181,18 @@ class BpfObject:
             lib().bpf_object__close(obj)
             if level != LOG_LEVEL_VERBOSE:  # again, with the verifier saying why
                 return self._load(LOG_LEVEL_VERBOSE, FAILURE_LOG_BYTES)
+            # libbpf loads in section order and stops at the refusal: the last program with a log is the one
             refused = [(sec, log.value.decode(errors="replace").strip()) for sec, log in self._logs.items()]
-            sec, text = next(((sec, t) for sec, t in refused if t), ("?", ""))
+            sec, text = next(((sec, t) for sec, t in reversed(refused) if t), ("?", ""))
             tail = "\n".join(text.splitlines()[-25:])
             raise LoadError(f"the kernel refused {self.path.name} ({sec}): {os.strerror(-rc)}\n{tail}")
-        prog = None
-        while prog := lib().bpf_object__next_program(obj, prog):
-            section = lib().bpf_program__section_name(prog).decode()
+        for prog, section in _programs(obj):
             name = lib().bpf_program__name(prog).decode()
             found = re.search(r"processed (\d+) insns", self._logs[section].value.decode(errors="replace"))
             insns = int(found.group(1)) if found else -1
             self.programs[section] = Program(section, name, lib().bpf_program__fd(prog), insns)
+            self._handles[section] = prog
         self._logs.clear()
-        m = None
-        while m := lib().bpf_object__next_map(obj, m):
-            self.maps[lib().bpf_map__name(m).decode()] = lib().bpf_map__fd(m)
         return obj
 
     def pin_programs(self, directory: Path) -> dict[str, Path]:
@@ -200,17 +202,9 @@ class BpfObject:
         out = {}
         for section in self.programs:
             path = directory / section.replace("/", "_")
-            prog = self._find_program(section)
-            _check(lib().bpf_program__pin(prog, str(path).encode()), f"bpf_program__pin({path})")
+            _check(lib().bpf_program__pin(self._handles[section], str(path).encode()), f"bpf_program__pin({path})")
             out[section] = path
         return out
-
-    def _find_program(self, section: str) -> int:
-        prog = None
-        while prog := lib().bpf_object__next_program(self._obj, prog):
-            if lib().bpf_program__section_name(prog).decode() == section:
-                return prog
-        raise KeyError(section)
 
     def test_run(self, section: str, data: bytes) -> int:
         """Run one program once on ``data`` (BPF_PROG_TEST_RUN) and return its return code: how p4c-ebpf's
@@ -237,7 +231,7 @@ def lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
     v = ctypes.create_string_buffer(value_size)
     if lib().bpf_map_lookup_elem(fd, ctypes.addressof(k), ctypes.addressof(v)) < 0:
         err = ctypes.get_errno()
-        if err == 2:  # ENOENT
+        if err == errno.ENOENT:
             return None
         raise LibbpfError(f"bpf_map_lookup_elem: {os.strerror(err)} (errno {err})")
     return v.raw

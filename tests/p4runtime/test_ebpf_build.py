@@ -150,11 +150,13 @@ def test_the_ingress_program_counts_each_drop_reason(loaded: tuple[libbpf.BpfObj
 
 
 def test_a_refused_program_comes_back_with_the_verifiers_words(tmp_path: Path) -> None:
-    """A program the kernel refuses raises LoadError ending with what the verifier said (here: a packet read
-    without the bounds check every read needs), not a bare errno."""
+    """A program the kernel refuses raises LoadError naming it and ending with what the verifier said (here: a
+    packet read without the bounds check every read needs), not a bare errno -- and not the words on a program
+    of the same object that the verifier took before it."""
     src = tmp_path / "unchecked.c"
     src.write_text(
         "#include <linux/bpf.h>\n"
+        '__attribute__((section("classifier/fine"), used)) int fine(struct __sk_buff *skb) { return 0; }\n'
         '__attribute__((section("classifier/unchecked"), used)) int unchecked(struct __sk_buff *skb)\n'
         "{ return *(int *)(long)skb->data; }\n"
         '__attribute__((section("license"), used)) char _license[] = "GPL";\n'

@@ -37,6 +37,7 @@ HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restar
 # dead whose probes went unanswered DP_MISSES times in a row at every leaf (its data plane stopped, even if
 # its P4Runtime server still answers).
 DP_DEAD_REASON = "its data plane stopped answering the leaves' probes"
+P4RT_DEAD_REASON = "its P4Runtime server stopped answering"
 DP_CHECK_INTERVAL = 0.05
 SPINE_DEATHS_KEPT = 1000  # the last spine deaths the client leaves reported (distcache-ctl status)
 DEATH_DIGESTS = {"max_timeout_ns": 1_000_000, "max_list_size": 16, "ack_timeout_ns": 1_000_000_000}
@@ -80,6 +81,7 @@ class Health:
     drops: dict[int, tuple[int, int]] = field(default_factory=dict)  # dc_drops as last read
     samples: list[tuple[float, int]] = field(default_factory=list)  # (time, reads) for the load
     recover_tried: float = 0.0  # last automatic recovery attempt (monotonic)
+    restart_checked: float = 0.0  # last look whether a switch failed for its data plane restarted (monotonic)
 
 
 class Core:

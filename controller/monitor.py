@@ -27,6 +27,7 @@ from controller.core import (
     DP_MISSES,
     HEARTBEAT,
     MISSES_TO_FAIL,
+    P4RT_DEAD_REASON,
     PROBE_INTERVAL,
     PROBE_TIMEOUT,
     why,
@@ -72,7 +73,7 @@ class Monitor(ShimViews):
         if failure is not None and failure.reason == DP_DEAD_REASON and h.misses >= MISSES_TO_FAIL:
             # failed for its data plane, now its process is gone too: it comes back unconfigured (no probe
             # answers until recovered), so recover it like a crashed switch once it answers
-            self.state.failed[sw.name] = replace(failure, reason="its P4Runtime server stopped answering")
+            self.state.failed[sw.name] = replace(failure, reason=P4RT_DEAD_REASON)
         if h.misses >= MISSES_TO_FAIL and h.alive:
             h.alive = False
             if sw.name not in self.state.failed:

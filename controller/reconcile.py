@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import grpc
 
-from controller.core import DP_DEAD_REASON, HEARTBEAT, PROBE_TIMEOUT, RETRY, ControllerError, why
+from controller.core import DP_DEAD_REASON, HEARTBEAT, P4RT_DEAD_REASON, PROBE_TIMEOUT, RETRY, ControllerError, why
 from controller.failover import Failover
 from controller.mechanism import Mechanisms
+from distcache import p4names as n
 from distcache.cluster import Mechanism, Switch, is_cache_switch
 from p4rt.client import P4RuntimeError
 
@@ -45,7 +47,7 @@ class Reconciler(Failover, Mechanisms):
         for sw in self.cluster.switches():
             detected = self.health[sw.name].detected
             if detected is not None:
-                self.declare_dead(sw, detected[0], "its P4Runtime server stopped answering", detected[1])
+                self.declare_dead(sw, detected[0], P4RT_DEAD_REASON, detected[1])
             dp = self.health[sw.name].dp_detected
             if dp is not None:
                 self.health[sw.name].dp_detected = None
@@ -74,8 +76,12 @@ class Reconciler(Failover, Mechanisms):
         if failure is None or failure.admin or not h.alive or sw.name in self._recovering:
             return
         if failure.reason == DP_DEAD_REASON and sw.switch_id in self.dp_dead:
-            return  # its P4Runtime server answers, but its data plane still does not (a switch that
-            #         restarted meanwhile had its reason changed: it is unconfigured, so it cannot answer yet)
+            # its P4Runtime server answers, but its data plane still does not -- or it restarted meanwhile,
+            # unconfigured, so it cannot answer until recovered: then it is recovered like a crashed switch
+            if not self._came_back_unconfigured(sw):
+                return
+            log.info("%s restarted while failed for its data plane: recovering it like a crashed switch", sw.name)
+            self.state.failed[sw.name] = replace(failure, reason=P4RT_DEAD_REASON)
         if is_cache_switch(sw) and not h.agent_alive:
             return
         if time.monotonic() - h.recover_tried < RETRY:
@@ -86,6 +92,20 @@ class Reconciler(Failover, Mechanisms):
             self.recover(sw.name, timeout=PROBE_TIMEOUT)
         except ControllerError as e:
             log.info("%s: not recovered yet: %s", sw.name, e)
+
+    def _came_back_unconfigured(self, sw: Switch) -> bool:
+        """Whether ``sw`` has no switch_config any more (looked at every RETRY s): a switch failed for its data
+        plane whose process restarted between two of the health probes (so they never saw it gone) holds no
+        configuration; one whose data plane is still dead keeps the one it had."""
+        h = self.health[sw.name]
+        if time.monotonic() - h.restart_checked < RETRY:
+            return False
+        h.restart_checked = time.monotonic()
+        try:
+            action, _ = self.readers[sw.name].read_default(n.SWITCH_CONFIG)
+        except P4RuntimeError as e:
+            return e.code in ("FAILED_PRECONDITION", "NOT_FOUND")  # no pipeline at all: it restarted
+        return action != n.SET_CONFIG
 
     def _retry(self, name: str) -> None:
         """Configure again a switch in service whose last configuration failed."""

@@ -150,8 +150,12 @@ def plan(
                 )
             )
         if sw.role == Role.CLIENT_LEAF:
-            for slot in range(n.REPLICA_SLOTS):
-                sp, alt = slot_spines(up, slot)
+            # replica slots name caches, not paths: only spines in service, none at all when no spine is (a
+            # read then goes to the server). A failed spine keeps whatever copies it held when writes stopped
+            # invalidating it, and a spine whose data plane comes back answers the reads targeted at it.
+            caches = [sp for sp in spines if live is None or sp.switch_id in live]
+            for slot in range(n.REPLICA_SLOTS if caches else 0):
+                sp, alt = slot_spines(caches, slot)
                 p.entries.append(
                     Entry(
                         n.REPLICA_SPINE,
@@ -221,7 +225,8 @@ LEAF_CACHING = frozenset(set(Mechanism) - {Mechanism.NOCACHE})
 
 
 def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:
-    """The spines in service, in id order (all of them if none is: a fabric with no spine cannot route anyway)."""
+    """The spines transit traffic may cross, in id order: those in service, or all of them if none is (a fabric with
+    no spine cannot route anyway; a spine answers only reads targeted at it, so transit never reads a cache)."""
     spines = [cluster.spine(i) for i in range(cluster.spines)]
     return [sp for sp in spines if live is None or sp.switch_id in live] or spines
 

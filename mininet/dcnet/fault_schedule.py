@@ -35,6 +35,7 @@ PROCESS_KINDS = (
     "mechanism_change",
     "hot_shift",
     "spine_dp_dead",
+    "fabric_dp_dead",
 )
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
@@ -42,6 +43,10 @@ KINDS = PACKET_KINDS + PROCESS_KINDS
 # 0.5 s of unanswered probes (controller/core.py DP_MISSES): a short death is only routed around by the leaves, a
 # longer one is failed over and then recovered by the controller once the spine answers its probes again.
 DP_DEAD_S = (0.1, 2.0)
+# How long every spine's data plane stays dead at once (``fabric_dp_dead``): past the controller's detection, so
+# every spine is failed over (no spine left in service: no read may be sent to any spine's cache, whose copies the
+# writes of the outage no longer invalidate), and each is recovered once it answers again.
+FABRIC_DP_DEAD_S = (0.8, 1.6)
 
 # Which lane a process fault runs in.  Faults that stop spines or the controller share one lane (two of them
 # at once would fight over the same process); mechanism changes, agent restarts and storage faults (shims,
@@ -52,6 +57,7 @@ LANES = {
     "controller_restart": "fabric",
     "controller_mid_failover": "fabric",
     "spine_dp_dead": "fabric",
+    "fabric_dp_dead": "fabric",
     "mechanism_change": "mechanism",
     "agent_restart": "agents",
     "agent_restart_stateless": "agents",
@@ -67,7 +73,7 @@ class Fault:
     at: float  # seconds after the clients start
     kind: str
     target: str  # a switch or server name, a mechanism, or "" when the kind needs none
-    hold: float = 0.0  # seconds the fault lasts, for a kind that has a length (spine_dp_dead); else 0
+    hold: float = 0.0  # seconds the fault lasts, for a kind that has a length (spine_dp_dead, fabric_dp_dead); else 0
 
 
 @dataclass
@@ -98,9 +104,9 @@ def draw(
 
     Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,
     to ``nocache`` away from a caching one, alternating with ``partition``).  A spine's data-plane
-    death lasts a length drawn from ``DP_DEAD_S``.  (Kinds are drawn in ``kinds`` order, each after
-    the ones before: a kind added at the end leaves the others' times and targets under a seed as
-    they were.)
+    death lasts a length drawn from ``DP_DEAD_S``, every spine's at once one from ``FABRIC_DP_DEAD_S``.
+    (Kinds are drawn in ``kinds`` order, each after the ones before: a kind added at the end leaves the
+    others' times and targets under a seed as they were.)
     """
     if duration <= 0 or per_kind < 0:
         raise ValueError("duration must be positive and per_kind at least 0")
@@ -115,6 +121,9 @@ def draw(
             elif kind == "spine_dp_dead":
                 target = rng.choice(spines)
                 faults.append(Fault(at, kind, target, round(rng.uniform(*DP_DEAD_S), 2)))
+                continue
+            elif kind == "fabric_dp_dead":
+                faults.append(Fault(at, kind, "", round(rng.uniform(*FABRIC_DP_DEAD_S), 2)))
                 continue
             elif kind.startswith("agent_restart"):
                 target = rng.choice(cache_switches)

@@ -116,11 +116,21 @@ class Faults:
         past the controller's 0.5 s of unanswered probes is failed over, and the controller must recover
         the spine by itself once its probes are answered again.  Takes effect only if the injector dropped
         packets while the spine was dead."""
+        return self._dp_dead([spine], hold)
+
+    def fabric_dp_dead(self, _: str, hold: float = 1.0) -> str:
+        """Every spine's data plane dies at once for ``hold`` s (as ``spine_dp_dead``): no spine is left in
+        service, so no read may go to any spine's cache -- those the failover left alone keep copies the
+        outage's writes no longer invalidate -- until each is recovered, flushed first."""
+        return self._dp_dead([self.cluster.spine(i).name for i in range(self.cluster.spines)], hold)
+
+    def _dp_dead(self, spines: list[str], hold: float) -> str:
         if self.packets is None:
             raise DeploymentError("no packet injector in this cell")
-        ports = switch_ports(self.dep, spine)
+        ports = sorted(p for spine in spines for p in switch_ports(self.dep, spine))
         ctl = self.dep.controller.ctl  # type: ignore[union-attr]
-        failovers = ctl.status().failovers
+        st = ctl.status()
+        failed_before, failovers = {s.name for s in st.switches if s.failed}, st.failovers
         self.packets.configure(DP_DEAD, ports=ports)
         try:
             # read after the drop began and before it ends: every packet counted between is the death's
@@ -131,21 +141,31 @@ class Faults:
             self.packets.configure(self.background, ports=ports)
         self.dp_dropped += dropped
         # the controller reads the leaves' probe counters every 50 ms: a death it caught is declared by now
-        deadline, declared = time.monotonic() + DP_DETECT_S, False
-        while not declared and time.monotonic() < deadline:
+        deadline, declared = time.monotonic() + DP_DETECT_S, set[str]()
+        while time.monotonic() < deadline:
             st = ctl.status()
-            declared = st.failovers > failovers or {s.name: s for s in st.switches}[spine].failed
-            if not declared:
-                time.sleep(0.1)
-        if declared:
+            declared |= {s.name for s in st.switches if s.name in spines and s.failed and s.name not in failed_before}
+            if len(spines) == 1 and st.failovers > failovers:
+                declared.add(spines[0])  # failed over and already recovered between two looks
+            if len(declared) == len(spines):
+                break
+            time.sleep(0.1)
+        for spine in sorted(declared):
             self.dep.wait_switch(spine, failed=False)
+        which = spines[0] if len(spines) == 1 else ", ".join(spines)
         if dropped <= 0:
-            links = f"{spine} was failed over, but its links" if declared else f"{spine}'s links"
+            links = f"{which} was failed over, but its links" if declared else f"{which}'s links"
             raise DeploymentError(f"{links} carried no DistCache packet in {hold:.2f} s")
-        return f"{spine}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); " + (
-            "failed over by the controller and recovered by itself"
-            if declared
-            else "forwarding again before the controller failed it over"
+        if len(spines) == 1:
+            head = f"{which}'s data plane dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
+            return head + (
+                "failed over by the controller and recovered by itself"
+                if declared
+                else "forwarding again before the controller failed it over"
+            )
+        return (
+            f"the data planes of {which} dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
+            f"{len(declared)} of {len(spines)} failed over by the controller and recovered by themselves"
         )
 
     @staticmethod

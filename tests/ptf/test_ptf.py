@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,20 +39,55 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_ptf_suite(target: str) -> None:
+def _start(target: str) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "mininet")] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "tests.ptf.run", "--target", target],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=170,
     )
-    out = proc.stdout + proc.stderr
-    lines = proc.stdout.strip().splitlines()
+
+
+@pytest.fixture(scope="module")
+def suites(request: pytest.FixtureRequest) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """The suite of every target selected in this session, all started at once: each run spends most of its
+    time waiting (for frames that must not come, for counters), so side by side they take little longer than
+    one (each target has its own namespace and ports, tests/ptf/run.py)."""
+    here = Path(__file__).resolve()
+    wanted = sorted(
+        {
+            item.callspec.params["target"]
+            for item in request.session.items
+            if Path(str(item.fspath)).resolve() == here
+            and hasattr(item, "callspec")
+            and not any(m.name == "skip" or (m.name == "skipif" and m.args and m.args[0]) for m in item.iter_markers())
+        }
+    )
+    runs = {t: _start(t) for t in wanted}
+    try:
+        yield runs
+    finally:
+        for proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_ptf_suite(target: str, suites: dict[str, subprocess.Popen[str]]) -> None:
+    proc = suites.get(target) or _start(target)
+    try:
+        stdout, stderr = proc.communicate(timeout=170)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"tests.ptf.run --target {target} did not finish in 170 s:\n{(stdout + stderr)[-3000:]}")
+    out = stdout + stderr
+    lines = stdout.strip().splitlines()
     tail = "\n".join(out.strip().splitlines()[-40:])
     m = SUMMARY.match(lines[-1]) if lines else None
     assert m, f"no summary line from tests.ptf.run (exit {proc.returncode}):\n{tail}"

@@ -4,12 +4,14 @@ Issue 16: a spine's data plane that dies while its P4Runtime server answers is a
 (``spine_dp_dead``), drawn per spine with a length either side of the controller's 0.5 s detection, so
 that some deaths are only routed around by the leaves and others are failed over and recovered; it is
 listed in every cell's summary line and held to the same minimum of effects as every other kind.
+``fabric_dp_dead`` kills every spine's data plane at once, past the detection: no spine is left in service
+(a run served stale values there: the replica slots fell back to naming the failed spines).
 """
 
 from __future__ import annotations
 
 import pytest
-from dcnet.fault_schedule import DP_DEAD_S, KINDS, LANES, PROCESS_KINDS, Tally, draw
+from dcnet.fault_schedule import DP_DEAD_S, FABRIC_DP_DEAD_S, KINDS, LANES, PROCESS_KINDS, Tally, draw
 from dcnet.matrix_result import Cell, kinds_for
 
 SPINES = ["sp0", "sp1"]
@@ -45,13 +47,23 @@ def test_a_data_plane_death_is_drawn_per_spine_with_a_length_either_side_of_the_
 
 
 def test_every_other_kind_has_no_length_and_keeps_its_schedule_under_a_seed() -> None:
-    """The new kind is drawn last: a seed replays the other kinds' faults exactly as before it existed."""
+    """New kinds are drawn last: a seed replays the other kinds' faults exactly as before they existed."""
     full = _draw(5)
-    assert "spine_dp_dead" in PROCESS_KINDS and PROCESS_KINDS[-1] == "spine_dp_dead"
+    assert PROCESS_KINDS[-2:] == ("spine_dp_dead", "fabric_dp_dead")
     assert sum(f.kind == "spine_dp_dead" for f in full.faults) == 3
-    without = _draw(5, kinds=PROCESS_KINDS[:-1])
-    assert [f for f in full.faults if f.kind != "spine_dp_dead"] == without.faults
+    assert sum(f.kind == "fabric_dp_dead" for f in full.faults) == 3
+    without = _draw(5, kinds=PROCESS_KINDS[:-2])
+    assert [f for f in full.faults if f.kind not in ("spine_dp_dead", "fabric_dp_dead")] == without.faults
     assert all(f.hold == 0.0 for f in without.faults)
+    assert [f for f in full.faults if f.kind != "fabric_dp_dead"] == _draw(5, kinds=PROCESS_KINDS[:-1]).faults
+
+
+def test_every_spine_dies_at_once_past_the_controllers_detection() -> None:
+    sched = _draw(13, kinds=("fabric_dp_dead",), per_kind=40)
+    assert len(sched.faults) == 40 and {f.target for f in sched.faults} == {""}
+    assert FABRIC_DP_DEAD_S[0] > 0.5 + 0.2  # past 0.5 s of unanswered probes and a check's lag: all failed over
+    assert all(FABRIC_DP_DEAD_S[0] <= f.hold <= FABRIC_DP_DEAD_S[1] for f in sched.faults)
+    assert LANES["fabric_dp_dead"] == "fabric" and sched.lanes == ["fabric"]
 
 
 def test_the_summary_line_and_the_minimum_of_effects_count_data_plane_deaths() -> None:
@@ -65,7 +77,7 @@ def test_the_summary_line_and_the_minimum_of_effects_count_data_plane_deaths() -
     tally.took_effect("spine_dp_dead", "sp1's data plane dead for 1.20 s (84 DistCache packets dropped)")
     assert "spine_dp_dead" not in tally.short_of(1) and "spine_dp_dead" in tally.short_of(2)
     cell = Cell("distcache", ops=10, tally=tally)
-    assert cell.line.endswith(" spine_dp_dead=1") and " hot_shift=0 " in cell.line
+    assert cell.line.endswith(" spine_dp_dead=1 fabric_dp_dead=0") and " hot_shift=0 " in cell.line
 
 
 @pytest.mark.parametrize("per_kind", [0, 1, 4])

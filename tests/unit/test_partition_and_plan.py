@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -127,6 +128,31 @@ def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
     assert {e.params_dict["port"] for e in sl.entries if e.table == n.TRANSIT_SPINE} == {
         p for p, name in c.ports(c.storage_leaf(0).name).items() if name in (spines[0].name, spines[2].name)
     }
+
+
+@pytest.mark.parametrize("mech", list(Mechanism))
+def test_a_client_leaf_never_targets_a_cache_out_of_service(mech: Mechanism) -> None:
+    """Shims stop invalidating a spine once it is out of service, so no read may be sent to its cache -- not even
+    with every spine out (a fault matrix run served stale values when both spines were failed and the replica
+    slots fell back to naming them)."""
+    c = Cluster(spines=3, storage_racks=2, client_racks=1, mechanism=mech)
+    ids = [c.spine(i).switch_id for i in range(3)]
+    hot = [wire_key("hot-a")]
+    for r in range(len(ids) + 1):
+        for live in map(set, itertools.combinations(ids, r)):
+            cl = plan(c, c.client_leaf(0), spine_buckets(ids, live), live, replicated=hot)
+            named = {
+                e.params_dict[p]
+                for e in cl.entries
+                if e.table in (n.REPLICA_SPINE, n.SPINE_PARTITION)
+                for p in ("spine_id", "alt_spine_id")
+                if p in e.params_dict
+            } - {0}
+            assert named <= live, (mech, live, named)
+            replica = [e for e in cl.entries if e.table == n.REPLICA_SPINE]
+            assert len(replica) == (n.REPLICA_SLOTS if live else 0), (mech, live)
+            transit = {e.params_dict["spine_id"] for e in cl.entries if e.table == n.TRANSIT_SPINE}
+            assert transit == (live or set(ids)), (mech, live)  # paths, not caches: with none in service, all
 
 
 def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:

@@ -9,6 +9,31 @@ from pathlib import Path
 import pytest
 
 from harness.redis import redis_argv, wait_for_redis
+from tests.ptf import suites
+
+PTF = "tests/ptf/"
+UNIT = "tests/unit/"
+
+
+@pytest.hookimpl(trylast=True)  # after the folders' hooks marked their items and -m/-k deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PTF suites' checks go last: their runs start in the background when the unit tests begin (they
+    spend most of their time waiting; the Mininet tests before them are left alone) and are done by then."""
+    items[:] = [i for i in items if not i.nodeid.startswith(PTF)] + [i for i in items if i.nodeid.startswith(PTF)]
+    config.stash[PTF_TARGETS] = suites.selected_targets(items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.nodeid.startswith(UNIT):
+        for target in item.config.stash.get(PTF_TARGETS, []):
+            suites.start(target)
+
+
+def pytest_sessionfinish() -> None:
+    suites.stop_all()
+
+
+PTF_TARGETS = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="module")

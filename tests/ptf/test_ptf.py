@@ -1,4 +1,5 @@
-"""The PTF suite (tests/ptf) from pytest: one run of ``python -m tests.ptf.run`` per target.
+"""The PTF suite (tests/ptf) from pytest: one run of ``python -m tests.ptf.run`` per target, each started in the
+background (tests/ptf/suites.py) and checked here.
 
 Needs root (a network namespace with veth pairs), hence marked ``mininet`` so
 ``make test-fast`` leaves it out.
@@ -10,13 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.ptf import suites
+
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed$")
 
 TARGETS = [
@@ -39,47 +38,9 @@ pytestmark = [
 ]
 
 
-def _start(target: str) -> subprocess.Popen[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "mininet")] + [p for p in [env.get("PYTHONPATH")] if p])
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.ptf.run", "--target", target],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-@pytest.fixture(scope="module")
-def suites(request: pytest.FixtureRequest) -> Iterator[dict[str, subprocess.Popen[str]]]:
-    """The suite of every target selected in this session, all started at once: each run spends most of its
-    time waiting (for frames that must not come, for counters), so side by side they take little longer than
-    one (each target has its own namespace and ports, tests/ptf/run.py)."""
-    here = Path(__file__).resolve()
-    wanted = sorted(
-        {
-            item.callspec.params["target"]
-            for item in request.session.items
-            if Path(str(item.fspath)).resolve() == here
-            and hasattr(item, "callspec")
-            and not any(m.name == "skip" or (m.name == "skipif" and m.args and m.args[0]) for m in item.iter_markers())
-        }
-    )
-    runs = {t: _start(t) for t in wanted}
-    try:
-        yield runs
-    finally:
-        for proc in runs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-
-
 @pytest.mark.parametrize("target", TARGETS)
-def test_ptf_suite(target: str, suites: dict[str, subprocess.Popen[str]]) -> None:
-    proc = suites.get(target) or _start(target)
+def test_ptf_suite(target: str) -> None:
+    proc = suites.start(target)  # started beside the unit tests, or now
     try:
         stdout, stderr = proc.communicate(timeout=170)
     except subprocess.TimeoutExpired:

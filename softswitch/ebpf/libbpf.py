@@ -106,6 +106,8 @@ def lib() -> ctypes.CDLL:
         ("bpf_obj_get", i, (s,)),
         ("bpf_map_lookup_elem", i, (i, p, p)),
         ("bpf_map_update_elem", i, (i, p, p, ctypes.c_uint64)),
+        ("bpf_map_delete_elem", i, (i, p)),
+        ("bpf_map_get_next_key", i, (i, p, p)),
         ("bpf_prog_test_run_opts", i, (i, ctypes.POINTER(_TestRunOpts))),
     ):
         f = getattr(c, fn)
@@ -235,6 +237,40 @@ def lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
             return None
         raise LibbpfError(f"bpf_map_lookup_elem: {os.strerror(err)} (errno {err})")
     return v.raw
+
+
+def update(fd: int, key: bytes, value: bytes, flags: int = 0) -> None:
+    """Write ``value`` under ``key`` in map ``fd`` (``flags``: BPF_ANY 0, BPF_NOEXIST 1, BPF_EXIST 2)."""
+    k = ctypes.create_string_buffer(key, len(key))
+    v = ctypes.create_string_buffer(value, len(value))
+    _check(lib().bpf_map_update_elem(fd, ctypes.addressof(k), ctypes.addressof(v), flags), "bpf_map_update_elem")
+
+
+def delete(fd: int, key: bytes) -> bool:
+    """Remove ``key`` from map ``fd``; False if it was not there."""
+    k = ctypes.create_string_buffer(key, len(key))
+    if lib().bpf_map_delete_elem(fd, ctypes.addressof(k)) < 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOENT:
+            return False
+        raise LibbpfError(f"bpf_map_delete_elem: {os.strerror(err)} (errno {err})")
+    return True
+
+
+def keys(fd: int, key_size: int) -> Iterator[bytes]:
+    """Every key of map ``fd`` (a hash or LPM trie; the kernel's order).  If the last key returned is deleted
+    meanwhile, the kernel starts over from the first (a key may come twice): walk a table under its lock."""
+    prev: ctypes.Array[ctypes.c_char] | None = None
+    nxt = ctypes.create_string_buffer(key_size)
+    while True:
+        rc = lib().bpf_map_get_next_key(fd, ctypes.addressof(prev) if prev is not None else None, ctypes.addressof(nxt))
+        if rc < 0:
+            err = ctypes.get_errno()
+            if err == errno.ENOENT:
+                return
+            raise LibbpfError(f"bpf_map_get_next_key: {os.strerror(err)} (errno {err})")
+        yield nxt.raw
+        prev, nxt = nxt, ctypes.create_string_buffer(key_size)
 
 
 def unpin(root: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from softswitch.ebpf import build, layout
 from tests.common.marks import mark_folder
 from tests.common.p4rt_targets import BMV2_AVAILABLE, Target, bmv2_target, softswitch_target
 
@@ -35,3 +36,15 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     else:
         with bmv2_target(Path(tmp_path_factory.mktemp("bmv2"))) as t:
             yield t
+
+
+@pytest.fixture(scope="session")
+def ebpf_build(tmp_path_factory: pytest.TempPathFactory) -> build.BpfBuild:
+    """The PSA build of p4src/ as a BPF object (p4c-ebpf, clang, llc), once per session."""
+    return build.build(tmp_path_factory.mktemp("ebpf"))
+
+
+@pytest.fixture(scope="session")
+def ebpf_layouts(ebpf_build: build.BpfBuild) -> dict[str, layout.MapLayout]:
+    """Its maps' layouts, from its BTF."""
+    return layout.load(ebpf_build.object_file)

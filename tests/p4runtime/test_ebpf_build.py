@@ -24,7 +24,8 @@ import pytest
 from distcache.p4names import DropReason
 from distcache.wire import DC_PORT, Message, Op, encode
 from harness.netns import delete_namespace, make_veth_namespace
-from softswitch.ebpf import build, libbpf
+from softswitch.ebpf import build, layout, libbpf
+from tests.common.ebpf_helpers import drops
 
 pytestmark = [
     pytest.mark.ebpf,
@@ -39,11 +40,10 @@ VERIFIER_LIMIT = 1_000_000  # instructions the kernel's verifier walks at most p
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[libbpf.BpfObject, Path]]:
-    out = build.build(tmp_path_factory.mktemp("ebpf"))
+def loaded(ebpf_build: build.BpfBuild) -> Iterator[tuple[libbpf.BpfObject, Path]]:
     root = libbpf.BPFFS / f"dctest-{os.getpid()}"
     libbpf.unpin(root)
-    obj = libbpf.BpfObject(out.object_file, root)
+    obj = libbpf.BpfObject(ebpf_build.object_file, root)
     try:
         yield obj, root
     finally:
@@ -105,15 +105,9 @@ def _frames() -> dict[DropReason, bytes]:
     }
 
 
-def _drops(root: Path) -> dict[DropReason, int]:
-    fd = libbpf.map_get(root / "_dc_drops")
-    try:
-        return {r: struct.unpack("<I", libbpf.lookup(fd, struct.pack("<I", r), 4) or bytes(4))[0] for r in DropReason}
-    finally:
-        os.close(fd)
-
-
-def test_the_ingress_program_counts_each_drop_reason(loaded: tuple[libbpf.BpfObject, Path]) -> None:
+def test_the_ingress_program_counts_each_drop_reason(
+    loaded: tuple[libbpf.BpfObject, Path], ebpf_layouts: dict[str, layout.MapLayout]
+) -> None:
     """Frames written into a veth whose peer carries the ingress program (tc, direct action), in a namespace of
     the test's: each malformed one counted once under its own reason, in the program's own map."""
     obj, root = loaded
@@ -130,7 +124,7 @@ def test_the_ingress_program_counts_each_drop_reason(loaded: tuple[libbpf.BpfObj
             done = subprocess.run(inside + cmd, capture_output=True, text=True, check=False)
             assert done.returncode == 0, f"{' '.join(cmd)}: {done.stderr}"
         frames = _frames()
-        before = _drops(root)
+        before = drops(root, ebpf_layouts)
         send = (
             "import socket, sys\n"
             "s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n"
@@ -142,7 +136,7 @@ def test_the_ingress_program_counts_each_drop_reason(loaded: tuple[libbpf.BpfObj
             capture_output=True, text=True, check=False, timeout=30,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        after = _drops(root)
+        after = drops(root, ebpf_layouts)
     finally:
         delete_namespace(NS)
     moved = {r: after[r] - before[r] for r in DropReason if after[r] != before[r]}

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 BPFTOOL = "bpftool"
 
@@ -43,12 +43,12 @@ class Field:
     def pack(self, buf: bytearray, value: int, network: bool | None = None, base: int = 0) -> None:
         """Write ``value`` at ``base`` + offset of ``buf`` (OverflowError if it does not fit); ``network``
         overrides the field's byte order."""
-        order = "big" if (self.network if network is None else network) else "little"
+        order: Literal["big", "little"] = "big" if (self.network if network is None else network) else "little"
         start = base + self.offset
         buf[start : start + self.size] = value.to_bytes(self.size, order)
 
     def unpack(self, buf: bytes, network: bool | None = None, base: int = 0) -> int:
-        order = "big" if (self.network if network is None else network) else "little"
+        order: Literal["big", "little"] = "big" if (self.network if network is None else network) else "little"
         start = base + self.offset
         return int.from_bytes(buf[start : start + self.size], order)
 

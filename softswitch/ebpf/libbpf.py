@@ -37,6 +37,14 @@ STATS_LOG_BYTES = 1 << 16
 class LibbpfError(RuntimeError):
     """libbpf is missing, or one of its calls failed (the message names the call and the errno)."""
 
+    def __init__(self, message: str, errno: int = 0) -> None:
+        super().__init__(message)
+        self.errno = errno  # the call's errno (0: no call failed)
+
+
+def _failed(call: str, err: int) -> LibbpfError:
+    return LibbpfError(f"{call}: {os.strerror(err)} (errno {err})", err)
+
 
 class LoadError(LibbpfError):
     """The kernel refused a program; the message ends with the verifier's last lines."""
@@ -120,7 +128,7 @@ def lib() -> ctypes.CDLL:
 def _check(rc: int, call: str) -> int:
     if rc < 0:
         err = -rc if rc != -1 else ctypes.get_errno()
-        raise LibbpfError(f"{call}: {os.strerror(err)} (errno {err})")
+        raise _failed(call, err)
     return rc
 
 
@@ -168,7 +176,7 @@ class BpfObject:
         obj = lib().bpf_object__open_file(str(self.path).encode(), ctypes.byref(opts))
         if not obj:
             err = ctypes.get_errno()
-            raise LibbpfError(f"bpf_object__open_file({self.path}): {os.strerror(err)} (errno {err})")
+            raise _failed(f"bpf_object__open_file({self.path})", err)
         for prog, section in _programs(obj):
             _check(lib().bpf_program__set_type(prog, program_type(section)), f"bpf_program__set_type({section})")
             log = self._logs[section] = ctypes.create_string_buffer(size)
@@ -235,7 +243,7 @@ def lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
         err = ctypes.get_errno()
         if err == errno.ENOENT:
             return None
-        raise LibbpfError(f"bpf_map_lookup_elem: {os.strerror(err)} (errno {err})")
+        raise _failed("bpf_map_lookup_elem", err)
     return v.raw
 
 
@@ -253,7 +261,7 @@ def delete(fd: int, key: bytes) -> bool:
         err = ctypes.get_errno()
         if err == errno.ENOENT:
             return False
-        raise LibbpfError(f"bpf_map_delete_elem: {os.strerror(err)} (errno {err})")
+        raise _failed("bpf_map_delete_elem", err)
     return True
 
 
@@ -268,7 +276,7 @@ def keys(fd: int, key_size: int) -> Iterator[bytes]:
             err = ctypes.get_errno()
             if err == errno.ENOENT:
                 return
-            raise LibbpfError(f"bpf_map_get_next_key: {os.strerror(err)} (errno {err})")
+            raise _failed("bpf_map_get_next_key", err)
         yield nxt.raw
         prev, nxt = nxt, ctypes.create_string_buffer(key_size)
 

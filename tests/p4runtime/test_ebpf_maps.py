@@ -20,9 +20,12 @@ from distcache import p4names as n
 from distcache.cluster import PortKind, Role
 from distcache.p4names import DropReason
 from harness.netns import delete_namespace, make_veth_namespace
+from p4rt.client import Match, P4RuntimeError, SwitchConnection
 from softswitch.dataplane import PROGRAM
 from softswitch.ebpf import build, layout, libbpf
 from softswitch.ebpf.codec import TableCodec
+from softswitch.ebpf.state import EbpfState, Ports
+from softswitch.server import P4RuntimeServer
 from tests.common.ebpf_helpers import drops
 
 pytestmark = [
@@ -35,6 +38,7 @@ NS = f"dcbpfm-{os.getpid()}"
 IN_IF, IN_HOST, OUT_IF, OUT_HOST = "dcbm-in", "dcbm-inh", "dcbm-out", "dcbm-outh"
 TC_INGRESS, INITIALIZER = "classifier/tc-ingress", "classifier/map-initializer"
 NEXT_HOP = 0x02AABBCCDDEE
+DEVICE = 1
 
 
 def test_every_table_has_maps_its_entries_fit(
@@ -182,3 +186,61 @@ def test_the_ingress_program_routes_by_entries_the_codec_wrote(
     assert done.returncode == 0 and done.stdout.split() == [], done.stdout
     after = drops(root, layouts)
     assert {r: after[r] - before[r] for r in DropReason if after[r] != before[r]} == {DropReason.LOOP: 1}
+
+
+def test_softswitchs_p4runtime_server_drives_the_kernel_program_through_its_maps(
+    attached: tuple[Path, dict[str, int]], ebpf_layouts: dict[str, layout.MapLayout]
+) -> None:
+    """The same server softswitch runs, over EbpfState: a controller writes with P4Runtime port numbers (1 and
+    2), the maps hold the interfaces' indexes, the kernel forwards by them, and everything reads back as the
+    controller wrote it -- entries, defaults, counters the program moved, a meter's rates."""
+    root, ifindex = attached
+    ports = Ports({1: ifindex[IN_IF], 2: ifindex[OUT_IF]})
+    state = EbpfState(PROGRAM, ebpf_layouts, root, ports)
+    server = P4RuntimeServer(state, DEVICE, "127.0.0.1:0")
+    server.start()
+    conn = SwitchConnection(server.address, DEVICE)
+    try:
+        conn.connect()
+        conn.set_pipeline(PROGRAM.p4info())
+        conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, {"switch_id": 64, "role": int(Role.STORAGE_LEAF),
+                                                          "mechanism": 0})  # fmt: skip
+        for port in (1, 2):
+            conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: port}, n.SET_PORT_KIND, {"kind": int(PortKind.STORAGE)})
+        route = {n.KEY_IPV4_DST: Match(0x0A090900, prefix_len=24)}
+        conn.insert(n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})
+        with pytest.raises(P4RuntimeError) as exists:
+            conn.insert(n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})
+        assert exists.value.code == "ALREADY_EXISTS"
+        done = _inside([sys.executable, "-c", SEND_AND_LISTEN, IN_HOST, OUT_HOST])
+        frames = [bytes.fromhex(line) for line in done.stdout.split()]
+        assert len(frames) == 1 and frames[0][:6] == NEXT_HOP.to_bytes(6, "big"), done.stdout + done.stderr
+        # the map holds the interface's index; P4Runtime reads back the port
+        codec, fd = TableCodec.of(PROGRAM, n.IPV4_LPM, ebpf_layouts), state.tables[n.IPV4_LPM].entries_map.fd
+        (key,) = libbpf.keys(fd, codec.entries.key_size)
+        held = libbpf.lookup(fd, key, codec.entries.value_size)
+        assert held is not None and codec.action(held)[1]["port"] == ifindex[OUT_IF]
+        assert conn.read_table(n.IPV4_LPM) == [(route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})]
+        assert {m[n.KEY_INGRESS_PORT] for m, _, _ in conn.read_table(n.PORT_KIND)} == {1, 2}
+        assert conn.read_default(n.SWITCH_CONFIG) == (n.SET_CONFIG, {"switch_id": 64, "role": int(Role.STORAGE_LEAF),
+                                                                     "mechanism": 0})  # fmt: skip
+        # back where it came from: a loop the program counts, read over P4Runtime
+        conn.modify(n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 1})
+        before = conn.read_counter(n.DC_DROPS, int(DropReason.LOOP))[int(DropReason.LOOP)][0]
+        done = _inside([sys.executable, "-c", SEND_AND_LISTEN, IN_HOST, OUT_HOST])
+        assert done.stdout.split() == []
+        assert conn.read_counter(n.DC_DROPS, int(DropReason.LOOP))[int(DropReason.LOOP)][0] == before + 1
+        conn.delete(n.IPV4_LPM, route)
+        assert conn.read_table(n.IPV4_LPM) == []
+        with pytest.raises(P4RuntimeError) as missing:
+            conn.delete(n.IPV4_LPM, route)
+        assert missing.value.code == "NOT_FOUND"
+        # a meter's rates, written and read back; cleared, it is unconfigured again
+        conn.set_meter(n.CACHE_METER, 0, 1000, 10, 3000, 30)
+        assert conn.read_meter(n.CACHE_METER) == {0: (1000, 10, 3000, 30)}
+        conn.clear_meter(n.CACHE_METER, 0)
+        assert conn.read_meter(n.CACHE_METER) == {0: None}
+    finally:
+        conn.close()
+        server.stop()
+        state.close()

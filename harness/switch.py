@@ -23,7 +23,7 @@ from distcache import p4names
 from harness.processes import die_with_parent, stop_group
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = ("softswitch", "bmv2")
+TARGETS = ("softswitch", "bmv2", "ebpf")  # ebpf: softswitch's server over the PSA build in the kernel
 BMV2_SWITCH, BMV2_COMPILER = "simple_switch_grpc", "p4c-bm2-ss"
 P4_V1MODEL = REPO / "p4src" / "v1model" / "distcache.p4"  # the program's v1model top (BMv2's; p4src/include shared)
 P4_PSA = REPO / "p4src" / "psa" / "distcache.p4"  # its PSA top (p4c-ebpf)
@@ -95,6 +95,7 @@ class SwitchSpec:
             self.grpc_addr,
             *ports,
             *log,
+            *(["--dataplane", "ebpf"] if self.target == "ebpf" else []),
             *self.extra,
         ]
 
@@ -142,6 +143,15 @@ sys.exit(1)
 """
 
 
+def in_netns(netns: str, target: str) -> list[str]:
+    """The command prefix that runs a switch of ``target`` in network namespace ``netns``: ``ip netns exec``,
+    except for ebpf, whose bpffs that command would hide (it mounts a fresh /sys): ``nsenter`` enters the
+    network namespace alone."""
+    if target == "ebpf":
+        return ["nsenter", f"--net=/run/netns/{netns}"]
+    return ["ip", "netns", "exec", netns]
+
+
 class SwitchProcess:
     """One switch process started from a :class:`SwitchSpec`: stdout and stderr to ``out``, its own process
     group (``stop`` signals the group), dies with the process that started it.  With ``netns`` it runs in
@@ -154,8 +164,8 @@ class SwitchProcess:
         self.proc: subprocess.Popen | None = None
 
     def argv(self) -> list[str]:
-        """What is run: the spec's command line, inside ``ip netns exec`` when a namespace is named."""
-        return ["ip", "netns", "exec", self.netns, *self.spec.argv()] if self.netns else self.spec.argv()
+        """What is run: the spec's command line, inside the namespace when one is named."""
+        return [*in_netns(self.netns, self.spec.target), *self.spec.argv()] if self.netns else self.spec.argv()
 
     @property
     def pid(self) -> int | None:
@@ -193,7 +203,7 @@ class SwitchProcess:
         host, _, port = self.spec.grpc_addr.rpartition(":")
         probe = [sys.executable, "-c", _PORT_PROBE, host, port, str(timeout)]
         if self.netns:
-            probe = ["ip", "netns", "exec", self.netns, *probe]
+            probe = [*in_netns(self.netns, self.spec.target), *probe]
         t0 = time.monotonic()
         poller = subprocess.Popen(probe, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         try:

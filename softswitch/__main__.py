@@ -13,12 +13,18 @@ import argparse
 import logging
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from distcache.cmdline import ArgumentParser, bind_address, output_dir, output_file
 from softswitch.server import DEFAULT_GRPC_ADDR
 from softswitch.switch import PIPELINES, SoftSwitch, load_pipeline
+
+if TYPE_CHECKING:
+    from softswitch.ebpf.switch import EbpfSwitch
 
 DROP_PORT = 511  # BMv2's drop port: never a real port
 MAX_DEVICE_ID = (1 << 64) - 1  # P4Runtime's device_id is a uint64
@@ -68,6 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="lose this percentage of transmitted frames, like `tc netem loss` on every link (fault "
         "injection for tests, where the kernel has no netem; default 0)",
     )
+    p.add_argument(
+        "--dataplane",
+        choices=["python", "ebpf"],
+        default="python",
+        help="python: softswitch runs the packets (default); ebpf: the PSA build runs them in the kernel, on "
+        "the interfaces' TC hooks (needs root, p4c-ebpf, clang, llc; --pipeline, --pcap-dir and "
+        "--egress-loss are python's alone)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=output_dir,
+        help="ebpf: where the program is built (default: a directory of its own under /tmp)",
+    )
     p.add_argument("--log-file", type=output_file, help="log to this file instead of stderr")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -87,22 +106,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--device-id must be 1..{MAX_DEVICE_ID} (P4Runtime's device_id is a uint64)")
     if not 0 <= args.egress_loss < 100:
         parser.error("--egress-loss must be a percentage in [0, 100)")
+    if args.dataplane == "ebpf" and (args.pipeline != "distcache" or args.pcap_dir or args.egress_loss):
+        parser.error("--pipeline, --pcap-dir and --egress-loss are the python data plane's; drop them for ebpf")
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         filename=args.log_file,
         format=f"%(asctime)s softswitch[{args.device_id}] %(levelname)s %(name)s: %(message)s",
     )
     log = logging.getLogger("softswitch")
+    switch: SoftSwitch | EbpfSwitch
     try:
-        pipeline = load_pipeline(args.pipeline)
-        switch = SoftSwitch(
-            pipeline,
-            device_id=args.device_id,
-            grpc_addr=args.grpc_addr,
-            ports=ports,
-            pcap_dir=args.pcap_dir,
-            egress_loss=args.egress_loss / 100,
-        )
+        if args.dataplane == "ebpf":
+            from softswitch.ebpf.switch import EbpfSwitch
+
+            work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"distcache-ebpf-{args.device_id}-"))
+            switch = EbpfSwitch(device_id=args.device_id, grpc_addr=args.grpc_addr, ports=ports, work_dir=work)
+        else:
+            switch = SoftSwitch(
+                load_pipeline(args.pipeline),
+                device_id=args.device_id,
+                grpc_addr=args.grpc_addr,
+                ports=ports,
+                pcap_dir=args.pcap_dir,
+                egress_loss=args.egress_loss / 100,
+            )
         switch.start()
     except Exception as e:
         if args.log_file or log.isEnabledFor(logging.DEBUG):  # on stderr, the line below says it once
@@ -118,9 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     port_desc = ",".join(f"{n}@{i}" for n, i in sorted(ports.items())) or "-"
     log.info(
-        "softswitch device %d: pipeline %s, grpc %s, ports %s",
+        "softswitch device %d: pipeline %s (%s data plane), grpc %s, ports %s",
         args.device_id,
         args.pipeline,
+        args.dataplane,
         switch.server.address,
         port_desc,
     )

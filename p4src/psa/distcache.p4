@@ -7,10 +7,17 @@
  * verifier takes its programs (softswitch/ebpf/; tests/p4runtime/test_ebpf_build.py).  What that took in the
  * shared P4: register indexes and values staged in metadata (psa/arch.p4), one register for each detector
  * structure (at most 64 maps per program), IPv4 options as payload (parser.p4), the parse status from
- * metadata (header.p4).  Still to come: packet-outs (no CPU or probe port here: from_cpu is false), port
- * numbers translated to and from interface indexes (a port is cut to 9 bits today), and the P4Runtime
- * server over the BPF maps.
+ * metadata (header.p4).  Ports are Linux interface indexes here: the P4Runtime server (softswitch/ebpf/)
+ * translates its port numbers to and from them, and tells this program which interfaces are its CPU port and
+ * its probe port by the two constants below, given to p4c-ebpf when the switch starts (p4c's own PTF tests
+ * pass their ports so); 0, no interface's index, means none.
  */
+#ifndef DC_CPU_IFINDEX
+#define DC_CPU_IFINDEX 0
+#endif
+#ifndef DC_PROBE_IFINDEX
+#define DC_PROBE_IFINDEX 0
+#endif
 #include "arch.p4"
 
 #include "../include/define.p4"
@@ -37,7 +44,10 @@ parser DcIngressParser(packet_in packet, out headers_t hdr, inout metadata_t met
                        in dc_empty_t recirculate_meta) {
     DcFrameParser() frame;
     state start {
-        frame.apply(packet, hdr, meta, false);
+        /* a packet-out: written by the switch's server into its CPU port's veth, or by a leaf's probe source
+         * into its probe port's (both shaped as packet-outs: packet_out header, then the frame) */
+        frame.apply(packet, hdr, meta, (PortIdUint_t)istd.ingress_port == DC_CPU_IFINDEX
+                                       || (PortIdUint_t)istd.ingress_port == DC_PROBE_IFINDEX);
         meta.parsed = 1;  /* reached only when DcFrameParser ended without an error */
         transition accept;
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +66,9 @@ def _run(step: str, cmd: list[str]) -> None:
         raise BuildError(f"{step} failed (exit {done.returncode}): {' '.join(cmd)}\n{tail}")
 
 
-def build(out_dir: Path, source: Path = P4_PSA) -> BpfBuild:
-    """Compile ``source`` (the PSA top) into ``out_dir``; return the files written."""
+def build(out_dir: Path, source: Path = P4_PSA, defines: Mapping[str, int] | None = None) -> BpfBuild:
+    """Compile ``source`` (the PSA top) into ``out_dir``, with ``defines`` given to the P4 preprocessor
+    (``DC_CPU_IFINDEX``: the interface packet-outs come in by); return the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = source.stem
     c_file, bc_file = out_dir / f"{stem}.c", out_dir / f"{stem}.bc"
@@ -75,7 +77,7 @@ def build(out_dir: Path, source: Path = P4_PSA) -> BpfBuild:
     _run(
         "p4c-ebpf",
         [P4C_EBPF, "--arch", "psa", "--target", "kernel", "-o", str(c_file), "--p4runtime-files", str(p4info),
-         str(source)],
+         *(f"-D{k}={v}" for k, v in sorted((defines or {}).items())), str(source)],
     )  # fmt: skip
     includes = [
         f"-I{rt}",

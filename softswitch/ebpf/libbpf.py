@@ -115,6 +115,7 @@ def lib() -> ctypes.CDLL:
         ("bpf_map_lookup_elem", i, (i, p, p)),
         ("bpf_map_update_elem", i, (i, p, p, ctypes.c_uint64)),
         ("bpf_map_delete_elem", i, (i, p)),
+        ("bpf_map_lookup_and_delete_elem", i, (i, p, p)),
         ("bpf_map_get_next_key", i, (i, p, p)),
         ("bpf_prog_test_run_opts", i, (i, ctypes.POINTER(_TestRunOpts))),
     ):
@@ -252,6 +253,17 @@ def update(fd: int, key: bytes, value: bytes, flags: int = 0) -> None:
     k = ctypes.create_string_buffer(key, len(key))
     v = ctypes.create_string_buffer(value, len(value))
     _check(lib().bpf_map_update_elem(fd, ctypes.addressof(k), ctypes.addressof(v), flags), "bpf_map_update_elem")
+
+
+def pop(fd: int, value_size: int) -> bytes | None:
+    """The oldest value of queue map ``fd``, taken out of it (None if the queue is empty)."""
+    v = ctypes.create_string_buffer(value_size)
+    if lib().bpf_map_lookup_and_delete_elem(fd, None, ctypes.addressof(v)) < 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOENT:
+            return None
+        raise _failed("bpf_map_lookup_and_delete_elem", err)
+    return v.raw
 
 
 def delete(fd: int, key: bytes) -> bool:

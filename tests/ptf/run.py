@@ -1,6 +1,6 @@
 """Run the PTF tests against one data-plane target, inside a private network namespace.
 
-    python -m tests.ptf.run --target softswitch|bmv2 [--pattern X] [--keep-logs DIR]
+    python -m tests.ptf.run --target softswitch|bmv2|ebpf [--pattern X] [--keep-logs DIR]
 
 What it does, in the spirit of p4lang/tutorials' ``runptf.sh`` and PI's ``ptf_runner.py``:
 
@@ -150,7 +150,7 @@ class TestBed:
         spec = SwitchSpec(
             self.target,
             [(p["port"], p["switch_iface"]) for p in self.ports],
-            log_file=self.workdir / "switch.log" if self.target == "softswitch" else None,
+            log_file=self.workdir / "switch.log" if self.target != "bmv2" else None,
         )
         self.switch = SwitchProcess(spec, self.workdir / "switch.out", netns=self.ns)
         self.switch.start(self.env)
@@ -289,6 +289,11 @@ def check_target(target: str) -> None:
                 f"--target bmv2 needs {' and '.join(missing)} on PATH (BMv2 built with P4Runtime "
                 "support and p4c); use --target softswitch"
             )
+    if target == "ebpf":
+        from softswitch.ebpf import build
+
+        if missing := build.missing_tools():
+            raise SetupError(f"--target ebpf needs {', '.join(missing)} on PATH (../shared/p4tool installs p4c-ebpf)")
     for tool in ("ip", "ethtool", "sysctl"):
         if shutil.which(tool) is None:
             raise SetupError(f"{tool} is not installed")

@@ -1,0 +1,150 @@
+"""A switch whose data plane is the PSA build in the kernel: p4c-ebpf's programs on its interfaces' TC ingress
+hooks, its state in their maps, served over P4Runtime by softswitch's own server (softswitch/server/) through
+:class:`~softswitch.ebpf.state.EbpfState`.
+
+Starting one: build the program for this switch (p4c-ebpf, clang, llc: its CPU and probe ports' interface
+indexes are compile-time constants of the PSA top), load it under a pin root of its own (every Mininet switch
+shares one bpffs), run its map initializer (the CRC table, default actions), attach its ingress program to
+every port and to the CPU port's veth, then serve.  Packets never pass through this process: the kernel runs
+them.  What this process does besides P4Runtime: writes packet-outs into the CPU port's veth, pops digests
+from the program's queue maps (softswitch/ebpf/digests.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from finsy.proto import p4r
+
+from distcache import p4names
+from softswitch.dataplane import PROGRAM
+from softswitch.ebpf import build, layout, libbpf
+from softswitch.ebpf.digests import DigestQueues
+from softswitch.ebpf.state import EbpfState, Ports
+from softswitch.server import P4RuntimeError, P4RuntimeServer, PipelineConfig, packet_out_frame
+
+log = logging.getLogger("softswitch.ebpf")
+
+TC_INGRESS, INITIALIZER = "classifier/tc-ingress", "classifier/map-initializer"
+PIN_ROOT = libbpf.BPFFS / "distcache"
+CPU_PORT, PROBE_PORT = p4names.CPU_PORT, p4names.PROBE_PORT
+
+
+class SwitchError(RuntimeError):
+    """The switch could not start: an interface is missing, the build or the load failed, a tc command failed."""
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SwitchError(f"{' '.join(cmd)}: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def cpu_veth(device_id: int) -> tuple[str, str]:
+    """The CPU port's veth pair of switch ``device_id``: (the end the program is on, the end the server writes)."""
+    return f"dccpu{device_id}", f"dccpu{device_id}h"
+
+
+class EbpfSwitch:
+    """One running kernel switch: its program loaded and attached, its P4Runtime server, its digest poller."""
+
+    def __init__(self, *, device_id: int, grpc_addr: str, ports: Mapping[int, str], work_dir: Path) -> None:
+        if CPU_PORT in ports:
+            raise SwitchError(f"port {CPU_PORT} is the CPU port: the switch makes its interface itself")
+        self.device_id, self.grpc_addr, self.work_dir = device_id, grpc_addr, work_dir
+        self.ports = dict(ports)
+        self.pin_root = PIN_ROOT / f"dev{device_id}"
+        self._attached: list[str] = []
+        self._obj: libbpf.BpfObject | None = None
+        self._state: EbpfState | None = None
+        self._digests: DigestQueues | None = None
+        self._cpu: socket.socket | None = None
+        self._stop = threading.Event()
+        self.server: P4RuntimeServer | None = None
+        self.packet_outs = 0
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except Exception:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        ifindex = {}
+        for port, iface in self.ports.items():
+            try:
+                ifindex[port] = socket.if_nametoindex(iface)
+            except OSError:
+                raise SwitchError(f"port {port}: no interface {iface!r} in this network namespace") from None
+        cpu, cpu_host = cpu_veth(self.device_id)
+        subprocess.run(["ip", "link", "del", cpu], capture_output=True, check=False)  # a killed run's
+        _run(["ip", "link", "add", cpu, "type", "veth", "peer", "name", cpu_host])
+        for dev in (cpu, cpu_host):
+            _run(["ip", "link", "set", dev, "up"])
+        ifindex[CPU_PORT] = socket.if_nametoindex(cpu)
+        defines = {"DC_CPU_IFINDEX": ifindex[CPU_PORT], "DC_PROBE_IFINDEX": ifindex.get(PROBE_PORT, 0)}
+        out = build.build(self.work_dir, defines=defines)
+        libbpf.unpin(self.pin_root)
+        self._obj = libbpf.BpfObject(out.object_file, self.pin_root)
+        if self._obj.test_run(INITIALIZER, bytes(128)) != 0:
+            raise SwitchError("the program's map initializer failed")
+        pinned = self._obj.pin_programs(self.pin_root / "progs")
+        for dev in [*self.ports.values(), cpu]:
+            _run(["tc", "qdisc", "replace", "dev", dev, "clsact"])
+            self._attached.append(dev)
+            _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",
+                  str(pinned[TC_INGRESS])])  # fmt: skip
+        layouts = layout.load(out.object_file)
+        self._state = EbpfState(PROGRAM, layouts, self.pin_root, Ports(ifindex))
+        self.server = P4RuntimeServer(self._state, self.device_id, self.grpc_addr)
+        self.server.service.packet_out_handler = self._on_packet_out
+        self._cpu = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        self._cpu.bind((cpu_host, 0))
+        self.server.start()
+        self._digests = DigestQueues(PROGRAM.digests, layouts, self.pin_root, self.server.service.digests.submit)
+        self._digests.start()
+
+    def _on_packet_out(self, packet: p4r.PacketOut) -> None:
+        """A primary controller's PacketOut: its packet_out header and payload written into the CPU port's
+        veth, where the program takes it in as a packet-out (gRPC thread; the kernel runs it at once)."""
+        assert self.server is not None and self._cpu is not None
+        cfg: PipelineConfig | None = self.server.service.committed
+        if cfg is None:
+            raise P4RuntimeError("no forwarding pipeline config set", "FAILED_PRECONDITION")
+        self._cpu.send(packet_out_frame(PROGRAM, cfg, packet))
+        self.packet_outs += 1
+
+    def run(self) -> None:
+        self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop serving, take the program off every interface, remove the CPU veth and every pin."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self._digests is not None:
+            self._digests.close()
+            self._digests = None
+        if self._cpu is not None:
+            self._cpu.close()
+            self._cpu = None
+        for dev in self._attached:
+            subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
+        self._attached.clear()
+        subprocess.run(["ip", "link", "del", cpu_veth(self.device_id)[0]], capture_output=True, check=False)
+        if self._state is not None:
+            self._state.close()
+            self._state = None
+        if self._obj is not None:
+            self._obj.close()
+            self._obj = None
+        libbpf.unpin(self.pin_root)

@@ -44,8 +44,9 @@ from distcache.rpc.controller import (
     ControllerUnreachableError,
     change_summary,
 )
+from harness.p4c import CompileError, compile_v1model
 from harness.processes import Readiness, Service, SoftirqPriority, python_argv, stop_process, wait_until
-from harness.switch import P4_V1MODEL
+from harness.switch import BMV2_COMPILER
 
 __all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
 
@@ -73,26 +74,14 @@ def pipeline_files(target: str, run_dir: Path) -> tuple[Path, bytes]:
     what ``make build`` compiled with p4c-bm2-ss.
     """
     if target == "bmv2":
-        p4c = shutil.which("p4c-bm2-ss")
-        if p4c:  # compile what is in p4src/ now, so a run never uses a stale build
-            p4info, json_path = run_dir / "distcache.p4info.txtpb", run_dir / "distcache.json"
-            res = subprocess.run(
-                [
-                    p4c,
-                    "--arch",
-                    "v1model",
-                    "-o",
-                    str(json_path),
-                    "--p4runtime-files",
-                    str(p4info),
-                    str(P4_V1MODEL),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if res.returncode != 0:
-                raise DeploymentError(f"p4c-bm2-ss failed on {P4_V1MODEL.relative_to(REPO)}:\n{res.stderr}")
-            return p4info, json_path.read_bytes()
+        if shutil.which(BMV2_COMPILER):  # what is in p4src/ now (harness.p4c), so a run never uses a stale build
+            try:
+                built = compile_v1model()
+            except CompileError as e:
+                raise DeploymentError(str(e)) from None
+            p4info = run_dir / built.p4info.name
+            shutil.copyfile(built.p4info, p4info)  # the run folder keeps what it ran
+            return p4info, built.json.read_bytes()
         p4info, json_path = BUILD / "distcache.p4info.txtpb", BUILD / "distcache.json"
         if not (p4info.exists() and json_path.exists()):
             raise DeploymentError(

@@ -20,7 +20,7 @@ import grpc
 from finsy.proto import p4i, p4r
 from google.protobuf import text_format
 
-from harness.switch import P4_V1MODEL
+from harness.p4c import compile_v1model
 from tests.common.softswitch_helpers import (
     Client,
     error_details,
@@ -129,28 +129,14 @@ def softswitch_target() -> Iterator[Target]:
 
 
 def compile_p4src(out_dir: Path) -> tuple[p4i.P4Info, bytes]:
-    """p4c-bm2-ss on the repository's p4src/v1model/distcache.p4: (P4Info, BMv2 JSON)."""
-    json_path, info_path = out_dir / "distcache.json", out_dir / "distcache.p4info.txtpb"
-    subprocess.run(
-        [
-            "p4c-bm2-ss",
-            "--std",
-            "p4-16",
-            "--arch",
-            "v1model",
-            "-o",
-            str(json_path),
-            "--p4runtime-files",
-            str(info_path),
-            str(P4_V1MODEL),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    """p4c-bm2-ss on the repository's p4src/v1model/distcache.p4 (harness.p4c: compiled once per content):
+    (P4Info, BMv2 JSON); the files are copied into ``out_dir`` too."""
+    built = compile_v1model()
+    for f in (built.p4info, built.json):
+        shutil.copyfile(f, out_dir / f.name)
     info = p4i.P4Info()
-    text_format.Parse(info_path.read_text(), info)
-    return info, json_path.read_bytes()
+    text_format.Parse(built.p4info.read_text(), info)
+    return info, built.json.read_bytes()
 
 
 @contextlib.contextmanager

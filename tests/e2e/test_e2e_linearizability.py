@@ -6,7 +6,8 @@ spine crashes, operator failovers, controller crashes also mid-failover, a spine
 dead while its P4Runtime server answers, agent, shim and Redis restarts with and without state,
 mechanism changes, a hot-set shift) must record no
 violation; a run with coherence broken on purpose (the shims acknowledge writes to cached
-keys before invalidating the copies) must have some, or the check proves nothing.
+keys before invalidating the copies) must have some, or the check proves nothing (on softswitch: what it
+breaks is the shims', the same on every target).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def test_a_seeded_cell_under_faults_is_linearizable_and_a_broken_protocol_is_cau
     ), cell.tally.log
     applied = [k for k in PROCESS_KINDS if cell.tally.effects[k]]
     assert len(applied) >= len(PROCESS_KINDS) - 1, f"faults not applied: {cell.tally.failed}"
+    if target != "softswitch":
+        return  # the control breaks the shims, not the data plane: checked once, on the default target
     broken = run_cell("distcache", tmp_path / "control", target, duration=8, clients=6, seed=7, per_kind=0, broken=True)
     assert broken.violations > 0, f"a broken coherence protocol went unnoticed; see {broken.history}"
     assert broken.html is not None and broken.html.stat().st_size > 1000

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.netns import NamespaceError, delete_namespace, make_veth_namespace
+from harness.p4c import CompileError, compile_v1model
 from harness.processes import stop_group
 from harness.switch import (
     BMV2_COMPILER,
@@ -166,23 +167,11 @@ class TestBed:
     # -- pipeline files ----------------------------------------------------------------------
     def pipeline_files(self) -> tuple[Path, Path]:
         if self.target == "bmv2":
-            json_out, p4info = self.workdir / "distcache.json", self.workdir / "distcache.p4info.txtpb"
-            cmd = [
-                BMV2_COMPILER,
-                "--std",
-                "p4-16",
-                "--arch",
-                "v1model",
-                "-o",
-                str(json_out),
-                "--p4runtime-files",
-                str(p4info),
-                str(self.p4src),
-            ]
-            r = sh(*cmd, check=False)
-            if r.returncode != 0:
-                raise SetupError(f"{BMV2_COMPILER} failed ({r.returncode}):\n{r.stderr or r.stdout}")
-            return p4info, json_out
+            try:
+                built = compile_v1model(self.p4src)
+            except CompileError as e:
+                raise SetupError(str(e)) from None
+            return built.p4info, built.json
         if str(REPO) not in sys.path:
             sys.path.insert(0, str(REPO))
         from google.protobuf import text_format

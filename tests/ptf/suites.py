@@ -1,9 +1,9 @@
 """The PTF suite runs of a pytest session (one ``python -m tests.ptf.run`` per target), started in the background.
 
 Each run spends most of its time waiting (for frames that must not come, for counters), so the targets run side
-by side, and beside the unit tests (tests/conftest.py starts them when those begin and puts tests/ptf last):
-make test pays for them about once, not once per target.  Each run has its own namespace and ports
-(tests/ptf/run.py), so nothing is shared with another run or with the tests around it.
+by side, and beside the unit tests, which run at nice 19 meanwhile (tests/conftest.py starts the runs when those
+begin, and puts tests/ptf last): make test pays for them about once, not once per target.  Each run has its own
+namespace and ports (tests/ptf/run.py), so nothing is shared with another run or the tests around it.
 """
 
 from __future__ import annotations

@@ -85,6 +85,11 @@ class DigestQueues:
             self.popped += len(out)
         return len(out)
 
+    def discard(self) -> int:
+        """Pop every message waiting now and drop it (a new pipeline config: what the old one packed is not
+        reported); how many there were."""
+        return sum(1 for q in self.queues for _ in iter(q.pop, None))
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="digest-queues", daemon=True)
         self._thread.start()

@@ -116,6 +116,7 @@ def lib() -> ctypes.CDLL:
         ("bpf_map_update_elem", i, (i, p, p, ctypes.c_uint64)),
         ("bpf_map_delete_elem", i, (i, p)),
         ("bpf_map_lookup_and_delete_elem", i, (i, p, p)),
+        ("bpf_map_update_batch", i, (i, p, p, ctypes.POINTER(ctypes.c_uint32), p)),
         ("bpf_map_get_next_key", i, (i, p, p)),
         ("bpf_prog_test_run_opts", i, (i, ctypes.POINTER(_TestRunOpts))),
     ):
@@ -253,6 +254,25 @@ def update(fd: int, key: bytes, value: bytes, flags: int = 0) -> None:
     k = ctypes.create_string_buffer(key, len(key))
     v = ctypes.create_string_buffer(value, len(value))
     _check(lib().bpf_map_update_elem(fd, ctypes.addressof(k), ctypes.addressof(v), flags), "bpf_map_update_elem")
+
+
+def zero_array(fd: int, entries: int, value_size: int, batch: int = 65536) -> None:
+    """Every cell of array map ``fd`` (``entries`` cells of ``value_size`` bytes) set to zeros, a batch of
+    cells per system call (a detector's sketch has 200 000 of them)."""
+    n = min(batch, entries)
+    keys = (ctypes.c_uint32 * n)()
+    zeros = ctypes.create_string_buffer(n * value_size)
+    for start in range(0, entries, n):
+        count = min(n, entries - start)
+        for i in range(count):
+            keys[i] = start + i
+        done = ctypes.c_uint32(count)
+        _check(
+            lib().bpf_map_update_batch(fd, ctypes.addressof(keys), ctypes.addressof(zeros), ctypes.byref(done), None),
+            "bpf_map_update_batch",
+        )
+        if done.value != count:
+            raise LibbpfError(f"bpf_map_update_batch: {done.value} of {count} cells written")
 
 
 def pop(fd: int, value_size: int) -> bytes | None:

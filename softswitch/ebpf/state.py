@@ -239,8 +239,7 @@ class MapCounter:
         libbpf.update(self.cells.fd, index.to_bytes(4, "little"), bytes(buf))
 
     def clear(self) -> None:
-        for i in range(self.size):
-            self.write(i, 0, 0)
+        libbpf.zero_array(self.cells.fd, self.size, self.cells.layout.value_size)
 
 
 def _per_period(rate: int) -> tuple[int, int]:
@@ -326,6 +325,7 @@ class EbpfState:
             codec = TableCodec.of(program, t.name, layouts)
             self._tables[t.name] = MapTable(codec, pinned(codec.entries.name), pinned(codec.default.name), ports)
         self._counters = {c.name: MapCounter(pinned(c_name(c.name))) for c in program.counters}
+        self._registers = [pinned(c_name(r.name)) for r in program.registers]
         self._meters = {m.name: MapMeter(pinned(c_name(m.name)), m.size) for m in program.meters}
         for c in program.counters:
             units = {f.name for f in self._counters[c.name].cells.layout.value.fields}  # type: ignore[union-attr]
@@ -354,8 +354,8 @@ class EbpfState:
         return self._meters
 
     def reset(self) -> None:
-        """No entries, the program's defaults, counters at zero, meters unconfigured.  Registers are the
-        program's own state and keep their cells: the runtime loads the program again for a new config."""
+        """No entries, the program's defaults, counters at zero, meters unconfigured, every register cell 0:
+        a new pipeline config starts from nothing, as on BMv2 and softswitch."""
         with self._lock:
             for t in self._tables.values():
                 t.clear()
@@ -363,6 +363,8 @@ class EbpfState:
                 c.clear()
             for m in self._meters.values():
                 m.clear()
+            for r in self._registers:
+                libbpf.zero_array(r.fd, r.layout.max_entries, r.layout.value_size)
 
     def empty(self) -> SwitchState:
         """The shadow a VERIFY_AND_SAVE writes into: softswitch's own state of the same program, in memory

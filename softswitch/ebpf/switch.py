@@ -30,7 +30,7 @@ from softswitch.server import P4RuntimeError, P4RuntimeServer, PipelineConfig, p
 
 log = logging.getLogger("softswitch.ebpf")
 
-TC_INGRESS, INITIALIZER = "classifier/tc-ingress", "classifier/map-initializer"
+TC_INGRESS, INITIALIZER, XDP_HELPER = "classifier/tc-ingress", "classifier/map-initializer", "xdp/xdp-ingress"
 PIN_ROOT = libbpf.BPFFS / "distcache"
 CPU_PORT, PROBE_PORT = p4names.CPU_PORT, p4names.PROBE_PORT
 
@@ -100,6 +100,10 @@ class EbpfSwitch:
             self._attached.append(dev)
             _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",
                   str(pinned[TC_INGRESS])])  # fmt: skip
+            # p4c-ebpf's XDP helper, before TC: a frame whose EtherType is not IP (a packet-out starts with its
+            # packet_out header) gets IPv4's, the real one kept in XDP metadata for the TC program to put
+            # back -- the kernel resizes a packet (bpf_skb_adjust_room, the deparser) only if it is IP
+            _run(["ip", "link", "set", "dev", dev, "xdpgeneric", "pinned", str(pinned[XDP_HELPER])])
         layouts = layout.load(out.object_file)
         self._state = EbpfState(PROGRAM, layouts, self.pin_root, Ports(ifindex))
         self.server = P4RuntimeServer(self._state, self.device_id, self.grpc_addr)
@@ -109,6 +113,13 @@ class EbpfSwitch:
         self.server.start()
         self._digests = DigestQueues(PROGRAM.digests, layouts, self.pin_root, self.server.service.digests.submit)
         self._digests.start()
+        self.server.service.on_commit = self._on_commit
+
+    def _on_commit(self, _cfg: PipelineConfig, reconcile: bool) -> None:
+        """A new pipeline config (its state already reset by the server): the digests the old one packed and
+        nobody popped yet are not reported."""
+        if not reconcile and self._digests is not None:
+            self._digests.discard()
 
     def _on_packet_out(self, packet: p4r.PacketOut) -> None:
         """A primary controller's PacketOut: its packet_out header and payload written into the CPU port's
@@ -139,6 +150,7 @@ class EbpfSwitch:
             self._cpu = None
         for dev in self._attached:
             subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
+            subprocess.run(["ip", "link", "set", "dev", dev, "xdpgeneric", "off"], capture_output=True, check=False)
         self._attached.clear()
         subprocess.run(["ip", "link", "del", cpu_veth(self.device_id)[0]], capture_output=True, check=False)
         if self._state is not None:

@@ -48,7 +48,7 @@ control DcCoherence(inout headers_t hdr,
                 DC_READ(cache_inval, last, slot);
                 DC_READ(cache_inval_seq, last_seq, slot);
                 bool same_tenure = last[48:1] == tag;
-                bool armed = last[0:0] == 1;
+                bool armed = (last & 1) == 1;  /* not last[0:0]: p4c-ebpf reads it as (u8)last (actions.p4) */
                 if (op == OP_INVALIDATE) {
                     DC_WRITE(cache_valid, 48, slot, 0);
                     bit<32> ahead = hdr.dc.seq - last_seq;  /* seq >= last_seq in serial arithmetic */

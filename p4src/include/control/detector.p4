@@ -114,7 +114,14 @@ control DcDetector(inout headers_t hdr,
                     bit<48> start;
                     dc_shl48(windows, meta.hh_window_shift, start);
                     bit<48> elapsed = now - start;
-                    DC_DIGEST(hh_digest_t, DIGEST_HOT_KEY, { hdr.dc.key, estimate, meta.switch_id, elapsed });
+                    /* field by field: p4c-ebpf writes a struct expression holding the 128-bit key as a C
+                     * compound literal that copies the key array's address, not its bytes */
+                    hh_digest_t report;
+                    report.key = hdr.dc.key;
+                    report.estimate = estimate;
+                    report.switch_id = meta.switch_id;
+                    report.elapsed_us = elapsed;
+                    DC_DIGEST(hh_digest_t, DIGEST_HOT_KEY, report);
                     dc_stats.count(STAT_HH_REPORTED);
                 }
             }

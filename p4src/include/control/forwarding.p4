@@ -113,8 +113,10 @@ control DcForwarding(inout headers_t hdr,
             hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
             if (hdr.ipv4.ihl != IPV4_MIN_IHL) {
                 /* options are payload (parser.p4), so no deparser checksums this header: its checksum
-                 * follows the TTL's word, HC' = ~(~HC + ~m + m') (RFC 1624, eqn. 3) */
-                bit<32> sum = (bit<32>)(~hdr.ipv4.hdrChecksum) + (bit<32>)(~ttl_word)
+                 * follows the TTL's word, HC' = ~(~HC + ~m + m') (RFC 1624, eqn. 3).  The 16-bit
+                 * complements are taken in 32 bits with a mask (x ^ 0xFFFF): p4c-ebpf writes ~x as C's ~,
+                 * which complements x promoted to int, its upper bits too */
+                bit<32> sum = ((bit<32>)hdr.ipv4.hdrChecksum ^ 0xFFFF) + ((bit<32>)ttl_word ^ 0xFFFF)
                     + (bit<32>)(hdr.ipv4.ttl ++ hdr.ipv4.protocol);
                 sum = (sum & 0xFFFF) + (sum >> 16);
                 sum = (sum & 0xFFFF) + (sum >> 16);

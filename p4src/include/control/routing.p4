@@ -158,7 +158,7 @@ control DcRouting(inout headers_t hdr,
             bit<8> chosen = 0;  /* the power of two choices' pick */
             bit<8> other = 0;  /* the candidate it did not pick, if there are two */
             if (meta.spine_cand != 0 && meta.leaf_cand != 0) {
-                if (spine_load < leaf_load || (spine_load == leaf_load && hdr.dc.seq[0:0] == 0)) {
+                if (spine_load < leaf_load || (spine_load == leaf_load && (hdr.dc.seq & 1) == 0)) {
                     chosen = meta.spine_cand;
                     other = meta.leaf_cand;
                 } else {

@@ -25,6 +25,8 @@ LIMITS = {
     "complement_widened": r"m->wide = \(u32\)~hdr->h\.a;",
     # { k, b } with a 128-bit k: a compound literal that puts the array's address where its bytes go
     "wide_field_in_struct_expression": r"m->d = \(struct d_t\)\{\.k = hdr->h\.k,",
+    # bool valid = hdr.h.isValid(): declared, tested, never assigned (a bare isValid() initializer is dropped)
+    "bool_from_is_valid": r"(?s)u8 valid_0;(?!.*valid_0 =).*if \(valid_0\)",
 }
 
 

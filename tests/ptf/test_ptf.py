@@ -1,5 +1,6 @@
-"""The PTF suite (tests/ptf) from pytest: one run of ``python -m tests.ptf.run`` per target, each started in the
-background (tests/ptf/suites.py) and checked here.
+"""The PTF suite (tests/ptf) from pytest: one run of ``python -m tests.ptf.run`` per target -- softswitch, BMv2
+and the PSA build in the kernel (ebpf) where their tools are installed -- each started in the background
+(tests/ptf/suites.py) and checked here.
 
 Needs root (a network namespace with veth pairs), hence marked ``mininet`` so
 ``make test-fast`` leaves it out.
@@ -14,6 +15,7 @@ import subprocess
 
 import pytest
 
+from softswitch.ebpf import build
 from tests.ptf import suites
 
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed$")
@@ -28,6 +30,13 @@ TARGETS = [
                 not (shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss")),
                 reason="simple_switch_grpc and p4c-bm2-ss are not both on PATH",
             ),
+        ],
+    ),
+    pytest.param(
+        "ebpf",
+        marks=[
+            pytest.mark.ebpf,
+            pytest.mark.skipif(bool(build.missing_tools()), reason=f"needs {', '.join(build.missing_tools())}"),
         ],
     ),
 ]

@@ -56,7 +56,10 @@ control DcValidation(inout headers_t hdr,
     }
 
     apply {
-        bool from_cpu = hdr.packet_out.isValid();  /* the controller's packet-out */
+        bool from_cpu = false;  /* the controller's packet-out */
+        if (hdr.packet_out.isValid()) {  /* not `= isValid()`: p4c-ebpf drops a bare isValid() initializer */
+            from_cpu = true;
+        }
         bool leaf = meta.role == ROLE_STORAGE_LEAF || meta.role == ROLE_CLIENT_LEAF;
         meta.dropped = 1;
         if (io.parse_status == PARSE_TRUNCATED) {

@@ -29,8 +29,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     silent past its dead time) failed on two cores shared with them at equal priority."""
     targets = item.config.stash.get(PTF_TARGETS, [])
     if targets and item.nodeid.startswith((UNIT, PTF)) and not suites.RUNS:
-        for target in targets:
-            suites.start(target)
+        suites.start(targets)
         if item.nodeid.startswith(UNIT):
             os.nice(19 - os.nice(0))
 

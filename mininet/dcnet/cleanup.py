@@ -11,6 +11,8 @@ from pathlib import Path
 
 from dcnet.netfaults import remove_leftovers
 from p4rt.probes import probe_interfaces
+from softswitch.ebpf.libbpf import unpin
+from softswitch.ebpf.switch import PIN_ROOT, cpu_veth
 
 PATTERNS = (
     "-m softswitch",
@@ -34,10 +36,17 @@ def main() -> None:
     for link in Path("/sys/class/net").iterdir():
         if link.name.endswith(suffix):
             subprocess.run(["ip", "link", "del", link.name], check=False, stderr=subprocess.DEVNULL)
+    # the kernel target's CPU-port veths (softswitch/ebpf/switch.py) and its pinned programs and maps
+    cpu_port = cpu_veth(0)[0].removesuffix("0")
+    for link in Path("/sys/class/net").iterdir():
+        if link.name.startswith(cpu_port) and link.name.removeprefix(cpu_port).isdigit():
+            subprocess.run(["ip", "link", "del", link.name], check=False, stderr=subprocess.DEVNULL)
+    if PIN_ROOT.exists():
+        unpin(PIN_ROOT)
     # namespaces of PTF runs (tests/ptf/run.py), make bench-switch (bench/switch/) and the kernel target's test
     # (tests/p4runtime/test_ebpf_build.py) killed before their teardown
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()
-    for ns in (x for x in names if x.startswith(("dcptf-", "dcbench-", "dcbpf-"))):
+    for ns in (x for x in names if x.startswith(("dcptf-", "dcbench-", "dcbpf-", "dcbpfm-"))):
         subprocess.run(["ip", "netns", "delete", ns], check=False)
     remove_leftovers()  # the packet fault injector's filters, pinned programs and maps, test namespaces
     print("cleanup done")

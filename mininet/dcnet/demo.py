@@ -47,7 +47,7 @@ from rich.text import Text
 
 from client_lib.workload import BenchConfig
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 from harness.processes import SwitchProcesses
@@ -288,7 +288,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--target", choices=TARGETS, default="softswitch")
     ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument(
         "--topo",

@@ -62,7 +62,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir
-from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
 from distcache import p4names as n
 from distcache.cluster import Cluster, Role
 from distcache.cmdline import ArgumentParser, input_file, load_cluster
@@ -468,7 +468,7 @@ def render(points: list[Point]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.emulate", description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="softswitch", choices=["softswitch", "bmv2"])
+    ap.add_argument("--target", default="softswitch", choices=TARGETS)
     ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument("--topo", type=input_file, default=TOPOLOGY, help="cluster file (default %(default)s)")
     ap.add_argument("--keys", type=int, default=5000, help="key space (all loaded; default 5000)")

@@ -57,14 +57,14 @@ from dcnet.fault_schedule import KINDS
 from dcnet.matrix_cell import MECHANISMS, run_cell
 from dcnet.matrix_result import Cell, shortfalls, total_line
 from dcnet.netfaults import FaultInjectorError
-from dcnet.p4switch import TargetMissingError
+from dcnet.p4switch import TARGETS, TargetMissingError
 
 console = Console(stderr=True, highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dcnet.linearizability", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--target", choices=TARGETS, default="softswitch")
     ap.add_argument(
         "--mechanisms",
         default=",".join(MECHANISMS),

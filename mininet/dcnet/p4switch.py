@@ -2,9 +2,10 @@
 
 Like the p4lang tutorials' P4RuntimeSwitch, the process runs in the root
 network namespace and attaches to the switch's veth ends as ``-i PORT@IFACE``.
-Two targets share this class: ``softswitch`` (default, always available) and
+Three targets share this class: ``softswitch`` (default, always available),
 ``bmv2`` (``simple_switch_grpc --no-p4``; the pipeline arrives over
-P4Runtime, exactly like softswitch's).
+P4Runtime, exactly like softswitch's) and ``ebpf`` (the PSA build in the kernel
+on the switch's ports, served by softswitch's P4Runtime server: docs/ebpf.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file,
 from harness.switch import BMV2_FAST_SWITCH, BMV2_SWITCH, SwitchSpec
 from p4rt.probes import probe_interfaces
 
-TARGETS = ("softswitch", "bmv2")
+TARGETS = ("softswitch", "bmv2", "ebpf")
 
 BMV2_CPU_PORT = p4names.CPU_PORT  # packet-out (probes) enters here; 511 is BMv2's drop port
 BMV2_THRIFT_BASE = 9090  # one Thrift (debug CLI) port per switch: 9090 + device id
@@ -44,6 +45,8 @@ _LOG_LEVEL = {  # (level, flush every line)
     ("bmv2", "events"): ("info", False),
     ("softswitch", "packets"): ("debug", False),
     ("softswitch", "events"): ("info", False),
+    ("ebpf", "packets"): ("debug", False),  # the kernel has no per-packet log of ours: the server's debug log
+    ("ebpf", "events"): ("info", False),
 }
 
 
@@ -54,6 +57,14 @@ class TargetMissingError(RuntimeError):
 def check_target(target: str) -> None:
     if target not in TARGETS:
         raise TargetMissingError(f"unknown TARGET={target!r}; use one of {', '.join(TARGETS)}")
+    if target == "ebpf":
+        from softswitch.ebpf import build
+
+        if missing := build.missing_tools():
+            raise TargetMissingError(
+                f"TARGET=ebpf needs {', '.join(missing)} on PATH (../shared/p4tool installs p4c-ebpf; Debian's "
+                "clang and llvm the rest: `make deps`). Use TARGET=softswitch."
+            )
     if target == "bmv2" and shutil.which(BMV2_SWITCH) is None:
         raise TargetMissingError(
             "TARGET=bmv2 needs simple_switch_grpc on PATH (BMv2 built with P4Runtime support) and a pipeline "
@@ -123,6 +134,8 @@ class P4RuntimeSwitch(Switch):
         """The switch process's command line (one shape for both targets: :class:`harness.switch.SwitchSpec`)."""
         bmv2 = self.target == "bmv2"
         level = _LOG_LEVEL[self.target, self.switch_log]
+        if self.pcap and self.target == "ebpf":
+            raise ValueError("--pcap: the kernel target writes no captures (capture its links with tcpdump)")
         pcap = (
             ["--pcap", str(self.run_dir / "pcap")] if bmv2 else ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
         )
@@ -139,7 +152,7 @@ class P4RuntimeSwitch(Switch):
             log_flush=level[1],
             thrift_port=BMV2_THRIFT_BASE + self.device_id,
             cpu_port=BMV2_CPU_PORT,
-            extra=[*(pcap if self.pcap else []), *([] if bmv2 else self.extra_args)],
+            extra=[*(pcap if self.pcap else []), *([] if self.target != "softswitch" else self.extra_args)],
         )
         return spec.argv()
 

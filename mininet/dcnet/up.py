@@ -32,7 +32,7 @@ from rich.text import Text
 
 from dcnet.demo import DEFAULT_TOPO
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TargetMissingError
+from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
 from dcnet.prometheus import Prometheus, PrometheusError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 
@@ -42,7 +42,7 @@ VENV_BIN = Path(sys.executable).parent
 
 def parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m dcnet.up", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch")
+    ap.add_argument("--target", choices=TARGETS, default="softswitch")
     ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
     ap.add_argument("--topo", type=input_file, default=DEFAULT_TOPO, help="cluster description (JSON)")
     ap.add_argument("--run-dir", type=output_dir, help="where logs go (default runs/<timestamp>)")

@@ -96,7 +96,9 @@ class EbpfSwitch:
             raise SwitchError("the program's map initializer failed")
         pinned = self._obj.pin_programs(self.pin_root / "progs")
         for dev in [*self.ports.values(), cpu]:
-            _run(["tc", "qdisc", "replace", "dev", dev, "clsact"])
+            # a killed run's program may still be on the port (the kernel runs it without its process): off
+            subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
+            _run(["tc", "qdisc", "add", "dev", dev, "clsact"])
             self._attached.append(dev)
             _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",
                   str(pinned[TC_INGRESS])])  # fmt: skip

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
@@ -49,17 +48,15 @@ pytestmark = [
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_ptf_suite(target: str) -> None:
-    proc = suites.start(target)  # started beside the unit tests, or now
-    try:
-        stdout, stderr = proc.communicate(timeout=170)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"tests.ptf.run --target {target} did not finish in 170 s:\n{(stdout + stderr)[-3000:]}")
-    out = stdout + stderr
-    lines = stdout.strip().splitlines()
+    run = suites.result(target, timeout=170)  # started beside the unit tests, or now
+    if run is None:
+        suites.stop_all()
+        pytest.fail(f"tests.ptf.run --target {target} did not finish in 170 s")
+    out = run.stdout + run.stderr
+    lines = run.stdout.strip().splitlines()
     tail = "\n".join(out.strip().splitlines()[-40:])
+    rc = run.proc.returncode if run.proc is not None else None
     m = SUMMARY.match(lines[-1]) if lines else None
-    assert m, f"no summary line from tests.ptf.run (exit {proc.returncode}):\n{tail}"
+    assert m, f"no summary line from tests.ptf.run (exit {rc}):\n{tail}"
     passed, failed = int(m[1]), int(m[2])
-    assert failed == 0 and passed > 0 and proc.returncode == 0, f"{lines[-1]} (exit {proc.returncode}):\n{tail}"
+    assert failed == 0 and passed > 0 and rc == 0, f"{lines[-1]} (exit {rc}):\n{tail}"

@@ -98,6 +98,7 @@ class EbpfSwitch:
         for dev in [*self.ports.values(), cpu]:
             # a killed run's program may still be on the port (the kernel runs it without its process): off
             subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
+            subprocess.run(["ip", "link", "set", "dev", dev, "xdpgeneric", "off"], capture_output=True, check=False)
             _run(["tc", "qdisc", "add", "dev", dev, "clsact"])
             self._attached.append(dev)
             _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",

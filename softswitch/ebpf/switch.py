@@ -45,6 +45,12 @@ def _run(cmd: list[str]) -> None:
         raise SwitchError(f"{' '.join(cmd)}: {done.stderr.strip() or done.stdout.strip()}")
 
 
+def _detach(dev: str) -> None:
+    """Take this target's programs off ``dev`` (TC ingress and the XDP helper), if any are there."""
+    subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
+    subprocess.run(["ip", "link", "set", "dev", dev, "xdpgeneric", "off"], capture_output=True, check=False)
+
+
 def cpu_veth(device_id: int) -> tuple[str, str]:
     """The CPU port's veth pair of switch ``device_id``: (the end the program is on, the end the server writes)."""
     return f"dccpu{device_id}", f"dccpu{device_id}h"
@@ -97,8 +103,7 @@ class EbpfSwitch:
         pinned = self._obj.pin_programs(self.pin_root / "progs")
         for dev in [*self.ports.values(), cpu]:
             # a killed run's program may still be on the port (the kernel runs it without its process): off
-            subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
-            subprocess.run(["ip", "link", "set", "dev", dev, "xdpgeneric", "off"], capture_output=True, check=False)
+            _detach(dev)
             _run(["tc", "qdisc", "add", "dev", dev, "clsact"])
             self._attached.append(dev)
             _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",
@@ -152,8 +157,7 @@ class EbpfSwitch:
             self._cpu.close()
             self._cpu = None
         for dev in self._attached:
-            subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
-            subprocess.run(["ip", "link", "set", "dev", dev, "xdpgeneric", "off"], capture_output=True, check=False)
+            _detach(dev)
         self._attached.clear()
         subprocess.run(["ip", "link", "del", cpu_veth(self.device_id)[0]], capture_output=True, check=False)
         if self._state is not None:

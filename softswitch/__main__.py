@@ -87,9 +87,44 @@ def build_parser() -> argparse.ArgumentParser:
         type=output_dir,
         help="ebpf: where the program is built (default: a directory of its own under /tmp)",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="ebpf: say which build tools are missing (exit 1) or that none is (exit 0), and start nothing",
+    )
+    p.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="ebpf: remove what killed kernel switches left (CPU-port veths, pinned programs and maps), start nothing",
+    )
     p.add_argument("--log-file", type=output_file, help="log to this file instead of stderr")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
+
+
+def _maintenance(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """--check and --cleanup: what a launcher (dcnet, ``make clean``) asks the kernel target without importing
+    it -- an application is reached through its command line, not its modules."""
+    if args.dataplane != "ebpf":
+        parser.error("--check and --cleanup are the ebpf data plane's: add --dataplane ebpf")
+    if args.check and args.cleanup:
+        parser.error("give --check or --cleanup, not both")
+    if args.check:
+        from softswitch.ebpf.build import missing_tools
+
+        if missing := missing_tools():
+            print(f"softswitch: missing {' '.join(missing)}", file=sys.stderr)
+            return 1
+        print("softswitch: ebpf build tools found")
+        return 0
+    from softswitch.ebpf.switch import remove_leftovers
+
+    try:
+        remove_leftovers()
+    except (OSError, RuntimeError) as e:
+        print(f"softswitch: cleanup failed: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if iface in ports.values():
             parser.error(f"interface {iface} given twice")
         ports[port] = iface
+    if args.check or args.cleanup:
+        return _maintenance(parser, args)
     if not 0 < args.device_id <= MAX_DEVICE_ID:
         parser.error(f"--device-id must be 1..{MAX_DEVICE_ID} (P4Runtime's device_id is a uint64)")
     if not 0 <= args.egress_loss < 100:

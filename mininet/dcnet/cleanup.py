@@ -7,12 +7,11 @@ this is for a killed (SIGKILL) launcher.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from dcnet.netfaults import remove_leftovers
 from p4rt.probes import probe_interfaces
-from softswitch.ebpf.libbpf import unpin
-from softswitch.ebpf.switch import PIN_ROOT, cpu_veth
 
 PATTERNS = (
     "-m softswitch",
@@ -36,13 +35,8 @@ def main() -> None:
     for link in Path("/sys/class/net").iterdir():
         if link.name.endswith(suffix):
             subprocess.run(["ip", "link", "del", link.name], check=False, stderr=subprocess.DEVNULL)
-    # the kernel target's CPU-port veths (softswitch/ebpf/switch.py) and its pinned programs and maps
-    cpu_port = cpu_veth(0)[0].removesuffix("0")
-    for link in Path("/sys/class/net").iterdir():
-        if link.name.startswith(cpu_port) and link.name.removeprefix(cpu_port).isdigit():
-            subprocess.run(["ip", "link", "del", link.name], check=False, stderr=subprocess.DEVNULL)
-    if PIN_ROOT.exists():
-        unpin(PIN_ROOT)
+    # the kernel target's CPU-port veths and its pinned programs and maps: the switch's own command removes them
+    subprocess.run([sys.executable, "-m", "softswitch", "--dataplane", "ebpf", "--cleanup"], check=False)
     # namespaces of PTF runs (tests/ptf/run.py), make bench-switch (bench/switch/) and the kernel target's test
     # (tests/p4runtime/test_ebpf_build.py) killed before their teardown
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()

@@ -42,10 +42,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from distcache.wire import COHERENCE_OPS, DC_PORT
+from harness import bpffs
+from harness.bpffs import BPFFS
 
 REPO = Path(__file__).resolve().parents[2]
 OBJECT = REPO / "build" / "faultinject.bpf.o"
-BPFFS = Path("/sys/fs/bpf")
 PIN_PREFIX = "dcfaults-"
 NETNS_PREFIX = "dcfault-"  # private namespaces of tests/e2e/test_netfaults.py
 FILTER_PREF = 49152  # tc priority of our filters: what lets cleanup tell them from others
@@ -236,17 +237,6 @@ def _run(cmd: Sequence[str], what: str) -> str:
     return res.stdout
 
 
-def _bpffs_mounted() -> bool:
-    with open("/proc/mounts") as f:
-        return any(len(p) > 2 and p[1] == str(BPFFS) and p[2] == "bpf" for p in (x.split() for x in f))
-
-
-def ensure_bpffs() -> None:
-    """Mount the BPF filesystem on /sys/fs/bpf if nothing is mounted there (pins live in it)."""
-    if not _bpffs_mounted():
-        _run(["mount", "-t", "bpf", "bpf", str(BPFFS)], f"cannot mount the BPF filesystem on {BPFFS}")
-
-
 def _veth_peer_here(port: Port) -> int:
     """ifindex of ``port``'s veth peer if that is in the same namespace, else 0."""
     ip = [*port.prefix, "ip", "-j", "-d", "link", "show", "dev"]
@@ -317,7 +307,10 @@ class PacketFaults:
             raise FaultInjectorError(
                 f"{self.obj} is missing: run make build (it needs clang: apt-get install clang llvm libbpf-dev)"
             )
-        ensure_bpffs()
+        try:
+            bpffs.ensure_mounted()
+        except bpffs.BpffsError as e:
+            raise FaultInjectorError(str(e)) from None
 
     def attach(self) -> None:
         """Load and attach on every port, all faults off; on any failure, remove what was done and raise."""

@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,12 +59,13 @@ def check_target(target: str) -> None:
     if target not in TARGETS:
         raise TargetMissingError(f"unknown TARGET={target!r}; use one of {', '.join(TARGETS)}")
     if target == "ebpf":
-        from softswitch.ebpf import build
-
-        if missing := build.missing_tools():
+        check = [sys.executable, "-m", "softswitch", "--dataplane", "ebpf", "--check"]
+        done = subprocess.run(check, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            missing = done.stderr.strip().removeprefix("softswitch: missing ").split()
             raise TargetMissingError(
-                f"TARGET=ebpf needs {', '.join(missing)} on PATH (../shared/p4tool installs p4c-ebpf; Debian's "
-                "clang and llvm the rest: `make deps`). Use TARGET=softswitch."
+                f"TARGET=ebpf needs {', '.join(missing) or 'its build tools'} on PATH (../shared/p4tool installs "
+                "p4c-ebpf; Debian's clang and llvm the rest: `make deps`). Use TARGET=softswitch."
             )
     if target == "bmv2" and shutil.which(BMV2_SWITCH) is None:
         raise TargetMissingError(

@@ -25,7 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-BPFFS = Path("/sys/fs/bpf")
+from harness import bpffs
+from harness.bpffs import BPFFS
+
 PROG_TYPE_SCHED_CLS, PROG_TYPE_XDP = 3, 6
 LOG_LEVEL_VERBOSE, LOG_LEVEL_STATS = 1, 4
 #: the verifier's log is read back when a load fails (a big program's full log runs to hundreds of MB:
@@ -172,6 +174,7 @@ class BpfObject:
         self._obj = self._load(LOG_LEVEL_STATS, STATS_LOG_BYTES)
 
     def _open(self, level: int, size: int) -> int:
+        bpffs.ensure_mounted()
         self.pin_root.mkdir(parents=True, exist_ok=True)
         opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts), pin_root_path=str(self.pin_root).encode())
         ctypes.set_errno(0)

@@ -56,6 +56,18 @@ def cpu_veth(device_id: int) -> tuple[str, str]:
     return f"dccpu{device_id}", f"dccpu{device_id}h"
 
 
+def remove_leftovers() -> None:
+    """Remove what kernel switches killed before their close() left, for every device id: the CPU-port veths
+    (deleting one end deletes the pair) and everything pinned under PIN_ROOT.  ``make clean`` runs it (through
+    ``python -m softswitch --dataplane ebpf --cleanup``); a live switch loses its CPU port and pins too."""
+    prefix = cpu_veth(0)[0].removesuffix("0")
+    for link in Path("/sys/class/net").iterdir():
+        if link.name.startswith(prefix) and link.name.removeprefix(prefix).isdigit():
+            subprocess.run(["ip", "link", "del", link.name], capture_output=True, check=False)
+    if PIN_ROOT.exists():
+        libbpf.unpin(PIN_ROOT)
+
+
 class EbpfSwitch:
     """One running kernel switch: its program loaded and attached, its P4Runtime server, its digest poller."""
 

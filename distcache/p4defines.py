@@ -131,3 +131,4 @@ class Stat(IntEnum):
     TRANSIT_REROUTED = 15  # transit sent up the slot's other spine: its own was dead
     PROBE_REFLECTED = 16  # a spine answered a leaf's PROBE
     PROBE_SKIPPED = 17  # a leaf's probe not sent: its spine was heard from within probe_skip
+    READ_TORN = 18  # a valid copy, not served: a write began while it was read (DcCache)

@@ -95,7 +95,7 @@ TRANSIT = "DcIngress.forwarding.transit"
 
 # registers
 CACHE_INVAL = "DcIngress.coherence.cache_inval"
-CACHE_INVAL_SEQ = "DcIngress.coherence.cache_inval_seq"
+CACHE_INVAL_SEQ = "cache_inval_seq"
 CACHE_VALID = "cache_valid"
 CACHE_VALUE = "cache_value"
 CACHE_VLEN = "cache_vlen"

@@ -111,6 +111,7 @@ const bit<32> STAT_READ_REROUTED = 14;  /* a client's read whose spine candidate
 const bit<32> STAT_TRANSIT_REROUTED = 15;  /* transit sent up the slot's other spine: its own was dead */
 const bit<32> STAT_PROBE_REFLECTED = 16;  /* a spine answered a leaf's PROBE */
 const bit<32> STAT_PROBE_SKIPPED = 17;  /* a leaf's probe not sent: its spine was heard from within probe_skip */
+const bit<32> STAT_READ_TORN = 18;  /* a valid copy, not served: a write began while it was read (DcCache) */
 
 /* ---- digests (receiver ids of v1model digest()) ---- */
 const bit<32> DIGEST_HOT_KEY = 1;

@@ -21,6 +21,8 @@ control DcIngress(inout headers_t hdr,
     @name(".cache_valid") DC_REGISTER(bit<48>, CACHE_SLOTS) cache_valid;  /* tag (epoch ++ version); 0 = invalid */
     @name(".cache_vlen") DC_REGISTER(bit<16>, CACHE_SLOTS) cache_vlen;
     @name(".cache_value") DC_REGISTER(bit<128>, CACHE_VALUE_CELLS) cache_value;  /* slot * MAX_CHUNKS + chunk */
+    /* the seq of the newest INVALIDATE of the slot's entry: DcCoherence's record, and DcCache's write version */
+    @name(".cache_inval_seq") DC_REGISTER(bit<32>, CACHE_SLOTS) cache_inval_seq;
     /* loads of cache switches carried back in replies (client-rack leaf): written by DcTelemetry, read by
      * DcRouting; indexed by switch id */
     @name(".peer_load") DC_REGISTER(bit<32>, MAX_SWITCHES) peer_load;
@@ -41,8 +43,8 @@ control DcIngress(inout headers_t hdr,
     DcLiveness(DC_LIVENESS_REGS) liveness;
     DcValidation(dc_drops) validation;
     DcProbe(spine_heard, spine_asked, dc_stats) probe;
-    DcCache(cache_valid, cache_vlen, cache_value, dc_stats) cache;
-    DcCoherence(cache_valid, cache_vlen, cache_value, dc_stats) coherence;
+    DcCache(cache_valid, cache_vlen, cache_value, cache_inval_seq, dc_stats) cache;
+    DcCoherence(cache_valid, cache_vlen, cache_value, cache_inval_seq, dc_stats) coherence;
     DcDetector(dc_stats) detector;
     DcTelemetry(peer_load, peer_load_epoch, dc_stats) telemetry;
     DcRouting(peer_load, peer_load_epoch, dc_stats, DC_LIVENESS_REGS) routing;

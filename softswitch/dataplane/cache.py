@@ -4,6 +4,9 @@ The switch the client rack chose (target) may answer, and so may the storage
 leaf a read targeted at a spine reaches (the spine did not answer it).
 cache_meter bounds the reads answered here: a valid hit the meter colours RED is
 counted (HIT_METERED, and READ_MISS) and goes on to the server unchanged.
+The value is read between two reads of the slot's write version (cache_inval_seq), as the P4 does against
+torn values on a target that runs packets on several CPUs; here one thread runs every packet, so the two
+always agree, but the reads are the P4's, in its order.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ ROLE_STORAGE_LEAF = int(Role.STORAGE_LEAF)
 FLAG_CACHED, STATUS_OK = int(Flag.CACHED), int(Status.OK)
 # dc_stats indexes as plain ints: an IntEnum member costs an attribute look-up and slower indexing per packet
 READ_HIT, READ_MISS, HIT_METERED = int(Stat.READ_HIT), int(Stat.READ_MISS), int(Stat.HIT_METERED)
+READ_TORN = int(Stat.READ_TORN)
 
 
 def tag(m: Meta) -> int:
@@ -74,6 +78,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if not (m.op == OP_GET and (target == m.switch_id or spine_missed)):
         return
     regs, stats = state.registers, state.counters[n.DC_STATS]
+    seq_before = regs[n.CACHE_INVAL_SEQ].read(m.slot) if m.cache_hit else 0
     valid = regs[n.CACHE_VALID].read(m.slot) if m.cache_hit else 0
     if not (m.cache_hit and valid != 0 and valid == tag(m)):
         stats.count(READ_MISS, m.packet_length)
@@ -82,17 +87,28 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         stats.count(HIT_METERED, m.packet_length)
         stats.count(READ_MISS, m.packet_length)
         return
-    # ---- hit: the request becomes the reply ----
+    # ---- the value, read between two reads of the write version ----
     vlen = regs[n.CACHE_VLEN].read(m.slot)
     nchunks = ((vlen + 15) >> 4) & 0xFF
     base = m.slot * n.MAX_CHUNKS
     values = regs[n.CACHE_VALUE]
+    h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, n.MAX_CHUNKS))]
+    if regs[n.CACHE_INVAL_SEQ].read(m.slot) != seq_before:  # a write began: on as sent, less any value
+        dc[DC_VLEN], dc[DC_NCHUNKS], h.vals = 0, 0, []
+        _set_lengths(h, 0)
+        stats.count(READ_TORN, m.packet_length)
+        stats.count(READ_MISS, m.packet_length)
+        return
+    # ---- hit: the request becomes the reply ----
     dc[DC_OP], dc[DC_STATUS], dc[DC_FLAGS] = OP_GET_REPLY, STATUS_OK, dc[DC_FLAGS] | FLAG_CACHED
     dc[DC_SERVED_BY], dc[DC_VLEN], dc[DC_NCHUNKS] = m.switch_id, vlen, nchunks
-    h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, n.MAX_CHUNKS))]
-    h.udp[UDP_LENGTH] = (UDP_LEN + HEADER_LEN + (nchunks << 4)) & 0xFFFF
-    h.ipv4[IP_TOTAL_LEN] = (IPV4_LEN + h.udp[UDP_LENGTH]) & 0xFFFF
+    _set_lengths(h, nchunks)
     dc_reflect(h)
     m.served = True
     state.counters[n.CACHE_HITS].count(m.slot, m.packet_length)
     stats.count(READ_HIT, m.packet_length)
+
+
+def _set_lengths(h: Headers, nchunks: int) -> None:
+    h.udp[UDP_LENGTH] = (UDP_LEN + HEADER_LEN + (nchunks << 4)) & 0xFFFF
+    h.ipv4[IP_TOTAL_LEN] = (IPV4_LEN + h.udp[UDP_LENGTH]) & 0xFFFF

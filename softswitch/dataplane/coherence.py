@@ -28,7 +28,7 @@ from softswitch.dataplane.header import (
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
-REGISTERS = (Register(n.CACHE_INVAL, 49, n.CACHE_SLOTS), Register(n.CACHE_INVAL_SEQ, 32, n.CACHE_SLOTS))
+REGISTERS = (Register(n.CACHE_INVAL, 49, n.CACHE_SLOTS),)  # cache_inval_seq is shared with DcCache (shared.py)
 
 OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
 FLAG_POPULATE = int(Flag.POPULATE)

@@ -9,6 +9,7 @@ REGISTERS = (
     Register(n.CACHE_VALID, 48, n.CACHE_SLOTS),  # tag (epoch ++ version): read by DcCache, written by DcCoherence
     Register(n.CACHE_VLEN, 16, n.CACHE_SLOTS),
     Register(n.CACHE_VALUE, 128, n.CACHE_SLOTS * n.MAX_CHUNKS),
+    Register(n.CACHE_INVAL_SEQ, 32, n.CACHE_SLOTS),  # DcCoherence's record, DcCache's write version
     Register(n.PEER_LOAD, 32, n.MAX_SWITCHES),  # written by DcTelemetry, read by DcRouting
     Register(n.PEER_LOAD_EPOCH, 32, n.MAX_SWITCHES),
 )

@@ -224,15 +224,35 @@ class BpfObject:
     def test_run(self, section: str, data: bytes) -> int:
         """Run one program once on ``data`` (BPF_PROG_TEST_RUN) and return its return code: how p4c-ebpf's
         map initializer (default actions, the CRC32 table) is meant to be run once after the load."""
-        buf = ctypes.create_string_buffer(data, len(data))
-        opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), data_in=ctypes.addressof(buf), data_size_in=len(data))
-        _check(lib().bpf_prog_test_run_opts(self.programs[section].fd, ctypes.byref(opts)), f"test run of {section}")
-        return int(opts.retval)
+        return run_once(self.programs[section].fd, data)[0]
 
     def close(self) -> None:
         if self._obj:
             lib().bpf_object__close(self._obj)
             self._obj = 0
+
+
+SKB_IFINDEX_END = 44  # struct __sk_buff up to its ifindex (offset 40): what run_once hands the kernel
+
+
+def run_once(prog_fd: int, data: bytes, *, ifindex: int = 0, out_size: int = 0) -> tuple[int, bytes]:
+    """Run a program once on ``data`` (BPF_PROG_TEST_RUN, on this thread's CPU): its return code and, with
+    ``out_size``, the packet as it left (at most that many bytes).  ``ifindex`` (a TC program's): the
+    interface the packet came in by, in this process's network namespace (0: loopback)."""
+    buf = ctypes.create_string_buffer(data, len(data))
+    out = ctypes.create_string_buffer(out_size) if out_size else None
+    ctx = ctypes.create_string_buffer(bytes(SKB_IFINDEX_END - 4) + ifindex.to_bytes(4, "little")) if ifindex else None
+    opts = _TestRunOpts(
+        sz=ctypes.sizeof(_TestRunOpts),
+        data_in=ctypes.addressof(buf),
+        data_size_in=len(data),
+        data_out=ctypes.addressof(out) if out is not None else None,
+        data_size_out=out_size,
+        ctx_in=ctypes.addressof(ctx) if ctx is not None else None,
+        ctx_size_in=SKB_IFINDEX_END if ctx is not None else 0,
+    )
+    _check(lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts)), "BPF_PROG_TEST_RUN")
+    return int(opts.retval), out.raw[: opts.data_size_out] if out is not None else b""
 
 
 def map_get(path: Path) -> int:

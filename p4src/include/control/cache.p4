@@ -12,6 +12,15 @@
  * rack cache would; any other switch forwards the read.  cache_meter bounds the reads answered here (the
  * topology's switch_rate, as the paper's testbed rate-limited its cache
  * switches): a read it colours red goes on to the server as a miss.
+ *
+ * No torn value (a target that runs packets on several CPUs at once, eBPF: the registers have no @atomic).
+ * A write is INVALIDATE (cache_valid := 0, then cache_inval_seq := its seq) and then UPDATE (vlen and
+ * chunks, then cache_valid := tag), a seqlock's writer.  A hit reads cache_inval_seq, then cache_valid,
+ * then the value, then cache_inval_seq again, and answers only if the two seqs are equal.  A chunk a new
+ * write wrote means its INVALIDATE moved the seq before: either after the first read (the seqs differ), or
+ * before it -- then the valid tag read after it is the new UPDATE's, written after its last chunk, so the
+ * whole value is the new one.  A torn read goes on to the server as a miss.  (The stores and loads keep their
+ * program order on x86-64; each register access is a helper call the compiler does not move across.)
  */
 #ifndef DC_CACHE_P4
 #define DC_CACHE_P4
@@ -20,7 +29,8 @@ control DcCache(inout headers_t hdr,
                 inout metadata_t meta,
                 inout dc_io_t io)
                (DC_REGISTER_T(bit<48>) cache_valid, DC_REGISTER_T(bit<16>) cache_vlen,
-                DC_REGISTER_T(bit<128>) cache_value, DC_COUNTER_T dc_stats) {
+                DC_REGISTER_T(bit<128>) cache_value, DC_REGISTER_T(bit<32>) cache_inval_seq,
+                DC_COUNTER_T dc_stats) {
 
     DC_COUNTER(CACHE_SLOTS) cache_hits;  /* per slot: the agent evicts the least hit */
     DC_METER(1) cache_meter;  /* reads answered from cache; unconfigured: no limit */
@@ -59,7 +69,9 @@ control DcCache(inout headers_t hdr,
         bool spine_missed = meta.role == ROLE_STORAGE_LEAF && hdr.dc.target != 0 && hdr.dc.target <= MAX_SPINE_ID;
         if (meta.op == OP_GET && (hdr.dc.target == meta.switch_id || spine_missed)) {
             bit<48> valid = 0;
+            bit<32> seq_before = 0;
             if (meta.cache_hit == 1) {
+                DC_READ(cache_inval_seq, seq_before, (bit<32>)meta.slot);
                 DC_READ(cache_valid, valid, (bit<32>)meta.slot);
             }
             bool red = false;
@@ -69,16 +81,13 @@ control DcCache(inout headers_t hdr,
                     dc_stats.count(STAT_HIT_METERED);
                 }
             }
+            bit<32> seq_after = 0;
             if (meta.cache_hit == 1 && valid != 0 && valid == tag && !red) {
-                /* ---- hit: the request becomes the reply ---- */
+                /* ---- the value, read between two reads of the write version ---- */
                 bit<16> vlen;
                 DC_READ(cache_vlen, vlen, (bit<32>)meta.slot);
                 bit<8> n = (bit<8>)((vlen + 15) >> 4);
                 bit<32> base = (bit<32>)meta.slot * MAX_CHUNKS;
-                hdr.dc.op = OP_GET_REPLY;
-                hdr.dc.status = STATUS_OK;
-                hdr.dc.flags = hdr.dc.flags | FLAG_CACHED;
-                hdr.dc.served_by = meta.switch_id;
                 hdr.dc.vlen = vlen;
                 hdr.dc.nchunks = n;
                 hdr.vals[0].setInvalid(); hdr.vals[1].setInvalid();
@@ -93,13 +102,32 @@ control DcCache(inout headers_t hdr,
                 if (n > 5) { hdr.vals[5].setValid(); DC_READ(cache_value, hdr.vals[5].chunk, base + 5); }
                 if (n > 6) { hdr.vals[6].setValid(); DC_READ(cache_value, hdr.vals[6].chunk, base + 6); }
                 if (n > 7) { hdr.vals[7].setValid(); DC_READ(cache_value, hdr.vals[7].chunk, base + 7); }
+                DC_READ(cache_inval_seq, seq_after, (bit<32>)meta.slot);
+                if (seq_after != seq_before) {
+                    /* a write began: no value, the read goes on as the client sent it, less any value it carried */
+                    hdr.dc.vlen = 0;
+                    hdr.dc.nchunks = 0;
+                    hdr.vals[0].setInvalid(); hdr.vals[1].setInvalid();
+                    hdr.vals[2].setInvalid(); hdr.vals[3].setInvalid();
+                    hdr.vals[4].setInvalid(); hdr.vals[5].setInvalid();
+                    hdr.vals[6].setInvalid(); hdr.vals[7].setInvalid();
+                    n = 0;
+                    dc_stats.count(STAT_READ_TORN);
+                } else {
+                    /* ---- hit: the request becomes the reply ---- */
+                    hdr.dc.op = OP_GET_REPLY;
+                    hdr.dc.status = STATUS_OK;
+                    hdr.dc.flags = hdr.dc.flags | FLAG_CACHED;
+                    hdr.dc.served_by = meta.switch_id;
+                    dc_reflect(hdr.ipv4, hdr.udp);
+                    meta.served = 1;
+                    cache_hits.count((bit<32>)meta.slot);
+                    dc_stats.count(STAT_READ_HIT);
+                }
                 hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
                 hdr.ipv4.totalLen = 20 + hdr.udp.length;
-                dc_reflect(hdr.ipv4, hdr.udp);
-                meta.served = 1;
-                cache_hits.count((bit<32>)meta.slot);
-                dc_stats.count(STAT_READ_HIT);
-            } else {
+            }
+            if (meta.served == 0) {
                 dc_stats.count(STAT_READ_MISS);
             }
         }

@@ -4,7 +4,9 @@
  * An entry's tag is cache_epoch ++ version (DcCache).  cache_inval[slot] and
  * cache_inval_seq[slot] record the newest INVALIDATE the slot's entry has seen
  * as {tag, armed} and {seq}: two registers, since p4c-ebpf computes on no field
- * wider than 64 bits (the record is 81); one packet writes both.
+ * wider than 64 bits (the record is 81); one packet writes both.  The seq is
+ * also DcCache's write version (pipeline.p4 shares it): an INVALIDATE clears
+ * cache_valid, then moves the seq, before its UPDATE writes a byte of value.
  * An UPDATE writes the value and makes the entry valid only if the record is
  * armed and the UPDATE follows that very INVALIDATE: same entry (tag) and same
  * write (seq).  An INVALIDATE always clears the entry (clearing is always
@@ -32,10 +34,10 @@ control DcCoherence(inout headers_t hdr,
                     inout metadata_t meta,
                     inout dc_io_t io)
                    (DC_REGISTER_T(bit<48>) cache_valid, DC_REGISTER_T(bit<16>) cache_vlen,
-                    DC_REGISTER_T(bit<128>) cache_value, DC_COUNTER_T dc_stats) {
+                    DC_REGISTER_T(bit<128>) cache_value, DC_REGISTER_T(bit<32>) cache_inval_seq,
+                    DC_COUNTER_T dc_stats) {
 
-    DC_REGISTER(bit<49>, CACHE_SLOTS) cache_inval;      /* tag ++ armed of the newest INVALIDATE of the entry */
-    DC_REGISTER(bit<32>, CACHE_SLOTS) cache_inval_seq;  /* and its seq */
+    DC_REGISTER(bit<49>, CACHE_SLOTS) cache_inval;  /* tag ++ armed of the newest INVALIDATE of the entry */
 
     apply {
         bit<8> op = meta.op;

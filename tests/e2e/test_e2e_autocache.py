@@ -19,7 +19,6 @@ reach (writes make copies invalid for a moment; unbalanced partitions cost a lit
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import pytest
 from dcnet.deploy import Deployment
 
 from distcache.cluster import Cluster
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,9 +41,7 @@ CLUSTER = Cluster(
 )
 CLIENT = CLUSTER.client(0, 0)
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 def zipf_mass(top: int, n: int, theta: float = 0.99) -> float:

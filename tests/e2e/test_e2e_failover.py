@@ -40,6 +40,7 @@ from distcache.partition import spine_buckets
 from distcache.rpc.shim import ShimLink
 from harness.processes import SwitchProcesses
 from p4rt.probes import DP_PROBE_INTERVAL, probe_interfaces, read_probe_counts
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,9 +53,7 @@ CLIENT = CLUSTER.client(0, 0)
 SP0, SP1 = CLUSTER.spine(0), CLUSTER.spine(1)
 ORIGINAL = spine_buckets([SP0.switch_id, SP1.switch_id])
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 def ctl(dep: Deployment, *argv: str) -> str:

@@ -12,12 +12,12 @@ breaks is the shims', the same on every target).
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from dcnet.fault_schedule import PROCESS_KINDS
 from dcnet.matrix_cell import run_cell
 from dcnet.matrix_result import LINCHECK
+
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,9 +25,7 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -19,7 +19,6 @@ it was.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import subprocess
 import time
@@ -33,6 +32,7 @@ from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, encode
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -48,9 +48,7 @@ N_PINGS = 5  # echo requests to the client's gateway
 N_SHORT_TTL = 50  # UDP to the real server with TTL 2: it runs out at the spine
 SEND_RATE = 300  # datagrams per second at most: well within what BMv2 forwards here
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 @pytest.fixture(scope="module", params=TARGETS)

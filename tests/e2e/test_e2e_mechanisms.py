@@ -22,7 +22,6 @@ the agents' cache contents:
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,9 +51,7 @@ CL0 = CLUSTER.client_leaf(0).name
 BUCKETS = spine_buckets([SP0.switch_id, SP1.switch_id])
 WORKLOAD = {"keys": KEYS, "zipf": 0.99, "read_ratio": 0.95, "value_size": 32, "concurrency": 8, "load_keys": KEYS}
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 class Run:

@@ -23,7 +23,6 @@ import ipaddress
 import itertools
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -37,14 +36,13 @@ from dcnet.prometheus import Prometheus, free_port
 from distcache.cluster import DATA_NETS, Cluster
 from distcache.rpc.shim import ShimLink
 from distcache.wire import DC_PORT
+from tests.e2e.targets import targets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "tools" / "grafana" / "distcache-dashboard.json"
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 WINDOW = 10.0  # seconds of load over which the rates are compared
 # how far apart the two may be: a scrape is stamped when it starts, and the exporter then reads every switch's
 # counters over P4Runtime -- up to ~0.2 s on BMv2 under load, at each end of the window (5.04 % seen on BMv2)

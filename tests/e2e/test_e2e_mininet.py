@@ -7,7 +7,6 @@ reply's cache mark and by redis-server's GET count not moving.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.p4names import DropReason, Stat
 from distcache.rpc.shim import ShimLink
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -30,9 +30,7 @@ SERVER, CLIENT = CLUSTER.server(0, 0), CLUSTER.client(0, 0)
 CACHES = {CLUSTER.spine(0).switch_id, CLUSTER.storage_leaf(0).switch_id}
 
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 @pytest.fixture(scope="module", params=TARGETS)

@@ -3,21 +3,18 @@ h0 maps to it — which proves the client-rack switch's P4 hash agrees with dist
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from dcnet.deploy import Deployment
 
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
+from tests.e2e.targets import targets
 
 pytestmark = [
     pytest.mark.timeout(240),
 ]
 
-TARGETS = ["softswitch"]
-if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-    TARGETS.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
+TARGETS = targets()
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -104,6 +104,11 @@ class EbpfSwitch:
         subprocess.run(["ip", "link", "del", cpu], capture_output=True, check=False)  # a killed run's
         _run(["ip", "link", "add", cpu, "type", "veth", "peer", "name", cpu_host])
         for dev in (cpu, cpu_host):
+            # no IPv6 on the pair: the kernel's own router solicitations and MLD reports would enter the program
+            # by the CPU port and count as NOT_IPV4 drops all run long
+            ipv6 = Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6")
+            if ipv6.exists():
+                ipv6.write_text("1")
             _run(["ip", "link", "set", dev, "up"])
         ifindex[CPU_PORT] = socket.if_nametoindex(cpu)
         defines = {"DC_CPU_IFINDEX": ifindex[CPU_PORT], "DC_PROBE_IFINDEX": ifindex.get(PROBE_PORT, 0)}

@@ -1,6 +1,6 @@
 """One side of the torn-read test (test_ebpf_torn_reads.py), as a process of its own on one CPU.
 
-    python -m tests.p4runtime.ebpf_torn_worker reader|writer PROG IFINDEX CPU SECONDS FRAMES.json
+    python -m tests.p4runtime.ebpf_torn_worker reader|writer PROG IFINDEX CPU SECONDS SPEC.json
 
 Runs the pinned ingress program PROG with BPF_PROG_TEST_RUN on frames that came in by IFINDEX (this process
 is started inside the test's namespace), on CPU, for SECONDS.  A writer sends write after write of KEY, each
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from distcache.wire import MAX_CACHEABLE, Flag, Message, Op, decode, encode, populate_invalidate
+from softswitch.dataplane.parser import csum16
 from softswitch.ebpf import libbpf
 
 ETH_IP_UDP = 14 + 20 + 8
@@ -34,10 +35,7 @@ def frame(head: bytes, msg: Message) -> bytes:
     ip_len, udp_len = 20 + 8 + len(payload), 8 + len(payload)
     ip = bytearray(head[14:34])
     ip[2:4], ip[10:12] = ip_len.to_bytes(2, "big"), b"\0\0"
-    s = sum(int.from_bytes(ip[i : i + 2], "big") for i in range(0, 20, 2))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    ip[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
+    ip[10:12] = csum16(bytes(ip)).to_bytes(2, "big")
     udp = head[34:38] + udp_len.to_bytes(2, "big") + b"\0\0"
     return head[:14] + bytes(ip) + udp + payload
 

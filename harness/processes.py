@@ -24,7 +24,6 @@ start time, same command line, and the leader of its own process group.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -36,24 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:  # looked up now: a preexec_fn should not dlopen anything between fork and exec
-    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not glibc Linux: cleanup relies on the parent's own finally
-    _prctl = None
-
-
-def die_with_parent() -> None:
-    """preexec_fn: the kernel sends the child SIGTERM when the process that started it dies, even of SIGKILL
-    (PR_SET_PDEATHSIG), so a benchmark or test killed mid-run leaves no switch, shim or redis behind."""
-    if _prctl is not None:
-        _prctl(1, signal.SIGTERM)
-
 
 def tied_argv(argv: list[str]) -> list[str]:
-    """``argv`` run so that it gets SIGTERM when the process starting it dies (util-linux's setpriv sets
-    PR_SET_PDEATHSIG, which survives the exec).  Unlike ``preexec_fn=die_with_parent`` it runs no Python
-    between fork and exec, which a process with gRPC threads cannot afford (the child hung there, its
-    output ending in "epoll_wait error: Bad file descriptor")."""
+    """``argv`` run so that it gets SIGTERM when the process starting it dies, even of SIGKILL (util-linux's
+    setpriv sets PR_SET_PDEATHSIG, which survives the exec), so a benchmark or test killed mid-run leaves no
+    switch, shim or redis behind.  Unlike a ``preexec_fn`` calling prctl it runs no Python between fork and
+    exec, which a process with gRPC threads cannot afford (the child hung there, its output ending in
+    "epoll_wait error: Bad file descriptor")."""
     return ["setpriv", "--pdeathsig", "TERM", "--", *argv]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distcache import p4names
-from harness.processes import die_with_parent, stop_group
+from harness.processes import stop_group, tied_argv
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("softswitch", "bmv2", "ebpf")  # ebpf: softswitch's server over the PSA build in the kernel
@@ -175,14 +175,13 @@ class SwitchProcess:
         """Start the process (``env``: default :func:`source_env`); returns at once, see :meth:`wait_ready`."""
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen(
-                self.argv(),
+                tied_argv(self.argv()),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=dict(env) if env is not None else source_env(),
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=die_with_parent,
             )
         return self.proc
 
@@ -205,7 +204,7 @@ class SwitchProcess:
         if self.netns:
             probe = [*in_netns(self.netns, self.spec.target), *probe]
         t0 = time.monotonic()
-        poller = subprocess.Popen(probe, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        poller = subprocess.Popen(tied_argv(probe), stdin=subprocess.DEVNULL)
         try:
             while True:
                 rc = poller.poll()

@@ -4,6 +4,7 @@ build/model/), it runs, and its output is read back as a :class:`Result`."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -56,7 +57,9 @@ def tool(name: str) -> str:
 
 
 def build(cfg: Config, threads: int, opt: str = "-O3") -> Path:
-    """Generate and compile the verifier; cached by content, so a re-run skips both steps."""
+    """Generate and compile the verifier; cached by content, so a re-run skips both steps.  Two processes may
+    build the same one at once (make test builds ahead in the background): each writes its own files and
+    the finished executable is renamed into place."""
     text = render(cfg)
     flags = [
         "--deadlock-detection",
@@ -74,19 +77,32 @@ def build(cfg: Config, threads: int, opt: str = "-O3") -> Path:
     exe = CACHE / f"{cfg.name}-{digest}"
     if exe.exists():
         return exe
-    src, csrc = exe.with_suffix(".m"), exe.with_suffix(".c")
-    src.write_text(text)
-    r = subprocess.run(
-        [tool("rumur"), "--quiet", *flags, "--output", str(csrc), str(src)], capture_output=True, text=True
+    mine = CACHE / f"{exe.name}.{os.getpid()}"
+    src, csrc, tmp = (
+        mine.with_name(mine.name + ".m"),
+        mine.with_name(mine.name + ".c"),
+        mine.with_name(mine.name + ".tmp"),
     )
-    if r.returncode != 0:
-        raise SystemExit(f"model/run.py: rumur rejected {cfg.name}:\n{r.stderr.strip()}")
-    tmp = exe.with_suffix(".tmp")
-    r = subprocess.run([tool("cc"), *cflags, "-o", str(tmp), str(csrc), "-lpthread"], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"model/run.py: cc failed on {csrc}:\n{r.stderr.strip()[:2000]}")
-    tmp.rename(exe)
-    csrc.unlink()
+    try:
+        src.write_text(text)
+        r = subprocess.run(
+            [tool("rumur"), "--quiet", *flags, "--output", str(csrc), str(src)], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            raise SystemExit(f"model/run.py: rumur rejected {cfg.name}:\n{r.stderr.strip()}")
+        r = subprocess.run(
+            [tool("cc"), *cflags, "-o", str(tmp), str(csrc), "-lpthread"], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            raise SystemExit(f"model/run.py: cc failed on {csrc}:\n{r.stderr.strip()[:2000]}")
+        tmp.rename(exe)
+    finally:
+        for f in (csrc, tmp):
+            f.unlink(missing_ok=True)
+        if exe.exists():
+            src.replace(exe.with_suffix(".m"))  # kept beside it: the model text the verifier checks
+        else:
+            src.unlink(missing_ok=True)
     return exe
 
 

@@ -3,24 +3,42 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.processes import stop_group, tied_argv
 from harness.redis import redis_argv, wait_for_redis
 from tests.ptf import suites
 
-PTF, UNIT = "tests/ptf/", "tests/unit/"
+PTF, UNIT, MODEL = "tests/ptf/", "tests/unit/", "tests/unit/test_model.py"
 
 
 @pytest.hookimpl(trylast=True)  # after the folders' hooks marked their items and -m/-k deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PTF suites' checks go last; their runs start in the background when the unit tests begin (or with
-    the first check) and mostly wait, side by side, while the unit tests run (tests/ptf/suites.py)."""
-    items[:] = [i for i in items if not i.nodeid.startswith(PTF)] + [i for i in items if i.nodeid.startswith(PTF)]
+    """The model's checks, then the PTF suites' go last.  The PTF runs start in the background when the unit
+    tests begin (or with the first check) and mostly wait, side by side, while the unit tests run
+    (tests/ptf/suites.py); the model's verifiers are compiled in the background from the start, at idle
+    priority, in the CPU the Mininet scenarios leave idle (test_model.build_ahead)."""
+    ptf = [i for i in items if i.nodeid.startswith(PTF)]
+    model = [i for i in items if i.nodeid.startswith(MODEL)]
+    items[:] = [i for i in items if not i.nodeid.startswith((PTF, MODEL))] + model + ptf
     config.stash[PTF_TARGETS] = suites.selected_targets(items)
+    if model and len(items) > len(model) and shutil.which("rumur") and shutil.which("cc"):
+        _BUILDING.append(
+            subprocess.Popen(
+                tied_argv(["chrt", "--idle", "0", sys.executable, "-c", _BUILD_AHEAD]),
+                cwd=Path(__file__).resolve().parent.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -36,6 +54,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_sessionfinish() -> None:
     suites.stop_all()
+    for proc in _BUILDING:
+        stop_group(proc, grace=1)
+
+
+_BUILD_AHEAD = "from tests.unit.test_model import build_ahead; build_ahead()"
+_BUILDING: list[subprocess.Popen] = []
 
 
 PTF_TARGETS = pytest.StashKey[list[str]]()

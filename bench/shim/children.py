@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from bench.shim.config import CTX
-from harness.processes import die_with_parent
+from harness.processes import tied_argv
 
 
 def quiet_child() -> None:
@@ -26,7 +26,7 @@ class Processes:
         self.items: list[tuple[str, subprocess.Popen | BaseProcess]] = []
 
     def popen(self, name: str, argv: Sequence[str], **kw: object) -> subprocess.Popen:
-        proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=die_with_parent, **kw)
+        proc = subprocess.Popen(tied_argv(list(argv)), start_new_session=True, **kw)
         self.items.append((name, proc))
         return proc
 

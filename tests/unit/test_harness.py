@@ -89,10 +89,10 @@ def _child_of_killed_parent(tmp_path: Path, spawn: str) -> bool:
 
 
 def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
-    """die_with_parent: killing the parent takes the child with it."""
+    """tied_argv: killing the parent takes the child with it."""
     spawn = (
-        "from harness.processes import die_with_parent\n"
-        "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
+        "from harness.processes import tied_argv\n"
+        "p = subprocess.Popen(tied_argv(['sleep', '60']))\n"
         "open(pidfile, 'w').write(str(p.pid))"
     )
     assert not _child_of_killed_parent(tmp_path, spawn), "the child outlived its parent"

@@ -4,13 +4,14 @@ The protocol must hold in a small configuration (every reachable state, with the
 configuration), and each seeded bug must give a counterexample that breaks the invariant the bug
 is about: a model that never fails proves nothing.  ``make verify`` checks the larger
 configurations (model/run.py --suite verify).  The verifiers are built with -O1 or -O0 (quicker to
-compile; _check) and cached under build/model/.
+compile; _opt) and cached under build/model/; make test builds them ahead in the background (build_ahead).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -26,11 +27,30 @@ TEST_CONFIGS = {c.name: c for c in suites.suite("test")}
 FINDINGS = {c.name: c for c in suites.suite("findings")}
 
 
-def _check(cfg: config.Config) -> verifier.Result:
+def _opt(cfg: config.Config) -> str:
     """-O1 for a configuration that must hold (up to a quarter of a million states, all searched); -O0 for one
     that must break: its search stops at the first counterexample, within a second, and -O0 builds in ~10 s
     where -O1 took ~16."""
-    return verifier.check(cfg, threads=1, timeout=240, opt="-O1" if cfg.expect == "ok" else "-O0")
+    return "-O1" if cfg.expect == "ok" else "-O0"
+
+
+def _check(cfg: config.Config) -> verifier.Result:
+    return verifier.check(cfg, threads=1, timeout=240, opt=_opt(cfg))
+
+
+def checked() -> list[config.Config]:
+    """Every configuration this module checks (the bug configurations with and without their bug)."""
+    cfgs = [*TEST_CONFIGS.values(), FINDINGS["spec-populate-slot"]]
+    return cfgs + [config.without_bug(c) for c in cfgs if c.expect != "ok"]
+
+
+def build_ahead(workers: int = 2) -> None:
+    """Build every verifier this module runs, ``workers`` at a time.  make test starts this in the background
+    at idle priority when the session begins (tests/conftest.py) and runs this module last: the ~4 minutes of
+    compiling fill the CPU the Mininet scenarios leave idle, and each test finds its verifier built (or builds
+    it itself, if the background has not got to it yet)."""
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda c: verifier.build(c, 1, _opt(c)), checked()))
 
 
 def _covers(cfg: config.Config) -> set[str]:

@@ -18,6 +18,7 @@ from controller.state import Failure
 from controller.warmup import warm_keys
 from distcache.cluster import Mechanism, Role, Switch, is_cache_switch
 from distcache.hashing import h0
+from distcache.partition import spine_buckets
 from harness.processes import SwitchProcessError
 from p4rt.client import P4RuntimeError
 
@@ -78,7 +79,9 @@ class Failover(Monitor, Configuration):
             )
         return []
 
-    def _warm_new_owners(self, epoch: int, buckets: list[int], live: set[int], failed: list[str]) -> None:
+    def _warm_new_owners(
+        self, epoch: int, buckets: list[int], live: set[int], failed: list[str], when: str = "ahead of their reads"
+    ) -> None:
         """Cache at each spine that took over buckets the hottest keys the failed spines held in them
         (:mod:`controller.warmup`), off the lock: agents answer on their own deadlines, and each insert
         is an ordinary one (its populate goes through the key's shim).  Stops when the partition moves
@@ -117,10 +120,11 @@ class Failover(Monitor, Configuration):
             jobs = [self._pool.submit(cache, k) for k in todo]  # a few at once: each waits for its populate
             done = sum(f.result() for f in jobs)
             log.info(
-                "%s: %d of %d hot keys of its new buckets cached ahead of their reads in %.0f ms",
+                "%s: %d of %d hot keys of its new buckets cached %s in %.0f ms",
                 name,
                 done,
                 len(todo),
+                when,
                 1000 * (time.monotonic() - t),
             )
 
@@ -152,6 +156,19 @@ class Failover(Monitor, Configuration):
                 )
             self._save()
 
+    def _check_fail(self, sw: Switch) -> None:
+        """ControllerError if ``sw`` cannot be failed now."""
+        if sw.name in self.state.failed:
+            raise ControllerError(
+                f"{sw.name} is already failed ({self.state.failed[sw.name].reason}); "
+                f"use `distcache-ctl recover {sw.name}`"
+            )
+        if sw.role == Role.SPINE and self.live_spines() == {sw.switch_id}:
+            raise ControllerError(
+                f"{sw.name} is the last spine in service: without it no rack reaches another; "
+                "recover another spine first"
+            )
+
     def fail(self, name: str, keep_running: bool = False) -> tuple[str, int, float]:
         """Operator: take ``name`` out of service, and stop its process if the deployment lets the
         controller do so and ``keep_running`` is not asked for (a drain: the switch stays up, serves
@@ -164,15 +181,19 @@ class Failover(Monitor, Configuration):
         sw = self._switch(name)
         t = time.monotonic()
         with self.lock:
-            if name in self.state.failed:
-                raise ControllerError(
-                    f"{name} is already failed ({self.state.failed[name].reason}); use `distcache-ctl recover {name}`"
-                )
-            if sw.role == Role.SPINE and self.live_spines() == {sw.switch_id}:
-                raise ControllerError(
-                    f"{name} is the last spine in service: without it no rack reaches another; "
-                    "recover another spine first"
-                )
+            self._check_fail(sw)
+            ahead = None
+            if sw.role == Role.SPINE and self.cluster.mechanism in WARMED:
+                live = self.live_spines() - {sw.switch_id}
+                ahead = (self.state.epoch, spine_buckets(self.spine_ids(), live), live, [*self.state.failed, name])
+        if ahead is not None:
+            # a drain: the spine still serves its buckets, so their hot keys are cached at the new owners before
+            # the routes move (off the lock; inserting any key at any time is coherent, see warmup.py), and
+            # their reads meet a warm cache instead of the storage servers
+            self._warm_new_owners(*ahead, when="before its buckets move")
+        with self.lock:
+            self._check_fail(sw)
+            t_failover = time.monotonic()
             stopped = self.procs is not None and name in self.procs and not keep_running
             self.state.failed[name] = Failure(
                 admin=True, since=time.time(), reason="failed by the operator", stopped=stopped
@@ -182,7 +203,7 @@ class Failover(Monitor, Configuration):
             if sw.role == Role.SPINE:
                 moved, waiting = self._failover()
                 self.state.failovers += 1
-                self.state.last_failover_s = time.monotonic() - t
+                self.state.last_failover_s = time.monotonic() - t_failover
                 self.instruments.failover_seconds.observe(self.state.last_failover_s)
             if stopped:
                 assert self.procs is not None

@@ -66,6 +66,34 @@ def _run(step: str, cmd: list[str]) -> None:
         raise BuildError(f"{step} failed (exit {done.returncode}): {' '.join(cmd)}\n{tail}")
 
 
+# p4c-ebpf's TC program puts back the EtherType its XDP helper kept in XDP metadata wherever it finds metadata
+_RESTORE = (
+    "        struct internal_metadata *md = (struct internal_metadata *)(unsigned long)skb->data_meta;\n"
+    "        if ((void *) ((struct internal_metadata *) md + 1) <= (void *)(long)skb->data) {\n"
+)
+
+
+def _restore_ether_type_only_where_xdp_ran(c_file: Path, defines: Mapping[str, int]) -> None:
+    """Make the TC program put back a kept EtherType only for a frame that came in by the CPU or probe port,
+    the two interfaces the switch gives the XDP helper (softswitch/ebpf/switch.py).
+
+    Why: the kernel keeps an skb's XDP metadata when a TC program redirects it, and a veth hands the same skb
+    to its peer, where generic XDP does not run again (the skb is marked redirected).  So a probe that came
+    in by a leaf's probe port reached the spine still carrying the leaf's metadata, the spine's TC program
+    "restored" an EtherType from it that was not the frame's, and dropped ~60% of the probes as NOT_IPV4
+    (docs/ebpf.md).  A frame that came in by any other port never had its EtherType changed: nothing to put
+    back.  The one change made to p4c-ebpf's output; the build fails if its code no longer reads so."""
+    text = c_file.read_text()
+    if text.count(_RESTORE) != 1:
+        raise BuildError(
+            f"{c_file}: p4c-ebpf's EtherType restore is not the code softswitch/ebpf/build.py expects "
+            "(another p4c version?); the kernel target needs it restricted to the CPU and probe ports"
+        )
+    ports = " || ".join(f"skb->ifindex == {int(defines.get(k, 0))}" for k in ("DC_CPU_IFINDEX", "DC_PROBE_IFINDEX"))
+    restricted = _RESTORE.replace("        if (", f"        if (({ports}) && ", 1)
+    c_file.write_text(text.replace(_RESTORE, restricted))
+
+
 def build(out_dir: Path, source: Path = P4_PSA, defines: Mapping[str, int] | None = None) -> BpfBuild:
     """Compile ``source`` (the PSA top) into ``out_dir``, with ``defines`` given to the P4 preprocessor
     (``DC_CPU_IFINDEX``: the interface packet-outs come in by); return the files written."""
@@ -79,6 +107,7 @@ def build(out_dir: Path, source: Path = P4_PSA, defines: Mapping[str, int] | Non
         [P4C_EBPF, "--arch", "psa", "--target", "kernel", "-o", str(c_file), "--p4runtime-files", str(p4info),
          *(f"-D{k}={v}" for k, v in sorted((defines or {}).items())), str(source)],
     )  # fmt: skip
+    _restore_ether_type_only_where_xdp_ran(c_file, defines or {})
     includes = [
         f"-I{rt}",
         f"-I{rt / 'contrib' / 'libbpf' / 'include' / 'uapi'}",

@@ -118,6 +118,7 @@ class EbpfSwitch:
         if self._obj.test_run(INITIALIZER, bytes(128)) != 0:
             raise SwitchError("the program's map initializer failed")
         pinned = self._obj.pin_programs(self.pin_root / "progs")
+        xdp_ports = {cpu, *([self.ports[PROBE_PORT]] if PROBE_PORT in self.ports else [])}
         for dev in [*self.ports.values(), cpu]:
             # a killed run's program may still be on the port (the kernel runs it without its process): off
             _detach(dev)
@@ -125,10 +126,13 @@ class EbpfSwitch:
             self._attached.append(dev)
             _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",
                   str(pinned[TC_INGRESS])])  # fmt: skip
-            # p4c-ebpf's XDP helper, before TC: a frame whose EtherType is not IP (a packet-out starts with its
-            # packet_out header) gets IPv4's, the real one kept in XDP metadata for the TC program to put
-            # back -- the kernel resizes a packet (bpf_skb_adjust_room, the deparser) only if it is IP
-            _run(["ip", "link", "set", "dev", dev, "xdpgeneric", "pinned", str(pinned[XDP_HELPER])])
+            if dev in xdp_ports:
+                # p4c-ebpf's XDP helper, before TC: a frame whose EtherType is not IP (a packet-out starts with
+                # its packet_out header) gets IPv4's, the real one kept in XDP metadata for the TC program to
+                # put back -- the kernel resizes a packet (bpf_skb_adjust_room, the deparser) only if it is
+                # IP.  Only where packet-outs come in: the TC program puts an EtherType back only there
+                # (build.py says why), so on any other port the helper would leave a frame mislabelled
+                _run(["ip", "link", "set", "dev", dev, "xdpgeneric", "pinned", str(pinned[XDP_HELPER])])
         layouts = layout.load(out.object_file)
         self._state = EbpfState(PROGRAM, layouts, self.pin_root, Ports(ifindex))
         self.server = P4RuntimeServer(self._state, self.device_id, self.grpc_addr)

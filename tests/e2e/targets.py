@@ -21,7 +21,8 @@ KNOWN = ("softswitch", "bmv2", "ebpf")
 DEFAULT = "softswitch,bmv2"
 
 
-def _ebpf_missing() -> list[str]:
+def ebpf_missing() -> list[str]:
+    """What the kernel target lacks here (tools, root); empty: its scenarios can run."""
     from softswitch.ebpf.build import missing_tools
 
     return missing_tools() + ([] if os.geteuid() == 0 else ["root"])
@@ -40,7 +41,7 @@ def targets() -> list[str | ParameterSet]:
             if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
                 out.append(pytest.param("bmv2", marks=pytest.mark.bmv2))
         elif name == "ebpf":
-            missing = _ebpf_missing()
+            missing = ebpf_missing()
             skip = pytest.mark.skipif(bool(missing), reason=f"ebpf needs {', '.join(missing)}")
             out.append(pytest.param("ebpf", marks=[pytest.mark.ebpf, skip]))
         else:

@@ -26,6 +26,7 @@ log = logging.getLogger("controller")
 
 # mechanisms whose spines cache their partition's keys: a failover moves hot keys to a cold spine
 WARMED = {Mechanism.PARTITION, Mechanism.DISTCACHE, Mechanism.HYBRID}
+AHEAD = "ahead of their reads"  # a warm-up after the routes moved (before: an operator's drain)
 
 
 class Failover(Monitor, Configuration):
@@ -80,7 +81,7 @@ class Failover(Monitor, Configuration):
         return []
 
     def _warm_new_owners(
-        self, epoch: int, buckets: list[int], live: set[int], failed: list[str], when: str = "ahead of their reads"
+        self, epoch: int, buckets: list[int], live: set[int], failed: list[str], when: str = AHEAD
     ) -> None:
         """Cache at each spine that took over buckets the hottest keys the failed spines held in them
         (:mod:`controller.warmup`), off the lock: agents answer on their own deadlines, and each insert
@@ -117,8 +118,10 @@ class Failover(Monitor, Configuration):
                     return False
                 return True
 
-            jobs = [self._pool.submit(cache, k) for k in todo]  # a few at once: each waits for its populate
-            done = sum(f.result() for f in jobs)
+            if when == AHEAD:  # its reads miss meanwhile: a few at once (each waits for its populate)
+                done = sum(f.result() for f in [self._pool.submit(cache, k) for k in todo])
+            else:  # nothing waits on it but the operator: one at a time, not a burst beside the traffic
+                done = sum(cache(k) for k in todo)
             log.info(
                 "%s: %d of %d hot keys of its new buckets cached %s in %.0f ms",
                 name,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from distcache import p4names as n
 from distcache.cluster import CLIENT_LEAF_BASE, STORAGE_LEAF_BASE, Cluster, Role, Switch
+from distcache.inet import csum16
 from distcache.p4defines import PROTO_UDP, TYPE_IPV4
 from distcache.p4names import PACKET_OUT_FIELDS
 from distcache.wire import DC_PORT, KEY_LEN, Message, Op, encode
@@ -61,13 +62,6 @@ def leaf_address(leaf: Switch) -> str:
     raise ValueError(f"{leaf.name} is not a leaf: only leaves send probes")
 
 
-def _ipv4_checksum(header: bytes) -> int:
-    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:
     """The Ethernet frame of one PROBE from ``leaf`` to ``spine``: to the spine's address (the leaf's
     route to it leads up the port facing it), from the leaf's gateway address, UDP checksum 0."""
@@ -79,7 +73,7 @@ def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:
     dst = ipaddress.IPv4Address(Cluster.spine_address(spine.switch_id)).packed
     total = _IPV4.size + len(udp) + len(dc)
     ip = _IPV4.pack(0x45, 0, total, 0, 0, PROBE_TTL, PROTO_UDP, 0, src, dst)
-    ip = ip[:10] + struct.pack("!H", _ipv4_checksum(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", csum16(ip)) + ip[12:]
     mac = bytes.fromhex(leaf.mac.replace(":", ""))
     return _ETH.pack(mac, mac, TYPE_IPV4) + ip + udp + dc
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from distcache.inet import csum16
 from distcache.p4defines import IPV4_MIN_IHL, PROTO_UDP, TYPE_IPV4
 from distcache.p4names import CPU_PORT, PACKET_OUT_FIELDS, PROBE_PORT
 from distcache.wire import CHUNK_LEN, DC_PORT, HEADER_LEN, HEADER_STRUCT, MAX_CHUNKS, VERSION
@@ -83,21 +84,6 @@ def parse(pkt: bytes, ingress_port: int = 0) -> tuple[Headers, str]:
             off += CHUNK_LEN
     h.payload = pkt[off:]
     return h, NO_ERROR
-
-
-def csum16(data: bytes) -> int:
-    """The Internet checksum (RFC 1071) of ``data`` (even length): the one's complement of the one's
-    complement sum of its 16-bit words, as P4's csum16.
-
-    Computed on ``data`` read as one integer, not word by word: 2**16 is 1 modulo 0xFFFF, so that integer
-    leaves the same remainder as the sum of its words, which is what folding the carries back computes
-    (RFC 1071, "mod 0xFFFF") -- except that folding gives 0xFFFF, not 0, for a nonzero sum divisible by
-    0xFFFF.  One C-level division instead of unpacking and summing ten words in Python."""
-    x = int.from_bytes(data, "big")
-    s = x % 0xFFFF
-    if s == 0 and x:
-        s = 0xFFFF
-    return ~s & 0xFFFF
 
 
 def deparse(h: Headers) -> bytes:

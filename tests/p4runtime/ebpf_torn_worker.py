@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from distcache.inet import csum16
 from distcache.wire import MAX_CACHEABLE, Flag, Message, Op, decode, encode, populate_invalidate
-from softswitch.dataplane.parser import csum16
 from softswitch.ebpf import libbpf
 
 ETH_IP_UDP = 14 + 20 + 8

@@ -50,8 +50,10 @@ pytestmark = [
 def test_ptf_suite(target: str) -> None:
     run = suites.result(target, timeout=170)  # started beside the unit tests, or now
     if run is None:
-        suites.stop_all()
-        pytest.fail(f"tests.ptf.run --target {target} did not finish in 170 s")
+        late = suites.RUNS[target]
+        suites.stop_all()  # kills it: its reader thread then has what it printed
+        said = "\n".join((late.stdout + late.stderr).strip().splitlines()[-40:]) if late.done.wait(10) else ""
+        pytest.fail(f"tests.ptf.run --target {target} did not finish in 170 s; its output until then:\n{said}")
     out = run.stdout + run.stderr
     lines = run.stdout.strip().splitlines()
     tail = "\n".join(out.strip().splitlines()[-40:])

@@ -155,10 +155,17 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
 
 
 def check_targets(choice: str | None) -> list[str]:
-    """The targets to measure for ``--target``; BMv2 only where it and its compiled pipeline are there."""
+    """The targets to measure for ``--target``; BMv2 only where it and its compiled pipeline are there, the
+    kernel target (ebpf) only when asked for by name."""
     have_bmv2 = all(shutil.which(b) for b in (BMV2_SWITCH, BMV2_COMPILER))
     if choice == "softswitch":
         return ["softswitch"]
+    if choice == "ebpf":
+        from softswitch.ebpf.build import missing_tools
+
+        if missing := missing_tools():
+            raise SetupError(f"--target ebpf needs {', '.join(missing)} (../shared/p4tool/install.sh, make deps)")
+        return ["ebpf"]
     targets = ["softswitch", "bmv2"] if choice in (None, "both") else ["bmv2"]
     if "bmv2" in targets:
         if not have_bmv2:

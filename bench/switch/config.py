@@ -46,3 +46,7 @@ err = Console(stderr=True, log_path=False)
 
 class SetupError(RuntimeError):
     """The bed could not be brought up, or a path did not do what it should."""
+
+
+#: each target's figures in the summary line and JSON: ``<prefix><path>_pps`` (softswitch's unprefixed, as before)
+PREFIX = {"softswitch": "", "bmv2": "bmv2_", "ebpf": "ebpf_"}

@@ -6,14 +6,14 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from bench.switch.config import PATH_NAMES, PATHS
+from bench.switch.config import PATH_NAMES, PATHS, PREFIX
 from bench.switch.measure import shared
 
 
 def summary_lines(fig: dict) -> list[str]:
     """The stdout lines, one per target measured."""
     lines = []
-    for target, prefix in (("softswitch", ""), ("bmv2", "bmv2_")):
+    for target, prefix in PREFIX.items():
         if target in fig["targets"]:
             lines.append(" ".join(f"{prefix}{p}_pps={fig[f'{prefix}{p}_pps']}" for p in PATHS))
     return lines

@@ -29,6 +29,7 @@ from bench.switch.config import (
     OFFER_FACTOR,
     PATHS,
     PORTS,
+    PREFIX,
     REPO,
     SERVER,
     SERVER_PORT,
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
                 ns.delete()
             if args.keep_logs:
                 shutil.copytree(tmp, args.keep_logs, dirs_exist_ok=True)
-    for target, prefix in (("softswitch", ""), ("bmv2", "bmv2_")):
+    for target, prefix in PREFIX.items():
         for path in PATHS:
             if target in fig["targets"]:
                 fig[f"{prefix}{path}_pps"] = round(fig["targets"][target]["paths"][path]["pps"])

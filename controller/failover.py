@@ -26,7 +26,6 @@ log = logging.getLogger("controller")
 
 # mechanisms whose spines cache their partition's keys: a failover moves hot keys to a cold spine
 WARMED = {Mechanism.PARTITION, Mechanism.DISTCACHE, Mechanism.HYBRID}
-AHEAD = "ahead of their reads"  # a warm-up after the routes moved (before: an operator's drain)
 
 
 class Failover(Monitor, Configuration):
@@ -81,12 +80,13 @@ class Failover(Monitor, Configuration):
         return []
 
     def _warm_new_owners(
-        self, epoch: int, buckets: list[int], live: set[int], failed: list[str], when: str = AHEAD
+        self, epoch: int, buckets: list[int], live: set[int], failed: list[str], drain: bool = False
     ) -> None:
         """Cache at each spine that took over buckets the hottest keys the failed spines held in them
         (:mod:`controller.warmup`), off the lock: agents answer on their own deadlines, and each insert
         is an ordinary one (its populate goes through the key's shim).  Stops when the partition moves
-        again (``epoch``); ``buckets``, ``live`` and ``failed`` are the partition's, taken under the lock."""
+        again (``epoch``); ``buckets``, ``live`` and ``failed`` are the partition's, taken under the lock
+        (with ``drain``: the partition an operator's fail is about to make, warmed before the routes move)."""
         t = time.monotonic()
         moved: dict[int, dict[bytes, int]] = defaultdict(dict)
         for name in failed:
@@ -118,16 +118,16 @@ class Failover(Monitor, Configuration):
                     return False
                 return True
 
-            if when == AHEAD:  # its reads miss meanwhile: a few at once (each waits for its populate)
-                done = sum(f.result() for f in [self._pool.submit(cache, k) for k in todo])
-            else:  # nothing waits on it but the operator: one at a time, not a burst beside the traffic
+            if drain:  # nothing waits on it but the operator: one at a time, not a burst beside the traffic
                 done = sum(cache(k) for k in todo)
+            else:  # its reads miss meanwhile: a few at once (each waits for its populate)
+                done = sum(f.result() for f in [self._pool.submit(cache, k) for k in todo])
             log.info(
                 "%s: %d of %d hot keys of its new buckets cached %s in %.0f ms",
                 name,
                 done,
                 len(todo),
-                when,
+                "before its buckets move" if drain else "ahead of their reads",
                 1000 * (time.monotonic() - t),
             )
 
@@ -193,7 +193,7 @@ class Failover(Monitor, Configuration):
             # a drain: the spine still serves its buckets, so their hot keys are cached at the new owners before
             # the routes move (off the lock; inserting any key at any time is coherent, see warmup.py), and
             # their reads meet a warm cache instead of the storage servers
-            self._warm_new_owners(*ahead, when="before its buckets move")
+            self._warm_new_owners(*ahead, drain=True)
         with self.lock:
             self._check_fail(sw)
             t_failover = time.monotonic()

@@ -77,12 +77,7 @@ def build(cfg: Config, threads: int, opt: str = "-O3") -> Path:
     exe = CACHE / f"{cfg.name}-{digest}"
     if exe.exists():
         return exe
-    mine = CACHE / f"{exe.name}.{os.getpid()}"
-    src, csrc, tmp = (
-        mine.with_name(mine.name + ".m"),
-        mine.with_name(mine.name + ".c"),
-        mine.with_name(mine.name + ".tmp"),
-    )
+    src, csrc, tmp = (CACHE / f"{exe.name}.{os.getpid()}{ext}" for ext in (".m", ".c", ".tmp"))  # this build's own
     try:
         src.write_text(text)
         r = subprocess.run(

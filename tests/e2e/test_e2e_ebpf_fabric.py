@@ -22,11 +22,12 @@ from distcache.cluster import Cluster
 from p4rt.probes import DP_PROBE_INTERVAL, read_probe_counts
 from tests.e2e.targets import ebpf_missing
 
+MISSING = ebpf_missing()
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.ebpf,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(bool(ebpf_missing()), reason=f"ebpf needs {', '.join(ebpf_missing())}"),
+    pytest.mark.skipif(bool(MISSING), reason=f"ebpf needs {', '.join(MISSING)}"),
 ]
 
 CLUSTER = Cluster(spines=1, storage_racks=1, client_racks=1, cache_slots=32, hh_threshold=4)

@@ -13,7 +13,6 @@ import argparse
 import logging
 import signal
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -85,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--work-dir",
         type=output_dir,
-        help="ebpf: where the program is built (default: a directory of its own under /tmp)",
+        help="ebpf: the build cache, one directory per distinct build, reused while the P4 sources, defines and "
+        "tools are the same (default: build/ebpf in the checkout)",
     )
     p.add_argument(
         "--check",
@@ -156,8 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dataplane == "ebpf":
             from softswitch.ebpf.switch import EbpfSwitch
 
-            work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"distcache-ebpf-{args.device_id}-"))
-            switch = EbpfSwitch(device_id=args.device_id, grpc_addr=args.grpc_addr, ports=ports, work_dir=work)
+            cache = {"work_dir": Path(args.work_dir)} if args.work_dir else {}
+            switch = EbpfSwitch(device_id=args.device_id, grpc_addr=args.grpc_addr, ports=ports, **cache)
         else:
             switch = SoftSwitch(
                 load_pipeline(args.pipeline),

@@ -6,15 +6,19 @@ the compiler states it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 P4_PSA = REPO / "p4src" / "psa" / "distcache.p4"
+CACHE = REPO / "build" / "ebpf"  # cached(): one directory per distinct build
+CACHE_KEEP = 48  # cached builds kept (the least recently used beyond these are removed)
 P4C_EBPF = "p4c-ebpf"
 CLANG, LLC = "clang", "llc"
 # what kernel.mk passes clang (its warnings about p4c-ebpf's generated C silenced as it silences them)
@@ -117,3 +121,68 @@ def build(out_dir: Path, source: Path = P4_PSA, defines: Mapping[str, int] | Non
     _run("llc", [LLC, *LLC_FLAGS, "-o", str(obj), str(bc_file)])
     bc_file.unlink()
     return BpfBuild(c_file, obj, p4info)
+
+
+def _cache_key(source: Path, defines: Mapping[str, int]) -> str:
+    """What a build's output depends on: every P4 source beside ``source`` (its includes), the defines, this
+    module (the patch it applies to p4c-ebpf's C), and the tools and runtime headers by path, size and mtime."""
+    h = hashlib.sha256()
+    p4_root = source.resolve().parents[1]  # p4src/: the PSA top includes the shared pieces from there
+    for f in sorted(p4_root.rglob("*.p4")):
+        h.update(str(f.relative_to(p4_root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update(str(source.resolve()).encode() + b"\0" + Path(__file__).read_bytes())
+    h.update(repr(sorted((k, int(v)) for k, v in defines.items())).encode())
+    rt = runtime_dir()
+    for tool in (*(shutil.which(t) for t in (P4C_EBPF, CLANG, LLC)), rt / "psa.h", rt / "ebpf_kernel.h"):
+        path = Path(tool) if tool else None
+        st = path.stat() if path is not None and path.exists() else None
+        h.update(f"{path}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def cached(defines: Mapping[str, int], cache: Path = CACHE, source: Path = P4_PSA) -> BpfBuild:
+    """The build of ``source`` with ``defines``, compiled once and then reused from ``cache``.
+
+    Why: a compile takes seconds (p4c-ebpf, clang, llc: ~8 s on a slow 2-core machine), and a kernel switch
+    that restarts (a crash in the fault matrix, ``distcache-ctl`` recovering a spine) was down for all of it
+    -- so long that a fault schedule's later faults fell after its clients stopped.  A restarted switch
+    keeps its defines (its CPU port's interface index is fixed, softswitch/ebpf/switch.py), so it loads the
+    program it built before.  Builds go to a directory of their own and are renamed into place whole: two
+    switches building the same key at once both succeed, and a killed build leaves no half entry behind."""
+    key = _cache_key(source, defines)
+    done = cache / key
+    files = BpfBuild(done / f"{source.stem}.c", done / f"{source.stem}.o", done / f"{source.stem}.p4info.txtpb")
+    if all(f.is_file() for f in (files.object_file, files.p4info)):
+        os.utime(done)  # recently used: kept by the pruning below
+        return files
+    tmp = cache / f".{key}.{os.getpid()}.{time.monotonic_ns()}"
+    try:
+        build(tmp, source, defines)
+        try:
+            tmp.rename(done)
+        except OSError:  # another switch put the same build there first (or a stale partial one is there)
+            if not files.object_file.is_file():
+                shutil.rmtree(done, ignore_errors=True)
+                tmp.rename(done)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _prune(cache)
+    return files
+
+
+def _prune(cache: Path) -> None:
+    """Remove the least recently used builds beyond CACHE_KEEP, and partial ones more than an hour old."""
+    now = time.time()
+    entries = []
+    for d in cache.iterdir():
+        try:
+            mtime = d.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if d.name.startswith("."):
+            if now - mtime > 3600:
+                shutil.rmtree(d, ignore_errors=True)
+        else:
+            entries.append((mtime, d))
+    for _, d in sorted(entries, reverse=True)[CACHE_KEEP:]:
+        shutil.rmtree(d, ignore_errors=True)

@@ -3,11 +3,11 @@ hooks, its state in their maps, served over P4Runtime by softswitch's own server
 :class:`~softswitch.ebpf.state.EbpfState`.
 
 Starting one: build the program for this switch (p4c-ebpf, clang, llc: its CPU and probe ports' interface
-indexes are compile-time constants of the PSA top), load it under a pin root of its own (every Mininet switch
-shares one bpffs), run its map initializer (the CRC table, default actions), attach its ingress program to
-every port and to the CPU port's veth, then serve.  Packets never pass through this process: the kernel runs
-them.  What this process does besides P4Runtime: writes packet-outs into the CPU port's veth, pops digests
-from the program's queue maps (softswitch/ebpf/digests.py).
+indexes are compile-time constants of the PSA top; a restart reuses the build, see build.cached), load it
+under a pin root of its own (every Mininet switch shares one bpffs), run its map initializer (the CRC table,
+default actions), attach its ingress program to every port and to the CPU port's veth, then serve.  Packets
+never pass through this process: the kernel runs them.  What this process does besides P4Runtime: writes
+packet-outs into the CPU port's veth, pops digests from the program's queue maps (softswitch/ebpf/digests.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +34,8 @@ log = logging.getLogger("softswitch.ebpf")
 TC_INGRESS, INITIALIZER, XDP_HELPER = "classifier/tc-ingress", "classifier/map-initializer", "xdp/xdp-ingress"
 PIN_ROOT = libbpf.BPFFS / "distcache"
 CPU_PORT, PROBE_PORT = p4names.CPU_PORT, p4names.PROBE_PORT
+# the CPU port's interface index: base + device id (ifindexes are per namespace; Mininet's run from 1 upwards)
+CPU_IFINDEX_BASE, CPU_IFINDEX_SPAN = 60000, 4000
 
 
 class SwitchError(RuntimeError):
@@ -56,6 +59,24 @@ def cpu_veth(device_id: int) -> tuple[str, str]:
     return f"dccpu{device_id}", f"dccpu{device_id}h"
 
 
+def _add_cpu_veth(device_id: int) -> None:
+    """Create the CPU port's veth pair, its program end at interface index CPU_IFINDEX_BASE + ``device_id``.
+
+    Why a fixed index: the index is a constant of the program (packet-outs are recognised by it), so a new
+    index on every start meant a new compile on every restart.  With the index fixed, and the probe port's
+    interface living as long as the topology, a restarted switch reuses its build (build.cached).  Where the
+    index is taken (another interface has it) the kernel picks one, and that start compiles."""
+    cpu, cpu_host = cpu_veth(device_id)
+    if 0 < device_id <= CPU_IFINDEX_SPAN:
+        want = CPU_IFINDEX_BASE + device_id
+        done = subprocess.run(["ip", "link", "add", cpu, "index", str(want), "type", "veth", "peer", "name", cpu_host],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        if done.returncode == 0:
+            return
+        log.info("interface index %d is taken (%s): the CPU port gets another", want, done.stderr.strip())
+    _run(["ip", "link", "add", cpu, "type", "veth", "peer", "name", cpu_host])
+
+
 def remove_leftovers() -> None:
     """Remove what kernel switches killed before their close() left, for every device id: the CPU-port veths
     (deleting one end deletes the pair) and everything pinned under PIN_ROOT.  ``make clean`` runs it (through
@@ -71,7 +92,9 @@ def remove_leftovers() -> None:
 class EbpfSwitch:
     """One running kernel switch: its program loaded and attached, its P4Runtime server, its digest poller."""
 
-    def __init__(self, *, device_id: int, grpc_addr: str, ports: Mapping[int, str], work_dir: Path) -> None:
+    def __init__(
+        self, *, device_id: int, grpc_addr: str, ports: Mapping[int, str], work_dir: Path = build.CACHE
+    ) -> None:
         if CPU_PORT in ports:
             raise SwitchError(f"port {CPU_PORT} is the CPU port: the switch makes its interface itself")
         self.device_id, self.grpc_addr, self.work_dir = device_id, grpc_addr, work_dir
@@ -102,7 +125,7 @@ class EbpfSwitch:
                 raise SwitchError(f"port {port}: no interface {iface!r} in this network namespace") from None
         cpu, cpu_host = cpu_veth(self.device_id)
         subprocess.run(["ip", "link", "del", cpu], capture_output=True, check=False)  # a killed run's
-        _run(["ip", "link", "add", cpu, "type", "veth", "peer", "name", cpu_host])
+        _add_cpu_veth(self.device_id)
         for dev in (cpu, cpu_host):
             # no IPv6 on the pair: the kernel's own router solicitations and MLD reports would enter the program
             # by the CPU port and count as NOT_IPV4 drops all run long
@@ -112,7 +135,10 @@ class EbpfSwitch:
             _run(["ip", "link", "set", dev, "up"])
         ifindex[CPU_PORT] = socket.if_nametoindex(cpu)
         defines = {"DC_CPU_IFINDEX": ifindex[CPU_PORT], "DC_PROBE_IFINDEX": ifindex.get(PROBE_PORT, 0)}
-        out = build.build(self.work_dir, defines=defines)
+        t0 = time.monotonic()
+        out = build.cached(defines, self.work_dir)
+        log.info("program for CPU ifindex %d, probe ifindex %d ready in %.1f s (%s)", defines["DC_CPU_IFINDEX"],
+                 defines["DC_PROBE_IFINDEX"], time.monotonic() - t0, out.object_file.parent)  # fmt: skip
         libbpf.unpin(self.pin_root)
         self._obj = libbpf.BpfObject(out.object_file, self.pin_root)
         if self._obj.test_run(INITIALIZER, bytes(128)) != 0:

@@ -40,8 +40,9 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def ebpf_build(tmp_path_factory: pytest.TempPathFactory) -> build.BpfBuild:
-    """The PSA build of p4src/ as a BPF object (p4c-ebpf, clang, llc), once per session."""
-    return build.build(tmp_path_factory.mktemp("ebpf"))
+    """The PSA build of p4src/ as a BPF object (p4c-ebpf, clang, llc), once per session, through a build cache
+    of its own (the cache's reuse is tested in test_ebpf_build.py)."""
+    return build.cached({}, tmp_path_factory.mktemp("ebpf"))
 
 
 @pytest.fixture(scope="session")

@@ -168,3 +168,26 @@ def test_a_refused_program_comes_back_with_the_verifiers_words(tmp_path: Path) -
             libbpf.BpfObject(obj, root)
     finally:
         libbpf.unpin(root)
+
+
+def test_a_build_is_reused_while_its_inputs_stay_the_same(ebpf_build: build.BpfBuild, tmp_path: Path) -> None:
+    """A kernel switch that restarts loads the program it built before (build.cached): no second compile for
+    the same sources, defines and tools -- and a new one whenever any of them changes."""
+    cache = ebpf_build.object_file.parents[1]
+    stat = ebpf_build.object_file.stat()
+    again = build.cached({}, cache)
+    assert again == ebpf_build
+    assert again.object_file.stat().st_mtime_ns == stat.st_mtime_ns  # not rebuilt
+    assert [d.name for d in cache.iterdir()] == [ebpf_build.object_file.parent.name]  # one entry, no partial
+    key = build._cache_key(build.P4_PSA, {})
+    assert ebpf_build.object_file.parent.name == key
+    assert build._cache_key(build.P4_PSA, {"DC_CPU_IFINDEX": 60001}) != key
+    # a change to any P4 source beside the top (an included piece) is a new build
+    p4 = tmp_path / "p4src"
+    subprocess.run(["cp", "-r", str(build.P4_PSA.parents[1]), str(p4)], check=True)
+    top = p4 / "psa" / build.P4_PSA.name
+    assert build._cache_key(top, {}) == build._cache_key(top, {})
+    before = build._cache_key(top, {})
+    piece = next(f for f in sorted(p4.rglob("*.p4")) if f.parent.name != "psa")
+    piece.write_text(piece.read_text() + "\n// changed\n")
+    assert build._cache_key(top, {}) != before

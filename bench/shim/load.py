@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.progress import Progress, TaskID
 
-from bench.procstat import cpu_seconds, machine_busy
+from harness.procstat import cpu_seconds, machine_busy
 from bench.shim.bed import Env
 from bench.shim.config import HOST, REPLY_TIMEOUT, WARMUP
 from bench.shim.generators import LoadSpec

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from rich.progress import Progress
 
-from bench.procstat import cpu_seconds, machine_busy
+from harness.procstat import cpu_seconds, machine_busy
 from bench.shim.bed import Env
 
 

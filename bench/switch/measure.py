@@ -1,19 +1,20 @@
-"""Measuring one path: the rate search, the measured window (delivered and offered pkt/s from the kernel's
-interface counters, CPU of the switch, the sender, the kernel and other processes), and the check that the
-switch's own dc_stats agree with what came out."""
+"""Measuring one path: the rate search, the measured window (delivered, offered and refused pkt/s from the
+kernel's interface counters, CPU of the switch, the sender, the kernel and other processes), and the check that
+the switch's own counters agree with what came out."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from rich.progress import TaskID
+from rich.progress import Progress, TaskID
 
 from bench.procstat import cpu_seconds, machine_cpu
 from bench.switch.config import (
@@ -21,6 +22,7 @@ from bench.switch.config import (
     MAX_RATE,
     OFFER_FACTOR,
     PORTS,
+    REFUSED,
     SATURATED,
     SERVER_PORT,
     SPINE_PORTS,
@@ -31,21 +33,40 @@ from bench.switch.config import (
 )
 from bench.switch.frames import Frames
 from bench.switch.namespace import netdev
-from bench.switch.probe import check_path, probe
+from bench.switch.probe import probe
+from bench.switch.sender import Sender
 
-if TYPE_CHECKING:
-    from bench.switch.bed import Bed
+
+class Target(Protocol):
+    """What is measured: a switch (bench/switch/bed.py ``Bed``) or the turnaround (bench/switch/limit.py)."""
+
+    target: str
+    progress: Progress
+    sender: Sender
+    paths: tuple[str, ...]
+    counters: dict[str, str]  # path -> the counter that must count every frame it delivers
+    watched: tuple[str, ...]  # counters only the path counting them may move
+
+    @property
+    def proc(self) -> subprocess.Popen | None: ...  # the switch process, if it is one
+
+    def check(self, path: str, frames: Frames, out: list[tuple[int, bytes]]) -> int: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+    def logs(self) -> str: ...
 
 
 @dataclass
 class PathResult:
     pps: float  # delivered / window
     offered_pps: float  # rx_packets of the switch's ingress interface / window
-    sent_pps: float  # the sender's own count / its running time
-    send_errors: int
+    refused_pps: float  # rx_dropped of that interface / window: frames sent that its full backlog refused
+    sent_pps: float  # the sender's own count of frames the kernel took / its running time
+    send_errors: int  # frames the kernel refused the sender (ENOBUFS), its own count
     delivery: float  # pps / offered_pps
     out_port: int  # where the probe frame came out
-    switch_cpu_percent: float  # 100 = one core busy for the whole window
+    switch_cpu_percent: float | None  # 100 = one core busy for the whole window; None: no process (the limit)
     sender_cpu_percent: float
     softirq_cpu_percent: float  # the kernel delivering frames over the veths: softirq time + ksoftirqd threads
     others_cpu_percent: float  # processes this harness did not start (a shared machine makes figures low)
@@ -54,11 +75,19 @@ class PathResult:
     counter_deltas: dict[str, int]  # dc_stats cells that moved
     search: list[tuple[float, float, float]]  # rate search: (asked pps, offered pps, delivered pps) per step
     window_seconds: float
-    sender_limited: bool  # offered < 1.2 x delivered: the sender, not the switch, may be the limit
+    sender_limited: bool  # see sender_limited()
+
+
+def sender_limited(offered: float, refused: float, delivered: float) -> bool:
+    """Whether the sender, not the switch, may have been the limit: it offered (taken and refused) less than 1.2
+    times what came out, and the switch's input veth refused almost nothing (a full backlog there refuses
+    frames: its receiver, the switch side, was behind)."""
+    attempted = offered + refused
+    return attempted < 1.2 * delivered and refused <= REFUSED * attempted
 
 
 def offer(
-    bed: Bed,
+    bed: Target,
     frame: bytes,
     rate: float,
     seconds: float,
@@ -71,54 +100,52 @@ def offer(
 
     ``during`` starts a helper (py-spy) as the window opens; it gets SIGINT as the window closes.
     """
-    assert bed.sender_conn is not None and bed.sender is not None and bed.proc is not None
-    bed.sender_conn.send((frame, rate, seconds))
+    bed.sender.request(frame, rate, seconds)
+    pids = (bed.proc.pid if bed.proc else None, bed.sender.pid, os.getpid())
+    cpu = lambda: ([cpu_seconds(p) for p in pids], machine_cpu())  # noqa: E731
     t0 = time.monotonic()
     _sleep_until(bed, t0 + window_at, bar, t0)
-    d0, w0 = netdev(), time.monotonic()
-    c0 = (cpu_seconds(bed.proc.pid), cpu_seconds(bed.sender.pid), cpu_seconds(os.getpid()), machine_cpu())
+    d0, w0, (p0, k0) = netdev(), time.monotonic(), cpu()
     helper = during() if during else None
     _sleep_until(bed, w0 + window, bar, t0)
-    d1, w1 = netdev(), time.monotonic()
-    c1 = (cpu_seconds(bed.proc.pid), cpu_seconds(bed.sender.pid), cpu_seconds(os.getpid()), machine_cpu())
+    d1, w1, (p1, k1) = netdev(), time.monotonic(), cpu()
     if helper is not None:
         helper.send_signal(signal.SIGINT)
-    if not bed.sender_conn.poll(seconds + 30):
-        raise SetupError("the sender did not report")
-    sent, errors, ran = bed.sender_conn.recv()
+    res = bed.sender.result()
     dt = w1 - w0
-    rx = lambda d, i: d[i][0]  # noqa: E731
+    moved = lambda i, k: (d1[i][k] - d0[i][k]) / dt  # noqa: E731
+    own = [b - a for a, b in zip(p0, p1, strict=True)]
     m = {
         "window": dt,
-        "offered": (rx(d1, f"bsw{IN_PORT}") - rx(d0, f"bsw{IN_PORT}")) / dt,
-        "switch_cpu": 100 * (c1[0] - c0[0]) / dt,
-        "sender_cpu": 100 * (c1[1] - c0[1]) / dt,
-        "softirq_cpu": 100 * (c1[3][1] - c0[3][1]) / dt,
-        "steal_cpu": 100 * (c1[3][2] - c0[3][2]) / dt,
+        "offered": moved(f"bsw{IN_PORT}", 0),
+        "refused": moved(f"bsw{IN_PORT}", 2),
+        "switch_cpu": 100 * own[0] / dt,  # NaN without a process
+        "sender_cpu": 100 * own[1] / dt,
+        "softirq_cpu": 100 * (k1[1] - k0[1]) / dt,
+        "steal_cpu": 100 * (k1[2] - k0[2]) / dt,
         # user + system time of every process but the switch, the sender and the harness: the machine is shared
-        "others_cpu": max(0.0, 100 * ((c1[3][0] - c0[3][0]) - sum(c1[i] - c0[i] for i in range(3))) / dt),
-        "sent": sent / ran,
-        "errors": errors,
+        "others_cpu": max(0.0, 100 * ((k1[0] - k0[0]) - sum(x for x in own if not math.isnan(x))) / dt),
+        "sent": res.sent / res.seconds if res.seconds else 0.0,
+        "errors": res.errors,
     }
     for p in PORTS:
-        m[f"out{p}"] = (rx(d1, f"bpt{p}") - rx(d0, f"bpt{p}")) / dt
+        m[f"out{p}"] = moved(f"bpt{p}", 0)
     return m, helper
 
 
-def _sleep_until(bed: Bed, t: float, bar: TaskID | None, t0: float) -> None:
+def _sleep_until(bed: Target, t: float, bar: TaskID | None, t0: float) -> None:
     while (left := t - time.monotonic()) > 0:
         if bar is not None:
             bed.progress.update(bar, completed=time.monotonic() - t0)
         time.sleep(min(0.05, left))
-    assert bed.proc is not None
-    if bed.proc.poll() is not None:
+    if bed.proc is not None and bed.proc.poll() is not None:
         raise SetupError(
             f"{bed.target} exited with code {bed.proc.returncode} under load (`make clean` and "
             "dcnet.cleanup stop every softswitch and simple_switch_grpc on the machine)\n" + bed.logs()
         )
 
 
-def drain() -> dict[str, tuple[int, int]]:
+def drain() -> dict[str, tuple[int, int, int]]:
     """Wait until nothing comes out any more (the switch works through its queue); the counters then."""
     last, stable, end = netdev(), 0, time.monotonic() + 10
     while stable < 3 and time.monotonic() < end:
@@ -130,7 +157,7 @@ def drain() -> dict[str, tuple[int, int]]:
 
 
 def run_path(
-    bed: Bed,
+    bed: Target,
     path: str,
     frames: Frames,
     seconds: float,
@@ -139,10 +166,14 @@ def run_path(
 ) -> tuple[PathResult, float]:
     """Probe, search the rate, measure and verify one path; (result, the rate the switch saturated at)."""
     frame = frames.paths[path]
-    out_port = check_path(path, frames, probe(frame))
+    if bed.sender.proc is None:
+        bed.sender.start()
+    out_port = bed.check(path, frames, probe(frame))
     out_ports = SPINE_PORTS if path == "hit" else (SERVER_PORT,)
     delivered = lambda m: sum(m[f"out{p}"] for p in out_ports)  # noqa: E731
-    saturated = lambda m: delivered(m) < SATURATED * m["offered"]  # noqa: E731
+    # what reached the switch's input, taken or refused by its full backlog: below SATURATED of it out, the
+    # switch is the limit
+    saturated = lambda m: delivered(m) < SATURATED * (m["offered"] + m["refused"])  # noqa: E731
     search: list[tuple[float, float, float]] = []
     bar = bed.progress.add_task(f"{bed.target} {path}: rate search", total=None)
     rate, capacity = start_rate, 0.0
@@ -152,7 +183,7 @@ def run_path(
         capacity = max(capacity, delivered(m))
         if saturated(m):
             break  # the switch is the limit
-        if m["offered"] < 0.7 * rate or rate >= MAX_RATE:
+        if m["offered"] + m["refused"] < 0.7 * rate or rate >= MAX_RATE:
             break  # the sender is: offer all it can
         rate *= 2
     bed.progress.update(
@@ -184,16 +215,17 @@ def run_path(
     total = sum(d1[f"bpt{p}"][0] - d0[f"bpt{p}"][0] for p in out_ports)
     stray = sum(d1[f"bpt{p}"][0] - d0[f"bpt{p}"][0] for p in PORTS if p not in out_ports)
     deltas = {k: s1[k] - s0.get(k, 0) for k in s1 if s1[k] != s0.get(k, 0)}
-    verify(bed.target, path, total, stray, deltas)
+    verify(bed, path, total, stray, deltas)
     pps = delivered(m)
     res = PathResult(
         pps=pps,
         offered_pps=m["offered"],
+        refused_pps=m["refused"],
         sent_pps=m["sent"],
         send_errors=int(m["errors"]),
         delivery=pps / m["offered"] if m["offered"] else 0.0,
         out_port=out_port,
-        switch_cpu_percent=m["switch_cpu"],
+        switch_cpu_percent=None if math.isnan(m["switch_cpu"]) else m["switch_cpu"],
         sender_cpu_percent=m["sender_cpu"],
         softirq_cpu_percent=m["softirq_cpu"],
         others_cpu_percent=m["others_cpu"],
@@ -202,7 +234,7 @@ def run_path(
         counter_deltas=deltas,
         search=search,
         window_seconds=m["window"],
-        sender_limited=m["offered"] < 1.2 * pps,
+        sender_limited=sender_limited(m["offered"], m["refused"], pps),
     )
     return res, max(capacity, pps)
 
@@ -212,13 +244,13 @@ def shared(r: dict) -> bool:
     return r["others_cpu_percent"] > 25 or r["steal_cpu_percent"] > 25
 
 
-def verify(target: str, path: str, total: int, stray: int, deltas: dict[str, int]) -> None:
+def verify(bed: Target, path: str, total: int, stray: int, deltas: dict[str, int]) -> None:
     """The switch's own counters must agree with the frames that came out; raises SetupError.
 
-    The path's counter (READ_HIT for hits, READ_MISS for misses) must have counted every frame that came out
-    and may exceed them only by what the switch dropped after its ingress pipeline under overload (BMv2's
-    queue between ingress and egress, a failed send): at most a fifth.  The other counter must stay put, and
-    plain UDP moves neither.
+    The path's counter (``bed.counters``: READ_HIT for hits, READ_MISS for misses; the turnaround's TURNED)
+    must have counted every frame that came out and may exceed them only by what the switch dropped after its
+    ingress pipeline under overload (BMv2's queue between ingress and egress, a failed send): at most a fifth.
+    The other counters (``bed.watched``) must stay put, and plain UDP moves none.
     """
     slack = max(5, total // 100)
     problems = []
@@ -226,8 +258,8 @@ def verify(target: str, path: str, total: int, stray: int, deltas: dict[str, int
         problems.append("no frame came out")
     if stray > slack:
         problems.append(f"{stray} frames left other ports")
-    counted = {"hit": "READ_HIT", "miss": "READ_MISS"}.get(path)
-    for name in ("READ_HIT", "READ_MISS"):
+    counted = bed.counters.get(path)
+    for name in bed.watched:
         moved = deltas.get(name, 0)
         if name == counted and not (total - slack <= moved and total >= 0.8 * moved):
             problems.append(f"{name} moved by {moved} for {total} frames out")
@@ -235,5 +267,5 @@ def verify(target: str, path: str, total: int, stray: int, deltas: dict[str, int
             problems.append(f"{name} moved by {moved}")
     if problems:
         raise SetupError(
-            f"{target} {path}: the path was not taken as expected: {'; '.join(problems)} (dc_stats moved: {deltas})"
+            f"{bed.target} {path}: the path was not taken as expected: {'; '.join(problems)} (counters moved: {deltas})"
         )

@@ -45,7 +45,15 @@ from distcache.rpc.controller import (
     change_summary,
 )
 from harness.p4c import CompileError, compile_v1model
-from harness.processes import Readiness, Service, SoftirqPriority, python_argv, stop_process, wait_until
+from harness.processes import (
+    Readiness,
+    Service,
+    SoftirqPriority,
+    python_argv,
+    read_pid_file,
+    stop_process,
+    wait_until,
+)
 from harness.switch import BMV2_COMPILER
 
 __all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
@@ -409,6 +417,34 @@ class Deployment:
 
     def host(self, name: str) -> object:
         return self.net[name]
+
+    def pids_by_role(self) -> dict[str, list[int]]:
+        """The live processes of this deployment by role, for an account of where the host's CPU goes (make
+        emulate): shims, redis-servers, switches (by their pid files: a restarted one counts), agents, the
+        controller, and the workload generators and clients in the client hosts."""
+        roles: dict[str, list[int]] = {r: [] for r in ("shims", "redis", "switches", "agents", "controller", "clients")}
+        if self.net is None:
+            return roles
+
+        def add(role: str, proc: subprocess.Popen | None) -> None:
+            if proc is not None and proc.poll() is None:
+                roles[role].append(proc.pid)
+
+        for h in self.cluster.servers():
+            node = self._storage(h.name)
+            add("redis", node.redis.proc)
+            add("shims", node.shim.proc)
+        for svc in self._agents.values():
+            add("agents", svc.proc)
+        add("controller", self._controller.proc if self._controller is not None else None)
+        for _, proc in self._generators:
+            add("clients", proc)
+        for cp in self._clients:
+            add("clients", cp.proc)
+        for sw in self.cluster.switches():
+            if (record := read_pid_file(self.net[sw.name].pid_file)) is not None:
+                roles["switches"].append(record[0])
+        return roles
 
     @property
     def _procs(self) -> list[tuple[str, subprocess.Popen]]:

@@ -61,6 +61,8 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
+from dcnet.cpu_account import IDLE, STEAL, CpuAccount, host_ran_out
+from dcnet.cpu_account import summary as cpu_summary
 from dcnet.deploy import REPO, Deployment, DeploymentError, WorkloadSession, new_run_dir
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
 from distcache import p4names as n
@@ -74,8 +76,12 @@ from simulator.workload import DEFAULT_HEAD
 
 console = Console(stderr=True)
 TOPOLOGY = REPO / "topologies" / "emulate-4spine-4x4.json"
+# the kernel target's switches take no CPU of their own: its emulation runs the same cluster at 5x the rates
+TOPOLOGY_FOR = {"ebpf": REPO / "topologies" / "emulate-fast-4spine-4x4.json"}
 OUT = REPO / "docs" / "figures" / "emulated"
+OUT_FOR = {"ebpf": REPO / "docs" / "figures" / "emulated-ebpf"}
 
+AGREE_PCT = 15.0  # a point within this many % of the simulator agrees with it
 MAX_ERRORS = 0.01  # of the requests: timeouts (a server's queue overflowed) and backlog
 MAX_METERED = 0.01  # of the reads: answered by no cache because a switch was over its rate
 MAX_SERVER_LOAD = 1.0  # of a server's rate, in the step
@@ -95,6 +101,21 @@ class Step:
     p99_ms: float
     hit_ratio: float
     server_load: float  # the busiest server's admitted work over its rate x step
+    cpu: dict[str, float] = field(default_factory=dict)  # % of one core per role, idle % of all (cpu_account)
+
+    @property
+    def broken(self) -> list[str]:
+        """The bounds this step broke (empty: it passed)."""
+        return [
+            name
+            for name, over in (
+                ("errors", self.errors > MAX_ERRORS),
+                ("metered", self.metered > MAX_METERED),
+                ("p99", self.p99_ms > MAX_P99_MS),
+                ("server load", self.server_load > MAX_SERVER_LOAD),
+            )
+            if over
+        ]
 
     @property
     def ok(self) -> bool:
@@ -120,6 +141,15 @@ class Point:
     def error_pct(self) -> float:
         return 100.0 * abs(self.emulated - self.simulated) / self.simulated if self.simulated else math.inf
 
+    @property
+    def limit(self) -> str:
+        """What stopped this point's ramp: the bounds its first failing step broke, and "host CPU" when the
+        machine had no idle CPU left in that step (the figure is then the host's, not the system's)."""
+        over = next((s for s in self.steps if not s.ok), None)
+        if over is None:
+            return "none (never saturated)" if self.steps else ""
+        return ", ".join(over.broken) + (" (host CPU)" if host_ran_out(over.cpu) else "")
+
 
 class Emulation:
     """One deployment, one generator session; a saturation search per point."""
@@ -139,6 +169,7 @@ class Emulation:
             loader.close()
         # the measured workloads: no retry, a lost request is an error
         self.session: WorkloadSession = dep.workload_session(self.client, timeout=1.0, retries=0)
+        self.cpu = CpuAccount(dep.pids_by_role)
 
     # -- workloads --------------------------------------------------------------------------
     def workload(
@@ -183,7 +214,9 @@ class Emulation:
 
     def step(self, rate: float, zipf: float, write_ratio: float) -> Step:
         before, spent = self.metered(), self.spent()
+        self.cpu.start()
         rep = self.workload(rate, zipf, write_ratio, self.step_seconds)
+        cpu = self.cpu.stop()
         metered = self.metered() - before
         spent_after = self.spent()
         load = max(spent_after[h] - spent[h] for h in spent) / (self.cluster.server_rate * self.step_seconds)
@@ -198,6 +231,7 @@ class Emulation:
             p99_ms=(rep["latency_us"]["all"]["p99"] or 0.0) / 1000,
             hit_ratio=rep["hit_ratio"],
             server_load=load,
+            cpu=cpu,
         )
 
     def saturate(self, zipf: float, write_ratio: float, start: float) -> tuple[float, list[Step]]:
@@ -234,7 +268,7 @@ class Emulation:
         console.log(
             f"  offered {s.rate:5.0f}/s -> {s.goodput:5.0f}/s  errors {s.errors:5.1%}  busiest server "
             f"{s.server_load:4.0%}  metered {s.metered:5.1%}  p99 {s.p99_ms:5.0f} ms  hits {s.hit_ratio:4.0%}"
-            f"  {'ok' if s.ok else 'over'}"
+            f"  {'ok' if s.ok else 'over: ' + ', '.join(s.broken)}\n      host CPU (% of a core): {cpu_summary(s.cpu)}"
         )
 
     # -- the simulator's prediction -------------------------------------------------------------
@@ -444,13 +478,21 @@ def plot_failures(out: Path, traces: dict, points: list[Point], server_rate: flo
 
 
 def summary(points: list[Point]) -> str:
+    """The last stdout line: the worst point's error, the points, how many are within 15 % of the simulator,
+    and how many saturation points' ramps stopped with the host out of CPU (their figure is the host's)."""
     worst = max((p.error_pct for p in points), default=0.0)
-    return f"emulated_vs_simulated_max_error={worst:.1f} points={len(points)}"
+    within = sum(p.error_pct <= AGREE_PCT for p in points)
+    host = sum(p.limit.endswith("(host CPU)") for p in points)
+    return (
+        f"emulated_vs_simulated_max_error={worst:.1f} points={len(points)} "
+        f"within_{AGREE_PCT:g}pct={within} host_limited={host}"
+    )
 
 
 def render(points: list[Point]) -> None:
     t = Table(title="emulated vs simulated saturation (ops/s)")
-    for col in ("figure", "mechanism", "x", "emulated", "simulated", "error %", "simulated bottleneck"):
+    cols = ("figure", "mechanism", "x", "emulated", "simulated", "error %", "simulated bottleneck", "ramp stopped by")
+    for col in cols:
         t.add_column(col, justify="right" if col in ("x", "emulated", "simulated", "error %") else "left")
     for p in points:
         err = f"{p.error_pct:.1f}"
@@ -460,25 +502,59 @@ def render(points: list[Point]) -> None:
             f"{p.x:g}",
             f"{p.emulated:.0f}",
             f"{p.simulated:.0f}",
-            err if p.error_pct <= 15 else f"[yellow]{err}[/]",
+            err if p.error_pct <= AGREE_PCT else f"[yellow]{err}[/]",
             p.bottleneck,
+            p.limit,
         )
-    Console(width=120).print(t)
+    Console(width=140, stderr=True).print(t)
+    render_cpu(points)
+
+
+def render_cpu(points: list[Point]) -> None:
+    """Where the host's CPU went in the step that stopped each ramp (the last step where none did)."""
+    ramps = [(p, next((s for s in p.steps if not s.ok), p.steps[-1])) for p in points if p.steps]
+    if not ramps:
+        return
+    roles = sorted({r for _, s in ramps for r in s.cpu if r not in (IDLE, STEAL)})
+    t = Table(title="host CPU in the step that stopped each ramp (% of one core; idle: % of all cores)")
+    for col in ("figure", "mechanism", "x", "offered", *roles, IDLE):
+        t.add_column(col, justify="left" if col in ("figure", "mechanism") else "right")
+    for p, s in ramps:
+        idle = f"{s.cpu.get(IDLE, math.nan):.0f}"
+        t.add_row(
+            p.figure,
+            LABELS[p.mechanism],
+            f"{p.x:g}",
+            f"{s.rate:.0f}",
+            *(f"{s.cpu.get(r, 0.0):.0f}" for r in roles),
+            f"[yellow]{idle}[/]" if host_ran_out(s.cpu) else idle,
+        )
+    Console(width=160, stderr=True).print(t)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m dcnet.emulate", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="softswitch", choices=TARGETS)
     ap.add_argument("--switch-log", choices=SWITCH_LOGS, default="events", help=SWITCH_LOG_HELP)
-    ap.add_argument("--topo", type=input_file, default=TOPOLOGY, help="cluster file (default %(default)s)")
+    ap.add_argument(
+        "--topo",
+        type=input_file,
+        help=f"cluster file (default {TOPOLOGY.relative_to(REPO)}; for ebpf {TOPOLOGY_FOR['ebpf'].relative_to(REPO)})",
+    )
     ap.add_argument("--keys", type=int, default=5000, help="key space (all loaded; default 5000)")
     ap.add_argument("--step-seconds", type=float, default=3.0, help="seconds per ramp step (default 3)")
     ap.add_argument("--warm-seconds", type=float, default=4.0, help="cache warm-up per point (default 4)")
     ap.add_argument("--mechanisms", default=",".join(MECHANISMS), help="comma-separated (default: all five)")
     ap.add_argument("--figures", default="9a,10,11", help="comma-separated subset of 9a,10,11")
-    ap.add_argument("--out", type=Path, default=OUT, help="PNG + CSV go here (default %(default)s)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help=f"PNG + CSV go here (default {OUT.relative_to(REPO)}; for ebpf {OUT_FOR['ebpf'].relative_to(REPO)})",
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run: Zipf 0.99 only, one write ratio")
     args = ap.parse_args(argv)
+    args.topo = args.topo or TOPOLOGY_FOR.get(args.target, TOPOLOGY)
+    args.out = args.out or OUT_FOR.get(args.target, OUT)
     if os.geteuid() != 0:
         ap.error("Mininet needs root: run as root (sudo make emulate)")
     mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]

@@ -50,8 +50,11 @@ def test_emulate_quick_run_writes_figures_and_summary(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"emulated_vs_simulated_max_error=(\d+\.\d) points=(\d+)", last)
+    m = re.fullmatch(
+        r"emulated_vs_simulated_max_error=(\d+\.\d) points=(\d+) within_15pct=([01]) host_limited=([01])", last
+    )
     assert m and int(m.group(2)) == 1, last
+    assert int(m.group(3)) == (float(m.group(1)) <= 15.0), last
     rows = list(csv.DictReader((tmp_path / "fig9a_skew.csv").read_text().splitlines()))
     assert [r["mechanism"] for r in rows] == ["distcache"]
     emulated, simulated = float(rows[0]["emulated_ops"]), float(rows[0]["simulated_ops"])
@@ -60,3 +63,6 @@ def test_emulate_quick_run_writes_figures_and_summary(tmp_path: Path) -> None:
     assert (tmp_path / "fig9a_skew.png").stat().st_size > 10_000
     points = json.loads((tmp_path / "points.json").read_text())["points"]
     assert points[0]["steps"] and any(s["rate"] > s["goodput"] * 0.5 for s in points[0]["steps"])
+    # every step accounts the host's CPU by role: the shims and the client took some, idle is a share of all cores
+    for step in points[0]["steps"]:
+        assert step["cpu"]["shims"] > 0 and step["cpu"]["clients"] > 0 and 0 <= step["cpu"]["idle"] <= 100, step

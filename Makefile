@@ -14,7 +14,8 @@
 #   make emulate Figures 9(a), 10, 11 on the running system (rate-limited Mininet), beside the simulator's prediction
 #   make bench   softswitch pipeline throughput per path (pkt/s)
 #   make bench-shim  shim GET/PUT throughput and write latency vs redis-benchmark (loopback, its own redis-server)
-#   make bench-switch  pkt/s through one switch (hit, miss, forwarding) on veths in a private netns, softswitch vs BMv2
+#   make bench-switch  pkt/s through one switch (hit, miss, forwarding) on veths in a private netns: softswitch, BMv2 (fast
+#                build), ebpf side by side, and the veths' ceiling (limit_pps: a program that only turns reads around)
 #   make clean   remove build outputs, run folders and any leftover Mininet state
 
 SHELL := /bin/bash
@@ -30,7 +31,8 @@ STAMP := .venv/.deps-stamp
 
 .PHONY: deps build constants run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o build/p4rt-shell-venv/.installed
+deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o \
+	build/p4rt-shell-venv/.installed
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -57,15 +59,28 @@ build/lincheck: $(LINCHECK_SRC)
 build/dcload: tools/dcload/go.mod $(wildcard tools/dcload/*.go) build/lincheck
 	cd tools/dcload && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/dcload .
 
-# The packet fault injector (tools/faultinject, a tc clsact eBPF program; mininet/dcnet/netfaults.py loads it).
+# The tc eBPF programs of tools/: the packet fault injector (tools/faultinject; mininet/dcnet/netfaults.py loads
+# it) and make bench-switch's turnaround (tools/turnaround: the veths' ceiling, limit_pps; bench/switch/limit.py).
 # Debian's clang; asm/types.h lives under the multiarch include directory.
 BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -I/usr/include/$(shell uname -m)-linux-gnu
-build/faultinject.bpf.o: tools/faultinject/faultinject.bpf.c | $(STAMP)
+define BPF_COMPILE
 	@{ command -v clang && [ -f /usr/include/bpf/bpf_helpers.h ] && { command -v bpftool || [ -x /usr/sbin/bpftool ]; }; } \
 		>/dev/null 2>&1 || { echo "installing apt packages: clang llvm libbpf-dev bpftool"; apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang llvm libbpf-dev bpftool; }
 	@mkdir -p build
 	clang $(BPF_CFLAGS) -c $< -o $@
+endef
+build/faultinject.bpf.o: tools/faultinject/faultinject.bpf.c | $(STAMP)
+	$(BPF_COMPILE)
+build/turnaround.bpf.o: tools/turnaround/turnaround.bpf.c | $(STAMP)
+	$(BPF_COMPILE)
+
+# make bench-switch's compiled sender (tools/pktsend, C: one frame offered on an AF_PACKET socket in sendmmsg batches).
+build/pktsend: tools/pktsend/pktsend.c
+	@command -v gcc >/dev/null 2>&1 || { echo "installing apt packages: gcc libc6-dev"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev; }
+	@mkdir -p build
+	gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
 P4SRC := $(shell find p4src -name '*.p4')
 

@@ -1,15 +1,14 @@
 """One switch of the bed: started by harness.switch in the namespace with no pipeline, given its pipeline and
 storage leaf sl0's entries over P4Runtime, the hit key cached and valid; and the sender process beside it.
-``close`` stops them."""
+``close`` stops them.  What the measurement asks of a bed (bench/switch/measure.py ``Target``): its paths, the
+check of a path's frame, the counters a path must move; bench/switch/limit.py is the other bed."""
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import subprocess
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.progress import Progress
 
@@ -18,9 +17,9 @@ from bench.switch.config import (
     BMV2_P4INFO,
     BUCKETS,
     CLUSTER,
-    CTX,
     IN_PORT,
     LEAF,
+    PATHS,
     PORTS,
     SERVER_PORT,
     SLOT,
@@ -29,8 +28,8 @@ from bench.switch.config import (
 )
 from bench.switch.frames import Frames
 from bench.switch.namespace import Namespace
-from bench.switch.probe import probe
-from bench.switch.sender import sender_main
+from bench.switch.probe import check_path, probe
+from bench.switch.sender import Sender
 from distcache import p4names as n
 from harness.switch import DEVICE_ID, GRPC_ADDR, SwitchProcess, SwitchSpec, SwitchStartError
 from p4rt.plan import plan
@@ -40,7 +39,13 @@ if TYPE_CHECKING:
 
 
 class Bed:
-    """One switch in the namespace, its P4Runtime session and the sender; ``close`` stops them."""
+    """One switch in the namespace, its P4Runtime session and the sender (not started); ``close`` stops them."""
+
+    paths = PATHS
+    # the dc_stats cell that must count every frame a path delivers (forwarding: none), and the cells that only
+    # the path counting them may move
+    counters: ClassVar[dict[str, str]] = {"hit": "READ_HIT", "miss": "READ_MISS"}
+    watched = ("READ_HIT", "READ_MISS")
 
     def __init__(self, target: str, ns: Namespace, workdir: Path, progress: Progress) -> None:
         self.target, self.ns, self.workdir, self.progress = target, ns, workdir, progress
@@ -53,8 +58,7 @@ class Bed:
         )
         self.switch = SwitchProcess(spec, workdir / f"{target}.out")
         self.sw: SwitchConnection | None = None
-        self.sender: mp.process.BaseProcess | None = None
-        self.sender_conn: Connection | None = None
+        self.sender = Sender(f"bpt{IN_PORT}")
 
     @property
     def proc(self) -> subprocess.Popen | None:
@@ -65,10 +69,9 @@ class Bed:
         return self.switch.logs(20)
 
     def start(self) -> None:
-        """Start the switch (in the namespace the harness entered) and the sender; return once the switch
-        is the P4Runtime primary's and the sender is ready."""
+        """Start the switch (in the namespace the harness entered); return once it is the P4Runtime primary's.
+        The sender is started by whoever offers load (``self.sender.start()``)."""
         self.switch.start()
-        self.sender, self.sender_conn = self._spawn_sender()
         try:
             self.switch.wait_ready(30)
         except SwitchStartError as e:
@@ -77,15 +80,11 @@ class Bed:
 
         self.sw = SwitchConnection(GRPC_ADDR, DEVICE_ID, name=self.target)
         self.sw.connect(timeout=30)
-        if not self.sender_conn.poll(30) or self.sender_conn.recv() != "ready":
-            raise SetupError("the sender process did not start")
 
-    def _spawn_sender(self) -> tuple[mp.process.BaseProcess, Connection]:
-        here, there = CTX.Pipe()
-        proc = CTX.Process(target=sender_main, args=(there, f"bpt{IN_PORT}"), name="sender", daemon=True)
-        proc.start()
-        there.close()
-        return proc, here
+    @staticmethod
+    def check(path: str, frames: Frames, out: list[tuple[int, bytes]]) -> int:
+        """The port ``path``'s probe frame left on, once checked (bench/switch/probe.py)."""
+        return check_path(path, frames, out)
 
     def configure(self, frames: Frames) -> None:
         """The pipeline, sl0's entries, and the hit key cached and valid."""
@@ -129,13 +128,5 @@ class Bed:
             with contextlib.suppress(Exception):
                 self.sw.close()
             self.sw = None
-        if self.sender_conn is not None:
-            with contextlib.suppress(Exception):
-                self.sender_conn.send(None)
-        if self.sender is not None:
-            self.sender.join(2)
-            if self.sender.is_alive():
-                self.sender.kill()
-                self.sender.join()
-            self.sender = None
+        self.sender.close()
         self.switch.stop()  # its process group

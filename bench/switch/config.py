@@ -3,7 +3,6 @@ leaf sl0 of the PTF tests' cluster), its ports, the values its frames carry, the
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from pathlib import Path
 
 from rich.console import Console
@@ -36,11 +35,11 @@ START_RATE = 5000.0  # pps the rate search starts from
 MAX_RATE = 2_000_000.0
 SATURATED = 0.8  # delivered / offered below this: the switch is the limit
 OFFER_FACTOR = 2.0  # the measured run offers this times what the switch delivered at saturation
-SENDER_BURST = 64  # frames the sender writes between two looks at the clock
+SENDER_CPU = 0  # the core the sender is pinned to; the input veth's receive work goes to the others
+REFUSED = 0.01  # frames the input veth refused, as a share of those offered, above which its receiver was full
 PROFILE_RATE = 500  # py-spy samples per second
 PROFILE_SECONDS = 5.0  # the sampled hit run lasts at least this long
 
-CTX = mp.get_context("spawn")  # a fresh interpreter for the sender: no gRPC channel, no rich thread
 err = Console(stderr=True, log_path=False)
 
 
@@ -50,3 +49,4 @@ class SetupError(RuntimeError):
 
 #: each target's figures in the summary line and JSON: ``<prefix><path>_pps`` (softswitch's unprefixed, as before)
 PREFIX = {"softswitch": "", "bmv2": "bmv2_", "ebpf": "ebpf_"}
+LIMIT = "limit"  # the turnaround program in place of a switch (bench/switch/limit.py): its figure is limit_pps

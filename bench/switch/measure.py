@@ -16,7 +16,6 @@ from typing import Protocol
 
 from rich.progress import Progress, TaskID
 
-from bench.procstat import cpu_seconds, machine_cpu
 from bench.switch.config import (
     IN_PORT,
     MAX_RATE,
@@ -35,6 +34,7 @@ from bench.switch.frames import Frames
 from bench.switch.namespace import netdev
 from bench.switch.probe import probe
 from bench.switch.sender import Sender
+from harness.procstat import cpu_seconds, machine_cpu
 
 
 class Target(Protocol):

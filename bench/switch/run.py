@@ -1,5 +1,6 @@
-"""The switch benchmark's run and command line: the namespace, each target in turn (start, configure, measure
-every path, profile), the teardown that runs whatever happens (Ctrl-C and SIGTERM included), the summary."""
+"""The switch benchmark's run and command line: the targets there are to measure, the namespace, each target in
+turn (start, configure, measure every path, profile), the teardown that runs whatever happens (Ctrl-C and
+SIGTERM included), the summary."""
 
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench.switch import limit
 from bench.switch.bed import Bed
 from bench.switch.config import (
     BMV2_JSON,
     BMV2_P4INFO,
     IN_PORT,
     LEAF,
+    LIMIT,
     OFFER_FACTOR,
-    PATHS,
     PORTS,
-    PREFIX,
     REPO,
+    SENDER_CPU,
     SERVER,
     SERVER_PORT,
     SPINE_PORTS,
@@ -44,15 +46,15 @@ from bench.switch.frames import Frames, build_frames
 from bench.switch.measure import PathResult, run_path, shared
 from bench.switch.namespace import Namespace
 from bench.switch.profile import profile_hits
-from bench.switch.report import render, summary_lines
-from harness.switch import BMV2_COMPILER, BMV2_SWITCH, TARGETS, bmv2_binary
+from bench.switch.report import figures, render, summary_lines
+from harness.switch import BMV2_COMPILER, BMV2_FAST_SWITCH, BMV2_SWITCH, TARGETS, bmv2_binary
 
 
 def bench_target(
     target: str, ns: Namespace, frames: Frames, args: argparse.Namespace, workdir: Path, progress: Progress
 ) -> dict:
     """Start, configure and measure one target: its figures per path (and its profile with --profile)."""
-    bed = Bed(target, ns, workdir, progress)
+    bed = limit.Turnaround(progress) if target == LIMIT else Bed(target, ns, workdir, progress)
     try:
         t0 = time.monotonic()
         bar = progress.add_task(f"{target}: start and configure", total=None)
@@ -60,18 +62,21 @@ def bench_target(
         bed.configure(frames)
         progress.update(bar, total=1, completed=1)
         err.log(
-            f"{target} (pid {bed.proc.pid if bed.proc else '?'}) up and configured as sl0 in "
-            f"{time.monotonic() - t0:.1f} s"
+            f"{target} (pid {bed.proc.pid}) up and configured as sl0 in {time.monotonic() - t0:.1f} s"
+            if bed.proc
+            else f"{target}: the turnaround program on bsw{IN_PORT}'s ingress, turning reads out of bsw{SPINE_PORTS[0]}"
         )
         results: dict[str, PathResult] = {}
         rate = START_RATE
-        for path in PATHS:
+        for path in bed.paths:
             results[path], cap = run_path(bed, path, frames, args.seconds, rate)
             rate = max(START_RATE, cap / 2)
             r = results[path]
             err.log(
-                f"{target} {path}: {r.pps:,.0f} pkt/s delivered of {r.offered_pps:,.0f} offered "
-                f"(CPU %: switch {r.switch_cpu_percent:.0f}, sender {r.sender_cpu_percent:.0f}, kernel "
+                f"{target} {path}: {r.pps:,.0f} pkt/s delivered of {r.offered_pps:,.0f} offered, "
+                f"{r.refused_pps:,.0f} refused (CPU %: switch "
+                + ("-" if r.switch_cpu_percent is None else f"{r.switch_cpu_percent:.0f}")
+                + f", sender {r.sender_cpu_percent:.0f}, kernel "
                 f"{r.softirq_cpu_percent:.0f}, others {r.others_cpu_percent:.0f}, steal {r.steal_cpu_percent:.0f})"
                 + (" [yellow]the machine is shared: this figure is low[/]" if shared(asdict(r)) else "")
             )
@@ -111,15 +116,18 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
     frames = build_frames()
     ns = Namespace(PORTS)
     fig: dict = {"targets": {}}
+    steering = ""
     with tempfile.TemporaryDirectory(prefix="bench-switch-") as tmp:
         try:
             ns.create()
             ns.enter()  # before any thread: gRPC's and rich's threads are created inside
+            steering = ns.steer_rx(SENDER_CPU)
             err.log(
                 f"namespace {ns.name}: veth pairs "
                 + ", ".join(f"bsw{p}/bpt{p}" for p in PORTS)
                 + f"; the switch plays {LEAF.name} (id {LEAF.switch_id}): port {SERVER_PORT} server "
-                f"{SERVER.ip}, ports {SPINE_PORTS[0]}, {SPINE_PORTS[1]} spines; load offered on port {IN_PORT}"
+                f"{SERVER.ip}, ports {SPINE_PORTS[0]}, {SPINE_PORTS[1]} spines; load offered on port {IN_PORT} "
+                "by build/pktsend" + (f" on core {SENDER_CPU}; {steering} (RPS)" if steering else "")
             )
             with Progress(
                 TextColumn("{task.description:<60}"), BarColumn(), TimeElapsedColumn(), console=err, transient=False
@@ -134,12 +142,7 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
                 ns.delete()
             if args.keep_logs:
                 shutil.copytree(tmp, args.keep_logs, dirs_exist_ok=True)
-    for target, prefix in PREFIX.items():
-        for path in PATHS:
-            if target in fig["targets"]:
-                fig[f"{prefix}{path}_pps"] = round(fig["targets"][target]["paths"][path]["pps"])
-    if len(fig["targets"]) == 2:
-        fig["ratio"] = {p: round(fig[f"{p}_pps"] / max(1, fig[f"bmv2_{p}_pps"]), 2) for p in PATHS}
+    figures(fig)
     fig["config"] = {
         "seconds": args.seconds,
         "cpus": os.cpu_count(),
@@ -149,6 +152,8 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
         "hit_value_bytes": len(VALUE),
         "frame_bytes": {p: len(f) for p, f in frames.paths.items()},
         "bmv2_binary": bmv2_binary(None),  # the fast build where installed (harness.switch.bmv2_binary)
+        "sender": "build/pktsend",
+        "rx_steering": steering,
     }
     if "softswitch" in fig["targets"] and "profile" in fig["targets"]["softswitch"]:
         fig["profile"] = fig["targets"]["softswitch"].pop("profile")  # None: py-spy missing or wrote nothing
@@ -156,29 +161,46 @@ def run(args: argparse.Namespace, targets: list[str]) -> dict:
 
 
 def check_targets(choice: str | None) -> list[str]:
-    """The targets to measure for ``--target``; BMv2 only where it and its compiled pipeline are there, the
-    kernel target (ebpf) only when asked for by name."""
-    have_bmv2 = all(shutil.which(b) for b in (BMV2_SWITCH, BMV2_COMPILER))
+    """The targets to measure for ``--target``.  By default (``all``) every one whose tools are here, in order
+    softswitch, BMv2, ebpf, the limit; each one missing is skipped with one line saying why.  Named, a target
+    missing its tools is an error (SetupError, one line)."""
     if choice == "softswitch":
         return ["softswitch"]
-    if choice == "ebpf":
+    if choice in (None, "all"):
+        targets = ["softswitch"]
+        for target in ("bmv2", "ebpf", LIMIT):
+            if why := _missing(target):
+                err.log(f"[yellow]{target} skipped: {why}[/]")
+            else:
+                targets.append(target)
+    else:
+        targets = ["softswitch", "bmv2"] if choice == "both" else [choice]
+        for target in targets:
+            if why := _missing(target):
+                raise SetupError(f"--target {choice}" + (f": {target} " if target != choice else " ") + why)
+    if "bmv2" in targets and bmv2_binary(None) != BMV2_FAST_SWITCH:
+        err.log(
+            f"[yellow]{BMV2_FAST_SWITCH} is not on PATH: BMv2 is measured as its logging build {BMV2_SWITCH}, "
+            "several times slower (../shared/p4tool/install.sh installs both)[/]"
+        )
+    return targets
+
+
+def _missing(target: str) -> str | None:
+    """What ``target`` needs that is not here ("needs ...", one line), or None."""
+    if target == "bmv2":
+        if not all(shutil.which(b) for b in (BMV2_SWITCH, BMV2_COMPILER)):
+            return f"needs {BMV2_SWITCH} and {BMV2_COMPILER} on PATH (../shared/p4tool/install.sh)"
+        if not (BMV2_JSON.exists() and BMV2_P4INFO.exists()):
+            return f"needs {BMV2_JSON.relative_to(REPO)} and {BMV2_P4INFO.relative_to(REPO)}: run make build"
+    elif target == "ebpf":
         from softswitch.ebpf.build import missing_tools
 
         if missing := missing_tools():
-            raise SetupError(f"--target ebpf needs {', '.join(missing)} (../shared/p4tool/install.sh, make deps)")
-        return ["ebpf"]
-    targets = ["softswitch", "bmv2"] if choice in (None, "both") else ["bmv2"]
-    if "bmv2" in targets:
-        if not have_bmv2:
-            if choice is None:
-                err.log(f"[yellow]{BMV2_SWITCH} or {BMV2_COMPILER} not on PATH: softswitch only[/]")
-                return ["softswitch"]
-            raise SetupError(f"--target {choice} needs {BMV2_SWITCH} and {BMV2_COMPILER} on PATH")
-        if not (BMV2_JSON.exists() and BMV2_P4INFO.exists()):
-            raise SetupError(
-                f"{BMV2_JSON.relative_to(REPO)} and {BMV2_P4INFO.relative_to(REPO)} missing: run make build"
-            )
-    return targets
+            return f"needs {', '.join(missing)} (../shared/p4tool/install.sh, make deps)"
+    elif target == LIMIT:
+        return limit.missing()
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,9 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="measured window per path (default 3)")
     ap.add_argument(
         "--target",
-        choices=[*TARGETS, "both"],
+        choices=[*TARGETS, LIMIT, "both", "all"],
         default=None,
-        help="switch(es) to measure (default: both where BMv2 is installed, else softswitch)",
+        help="what to measure: one target; both = softswitch and BMv2; limit = the veths' ceiling alone "
+        "(default: all = softswitch, BMv2, ebpf and the limit, each one whose tools are here)",
     )
     ap.add_argument(
         "--profile",

@@ -134,11 +134,12 @@ class Turnaround:
 
     def stats(self) -> dict[str, int]:
         """The program's counts, summed over the CPUs."""
-        dump = json.loads(
-            _run(self.bpftool, "-j", "map", "dump", "pinned", str(self.pins / "counts"), what="cannot read counts")
-        )
+        text = _run(self.bpftool, "-j", "map", "dump", "pinned", str(self.pins / "counts"), what="cannot read counts")
         le = lambda hexes: int.from_bytes(bytes(int(x, 16) for x in hexes), "little")  # noqa: E731
-        cells = {le(e["key"]): sum(le(v["value"]) for v in e["values"]) for e in dump}
+        try:  # raw bytes, little-endian: what bpftool prints with or without BTF
+            cells = {le(e["key"]): sum(le(v["value"]) for v in e["values"]) for e in json.loads(text)}
+        except (ValueError, KeyError, TypeError) as e:
+            raise SetupError(f"cannot read the turnaround's counts from bpftool's {text[:200]!r}: {e}") from None
         return {name: cells.get(i, 0) for i, name in enumerate(COUNTS)}
 
     def logs(self) -> str:

@@ -67,10 +67,10 @@ it could not double any more, so the switch is saturated while a paced sender
 takes no more of the cores than it needs.  The table shows, per target and
 path, delivered next to offered (``rx_packets`` of ``bsw3``: what reached the
 switch's input) and refused (its ``rx_dropped``), who limited the path (the
-switch when it delivered less than it was offered or its input refused
-frames; "the sender?" when the sender offered less than 1.2 times what came
-out and nothing was refused), and the CPU the switch, the sender, the kernel
-(softirq) and other processes (a shared machine) took in the window.
+switch when its input refused frames, when it delivered clearly less than it
+was offered, or when the core its receive work ran on had no time left; else
+the sender), the CPU the switch, the sender, the kernel (softirq) and other
+processes (a shared machine) took in the window, and how busy each core was.
 Delivered packets are the kernel's ``rx_packets`` of the receiving veth ends
 (``/proc/net/dev`` of the namespace, the same counters as
 ``/sys/class/net/<if>/statistics``), each over a window of ``--seconds`` after

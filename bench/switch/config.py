@@ -37,6 +37,7 @@ SATURATED = 0.8  # delivered / offered below this: the switch is the limit
 OFFER_FACTOR = 2.0  # the measured run offers this times what the switch delivered at saturation
 SENDER_CPU = 0  # the core the sender is pinned to; the input veth's receive work goes to the others
 REFUSED = 0.01  # frames the input veth refused, as a share of those offered, above which its receiver was full
+BUSY = 95.0  # % a core was busy in the window at or above which it had nothing more to give
 PROFILE_RATE = 500  # py-spy samples per second
 PROFILE_SECONDS = 5.0  # the sampled hit run lasts at least this long
 

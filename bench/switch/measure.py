@@ -12,17 +12,20 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from rich.progress import Progress, TaskID
 
 from bench.switch.config import (
+    BUSY,
     IN_PORT,
     MAX_RATE,
     OFFER_FACTOR,
     PORTS,
     REFUSED,
     SATURATED,
+    SENDER_CPU,
     SERVER_PORT,
     SPINE_PORTS,
     STEP_SECONDS,
@@ -75,15 +78,35 @@ class PathResult:
     counter_deltas: dict[str, int]  # dc_stats cells that moved
     search: list[tuple[float, float, float]]  # rate search: (asked pps, offered pps, delivered pps) per step
     window_seconds: float
-    sender_limited: bool  # see sender_limited()
+    core_busy_percent: list[float]  # per core, 100 = busy for the whole window (the sender's core is SENDER_CPU)
+    limited_by: str  # see limited_by()
+    sender_limited: bool  # limited_by is "the sender"
 
 
-def sender_limited(offered: float, refused: float, delivered: float) -> bool:
-    """Whether the sender, not the switch, may have been the limit: it offered (taken and refused) less than 1.2
-    times what came out, and the switch's input veth refused almost nothing (a full backlog there refuses
-    frames: its receiver, the switch side, was behind)."""
+def limited_by(offered: float, refused: float, delivered: float, switch_core_busy: float | None) -> str:
+    """Who limited a path, by the evidence of the window: the switch when its input refused frames (its backlog
+    was full: its receiver was behind), when it delivered clearly less than it was offered, or when the core its
+    receive work ran on (``switch_core_busy``, %, None on a single core) had no time left; otherwise the sender,
+    which then offered about what came out while the switch had time to spare."""
     attempted = offered + refused
-    return attempted < 1.2 * delivered and refused <= REFUSED * attempted
+    if refused > REFUSED * attempted:
+        return "switch: input full"
+    if attempted >= 1.2 * delivered:
+        return "switch: delivered less"
+    if switch_core_busy is not None and switch_core_busy >= BUSY:
+        return "switch: its core busy"
+    return "the sender"
+
+
+def core_ticks() -> list[tuple[int, int]]:
+    """(busy, total) ticks of each core since boot (/proc/stat's cpuN lines; busy = all but idle and iowait)."""
+    out = []
+    for line in Path("/proc/stat").read_text().splitlines()[1:]:
+        if not line.startswith("cpu"):
+            break
+        f = [int(x) for x in line.split()[1:]]
+        out.append((sum(f[:8]) - f[3] - f[4], sum(f[:8])))
+    return out
 
 
 def offer(
@@ -102,13 +125,13 @@ def offer(
     """
     bed.sender.request(frame, rate, seconds)
     pids = (bed.proc.pid if bed.proc else None, bed.sender.pid, os.getpid())
-    cpu = lambda: ([cpu_seconds(p) for p in pids], machine_cpu())  # noqa: E731
+    cpu = lambda: ([cpu_seconds(p) for p in pids], machine_cpu(), core_ticks())  # noqa: E731
     t0 = time.monotonic()
     _sleep_until(bed, t0 + window_at, bar, t0)
-    d0, w0, (p0, k0) = netdev(), time.monotonic(), cpu()
+    d0, w0, (p0, k0, c0) = netdev(), time.monotonic(), cpu()
     helper = during() if during else None
     _sleep_until(bed, w0 + window, bar, t0)
-    d1, w1, (p1, k1) = netdev(), time.monotonic(), cpu()
+    d1, w1, (p1, k1, c1) = netdev(), time.monotonic(), cpu()
     if helper is not None:
         helper.send_signal(signal.SIGINT)
     res = bed.sender.result()
@@ -127,6 +150,7 @@ def offer(
         "others_cpu": max(0.0, 100 * ((k1[0] - k0[0]) - sum(x for x in own if not math.isnan(x))) / dt),
         "sent": res.sent / res.seconds if res.seconds else 0.0,
         "errors": res.errors,
+        "cores": [100 * (b[0] - a[0]) / max(1, b[1] - a[1]) for a, b in zip(c0, c1, strict=True)],
     }
     for p in PORTS:
         m[f"out{p}"] = moved(f"bpt{p}", 0)
@@ -217,6 +241,8 @@ def run_path(
     deltas = {k: s1[k] - s0.get(k, 0) for k in s1 if s1[k] != s0.get(k, 0)}
     verify(bed, path, total, stray, deltas)
     pps = delivered(m)
+    switch_cores = [b for i, b in enumerate(m["cores"]) if i != SENDER_CPU]
+    verdict = limited_by(m["offered"], m["refused"], pps, max(switch_cores) if switch_cores else None)
     res = PathResult(
         pps=pps,
         offered_pps=m["offered"],
@@ -234,7 +260,9 @@ def run_path(
         counter_deltas=deltas,
         search=search,
         window_seconds=m["window"],
-        sender_limited=sender_limited(m["offered"], m["refused"], pps),
+        core_busy_percent=m["cores"],
+        limited_by=verdict,
+        sender_limited=verdict == "the sender",
     )
     return res, max(capacity, pps)
 

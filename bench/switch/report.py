@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from bench.switch.config import LIMIT, PATH_NAMES, PATHS, PREFIX, REFUSED
+from bench.switch.config import BUSY, LIMIT, PATH_NAMES, PATHS, PREFIX, REFUSED, SENDER_CPU
 from bench.switch.measure import shared
 
 
@@ -63,14 +63,6 @@ def _cpu(r: dict) -> str:
     )
 
 
-def _limited_by(r: dict) -> str:
-    if r["sender_limited"]:
-        return "the sender?"
-    if r["refused_pps"] > REFUSED * (r["offered_pps"] + r["refused_pps"]):
-        return "switch (input full)"
-    return "switch"
-
-
 def render(fig: dict, out: Console) -> None:
     """The tables: figures per target and path, the checks and rate search, the profile; the ratios."""
     targets = fig["targets"]
@@ -88,6 +80,7 @@ def render(fig: dict, out: Console) -> None:
         ("refused pkt/s", True),
         ("limited by", False),
         ("CPU %: switch / sender / kernel / others / steal", True),
+        ("cores busy %", True),
     ):
         t.add_column(col, justify="right" if right else "left")
     for target, tr in targets.items():
@@ -98,8 +91,9 @@ def render(fig: dict, out: Console) -> None:
                 f"{r['pps']:,.0f}",
                 f"{r['offered_pps']:,.0f}",
                 f"{r['refused_pps']:,.0f}",
-                _limited_by(r),
+                r["limited_by"],
                 _cpu(r),
+                " / ".join(f"{b:.0f}" for b in r["core_busy_percent"]),
             )
         t.add_section()
     out.print(t)
@@ -110,8 +104,10 @@ def render(fig: dict, out: Console) -> None:
         f"load average before the run {' '.join(map(str, fig['config']['loadavg_before']))})"
     )
     out.print(
-        "limited by: the switch when it delivered less than what reached its input, or its input refused frames "
-        "(its backlog was full); the sender? when it offered less than 1.2x what came out and nothing was refused"
+        f"limited by: the switch when its input refused more than {REFUSED:.0%} of the frames (its backlog was "
+        "full), when it delivered less than 1/1.2 of what reached its input, or when the core its receive work ran "
+        f"on was {BUSY:.0f} % busy or more; else the sender.  cores busy %: core 0 / core 1 / ..., the sender on "
+        f"core {SENDER_CPU}"
     )
     busy = [f"{t} {p}" for t, tr in targets.items() for p, r in tr["paths"].items() if shared(r)]
     if busy:

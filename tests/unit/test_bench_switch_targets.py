@@ -11,7 +11,7 @@ import pytest
 
 from bench.switch import limit
 from bench.switch.config import PATHS, REPO, SetupError
-from bench.switch.measure import sender_limited
+from bench.switch.measure import limited_by
 from bench.switch.report import figures, ratio_line, summary_lines
 from bench.switch.run import _missing, check_targets
 from softswitch.ebpf import build
@@ -90,8 +90,11 @@ def test_summary_of_softswitch_and_bmv2_has_no_kernel_keys() -> None:
 
 
 def test_who_limited_a_path() -> None:
-    # the sender: it offered little more than came out and nothing was refused
-    assert sender_limited(offered=100_000, refused=0, delivered=98_000)
-    # the switch: its input refused frames (its backlog was full), or it delivered far less than it was offered
-    assert not sender_limited(offered=100_000, refused=10_000, delivered=98_000)
-    assert not sender_limited(offered=300_000, refused=0, delivered=100_000)
+    # the sender: it offered little more than came out, nothing was refused, the switch's core had time left
+    assert limited_by(offered=100_000, refused=0, delivered=98_000, switch_core_busy=60.0) == "the sender"
+    assert limited_by(offered=100_000, refused=0, delivered=98_000, switch_core_busy=None) == "the sender"
+    # the switch: its input refused frames (its backlog was full), it delivered far less than it was offered, or
+    # the core its receive work ran on was busy all the window
+    assert limited_by(offered=100_000, refused=10_000, delivered=98_000, switch_core_busy=60.0).startswith("switch")
+    assert limited_by(offered=300_000, refused=0, delivered=100_000, switch_core_busy=60.0).startswith("switch")
+    assert limited_by(offered=100_000, refused=0, delivered=98_000, switch_core_busy=99.0).startswith("switch")

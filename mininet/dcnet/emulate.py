@@ -102,6 +102,7 @@ class Step:
     hit_ratio: float
     server_load: float  # the busiest server's admitted work over its rate x step
     cpu: dict[str, float] = field(default_factory=dict)  # % of one core per role, idle % of all (cpu_account)
+    error_kinds: dict[str, int] = field(default_factory=dict)  # timeout, backlog, stale_value, ...: counts
 
     @property
     def broken(self) -> list[str]:
@@ -232,6 +233,7 @@ class Emulation:
             hit_ratio=rep["hit_ratio"],
             server_load=load,
             cpu=cpu,
+            error_kinds=dict(rep["errors"]),
         )
 
     def saturate(self, zipf: float, write_ratio: float, start: float) -> tuple[float, list[Step]]:
@@ -265,10 +267,12 @@ class Emulation:
 
     @staticmethod
     def _log(s: Step) -> None:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(s.error_kinds.items()))
         console.log(
             f"  offered {s.rate:5.0f}/s -> {s.goodput:5.0f}/s  errors {s.errors:5.1%}  busiest server "
             f"{s.server_load:4.0%}  metered {s.metered:5.1%}  p99 {s.p99_ms:5.0f} ms  hits {s.hit_ratio:4.0%}"
-            f"  {'ok' if s.ok else 'over: ' + ', '.join(s.broken)}\n      host CPU (% of a core): {cpu_summary(s.cpu)}"
+            f"  {'ok' if s.ok else 'over: ' + ', '.join(s.broken)}{f' ({kinds})' if kinds else ''}"
+            f"\n      host CPU (% of a core): {cpu_summary(s.cpu)}"
         )
 
     # -- the simulator's prediction -------------------------------------------------------------

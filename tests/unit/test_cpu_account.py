@@ -29,7 +29,13 @@ def test_a_spinning_process_is_charged_to_its_role_and_a_sleeping_one_is_not() -
     assert cpu["shims"] > 50, cpu  # most of one core (the machine may be shared)
     assert cpu["redis"] < 5, cpu
     assert 0 <= cpu[IDLE] <= 100 and cpu[KERNEL] >= 0 and cpu[OTHER] >= 0, cpu
-    assert summary(cpu).startswith("shims "), summary(cpu)
+    assert f"shims {cpu['shims']:.0f}%" in summary(cpu), summary(cpu)
+
+
+def test_the_summary_puts_the_busiest_roles_first() -> None:
+    cpu = {"shims": 60.0, "redis": 0.4, "clients": 30.0, KERNEL: 45.0, OTHER: 2.0, IDLE: 31.6, "steal": 5.0}
+    assert summary(cpu) == "shims 60% kernel packets 45% clients 30% other 2% | idle 32%"
+    assert summary(cpu, top=1) == "shims 60% | idle 32%"
 
 
 def test_a_process_that_ended_in_the_window_is_left_out() -> None:

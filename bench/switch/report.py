@@ -51,7 +51,7 @@ def ratio_line(fig: dict) -> str | None:
     parts = []
     if "ratio" in fig:
         parts.append("softswitch/bmv2 " + " ".join(f"{p} {fig['ratio'][p]:.2f}" for p in PATHS))
-    parts += [f"{k}={v:.3g}" for k, v in fig.get("ratios", {}).items()]
+    parts += [f"{k}={v:.2f}" for k, v in fig.get("ratios", {}).items()]
     return "ratios: " + "; ".join(parts) if parts else None
 
 

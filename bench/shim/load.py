@@ -14,12 +14,12 @@ from pathlib import Path
 
 from rich.progress import Progress, TaskID
 
-from harness.procstat import cpu_seconds, machine_busy
 from bench.shim.bed import Env
 from bench.shim.config import HOST, REPLY_TIMEOUT, WARMUP
 from bench.shim.generators import LoadSpec
 from bench.shim.latency import percentile
 from distcache.wire import DC_PORT, HEADER_FIELDS
+from harness.procstat import cpu_seconds, machine_busy
 
 
 @dataclass

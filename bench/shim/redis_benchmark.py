@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from rich.progress import Progress
 
-from harness.procstat import cpu_seconds, machine_busy
 from bench.shim.bed import Env
+from harness.procstat import cpu_seconds, machine_busy
 
 
 @dataclass

@@ -29,7 +29,10 @@ PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01
 BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
 BURST_LEN = 6  # DistCache packets each burst drops
 CLIENT_RATE = 75.0  # requests per second per client at most: a cell's history stays small enough to check
-OVERRUN = 2.0  # the clients run on while the fault lanes finish, up to this many times the duration
+# the clients run on while the fault lanes finish, up to this many times the duration: the spine and controller
+# lane's 24 faults each wait for their effect (a restarted controller, a spine failed over and back: 5-20 s on a
+# slow machine), and at 2x a kernel-target run left a lane's last fault after the clients stopped (2026-11-28)
+OVERRUN = 3.0
 
 
 def _lane(faults: Faults, lane: list[Fault], t0: float, stop: threading.Event) -> None:

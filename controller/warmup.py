@@ -6,7 +6,9 @@ their reads go to the storage servers.  The failed spine's agent still knows wha
 each key was, so the controller asks the new owner to cache those keys straight away, through the same
 insert-and-populate path every insertion takes (coherent at any time: the populate makes the shim count
 the switch as a holder before the copy is valid).  A moved key replaces one the new owner holds only if
-it is REPLACE_MARGIN times hotter, as a hot-key report's would.
+it is REPLACE_MARGIN times hotter, as a hot-key report's would.  A key the new owner holds because it was
+moved -- warmed before an operator's fail moved the routes, then offered again after -- is as hot as it was
+where it came from: its few hits since its insert do not make it the coldest key to replace.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def warm_keys(moved: Mapping[bytes, int], held: Mapping[bytes, int], free: int) 
     (key -> recent hits there) with ``free`` slots, hottest first: one per free slot, then one for each
     held key it is REPLACE_MARGIN times hotter than (the agent evicts its coldest for each)."""
     hot = sorted((k for k, h in moved.items() if h > 0 and k not in held), key=lambda k: -moved[k])
-    cold = sorted(held.values())
+    cold = sorted(max(h, moved.get(k, 0)) for k, h in held.items())
     out: list[bytes] = []
     for k in hot:
         if free > 0:

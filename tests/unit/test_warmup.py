@@ -33,3 +33,14 @@ def test_free_slots_then_replacements_in_order_of_heat() -> None:
     held = {k(10): 2, k(11): 3, k(12): 100}
     moved = {k(i): 100 - i for i in range(1, 6)}  # 99, 98, 97, 96, 95
     assert warm_keys(moved, held, free=1) == [k(1), k(2), k(3)]  # one free slot, then the two cold keys
+
+
+def test_a_key_warmed_from_the_moved_set_keeps_its_heat_there() -> None:
+    """An operator's fail warms the new owner before the routes move and again after: a key the first round
+    cached has few hits of its own yet, and must not count as the coldest key for the second round to replace
+    (the agent would evict another, settled, key for it: a hot one of the new owner's own)."""
+    moved = {k(1): 80, k(2): int(30 * REPLACE_MARGIN), k(3): 30}
+    held_after_first_round = {k(1): 0, k(10): 30}  # k(1) just warmed; k(10) the new owner's own
+    # k(2) and k(3) are not REPLACE_MARGIN times hotter than k(10) (30), and k(1) is as hot as it was (80)
+    assert warm_keys(moved, held_after_first_round, free=0) == []
+    assert warm_keys({**moved, k(4): 1000}, held_after_first_round, free=0) == [k(4)]  # it beats k(10)

@@ -5,6 +5,8 @@ into a packet reaches the loads.
 
 from __future__ import annotations
 
+import time
+
 from distcache import p4names as n
 from distcache.p4names import Stat
 from distcache.wire import DC_PORT, Message, Op
@@ -73,11 +75,20 @@ class LoadCountStartsAgainEachWindow(DcTest):
     def runTest(self) -> None:
         w = (1 << WINDOW_SHIFT) / 1e6
         start = self.find_window_start(read_port=3, reply_port=1) + 2 * w
-        self.wait_until(start + 0.2 * w)
-        for seq in range(4):
-            self.read(3, SP0.switch_id, seq=seq)
-        self.wait_until(start + 0.5 * w)
-        self.assertEqual(self.exchange(1, reply_frame(reply()))[1].spine_load, 4)
+        for _ in range(3):
+            self.wait_until(start + 0.2 * w)
+            for seq in range(4):
+                self.read(3, SP0.switch_id, seq=seq)
+            self.wait_until(start + 0.5 * w)
+            load = self.exchange(1, reply_frame(reply()))[1].spine_load
+            if time.monotonic() < start + 0.95 * w:
+                break
+            # a loaded host (BMv2 with its logs, beside other tests) took the reads and the reply past the
+            # window's end, so they were counted in two windows: the same steps in a later window
+            start += 4 * w
+        else:
+            self.fail("in three windows the host never fitted four reads and a reply into one")
+        self.assertEqual(load, 4)
         self.wait_until(start + 1.5 * w)
         self.assertEqual(self.exchange(1, reply_frame(reply()))[1].spine_load, 0)
         self.read(3, SP0.switch_id)

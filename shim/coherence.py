@@ -48,7 +48,11 @@ class Coherence:
     # whether the controller has declared a switch down (the shim's view): no exchange with it starts or goes on
     is_down: Callable[[int], bool] = lambda _switch: False
     retry_interval: float = 0.05
-    invalidate_deadline: float = 1.0
+    # how long a path's INVALIDATE is retried before the write is refused: longer than the controller takes to
+    # declare a crashed switch down and move its buckets (0.4 s + up to ~1.1 s on a slow BMv2 fabric), whose
+    # push then releases the wait (release()); at 1 s a write begun as a spine crashed was refused 24 ms before
+    # the push came (make run TARGET=bmv2, 2026-11-28)
+    invalidate_deadline: float = 2.5
     update_attempts: int = 4
     stats: CoherenceStats = field(default_factory=CoherenceStats)
     # Switches accept an INVALIDATE only if its seq is not older than the last one they accepted for the

@@ -120,12 +120,7 @@ class Step:
 
     @property
     def ok(self) -> bool:
-        return (
-            self.errors <= MAX_ERRORS
-            and self.metered <= MAX_METERED
-            and self.p99_ms <= MAX_P99_MS
-            and self.server_load <= MAX_SERVER_LOAD
-        )
+        return not self.broken
 
 
 @dataclass
@@ -143,13 +138,23 @@ class Point:
         return 100.0 * abs(self.emulated - self.simulated) / self.simulated if self.simulated else math.inf
 
     @property
+    def stopped_at(self) -> Step | None:
+        """The step that stopped this point's ramp: its first failing one (None: no step failed)."""
+        return next((s for s in self.steps if not s.ok), None)
+
+    @property
+    def host_limited(self) -> bool:
+        """Whether the host had no idle CPU left in the step that stopped the ramp (the figure is then the
+        host's, not the system's)."""
+        return (over := self.stopped_at) is not None and host_ran_out(over.cpu)
+
+    @property
     def limit(self) -> str:
         """What stopped this point's ramp: the bounds its first failing step broke, and "host CPU" when the
-        machine had no idle CPU left in that step (the figure is then the host's, not the system's)."""
-        over = next((s for s in self.steps if not s.ok), None)
-        if over is None:
+        host ran out in that step."""
+        if (over := self.stopped_at) is None:
             return "none (never saturated)" if self.steps else ""
-        return ", ".join(over.broken) + (" (host CPU)" if host_ran_out(over.cpu) else "")
+        return ", ".join(over.broken) + (" (host CPU)" if self.host_limited else "")
 
 
 class Emulation:
@@ -486,7 +491,7 @@ def summary(points: list[Point]) -> str:
     and how many saturation points' ramps stopped with the host out of CPU (their figure is the host's)."""
     worst = max((p.error_pct for p in points), default=0.0)
     within = sum(p.error_pct <= AGREE_PCT for p in points)
-    host = sum(p.limit.endswith("(host CPU)") for p in points)
+    host = sum(p.host_limited for p in points)
     return (
         f"emulated_vs_simulated_max_error={worst:.1f} points={len(points)} "
         f"within_{AGREE_PCT:g}pct={within} host_limited={host}"
@@ -516,7 +521,7 @@ def render(points: list[Point]) -> None:
 
 def render_cpu(points: list[Point]) -> None:
     """Where the host's CPU went in the step that stopped each ramp (the last step where none did)."""
-    ramps = [(p, next((s for s in p.steps if not s.ok), p.steps[-1])) for p in points if p.steps]
+    ramps = [(p, p.stopped_at or p.steps[-1]) for p in points if p.steps]
     if not ramps:
         return
     roles = sorted({r for _, s in ramps for r in s.cpu if r not in (IDLE, STEAL)})

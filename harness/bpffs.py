@@ -7,10 +7,17 @@ mounted.  Mounting needs root, as everything that pins does.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 BPFFS = Path("/sys/fs/bpf")
+SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # bpftool and tc live in /usr/sbin, off a non-root PATH
+
+
+def sbin_tool(name: str) -> str | None:
+    """The path of a tool that pins and attaches programs (bpftool, tc): on PATH or in the sbin directories."""
+    return shutil.which(name) or shutil.which(name, path=SBIN)
 
 
 class BpffsError(RuntimeError):

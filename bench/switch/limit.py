@@ -30,7 +30,6 @@ from harness import bpffs
 
 OBJECT = REPO / "build" / "turnaround.bpf.o"
 PIN_PREFIX = "dcturn-"
-SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # bpftool lives in /usr/sbin, off a non-root PATH
 COUNTS = ("TURNED", "PASSED")  # the counts map's cells, in order
 
 
@@ -39,13 +38,9 @@ def missing() -> str | None:
     if not OBJECT.is_file():
         return f"needs {OBJECT.relative_to(REPO)}: run make deps (it compiles tools/turnaround with clang)"
     for tool, package in (("tc", "iproute2"), ("bpftool", "bpftool")):
-        if not _which(tool):
+        if not bpffs.sbin_tool(tool):
             return f"needs {tool} (apt-get install {package}; make deps does)"
     return None
-
-
-def _which(tool: str) -> str | None:
-    return shutil.which(tool) or shutil.which(tool, path=SBIN)
 
 
 def turned(frame: bytes) -> bytes:
@@ -94,7 +89,7 @@ class Turnaround:
         """Load the program, point it at the out port and attach it (in the namespace the caller entered)."""
         if why := missing():
             raise SetupError(f"the limit {why}")
-        self.tc, self.bpftool = str(_which("tc")), str(_which("bpftool"))
+        self.tc, self.bpftool = str(bpffs.sbin_tool("tc")), str(bpffs.sbin_tool("bpftool"))
         bpffs.ensure_mounted()
         remove_stale_pins()
         shutil.rmtree(self.pins, ignore_errors=True)

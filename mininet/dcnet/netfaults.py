@@ -69,7 +69,6 @@ CONFIG = struct.Struct("<4I8I6Q2IQ2I")  # struct dc_cfg
 CTL = struct.Struct("<iI")  # struct dc_ctl
 HOLD_HEAD = struct.Struct("<4I")  # struct dc_hold: state, remaining, len, replay
 HOLD_FULL = 2
-SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # bpftool lives in /usr/sbin, off a non-root PATH
 COHERENCE_CODES = frozenset(int(op) for op in COHERENCE_OPS) | frozenset(int(op.reply()) for op in COHERENCE_OPS)
 
 
@@ -221,7 +220,7 @@ class _Attached:
 
 
 def _tool(name: str, package: str) -> str:
-    path = shutil.which(name) or shutil.which(name, path=SBIN)
+    path = bpffs.sbin_tool(name)
     if not path:
         raise FaultInjectorError(f"{name} not found: apt-get install {package} (make deps does)")
     return path
@@ -483,7 +482,7 @@ def remove_leftovers() -> list[str]:
     root-namespace links of tests/e2e/test_netfaults.py are deleted here.  Returns what was removed.
     """
     removed: list[str] = []
-    tc = shutil.which("tc") or shutil.which("tc", path=SBIN) or "tc"
+    tc = bpffs.sbin_tool("tc") or "tc"
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split()
     for ns in (x for x in names if x.startswith(NETNS_PREFIX)):
         if subprocess.run(["ip", "netns", "delete", ns], capture_output=True, check=False).returncode == 0:

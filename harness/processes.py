@@ -361,6 +361,13 @@ class Service:
 
     def start(self, *extra: str, timeout: float | None = None) -> subprocess.Popen:
         """Start it (``extra`` arguments after its command line); returns once it is ready, else ServiceError."""
+        proc = self.launch(*extra)
+        self.wait_ready(timeout)
+        return proc
+
+    def launch(self, *extra: str) -> subprocess.Popen:
+        """Start it and return at once: a deployment launches its services of a kind together, then waits for
+        each (wait_ready), instead of paying every one's start-up in turn."""
         if self.running:
             raise ServiceError(f"{self.name} is already running (pid {self.proc.pid})")  # type: ignore[union-attr]
         if self.socket is not None:
@@ -369,12 +376,16 @@ class Service:
             proc = self.proc = self.popen(
                 [*self.argv, *extra], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+        return proc
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Return once the process launch() started is ready, else ServiceError."""
+        assert self.proc is not None, f"{self.name}: wait_ready() before launch()"
         wait = self.timeout if timeout is None else timeout
         if self.ready is not None:
-            self.ready(proc, wait)
+            self.ready(self.proc, wait)
         elif self.socket is not None:
-            wait_for_path(self.socket, proc, wait, self.name, self.log or self.out)
-        return proc
+            wait_for_path(self.socket, self.proc, wait, self.name, self.log or self.out)
 
     def kill(self) -> None:
         """SIGKILL it, as a crash would (nothing flushed, nobody told), and reap it."""

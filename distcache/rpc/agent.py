@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import grpc
 
-from distcache.api import agent_grpc, agent_pb2
+from distcache.api import FAST_RECONNECT, agent_grpc, agent_pb2
 from distcache.cluster import Cluster
 from distcache.rpc.channel import channel_ready
 
@@ -16,7 +16,7 @@ class AgentClient:
 
     def __init__(self, address: str, timeout: float = 30.0) -> None:
         self.address, self.timeout = address, timeout
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=FAST_RECONNECT)
         self.stub = agent_grpc.AgentStub(self.channel)
 
     def wait_ready(self, timeout: float = 15.0) -> None:

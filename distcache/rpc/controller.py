@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from distcache.api import controller_grpc, controller_pb2
+from distcache.api import FAST_RECONNECT, controller_grpc, controller_pb2
 from distcache.rpc.channel import channel_ready
 
 
@@ -30,7 +30,7 @@ def change_summary(reply: controller_pb2.ChangeReply) -> str:
 class ControllerClient:
     def __init__(self, address: str, timeout: float = 60.0) -> None:
         self.address, self.timeout = address, timeout
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=FAST_RECONNECT)
         self.stub = controller_grpc.ControllerStub(self.channel)
 
     def wait_ready(self, timeout: float = 15.0) -> None:

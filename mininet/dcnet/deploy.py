@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -191,17 +192,23 @@ class Deployment:
             link=TCLink if self.cluster.link_mbps else Link,
         )
         self.net.build()  # configures the hosts: the storage hosts start their redis-server and shim
+        for h in self.cluster.servers():
+            self._storage(h.name).shim.wait_ready()
         self._softirq.raise_()
-        self.net.start()
+        self.net.start()  # starts the switch processes
+        for sw in self.cluster.switches():
+            self.net[sw.name].wait_started()
         config_path = self.run_dir / "device_config.bin"
         config_path.write_bytes(device_config)
         (self.run_dir / "switches.json").write_text(
             json.dumps({sw.name: self.net[sw.name].spec() for sw in self.cluster.switches()}, indent=1)
         )
         self._pipeline = (p4info_path, config_path)
-        for sw in self.cluster.switches():
-            if is_cache_switch(sw):
-                self.start_agent(sw)
+        agents = [sw for sw in self.cluster.switches() if is_cache_switch(sw)]
+        for sw in agents:
+            self.start_agent(sw, wait=False)
+        for sw in agents:
+            self._agents[sw.name].wait_ready()
         self._controller = self._python_service(
             "controller",
             "controller",
@@ -344,9 +351,10 @@ class Deployment:
 
     # -- agents -------------------------------------------------------------------------------
     def start_agent(
-        self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None
+        self, sw: Switch, p4info_path: Path | None = None, config_path: Path | None = None, wait: bool = True
     ) -> subprocess.Popen:
-        """Start (or restart) the agent process of cache switch ``sw``, in the root namespace."""
+        """Start (or restart) the agent process of cache switch ``sw``, in the root namespace (without ``wait``,
+        return before it is ready: the caller waits for ``self._agents[sw.name]``)."""
         if p4info_path is not None and config_path is not None:
             self._pipeline = (p4info_path, config_path)
         if self._pipeline is None:
@@ -354,7 +362,7 @@ class Deployment:
         record = self._python_service(f"agent-{sw.name}", "agent", {"--switch": sw.name})
         agent = self._agents.setdefault(sw.name, record)
         agent.argv = record.argv  # the pipeline files given last
-        return agent.start()
+        return agent.start() if wait else agent.launch()
 
     def kill_agent(self, name: str) -> None:
         """Kill the agent of cache switch ``name`` at once (SIGKILL: no goodbye to anyone)."""
@@ -464,8 +472,10 @@ class Deployment:
         for _, proc in reversed(self._generators):
             stop_process(proc)
         self._generators.clear()
-        for svc in [*filter(None, [self._controller]), *reversed(self._agents.values())]:
-            svc.stop()
+        if self._controller is not None:
+            self._controller.stop()  # first: it would take the agents' exits for failures
+        with ThreadPoolExecutor(max(1, len(self._agents))) as pool:  # each waits for its exit: all at once
+            list(pool.map(Service.stop, self._agents.values()))
         if self.net is not None:
             try:
                 self.net.stop()  # the storage hosts stop their shim and redis-server

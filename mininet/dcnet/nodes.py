@@ -118,7 +118,8 @@ class StorageHost(FabricHost):
     def config(self, **params: object) -> dict:
         r = super().config(**params)
         self.redis.start()
-        self.start_shim(fresh=True)  # the switches start after the hosts: they cache nothing yet
+        # the switches start after the hosts: they cache nothing yet; the deployment waits for every shim at once
+        self.shim.launch("--fresh", *self.shim_args)
         return r
 
     def start_shim(self, fresh: bool = False) -> subprocess.Popen:

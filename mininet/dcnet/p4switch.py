@@ -182,6 +182,12 @@ class P4RuntimeSwitch(Switch):
         out.close()
         raise_priority(self.proc, self.realtime)
         write_pid_file(self.pid_file, self.proc.pid)
+
+    def wait_started(self) -> None:
+        """Wait for the process start() began to serve P4Runtime.  Apart from start(), so that a deployment
+        starts every switch first and then waits for them all (one by one, each softswitch's Python start-up
+        cost half a second of every deployment's start per switch)."""
+        assert self.proc is not None, f"{self.name}: wait_started() before start()"
         wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
         raise_priority(self.proc, self.realtime)  # the threads it started since
 

@@ -36,6 +36,7 @@ from distcache.rpc.controller import ControllerClient
 from distcache.rpc.shim import ShimLink
 from harness.processes import SwitchProcesses, pid_alive, tied_argv
 from p4rt.client import SwitchConnection, load_p4info
+from shim.coherence import Coherence
 from softswitch.dataplane import PROGRAM
 from tests.common.softswitch_helpers import ports_free
 
@@ -239,7 +240,11 @@ class Bed:
         wait_for("every agent configured", lambda: all(_answers(a) and a.status().configured for a in agents), 60)
 
     def agent(self, name: str) -> AgentClient:
-        return AgentClient(self.cluster.agent_address(self.cluster.switch(name)), timeout=2.0)
+        # an insert's populate waits out the shim's invalidate deadline here (nobody acknowledges the bed's
+        # coherence packets): the agent answers after it, so the client waits longer (at 2 s it gave up first)
+        return AgentClient(
+            self.cluster.agent_address(self.cluster.switch(name)), timeout=Coherence.invalidate_deadline + 3
+        )
 
     def signal(self, what: str, sig: signal.Signals) -> None:
         """Send ``sig`` to a process this bed started: an agent (``agent-sp0``) or a switch (``sp0``)."""

@@ -81,14 +81,14 @@ class LoadCountStartsAgainEachWindow(DcTest):
                 self.read(3, SP0.switch_id, seq=seq)
             self.wait_until(start + 0.5 * w)
             load = self.exchange(1, reply_frame(reply()))[1].spine_load
-            if time.monotonic() < start + 0.95 * w:
+            self.assertLessEqual(load, 4)  # never more than this window's reads: the earlier ones aged out
+            if load == 4 and time.monotonic() < start + 0.95 * w:
                 break
-            # a loaded host (BMv2 with its logs, beside other tests) took the reads and the reply past the
-            # window's end, so they were counted in two windows: the same steps in a later window
+            # a loaded host (BMv2 beside other tests) took the reads and the reply past the window's end, or the
+            # window's start was found late (a slow probe round: the boundary lies anywhere in it), so the reads
+            # and the reply fell in two windows: the same steps in a later window
             start += 4 * w
-        else:
-            self.fail("in three windows the host never fitted four reads and a reply into one")
-        self.assertEqual(load, 4)
+        self.assertEqual(load, 4, "in three windows the four reads and the reply never fell in one")
         self.wait_until(start + 1.5 * w)
         self.assertEqual(self.exchange(1, reply_frame(reply()))[1].spine_load, 0)
         self.read(3, SP0.switch_id)

@@ -119,13 +119,15 @@ class StorageHost(FabricHost):
         r = super().config(**params)
         self.redis.start()
         # the switches start after the hosts: they cache nothing yet; the deployment waits for every shim at once
-        self.shim.launch("--fresh", *self.shim_args)
+        self.start_shim(fresh=True, wait=False)
         return r
 
-    def start_shim(self, fresh: bool = False) -> subprocess.Popen:
-        """Start the shim; returns once it listens.  ``fresh`` only when the deployment starts: no switch
-        caches anything yet and no earlier life of this shim applied a write."""
-        return self.shim.start(*(["--fresh"] if fresh else []), *self.shim_args)
+    def start_shim(self, fresh: bool = False, wait: bool = True) -> subprocess.Popen:
+        """Start the shim; returns once it listens (without ``wait``: at once, the caller waits for
+        ``self.shim``).  ``fresh`` only when the deployment starts: no switch caches anything yet and no
+        earlier life of this shim applied a write."""
+        args = [*(["--fresh"] if fresh else []), *self.shim_args]
+        return self.shim.start(*args) if wait else self.shim.launch(*args)
 
     def terminate(self) -> None:
         self.shim.stop()

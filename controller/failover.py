@@ -15,7 +15,7 @@ from controller.configure import Configuration
 from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, why
 from controller.monitor import Monitor
 from controller.state import Failure
-from controller.warmup import warm_keys
+from controller.warmup import paced, warm_keys
 from distcache.cluster import Mechanism, Role, Switch, is_cache_switch
 from distcache.hashing import h0
 from distcache.partition import spine_buckets
@@ -118,8 +118,8 @@ class Failover(Monitor, Configuration):
                     return False
                 return True
 
-            if drain:  # nothing waits on it but the operator: one at a time, not a burst beside the traffic
-                done = sum(cache(k) for k in todo)
+            if drain:  # nothing waits on it but the operator: paced, not a burst beside the traffic
+                done = sum(paced(cache, k) for k in todo)
             else:  # its reads miss meanwhile: a few at once (each waits for its populate)
                 done = sum(f.result() for f in [self._pool.submit(cache, k) for k in todo])
             log.info(

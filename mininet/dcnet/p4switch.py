@@ -180,7 +180,6 @@ class P4RuntimeSwitch(Switch):
             self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
         out.close()
-        raise_priority(self.proc, self.realtime)
         write_pid_file(self.pid_file, self.proc.pid)
 
     def wait_started(self) -> None:
@@ -189,7 +188,7 @@ class P4RuntimeSwitch(Switch):
         cost half a second of every deployment's start per switch)."""
         assert self.proc is not None, f"{self.name}: wait_started() before start()"
         wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
-        raise_priority(self.proc, self.realtime)  # the threads it started since
+        raise_priority(self.proc, self.realtime)  # now that it serves (harness.processes.raise_priority)
 
     @property
     def pid_file(self) -> Path:

@@ -3,7 +3,9 @@ ones: free slots first, then only keys REPLACE_MARGIN times hotter than one it w
 
 from __future__ import annotations
 
-from controller.warmup import warm_keys
+import time
+
+from controller.warmup import paced, warm_keys
 from distcache.caching import REPLACE_MARGIN
 
 
@@ -44,3 +46,19 @@ def test_a_key_warmed_from_the_moved_set_keeps_its_heat_there() -> None:
     # k(2) and k(3) are not REPLACE_MARGIN times hotter than k(10) (30), and k(1) is as hot as it was (80)
     assert warm_keys(moved, held_after_first_round, free=0) == []
     assert warm_keys({**moved, k(4): 1000}, held_after_first_round, free=0) == [k(4)]  # it beats k(10)
+
+
+def test_a_paced_insert_idles_as_long_again_and_says_what_the_insert_said() -> None:
+    """An operator's drain warms at half duty: each insert is followed by as long doing nothing."""
+    calls: list[bytes] = []
+
+    def insert(key: bytes) -> bool:
+        calls.append(key)
+        time.sleep(0.05)
+        return key == k(1)
+
+    t = time.monotonic()
+    assert paced(insert, k(1), idle=1.0) is True
+    assert time.monotonic() - t >= 0.1
+    assert paced(insert, k(2), idle=0.0) is False
+    assert calls == [k(1), k(2)]

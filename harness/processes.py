@@ -268,18 +268,12 @@ class SwitchProcesses:
         realtime = spec.get("realtime", False)  # raised once it serves: see raise_priority
         write_pid_file(spec["pid_file"], proc.pid)
         self._children[name] = proc
-        host, _, port = spec["grpc"].rpartition(":")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SwitchProcessError(f"{name} exited with code {proc.returncode}; see {spec['log']}")
-            try:
-                with socket.create_connection((host, int(port)), timeout=0.2):
-                    raise_priority(proc, realtime)
-                    return proc.pid
-            except OSError:
-                time.sleep(0.05)
-        raise SwitchProcessError(f"{name} did not open {spec['grpc']} within {timeout:.0f}s; see {spec['log']}")
+        try:
+            wait_for_port(spec["grpc"], proc, timeout, name, Path(spec["log"]))
+        except ServiceError as e:
+            raise SwitchProcessError(str(e)) from None
+        raise_priority(proc, realtime)
+        return proc.pid
 
 
 class ServiceError(RuntimeError):
@@ -309,6 +303,22 @@ def wait_until(
 def wait_for_path(path: Path, proc: subprocess.Popen, timeout: float, what: str, log: Path | None = None) -> None:
     """Return once ``path`` exists (a service's Unix socket: it listens); ServiceError as wait_until."""
     wait_until(path.exists, proc, timeout, what, f"create {path}", log)
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host``:``port`` now."""
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+def wait_for_port(address: str, proc: subprocess.Popen, timeout: float, what: str, log: Path | None = None) -> None:
+    """Return once ``address`` (HOST:PORT: a switch's gRPC server) accepts connections; ServiceError as
+    wait_until."""
+    host, _, port = address.rpartition(":")
+    wait_until(lambda: port_open(host, int(port)), proc, timeout, what, f"open {address}", log)
 
 
 def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:

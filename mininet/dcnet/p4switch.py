@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from mininet.node import Switch
 
 from distcache import p4names
-from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, write_pid_file
+from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, wait_for_port, write_pid_file
 from harness.switch import BMV2_FAST_SWITCH, BMV2_SWITCH, SwitchSpec
 from p4rt.probes import probe_interfaces
 
@@ -72,19 +71,6 @@ def check_target(target: str) -> None:
             "TARGET=bmv2 needs simple_switch_grpc on PATH (BMv2 built with P4Runtime support) and a pipeline "
             "compiled by p4c-bm2-ss (`make build`); neither ships with this project. Use TARGET=softswitch."
         )
-
-
-def wait_for_port(host: str, port: int, proc: subprocess.Popen, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} before serving; see its log")
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not open {host}:{port} within {timeout:.0f}s; see its log")
 
 
 class P4RuntimeSwitch(Switch):
@@ -187,7 +173,13 @@ class P4RuntimeSwitch(Switch):
         starts every switch first and then waits for them all (one by one, each softswitch's Python start-up
         cost half a second of every deployment's start per switch)."""
         assert self.proc is not None, f"{self.name}: wait_started() before start()"
-        wait_for_port("127.0.0.1", self.grpc_port, self.proc, 30.0, f"{self.target} {self.name}")
+        wait_for_port(
+            f"127.0.0.1:{self.grpc_port}",
+            self.proc,
+            30.0,
+            f"{self.target} {self.name}",
+            self.run_dir / f"{self.name}.out",
+        )
         raise_priority(self.proc, self.realtime)  # now that it serves (harness.processes.raise_priority)
 
     @property

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from harness.processes import Service, ServiceError, python_argv, wait_for_path
+from harness.processes import Service, ServiceError, python_argv, wait_for_path, wait_for_port
 from harness.profile import summarize_profile
 from harness.redis import redis_argv, wait_for_redis
 from harness.switch import (
@@ -245,6 +245,33 @@ def test_waiting_for_a_path_ends_when_it_appears_or_the_process_exits(tmp_path: 
     try:
         with pytest.raises(ServiceError, match=re.escape(f"sleeper did not create {tmp_path / 'never'} within 0 s")):
             wait_for_path(tmp_path / "never", slow, 0.3, "sleeper")
+    finally:
+        slow.kill()
+        slow.wait(5)
+
+
+def test_waiting_for_a_port_ends_when_it_listens_or_the_process_exits() -> None:
+    """How a deployment and the controller's recover wait for a switch's gRPC server."""
+    code = (
+        "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); time.sleep(0.3); s.listen(); "
+        "print(s.getsockname()[1], flush=True); time.sleep(30)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        wait_for_port(f"127.0.0.1:{port}", proc, 10, "listener")
+    finally:
+        proc.kill()
+        proc.wait(5)
+    # the listener is gone: nothing accepts on its port any more
+    dead = subprocess.Popen(["sh", "-c", "exit 3"])
+    with pytest.raises(ServiceError, match=re.escape("quitter exited with code 3; see /x.log")):
+        wait_for_port(f"127.0.0.1:{port}", dead, 10, "quitter", Path("/x.log"))
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(ServiceError, match=re.escape(f"sleeper did not open 127.0.0.1:{port} within 0 s")):
+            wait_for_port(f"127.0.0.1:{port}", slow, 0.3, "sleeper")
     finally:
         slow.kill()
         slow.wait(5)

@@ -46,8 +46,10 @@ given routes without the spine.
 
 Recovery runs the other way: the shims stop skipping the spine *before* its
 agent flushes its cache (so nothing it caches afterwards can be missed by a
-write), then the partition moves back, leaves route to it, and the spines
-that held its buckets evict their keys.  A spine whose process was restarted
+write), then the hottest keys of the buckets it gets back are cached at it
+(off the lock; every push meanwhile keeps it out of the down-set), then the
+partition moves back, leaves route to it, and the spines that held its
+buckets evict their keys.  A spine whose process was restarted
 comes back empty anyway; one that was only unreachable may hold copies that
 went stale meanwhile, which the flush removes.  An agent that restarted while
 its switch was failed has had no configuration: recovery gives it one before

@@ -126,7 +126,10 @@ class Core:
         self._leaf_live: dict[str, frozenset[int]] = {}
         self._election: dict[str, int] = {}  # client leaf -> our election id there, when not 1
         self._failover_pending = False  # a failover stopped before the shims: a client leaf kept old routes
+        self._failover_warmed = False  # that failover's new owners were warmed before its routes moved
         self._recovering: set[str] = set()  # switches a recover() is bringing back (one at a time each)
+        # spines a recover() has told the shims are up and flushed, not in service yet: not down in any push
+        self._rejoining: set[str] = set()
         self._shims_behind: dict[str, bool] = {}  # shim host -> needs its view again (else: partition only)
         self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
         self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf

@@ -31,13 +31,14 @@ WARMED = {Mechanism.PARTITION, Mechanism.DISTCACHE, Mechanism.HYBRID}
 class Failover(Monitor, Configuration):
     """Takes switches out of service and puts them back, moving the failed spines' buckets."""
 
-    def _failover(self) -> tuple[int, list[str]]:
+    def _failover(self, warmed: bool = False) -> tuple[int, list[str]]:
         """Move the buckets of failed spines to live ones (steps in the module docstring); returns how many
-        moved and the client leaves the failover now waits for (empty: done)."""
+        moved and the client leaves the failover now waits for (empty: done).  ``warmed``: the new owners
+        were warmed before the routes move (an operator's fail), so the warm-up after it only tops up."""
         before = self._last_buckets()
         self.state.epoch += 1
         self._save()
-        self._failover_pending = True
+        self._failover_pending, self._failover_warmed = True, warmed
         waiting = self._continue_failover()
         after = self.buckets
         self._remember_buckets(after)
@@ -72,7 +73,11 @@ class Failover(Monitor, Configuration):
             self._failover_pending = False
             if self.cluster.mechanism in WARMED:
                 args = (self.state.epoch, self.buckets, self.live_spines(), sorted(self.state.failed))
-                threading.Thread(target=self._warm_new_owners, args=args, name="warmup", daemon=True).start()
+                # after a drain's warm-up, only the keys that got hot since are left: paced like it
+                kwargs = {"drain": self._failover_warmed}
+                threading.Thread(
+                    target=self._warm_new_owners, args=args, kwargs=kwargs, name="warmup", daemon=True
+                ).start()
             log.info(
                 "failover complete: %s",
                 ", ".join(f"{s.name} routed away" for s in self._spines() if s.name in self.state.failed),
@@ -80,16 +85,24 @@ class Failover(Monitor, Configuration):
         return []
 
     def _warm_new_owners(
-        self, epoch: int, buckets: list[int], live: set[int], failed: list[str], drain: bool = False
+        self,
+        epoch: int,
+        buckets: list[int],
+        live: set[int],
+        sources: list[str],
+        drain: bool = False,
+        ahead: bool = False,
     ) -> None:
-        """Cache at each spine that took over buckets the hottest keys the failed spines held in them
-        (:mod:`controller.warmup`), off the lock: agents answer on their own deadlines, and each insert
-        is an ordinary one (its populate goes through the key's shim).  Stops when the partition moves
-        again (``epoch``); ``buckets``, ``live`` and ``failed`` are the partition's, taken under the lock
-        (with ``drain``: the partition an operator's fail is about to make, warmed before the routes move)."""
+        """Cache at each spine that takes over buckets the hottest keys the ``sources`` (the spines that
+        held them) hold in them (:mod:`controller.warmup`), off the lock: agents answer on their own
+        deadlines, and each insert is an ordinary one (its populate goes through the key's shim).  Stops
+        when the partition moves again (``epoch``); ``buckets`` and ``live`` are the partition's it warms
+        for, taken under the lock.
+        ``ahead``: the routes have not moved yet (an operator's fail, a recover), so no read waits for the
+        warm-up; with ``drain`` nothing does (that, or a top-up after one), and it is paced."""
         t = time.monotonic()
         moved: dict[int, dict[bytes, int]] = defaultdict(dict)
-        for name in failed:
+        for name in sources:
             sw = self.cluster.switch(name)
             if sw.role != Role.SPINE or name not in self.agent_status:
                 continue
@@ -99,7 +112,7 @@ class Failover(Monitor, Configuration):
                 continue
             for k in st.keys:
                 owner = buckets[h0(bytes(k.key))]
-                if owner in live:
+                if owner in live and owner != sw.switch_id:
                     moved[owner][bytes(k.key)] = max(k.hits, moved[owner].get(bytes(k.key), 0))
         for owner, keys in moved.items():
             name = self.cluster.switch_by_id(owner).name
@@ -127,7 +140,7 @@ class Failover(Monitor, Configuration):
                 name,
                 done,
                 len(todo),
-                "before its buckets move" if drain else "ahead of their reads",
+                "before its buckets move" if ahead else "after its buckets moved" if drain else "ahead of their reads",
                 1000 * (time.monotonic() - t),
             )
 
@@ -193,7 +206,7 @@ class Failover(Monitor, Configuration):
             # a drain: the spine still serves its buckets, so their hot keys are cached at the new owners before
             # the routes move (off the lock; inserting any key at any time is coherent, see warmup.py), and
             # their reads meet a warm cache instead of the storage servers
-            self._warm_new_owners(*ahead, drain=True)
+            self._warm_new_owners(*ahead, drain=True, ahead=True)
         with self.lock:
             self._check_fail(sw)
             t_failover = time.monotonic()
@@ -204,7 +217,7 @@ class Failover(Monitor, Configuration):
             self.instruments.switch_failures.labels("operator").inc()
             moved, waiting = 0, list[str]()
             if sw.role == Role.SPINE:
-                moved, waiting = self._failover()
+                moved, waiting = self._failover(warmed=ahead is not None)
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t_failover
                 self.instruments.failover_seconds.observe(self.state.last_failover_s)
@@ -245,13 +258,11 @@ class Failover(Monitor, Configuration):
                 except SwitchProcessError as e:
                     raise ControllerError(f"cannot start {name} again: {e}") from None
             self._wait_back(sw, timeout)
+            if sw.role == Role.SPINE:
+                self._rejoin(sw)
             with self.lock:
                 before = self.buckets
                 if sw.role == Role.SPINE:
-                    # the shims stop skipping it before its cache is flushed (it still owns no bucket), so
-                    # nothing it caches from now on can be missed by a write; then routes lead to it
-                    self._push_shims(up=sw.switch_id)
-                    self._flush(sw)
                     self.state.failed.pop(name)
                     self.state.epoch += 1
                     self._save()
@@ -281,7 +292,29 @@ class Failover(Monitor, Configuration):
         finally:
             with self.lock:
                 self._recovering.discard(name)
+                if name in self._rejoining:
+                    self._rejoining.discard(name)
+                    if name in self.state.failed:  # it did not make it back: the shims skip it again
+                        self._push_shims()
         return f"{name}: back in service; {moved} buckets moved back to it", moved, time.monotonic() - t
+
+    def _rejoin(self, sw: Switch) -> None:
+        """Steps 1-2 of a spine's recovery, and its warm-up: the shims stop skipping it before its cache
+        is flushed (it still owns no bucket), so nothing it caches from then on can be missed by a write
+        (it stays out of every push's down-set while ``_rejoining``); then, off the lock, the hottest keys
+        of the buckets it gets back are cached at it, as their current owners count them
+        (:mod:`controller.warmup`, paced), so their reads meet a warm cache once the routes lead to it."""
+        with self.lock:
+            self._rejoining.add(sw.name)
+            self._push_shims()
+            self._flush(sw)
+            warm = None
+            if self.cluster.mechanism in WARMED:
+                live = self.live_spines() | {sw.switch_id}
+                owners = sorted(self.cluster.switch_by_id(i).name for i in self.live_spines())
+                warm = (self.state.epoch, spine_buckets(self.spine_ids(), live), live, owners)
+        if warm is not None:
+            self._warm_new_owners(*warm, drain=True, ahead=True)
 
     def _flush(self, sw: Switch) -> None:
         try:

@@ -16,8 +16,8 @@ log = logging.getLogger("controller")
 class ShimViews(Core):
     """Pushes to the shims, and decides which failed switches they may skip (:meth:`shim_down`)."""
 
-    def _push_shims(self, views: bool = False, only: list[Host] | None = None, up: int | None = None) -> None:
-        """Partition, switches down (minus ``up``, which is coming back) and, with ``views``, cached keys.
+    def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
+        """Partition, switches down and, with ``views``, cached keys.
 
         A view names the switches it is complete for (their agents answered: every key they cache
         is in it) and the incarnation of the shim it was collected for, read before collecting: a
@@ -58,7 +58,7 @@ class ShimViews(Core):
                 continue
             try:
                 link = links[host.name]
-                link.partition(self.buckets, [d for d in self.shim_down() if d != up], self.state.epoch)
+                link.partition(self.buckets, self.shim_down(), self.state.epoch)
                 if views:
                     mine = spines | {self.cluster.storage_leaf(host.rack).switch_id}
                     link.view(cached.get(host.name, {}), sorted(complete & mine), incarnations[host.name])
@@ -67,7 +67,9 @@ class ShimViews(Core):
 
     def shim_down(self) -> list[int]:
         """The switches the shims may stop waiting for: every failed switch, except a failed spine that a
-        client leaf may still send reads to (step 2 of the failover waits for step 1 everywhere).
+        client leaf may still send reads to (step 2 of the failover waits for step 1 everywhere) and one a
+        recover() is bringing back (told up, flushed and warmed before it owns buckets again: whatever it
+        caches from then on, every write must invalidate, whichever push comes meanwhile).
 
         A client leaf may send reads to the spines in service in the last plan it took (both plans while
         one is being written; every spine if it never took one from this controller), unless its process
@@ -75,6 +77,8 @@ class ShimViews(Core):
         """
         out = []
         for name in list(self.state.failed):
+            if name in self._rejoining:
+                continue
             sw = self.cluster.switch(name)
             if sw.role != Role.SPINE or not self.routing_to(sw):
                 out.append(sw.switch_id)

@@ -29,6 +29,7 @@ BUGS = (
     "BUG_ANY_INV_ARMS",
     "BUG_SHIM_TRUSTS_VIEW",
     "BUG_DP_NO_FLUSH",
+    "BUG_REJOIN_DOWN",
 )
 #: The changes the model showed the protocol as specified needs (model/README.md, "Findings").
 FIXES = (

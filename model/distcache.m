@@ -107,6 +107,8 @@ const
   BUG_SHIM_TRUSTS_VIEW: false;  -- a restarted shim takes its empty view as complete (known = all)
   BUG_DP_NO_FLUSH: false;       -- a spine failed for its data plane is recovered without the flush (it
                                 -- did not restart and its agent kept running: its cache looks intact)
+  BUG_REJOIN_DOWN: false;       -- a down-set pushed while a spine is being brought back (told up, flushed,
+                                -- warmed before its routes) names it down again
 
   -- the changes the model found the protocol needed; it is specified and implemented with all
   -- of them (docs/protocol.md).  Each set false is the protocol as it was specified before, and
@@ -291,6 +293,9 @@ end;
 
 function cdown(s: spine_t): boolean;          -- the controller has the shims treat it as down
 begin
+  -- a spine being recovered (C_R1, C_R2) is up in every push: controller/shims.py shim_down skips
+  -- the spines recover() is bringing back (_rejoining), whose warm-up runs off the controller's lock
+  if BUG_REJOIN_DOWN & (cph[s] = C_R1 | cph[s] = C_R2) then return true; end;
   return cph[s] = C_DOWN;
 end;
 
@@ -851,6 +856,12 @@ ruleset s: sw_t; k: key_t; l: slot_t do
     end;
     if sw[s].value[l] != 0 & keyof(sw[s].value[l]) != k then
       cover "a key took a slot that held another key's value" true;
+    end;
+    if s != LEAF then
+      if cph[s] = C_R2 then
+        -- controller/failover.py _rejoin: a recovering spine is warmed after its flush, before its routes
+        cover "a recovering spine was warmed before reads were routed to it" true;
+      end;
     end;
     ag[s].ctr[l] := ag[s].ctr[l] + 1;                 -- saved to the state file first
     sw[s].tbl[k].present := true; sw[s].tbl[k].slot := l; sw[s].tbl[k].ver := ag[s].ctr[l];

@@ -52,6 +52,9 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     "controller restarted with its state": _on("B_CTRL"),
     "controller restarted without its state": _on("B_CTRL"),
     "a spine recovered": lambda c: _on("B_FAIL")(c) or _on("B_DPDEAD")(c),
+    "a recovering spine was warmed before reads were routed to it": lambda c: (
+        int(c["B_INS"]) >= 1 and _spine_caches(c) and (_on("B_FAIL")(c) or _on("B_DPDEAD")(c))
+    ),
     "the controller failed a spine over for its dead data plane": _on("B_DPDEAD"),
     "a spine serves its copies again: its data plane revived before a failover": lambda c: (
         _on("B_DPDEAD")(c) and _spine_caches(c)

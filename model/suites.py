@@ -103,6 +103,19 @@ SUITES: dict[str, list[Config]] = {
             B_FAULTS=1,
             BUG_DP_NO_FLUSH=True,
         ),
+        _c(
+            "bug-rejoin-down",
+            "seeded bug: a down-set pushed while a recovering spine is warmed (told up, flushed, its routes "
+            "not back yet) names it down again",
+            "StaleAfterAck",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_FAIL=1,
+            B_FAULTS=1,
+            BUG_REJOIN_DOWN=True,
+        ),
     ],
     # the protocol as specified before each fix the model found: a counterexample each.  (FIX_DOWNSET_FIRST
     # has none: the recovery tells the shims a spine is up before its agent flushes it; model/README.md)

@@ -204,7 +204,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         )
         progress = Table(title="the caches fill themselves", title_justify="left")
         names = " ".join(cached_counts(dep)[0])
-        for col in ("t", "ops/s", "hit ratio", f"keys cached ({names})", "auto-cached"):
+        for col in ("t", "ops/s", "hit ratio", "read p99 ms", f"keys cached ({names})", "auto-cached"):
             progress.add_column(col, justify="right")
         report = None
         timeline = (
@@ -224,6 +224,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                     f"{msg['t'] + 1}",
                     f"{msg['ops'] / max(msg['span'], 1e-9):,.0f}",
                     f"{msg['hit_ratio']:.2f}",
+                    f"{msg['read_p99_us'] / 1000:.1f}",
                     " ".join(f"{v:>3}" for v in held.values()),
                     f"{auto}",
                 )

@@ -32,6 +32,11 @@ def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_pa
     ctl_log = (run_dir / "controller.log").read_text()
     assert "sp1 declared dead" in ctl_log and "sp1 answers again; recovering it" in ctl_log
     assert ctl_log.count("cache flushed before it serves again") == 2
+    # a recovered spine is warmed with its buckets' hot keys after its flush, before they move back to it
+    flushed = ctl_log.index("sp0: cache flushed before it serves again")
+    assert re.search(
+        r"sp0: [1-9]\d* of \d+ hot keys of its new buckets cached before its buckets move", ctl_log[flushed:]
+    )
     assert "distcache-ctl fail sp0" in proc.stderr and "back in service" in proc.stderr
     # sent as the command sends them, printed as it prints them (the controller's epoch after each)
     assert re.search(r"fail sp0: sp0: process stopped; \d+ buckets moved.*?\(\d+\.\d\d s, epoch 1\)", proc.stderr, re.S)

@@ -202,8 +202,8 @@ def test_the_switches_whose_silence_counts_run_at_a_real_time_priority(dep: Depl
         assert os.getpriority(os.PRIO_PROCESS, pid) == SWITCH_NICE, sw.name
 
 
-def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
-    result: dict = {}
+def zipf_workload(dep: Deployment, result: dict, duration: float, load: bool = True) -> threading.Thread:
+    """A Zipf workload on CLIENT in a thread (started): ``result`` gets its last second ("t") and its report."""
 
     def workload() -> None:
         seconds = []
@@ -215,8 +215,8 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
                 "read_ratio": 0.95,
                 "value_size": 32,
                 "concurrency": 8,
-                "duration": 18,
-                "load_keys": KEYS,
+                "duration": duration,
+                "load_keys": KEYS if load else 0,
                 "seed": 3,
                 "prefix": "zipf",
             },
@@ -230,6 +230,12 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
 
     bench = threading.Thread(target=workload)
     bench.start()
+    return bench
+
+
+def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
+    result: dict = {}
+    bench = zipf_workload(dep, result, 18)
     wait_for("the workload to warm the caches", lambda: result.get("t", -1) >= 6, timeout=120)
     before = {
         k["key"]
@@ -290,8 +296,24 @@ def test_fail_spine_under_zipf_workload(dep: Deployment) -> None:
     }
     assert SP1.switch_id in served and SP0.switch_id not in served, why
 
+    # recovered under load: before its buckets move back, sp0 is warmed with their hottest keys as sp1
+    # counts them (controller/failover.py _rejoin), after its flush, so it serves them from its first read
+    during: dict = {}
+    bench = zipf_workload(dep, during, 8, load=False)
+    wait_for("the workload to heat sp1's keys", lambda: during.get("t", -1) >= 2, timeout=60)
     out = ctl(dep, "recover", "sp0")
     assert "back in service" in out
+    warmed = {k.key.hex() for k in dep.controller.agent_status(with_keys=True)["sp0"].keys if not k.auto}
+    assert warmed, "sp0 was not warmed with the hot keys sp1 held in its buckets"
+    assert all(ORIGINAL[h0(bytes.fromhex(k))] == SP0.switch_id for k in warmed), warmed
+    log = (dep.run_dir / "controller.log").read_text()
+    flushed = log.rindex("sp0: cache flushed before it serves again")
+    ahead = re.search(
+        r"sp0: ([1-9]\d*) of \d+ hot keys of its new buckets cached before its buckets move", log[flushed:]
+    )
+    assert ahead, log[flushed:]
+    bench.join(120)
+    assert during["report"]["error_count"] == 0, during["report"]["errors"]  # every read right, warmed or not
     assert ctl_json(dep, "partitions")["owner"] == ORIGINAL
     sp0 = switches(dep)["sp0"]
     assert sp0["alive"] and not sp0["failed"]

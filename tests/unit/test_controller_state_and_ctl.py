@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from google.protobuf import text_format
 
+from controller.controller import Controller
 from controller.state import ControllerState, Failure
 from distcache.api import controller_pb2, message_dict
-from distcache.cluster import Cluster, Mechanism
+from distcache.cluster import Cluster, Mechanism, Role
 from distcache.hashing import h0, wire_key
 from distcache.partition import cache_switches, spine_buckets
+from softswitch.dataplane import PROGRAM
 
 
 def test_state_round_trips_through_its_file(tmp_path: Path) -> None:
@@ -104,3 +107,27 @@ def test_cache_placement_follows_mechanism_and_partition() -> None:
     assert cache_switches(c, live, k) == [c.spine(0), c.spine(2)]  # every spine in service, not the failed one
     c.mechanism = Mechanism.NOCACHE
     assert cache_switches(c, live, k) == []
+
+
+def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
+    """controller/failover.py recover(): from when the shims are told a spine is up until it is in service
+    (its flush and warm-up run between, off the lock), every down-set any thread pushes keeps it up; a copy
+    warmed meanwhile must be invalidated by every write (model: bug-rejoin-down).  A failed spine no client
+    leaf routes to is down otherwise, and again once its recovery gives up."""
+    cluster = Cluster()
+    p4info = tmp_path / "p4info.txt"
+    p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
+    ctl = Controller(cluster, p4info, lambda h: f"unix:{tmp_path / h.name}.sock", b"", tmp_path / "state.json")
+    try:
+        sp0 = cluster.spine(0)
+        ctl.state.failed[sp0.name] = Failure(admin=True, since=0.0)
+        for leaf in cluster.switches():
+            if leaf.role == Role.CLIENT_LEAF:
+                ctl._leaf_live[leaf.name] = frozenset(ctl.live_spines())  # routes without sp0 taken
+        assert ctl.shim_down() == [sp0.switch_id]
+        ctl._rejoining.add(sp0.name)
+        assert ctl.shim_down() == []
+        ctl._rejoining.discard(sp0.name)
+        assert ctl.shim_down() == [sp0.switch_id]
+    finally:
+        ctl.close()

@@ -158,3 +158,27 @@ def test_a_spine_failed_for_its_dead_data_plane_is_flushed_before_it_serves_agai
     assert "spine process crashes" not in steps and "agent restarts" not in steps
     fixed = _check(config.without_bug(cfg))
     assert fixed.result == "ok", fixed.line()
+
+
+@needs_rumur
+def test_a_recovering_spine_warmed_before_its_routes_stays_up_in_every_push() -> None:
+    """Issue 16: recover() warms a spine off the controller's lock, after the shims were told it is up and its
+    cache was flushed, before reads are routed to it.  A down-set pushed meanwhile that names it down again
+    (BUG_REJOIN_DOWN: controller/shims.py shim_down without ``_rejoining``) lets a write be acknowledged
+    without invalidating the copy just warmed, which the spine serves once the routes lead to it; with every
+    push keeping it up the same bounds hold, and the warm-up itself is in them (its cover is reached)."""
+    cfg = TEST_CONFIGS["bug-rejoin-down"]
+    res = _check(cfg)
+    assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
+    steps = report.brief_trace(res.trace)
+    for step in (
+        "recovery 2: the spine's agent flushes its cache",
+        "agent inserts a key",
+        "controller pushes its partition and down-set to the shim",
+        "recovery 3: client leaves send reads",
+    ):
+        assert step in steps, steps
+    assert steps.index("recovery 2: the spine's agent flushes") < steps.index("agent inserts a key")
+    fixed = _check(config.without_bug(cfg))
+    assert fixed.result == "ok", fixed.line()
+    assert fixed.covers.get("a recovering spine was warmed before reads were routed to it", 0) > 0, fixed.covers

@@ -31,6 +31,11 @@ from p4rt.reconcile import apply_plan
 log = logging.getLogger("agent")
 
 # hot-key reports in lists of up to 16, sent within 10 ms; unacknowledged duplicates held back 0.5 s
+#: Connecting to the switch from Configure or after its stream broke.  The controller waits for a Configure under
+#: its lock, where no switch's death can be handled: a Configure that waited 10 s for a switch killed just before
+#: it, and the reconciler's retry after it, left a dead spine undetected for 22 s in the fault matrix while every
+#: write to a key it held timed out.  A switch that does not answer within it is retried (every RETRY s).
+CONNECT_TIMEOUT = 2.0
 DIGEST_DELIVERY = {"max_timeout_ns": 10_000_000, "max_list_size": 16, "ack_timeout_ns": 500_000_000}
 
 
@@ -113,7 +118,7 @@ class SwitchAgent:
             if self.conn is not None and not self.conn.stream_closed.is_set():
                 apply_plan(self.conn, self.plan)
             else:
-                self._connect()
+                self._connect(CONNECT_TIMEOUT)
             self.configured = True
             moved = [k for k in self.cached if not self.owns(k)]
         for key in moved:
@@ -139,7 +144,7 @@ class SwitchAgent:
             keys = list(self.cached)
         return sum(self.evict(k) for k in keys)
 
-    def _connect(self, timeout: float = 10.0) -> bool:
+    def _connect(self, timeout: float) -> bool:
         """Connect as primary, make sure the pipeline is there, and bring the entries to the plan.
 
         True if the switch had no pipeline (new, or restarted) and got it pushed, with an empty cache.
@@ -543,7 +548,7 @@ class SwitchAgent:
                     continue
                 try:
                     with self.lock:
-                        fresh = self._connect(timeout=2.0)
+                        fresh = self._connect(CONNECT_TIMEOUT)
                         if fresh:
                             self.counters.switch_restarts += 1
                     log.info(

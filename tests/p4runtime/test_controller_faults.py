@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from google.protobuf import text_format
 
@@ -408,6 +409,26 @@ def test_detected_failure_comes_back_by_itself_after_its_agent_restarted_and_nev
     owned = {int(m[n.KEY_BUCKET]) for m, _, _ in bed.read("sp1", n.HH_BUCKETS)}
     assert owned == {b for b, sid in enumerate(original) if sid == bed.cluster.spine(1).switch_id}
     assert bed.status()["recoveries"] == 2
+
+
+def test_an_agent_whose_switch_is_gone_answers_configure_without_waiting_it_out(bed: Bed) -> None:
+    """The controller waits for an agent's Configure under its lock, where no switch's death can be handled. A
+    spine killed just as a recovery configured it held the fault matrix's controller that way for 22 s (10 s per
+    Configure, the agent trying to connect to its dead switch, then the reconciler's retry), every write to a key
+    the spine held timing out meanwhile.  The agent gives up on its switch in agent.agent.CONNECT_TIMEOUT and
+    answers UNAVAILABLE, well inside the controller's deadline for the call; the controller retries it later."""
+    bed.switches.stop("sp0")
+    wait_for("sp0 declared dead", lambda: bed.switch_status("sp0")["failed"], 10)
+    sp0 = bed.cluster.spine(0)
+    client = AgentClient(bed.cluster.agent_address(sp0), timeout=5.0)
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            client.configure(bed.cluster, bed.owner(), {bed.cluster.spine(1).switch_id})
+    finally:
+        client.close()
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value
+    bed.switches.start("sp0")
+    wait_for("sp0 brought back", lambda: not bed.switch_status("sp0")["failed"], 20)
 
 
 # -- defect 5: one hung agent must not blind failure detection -----------------------------------------

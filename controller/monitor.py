@@ -2,7 +2,8 @@
 
 Nothing slow may stand between a switch's death and its detection, so the work is split:
 
-* one probe thread per switch: P4Runtime Capabilities every PROBE_INTERVAL, PROBE_TIMEOUT each;
+* one probe thread per switch: P4Runtime Capabilities every PROBE_INTERVAL (REFUSED_RECHECK after one
+  refused at once), PROBE_TIMEOUT each;
   it only records what it sees (a hung peer delays its own probe, nobody else's);
 * the health poll: agents' Status, counters and shims' stats every HEARTBEAT, each call with a
   short deadline and all at once; it caches what it reads (the Status API answers from it when a
@@ -30,6 +31,8 @@ from controller.core import (
     P4RT_DEAD_REASON,
     PROBE_INTERVAL,
     PROBE_TIMEOUT,
+    REFUSED_RECHECK,
+    REFUSED_WITHIN,
     why,
 )
 from controller.shims import ShimViews
@@ -48,21 +51,26 @@ class Monitor(ShimViews):
     and wakes the reconciler to act on it; it configures nothing itself."""
 
     def _probe_loop(self, sw: Switch) -> None:
-        while not self._stop.wait(PROBE_INTERVAL):
+        wait = PROBE_INTERVAL
+        while not self._stop.wait(wait):
             try:
-                self._probe(sw)
+                wait = self._probe(sw)
             except Exception:
                 log.exception("%s: probe handling failed", sw.name)
+                wait = PROBE_INTERVAL
 
-    def _probe(self, sw: Switch) -> None:
+    def _probe(self, sw: Switch) -> float:
+        """Probe ``sw`` once and record it; returns how long to wait before the next probe."""
         h = self.health[sw.name]
         reader = self.readers[sw.name]
+        t = time.monotonic()
         ok = reader.probe(PROBE_TIMEOUT)
         if ok:
             h.misses, h.alive, h.detected = 0, True, None
             if sw.name in self.state.failed:
                 self._wake.set()  # it may come back
-            return
+            return PROBE_INTERVAL
+        refused = time.monotonic() - t < REFUSED_WITHIN
         self.readers[sw.name] = self._reader(sw)  # a fresh channel: no reconnect backoff hides its return
         reader.close()
         now = time.monotonic()
@@ -79,6 +87,7 @@ class Monitor(ShimViews):
             if sw.name not in self.state.failed:
                 h.detected = (h.first_miss, now)
                 self._wake.set()
+        return REFUSED_RECHECK if refused and h.alive else PROBE_INTERVAL
 
     def _dp_probe_loop(self) -> None:
         """Probe every spine's data plane through every client leaf, and watch the answers."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from google.protobuf import text_format
 
 from controller.controller import Controller
+from controller.core import PROBE_INTERVAL, REFUSED_RECHECK
 from controller.state import ControllerState, Failure
 from distcache.api import controller_pb2, message_dict
 from distcache.cluster import Cluster, Mechanism, Role
@@ -109,15 +111,20 @@ def test_cache_placement_follows_mechanism_and_partition() -> None:
     assert cache_switches(c, live, k) == []
 
 
+def _offline_controller(tmp_path: Path, cluster: Cluster) -> Controller:
+    """A controller for ``cluster`` that has connected to nothing (no thread started)."""
+    p4info = tmp_path / "p4info.txt"
+    p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
+    return Controller(cluster, p4info, lambda h: f"unix:{tmp_path / h.name}.sock", b"", tmp_path / "state.json")
+
+
 def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
     """controller/failover.py recover(): from when the shims are told a spine is up until it is in service
     (its flush and warm-up run between, off the lock), every down-set any thread pushes keeps it up; a copy
     warmed meanwhile must be invalidated by every write (model: bug-rejoin-down).  A failed spine no client
     leaf routes to is down otherwise, and again once its recovery gives up."""
     cluster = Cluster()
-    p4info = tmp_path / "p4info.txt"
-    p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
-    ctl = Controller(cluster, p4info, lambda h: f"unix:{tmp_path / h.name}.sock", b"", tmp_path / "state.json")
+    ctl = _offline_controller(tmp_path, cluster)
     try:
         sp0 = cluster.spine(0)
         ctl.state.failed[sp0.name] = Failure(admin=True, since=0.0)
@@ -130,4 +137,33 @@ def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
         ctl._rejoining.discard(sp0.name)
         assert ctl.shim_down() == [sp0.switch_id]
     finally:
+        ctl.close()
+
+
+def test_a_switch_whose_port_refuses_is_probed_again_at_once_and_a_silent_one_at_the_usual_pace(
+    tmp_path: Path,
+) -> None:
+    """A probe refused at once (nothing listens: the switch's process is gone) is followed REFUSED_RECHECK later,
+    so a crash is declared ~0.2 s sooner; a probe that times out (a hung or slow peer) keeps PROBE_INTERVAL, and so
+    does a switch already found dead."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    cluster = Cluster(grpc_base_port=free - 1)
+    sw = next(x for x in cluster.switches() if x.grpc_port == free)
+    ctl = _offline_controller(tmp_path, cluster)
+    try:
+        ctl.readers[sw.name] = ctl._reader(sw)
+        assert ctl._probe(sw) == REFUSED_RECHECK and ctl.health[sw.name].misses == 1
+        assert ctl._probe(sw) == PROBE_INTERVAL  # the second miss: declared dead, back to the usual pace
+        h = ctl.health[sw.name]
+        assert not h.alive and h.detected is not None
+        with socket.socket() as silent:  # accepts connections, never answers
+            silent.bind(("127.0.0.1", free))
+            silent.listen()
+            h.alive, h.misses, h.detected = True, 0, None
+            ctl.readers[sw.name] = ctl._reader(sw)
+            assert ctl._probe(sw) == PROBE_INTERVAL and h.misses == 1
+    finally:
+        ctl.readers.pop(sw.name).close()
         ctl.close()

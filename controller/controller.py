@@ -17,7 +17,8 @@ so reads and writes go on while it is down.
   them back at the next heartbeat.
 
 **Failure handling.**  Every switch's P4Runtime server is probed a few times
-a second; two failed probes in a row declare it dead.  A dead spine's buckets
+a second (50 ms after a probe its port refused); two failed probes in a row
+declare it dead.  A dead spine's buckets
 move to the live spines by consistent hashing (only its buckets move).  The
 order of the steps keeps every read correct; the argument rests on the shims'
 invariant (every switch that may hold a valid copy of k is in the shim's

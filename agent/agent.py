@@ -30,12 +30,13 @@ from p4rt.reconcile import apply_plan
 
 log = logging.getLogger("agent")
 
-# hot-key reports in lists of up to 16, sent within 10 ms; unacknowledged duplicates held back 0.5 s
 #: Connecting to the switch from Configure or after its stream broke.  The controller waits for a Configure under
 #: its lock, where no switch's death can be handled: a Configure that waited 10 s for a switch killed just before
 #: it, and the reconciler's retry after it, left a dead spine undetected for 22 s in the fault matrix while every
-#: write to a key it held timed out.  A switch that does not answer within it is retried (every RETRY s).
+#: write to a key it held timed out.  A switch that does not answer within it fails the call; the controller
+#: tries again later.
 CONNECT_TIMEOUT = 2.0
+# hot-key reports in lists of up to 16, sent within 10 ms; unacknowledged duplicates held back 0.5 s
 DIGEST_DELIVERY = {"max_timeout_ns": 10_000_000, "max_list_size": 16, "ack_timeout_ns": 500_000_000}
 
 

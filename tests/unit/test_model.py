@@ -125,17 +125,22 @@ def test_the_same_configurations_hold_without_the_seeded_bug() -> None:
         assert res.result == "ok", f"{name} without its bug: " + res.line() + " " + res.message
 
 
+def _breaks_and_holds_without_its_bug(cfg: config.Config, invariant: str) -> tuple[str, verifier.Result]:
+    """``cfg`` breaks ``invariant`` and holds, same bounds, without its bug or with its fix: the counterexample's
+    steps (report.brief_trace) and the result without the bug."""
+    res = _check(cfg)
+    assert res.result == "violation" and res.invariant == invariant, res.line()
+    fixed = _check(config.without_bug(cfg))
+    assert fixed.result == "ok", fixed.line()
+    return report.brief_trace(res.trace), fixed
+
+
 @needs_rumur
 def test_a_populate_arms_only_the_slot_it_was_asked_for() -> None:
     """Versions count per slot, so after an eviction the key's next entry in another slot can get the
     evicted entry's tag; a delayed copy of the old populate must not arm it (FIX_POPULATE_SLOT)."""
-    cfg = FINDINGS["spec-populate-slot"]
-    res = _check(cfg)
-    assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
-    steps = report.brief_trace(res.trace)
+    steps, _ = _breaks_and_holds_without_its_bug(FINDINGS["spec-populate-slot"], "StaleAfterAck")
     assert "agent evicts a key" in steps and "the network duplicates a packet" in steps
-    fixed = _check(config.without_bug(cfg))
-    assert fixed.result == "ok", fixed.line()
 
 
 @needs_rumur
@@ -144,10 +149,7 @@ def test_a_spine_failed_for_its_dead_data_plane_is_flushed_before_it_serves_agai
     writes are acknowledged without it (it hears no invalidation), so skipping the recovery's flush because
     it never restarted (BUG_DP_NO_FLUSH) serves a copy older than an acknowledged write; with the flush
     the same bounds hold."""
-    cfg = TEST_CONFIGS["bug-dp-no-flush"]
-    res = _check(cfg)
-    assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
-    steps = report.brief_trace(res.trace)
+    steps, _ = _breaks_and_holds_without_its_bug(TEST_CONFIGS["bug-dp-no-flush"], "StaleAfterAck")
     for step in (
         "a spine's data plane dies",
         "failover 1 (its data plane is dead)",
@@ -156,8 +158,6 @@ def test_a_spine_failed_for_its_dead_data_plane_is_flushed_before_it_serves_agai
     ):
         assert step in steps, steps
     assert "spine process crashes" not in steps and "agent restarts" not in steps
-    fixed = _check(config.without_bug(cfg))
-    assert fixed.result == "ok", fixed.line()
 
 
 @needs_rumur
@@ -167,10 +167,7 @@ def test_a_recovering_spine_warmed_before_its_routes_stays_up_in_every_push() ->
     (BUG_REJOIN_DOWN: controller/shims.py shim_down without ``_rejoining``) lets a write be acknowledged
     without invalidating the copy just warmed, which the spine serves once the routes lead to it; with every
     push keeping it up the same bounds hold, and the warm-up itself is in them (its cover is reached)."""
-    cfg = TEST_CONFIGS["bug-rejoin-down"]
-    res = _check(cfg)
-    assert res.result == "violation" and res.invariant == "StaleAfterAck", res.line()
-    steps = report.brief_trace(res.trace)
+    steps, fixed = _breaks_and_holds_without_its_bug(TEST_CONFIGS["bug-rejoin-down"], "StaleAfterAck")
     for step in (
         "recovery 2: the spine's agent flushes its cache",
         "agent inserts a key",
@@ -179,6 +176,4 @@ def test_a_recovering_spine_warmed_before_its_routes_stays_up_in_every_push() ->
     ):
         assert step in steps, steps
     assert steps.index("recovery 2: the spine's agent flushes") < steps.index("agent inserts a key")
-    fixed = _check(config.without_bug(cfg))
-    assert fixed.result == "ok", fixed.line()
     assert fixed.covers.get("a recovering spine was warmed before reads were routed to it", 0) > 0, fixed.covers

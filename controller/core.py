@@ -33,7 +33,9 @@ MISSES_TO_FAIL = 2  # failed probes in a row that declare a switch dead
 # soon, not PROBE_INTERVAL later: a crashed switch is declared dead ~0.2 s sooner, and every write waiting for
 # its acknowledgements is answered that much sooner.  A probe that timed out (a hung or slow peer) keeps the pace.
 REFUSED_RECHECK = 0.05
-REFUSED_WITHIN = 0.1  # a failed probe that took less than this was refused, not timed out
+# a failed probe that took less than this was refused, not timed out: gRPC answers UNAVAILABLE both for a refused
+# port and for a peer that accepts the connection and never answers, so only the time tells them apart
+REFUSED_WITHIN = 0.1
 DRAIN = 0.05  # after client leaves stop targeting a spine: reads already in flight to it finish
 HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restarted) this often
 # Data-plane probes (p4src/include/control/liveness.p4): one PROBE per client leaf and spine this often, sent

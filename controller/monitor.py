@@ -70,10 +70,10 @@ class Monitor(ShimViews):
             if sw.name in self.state.failed:
                 self._wake.set()  # it may come back
             return PROBE_INTERVAL
-        refused = time.monotonic() - t < REFUSED_WITHIN
+        now = time.monotonic()
+        refused = now - t < REFUSED_WITHIN
         self.readers[sw.name] = self._reader(sw)  # a fresh channel: no reconnect backoff hides its return
         reader.close()
-        now = time.monotonic()
         if h.misses == 0:
             h.first_miss = now - PROBE_INTERVAL / 2  # it stopped answering somewhere since the last good probe
         h.misses += 1

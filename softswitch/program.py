@@ -163,6 +163,9 @@ class Program:
     meters: tuple[Meter, ...] = ()
     controller_headers: tuple[ControllerHeader, ...] = ()
     cpu_port: int | None = None  # where packet-out enters (p4src's CPU_PORT; None: no packet-out)
+    # ports whose frames the switch's own host generates (a leaf's probe port, standing for a hardware
+    # packet generator): stamped when the pipeline takes them, like a packet-out (SoftSwitch.run)
+    generator_ports: frozenset[int] = frozenset()
     arch: str = "v1model"
     _ids: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 

@@ -139,13 +139,30 @@ class SoftSwitch:
         self._started = True
 
     def run(self) -> None:
-        """Receive, process and send until :meth:`stop`."""
+        """Receive, process and send until :meth:`stop`.
+
+        A frame is stamped with the time the kernel received it (softswitch.ports), but one of a generator
+        port (a leaf's probe port) with the time the pipeline takes it, after the rest of its batch, as a
+        packet-out is (:meth:`run_packet_outs`): the probe source is the switch's own host, and a hardware
+        packet generator's probe enters the pipeline as it leaves for its spine.  Stamped on arrival, a
+        probe the loop reached 20-60 ms late (a busy host: 2 % of a loaded leaf's probes waited over 15 ms)
+        started its ask before it left, so the leaf's own wait counted against the spine; stamped when
+        taken but before the frames that came with it, it moved the clock past them (stamps never go
+        back), so a spine's answer that came in time during the same wait read as late.  Either made a
+        busy leaf take a healthy spine for dead in quiet loaded runs."""
         stopped, poll, handle, stamp = self._stop.is_set, self.ports.poll, self.handle_packet, self.stamp
+        generated, time_ns = self.pipeline.program.generator_ports, time.time_ns
         while not stopped():
+            later: list[tuple[int, bytes]] = []
             for port, frame, received_ns in poll(1.0):
+                if port in generated:
+                    later.append((port, frame))
+                    continue
                 handle(port, frame, stamp(received_ns))
                 if stopped():
                     break
+            for port, frame in later:
+                handle(port, frame, stamp(time_ns()))
             if not self._injected.empty():  # (checked here: most wake-ups bring no packet-out)
                 self.run_packet_outs()
 

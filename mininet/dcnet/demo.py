@@ -154,6 +154,18 @@ def detection(e: Event, deaths: list) -> str:
     return f"; found dead by {first.leaf}'s data plane {first.detect_s * 1e3:.0f} ms after its last packet"
 
 
+def unexplained(events: list[Event], deaths: list) -> str:
+    """The deaths no failure event explains (a healthy spine taken for dead: a false death), each with
+    its wall-clock time, detection and silence, so that it can be laid beside the host's own stalls."""
+    odd = [d for d in deaths if not any(e.spine == d.spine and d.at >= e.wall for e in events if e.done)]
+    shown = "; ".join(
+        f"{d.leaf}: {d.spine} at {time.strftime('%H:%M:%S', time.localtime(d.at))}.{int(d.at % 1 * 1000):03d}"
+        f" found dead {d.detect_s * 1e3:.0f} ms after its last packet, silent {d.silent_s * 1e3:.0f} ms"
+        for d in sorted(odd, key=lambda d: d.at)[:5]
+    )
+    return f"; not a failure event's: {shown}" if shown else ""
+
+
 def failure_timeline(dep: Deployment, cluster: Cluster, duration: float) -> Timeline:
     first, last = cluster.spine(0).name, cluster.spine(cluster.spines - 1).name
     procs = SwitchProcesses(dep.run_dir / "switches.json")
@@ -271,7 +283,9 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         ended = sum(seen.values())
         summary.add_row(
             "spine deaths seen by the leaves' data planes",
-            f"{ended}" + (f" ({', '.join(f'{k} {v}' for k, v in seen.items())})" if seen else ""),
+            f"{ended}"
+            + (f" ({', '.join(f'{k} {v}' for k, v in seen.items())})" if seen else "")
+            + unexplained(timeline.events, list(status.spine_deaths)),
         )
         Console().print(summary)
         errors = report["error_count"]

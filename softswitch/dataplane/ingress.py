@@ -60,6 +60,7 @@ PROGRAM = Program(
     meters=cache.METERS,
     controller_headers=(ControllerHeader(n.PACKET_OUT, n.PACKET_OUT_FIELDS),),
     cpu_port=n.CPU_PORT,
+    generator_ports=frozenset({n.PROBE_PORT}),
 )
 
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)

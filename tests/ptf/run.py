@@ -187,7 +187,8 @@ class TestBed:
     def ptf_command(self, p4info: Path, device_config: Path, specs: list[str]) -> list[str]:
         params = (
             f"target={self.target!r};grpc_addr={GRPC_ADDR!r};p4info={str(p4info)!r};"
-            f"device_config={str(device_config)!r};device_id={DEVICE_ID}"
+            f"device_config={str(device_config)!r};device_id={DEVICE_ID};"
+            f"switch_pgid={self.switch.pid if self.switch is not None else 0}"  # to stop it, as a busy host does
         )
         ifaces = [a for p in self.ports for a in ("-i", f"{p['port']}@{p['ptf_iface']}")]
         return [

@@ -14,7 +14,12 @@ Every probe is sent (probe_skip 0) but in ProbesOfASpineHeardLatelyAreNotSent.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections.abc import Callable
+
+import ptf.testutils as tu
 
 from distcache import p4names as n
 from distcache.cluster import Mechanism
@@ -136,6 +141,85 @@ class ProbePortProbesAsAPacketOutDoes(_Liveness):
         self.expect_none()
         self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 2), 2)
         self.assertEqual(self.probe_counts()[SP0.switch_id].sent, 1)
+
+
+class _StoppedLeaf(_Liveness):
+    """Tests that stop the leaf's process (SIGSTOP to the switch's process group: a leaf waiting for a CPU)
+    while frames wait at its ports, and play a spine that answers a probe the moment it reaches it."""
+
+    dead = IN_TIME
+    STOPPED = IN_TIME + 0.7  # how long the leaf stays stopped: far past dead_after
+
+    def port_probe(self, spine, seq: int) -> None:  # noqa: ANN001 - a Switch
+        """A probe for ``spine`` written into the leaf's probe port (p4rt.probes.ProbeSource's frame)."""
+        self.send(n.PROBE_PORT, packet_out_header(spine_id=spine.switch_id) + probe_frame(CL0, spine, seq))
+
+    def stopped(self, spine, seq: int, then: Callable[[], None] = lambda: None) -> None:  # noqa: ANN001
+        """Stop the leaf, write a probe for ``spine`` into its probe port, run ``then``, keep the leaf stopped
+        STOPPED seconds, let it go on: the probe is answered as soon as it is seen up ``spine``'s port (the
+        kernel target's pipeline, which stopping its server does not stop, sends it at once)."""
+        group = int(self.params.get("switch_pgid", 0))
+        if group <= 0:
+            self.fail("test param switch_pgid missing: run the tests with python -m tests.ptf.run")
+        up, wire = PORT[spine.switch_id], probe_wire(CL0, spine, seq)
+        seen, arrived = False, self.dataplane.PollSuccess
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            self.port_probe(spine, seq)
+            then()
+            until = time.monotonic() + self.STOPPED
+            while time.monotonic() < until:
+                if seen:
+                    time.sleep(0.01)
+                elif isinstance(tu.dp_poll(self, port_number=up, timeout=0.02, exp_pkt=wire), arrived):
+                    self.send(up, probe_wire(CL0, spine, seq, reply=True))  # answered the moment it arrives
+                    seen = True
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        if not seen:
+            self.expect(wire, up)
+            self.send(up, probe_wire(CL0, spine, seq, reply=True))
+
+    def assert_alive(self) -> None:
+        """Neither spine dead, and KEY's read still goes to sp0."""
+        self.assertEqual(
+            (self.counter(n.SPINE_DEATHS, SP0.switch_id), self.counter(n.SPINE_DEATHS, SP1.switch_id)), (0, 0)
+        )
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+        self.assertEqual(self.stat(Stat.READ_REROUTED), 0)
+
+
+class AProbeTheLeafTookInLateIsAskedWhenItLeaves(_StoppedLeaf):
+    """A probe written into cl0's probe port while cl0 is stopped starts its ask when cl0 sends it up, not
+    when it reached the port: answered when it is seen, sp0 is no more dead for the second the probe
+    waited.  A hardware packet generator's probe enters the pipeline as it leaves.  Softswitch stamped such
+    a probe with the kernel's receive time, so a busy leaf's own waits counted against its spines (false
+    deaths in quiet loaded runs); BMv2 stamps a frame when its thread takes it in."""
+
+    def runTest(self) -> None:
+        self.stopped(SP0, 11)
+        self.assertEqual(self.wait_counter(n.PROBES_ANSWERED, SP0.switch_id, 1), 1)
+        self.assert_alive()
+
+
+class AnAnswerThatCameWhileTheLeafWasStoppedIsOnTime(_StoppedLeaf):
+    """sp0 answers its probe in time, but while cl0 is stopped, and the next probe (for sp1) waits at the
+    probe port beside it: the answer keeps the time it reached the leaf, and neither spine is dead.
+    Softswitch once stamped the waiting probe when it took it, first (it had come first), and moved its
+    clock (stamps never go back) past the answer behind it, which read as a second late: a death of sp0.
+    Not on BMv2, which stamps every frame when its thread takes it in: a stopped BMv2 leaf's own wait counts
+    against the spines (docs/protocol.md, "No false deaths in the emulation")."""
+
+    def runTest(self) -> None:
+        if self.target == "bmv2":
+            self.skipTest("BMv2 stamps a frame when its thread takes it in, not when it reached the port")
+        self.port_probe(SP0, 12)
+        self.expect(probe_wire(CL0, SP0, 12), PORT[SP0.switch_id])  # asked
+        # the next probe waits at the probe port, and sp0's answer reaches cl0 after it
+        self.stopped(SP1, 13, then=lambda: self.send(PORT[SP0.switch_id], probe_wire(CL0, SP0, 12, reply=True)))
+        self.assertEqual(self.wait_counter(n.PROBES_ANSWERED, SP0.switch_id, 1), 1)
+        self.assertEqual(self.wait_counter(n.PROBES_ANSWERED, SP1.switch_id, 1), 1)
+        self.assert_alive()
 
 
 class StorageLeafProbesToo(_Liveness):

@@ -51,6 +51,7 @@ from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingE
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 from harness.processes import SwitchProcesses
+from p4rt.probes import SpineDeath
 
 console = Console(stderr=True)
 
@@ -142,12 +143,17 @@ class Timeline:
         return sum(self.seconds[t]["errors"] for t in range(e.at, e.at + WINDOW) if t in self.seconds)
 
 
+def of_event(e: Event, d: SpineDeath) -> bool:
+    """Whether death ``d`` is event ``e``'s: a death of the spine ``e`` stops, reported after it."""
+    return bool(e.spine) and d.spine == e.spine and d.at >= e.wall
+
+
 def detection(e: Event, deaths: list) -> str:
     """How fast the client leaves' data planes found ``e``'s spine dead: the first death of that spine
     they reported after the event (each leaf reports one when it hears from the spine again)."""
     if not e.spine:
         return ""
-    mine = [d for d in deaths if d.spine == e.spine and d.at >= e.wall]
+    mine = [d for d in deaths if of_event(e, d)]
     if not mine:
         return "; no leaf reported its death (not heard from again yet?)"
     first = min(mine, key=lambda d: d.at)
@@ -157,7 +163,7 @@ def detection(e: Event, deaths: list) -> str:
 def unexplained(events: list[Event], deaths: list) -> str:
     """The deaths no failure event explains (a healthy spine taken for dead: a false death), each with
     its wall-clock time, detection and silence, so that it can be laid beside the host's own stalls."""
-    odd = [d for d in deaths if not any(e.spine == d.spine and d.at >= e.wall for e in events if e.done)]
+    odd = [d for d in deaths if not any(e.done and of_event(e, d) for e in events)]
     shown = "; ".join(
         f"{d.leaf}: {d.spine} at {time.strftime('%H:%M:%S', time.localtime(d.at))}.{int(d.at % 1 * 1000):03d}"
         f" found dead {d.detect_s * 1e3:.0f} ms after its last packet, silent {d.silent_s * 1e3:.0f} ms"

@@ -335,6 +335,12 @@ class Cluster:
             )
         if not isinstance(self.description, str):
             raise ClusterError(f"description: expected a string, got {_show(self.description)}")
+        self.listening_ports()
+
+    def listening_ports(self) -> dict[int, str]:
+        """Every loopback port this cluster's services listen on, with what listens there: the controller,
+        its metrics, switches' P4Runtime servers and cache switches' agents.  Each gets its own port in
+        1..65535 (ClusterError if not); a deployment reserves them (harness.ports)."""
         _, controller_port = service_address(self.controller_address, "controller_address")
         used = {controller_port: "the controller (controller_address)"}
         if not isinstance(self.metrics_address, str):
@@ -349,11 +355,6 @@ class Cluster:
                     "give the metrics another port"
                 )
             used[metrics_port] = "the metrics exporter (metrics_address)"
-        self._check_ports(used)
-
-    def _check_ports(self, used: dict[int, str]) -> None:
-        """Every listener on loopback gets its own port in 1..65535: switches' P4Runtime servers,
-        cache switches' agents, the controller and its metrics (``used`` holds the last two)."""
         for sw in self.switches():
             listeners = [("grpc_base_port", self.grpc_base_port, "P4Runtime server")]
             if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
@@ -371,6 +372,7 @@ class Cluster:
                         "move grpc_base_port, agent_base_port, controller_address or metrics_address apart"
                     )
                 used[port] = f"{sw.name}'s {what}"
+        return used
 
     def check_deployable(self) -> None:
         """What a running deployment needs beyond a valid description: every switch's ports fit its

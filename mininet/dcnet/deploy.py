@@ -46,6 +46,7 @@ from distcache.rpc.controller import (
     change_summary,
 )
 from harness.p4c import CompileError, compile_v1model
+from harness.ports import ReservedPorts
 from harness.processes import (
     Readiness,
     Service,
@@ -138,6 +139,7 @@ class Deployment:
         self._clients: list[ClientProcess] = []
         self._old_handlers: dict[int, object] = {}
         self._softirq = SoftirqPriority()  # the kernel's packet delivery while the switches run (harness.processes)
+        self._ports = ReservedPorts(cluster.listening_ports())  # no connection takes a listener's port (harness.ports)
         setLogLevel("warning" if quiet else "info")
 
     # -- addresses of things in the run folder ---------------------------------------------
@@ -169,6 +171,7 @@ class Deployment:
 
     @one_line_errors()
     def start(self) -> None:
+        self._ports.reserve()
         self.cluster.save(self.cluster_path)
         p4info_path, device_config = pipeline_files(self.target, self.run_dir)
         if self.pcap:
@@ -482,6 +485,7 @@ class Deployment:
             finally:
                 self.net = None
         self._softirq.restore()
+        self._ports.restore()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()

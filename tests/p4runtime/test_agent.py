@@ -80,12 +80,13 @@ def test_slot_allocator_claims_slots_found_on_the_switch() -> None:
 class _Bed:
     def __init__(self, tmp: Path, storage_leaf: bool = False) -> None:
         self.port = free_tcp_port()
-        if storage_leaf:  # sl0 is switch id 64
-            self.cluster = Cluster(spines=2, cache_slots=8, grpc_base_port=self.port - 64)
-            self.sw = self.cluster.storage_leaf(0)
-        else:  # sp0 is switch id 1
-            self.cluster = Cluster(spines=1, cache_slots=8, grpc_base_port=self.port - 1)
-            self.sw = self.cluster.spine(0)
+        # the switch under test listens on the free port; the agent ports go above every P4Runtime port,
+        # so the cluster cannot find them taken twice wherever the kernel's free port fell
+        sid = 64 if storage_leaf else 1  # sl0 is switch id 64, sp0 is 1
+        base = {"grpc_base_port": self.port - sid, "agent_base_port": self.port - sid + n.MAX_SWITCHES}
+        self.cluster = Cluster(spines=2 if storage_leaf else 1, cache_slots=8, **base)
+        self.sw = self.cluster.storage_leaf(0) if storage_leaf else self.cluster.spine(0)
+        assert self.sw.switch_id == sid
         self.p4info = tmp / "p4info.txt"
         from google.protobuf import text_format
 

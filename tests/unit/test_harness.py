@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from harness.ports import port_list
 from harness.processes import Service, ServiceError, python_argv, wait_for_path, wait_for_port
 from harness.profile import summarize_profile
 from harness.redis import redis_argv, wait_for_redis
@@ -342,3 +343,45 @@ def test_softirq_threads_run_above_the_switches_while_a_deployment_runs() -> Non
     with SoftirqPriority():
         assert {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == {SOFTIRQ_NICE}
     assert {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads} == before
+
+
+def test_port_list_folds_runs_into_ranges() -> None:
+    assert port_list([50054, 9464, 50051, 50050, 50052, 50052]) == "9464,50050-50052,50054"
+    assert port_list([]) == ""
+
+
+_RESERVE_IN_A_NEW_NETNS = """
+import socket, sys
+from pathlib import Path
+from harness.ports import RESERVED, ReservedPorts
+Path("/proc/sys/net/ipv4/ip_local_port_range").write_text("40000 40003")
+RESERVED.write_text("9464\\n")
+
+def two_free_ports():
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = sorted(s.getsockname()[1] for s in socks)
+    for s in socks:
+        s.close()
+    return ports
+
+with ReservedPorts([40001, 40002]):
+    print(RESERVED.read_text().strip(), two_free_ports())
+print(RESERVED.read_text().strip())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_reserved_ports_are_not_handed_out_and_the_old_list_comes_back() -> None:
+    """In a network namespace of its own (the sysctls are per namespace) whose ephemeral range is four
+    ports: while two are reserved, the kernel's free ports are the other two; after, the old list is back."""
+    out = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", _RESERVE_IN_A_NEW_NETNS],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert out == ["9464,40001-40002 [40000, 40003]", "9464"]

@@ -48,15 +48,19 @@ class Failover(Monitor, Configuration):
         """The failover's steps: step 1 (idempotent; without ``configure`` the reconciler has just retried
         the leaves that missed it), and no step after it until every client leaf in service has taken the
         new routes (until then the shims keep waiting for the failed spines' acks, so writes invalidate
-        whatever those spines still hold).  Returns the client leaves it waits for; the reconciler calls
-        it again every RETRY s until there are none."""
+        whatever those spines still hold).  Step 1 starts with the fence (:meth:`_fence`: one write per
+        client leaf); when every client leaf took it, step 2 comes before the partition's entries are
+        written, and the shims' writes stop waiting for the failed spines that much sooner.  Returns the
+        client leaves it waits for; the reconciler calls it again every RETRY s until there are none."""
+        told = False
         if configure:
+            self._fence()
+            if not self._leaves_behind():
+                time.sleep(DRAIN)
+                self._push_shims()
+                told = True
             self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
-        waiting = sorted(
-            name
-            for name in list(self._stale)
-            if name not in self.state.failed and self.cluster.switch(name).role == Role.CLIENT_LEAF
-        )
+        waiting = self._leaves_behind()
         if waiting:
             (log.error if configure else log.debug)(
                 "failover waits for %s to take the new routes; until then the shims keep waiting for the acks "
@@ -66,8 +70,9 @@ class Failover(Monitor, Configuration):
                 RETRY,
             )
             return waiting
-        time.sleep(DRAIN)
-        self._push_shims()
+        if not told:
+            time.sleep(DRAIN)
+            self._push_shims()
         self._configure({Role.SPINE})
         if self._failover_pending:
             self._failover_pending = False
@@ -83,6 +88,15 @@ class Failover(Monitor, Configuration):
                 ", ".join(f"{s.name} routed away" for s in self._spines() if s.name in self.state.failed),
             )
         return []
+
+    def _leaves_behind(self) -> list[str]:
+        """The client leaves in service whose last write failed: they may still route reads to a failed
+        spine (the reconciler retries them)."""
+        return sorted(
+            name
+            for name in list(self._stale)
+            if name not in self.state.failed and self.cluster.switch(name).role == Role.CLIENT_LEAF
+        )
 
     def _warm_new_owners(
         self,

@@ -24,11 +24,15 @@ controller_pb2, controller_grpc = grpc.protos_and_services("distcache/proto/cont
 shim_pb2, shim_grpc = grpc.protos_and_services("distcache/proto/shim.proto")
 
 # a restarted peer (switch, shim) must be found within a fraction of a second, not after gRPC's default
-# reconnect backoff (up to 2 min)
+# reconnect backoff (up to 2 min); and a new channel must make a new connection: from gRPC's global
+# subchannel pool it would share the old channel's subchannel, still backing off after a refused connect,
+# and its first call would fail at once without trying (the controller's probe of a switch whose port
+# listens again read as refused)
 FAST_RECONNECT = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 # A message of the services above: its classes are built from the .proto at run time, so no static

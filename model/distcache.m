@@ -1121,6 +1121,9 @@ rule "mechanism change: back to a caching mechanism"
 end;
 
 ruleset s: spine_t do
+  -- controller/configure.py _fence: every client leaf's liveness_config fences the spine (one
+  -- default write each, liveness.p4), so no read path takes it, before the partition's entries
+  -- move; the moved partition then routes around it too.  Either way: routed[s] := false
   rule "failover 1: client leaves stop sending reads to the spine"
     bfail > 0 & bfaults > 0 & cph[s] = C_UP & cph[other(s)] = C_UP
   ==> begin

@@ -122,6 +122,7 @@ def plan(
                     ("hold", round(cluster.liveness_hold_ms * 1000)),
                     ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
                     ("probe_skip", round(cluster.probe_skip_ms * 1000)),
+                    ("fenced", fence_mask(cluster, live)),
                 ),
             )
         )
@@ -229,6 +230,15 @@ def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:
     no spine cannot route anyway; a spine answers only reads targeted at it, so transit never reads a cache)."""
     spines = [cluster.spine(i) for i in range(cluster.spines)]
     return [sp for sp in spines if live is None or sp.switch_id in live] or spines
+
+
+def fence_mask(cluster: Cluster, live: set[int] | None = None) -> int:
+    """liveness_config's ``fenced``: bit s set for each spine s out of service, which a leaf then leaves out
+    of every choice (liveness.p4).  One default-action write per leaf takes a failed spine out of every read
+    path at once, ahead of the partition's many entries (controller.failover); it is cleared only in the
+    plan that routes reads to the spine again, after its flush."""
+    spines = [cluster.spine(i).switch_id for i in range(cluster.spines)]
+    return sum(1 << s for s in spines if live is not None and s not in live)
 
 
 def slot_spines(up: list[Switch], slot: int) -> tuple[Switch, Switch | None]:

@@ -117,6 +117,7 @@ struct metadata_t {
     bit<8>  peak_decay_shift; /* the recent peak wait loses 1 us per 2^this us */
     bit<32> hold;
     bit<32> probe_skip;    /* a probe for a spine heard from within this many us is not sent (DcProbe) */
+    bit<64> fenced;        /* bit s: the controller failed spine s over; excluded until it clears the bit */
     /* DcProbe */
     bit<1>  consumed;      /* the packet ends here (a probe reply the leaf counted) */
     /* DcCache */

@@ -84,9 +84,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             )
         if m.routed and m.transit_id != 0 and m.alt_id != 0:
             now = m.ingress_global_timestamp
-            if spine_excluded(
-                state, m.transit_id, now, m.dead_after, m.dead_after_max, m.peak_decay_shift
-            ) and not spine_excluded(state, m.alt_id, now, m.dead_after, m.dead_after_max, m.peak_decay_shift):
+            if spine_excluded(state, m.transit_id, now, m) and not spine_excluded(state, m.alt_id, now, m):
                 m.nhop_dmac, m.nhop_port = m.alt_dmac, m.alt_port
                 state.counters[n.DC_STATS].count(TRANSIT_REROUTED, m.packet_length)
     # an answer (a cache hit, a reflected coherence message: its op gained the reply bit here) is this

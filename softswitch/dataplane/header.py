@@ -82,6 +82,7 @@ class Meta:
     peak_decay_shift: int = 0  # the recent peak wait loses 1 us per 2^this us
     hold: int = 0
     probe_skip: int = 0  # a probe for a spine heard from within this many us is not sent (DcProbe)
+    fenced: int = 0  # bit s: the controller failed spine s over; excluded until it clears the bit
     # DcProbe
     consumed: bool = False
     # DcCache

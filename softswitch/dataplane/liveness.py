@@ -28,6 +28,7 @@ ACTIONS = (
             Param("hold", 32),
             Param("peak_decay_shift", 8),
             Param("probe_skip", 32),
+            Param("fenced", 64),
         ),
     ),
 )
@@ -51,6 +52,7 @@ TABLES = (
             ("hold", n.HOLD_US),
             ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
             ("probe_skip", n.PROBE_SKIP_US),
+            ("fenced", 0),
         ),
         size=1,
     ),
@@ -92,15 +94,19 @@ def spine_threshold(state: SwitchState, spine: int, asked: int, dead_after: int,
     return max(min(t, dead_max), dead_after)
 
 
-def spine_excluded(state: SwitchState, spine: int, now: int, dead_after: int, dead_max: int, shift: int) -> bool:
-    """Whether routing must leave ``spine`` out now (the P4 action of the same name)."""
+def spine_excluded(state: SwitchState, spine: int, now: int, m: Meta) -> bool:
+    """Whether routing must leave ``spine`` out now (the P4 control DcSpineExcluded)."""
+    if m.fenced >> spine & 1:
+        return True
     regs = state.registers
     heard = regs[n.SPINE_HEARD].read(spine)
     asked = regs[n.SPINE_ASKED].read(spine)
     # (asked > heard and now > asked + threshold) or heard < hold; the threshold (six register reads) only
     # when a probe is unanswered, which it rarely is: forwarding asks this of two spines per transit packet
-    if asked > heard and now > asked + spine_threshold(state, spine, asked, dead_after, dead_max, shift):
-        return True
+    if asked > heard:
+        threshold = spine_threshold(state, spine, asked, m.dead_after, m.dead_after_max, m.peak_decay_shift)
+        if now > asked + threshold:
+            return True
     return heard < regs[n.SPINE_HOLD].read(spine)
 
 
@@ -112,7 +118,7 @@ def apply(state: SwitchState, _h: Headers, m: Meta) -> None:
     tables = state.tables
     _, p, _ = tables[n.LIVENESS_CONFIG].lookup()
     m.dead_after, m.dead_after_max, m.hold = p["dead_after"], p["dead_after_max"], p["hold"]
-    m.peak_decay_shift, m.probe_skip = p["peak_decay_shift"], p["probe_skip"]
+    m.peak_decay_shift, m.probe_skip, m.fenced = p["peak_decay_shift"], p["probe_skip"], p["fenced"]
     action, p, hit = tables[n.PORT_SPINE].lookup(m.ingress_port)
     if action == n.SET_PORT_SPINE:
         m.from_spine = p["spine_id"]

@@ -99,13 +99,9 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     stats = state.counters[n.DC_STATS]
     if m.spine_cand != 0:
         now = m.ingress_global_timestamp
-        if spine_excluded(state, m.spine_cand, now, m.dead_after, m.dead_after_max, m.peak_decay_shift):
+        if spine_excluded(state, m.spine_cand, now, m):
             instead = 0  # another live replica spine, else no spine at all
-            if (
-                m.replicated
-                and m.replica_alt != 0
-                and not spine_excluded(state, m.replica_alt, now, m.dead_after, m.dead_after_max, m.peak_decay_shift)
-            ):
+            if m.replicated and m.replica_alt != 0 and not spine_excluded(state, m.replica_alt, now, m):
                 instead = m.replica_alt
             m.spine_cand = instead
             stats.count(READ_REROUTED, m.packet_length)

@@ -344,7 +344,7 @@ def digest_path(step: Step, plan: dict[str, Any], digests: sh.DigestList) -> Non
         lv = sh.TableEntry(n.LIVENESS_CONFIG)(action=n.SET_LIVENESS)
         lv.is_default = True
         lv.action["dead_after"], lv.action["dead_after_max"], lv.action["hold"] = "1000", "1000", "0"
-        lv.action["peak_decay_shift"], lv.action["probe_skip"] = "8", "0"
+        lv.action["peak_decay_shift"], lv.action["probe_skip"], lv.action["fenced"] = "8", "0", "0"
         lv.modify()
 
     step("client leaf: switch_config and liveness_config defaults", leaf_config)

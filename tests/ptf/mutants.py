@@ -199,8 +199,15 @@ MUTANTS = (
     Mutant(
         "no hysteresis: a dead spine is back at its first reply",
         "control/liveness.p4",
-        "|| heard < hold) ? 1w1 : 1w0;",
-        ") ? 1w1 : 1w0;",
+        "|| heard < hold || fence == 1)",
+        "|| fence == 1)",
+    ),
+    Mutant("a fenced spine is still chosen", "control/liveness.p4", "|| fence == 1)", ")"),
+    Mutant(
+        "a fence read from the mask's upper half only",
+        "control/liveness.p4",
+        "spine >= 32 ? meta.fenced[63:32] : meta.fenced[31:0]",
+        "meta.fenced[63:32]",
     ),
     Mutant(
         "hold counted from the reply, not from when the spine was found dead",

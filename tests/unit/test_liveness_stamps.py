@@ -43,7 +43,8 @@ def ask(st: SwitchState, now: int) -> None:
 
 
 def excluded(st: SwitchState, now: int) -> bool:
-    return liveness.spine_excluded(st, SPINE, now, DEAD, n.DEAD_AFTER_MAX_US, n.PEAK_DECAY_SHIFT)
+    m = Meta(dead_after=DEAD, dead_after_max=n.DEAD_AFTER_MAX_US, peak_decay_shift=n.PEAK_DECAY_SHIFT)
+    return liveness.spine_excluded(st, SPINE, now, m)
 
 
 def deaths(st: SwitchState) -> int:

@@ -98,6 +98,7 @@ def test_leaves_get_the_clusters_liveness_times_spines_do_not() -> None:
                 "hold": 250_500,
                 "peak_decay_shift": n.PEAK_DECAY_SHIFT,
                 "probe_skip": 2_500,
+                "fenced": 0,
             },
         )
     assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == n.LIVENESS_CONFIG]
@@ -153,6 +154,10 @@ def test_a_client_leaf_never_targets_a_cache_out_of_service(mech: Mechanism) -> 
             assert len(replica) == (n.REPLICA_SLOTS if live else 0), (mech, live)
             transit = {e.params_dict["spine_id"] for e in cl.entries if e.table == n.TRANSIT_SPINE}
             assert transit == (live or set(ids)), (mech, live)  # paths, not caches: with none in service, all
+            # and every spine out of service is fenced at once, by the one default write (liveness.p4)
+            (cfg,) = [e for e in cl.defaults if e.table == n.LIVENESS_CONFIG]
+            fenced = {s for s in range(n.LIVENESS_SPINES) if cfg.params_dict["fenced"] >> s & 1}
+            assert fenced == set(ids) - live, (mech, live, fenced)
 
 
 def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:

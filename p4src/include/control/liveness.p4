@@ -73,6 +73,12 @@
  * transit traffic there, and then takes the other path the controller's tables name; a leaf never
  * routes to a spine those tables do not already route to (docs/protocol.md, "Liveness").  Timestamps
  * are v1model's ingress_global_timestamp, in microseconds (softswitch keeps the same unit).
+ *
+ * The fence: liveness_config's `fenced` mask (bit s: spine s) excludes a spine whatever the registers
+ * say, until the controller clears the bit.  It is the controller's, not the data plane's: the first
+ * step of a failover (one default write per client leaf, ahead of the partition's entries), lifted only
+ * by the plan that routes reads to the spine again, after its flush.  A hold ends when the spine is
+ * heard from; a fence does not, so a spine the shims stopped invalidating is never read again by mistake.
  */
 #ifndef DC_LIVENESS_P4
 #define DC_LIVENESS_P4
@@ -140,7 +146,10 @@ control DcSpineExcluded(inout metadata_t meta, in bit<8> spine, in bit<48> now, 
         DC_READ(spine_asked, asked, (bit<32>)spine);
         DC_READ(spine_hold, hold, (bit<32>)spine);
         threshold_of.apply(meta, spine, asked, threshold);
-        excluded = ((asked > heard && now > asked + threshold) || heard < hold) ? 1w1 : 1w0;
+        /* (two halves: p4c-ebpf shifts by at most 5 bits) */
+        bit<32> half = spine >= 32 ? meta.fenced[63:32] : meta.fenced[31:0];
+        bit<32> fence = (half >> spine[4:0]) & 1;
+        excluded = ((asked > heard && now > asked + threshold) || heard < hold || fence == 1) ? 1w1 : 1w0;
     }
 }
 
@@ -166,17 +175,18 @@ control DcLiveness(inout headers_t hdr,
     DC_COUNTER(LIVENESS_SPINES) spine_deaths;  /* deaths that ended, per spine */
 
     action set_liveness(bit<32> dead_after, bit<32> dead_after_max, bit<32> hold, bit<8> peak_decay_shift,
-                        bit<32> probe_skip) {
+                        bit<32> probe_skip, bit<64> fenced) {
         meta.dead_after = dead_after;
         meta.dead_after_max = dead_after_max;
         meta.peak_decay_shift = peak_decay_shift;
         meta.hold = hold;
         meta.probe_skip = probe_skip;
+        meta.fenced = fenced;
     }
 
     table liveness_config {
         actions = { set_liveness; }
-        default_action = set_liveness(DEAD_AFTER_US, DEAD_AFTER_MAX_US, HOLD_US, PEAK_DECAY_SHIFT, PROBE_SKIP_US);
+        default_action = set_liveness(DEAD_AFTER_US, DEAD_AFTER_MAX_US, HOLD_US, PEAK_DECAY_SHIFT, PROBE_SKIP_US, 0);
         size = 1;
     }
 

@@ -82,6 +82,7 @@ class _Liveness(DcTest):
         dead_after_max: float | None = None,
         peak_decay_shift: int | None = None,
         probe_skip: float = 0.0,
+        fenced: tuple[int, ...] = (),
     ) -> None:
         self.set_default(
             n.LIVENESS_CONFIG,
@@ -92,6 +93,7 @@ class _Liveness(DcTest):
                 "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6),
                 "peak_decay_shift": n.PEAK_DECAY_SHIFT if peak_decay_shift is None else peak_decay_shift,
                 "probe_skip": round(probe_skip * 1e6),
+                "fenced": sum(1 << s for s in fenced),
             },
         )
 
@@ -273,6 +275,29 @@ class SilentSpineIsRoutedAround(_Liveness):
         self.assertEqual(self.choose(4)[0], PORT[SP1.switch_id])  # and stays so
 
 
+class AFencedSpineIsLeftOutUntilUnfenced(_Liveness):
+    """The controller fences sp0 (liveness_config's ``fenced``, one default write): KEY's next read goes to
+    its storage leaf up sp1, exact frame, as around a dead spine, however much sp0 is heard from; a fence
+    of spine 33 (the upper half of the mask) leaves sp0 in; unfenced, sp0 is used at once, no hold."""
+
+    def runTest(self) -> None:
+        self.liveness(DEAD, HOLD, fenced=(SP0.switch_id + 32,))
+        self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
+        self.liveness(DEAD, HOLD, fenced=(SP0.switch_id,))
+        self.probe(SP0)
+        self.answer(SP0)
+        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+        self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2)))
+        marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
+        self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP1.mac), PORT[SP1.switch_id])
+        self.expect_none()
+        self.assertEqual((self.stat(Stat.READ_REROUTED), self.stat(Stat.TRANSIT_REROUTED)), (1, 1))
+        self.liveness(DEAD, HOLD)
+        self.assertEqual(self.choose(4), (PORT[SP0.switch_id], SP0.switch_id))
+        self.assertEqual(self.stat(Stat.READ_REROUTED), 1)
+
+
 class AnsweredSpineStaysIn(_Liveness):
     """A probe answered: past dead_after the spine is still used."""
 
@@ -404,6 +429,7 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
                     "hold": n.HOLD_US,
                     "peak_decay_shift": n.PEAK_DECAY_SHIFT,
                     "probe_skip": 0,  # _Liveness.setUp: every probe sent
+                    "fenced": 0,
                 },
             ),
         )

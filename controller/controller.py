@@ -160,6 +160,8 @@ class Controller(Reconciler):
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
+        for poke in self._poke.values():
+            poke.set()
         for t in self._threads:
             t.join(3)
         self._pool.shutdown(wait=False, cancel_futures=True)

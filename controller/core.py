@@ -49,6 +49,9 @@ DP_CHECK_INTERVAL = 0.05
 SPINE_DEATHS_KEPT = 1000  # the last spine deaths the client leaves reported (distcache-ctl status)
 DEATH_DIGESTS = {"max_timeout_ns": 1_000_000, "max_list_size": 16, "ack_timeout_ns": 1_000_000_000}
 DP_MISSES = 50  # 0.5 s of unanswered probes: a failover is costly, a slow round trip under load is not death
+# a spine this many probes behind at every client leaf has its P4Runtime server probed at once, not at the
+# next PROBE_INTERVAL: a crashed spine is declared about 0.1 s sooner, a slow one costs one Capabilities call
+DP_POKE_MISSES = 3
 RETRY = 1.0  # a configuration that failed, or a recovery that could not finish yet, is tried again this often
 # Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
 READ_TIMEOUT = 1.0  # a P4Runtime read (counters) by the monitor or the Status API
@@ -123,6 +126,9 @@ class Core:
         self.health = {sw.name: Health() for sw in cluster.switches()}
         self._stop = threading.Event()
         self._wake = threading.Event()  # the reconciler has something to do now
+        # a switch's probe thread probes now (set by _dp_check, and by close() to end the thread)
+        self._poke = {sw.name: threading.Event() for sw in cluster.switches()}
+        self._poked: set[int] = set()  # spines poked for their current silence
         self._threads: list[threading.Thread] = []
         self._pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctl-call")
         self._buckets_pushed: list[int] | None = None  # the partition the switches hold

@@ -26,6 +26,7 @@ from controller.core import (
     DP_CHECK_INTERVAL,
     DP_DEAD_REASON,
     DP_MISSES,
+    DP_POKE_MISSES,
     HEARTBEAT,
     MISSES_TO_FAIL,
     P4RT_DEAD_REASON,
@@ -51,8 +52,12 @@ class Monitor(ShimViews):
     and wakes the reconciler to act on it; it configures nothing itself."""
 
     def _probe_loop(self, sw: Switch) -> None:
-        wait = PROBE_INTERVAL
-        while not self._stop.wait(wait):
+        wait, poke = PROBE_INTERVAL, self._poke[sw.name]
+        while True:
+            poke.wait(wait)
+            poke.clear()
+            if self._stop.is_set():
+                return
             try:
                 wait = self._probe(sw)
             except Exception:
@@ -138,6 +143,11 @@ class Monitor(ShimViews):
             except P4RuntimeError:
                 continue
         now = time.monotonic()
+        quiet = self.probes.dead(self.spine_ids(), DP_POKE_MISSES)
+        for sw in self._spines():
+            if sw.switch_id in quiet and sw.switch_id not in self._poked and sw.name not in self.state.failed:
+                self._poke[sw.name].set()  # silent at every client leaf: is its P4Runtime server gone too?
+        self._poked = quiet
         dead = self.probes.dead(self.spine_ids())
         for sid in dead - set(self._dp_silent_since):
             self._dp_silent_since[sid] = now - DP_MISSES * DP_PROBE_INTERVAL

@@ -225,16 +225,19 @@ class ProbeLedger:
 
     def silent(self, leaf: str) -> set[int]:
         """Spines ``leaf`` sent ``misses`` probes or more since their last reply."""
-        return {sid for (lf, sid), t in self._tracks.items() if lf == leaf and self._silent(t)}
+        return {sid for (lf, sid), t in self._tracks.items() if lf == leaf and self._silent(t, self.misses)}
 
-    def _silent(self, t: _Track) -> bool:
-        return t.answered_once and t.sent - t.sent_at_answer >= self.misses
+    @staticmethod
+    def _silent(t: _Track, misses: int) -> bool:
+        return t.answered_once and t.sent - t.sent_at_answer >= misses
 
-    def dead(self, spines: Iterable[int] | None = None) -> set[int]:
-        """Spines silent at every leaf that probes them (among ``spines``, default: all seen)."""
+    def dead(self, spines: Iterable[int] | None = None, misses: int | None = None) -> set[int]:
+        """Spines silent at every leaf that probes them (among ``spines``, default: all seen), with
+        ``misses`` probes (default: the ledger's) counting as silent."""
+        m = self.misses if misses is None else misses
         by_spine: dict[int, list[bool]] = {}
         for (_, sid), t in self._tracks.items():
-            by_spine.setdefault(sid, []).append(self._silent(t))
+            by_spine.setdefault(sid, []).append(self._silent(t, m))
         wanted = set(by_spine) if spines is None else set(spines)
         return {sid for sid, flags in by_spine.items() if sid in wanted and flags and all(flags)}
 

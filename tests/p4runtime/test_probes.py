@@ -92,6 +92,9 @@ def test_ledger_finds_spines_silent_at_every_leaf() -> None:
     assert led.silent("sl0") == {1} and led.dead() == {1} and led.dead([2]) == set()
     led.update("cl0", {1: ProbeCounts(9, 6), 2: ProbeCounts(9, 9)})  # sp1 answered at cl0 again
     assert led.silent("cl0") == set() and led.dead() == set()
+    assert led.dead(misses=2) == set()  # and the count can be asked for lower than the ledger's
+    led.update("cl0", {1: ProbeCounts(11, 6), 2: ProbeCounts(11, 11)})
+    assert led.dead(misses=2) == {1} and led.dead() == set()
 
 
 def test_ledger_restarts_a_leaf_whose_counters_went_down() -> None:

@@ -6,18 +6,21 @@ import json
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
 
 from controller.controller import Controller
-from controller.core import PROBE_INTERVAL, REFUSED_RECHECK
+from controller.core import DP_POKE_MISSES, PROBE_INTERVAL, PROBE_TIMEOUT, REFUSED_RECHECK
 from controller.state import ControllerState, Failure
 from distcache.api import controller_pb2, message_dict
 from distcache.cluster import Cluster, Mechanism, Role
 from distcache.hashing import h0, wire_key
 from distcache.partition import cache_switches, spine_buckets
+from p4rt.probes import ProbeCounts
 from softswitch.dataplane import PROGRAM
 
 
@@ -167,3 +170,70 @@ def test_a_switch_whose_port_refuses_is_probed_again_at_once_and_a_silent_one_at
     finally:
         ctl.readers.pop(sw.name).close()
         ctl.close()
+
+
+def test_a_spine_silent_at_every_client_leaf_has_its_p4runtime_server_probed_at_once(tmp_path: Path) -> None:
+    """DP_POKE_MISSES unanswered data-plane probes at every client leaf wake the spine's probe thread, which
+    probes its P4Runtime server then rather than at the next PROBE_INTERVAL (a crash is declared ~0.1 s
+    sooner); once per silence, and not for a spine already failed."""
+    cluster = Cluster(spines=2, client_racks=2)
+    ctl = _offline_controller(tmp_path, cluster)
+    sp0, sp1 = cluster.spine(0), cluster.spine(1)
+    leaves = [sw.name for sw in cluster.switches() if sw.role == Role.CLIENT_LEAF]
+    try:
+
+        def counts(sent: int, answered0: int) -> None:
+            for leaf in leaves:
+                ctl.probes.update(
+                    leaf, {sp0.switch_id: ProbeCounts(sent, answered0), sp1.switch_id: ProbeCounts(sent, sent)}
+                )
+
+        counts(10, 10)
+        counts(10 + DP_POKE_MISSES - 1, 10)
+        ctl._dp_check()
+        assert not any(e.is_set() for e in ctl._poke.values())
+        counts(10 + DP_POKE_MISSES, 10)
+        ctl._dp_check()
+        assert [name for name, e in ctl._poke.items() if e.is_set()] == [sp0.name]
+        ctl._poke[sp0.name].clear()
+        counts(20, 10)
+        ctl._dp_check()
+        assert not ctl._poke[sp0.name].is_set()  # the same silence: poked once
+        counts(21, 11)  # heard again, then silent again: poked again
+        ctl._dp_check()
+        counts(21 + DP_POKE_MISSES, 11)
+        ctl._dp_check()
+        assert ctl._poke[sp0.name].is_set()
+        ctl._poke[sp0.name].clear()
+        ctl.state.failed[sp0.name] = Failure(admin=False, since=0.0)
+        counts(30, 30)
+        counts(30 + DP_POKE_MISSES, 30)
+        ctl._dp_check()
+        assert not ctl._poke[sp0.name].is_set()  # failed already: nothing to find out
+    finally:
+        ctl.close()
+
+
+def test_a_poked_probe_thread_probes_at_once(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    cluster = Cluster(grpc_base_port=free - 1)
+    sw = next(x for x in cluster.switches() if x.grpc_port == free)
+    ctl = _offline_controller(tmp_path, cluster)
+    ctl.readers[sw.name] = ctl._reader(sw)
+    with socket.socket() as silent:  # accepts connections, never answers: each probe takes PROBE_TIMEOUT
+        silent.bind(("127.0.0.1", free))
+        silent.listen()
+        t = threading.Thread(target=ctl._probe_loop, args=(sw,), daemon=True)
+        t.start()
+        try:
+            ctl._poke[sw.name].set()
+            deadline = time.monotonic() + PROBE_INTERVAL
+            while ctl.health[sw.name].misses == 0 and time.monotonic() < deadline + PROBE_TIMEOUT:
+                time.sleep(0.01)
+            # a probe started at the poke ends (times out) by PROBE_TIMEOUT; one at the interval only later
+            assert ctl.health[sw.name].misses == 1 and time.monotonic() < deadline + PROBE_TIMEOUT - 0.05
+        finally:
+            ctl.close()
+            t.join(PROBE_TIMEOUT + 1)

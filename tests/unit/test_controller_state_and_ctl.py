@@ -17,7 +17,7 @@ from controller.controller import Controller
 from controller.core import DP_POKE_MISSES, PROBE_INTERVAL, PROBE_TIMEOUT, REFUSED_RECHECK
 from controller.state import ControllerState, Failure
 from distcache.api import controller_pb2, message_dict
-from distcache.cluster import Cluster, Mechanism, Role
+from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
 from distcache.partition import cache_switches, spine_buckets
 from p4rt.probes import ProbeCounts
@@ -143,18 +143,23 @@ def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
         ctl.close()
 
 
+def _switch_on_a_free_port(tmp_path: Path) -> tuple[Controller, Switch, int]:
+    """An offline controller of a cluster whose sp0 has the P4Runtime port ``free`` (nothing listens there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    cluster = Cluster(grpc_base_port=free - 1)
+    sw = next(x for x in cluster.switches() if x.grpc_port == free)
+    return _offline_controller(tmp_path, cluster), sw, free
+
+
 def test_a_switch_whose_port_refuses_is_probed_again_at_once_and_a_silent_one_at_the_usual_pace(
     tmp_path: Path,
 ) -> None:
     """A probe refused at once (nothing listens: the switch's process is gone) is followed REFUSED_RECHECK later,
     so a crash is declared ~0.2 s sooner; a probe that times out (a hung or slow peer) keeps PROBE_INTERVAL, and so
     does a switch already found dead."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
-    cluster = Cluster(grpc_base_port=free - 1)
-    sw = next(x for x in cluster.switches() if x.grpc_port == free)
-    ctl = _offline_controller(tmp_path, cluster)
+    ctl, sw, free = _switch_on_a_free_port(tmp_path)
     try:
         ctl.readers[sw.name] = ctl._reader(sw)
         assert ctl._probe(sw) == REFUSED_RECHECK and ctl.health[sw.name].misses == 1
@@ -215,12 +220,7 @@ def test_a_spine_silent_at_every_client_leaf_has_its_p4runtime_server_probed_at_
 
 
 def test_a_poked_probe_thread_probes_at_once(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
-    cluster = Cluster(grpc_base_port=free - 1)
-    sw = next(x for x in cluster.switches() if x.grpc_port == free)
-    ctl = _offline_controller(tmp_path, cluster)
+    ctl, sw, free = _switch_on_a_free_port(tmp_path)
     ctl.readers[sw.name] = ctl._reader(sw)
     with socket.socket() as silent:  # accepts connections, never answers: each probe takes PROBE_TIMEOUT
         silent.bind(("127.0.0.1", free))

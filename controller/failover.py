@@ -59,6 +59,11 @@ class Failover(Monitor, Configuration):
                 time.sleep(DRAIN)
                 self._push_shims()
                 told = True
+                log.info(
+                    "%s fenced at every client leaf; shims told %s down before the partition moves",
+                    ", ".join(sorted(self.state.failed)),
+                    "it is" if len(self.state.failed) == 1 else "they are",
+                )
             self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
         waiting = self._leaves_behind()
         if waiting:

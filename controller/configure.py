@@ -87,13 +87,13 @@ class Configuration(Core):
         self._stale.pop(sw.name, None)
         return writes
 
-    def _fence(self) -> None:
+    def _fence(self) -> set[str]:
         """Every client leaf in service with a working session leaves the spines out of service out of every
         read path at once: one write of liveness_config's default (its ``fenced`` mask, liveness.p4), not the
         partition's hundreds of entries (0.8 s on a loaded BMv2), so the shims may stop waiting for a failed
         spine's acks that much sooner.  After the write the leaf may send reads only to the spines of the
         plan it took before that are still in service; a leaf whose write failed is noted in ``_stale``
-        and gets the whole plan (its fence in it) from :meth:`_configure`."""
+        and gets the whole plan (its fence in it) from the reconciler's next round; returns those leaves."""
         live = frozenset(self.live_spines())
 
         def one(sw: Switch) -> None:
@@ -111,12 +111,15 @@ class Configuration(Core):
             and sw.name not in self._stale
             and not self.leaves[sw.name].stream_closed.is_set()
         }
+        failed = set()
         for name, job in jobs.items():
             try:
                 job.result()
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
                 self._stale[name] = why(e)
+                failed.add(name)
                 log.error("%s: not fenced: %s", name, why(e))
+        return failed
 
     def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
         return plan(
@@ -131,10 +134,13 @@ class Configuration(Core):
         log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
         return st
 
-    def _configure(self, roles: set[Role], replicated: set[bytes] | None = None) -> dict[str, str]:
+    def _configure(
+        self, roles: set[Role], replicated: set[bytes] | None = None, skip: set[str] | None = None
+    ) -> dict[str, str]:
         """Bring every switch in service of ``roles`` to the current partition and spines in service
-        (and Hybrid's ``replicated`` keys, default: the current ones), all at once; returns those that
-        could not be, with why.  They stay in ``_stale`` and the reconciler tries them again every
+        (and Hybrid's ``replicated`` keys, default: the current ones), all at once, but those in ``skip``
+        (a write to them just failed: tried again by the reconciler, not waited for twice); returns those
+        that could not be, with why.  They stay in ``_stale`` and the reconciler tries them again every
         RETRY s; an agent the health poll found not answering is not waited for, only retried."""
 
         def one(sw: Switch) -> None:
@@ -155,7 +161,7 @@ class Configuration(Core):
         jobs = {
             sw.name: self._pool.submit(one, sw)
             for sw in self.cluster.switches()
-            if sw.role in roles and sw.name not in self.state.failed
+            if sw.role in roles and sw.name not in self.state.failed and sw.name not in (skip or ())
         }
         failed: dict[str, str] = {}
         for name, job in jobs.items():

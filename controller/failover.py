@@ -54,17 +54,22 @@ class Failover(Monitor, Configuration):
         client leaves it waits for; the reconciler calls it again every RETRY s until there are none."""
         told = False
         if configure:
-            self._fence()
+            t = time.monotonic()
+            unfenced = self._fence()
+            fenced = time.monotonic() - t
             if not self._leaves_behind():
                 time.sleep(DRAIN)
                 self._push_shims()
                 told = True
                 log.info(
-                    "%s fenced at every client leaf; shims told %s down before the partition moves",
+                    "%s fenced at every client leaf in %.0f ms; shims told %s down %.0f ms later, before the "
+                    "partition moves",
                     ", ".join(sorted(self.state.failed)),
+                    fenced * 1e3,
                     "it is" if len(self.state.failed) == 1 else "they are",
+                    (time.monotonic() - t - fenced) * 1e3,
                 )
-            self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
+            self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF}, skip=unfenced)
         waiting = self._leaves_behind()
         if waiting:
             (log.error if configure else log.debug)(

@@ -8,6 +8,8 @@ filled), so they go on to the storage rack (port 1).
 
 from __future__ import annotations
 
+import time
+
 from distcache import p4names as n
 from distcache.cluster import Mechanism
 from distcache.p4names import Stat
@@ -62,11 +64,13 @@ class AgainInTheNextWindow(_Detector):
         self.enable_hot_key_digests(THRESHOLD, WINDOW_SHIFT)
         self.wait_until(start + 0.25 * w)
         self.reads(THRESHOLD)
+        done = (time.monotonic() - start) / w
         first = self.hot_keys()
-        # the report says how far into the window it came: a quarter of it (the window start is known
-        # to within a few ms; the reads take a few more)
+        # the report says how far into the window it came: a quarter of it, or as far as the reads took (the
+        # window start is known to within a few ms; the reads take a few more, and BMv2 beside the unit
+        # tests once took 0.7 of a window over them)
         elapsed = first[0].pop("elapsed_us") / (1 << WINDOW_SHIFT)
-        self.assertTrue(0.2 < elapsed < 0.4, elapsed)
+        self.assertTrue(0.2 < elapsed < max(0.4, done + 0.1), (elapsed, done))
         self.assertEqual(first, [self.report(KEY, THRESHOLD, SP0.switch_id)])
         self.wait_until(start + 0.5 * w)
         self.reads(THRESHOLD)  # same window: counted, not reported again

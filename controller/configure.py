@@ -13,7 +13,7 @@ from distcache import p4names as n
 from distcache.api import agent_pb2
 from distcache.cluster import Role, Switch, is_cache_switch
 from p4rt.client import P4RuntimeError, SwitchConnection
-from p4rt.plan import SwitchPlan, plan
+from p4rt.plan import SwitchPlan, liveness_config, plan
 from p4rt.reconcile import apply_plan
 
 log = logging.getLogger("controller")
@@ -94,22 +94,17 @@ class Configuration(Core):
         spine's acks that much sooner.  After the write the leaf may send reads only to the spines of the
         plan it took before that are still in service; a leaf whose write failed is noted in ``_stale``
         and gets the whole plan (its fence in it) from the reconciler's next round; returns those leaves."""
-        live = frozenset(self.live_spines())
+        live = self.live_spines()
+        fence = liveness_config(self.cluster, live)
 
         def one(sw: Switch) -> None:
-            conn = self.leaves[sw.name]
-            (fence,) = [e for e in self._plan(sw).defaults if e.table == n.LIVENESS_CONFIG]
-            conn.set_default(fence.table, fence.action, fence.params_dict)
+            self.leaves[sw.name].set_default(fence.table, fence.action, fence.params_dict)
             self._leaf_live[sw.name] = self._leaf_live.get(sw.name, frozenset(self.spine_ids())) & live
 
         jobs = {
             sw.name: self._pool.submit(one, sw)
             for sw in self.cluster.switches()
-            if sw.role == Role.CLIENT_LEAF
-            and sw.name not in self.state.failed
-            and sw.name in self.leaves
-            and sw.name not in self._stale
-            and not self.leaves[sw.name].stream_closed.is_set()
+            if sw.role == Role.CLIENT_LEAF and sw.name not in self.state.failed and self._session_ok(sw.name)
         }
         failed = set()
         for name, job in jobs.items():
@@ -120,6 +115,11 @@ class Configuration(Core):
                 failed.add(name)
                 log.error("%s: not fenced: %s", name, why(e))
         return failed
+
+    def _session_ok(self, name: str) -> bool:
+        """Whether client leaf ``name`` has a primary session that is up and whose last write did not fail
+        (else it needs a new one: it may have lost mastership)."""
+        return name in self.leaves and name not in self._stale and not self.leaves[name].stream_closed.is_set()
 
     def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
         return plan(
@@ -149,11 +149,7 @@ class Configuration(Core):
                 if h.agent_alive is False:
                     raise ConnectionError("waiting for its agent to answer (its last Status did not come back)")
                 self._configure_agent(sw, replicated)
-            elif (
-                sw.name in self.leaves
-                and sw.name not in self._stale
-                and not self.leaves[sw.name].stream_closed.is_set()
-            ):
+            elif self._session_ok(sw.name):
                 self._apply_leaf(sw, self.leaves[sw.name], replicated)
             else:  # never reached, or its last write failed: a new session (it may have lost mastership)
                 self._bring_up_client_leaf(sw, replicated=replicated)

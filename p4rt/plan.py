@@ -111,21 +111,7 @@ def plan(
         for port in uplinks:
             kind(port, PortKind.FABRIC)
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
-        p.defaults.append(
-            Entry(
-                n.LIVENESS_CONFIG,
-                (),
-                n.SET_LIVENESS,
-                (
-                    ("dead_after", round(cluster.dead_after_ms * 1000)),
-                    ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
-                    ("hold", round(cluster.liveness_hold_ms * 1000)),
-                    ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
-                    ("probe_skip", round(cluster.probe_skip_ms * 1000)),
-                    ("fenced", fence_mask(cluster, live)),
-                ),
-            )
-        )
+        p.defaults.append(liveness_config(cluster, live))
         for port, sid in sorted((port, sid) for sid, port in spine_port.items()):
             p.entries.append(Entry(n.PORT_SPINE, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_SPINE, (("spine_id", sid),)))
         for sp in spines:
@@ -230,6 +216,24 @@ def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:
     no spine cannot route anyway; a spine answers only reads targeted at it, so transit never reads a cache)."""
     spines = [cluster.spine(i) for i in range(cluster.spines)]
     return [sp for sp in spines if live is None or sp.switch_id in live] or spines
+
+
+def liveness_config(cluster: Cluster, live: set[int] | None = None) -> Entry:
+    """A leaf's liveness_config default: the cluster's liveness times and the fence of the spines out of
+    service (the controller's failover writes this entry alone, ahead of the rest of the plan)."""
+    return Entry(
+        n.LIVENESS_CONFIG,
+        (),
+        n.SET_LIVENESS,
+        (
+            ("dead_after", round(cluster.dead_after_ms * 1000)),
+            ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
+            ("hold", round(cluster.liveness_hold_ms * 1000)),
+            ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
+            ("probe_skip", round(cluster.probe_skip_ms * 1000)),
+            ("fenced", fence_mask(cluster, live)),
+        ),
+    )
 
 
 def fence_mask(cluster: Cluster, live: set[int] | None = None) -> int:

@@ -24,6 +24,7 @@ import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_status
 
 from distcache import p4names as n
+from distcache.cluster import Cluster
 from softswitch.dataplane import PROGRAM
 from softswitch.program import Digest, Program
 from softswitch.state import Pipeline, SwitchState
@@ -152,6 +153,13 @@ def free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def cluster_on_port(port: int, switch_id: int, **fields: int) -> Cluster:
+    """A cluster whose switch ``switch_id`` has the P4Runtime port ``port`` (a free one), its agents' ports
+    above every P4Runtime port: wherever the kernel's free port fell, the cluster finds no port taken twice."""
+    base = port - switch_id
+    return Cluster(grpc_base_port=base, agent_base_port=base + n.MAX_SWITCHES, **fields)
 
 
 # -- raw P4Runtime client --------------------------------------------------------------------------

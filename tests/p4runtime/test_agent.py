@@ -24,14 +24,14 @@ from agent.agent import SwitchAgent, shim_links
 from agent.slots import SlotAllocator
 from agent.state import StateFileError
 from distcache import p4names as n
-from distcache.cluster import Cluster, Mechanism
+from distcache.cluster import Mechanism
 from distcache.hashing import wire_key
 from distcache.partition import spine_buckets
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, Message, Op, decode, populate_invalidate
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch
-from tests.common.softswitch_helpers import free_tcp_port
+from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port
 from tests.ptf.dctest import dc_frame
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,11 +80,8 @@ def test_slot_allocator_claims_slots_found_on_the_switch() -> None:
 class _Bed:
     def __init__(self, tmp: Path, storage_leaf: bool = False) -> None:
         self.port = free_tcp_port()
-        # the switch under test listens on the free port; the agent ports go above every P4Runtime port,
-        # so the cluster cannot find them taken twice wherever the kernel's free port fell
         sid = 64 if storage_leaf else 1  # sl0 is switch id 64, sp0 is 1
-        base = {"grpc_base_port": self.port - sid, "agent_base_port": self.port - sid + n.MAX_SWITCHES}
-        self.cluster = Cluster(spines=2 if storage_leaf else 1, cache_slots=8, **base)
+        self.cluster = cluster_on_port(self.port, sid, spines=2 if storage_leaf else 1, cache_slots=8)
         self.sw = self.cluster.storage_leaf(0) if storage_leaf else self.cluster.spine(0)
         assert self.sw.switch_id == sid
         self.p4info = tmp / "p4info.txt"

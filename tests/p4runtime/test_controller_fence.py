@@ -17,10 +17,9 @@ from google.protobuf import text_format
 from controller.controller import Controller
 from controller.state import Failure
 from distcache import p4names as n
-from distcache.cluster import Cluster
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.switch import SoftSwitch
-from tests.common.softswitch_helpers import free_tcp_port
+from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port
 
 
 class _Leaf:
@@ -29,8 +28,7 @@ class _Leaf:
 
     def __init__(self, tmp: Path) -> None:
         port = free_tcp_port()
-        base = port - 128  # cl0 is switch id 128; the agents' ports go above every P4Runtime port
-        self.cluster = Cluster(spines=2, grpc_base_port=base, agent_base_port=base + n.MAX_SWITCHES)
+        self.cluster = cluster_on_port(port, 128, spines=2)  # cl0 is switch id 128
         self.leaf = self.cluster.client_leaf(0)
         assert self.leaf.grpc_port == port
         self.switch = SoftSwitch(DistCachePipeline(), device_id=self.leaf.device_id, grpc_addr=f"127.0.0.1:{port}")

@@ -22,6 +22,7 @@ from distcache.hashing import h0, wire_key
 from distcache.partition import cache_switches, spine_buckets
 from p4rt.probes import ProbeCounts
 from softswitch.dataplane import PROGRAM
+from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port
 
 
 def test_state_round_trips_through_its_file(tmp_path: Path) -> None:
@@ -145,12 +146,9 @@ def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
 
 def _switch_on_a_free_port(tmp_path: Path) -> tuple[Controller, Switch, int]:
     """An offline controller of a cluster whose sp0 has the P4Runtime port ``free`` (nothing listens there)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
-    cluster = Cluster(grpc_base_port=free - 1)
-    sw = next(x for x in cluster.switches() if x.grpc_port == free)
-    return _offline_controller(tmp_path, cluster), sw, free
+    free = free_tcp_port()
+    cluster = cluster_on_port(free, 1)
+    return _offline_controller(tmp_path, cluster), cluster.spine(0), free
 
 
 def test_a_switch_whose_port_refuses_is_probed_again_at_once_and_a_silent_one_at_the_usual_pace(

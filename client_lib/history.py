@@ -15,12 +15,15 @@ merged).  The outcome rules follow the protocol:
 * a reply is a completed operation (a read's value, or NOT_FOUND; a delete's
   status, OK or NOT_FOUND, recorded as ``"found": true|false``, since a delete
   of an absent key must answer NOT_FOUND and of a present one OK);
-* a write answered ERROR wrote nothing (docs/protocol.md), so it is left out;
-  a read answered ERROR returned nothing and is left out too;
+* a write answered ERROR wrote nothing (docs/protocol.md): it is recorded with
+  ``"error": true`` (the staleness oracle, client_lib.oracle, holds that no read
+  returns its value; tools/lincheck skips it); a read answered ERROR returned
+  nothing and is left out;
 * a request that timed out on every attempt has an unknown outcome: it is
   recorded with ``"return": null`` (it may take effect at any time after its
   call, or never; a delete's status is then unknown too: ``"found": null``),
-  which the checker (tools/lincheck) understands;
+  which the checker (tools/lincheck) understands, and ``"end"``, when the client
+  gave up (the oracle's end of its retry span);
 * a retried request is one operation, from its first call to the reply
   accepted: the client retries with the same sequence number and the shim
   answers every copy of a write with its first reply (shim/dedup.py).
@@ -174,12 +177,17 @@ async def record(
                 if req.op == "get":
                     continue  # a read that returned nothing constrains nothing
                 ret = None
+                line["end"] = time.monotonic_ns()  # the client's whole retry span is over
                 stats.unknown += 1
             except ServerError:
                 stats.errors += 1
-                continue  # ERROR: nothing written, nothing read
+                if req.op == "get":
+                    continue  # nothing read
+                ret, line["error"] = time.monotonic_ns(), True  # nothing written: no read may return it
             line["call"], line["return"] = call, ret
             lines.append(json.dumps(line))
+            if "error" in line:
+                continue  # not an operation of the register's history (tools/lincheck skips it)
             stats.ops += 1
             stats.reads += req.op == "get"
             stats.writes += req.op != "get"

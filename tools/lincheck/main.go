@@ -20,8 +20,9 @@
 // it answered NOT_FOUND (the key was already absent). "found" is required for
 // a delete that returned, and must be null or missing for one that did not
 // (return null: no status was received). A delete's "value", and "found" on a
-// get or put, are ignored. A write answered ERROR wrote nothing and does not
-// belong in the history. Blank lines are skipped. Any other malformed line
+// get or put, are ignored. A write answered ERROR wrote nothing: it is no
+// operation of the register, and a line with "error": true is skipped (the
+// recorder keeps it for the staleness oracle, client_lib/oracle.py). Blank lines are skipped. Any other malformed line
 // stops the run with exit code 2 and names the line. Unknown extra fields are
 // ignored, so recorders may add their own. Intervals are closed, as in
 // porcupine: an operation returning at t overlaps one called at t. Only
@@ -254,6 +255,7 @@ type rawOp struct {
 	Found  json.RawMessage `json:"found"`
 	Call   *int64          `json:"call"`
 	Return json.RawMessage `json:"return"`
+	Error  bool            `json:"error"`
 }
 
 // record is one validated input line.
@@ -265,6 +267,7 @@ type record struct {
 	call    int64
 	ret     int64
 	unknown bool // return was null
+	refused bool // "error": true: a write answered ERROR, not an operation of the register
 }
 
 var errNull = errors.New("null")
@@ -286,6 +289,9 @@ func parseLine(lineNo int, text []byte) (record, error) {
 	var raw rawOp
 	if err := json.Unmarshal(text, &raw); err != nil {
 		return record{}, err
+	}
+	if raw.Error {
+		return record{line: lineNo, refused: true}, nil
 	}
 	switch {
 	case raw.Client == nil:
@@ -372,7 +378,7 @@ func readHistory(r io.Reader) ([]record, error) {
 			if perr != nil {
 				return nil, fmt.Errorf("line %d: %v", lineNo, perr)
 			}
-			if !(rec.unknown && rec.in.Op == "get") {
+			if !rec.refused && !(rec.unknown && rec.in.Op == "get") {
 				recs = append(recs, rec)
 			}
 		}

@@ -244,7 +244,11 @@ def print_report(rep: Report, out: Console) -> None:
     s.add_row("hit ratio", f"{rep.hit_ratio:.1%}")
     s.add_row("loaded keys", f"{rep.loaded_keys:,} in {rep.load_seconds:.1f} s")
     s.add_row("errors", ", ".join(f"{k}={v}" for k, v in sorted(rep.errors.items())) or "0")
+    if rep.stale >= 0:  # judged by the staleness oracle (not against an echo server)
+        s.add_row("reads judged by the oracle", f"stale={rep.stale} wrong={rep.wrong}")
     out.print(s)
+    for finding in rep.findings:
+        out.print(Text(finding))
     lat = Table(title="latency (µs)")
     for col in ("", "count", "mean", "p50", "p99", "p99.9"):
         lat.add_column(col, justify="right")

@@ -186,9 +186,7 @@ class Oracle:
         if superseded is not None:
             w, sup = superseded
             what = "absent after a delete" if r.value is ABSENT else "the value of a write"
-            return Finding(
-                "stale", r, f"{what} begun at {w.call}, superseded by a write acknowledged {_ago(sup, r)}"
-            )
+            return Finding("stale", r, f"{what} begun at {w.call}, superseded by a write acknowledged {_ago(sup, r)}")
         if r.value is ABSENT:
             return Finding("stale", r, f"absent, though a write was acknowledged {_ago(kw.first_ack, r)}")
         if writes and all(w.error for w in writes):

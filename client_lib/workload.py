@@ -16,14 +16,23 @@ simulator's Zipf sampler (:class:`simulator.workload.Zipf`: exact over the
 
 Values are self-describing: ``<key>#<run>#<n>#`` padded with ``.`` to
 ``value_size`` bytes (longer if the header alone is longer), where ``run``
-is a random tag of this run and ``n`` the write counter of that key in this
-run (0 for the load phase).  A read returning anything else for the key — a
-malformed value, another key's value, a counter this run never issued, bad
-padding (``.`` only, to this run's value size) — is a ``wrong_value`` error.  Values of an earlier run (same shape,
-other run tag) are fine for keys this run never wrote (counted as
-``other_run_values``), but an error (``stale_value``) for a key whose write
-by this run was acknowledged before the read was sent; absent is likewise
-correct for a key never written and a ``missing`` error otherwise.
+is a random tag of this run (one per client host when several write: every
+write's value is unique) and ``n`` the write counter of that key in this
+run (0 for the load phase).
+
+Checking reads.  Every operation is recorded with its start and end on
+``CLOCK_MONOTONIC`` and judged by the staleness oracle (:mod:`client_lib.oracle`,
+docs/protocol.md "Checking reads"): a read that returns a value superseded
+by a write acknowledged before it was sent is ``stale``; one that returns a
+value no write of the run wrote (malformed, another key's, a counter never
+issued, bad padding, a refused write's) is ``wrong``.  What a key held
+before the run — absent, or an earlier run's value (same shape, another run
+tag: counted as ``other_run_values``) — is a candidate until this run's
+first acknowledged write of the key.  Both count as errors.  With
+``record`` set the history is also written there (client_lib.history's
+JSON Lines), so a launcher can judge the merged histories of every client
+host in one timeline (``verify`` off in each: one host's history alone
+would take another host's writes for values nobody wrote).
 
 Load phase.  ``load`` writes the ``load_keys`` hottest keys (all of them if
 the key space is smaller) once, with counter 0, before the timed run: a
@@ -34,17 +43,19 @@ never written correctly returns absent.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from client_lib.client import AsyncClient, Resolver
+from client_lib.oracle import Initial, Oracle, Verdict, feed
 from distcache.cluster import Cluster
 from distcache.errors import DistCacheError, RequestTimeoutError, ServerError
 from distcache.wire import MAX_VALUE_LEN
@@ -69,8 +80,10 @@ class BenchConfig:
     load_keys: int = 10_000
     seed: int = 1
     prefix: str = "key"
-    verify: bool = True  # check read values (off only against a plain echo server)
+    verify: bool = True  # judge the reads here (off against a plain echo server, or when a launcher merges hosts)
     run_tag: str | None = None  # tag written into values; None = random per run (8 hex digits)
+    record: str = ""  # write the run's history here (JSON Lines, client_lib.history's format)
+    start_at: int = 0  # CLOCK_MONOTONIC ns at which the timed phase starts (several hosts start together); 0: now
 
     def validate(self) -> None:
         if not 1 <= self.keys <= MAX_KEYS:
@@ -93,6 +106,8 @@ class BenchConfig:
             raise ValueError("--load-keys must be >= 0")
         if self.run_tag is not None and (not self.run_tag or "#" in self.run_tag):
             raise ValueError("run_tag must be non-empty and must not contain '#'")
+        if self.start_at < 0:
+            raise ValueError("start_at must be a CLOCK_MONOTONIC time in ns, or 0 for now")
         if len(f"{self.prefix}{self.keys - 1}".encode()) > 15:
             raise ValueError("prefix too long: keys would exceed 15 bytes and be hashed on the wire")
 
@@ -136,12 +151,15 @@ class Report:
     failed_reads: int  # no usable reply (timeout, server error)
     failed_writes: int
     other_run_values: int
+    stale: int  # reads of a superseded value (client_lib.oracle); -1: not judged here (verify off)
+    wrong: int  # reads of a value no write of the run wrote; -1: not judged here
     throughput: float  # ops/s
     hit_ratio: float
     latency_us: dict  # {"all"|"hit"|"miss"|"write": {"count", "mean", "p50", "p99", "p999"}}
     per_second: list[dict]  # Second as dicts, with hit_ratio
-    errors: dict[str, int]  # kind -> count: wrong_value, stale_value, missing, timeout, server_error, ...
+    errors: dict[str, int]  # kind -> count: stale, wrong, timeout, server_error, backlog, ...
     top_keys: list[dict]  # the hottest ranks: {"rank", "key", "requests", "share", "expected_share"}
+    findings: list[str]  # the first reads the oracle found stale or wrong, and why
 
     @property
     def error_count(self) -> int:
@@ -173,6 +191,27 @@ def parse_value(value: bytes) -> tuple[str, str, int] | None:
         return None
 
 
+def earlier_runs(run_tags: Collection[str]) -> Initial:
+    """What a key may hold before a run whose writers tag their values ``run_tags`` (read when judging, so
+    tags added later count): nothing, or a well-formed value of the key from another run (any value size,
+    padded with dots)."""
+    tags = run_tags
+
+    def initial(key: object, value: object) -> bool:
+        if value is None:
+            return True
+        raw = value.encode("latin-1") if isinstance(value, str) else value
+        p = parse_value(raw)  # type: ignore[arg-type]
+        return p is not None and p[0] == key and p[1] not in tags and raw.rstrip(b".") == make_value(*p, 0)
+
+    return initial
+
+
+def history_value(value: bytes | None) -> str | None:
+    """A value as a history line carries it (every byte one character, so it reads back unchanged)."""
+    return None if value is None else value.decode("latin-1")
+
+
 def _percentiles(lat: list[float]) -> dict:
     if not lat:
         return {"count": 0, "mean": None, "p50": None, "p99": None, "p999": None}
@@ -185,6 +224,15 @@ def _percentiles(lat: list[float]) -> dict:
         "p99": round(float(p99), 1),
         "p999": round(float(p999), 1),
     }
+
+
+class Judge:
+    """The staleness oracle of the runs of one process: a workload session judges each run against the
+    runs before it (their values are its own, not an earlier run's), one run alone against nothing."""
+
+    def __init__(self) -> None:
+        self.tags: set[str] = set()  # the run tags of the runs judged here
+        self.oracle = Oracle(earlier_runs(self.tags))
 
 
 class _OpStream:
@@ -226,15 +274,18 @@ class _Bench:
         cfg: BenchConfig,
         on_second: Callable[[Second], None] | None,
         on_load: Callable[[int, int], None] | None,
+        judge: Judge,
     ) -> None:
         self.client, self.cfg = client, cfg
         self.on_second, self.on_load = on_second, on_load
         self.run = cfg.run_tag or os.urandom(4).hex()
+        self.judge = judge
+        judge.tags.add(self.run)
+        self.history: list[dict] = []  # every operation, client_lib.history's format (the oracle's input)
         self.rng = np.random.default_rng(cfg.seed)
         self.zipf = Zipf(cfg.keys, cfg.zipf, head=min(DEFAULT_HEAD, cfg.keys))
         self.loaded = 0
         self.issued: dict[int, int] = {}  # rank -> highest write counter issued this run
-        self.acked: set[int] = set()  # ranks (beyond the loaded ones) with a write acknowledged this run
         self.lat: dict[str, list[float]] = {"hit": [], "miss": [], "write": [], "fail": []}
         self.errors: Counter[str] = Counter()
         self.n: Counter[str] = Counter()
@@ -255,7 +306,14 @@ class _Bench:
                 rank = nxt
                 nxt += 1
                 key = key_of(rank, cfg.prefix)
-                await self.client.put(key, make_value(key, self.run, 0, cfg.value_size))
+                value = make_value(key, self.run, 0, cfg.value_size)
+                call = time.monotonic_ns()
+                try:
+                    await self.client.put(key, value)
+                except DistCacheError as e:
+                    self._record_write(key, value, call, e)
+                    raise
+                self._record_write(key, value, call)
                 done += 1
                 if self.on_load and (done % 1000 == 0 or done == n):
                     self.on_load(done, n)
@@ -267,6 +325,8 @@ class _Bench:
     async def timed(self) -> float:
         cfg = self.cfg
         stream = self.stream = _OpStream(cfg, self.zipf, self.rng)
+        if cfg.start_at:
+            await asyncio.sleep(max(0.0, (cfg.start_at - time.monotonic_ns()) / 1e9))
         self.t0 = time.perf_counter()
         deadline = math.inf if cfg.ops is not None else self.t0 + float(cfg.duration or 0)
         limit = cfg.ops if cfg.ops is not None else math.inf
@@ -356,16 +416,25 @@ class _Bench:
 
     # -- operations -----------------------------------------------------------------
     async def _read(self, rank: int) -> None:
-        cfg = self.cfg
-        key = key_of(rank, cfg.prefix)
-        must_exist = rank < self.loaded or rank in self.acked
-        start = time.perf_counter()
+        key = key_of(rank, self.cfg.prefix)
+        start, call = time.perf_counter(), time.monotonic_ns()
         try:
             r = await self.client.get_reply(key)
         except DistCacheError as e:
             self._fail("read", e, time.perf_counter() - start)
             return
         lat = time.perf_counter() - start
+        self.history.append(
+            {
+                "client": 0,
+                "key": key,
+                "op": "get",
+                "value": history_value(r.value),
+                "call": call,
+                "return": time.monotonic_ns(),
+                "served_by": r.served_by,
+            }
+        )
         sec = self._sec()
         sec.ops += 1
         sec.reads += 1
@@ -378,49 +447,38 @@ class _Bench:
         else:
             self.n["misses"] += 1
             self.lat["miss"].append(lat)
-        if not cfg.verify:
-            return
         if r.value is None:
-            if must_exist:
-                self._error("missing")
-            else:
-                self.n["absent"] += 1
-            return
-        kind = self._check(rank, key, r.value, must_exist)
-        if kind:
-            self._error(kind)
-
-    def _check(self, rank: int, key: str, value: bytes, must_exist: bool) -> str | None:
-        p = parse_value(value)
-        if p is None or p[0] != key:
-            return "wrong_value"
-        _, run, n = p
-        if run == self.run and value != make_value(key, run, n, self.cfg.value_size):
-            return "wrong_value"  # padding or length
-        if run != self.run:
-            if value.rstrip(b".") != make_value(key, run, n, 0):
-                return "wrong_value"  # an earlier run may have used another value size, but pads with dots
-            if must_exist:
-                return "stale_value"
+            self.n["absent"] += 1
+        elif self.judge.oracle.initial(key, r.value):  # a well-formed value of an earlier run
             self.n["other_run"] += 1
-            return None
-        if n == 0:
-            return None if rank < self.loaded else "wrong_value"
-        return None if n <= self.issued.get(rank, 0) else "wrong_value"
+
+    def _record_write(self, key: str, value: bytes, call: int, failed: DistCacheError | None = None) -> None:
+        """A write in the history: acknowledged, refused (ERROR: nothing written) or of unknown outcome (no
+        reply after the client's whole retry span, which ends now)."""
+        now = time.monotonic_ns()
+        line: dict[str, object] = {"client": 0, "key": key, "op": "put", "value": history_value(value), "call": call}
+        if isinstance(failed, RequestTimeoutError):
+            line["return"], line["end"] = None, now
+        else:
+            line["return"] = now
+            if failed is not None:
+                line["error"] = True
+        self.history.append(line)
 
     async def _write(self, rank: int) -> None:
         key = key_of(rank, self.cfg.prefix)
         n = self.issued[rank] = self.issued.get(rank, 0) + 1
-        start = time.perf_counter()
+        value = make_value(key, self.run, n, self.cfg.value_size)
+        start, call = time.perf_counter(), time.monotonic_ns()
         try:
-            await self.client.put(key, make_value(key, self.run, n, self.cfg.value_size))
+            await self.client.put(key, value)
         except DistCacheError as e:
+            self._record_write(key, value, call, e)
             self._fail("write", e, time.perf_counter() - start)
             return
+        self._record_write(key, value, call)
         self.lat["write"].append(time.perf_counter() - start)
         self._sec_lat["write"].append(self.lat["write"][-1])
-        if rank >= self.loaded:
-            self.acked.add(rank)
         sec = self._sec()
         sec.ops += 1
         sec.writes += 1
@@ -451,7 +509,21 @@ class _Bench:
         self._sec().errors += 1
 
     # -- report ---------------------------------------------------------------------
+    def judged(self) -> Verdict | None:
+        """The oracle's verdict on this run's reads (None with ``verify`` off); the history goes to ``record``."""
+        if self.cfg.record:
+            Path(self.cfg.record).write_text("".join(json.dumps(line) + "\n" for line in self.history))
+        if not self.cfg.verify:
+            return None
+        feed(self.judge.oracle, self.history)
+        verdict = self.judge.oracle.verdict()
+        for kind in ("stale", "wrong"):
+            if getattr(verdict, kind):
+                self.errors[kind] += getattr(verdict, kind)
+        return verdict
+
     def report(self, load_seconds: float, elapsed: float) -> Report:
+        verdict = self.judged()
         n = self.n
         ops = n["reads"] + n["writes"]
         all_lat = self.lat["hit"] + self.lat["miss"] + self.lat["write"]
@@ -483,6 +555,8 @@ class _Bench:
             failed_reads=n["failed_reads"],
             failed_writes=n["failed_writes"],
             other_run_values=n["other_run"],
+            stale=verdict.stale if verdict else -1,
+            wrong=verdict.wrong if verdict else -1,
             throughput=round(ops / elapsed, 1) if elapsed > 0 else 0.0,
             hit_ratio=round(n["hits"] / n["reads"], 4) if n["reads"] else 0.0,
             latency_us={
@@ -494,6 +568,7 @@ class _Bench:
             per_second=[{**asdict(s), "hit_ratio": round(s.hit_ratio, 4)} for s in seconds],
             errors=dict(self.errors),
             top_keys=top_keys,
+            findings=[str(f) for f in verdict.findings] if verdict else [],
         )
 
 
@@ -506,11 +581,13 @@ async def run_bench_async(
     retries: int = 3,
     on_second: Callable[[Second], None] | None = None,
     on_load: Callable[[int, int], None] | None = None,
+    judge: Judge | None = None,
 ) -> Report:
-    """Load (if asked), run the timed phase, and report; see the module docstring."""
+    """Load (if asked), run the timed phase, and report; see the module docstring.  ``judge``: the oracle of
+    earlier runs to judge this one against (a session's), else one of this run alone."""
     cfg.validate()
     async with AsyncClient(cluster, timeout=timeout, retries=retries, resolve=resolve) as client:
-        b = _Bench(client, cfg, on_second, on_load)
+        b = _Bench(client, cfg, on_second, on_load, judge or Judge())
         load_seconds = await b.load()
         elapsed = await b.timed()
         return b.report(load_seconds, elapsed)

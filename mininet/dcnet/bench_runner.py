@@ -11,7 +11,10 @@ phase, and a last ``{"type": "report", ...}`` line with the whole report
 
 ``--serve``: run one workload per JSON config line read from stdin, each ending
 with its ``report`` line, until stdin closes (a saturation search runs many
-short workloads; this spares a process start and the imports per step).
+short workloads; this spares a process start and the imports per step).  The
+staleness oracle judges each workload against every one before it in the
+session (client_lib.workload.Judge): a read of a value an earlier step's
+acknowledged write superseded is stale too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from client_lib.workload import BenchConfig, Second, run_bench
+from client_lib.workload import BenchConfig, Judge, Second, run_bench
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,9 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     def on_load(done: int, total: int) -> None:
         emit({"type": "load", "done": done, "total": total})
 
+    judge = Judge()  # one per process: a session's workloads are judged together
+
     def run(cfg: BenchConfig) -> None:
         report = run_bench(
-            args.cluster, cfg, timeout=args.timeout, retries=args.retries, on_second=on_second, on_load=on_load
+            args.cluster,
+            cfg,
+            timeout=args.timeout,
+            retries=args.retries,
+            on_second=on_second,
+            on_load=on_load,
+            judge=judge,
         )
         emit({"type": "report", **report.to_dict()})
 

@@ -233,7 +233,8 @@ def test_bench_detects_wrong_values(env) -> None:  # noqa: ANN001
         c.put("key5", make_value("key5", "run9", 0, 64))  # counter 0, but this run loaded nothing
     rep = bench(shim, keys=50, zipf=0.99, read_ratio=1.0, ops=2000, load=False, seed=1, run_tag="run9", duration=None)
     wrong = sum(t["requests"] for t in rep.top_keys if t["rank"] in (0, 1, 2, 3, 5))
-    assert rep.errors == {"wrong_value": wrong} and wrong > 0  # every read of those keys, nothing else
+    assert rep.errors == {"wrong": wrong} and wrong > 0  # every read of those keys, nothing else
+    assert rep.wrong == wrong and rep.stale == 0 and "no write of this run wrote" in rep.findings[0]
     assert rep.other_run_values == rep.top_keys[4]["requests"] > 0
     assert rep.absent == rep.reads - wrong - rep.other_run_values  # the rest were never written
 
@@ -255,7 +256,9 @@ def test_bench_detects_missing_and_corrupt_loaded_keys(env) -> None:  # noqa: AN
         on_load=on_load,
     )
     top = [t["requests"] for t in rep.top_keys]
-    assert rep.errors == {"missing": top[0], "wrong_value": top[1] + top[2], "stale_value": top[3]}
+    # absent after its acknowledged load, or an earlier run's value after it: stale; never written: wrong
+    assert rep.errors == {"stale": top[0] + top[3], "wrong": top[1] + top[2]}
+    assert (rep.stale, rep.wrong) == (top[0] + top[3], top[1] + top[2])
     assert min(top[:4]) > 0
 
 
@@ -298,12 +301,15 @@ def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
         "failed_reads": int,
         "failed_writes": int,
         "other_run_values": int,
+        "stale": int,
+        "wrong": int,
         "throughput": float,
         "hit_ratio": float,
         "latency_us": dict,
         "per_second": list,
         "errors": dict,
         "top_keys": list,
+        "findings": list,
         "error_count": int,
         "target": str,
     }
@@ -311,6 +317,7 @@ def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
     for k, t in expect.items():
         assert isinstance(d[k], t), (k, d[k])
     assert d["target"] == "deployment" and d["error_count"] == 0 and d["loaded_keys"] == 500
+    assert d["stale"] == d["wrong"] == 0 and d["findings"] == []
     assert d["config"]["keys"] == 100000 and d["config"]["zipf"] == 0.9 and d["config"]["value_size"] == 32
     assert 1.4 < d["seconds"] < 3 and d["ops"] > 0 and d["throughput"] > 0
     assert set(d["latency_us"]) == {"all", "hit", "miss", "write"}
@@ -335,9 +342,9 @@ def test_bench_cli_json_schema_and_exit_status(env) -> None:  # noqa: ANN001
     with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port)) as c:
         c.put("key0", b"garbage")
     res = cli(cj, shim.port, "bench", "--keys", "100", "--read-ratio", "1", "--ops", "300", "--no-load", "--json")
-    assert res.exit_code == 2 and json.loads(res.stdout)["errors"]["wrong_value"] > 0
+    assert res.exit_code == 2 and json.loads(res.stdout)["errors"]["wrong"] > 0
     res = cli(cj, shim.port, "bench", "--keys", "100", "--read-ratio", "1", "--ops", "300", "--no-load")
-    assert res.exit_code == 2 and "wrong_value=" in res.stdout
+    assert res.exit_code == 2 and "wrong=" in res.stdout and "stale=0" in res.stdout
 
 
 def test_bench_echo_measures_the_generator_alone(tmp_path: Path) -> None:

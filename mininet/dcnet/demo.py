@@ -1,7 +1,7 @@
 """The main demo (``make run``): hot keys cache themselves, and spines fail and come back.
 
 Brings up a leaf-spine topology (2 spines, 2 storage racks, 1 client rack by
-default), loads the keys from the client host, then runs a Zipf-0.99,
+default), loads the keys from the first client host, then runs on every client host a Zipf-0.99,
 read-mostly workload with nothing cached by hand.  The cache switches' detectors
 report the keys that get hot, their agents insert them and the storage shims
 fill the values; the hit ratio climbs second by second as the caches fill.
@@ -21,11 +21,14 @@ report, how many spine deaths the leaves' data planes saw (0 in a loaded 60 s ru
 without failures, on softswitch and on BMv2's fast build: docs/protocol.md) and,
 last, one line::
 
-    reads=<n> hits=<n> misses=<n> errors=<n> auto_cached=<n> failovers=<n>
+    reads=<n> hits=<n> misses=<n> errors=<n> stale=<n> wrong=<n> auto_cached=<n> failovers=<n>
 
-``hits`` are reads answered by a switch cache, ``misses`` reads answered by a
-storage server, ``errors`` operations that failed or reads that returned a
-value the workload never wrote, ``auto_cached`` keys the agents inserted from
+The workload runs on every client host of the topology at once (:mod:`dcnet.everywhere`), and every
+read of every host is judged against every host's writes on one timeline by the staleness oracle
+(:mod:`client_lib.oracle`).  ``hits`` are reads answered by a switch cache, ``misses`` reads answered by a
+storage server, ``errors`` operations that failed plus the reads the oracle found ``stale`` (a value
+superseded by a write acknowledged before the read was sent) or ``wrong`` (a value no write of the run
+wrote), ``auto_cached`` keys the agents inserted from
 hot-key reports, ``failovers`` spine failures the controller handled.  Then
 everything is torn down.
 """
@@ -47,6 +50,7 @@ from rich.text import Text
 
 from client_lib.workload import BenchConfig
 from dcnet.deploy import Deployment, DeploymentError
+from dcnet.everywhere import bench_everywhere
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
@@ -214,9 +218,11 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         dep.__enter__()
     try:
         console.print(f"[green]topology up[/] — logs in {dep.run_dir}")
+        hosts = cluster.clients()
         console.print(
-            f"workload: {args.keys} keys, Zipf {args.zipf}, {args.read_ratio:.0%} reads, "
-            f"{args.duration:.0f} s, concurrency {args.concurrency}; caches: {cluster.cache_slots} keys per "
+            f"workload on every client host ({', '.join(h.name for h in hosts)}, one timeline): {args.keys} keys, "
+            f"Zipf {args.zipf}, {args.read_ratio:.0%} reads, "
+            f"{args.duration:.0f} s, concurrency {args.concurrency} each; caches: {cluster.cache_slots} keys per "
             f"switch, detector threshold {cluster.hh_threshold} reads per "
             f"{(1 << cluster.hh_window_shift) / 1e6:.2f} s window; nothing cached by hand"
         )
@@ -228,7 +234,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         timeline = (
             Timeline() if args.no_failures or cluster.spines < 2 else failure_timeline(dep, cluster, args.duration)
         )
-        for msg in dep.bench(cluster.client(0, 0), workload(args)):
+        for msg in bench_everywhere(dep, workload(args)):
             if msg["type"] == "load" and msg["done"] == msg["total"]:
                 console.print(f"loaded {msg['total']} keys")
             elif msg["type"] == "second":
@@ -272,6 +278,10 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                 ),
             ),
             ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none"),
+            (
+                f"reads judged over the {report['hosts']} client hosts' merged history",
+                f"stale={report['stale']} wrong={report['wrong']}",
+            ),
         ):
             summary.add_row(label, value)
         status = dep.controller.ctl.status()
@@ -294,11 +304,13 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
             + unexplained(timeline.events, list(status.spine_deaths)),
         )
         Console().print(summary)
+        for finding in report["findings"]:
+            console.print(Text(finding), soft_wrap=True)  # keys and values are data, not markup
         errors = report["error_count"]
         failovers = status.failovers
         print(
             f"reads={report['reads']} hits={report['hits']} misses={report['misses']} errors={errors} "
-            f"auto_cached={auto} failovers={failovers}",
+            f"stale={report['stale']} wrong={report['wrong']} auto_cached={auto} failovers={failovers}",
             flush=True,
         )
         return 0 if errors == 0 else 1

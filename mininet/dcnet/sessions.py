@@ -71,8 +71,14 @@ class WorkloadSession:
     def __init__(self, proc: subprocess.Popen, log_path: Path) -> None:
         self.proc, self.log_path = proc, log_path
 
-    def run(self, config: dict, on_second: Callable[[dict], None] | None = None) -> dict:
-        """The workload's report (client_lib.workload.Report as a dict)."""
+    def run(
+        self,
+        config: dict,
+        on_second: Callable[[dict], None] | None = None,
+        on_line: Callable[[dict], None] | None = None,
+    ) -> dict:
+        """The workload's report (client_lib.workload.Report as a dict); ``on_second`` is called with each
+        second's message, ``on_line`` with every message before the report (``load`` ones too)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(config) + "\n")
         self.proc.stdin.flush()
@@ -80,6 +86,8 @@ class WorkloadSession:
             msg = json.loads(line)
             if msg["type"] == "report":
                 return msg
+            if on_line is not None:
+                on_line(msg)
             if msg["type"] == "second" and on_second is not None:
                 on_second(msg)
         raise DeploymentError(f"the workload generator exited ({self.proc.wait()}); see {self.log_path}")

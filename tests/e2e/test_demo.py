@@ -23,10 +23,19 @@ def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_pa
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"reads=(\d+) hits=(\d+) misses=(\d+) errors=(\d+) auto_cached=(\d+) failovers=(\d+)", last)
+    m = re.fullmatch(
+        r"reads=(\d+) hits=(\d+) misses=(\d+) errors=(\d+) stale=(\d+) wrong=(\d+) auto_cached=(\d+) failovers=(\d+)",
+        last,
+    )
     assert m, last
-    reads, hits, misses, errors, auto, failovers = map(int, m.groups())
-    assert errors == 0 and reads > 1000
+    reads, hits, misses, errors, stale, wrong, auto, failovers = map(int, m.groups())
+    assert errors == stale == wrong == 0 and reads > 1000
+    # every client host read and wrote: each left its history, merged into the one judged
+    histories = sorted(p.name for p in run_dir.glob("history-*.jsonl"))
+    assert histories == ["history-c0h0.jsonl", "history-c1h0.jsonl", "history-load.jsonl"], histories
+    for h in histories[:2]:
+        assert (run_dir / h).read_text().count('"op": "get"') > 200, h
+    assert "reads judged over the 2 client hosts' merged history" in proc.stdout
     # the demo failed one spine through distcache-ctl and crashed another; the controller handled both
     assert failovers == 2
     ctl_log = (run_dir / "controller.log").read_text()

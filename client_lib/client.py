@@ -68,6 +68,7 @@ class Reply:
     status: Status
     cached: bool
     served_by: int  # switch id that served a cache hit, 0 for a server
+    target: int  # the cache switch the client rack routed the read to (0: none, straight to the server)
     latency: float  # seconds, request sent to reply received (last attempt)
     attempts: int  # copies sent (the reply may answer any of them)
 
@@ -168,7 +169,7 @@ class _Base:
         if m.status in (Status.ERROR, Status.BAD_REQUEST, Status.TOO_LARGE):
             raise ServerError(f"server answered {m.status.name} to {req.op.name} of key {req.key!r}", m.status)
         value = m.value if (m.op == Op.GET_REPLY and m.status == Status.OK) else None
-        return Reply(req.key, value, m.status, m.cached, m.served_by, latency, attempts)
+        return Reply(req.key, value, m.status, m.cached, m.served_by, m.target, latency, attempts)
 
     def _timeout(self, req: Message, addr: tuple[str, int], sched: Schedule) -> RequestTimeoutError:
         return RequestTimeoutError(

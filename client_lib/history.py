@@ -165,7 +165,8 @@ async def record(
                 if req.op == "get":
                     reply = await client.get_reply(req.key)
                     line["value"] = None if reply.value is None else reply.value.decode()
-                    line["served_by"] = reply.served_by  # which switch answered (0: the server): for diagnosis
+                    line["served_by"] = reply.served_by  # which switch answered (0: the server)
+                    line["target"] = reply.target  # where the client rack routed it (the fault matrix's at-risk pairs)
                     stats.cached_reads += reply.cached
                 elif req.op == "put":
                     await client.put(req.key, str(req.value))

@@ -433,6 +433,7 @@ class _Bench:
                 "call": call,
                 "return": time.monotonic_ns(),
                 "served_by": r.served_by,
+                "target": r.target,
             }
         )
         sec = self._sec()

@@ -182,8 +182,10 @@ class Message:
         return bool(self.flags & Flag.CACHED)
 
     def reply(self, status: Status = Status.OK, value: bytes = b"") -> Message:
-        """The reply a server sends for this request: same key and seq."""
-        return Message(op=Op(self.op).reply(), key=self.key, seq=self.seq, status=status, value=value)
+        """The reply a server sends for this request: same key and seq; a read's reply echoes its ``target``
+        (the cache the client rack chose, which missed), so the client sees where its read was routed."""
+        target = self.target if self.op == Op.GET else 0
+        return Message(op=Op(self.op).reply(), key=self.key, seq=self.seq, status=status, value=value, target=target)
 
 
 def encode(msg: Message) -> bytes:

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -333,10 +333,18 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
         proc.wait(5)
 
 
-def python_argv(module: str, options: dict[str, object]) -> list[str]:
+#: runs a service with deliberate breaks of the guarantees armed, for the tests that show the checks catch them
+BREAKS_LAUNCHER = Path(__file__).resolve().parents[1] / "tests" / "breaks.py"
+
+
+def python_argv(module: str, options: dict[str, object], breaks: Sequence[str] = ()) -> list[str]:
     """``python -m module --option value ...`` (an option whose value is None is a flag): the command line of a
-    service written in Python, run by this interpreter (the virtualenv's, with what it has installed)."""
+    service written in Python, run by this interpreter (the virtualenv's, with what it has installed).
+    ``breaks``: names of tests/breaks.py, armed where they live in ``module`` (tests only: no command line or
+    configuration of the system reaches them)."""
     argv = [sys.executable, "-m", module]
+    if breaks:
+        argv = [sys.executable, str(BREAKS_LAUNCHER), ",".join(breaks), module]
     for option, value in options.items():
         argv += [option] if value is None else [option, str(value)]
     return argv

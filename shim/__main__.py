@@ -34,7 +34,6 @@ async def run(args: argparse.Namespace) -> int:
         args.redis_url,
         listen=args.listen,
         state_file=args.state_file,
-        unsafe_ack_first=args.unsafe_ack_before_invalidate,
         fresh=args.fresh,
         coherence_address=(lambda _spine_id: peer) if peer else None,
     )
@@ -92,14 +91,6 @@ def main(argv: list[str] | None = None) -> int:
         "until the controller's view arrives (a restart: switches may hold copies of its keys)",
     )
     ap.add_argument("--log-file", type=output_file, help="log here instead of stderr")
-    ap.add_argument(
-        "--unsafe-ack-before-invalidate",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="TEST ONLY: break coherence on purpose (acknowledge writes to cached keys, wait SECONDS, "
-        "then invalidate), for the linearizability checker's control run",
-    )
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args(argv)
     cluster = load_cluster(ap, args.cluster)  # bad input is one line, before anything starts

@@ -67,13 +67,9 @@ class Shim:
         port: int = DC_PORT,
         coherence_address: CoherenceAddress | None = None,
         state_file: Path | None = None,
-        unsafe_ack_first: float = 0.0,
         fresh: bool = False,
     ) -> None:
         self.cluster, self.server = cluster, server
-        # TEST ONLY: break coherence on purpose (acknowledge a write, wait this long, then invalidate), so the
-        # linearizability check can show it catches a broken protocol (make linearizability's control run)
-        self.unsafe_ack_first = unsafe_ack_first
         self.state_file = state_file
         self.listen, self.port = listen or server.ip, port
         self.redis = aioredis.from_url(redis_url)
@@ -290,14 +286,6 @@ class Shim:
             cached = bool(self.view.holders(msg.key))
             seq = self.coherence.next_seq()
             paths = self.view.paths(msg.key) if cached else []
-            if cached and self.unsafe_ack_first and msg.op == Op.PUT:  # the deliberately broken order (tests)
-                await self.writes.set(msg.key, msg.value, marker)
-                reply(Status.OK)
-                await asyncio.sleep(self.unsafe_ack_first)
-                live = await self.phases.invalidate(msg.key, seq, paths)
-                if live and len(msg.value) <= MAX_CACHEABLE:
-                    await self.phases.update(msg.key, seq, msg.value, live)
-                return
             if cached and self.limiter is not None:
                 # the server's rate pays for coherence too: phase 1 and phase 2 on every path cost a request
                 # each, as the paper's rate-limited servers (and the simulator, coherence_cost = 1) count them

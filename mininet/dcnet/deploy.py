@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -122,11 +122,13 @@ class Deployment:
         shim_args: list[str] | None = None,
         switch_args: list[str] | None = None,
         switch_log: str = "events",
+        breaks: Sequence[str] = (),
     ) -> None:
         check_target(target)
         self.cluster, self.target, self.pcap, self.switch_log = cluster, target, pcap, switch_log
         self.shim_args = list(shim_args or [])  # extra shim options (tests: e.g. a deliberately broken mode)
         self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
+        self.breaks = tuple(breaks)  # tests/breaks.py's deliberate breaks, armed in the shims and the controller
         self.run_dir = run_dir or new_run_dir()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
@@ -234,6 +236,7 @@ class Deployment:
             cluster_path=self.cluster_path,
             appendfsync=self.cluster.redis_appendfsync,
             shim_args=self.shim_args,
+            breaks=self.breaks,
             **params,
         )
 
@@ -249,6 +252,7 @@ class Deployment:
             module,
             {"--cluster": self.cluster_path, **options, "--p4info": p4info_path, "--device-config": config_path,
              "--shim-dir": self.run_dir, "--state-file": state, "--log-file": log_file},
+            self.breaks,
         )  # fmt: skip
         return Service(name, argv, out=self.run_dir / f"{name}.out", log=log_file, state_file=state, ready=ready)
 

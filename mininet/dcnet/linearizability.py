@@ -23,20 +23,26 @@ two lanes that overlap:
 
 Faults are counted by their effect (packets the injector actually dropped,
 duplicated or reordered; a spine declared dead and back; a process that
-answers again as a new process...).  Each cell's history is checked per key by
-``build/lincheck`` (tools/lincheck, porcupine); histories, and porcupine's HTML
+answers again as a new process...), and by what it put at risk: the write-read
+pairs a fault could have broken, a write of a key a switch the fault concerns
+held valid during it followed by a read of the key routed to that switch
+(:mod:`dcnet.at_risk`).  Each cell's history is checked per key by
+``build/lincheck`` (tools/lincheck, porcupine) and read by read by the
+staleness oracle (:mod:`client_lib.oracle`); histories, and porcupine's HTML
 of any violation, stay in the run folder.  Then a control run with coherence
-broken on purpose must be caught.  It prints ``seed=<n>`` first, one line per
-mechanism::
+broken on purpose (tests/breaks.py ``ack-before-invalidate``) must be caught by
+both.  It prints ``seed=<n>`` first, two lines per mechanism::
 
-    mechanism=<m> ops=<n> violations=<n> faults=<n> reads_cached=<pct>% <kind>=<n> ...
+    mechanism=<m> ops=<n> violations=<n> stale=<n> wrong=<n> faults=<n> at_risk=<n> reads_cached=<pct>% <kind>=<n> ...
+    at_risk mechanism=<m> <kind>=<pairs> ...
 
-and the total line ``ops=<n> violations=<n> faults=<n>`` (then the control run's
-``control: ops=<n> violations=<n>``).  It exits 0 only if no cell has a
-violation or an undecided key, every fault kind took effect at least
+and the total line ``ops=<n> violations=<n> stale=<n> wrong=<n> faults=<n> at_risk=<n>`` (then the
+control run's ``control: ops=<n> violations=<n> stale=<n> wrong=<n>``).  It exits 0 only if no cell
+has a violation, an undecided key or a stale or wrong read, every fault kind took effect at least
 ``--min-effects`` times in every cell, every cell recorded ``--min-ops``
 operations, every caching mechanism served at least ``--min-cached`` of its
-reads from a cache, and the control run was caught.
+reads from a cache and its faults put at least ``--min-at-risk`` pairs at risk
+(NoCache caches nothing: none), and the control run was caught.
 
 This module is the command line; one cell is :mod:`dcnet.matrix_cell`, the faults it applies
 :mod:`dcnet.matrix_faults`, its result and the thresholds :mod:`dcnet.matrix_result`.
@@ -82,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.30,
         help="fail unless every caching mechanism served this share of reads from a cache",
     )
+    ap.add_argument(
+        "--min-at-risk",
+        type=int,
+        default=20,
+        help="fail unless the faults of every caching mechanism's cell put this many write-read pairs at risk",
+    )
     ap.add_argument("--no-control", action="store_true", help="skip the control run (coherence broken on purpose)")
     ap.add_argument("--run-dir", type=Path, help="where histories, HTML and logs go (default runs/<timestamp>)")
     args = ap.parse_args(argv)
@@ -89,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [m for m in mechanisms if m not in MECHANISMS]
     if bad or not mechanisms:
         ap.error(f"--mechanisms: choose from {','.join(MECHANISMS)}, not {','.join(bad) or 'nothing'}")
-    for name in ("duration", "clients", "per_kind", "min_effects", "min_ops"):
-        if getattr(args, name) < (0 if name in ("per_kind", "min_effects", "min_ops") else 1):
+    for name in ("duration", "clients", "per_kind", "min_effects", "min_ops", "min_at_risk"):
+        if getattr(args, name) < (0 if name in ("per_kind", "min_effects", "min_ops", "min_at_risk") else 1):
             ap.error(f"--{name.replace('_', '-')} is out of range")
     if os.geteuid() != 0:
         console.print("[red]needs root[/] (Mininet, tc, BPF): run it as root: make linearizability")
@@ -109,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             cell = run_cell(mech, run_dir, args.target, args.duration, args.clients, seed + i, args.per_kind)
             cells.append(cell)
             print(cell.line, flush=True)
-            problems += shortfalls(cell, run_dir, args.min_effects, args.min_ops, args.min_cached)
+            print(cell.at_risk_line, flush=True)
+            problems += shortfalls(cell, run_dir, args.min_effects, args.min_ops, args.min_cached, args.min_at_risk)
         print(total_line(cells), flush=True)
         if not args.no_control:
             control = run_cell(
@@ -120,11 +133,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.clients,
                 seed,
                 0,
-                broken=True,
+                breaks=("ack-before-invalidate",),
+                packet_faults=False,
             )
-            print(f"control: ops={control.ops} violations={control.violations}", flush=True)
+            print(f"control: ops={control.ops} violations={control.violations} {control.oracle.line}", flush=True)
+            what = "the control run (writes acknowledged before invalidation) was not caught by"
             if not control.violations:
-                problems.append("the control run (writes acknowledged before invalidation) was not caught")
+                problems.append(f"{what} lincheck")
+            if not control.oracle.stale:
+                problems.append(f"{what} the oracle")
     except (TargetMissingError, DeploymentError, FaultInjectorError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2

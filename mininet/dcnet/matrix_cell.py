@@ -10,14 +10,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
+from client_lib.oracle import read_history
+from dcnet.at_risk import pairs, window
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.fault_schedule import PACKET_KINDS, Fault, Schedule, draw
+from dcnet.fault_schedule import PACKET_KINDS, PROCESS_KINDS, Fault, Schedule, draw
 from dcnet.matrix_faults import Faults, fabric_ports
-from dcnet.matrix_result import Cell, check
+from dcnet.matrix_result import Cell, check, judge
 from dcnet.netfaults import FaultConfig, PacketFaults
 from distcache.cluster import Cluster, Mechanism, is_cache_switch
 
@@ -64,14 +67,17 @@ def run_cell(
     clients: int,
     seed: int,
     per_kind: int,
-    broken: bool = False,
+    breaks: Sequence[str] = (),
     keys: int = 16,
+    kinds: tuple[str, ...] = PROCESS_KINDS,
+    packet_faults: bool = True,
 ) -> Cell:
-    """One deployment under ``mechanism``, one recorded history under the seed's schedule, one check."""
+    """One deployment under ``mechanism``, one recorded history under the seed's schedule (``per_kind`` faults
+    of each of ``kinds``, and the packet faults unless ``packet_faults`` is off), one check.  ``breaks``:
+    tests/breaks.py's deliberate breaks, armed in the deployment (a control run, which must be caught)."""
     cell = Cell(mechanism)
     cluster = Cluster(**CELL, mechanism=Mechanism[mechanism.upper()])
-    shim_args = ["--unsafe-ack-before-invalidate", "0.05"] if broken else []
-    with Deployment(cluster, target=target, run_dir=run_dir / mechanism, shim_args=shim_args) as dep:
+    with Deployment(cluster, target=target, run_dir=run_dir / mechanism, breaks=breaks) as dep:
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
         # short timeouts, many retries: a lost packet costs a client 0.1 s, retried writes are frequent, and a
         # write gives up (an unknown outcome, the checker's costliest case) only after 15 s without an answer: a
@@ -116,8 +122,10 @@ def run_cell(
         ports = fabric_ports(dep)
         with PacketFaults(ports) as pf:
             threads: list[threading.Thread] = []
-            if not broken:
+            faults = Faults(dep, mechanism, cell.tally, running, pf, PACKETS if packet_faults else None)
+            if packet_faults:
                 pf.configure(PACKETS)
+            if per_kind:
                 sched: Schedule = draw(
                     seed,
                     duration,
@@ -126,22 +134,23 @@ def run_cell(
                     servers=[h.name for h in cluster.servers()],
                     mechanism=mechanism,
                     per_kind=per_kind,
+                    kinds=kinds,
                 )
                 (dep.run_dir / "schedule.json").write_text(
                     json.dumps({"seed": seed, "faults": [vars(f) for f in sched.faults]}, indent=1)
                 )
-                faults = Faults(dep, mechanism, cell.tally, running, pf, PACKETS)
                 t0 = time.monotonic()
                 threads = [
                     threading.Thread(target=_lane, args=(faults, sched.lane(lane), t0, stop), daemon=True)
                     for lane in sched.lanes
                 ]
+            if packet_faults:
                 threads.append(threading.Thread(target=_bursts, args=(pf, ports, seed, stop), daemon=True))
             running.set()
             t0 = time.monotonic()
             for t in threads:
                 t.start()
-            lanes = threads[:-1]  # (the last one is the loss bursts', which runs until stopped)
+            lanes = threads[:-1] if packet_faults else threads  # (the loss bursts' runs until stopped)
             threading.Thread(target=_stop_clients_after, args=(lanes, t0 + duration, stop_file), daemon=True).start()
             totals: dict = {}
             assert proc.stdout is not None
@@ -161,7 +170,7 @@ def run_cell(
             c = pf.counters()
         if proc.wait() != 0 or not totals:
             raise DeploymentError(f"the history recorder failed; see {dep.run_dir / 'history.err'}")
-        if not broken:
+        if packet_faults:
             # the background loss is what the injector dropped less what the data-plane deaths dropped
             for kind, n in zip(
                 PACKET_KINDS,
@@ -178,6 +187,9 @@ def run_cell(
         )
         cell.reads, cell.cached_reads = int(totals.get("reads", 0)), int(totals.get("cached_reads", 0))
         cell.ops, cell.violations, cell.unknown_keys = check(history, html)
+        cell.oracle = judge(history)
+        records = read_history(history)
+        cell.at_risk = pairs(records, [window(cluster, *w) for w in faults.windows])
         cell.history = history
         if cell.violations:
             cell.html = html

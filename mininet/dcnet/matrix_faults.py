@@ -78,11 +78,13 @@ class Faults:
         self.shifts = 0
         self.packets, self.background = packets, background or FaultConfig(enabled=False)
         self.dp_dropped = 0  # packets the data-plane deaths dropped (the injector counts them as dropped too)
+        # (kind, target, start, end) of every fault that took effect, CLOCK_MONOTONIC ns: its at-risk window
+        self.windows: list[tuple[str, str, int, int]] = []
 
     def apply(self, f: Fault) -> None:
         """Apply one fault; count it only if it took effect while the clients were running."""
         action: Callable[..., str] = getattr(self, f.kind)
-        t = time.monotonic()
+        t, start = time.monotonic(), time.monotonic_ns()
         try:
             what = action(f.target, f.hold) if f.hold else action(f.target)
         except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, never fatal
@@ -90,6 +92,7 @@ class Faults:
             return
         if self.running.is_set():
             self.tally.took_effect(f.kind, f"{what} ({time.monotonic() - t:.1f} s)")
+            self.windows.append((f.kind, f.target, start, time.monotonic_ns()))
         else:
             self.tally.could_not(f.kind, f"{f.target}: took effect after the clients stopped")
 

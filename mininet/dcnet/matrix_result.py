@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from client_lib.oracle import Verdict, check_history
 from dcnet.deploy import REPO, DeploymentError
-from dcnet.fault_schedule import KINDS, Tally
+from dcnet.fault_schedule import KINDS, PROCESS_KINDS, Tally
 
 LINCHECK = REPO / "build" / "lincheck"
 
@@ -27,6 +29,8 @@ class Cell:
     tally: Tally = field(default_factory=Tally)
     history: Path | None = None
     html: Path | None = None
+    oracle: Verdict = field(default_factory=Verdict)  # the staleness oracle's verdict on the same history
+    at_risk: Counter[str] = field(default_factory=Counter)  # at-risk pairs per fault kind (dcnet.at_risk)
 
     @property
     def cached_share(self) -> float:
@@ -35,15 +39,26 @@ class Cell:
     @property
     def line(self) -> str:
         return (
-            f"mechanism={self.mechanism} ops={self.ops} violations={self.violations} faults={self.tally.total} "
+            f"mechanism={self.mechanism} ops={self.ops} violations={self.violations} {self.oracle.line} "
+            f"faults={self.tally.total} at_risk={self.at_risk.total()} "
             f"reads_cached={100 * self.cached_share:.0f}% {self.tally.summary()}"
         )
+
+    @property
+    def at_risk_line(self) -> str:
+        """``at_risk mechanism=<m> <kind>=<pairs> ...``: the pairs each kind of process fault put at risk."""
+        return f"at_risk mechanism={self.mechanism} " + " ".join(f"{k}={self.at_risk[k]}" for k in PROCESS_KINDS)
 
 
 def kinds_for(mechanism: str) -> tuple[str, ...]:
     """The fault kinds that can take effect under ``mechanism``: under NoCache no cache takes keys in, so a
     shift of the hot set changes nothing (it still runs, and the cell still checks what it does)."""
     return tuple(k for k in KINDS if not (mechanism == "nocache" and k == "hot_shift"))
+
+
+def judge(history: Path) -> Verdict:
+    """The staleness oracle's verdict on a cell's history (every key absent before it)."""
+    return check_history([history])
 
 
 def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, int]:
@@ -72,14 +87,26 @@ def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, i
     return int(m.group(1)), int(m.group(2)), int(unknown.group(1)) if unknown else 0
 
 
-def shortfalls(cell: Cell, run_dir: Path, min_effects: int, min_ops: int, min_cached: float) -> list[str]:
-    """What makes ``cell`` fail the run: a violation or an undecided key, a fault kind that took effect fewer
-    than ``min_effects`` times, fewer than ``min_ops`` operations, a caching mechanism that served less than
-    ``min_cached`` of its reads from a cache."""
+def shortfalls(
+    cell: Cell, run_dir: Path, min_effects: int, min_ops: int, min_cached: float, min_at_risk: int = 0
+) -> list[str]:
+    """What makes ``cell`` fail the run: a violation or an undecided key, a read the oracle found stale or
+    wrong, a fault kind that took effect fewer than ``min_effects`` times, fewer than ``min_ops``
+    operations, a caching mechanism that served less than ``min_cached`` of its reads from a cache or
+    whose faults put fewer than ``min_at_risk`` pairs at risk (NoCache has no copy to put at risk)."""
     mech, problems = cell.mechanism, []
     if cell.violations or cell.unknown_keys:
         problems.append(
             f"{mech}: {cell.violations} violations, {cell.unknown_keys} keys undecided; see {cell.html or cell.history}"
+        )
+    if cell.oracle.stale or cell.oracle.wrong:
+        problems.append(
+            f"{mech}: the oracle found {cell.oracle.line}; first: {cell.oracle.findings[0]} (see {cell.history})"
+        )
+    if mech != "nocache" and cell.at_risk.total() < min_at_risk:
+        problems.append(
+            f"{mech}: its faults put {cell.at_risk.total()} write-read pairs at risk, fewer than {min_at_risk}: "
+            "they proved nothing (no cached key met them)"
         )
     short = cell.tally.short_of(min_effects, kinds_for(mech))
     if short:
@@ -95,8 +122,9 @@ def shortfalls(cell: Cell, run_dir: Path, min_effects: int, min_ops: int, min_ca
 
 
 def total_line(cells: list[Cell]) -> str:
-    """The run's total line: ``ops=<n> violations=<n> faults=<n>``."""
+    """The run's total line: ``ops=<n> violations=<n> stale=<n> wrong=<n> faults=<n> at_risk=<n>``."""
     return (
         f"ops={sum(c.ops for c in cells)} violations={sum(c.violations for c in cells)} "
-        f"faults={sum(c.tally.total for c in cells)}"
+        f"stale={sum(c.oracle.stale for c in cells)} wrong={sum(c.oracle.wrong for c in cells)} "
+        f"faults={sum(c.tally.total for c in cells)} at_risk={sum(c.at_risk.total() for c in cells)}"
     )

@@ -67,6 +67,7 @@ class StorageHost(FabricHost):
         cluster_path: Path,
         appendfsync: str,
         shim_args: Sequence[str] = (),
+        breaks: Sequence[str] = (),
         **params: object,
     ) -> None:
         super().__init__(name, spec=spec, **params)
@@ -106,6 +107,7 @@ class StorageHost(FabricHost):
                     "--state-file": state,
                     "--log-file": shim_log,
                 },
+                breaks,
             ),
             out=run_dir / f"shim-{name}.out",
             log=shim_log,

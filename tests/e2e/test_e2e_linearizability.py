@@ -32,6 +32,8 @@ TARGETS = targets()
 def test_a_seeded_cell_under_faults_is_linearizable_and_a_broken_protocol_is_caught(target: str, tmp_path) -> None:  # noqa: ANN001
     cell = run_cell("distcache", tmp_path, target, duration=35, clients=6, seed=7, per_kind=1)
     assert cell.violations == 0 and cell.unknown_keys == 0, f"see {cell.html}"
+    assert cell.oracle.stale == cell.oracle.wrong == 0 and cell.oracle.reads > 100, cell.oracle.findings
+    assert cell.at_risk.total() >= 20, cell.at_risk_line  # its faults met cached keys
     assert cell.ops > 500 and cell.reads > 100 and cell.cached_reads > 0
     for kind in ("loss", "duplicate", "reorder"):
         assert cell.tally.effects[kind] > 0, f"{kind} never took effect: {cell.tally.summary()}"
@@ -45,6 +47,17 @@ def test_a_seeded_cell_under_faults_is_linearizable_and_a_broken_protocol_is_cau
     assert len(applied) >= len(PROCESS_KINDS) - 1, f"faults not applied: {cell.tally.failed}"
     if target != "softswitch":
         return  # the control breaks the shims, not the data plane: checked once, on the default target
-    broken = run_cell("distcache", tmp_path / "control", target, duration=8, clients=6, seed=7, per_kind=0, broken=True)
+    broken = run_cell(
+        "distcache",
+        tmp_path / "control",
+        target,
+        duration=8,
+        clients=6,
+        seed=7,
+        per_kind=0,
+        breaks=("ack-before-invalidate",),
+        packet_faults=False,
+    )
     assert broken.violations > 0, f"a broken coherence protocol went unnoticed; see {broken.history}"
+    assert broken.oracle.stale > 0, f"the oracle missed the broken protocol: {broken.oracle.line}; see {broken.history}"
     assert broken.html is not None and broken.html.stat().st_size > 1000

@@ -201,7 +201,9 @@ def earlier_runs(run_tags: Collection[str]) -> Initial:
         if value is None:
             return True
         raw = value.encode("latin-1") if isinstance(value, str) else value
-        p = parse_value(raw)  # type: ignore[arg-type]
+        if not isinstance(raw, bytes):
+            return False
+        p = parse_value(raw)
         return p is not None and p[0] == key and p[1] not in tags and raw.rstrip(b".") == make_value(*p, 0)
 
     return initial

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from client_lib.oracle import Finding, Read, Verdict
 from dcnet.at_risk import GRACE_NS, HORIZON_NS, Window, pairs, window
 from dcnet.matrix_result import Cell, shortfalls, total_line
+
+from client_lib.oracle import Finding, Read, Verdict
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 

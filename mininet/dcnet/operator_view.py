@@ -37,11 +37,15 @@ class Operator:
     def agent_status(self, with_keys: bool = False) -> dict[str, agent_pb2.AgentStatus]:
         return {name: a.status(with_keys) for name, a in self.agents.items()}
 
+    def caches_of(self, key: str | bytes) -> list[str]:
+        """The cache switches that should hold ``key`` now (the controller's mechanism and partition)."""
+        now = replace(self.cluster, mechanism=Mechanism[self.ctl.status().mechanism.upper()])  # the operator's
+        return [sw.name for sw in cache_switches(now, self.buckets, wire_key(key))]
+
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it."""
         wkey = wire_key(key)
-        now = replace(self.cluster, mechanism=Mechanism[self.ctl.status().mechanism.upper()])  # the operator's
-        return {sw.name: self.agents[sw.name].cache(wkey) for sw in cache_switches(now, self.buckets, wkey)}
+        return {name: self.agents[name].cache(wkey) for name in self.caches_of(key)}
 
     def close(self) -> None:
         for a in self.agents.values():

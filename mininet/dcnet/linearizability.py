@@ -41,8 +41,9 @@ control run's ``control: ops=<n> violations=<n> stale=<n> wrong=<n>``).  It exit
 has a violation, an undecided key or a stale or wrong read, every fault kind took effect at least
 ``--min-effects`` times in every cell, every cell recorded ``--min-ops``
 operations, every caching mechanism served at least ``--min-cached`` of its
-reads from a cache and its faults put at least ``--min-at-risk`` pairs at risk
-(NoCache caches nothing: none), and the control run was caught.
+reads from a cache, the faults of every cell put at least ``--min-at-risk``
+pairs at risk (NoCache's too: its mechanism changes turn caching on for a
+while), and the control run was caught.
 
 This module is the command line; one cell is :mod:`dcnet.matrix_cell`, the faults it applies
 :mod:`dcnet.matrix_faults`, its result and the thresholds :mod:`dcnet.matrix_result`.
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "--min-at-risk",
         type=int,
         default=20,
-        help="fail unless the faults of every caching mechanism's cell put this many write-read pairs at risk",
+        help="fail unless the faults of every cell put this many write-read pairs at risk",
     )
     ap.add_argument("--no-control", action="store_true", help="skip the control run (coherence broken on purpose)")
     ap.add_argument("--run-dir", type=Path, help="where histories, HTML and logs go (default runs/<timestamp>)")

@@ -26,7 +26,8 @@ from distcache.cluster import Cluster, Mechanism, is_cache_switch
 
 console = Console(stderr=True, highlight=False)
 MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")
-CELL = {"spines": 2, "storage_racks": 2, "client_racks": 1, "clients_per_rack": 2, "cache_slots": 4, "hh_threshold": 2}
+# two client racks: every copy is read through each client rack's leaf (its routes, its fence, its liveness)
+CELL = {"spines": 2, "storage_racks": 2, "client_racks": 2, "clients_per_rack": 1, "cache_slots": 4, "hh_threshold": 2}
 # background packet faults on every switch port (DistCache packets: requests, replies and coherence)
 PACKETS = FaultConfig(match="distcache", drop=0.01, duplicate=0.01, reorder=0.01, reorder_distance=2)
 BURST_EVERY = 4.0  # seconds between loss bursts on a random switch port
@@ -57,6 +58,45 @@ def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event
     rng = random.Random(seed)
     while not stop.wait(BURST_EVERY * rng.uniform(0.5, 1.5)):
         pf.start_burst(BURST_LEN, ports=[rng.choice(ports)])
+
+
+def _recorders(dep: Deployment, cfg: dict, clients: int) -> list[tuple[str, subprocess.Popen, Path]]:
+    """A history recorder on every client host, ``clients`` logical clients dealt over them (ids apart, one
+    stop file): (host, process, its history).  The first one's progress is read as it comes; the others'
+    go to ``history-<host>.out``."""
+    hosts = dep.cluster.clients()[: max(1, clients)]
+    out = []
+    for i, h in enumerate(hosts):
+        mine = clients // len(hosts) + (i < clients % len(hosts))
+        path = dep.run_dir / f"history-{h.name}.jsonl"
+        argv = [sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path), "--config",
+                json.dumps({**cfg, "clients": mine, "client_id_base": 1000 * i}), "--out", str(path)]  # fmt: skip
+        stdout = subprocess.PIPE if i == 0 else open(dep.run_dir / f"history-{h.name}.out", "w")  # noqa: SIM115
+        proc = dep.host(h.name).popen(  # type: ignore[attr-defined]
+            argv,
+            stdout=stdout,
+            stderr=open(dep.run_dir / f"history-{h.name}.err", "wb"),  # noqa: SIM115 - the child holds it
+            text=True,
+        )
+        out.append((h.name, proc, path))
+    return out
+
+
+def _merged(dep: Deployment, procs: list[tuple[str, subprocess.Popen, Path]], first: dict, history: Path) -> dict:
+    """Every recorder's totals summed, their histories in one file (one timeline: CLOCK_MONOTONIC)."""
+    totals: dict[str, int] = {}
+    for i, (name, proc, _) in enumerate(procs):
+        done = first
+        if i:
+            lines = (dep.run_dir / f"history-{name}.out").read_text().splitlines() if proc.wait() == 0 else []
+            done = json.loads(lines[-1]) if lines else {}
+        if proc.wait() != 0 or done.get("type") != "done":
+            raise DeploymentError(f"the history recorder on {name} failed; see {dep.run_dir / f'history-{name}.err'}")
+        for k, v in done.items():
+            if isinstance(v, int):
+                totals[k] = totals.get(k, 0) + v
+    history.write_text("".join(path.read_text() for _, _, path in procs))
+    return totals
 
 
 def run_cell(
@@ -101,23 +141,8 @@ def run_cell(
             "stop_file": str(stop_file),
             "rate": CLIENT_RATE,
         }
-        host = dep.host(cluster.client(0, 0).name)
-        proc = host.popen(
-            [
-                sys.executable,
-                "-m",
-                "dcnet.history_runner",
-                "--cluster",
-                str(dep.cluster_path),
-                "--config",
-                json.dumps(cfg),
-                "--out",
-                str(history),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=open(dep.run_dir / "history.err", "wb"),  # noqa: SIM115 - the child holds it
-            text=True,
-        )
+        procs = _recorders(dep, cfg, clients)
+        proc = procs[0][1]
         running, stop = threading.Event(), threading.Event()
         ports = fabric_ports(dep)
         with PacketFaults(ports) as pf:
@@ -168,8 +193,7 @@ def run_cell(
             for t in threads:
                 t.join(120)
             c = pf.counters()
-        if proc.wait() != 0 or not totals:
-            raise DeploymentError(f"the history recorder failed; see {dep.run_dir / 'history.err'}")
+        totals = _merged(dep, procs, totals, history)
         if packet_faults:
             # the background loss is what the injector dropped less what the data-plane deaths dropped
             for kind, n in zip(

@@ -92,8 +92,8 @@ def shortfalls(
 ) -> list[str]:
     """What makes ``cell`` fail the run: a violation or an undecided key, a read the oracle found stale or
     wrong, a fault kind that took effect fewer than ``min_effects`` times, fewer than ``min_ops``
-    operations, a caching mechanism that served less than ``min_cached`` of its reads from a cache or
-    whose faults put fewer than ``min_at_risk`` pairs at risk (NoCache has no copy to put at risk)."""
+    operations, a caching mechanism that served less than ``min_cached`` of its reads from a cache, faults
+    that put fewer than ``min_at_risk`` pairs at risk (NoCache's too: its mechanism changes turn caching on)."""
     mech, problems = cell.mechanism, []
     if cell.violations or cell.unknown_keys:
         problems.append(
@@ -103,7 +103,7 @@ def shortfalls(
         problems.append(
             f"{mech}: the oracle found {cell.oracle.line}; first: {cell.oracle.findings[0]} (see {cell.history})"
         )
-    if mech != "nocache" and cell.at_risk.total() < min_at_risk:
+    if cell.at_risk.total() < min_at_risk:
         problems.append(
             f"{mech}: its faults put {cell.at_risk.total()} write-read pairs at risk, fewer than {min_at_risk}: "
             "they proved nothing (no cached key met them)"

@@ -60,6 +60,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dcnet.cpu_account import IDLE, STEAL, CpuAccount, host_ran_out
 from dcnet.cpu_account import summary as cpu_summary
@@ -176,6 +177,9 @@ class Emulation:
         # the measured workloads: no retry, a lost request is an error
         self.session: WorkloadSession = dep.workload_session(self.client, timeout=1.0, retries=0)
         self.cpu = CpuAccount(dep.pids_by_role)
+        # reads the staleness oracle found stale / wrong over the whole emulation (the session judges each
+        # workload against every one before it): any is a failure, whatever the load
+        self.stale, self.wrong, self.findings = 0, 0, list[str]()
 
     # -- workloads --------------------------------------------------------------------------
     def workload(
@@ -196,7 +200,11 @@ class Emulation:
             "duration": seconds,
             "load": False,
         }
-        return self.session.run(cfg, on_second)
+        rep = self.session.run(cfg, on_second)
+        self.stale += rep["stale"]
+        self.wrong += rep["wrong"]
+        self.findings += rep["findings"][: max(0, 5 - len(self.findings))]
+        return rep
 
     def metered(self) -> int:
         total = 0
@@ -486,15 +494,16 @@ def plot_failures(out: Path, traces: dict, points: list[Point], server_rate: flo
     plt.close(fig)
 
 
-def summary(points: list[Point]) -> str:
+def summary(points: list[Point], stale: int, wrong: int) -> str:
     """The last stdout line: the worst point's error, the points, how many are within 15 % of the simulator,
-    and how many saturation points' ramps stopped with the host out of CPU (their figure is the host's)."""
+    how many saturation points' ramps stopped with the host out of CPU (their figure is the host's), and the
+    reads the staleness oracle found stale or wrong in every workload of the run."""
     worst = max((p.error_pct for p in points), default=0.0)
     within = sum(p.error_pct <= AGREE_PCT for p in points)
     host = sum(p.host_limited for p in points)
     return (
         f"emulated_vs_simulated_max_error={worst:.1f} points={len(points)} "
-        f"within_{AGREE_PCT:g}pct={within} host_limited={host}"
+        f"within_{AGREE_PCT:g}pct={within} host_limited={host} stale={stale} wrong={wrong}"
     )
 
 
@@ -644,8 +653,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     render(points)
     console.log(f"emulation took {time.monotonic() - started:.0f} s; figures in {args.out}; run folder {run_dir}")
-    print(summary(points))
-    return 0
+    for finding in em.findings:
+        console.print(Text(finding), soft_wrap=True)  # keys and values are data, not markup
+    print(summary(points, em.stale, em.wrong))
+    return 1 if em.stale or em.wrong else 0
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ def test_emulate_quick_run_writes_figures_and_summary(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     m = re.fullmatch(
-        r"emulated_vs_simulated_max_error=(\d+\.\d) points=(\d+) within_15pct=([01]) host_limited=([01])", last
+        r"emulated_vs_simulated_max_error=(\d+\.\d) points=(\d+) within_15pct=([01]) host_limited=([01])"
+        r" stale=0 wrong=0",
+        last,
     )
     assert m and int(m.group(2)) == 1, last
     assert int(m.group(3)) == (float(m.group(1)) <= 15.0), last

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from client_lib import Client
 from client_lib.cli import app
-from client_lib.workload import BenchConfig, Report, make_value, parse_value, run_bench
+from client_lib.workload import BenchConfig, Report, make_value, merge_reports, parse_value, run_bench
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from shim.server import Shim
@@ -414,3 +414,33 @@ def test_open_loop_counts_backlog_when_the_system_does_not_keep_up() -> None:
         dead.close()
     assert rep.errors.get("backlog", 0) >= 80, rep.errors  # ~96 of the 100 due found 4 in flight
     assert rep.errors.get("timeout", 0) == 4
+
+
+def test_several_hosts_histories_are_judged_as_one(env, tmp_path: Path) -> None:  # noqa: ANN001
+    """Two generators (as on two client hosts) write the same keys under their own run tags; only the
+    merged history can tell that a read of one's value after the other's acknowledged overwrite is stale."""
+    shim, _, _ = env
+    common = {"keys": 20, "read_ratio": 0.5, "ops": 300, "duration": None, "load": False, "verify": False}
+    reports, paths = [], []
+    for i in range(2):
+        paths.append(tmp_path / f"h{i}.jsonl")
+        rep = bench(shim, **common, seed=i, run_tag=f"t{i}", record=str(paths[-1]))
+        assert (rep.stale, rep.wrong) == (-1, -1)  # not judged alone
+        reports.append(rep.to_dict())
+    merged = merge_reports(reports, paths, ["t0", "t1"])
+    assert (merged["stale"], merged["wrong"], merged["error_count"]) == (0, 0, 0), merged["findings"]
+    assert merged["reads"] == sum(r["reads"] for r in reports) and merged["hosts"] == 2
+    assert merged["latency_us"]["all"]["count"] == sum(r["ops"] for r in reports)
+    # a read of t0's first write of a key, sent after t1's last acknowledged write of it: stale
+    lines = [json.loads(x) for p in paths for x in p.read_text().splitlines()]
+    puts = [x for x in lines if x["op"] == "put" and x["return"] is not None]
+    key = next(
+        k for k in {x["key"] for x in puts} if {x["value"].split("#")[1] for x in puts if x["key"] == k} == {"t0", "t1"}
+    )
+    old = min((x for x in puts if x["key"] == key and "#t0#" in x["value"]), key=lambda x: x["call"])
+    last = max(x["return"] for x in puts if x["key"] == key)
+    late = {"client": 0, "key": key, "op": "get", "value": old["value"], "call": last + 1, "return": last + 2}
+    with paths[0].open("a") as f:
+        f.write(json.dumps(late) + "\n")
+    merged = merge_reports(reports, paths, ["t0", "t1"])
+    assert (merged["stale"], merged["wrong"]) == (1, 0) and merged["errors"]["stale"] == 1

@@ -90,14 +90,6 @@ class Verdict:
         if len(self.findings) < self.KEEP:
             self.findings.append(f)
 
-    def merge(self, other: Verdict) -> None:
-        self.reads += other.reads
-        for f in other.findings:
-            if len(self.findings) < self.KEEP:
-                self.findings.append(f)
-        self.stale += other.stale
-        self.wrong += other.wrong
-
     @property
     def line(self) -> str:
         return f"stale={self.stale} wrong={self.wrong}"

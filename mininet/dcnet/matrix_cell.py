@@ -211,8 +211,8 @@ def run_cell(
         )
         cell.reads, cell.cached_reads = int(totals.get("reads", 0)), int(totals.get("cached_reads", 0))
         cell.ops, cell.violations, cell.unknown_keys = check(history, html)
-        cell.oracle = judge(history)
         records = read_history(history)
+        cell.oracle = judge(records)
         cell.at_risk = pairs(records, [window(cluster, *w) for w in faults.windows])
         cell.history = history
         if cell.violations:

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client_lib.oracle import Verdict, check_history
+from client_lib.oracle import Oracle, Verdict, feed
 from dcnet.deploy import REPO, DeploymentError
 from dcnet.fault_schedule import KINDS, PROCESS_KINDS, Tally
 
@@ -56,9 +56,11 @@ def kinds_for(mechanism: str) -> tuple[str, ...]:
     return tuple(k for k in KINDS if not (mechanism == "nocache" and k == "hot_shift"))
 
 
-def judge(history: Path) -> Verdict:
+def judge(records: list[dict]) -> Verdict:
     """The staleness oracle's verdict on a cell's history (every key absent before it)."""
-    return check_history([history])
+    oracle = Oracle()
+    feed(oracle, records)
+    return oracle.verdict()
 
 
 def check(history: Path, html: Path, timeout: str = "300s") -> tuple[int, int, int]:

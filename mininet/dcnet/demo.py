@@ -279,7 +279,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
             ),
             ("errors", ", ".join(f"{k} {v}" for k, v in report["errors"].items()) or "none"),
             (
-                f"reads judged over the {report['hosts']} client hosts' merged history",
+                f"stale / wrong reads, {report['hosts']} client hosts",
                 f"stale={report['stale']} wrong={report['wrong']}",
             ),
         ):

@@ -35,7 +35,6 @@ def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_pa
     assert histories == ["history-c0h0.jsonl", "history-c1h0.jsonl", "history-load.jsonl"], histories
     for h in histories[:2]:
         assert (run_dir / h).read_text().count('"op": "get"') > 200, h
-    assert "reads judged over the 2 client hosts' merged history" in proc.stdout
     # the demo failed one spine through distcache-ctl and crashed another; the controller handled both
     assert failovers == 2
     ctl_log = (run_dir / "controller.log").read_text()

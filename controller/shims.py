@@ -70,10 +70,17 @@ class ShimViews(Core):
         list(self._pool.map(push, [h for h in hosts if not views or h.name in incarnations]))
 
     def shim_down(self) -> list[int]:
-        """The switches the shims may stop waiting for: every failed switch, except a failed spine that a
-        client leaf may still send reads to (step 2 of the failover waits for step 1 everywhere) and one a
-        recover() is bringing back (told up, flushed and warmed before it owns buckets again: whatever it
-        caches from then on, every write must invalidate, whichever push comes meanwhile).
+        """The switches the shims may stop waiting for: every failed spine, except one that a client leaf
+        may still send reads to (step 2 of the failover waits for step 1 everywhere) and one a recover() is
+        bringing back (told up, flushed and warmed before it owns buckets again: whatever it caches from then
+        on, every write must invalidate, whichever push comes meanwhile).
+
+        Never a storage leaf, failed or not: it is on every path to its servers, so while it forwards nothing
+        is gained by skipping it, and client leaves go on choosing it as a read target (a failed leaf that
+        keeps running, one paused until declared dead and resumed, an eBPF leaf whose program outlives its
+        process all still answer from their caches); while it forwards nothing, no request reaches its
+        servers either, and a write already past it waits for its INVALIDATE and is refused (ERROR: nothing
+        written) rather than acknowledged beside a copy it may still serve.  Client leaves hold no copy.
 
         A client leaf may send reads to the spines in service in the last plan it took (both plans while
         one is being written; every spine if it never took one from this controller), unless its process
@@ -84,7 +91,7 @@ class ShimViews(Core):
             if name in self._rejoining:
                 continue
             sw = self.cluster.switch(name)
-            if sw.role != Role.SPINE or not self.routing_to(sw):
+            if sw.role == Role.SPINE and not self.routing_to(sw):
                 out.append(sw.switch_id)
         return sorted(out)
 

@@ -444,7 +444,9 @@ begin
 end;
 
 -- shim/server.py holders(): a switch not declared down that may hold a copy of k (an agent's
--- populate added it and no evict removed it), or whose cached keys the shim does not know
+-- populate added it and no evict removed it), or whose cached keys the shim does not know.  The
+-- storage leaf is never declared down (controller/shims.py shim_down names spines only: the leaf is
+-- on every path to the shim, and a failed one may still answer reads from its cache)
 function holds(t: sw_t; k: key_t): boolean;
 begin
   if t != LEAF then

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from distcache.wire import MAX_CACHEABLE, Message, Op, encode, populate_invalidate
@@ -23,6 +23,25 @@ from distcache.wire import MAX_CACHEABLE, Message, Op, encode, populate_invalida
 log = logging.getLogger(__name__)
 
 Send = Callable[[bytes, tuple[str, int]], None]
+Reserve = Callable[[int], Awaitable[object]]  # persist a floor: no later life of the shim starts below it
+
+SEQ_MASK = 0xFFFFFFFF
+# where the floor lives in the shim's Redis (never a data key: those are 16-byte wire keys)
+SEQ_FLOOR_KEY = b"dc:coherence-floor"
+# sequence numbers reserved at a time: the floor persisted ahead of the numbers used, renewed once half is used
+SEQ_BLOCK = 1 << 20
+
+
+class SequenceExhaustedError(RuntimeError):
+    """Every reserved sequence number is used and the next reservation has not landed: the write is refused
+    (nothing written) rather than given a number a later life of the shim could hand out again."""
+
+
+def serial_newer(a: int, b: int) -> bool:
+    """Whether 32-bit sequence number ``a`` is newer than ``b`` (serial arithmetic, RFC 1982), as switches
+    compare them."""
+    return a != b and ((a - b) & SEQ_MASK) < 1 << 31
+
 
 # How an exchange on one path ended.  RELEASED: the path's far end was declared down before or while we waited;
 # its ack will never come, and the path does NOT count as done -- the switches before the far end (the
@@ -56,18 +75,56 @@ class Coherence:
     update_attempts: int = 4
     stats: CoherenceStats = field(default_factory=CoherenceStats)
     # Switches accept an INVALIDATE only if its seq is not older than the last one they accepted for the
-    # entry (serial arithmetic): start from the clock in milliseconds, so a restarted shim continues ahead
-    # of its previous life unless that life issued more than 1000 sequence numbers per second on average.
-    _seq: int = field(default_factory=lambda: int(time.time() * 1000) & 0xFFFFFFFF)
-    _waiters: dict[tuple[int, int, int], asyncio.Future] = field(default_factory=dict)
+    # entry (serial arithmetic), so no life of the shim may hand out a number at or below one an earlier life
+    # used: it starts from the floor its earlier lives persisted (start_from; in Redis, which outlives the
+    # shim with or without its state file), or the clock in milliseconds if that is ahead, and persists the
+    # next floor (SEQ_BLOCK ahead) before it uses the numbers below it.  The clock alone went back after a
+    # life that took more than 1000 numbers per second, or a clock stepped back.
+    _seq: int = field(default_factory=lambda: int(time.time() * 1000) & SEQ_MASK)
+    _reserved: int | None = None  # numbers up to here may be used (None: no floor is kept, as in unit tests)
+    _reserve: Reserve | None = None
+    _reserving: asyncio.Task | None = None
+    # (reply op, seq, target, key) -> the exchange waiting for that acknowledgement: the key too, so a late ack
+    # of another key's exchange (a previous life's, one that came round again) never completes this one
+    _waiters: dict[tuple[int, int, int, bytes], asyncio.Future] = field(default_factory=dict)
+
+    async def start_from(self, floor: int | None, reserve: Reserve) -> None:
+        """Continue from ``floor`` (the one earlier lives persisted; None: none did) if it is ahead of the
+        clock, and persist the first reservation before any number is used."""
+        if floor is not None and serial_newer(floor, self._seq):
+            self._seq = floor
+        self._reserve = reserve
+        await self._renew()
+
+    async def _renew(self) -> None:
+        reserved = (self._seq + SEQ_BLOCK) & SEQ_MASK
+        assert self._reserve is not None
+        await self._reserve(reserved)
+        self._reserved = reserved
+
+    async def _renew_later(self) -> None:
+        try:
+            await self._renew()
+        except Exception as e:  # noqa: BLE001 - Redis unreachable: the next number tries again
+            log.warning("could not persist the sequence floor: %s", e)
 
     def next_seq(self) -> int:
-        self._seq = (self._seq + 1) & 0xFFFFFFFF
-        return self._seq
+        """A fresh coherence sequence number, newer than every one this shim's earlier lives used."""
+        nxt = (self._seq + 1) & SEQ_MASK
+        if self._reserved is not None:
+            if not serial_newer(self._reserved, nxt):
+                raise SequenceExhaustedError(
+                    f"sequence numbers up to {self._reserved} used; the next reservation is late"
+                )
+            half_left = serial_newer((nxt + SEQ_BLOCK // 2) & SEQ_MASK, self._reserved)
+            if half_left and (self._reserving is None or self._reserving.done()):
+                self._reserving = asyncio.ensure_future(self._renew_later())
+        self._seq = nxt
+        return nxt
 
     def on_ack(self, msg: Message) -> None:
         """Called for every INVALIDATE_ACK / UPDATE_ACK the shim receives."""
-        fut = self._waiters.get((int(msg.op), msg.seq, msg.target))
+        fut = self._waiters.get((int(msg.op), msg.seq, msg.target, msg.key))
         if fut is None or fut.done():
             self.stats.stray_acks += 1
             return
@@ -80,13 +137,13 @@ class Coherence:
         from reaching it and flushes it before it serves again); the rest of its path is not
         covered by that, so the caller decides what to send instead.
         """
-        for (_, _, target), fut in self._waiters.items():
+        for (_, _, target, _), fut in self._waiters.items():
             if target in targets and not fut.done():
                 fut.set_result(None)
 
     async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> str:
         loop = asyncio.get_running_loop()
-        key = (int(msg.op.reply()), msg.seq, msg.target)  # one exchange per path: same seq, distinct targets
+        key = (int(msg.op.reply()), msg.seq, msg.target, msg.key)  # one exchange per path: same seq, distinct targets
         fut = loop.create_future()
         self._waiters[key] = fut
         data = encode(msg)

@@ -31,7 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from distcache.cluster import Cluster, Host
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
-from shim.coherence import Coherence
+from shim.coherence import SEQ_FLOOR_KEY, Coherence
 from shim.dedup import Dedup, RequestId, dedup_marker
 from shim.key_locks import KeyLocks
 from shim.metrics import ShimMetrics
@@ -109,6 +109,10 @@ class Shim:
             # our previous life applied; for as long as retries live, ask Redis before applying one we do not know
             self._recheck_until = time.monotonic() + self.dedup.ttl
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
+        floor = await self.redis.get(SEQ_FLOOR_KEY)
+        await self.coherence.start_from(
+            int(floor) if floor is not None else None, lambda n: self.redis.set(SEQ_FLOOR_KEY, str(n))
+        )
         loop = asyncio.get_running_loop()
         self.transport, _ = await loop.create_datagram_endpoint(
             lambda: ShimProtocol(self), local_addr=(self.listen, self.port)
@@ -284,7 +288,9 @@ class Shim:
             return
         async with self.locks.hold(msg.key):
             cached = bool(self.view.holders(msg.key))
-            seq = self.coherence.next_seq()
+            # a number only for a write that sends coherence messages: the numbers a life of this shim uses
+            # per second bound how far ahead of the clock it runs (Coherence._seq), so none is spent idle
+            seq = self.coherence.next_seq() if cached else 0
             paths = self.view.paths(msg.key) if cached else []
             if cached and self.limiter is not None:
                 # the server's rate pays for coherence too: phase 1 and phase 2 on every path cost a request

@@ -12,7 +12,6 @@ and the same steps on the protocol as it is must show nothing.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -21,11 +20,11 @@ from pathlib import Path
 import pytest
 from dcnet.deploy import Deployment
 from dcnet.matrix_cell import run_cell
-from dcnet.matrix_result import LINCHECK, check
+from dcnet.matrix_result import LINCHECK
 
-from client_lib.oracle import check_history
 from distcache.cluster import Cluster
 from distcache.wire import Op, WireError, decode
+from tests.common.history_recorder import Recorder
 
 pytestmark = [
     pytest.mark.slow,
@@ -57,45 +56,12 @@ CLUSTER = Cluster(spines=2, storage_racks=1, client_racks=1, cache_slots=8)
 READS = 30
 
 
-class Recorder:
-    """A client process's operations as a history (client_lib.history's format), timed in this process: the
-    same CLOCK_MONOTONIC, each interval around the whole call (wider than the request: never too narrow)."""
-
-    def __init__(self, dep: Deployment) -> None:
-        self.client, self.lines = dep.client(), []
-
-    def put(self, key: str, value: str) -> None:
-        call = time.monotonic_ns()
-        assert self.client.call("put", key, value)["ok"]
-        self.lines.append({"client": 0, "key": key, "op": "put", "value": value, "call": call,
-                           "return": time.monotonic_ns()})  # fmt: skip
-
-    def get(self, key: str) -> dict:
-        call = time.monotonic_ns()
-        r = self.client.call("get", key)
-        assert r["ok"], r
-        self.lines.append({"client": 0, "key": key, "op": "get", "value": r["value"], "call": call,
-                           "return": time.monotonic_ns(), "served_by": r["served_by"]})  # fmt: skip
-        return r
-
-    def reads(self, key: str) -> None:
-        for _ in range(READS):
-            self.get(key)
-
-    def judged(self, path: Path) -> tuple[int, int]:
-        """(stale + wrong by the oracle, lincheck's violations) of the history so far."""
-        path.write_text("".join(json.dumps(line) + "\n" for line in self.lines))
-        verdict = check_history([path])
-        _, violations, _ = check(path, path.with_suffix(".html"))
-        return verdict.stale + verdict.wrong, violations
-
-
 def cached_at(dep: Deployment, rec: Recorder, spine: str, prefix: str) -> str:
     """A key written (v1) and cached by hand at ``spine`` (its h0 owner) and its storage leaf."""
     for i in range(64):
         key = f"{prefix}{i}"
         if spine in dep.controller.caches_of(key):
-            rec.put(key, "v1")
+            assert rec.put(key, "v1")
             assert {e.state for e in dep.controller.cache(key).values()} == {"valid"}
             return key
     raise AssertionError(f"no key of {spine} among {prefix}0..63")
@@ -104,8 +70,8 @@ def cached_at(dep: Deployment, rec: Recorder, spine: str, prefix: str) -> str:
 def skipped_invalidation(dep: Deployment, rec: Recorder) -> None:
     """A write of a key the lowest spine caches (the one skip-one-invalidate leaves out)."""
     key = cached_at(dep, rec, "sp0", "skip")
-    rec.put(key, "v2")
-    rec.reads(key)
+    assert rec.put(key, "v2")
+    rec.reads(key, READS)
 
 
 def delayed_phase_two(dep: Deployment, rec: Recorder, tmp_path: Path) -> None:
@@ -117,11 +83,11 @@ def delayed_phase_two(dep: Deployment, rec: Recorder, tmp_path: Path) -> None:
     pcap = tmp_path / "update.pcap"
     dump = server.popen(["tcpdump", "-U", "-n", "-i", intf, "-w", str(pcap), "udp"], stderr=subprocess.DEVNULL)  # type: ignore[attr-defined]
     time.sleep(1.0)  # tcpdump is listening
-    rec.put(key, "v2")
+    assert rec.put(key, "v2")
     time.sleep(0.5)  # phase 2 went out
     dump.terminate()
     dump.wait(5)
-    rec.put(key, "v3")
+    assert rec.put(key, "v3")
     time.sleep(0.5)
     from scapy.all import UDP, rdpcap  # imported here: scapy's import is slow
 
@@ -138,7 +104,7 @@ def delayed_phase_two(dep: Deployment, rec: Recorder, tmp_path: Path) -> None:
     code += "s.send(bytes.fromhex(sys.argv[2]))"
     server.cmd(f"{sys.executable} -c '{code}' {intf} {updates[0].hex()}")  # type: ignore[attr-defined]
     time.sleep(0.3)
-    rec.reads(key)
+    rec.reads(key, READS)
 
 
 def unflushed_recovery(dep: Deployment, rec: Recorder) -> None:
@@ -146,15 +112,15 @@ def unflushed_recovery(dep: Deployment, rec: Recorder) -> None:
     spine is skipped: it is down), the spine recovered; then reads, some of them routed to it."""
     key = cached_at(dep, rec, "sp1", "drain")
     assert dep.controller.ctl.fail("sp1", keep_running=True)
-    rec.put(key, "v2")
+    assert rec.put(key, "v2")
     dep.controller.ctl.recover("sp1")
     dep.wait_switch("sp1", failed=False)
-    rec.reads(key)
+    rec.reads(key, READS)
 
 
 def caught(tmp_path: Path, breaks: tuple[str, ...], steps: object) -> None:
     with Deployment(CLUSTER, run_dir=tmp_path / "run", breaks=breaks) as dep:
-        rec = Recorder(dep)
+        rec = Recorder(dep.client())
         steps(dep, rec)  # type: ignore[operator]
         assert sum(line.get("served_by", 0) != 0 for line in rec.lines) > 0, "no read met a cache"
         bad, violations = rec.judged(tmp_path / "history.jsonl")
@@ -176,7 +142,7 @@ def test_recovering_a_spine_without_its_flush_is_caught(tmp_path: Path) -> None:
 
 def test_the_same_interleavings_on_the_protocol_as_it_is_show_nothing(tmp_path: Path) -> None:
     with Deployment(CLUSTER, run_dir=tmp_path / "run") as dep:
-        rec = Recorder(dep)
+        rec = Recorder(dep.client())
         skipped_invalidation(dep, rec)
         delayed_phase_two(dep, rec, tmp_path)
         unflushed_recovery(dep, rec)

@@ -40,6 +40,7 @@ from distcache.partition import spine_buckets
 from distcache.rpc.shim import ShimLink
 from harness.processes import SwitchProcesses
 from p4rt.probes import DP_PROBE_INTERVAL, probe_interfaces, read_probe_counts
+from tests.common.history_recorder import Recorder
 from tests.e2e.targets import targets
 
 pytestmark = [
@@ -51,6 +52,7 @@ KEYS = 1000
 CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=1, cache_slots=32, hh_threshold=4)
 CLIENT = CLUSTER.client(0, 0)
 SP0, SP1 = CLUSTER.spine(0), CLUSTER.spine(1)
+SL0 = CLUSTER.storage_leaf(0)
 ORIGINAL = spine_buckets([SP0.switch_id, SP1.switch_id])
 
 TARGETS = targets()
@@ -446,6 +448,54 @@ def test_crashed_leaves_come_back_configured(dep: Deployment) -> None:
     assert dep.controller.agent_status()["sl0"].switch_restarts >= 1
     log = (dep.run_dir / "controller.log").read_text()
     assert "cl0: pipeline pushed" in log.split("cl0 declared dead")[-1]
+
+
+def leaf_only_copy(dep: Deployment, rec: Recorder, prefix: str) -> str:
+    """A key of rack 0 written (v1) and cached at its storage leaf sl0 only (reads met that copy; its spine,
+    which took the key in from its own hot-key report meanwhile, evicted it again), so a write of it has no
+    path through a spine that would pass the leaf."""
+    key = next(f"{prefix}{i}" for i in range(100) if CLUSTER.server_for_key(wire_key(f"{prefix}{i}")).rack == 0)
+    assert rec.put(key, "v1")
+    assert dep.controller.agents["sl0"].cache(wire_key(key)).state == "valid"
+    assert SL0.switch_id in {r["served_by"] for r in rec.reads(key, 30)}
+    for spine in (SP0, SP1):
+        dep.controller.agents[spine.name].evict(wire_key(key))
+    return key
+
+
+def test_a_storage_leaf_failed_but_running_serves_no_superseded_value(dep: Deployment, tmp_path: Path) -> None:
+    """`fail sl0 --keep-running`: its copies stay where reads can reach them, so every write must go on
+    invalidating them; nothing read from it before or after `recover` is older than an acknowledged write."""
+    rec = Recorder(dep.client())
+    key = leaf_only_copy(dep, rec, "drain-leaf")
+    assert "keeps running" in ctl(dep, "fail", "sl0", "--keep-running")
+    time.sleep(2.0)  # every shim has been told
+    assert rec.put(key, "v2")
+    rec.reads(key, 50)
+    ctl(dep, "recover", "sl0")
+    rec.reads(key, 50)
+    assert rec.judged(tmp_path / "history.jsonl") == (0, 0), f"see {tmp_path / 'history.jsonl'}"
+
+
+def test_a_storage_leaf_paused_until_declared_dead_serves_no_superseded_value(dep: Deployment, tmp_path: Path) -> None:
+    """Its process stopped (SIGSTOP: a GC pause or a wedged host look the same) until the controller declares
+    it dead, then resumed: a write right after it resumes, before the controller has recovered it, must still
+    invalidate its copy."""
+    rec = Recorder(dep.client())
+    key = leaf_only_copy(dep, rec, "paused-leaf")
+    pid = SwitchProcesses(dep.run_dir / "switches.json").pid("sl0")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for("the controller to declare sl0 dead", lambda: switches(dep)["sl0"]["failed"], timeout=15)
+        time.sleep(1.0)  # every shim has been told
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert rec.put(key, "v2")
+    rec.reads(key, 50)
+    wait_for("sl0 to be recovered", lambda: not switches(dep)["sl0"]["failed"], timeout=30)
+    rec.reads(key, 50)
+    assert rec.judged(tmp_path / "history.jsonl") == (0, 0), f"see {tmp_path / 'history.jsonl'}"
 
 
 def test_drained_spine_serves_nothing_and_is_flushed_before_it_serves_again(dep: Deployment) -> None:

@@ -122,6 +122,22 @@ def _offline_controller(tmp_path: Path, cluster: Cluster) -> Controller:
     return Controller(cluster, p4info, lambda h: f"unix:{tmp_path / h.name}.sock", b"", tmp_path / "state.json")
 
 
+def test_no_leaf_is_ever_in_the_shims_down_set(tmp_path: Path) -> None:
+    """A failed storage leaf may still answer reads from its cache (failed but running, paused and resumed,
+    an eBPF program outliving its process): writes must go on invalidating it, so the shims never skip it;
+    client leaves hold no copy.  (Before: every failed non-spine switch was down, and a write of a key only
+    the leaf held was acknowledged with no INVALIDATE: tests/e2e/test_e2e_failover.py reads it back.)"""
+    cluster = Cluster()
+    ctl = _offline_controller(tmp_path, cluster)
+    try:
+        for sw in cluster.switches():
+            if sw.role != Role.SPINE:
+                ctl.state.failed[sw.name] = Failure(admin=True, since=0.0)
+        assert ctl.shim_down() == []
+    finally:
+        ctl.close()
+
+
 def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
     """controller/failover.py recover(): from when the shims are told a spine is up until it is in service
     (its flush and warm-up run between, off the lock), every down-set any thread pushes keeps it up; a copy

@@ -30,6 +30,7 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
+from shim.coherence import SEQ_BLOCK, serial_newer
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,6 +87,21 @@ def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: AN
     client.put("hot", "uncached again")
     time.sleep(0.1)
     assert peer.seen == []
+
+
+def test_only_writes_with_coherence_messages_take_a_sequence_number(env) -> None:  # noqa: ANN001
+    """The numbers a shim's life takes per second bound how far ahead of the clock it runs, and so whether
+    its next life starts ahead of it: writes of keys no switch holds take none."""
+    client, shim, peer, link, _ = env
+    client.put("hot2", "v0")
+    assert link.populate(wire_key("hot2"), SPINE, 0, 1) == "valid"
+    first = shim.shim.coherence.next_seq()
+    for i in range(50):
+        client.put(f"cold{i}", "x")
+    client.put("hot2", "v1")
+    _wait_seen(peer, 4)
+    inv = [m for m, _ in peer.seen if m.op == Op.INVALIDATE][-1]
+    assert inv.seq == first + 1  # the 50 uncached writes took none
 
 
 def _wait_seen(peer: SwitchPeer, n: int, timeout: float = 2.0) -> None:
@@ -639,3 +655,26 @@ def test_a_retried_delete_gets_its_first_status_across_a_shim_restart(redis_sock
         second.close()
         peer.close()
         a.close()
+
+
+def test_a_shim_restarted_under_a_clock_stepped_back_continues_above_its_earlier_life(
+    redis_sock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its floor is in Redis, which outlives it with or without its state file: an INVALIDATE of the new life
+    is newer than every one of the old, so switches re-arm their entries for it and no UPDATE the old life
+    left in flight matches them."""
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    try:
+        first = ShimThread(redis_sock, peer, tmp_path / "a.sock")
+        used = [first.shim.coherence.next_seq() for _ in range(3)]
+        first.close()
+        monkeypatch.setattr(time, "time", lambda: 1_000.0)  # the clock stepped back (shim.coherence reads it)
+        second = ShimThread(redis_sock, peer, tmp_path / "b.sock", fresh=False)
+        try:
+            again = second.shim.coherence.next_seq()
+        finally:
+            second.close()
+    finally:
+        peer.close()
+    assert serial_newer(again, used[-1]) and (again - used[-1]) & 0xFFFFFFFF <= SEQ_BLOCK + 1, (used, again)

@@ -14,6 +14,7 @@ import asyncio
 import pytest
 
 from distcache.wire import Message, Op
+from shim import coherence
 from shim.coherence import ACKED, RELEASED, Coherence
 
 pytestmark = pytest.mark.timeout(30)
@@ -65,3 +66,64 @@ def test_a_live_switch_is_still_waited_for_and_acknowledged() -> None:
         return await task
 
     assert asyncio.run(scenario()) == ACKED
+
+
+def test_an_ack_of_another_key_with_the_same_seq_and_target_completes_nothing() -> None:
+    """A late acknowledgement (a previous life's, or one whose seq came round again) names another key: it must
+    not stand for this key's phase 1, whose copies it never passed."""
+
+    async def scenario() -> tuple[str, int]:
+        c = Coherence(send=lambda _data, _dest: None, retry_interval=0.02)
+        c.invalidate_deadline = 0.2
+        task = asyncio.ensure_future(c.invalidate(KEY, 11, LIVE, DEST))
+        await asyncio.sleep(0.01)
+        c.on_ack(Message(op=Op.INVALIDATE_ACK, key=b"other".ljust(16, b"\0"), seq=11, target=LIVE))
+        return await task, c.stats.stray_acks
+
+    result, stray = asyncio.run(scenario())
+    assert (result, stray) == ("timeout", 1)
+
+
+def test_sequence_numbers_continue_from_the_persisted_floor_and_renew_it_ahead(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(coherence, "SEQ_BLOCK", 8)
+    saved: list[int] = []
+
+    async def reserve(n: int) -> None:
+        saved.append(n)
+
+    async def scenario() -> list[int]:
+        c = Coherence(send=lambda _data, _dest: None)
+        c._seq = 100  # the clock (stepped back, or behind a busy earlier life)
+        await c.start_from(5000, reserve)  # the floor an earlier life persisted is ahead: it wins
+        assert saved == [5008]  # persisted before any number is used
+        got = [c.next_seq() for _ in range(5)]
+        await asyncio.sleep(0)  # the renewal, started once half the block was used
+        return got
+
+    got = asyncio.run(scenario())
+    assert got == [5001, 5002, 5003, 5004, 5005]
+    assert saved[1] > 5005  # renewed ahead of every number used
+    assert coherence.serial_newer(0x10, 0xFFFFFFF0) and not coherence.serial_newer(0xFFFFFFF0, 0x10)
+
+
+def test_a_number_past_the_reservation_is_refused_while_the_next_one_is_late(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(coherence, "SEQ_BLOCK", 4)
+    never = asyncio.Event()
+    calls = 0
+
+    async def reserve(_n: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            await never.wait()  # Redis does not answer
+
+    async def scenario() -> list[int]:
+        c = Coherence(send=lambda _data, _dest: None)
+        c._seq = 10
+        await c.start_from(None, reserve)
+        got = [c.next_seq() for _ in range(3)]
+        with pytest.raises(coherence.SequenceExhaustedError):
+            c.next_seq()  # 14 was reserved as the next life's start: never handed out here
+        return got
+
+    assert asyncio.run(scenario()) == [11, 12, 13]

@@ -126,7 +126,15 @@ class Shim:
         acknowledged write, with a laxer policy possibly less.  Copies in switches may hold values
         it no longer has, and the shim cannot vouch for them: every cached key is refreshed as if
         written again with what Redis holds now (phase 1 invalidates every copy, phase 2 fills it).
+
+        The resynchronization runs beside the watch, which goes on: a resync waiting on a switch that does
+        not answer (2.5 s per key) once kept the watch from seeing the next restart, and a Redis error in it
+        (Redis killed again meanwhile) ended the watch for good (the fault matrix: a shim that noticed no
+        restart for a minute).  A restart seen while one runs starts it again: what the newest Redis holds
+        is what every copy must follow, and a key the cancelled one had half refreshed is refreshed again
+        (its copies were left invalid, or as they were).
         """
+        resync: asyncio.Task | None = None
         while True:
             await asyncio.sleep(REDIS_WATCH_INTERVAL)
             try:
@@ -139,6 +147,15 @@ class Shim:
                 continue
             self._redis_run_id = run_id
             self.redis_restarts += 1
+            if resync is not None:
+                resync.cancel()
+            resync = asyncio.get_running_loop().create_task(self._resync())
+            self._tasks.add(resync)
+            resync.add_done_callback(self._tasks.discard)
+
+    async def _resync(self) -> None:
+        """Refresh every key some switch may cache, after a restart of Redis."""
+        try:
             keys = list(self.view.cached)
             if not self.view.view_known:
                 log.warning(
@@ -149,6 +166,9 @@ class Shim:
             log.warning("redis-server restarted: resynchronizing %d cached keys", len(keys))
             for key in keys:
                 self.resynced[await self._refresh(key)] += 1
+        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+            # Redis went away again: its next life is a new run id, and the watch starts the resync again then
+            log.warning("resynchronization stopped: redis unavailable: %s", e)
 
     async def close(self) -> None:
         if self._watcher is not None:

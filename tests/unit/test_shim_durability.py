@@ -144,3 +144,41 @@ def test_cached_copies_follow_the_restarted_redis(durable: DurableRedis, tmp_pat
     finally:
         shim.close()
         peer.close()
+
+
+def test_a_restart_during_a_slow_resynchronization_is_noticed_and_resynchronized_again(
+    durable: DurableRedis, tmp_path: Path
+) -> None:
+    """The switches do not answer, so the resync of three cached keys takes 3 x 2.5 s; Redis is killed twice
+    meanwhile.  Each restart is noticed at once, and the watch outlives the resync's Redis errors (before, it
+    sat in the resync, and died of the error: a shim of the fault matrix noticed no restart for a minute)."""
+    peer = SwitchPeer(durable.sock)
+    shim = ShimThread(durable.sock, peer, tmp_path / "shim.sock")
+    link = ShimLink(shim.control_addr)
+
+    def restarts_become(n: int, within: float) -> None:
+        deadline = time.monotonic() + within
+        while link.stats()["redis_restarts"] != n:
+            assert time.monotonic() < deadline, f"restart {n} not noticed: {link.stats()['redis_restarts']}"
+            time.sleep(0.05)
+
+    try:
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
+            for k in ("a", "b", "c"):
+                c.put(k, "v1")
+                assert link.populate(wire_key(k), SPINE, 0, 1) == "valid"
+        peer.mute = True
+        for n in (1, 2, 3):
+            durable.kill()
+            durable.start()
+            restarts_become(n, within=2.0)
+            time.sleep(0.3)  # the resync is under way, its first invalidation unanswered
+        peer.mute = False
+        deadline = time.monotonic() + 10
+        while sum(link.stats()["resynced"].values()) < 3:
+            assert time.monotonic() < deadline, f"no full resynchronization: {link.stats()['resynced']}"
+            time.sleep(0.05)
+        assert link.stats()["resynced"].get("valid", 0) >= 3  # the last one refilled every copy
+    finally:
+        shim.close()
+        peer.close()

@@ -101,6 +101,27 @@ class HistoryStats:
 Kind = Literal["get", "put", "delete"]
 
 
+def put_line(key: str, value: str, call: int, now: int, outcome: str = "ok", client: int = 0) -> dict:
+    """A put's history line, ended ``now``: ``outcome`` "ok" (acknowledged), "error" (answered ERROR:
+    nothing written) or "unknown" (no reply in the client's whole retry span, which ends now)."""
+    line: dict[str, object] = {"client": client, "key": key, "op": "put", "value": value, "call": call}
+    if outcome == "unknown":
+        line["return"], line["end"] = None, now
+    else:
+        line["return"] = now
+        if outcome == "error":
+            line["error"] = True
+    return line
+
+
+def get_line(
+    key: str, value: str | None, call: int, ret: int, served_by: int = 0, target: int = 0, client: int = 0
+) -> dict:
+    """A get's history line: the value read (None: absent), who answered it and where it was routed."""
+    return {"client": client, "key": key, "op": "get", "value": value, "call": call, "return": ret,
+            "served_by": served_by, "target": target}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Request:
     """One request a client will make: ``value`` is the value a put writes (None otherwise)."""

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from client_lib.client import AsyncClient, Resolver
+from client_lib.history import get_line, put_line
 from client_lib.oracle import Initial, Oracle, Verdict, feed, read_history
 from distcache.cluster import Cluster
 from distcache.errors import DistCacheError, RequestTimeoutError, ServerError
@@ -195,7 +196,6 @@ def earlier_runs(run_tags: Collection[str]) -> Initial:
     """What a key may hold before a run whose writers tag their values ``run_tags`` (read when judging, so
     tags added later count): nothing, or a well-formed value of the key from another run (any value size,
     padded with dots)."""
-    tags = run_tags
 
     def initial(key: object, value: object) -> bool:
         if value is None:
@@ -204,7 +204,7 @@ def earlier_runs(run_tags: Collection[str]) -> Initial:
         if not isinstance(raw, bytes):
             return False
         p = parse_value(raw)
-        return p is not None and p[0] == key and p[1] not in tags and raw.rstrip(b".") == make_value(*p, 0)
+        return p is not None and p[0] == key and p[1] not in run_tags and raw.rstrip(b".") == make_value(*p, 0)
 
     return initial
 
@@ -426,18 +426,7 @@ class _Bench:
             self._fail("read", e, time.perf_counter() - start)
             return
         lat = time.perf_counter() - start
-        self.history.append(
-            {
-                "client": 0,
-                "key": key,
-                "op": "get",
-                "value": history_value(r.value),
-                "call": call,
-                "return": time.monotonic_ns(),
-                "served_by": r.served_by,
-                "target": r.target,
-            }
-        )
+        self.history.append(get_line(key, history_value(r.value), call, time.monotonic_ns(), r.served_by, r.target))
         sec = self._sec()
         sec.ops += 1
         sec.reads += 1
@@ -458,15 +447,8 @@ class _Bench:
     def _record_write(self, key: str, value: bytes, call: int, failed: DistCacheError | None = None) -> None:
         """A write in the history: acknowledged, refused (ERROR: nothing written) or of unknown outcome (no
         reply after the client's whole retry span, which ends now)."""
-        now = time.monotonic_ns()
-        line: dict[str, object] = {"client": 0, "key": key, "op": "put", "value": history_value(value), "call": call}
-        if isinstance(failed, RequestTimeoutError):
-            line["return"], line["end"] = None, now
-        else:
-            line["return"] = now
-            if failed is not None:
-                line["error"] = True
-        self.history.append(line)
+        outcome = "ok" if failed is None else "unknown" if isinstance(failed, RequestTimeoutError) else "error"
+        self.history.append(put_line(key, history_value(value) or "", call, time.monotonic_ns(), outcome))
 
     async def _write(self, rank: int) -> None:
         key = key_of(rank, self.cfg.prefix)

@@ -119,14 +119,12 @@ class Deployment:
         run_dir: Path | None = None,
         pcap: bool = False,
         quiet: bool = True,
-        shim_args: list[str] | None = None,
         switch_args: list[str] | None = None,
         switch_log: str = "events",
         breaks: Sequence[str] = (),
     ) -> None:
         check_target(target)
         self.cluster, self.target, self.pcap, self.switch_log = cluster, target, pcap, switch_log
-        self.shim_args = list(shim_args or [])  # extra shim options (tests: e.g. a deliberately broken mode)
         self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
         self.breaks = tuple(breaks)  # tests/breaks.py's deliberate breaks, armed in the shims and the controller
         self.run_dir = run_dir or new_run_dir()
@@ -235,7 +233,6 @@ class Deployment:
             run_dir=self.run_dir,
             cluster_path=self.cluster_path,
             appendfsync=self.cluster.redis_appendfsync,
-            shim_args=self.shim_args,
             breaks=self.breaks,
             **params,
         )

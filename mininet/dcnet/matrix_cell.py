@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from dcnet.matrix_faults import Faults, fabric_ports
 from dcnet.matrix_result import Cell, check, judge
 from dcnet.netfaults import FaultConfig, PacketFaults
 from distcache.cluster import Cluster, Mechanism, is_cache_switch
+from harness.processes import python_argv
 
 console = Console(stderr=True, highlight=False)
 MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")
@@ -69,8 +69,8 @@ def _recorders(dep: Deployment, cfg: dict, clients: int) -> list[tuple[str, subp
     for i, h in enumerate(hosts):
         mine = clients // len(hosts) + (i < clients % len(hosts))
         path = dep.run_dir / f"history-{h.name}.jsonl"
-        argv = [sys.executable, "-m", "dcnet.history_runner", "--cluster", str(dep.cluster_path), "--config",
-                json.dumps({**cfg, "clients": mine, "client_id_base": 1000 * i}), "--out", str(path)]  # fmt: skip
+        config = json.dumps({**cfg, "clients": mine, "client_id_base": 1000 * i})
+        argv = python_argv("dcnet.history_runner", {"--cluster": dep.cluster_path, "--config": config, "--out": path})
         stdout = subprocess.PIPE if i == 0 else open(dep.run_dir / f"history-{h.name}.out", "w")  # noqa: SIM115
         proc = dep.host(h.name).popen(  # type: ignore[attr-defined]
             argv,
@@ -86,11 +86,11 @@ def _merged(dep: Deployment, procs: list[tuple[str, subprocess.Popen, Path]], fi
     """Every recorder's totals summed, their histories in one file (one timeline: CLOCK_MONOTONIC)."""
     totals: dict[str, int] = {}
     for i, (name, proc, _) in enumerate(procs):
-        done = first
+        done, rc = first, proc.wait()
         if i:
-            lines = (dep.run_dir / f"history-{name}.out").read_text().splitlines() if proc.wait() == 0 else []
+            lines = (dep.run_dir / f"history-{name}.out").read_text().splitlines() if rc == 0 else []
             done = json.loads(lines[-1]) if lines else {}
-        if proc.wait() != 0 or done.get("type") != "done":
+        if rc != 0 or done.get("type") != "done":
             raise DeploymentError(f"the history recorder on {name} failed; see {dep.run_dir / f'history-{name}.err'}")
         for k, v in done.items():
             if isinstance(v, int):

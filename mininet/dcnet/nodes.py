@@ -66,12 +66,10 @@ class StorageHost(FabricHost):
         run_dir: Path,
         cluster_path: Path,
         appendfsync: str,
-        shim_args: Sequence[str] = (),
         breaks: Sequence[str] = (),
         **params: object,
     ) -> None:
         super().__init__(name, spec=spec, **params)
-        self.shim_args = list(shim_args)  # extra shim options (tests: e.g. a deliberately broken mode)
         sock = redis_socket(run_dir, name)
         self.redis = Service(
             f"redis-{name}",
@@ -128,7 +126,7 @@ class StorageHost(FabricHost):
         """Start the shim; returns once it listens (without ``wait``: at once, the caller waits for
         ``self.shim``).  ``fresh`` only when the deployment starts: no switch caches anything yet and no
         earlier life of this shim applied a write."""
-        args = [*(["--fresh"] if fresh else []), *self.shim_args]
+        args = ["--fresh"] if fresh else []
         return self.shim.start(*args) if wait else self.shim.launch(*args)
 
     def terminate(self) -> None:

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from client_lib.history import get_line, put_line
 from client_lib.oracle import check_history
 
 
@@ -21,19 +22,14 @@ class Recorder:
     def put(self, key: str, value: str) -> bool:
         call = time.monotonic_ns()
         ok = bool(self.client.call("put", key, value)["ok"])  # type: ignore[attr-defined]
-        now = time.monotonic_ns()
-        line = {"client": 0, "key": key, "op": "put", "value": value, "call": call, "return": now if ok else None}
-        if not ok:
-            line["end"] = now
-        self.lines.append(line)
+        self.lines.append(put_line(key, value, call, time.monotonic_ns(), "ok" if ok else "unknown"))
         return ok
 
     def get(self, key: str) -> dict:
         call = time.monotonic_ns()
         r = self.client.call("get", key)  # type: ignore[attr-defined]
         if r["ok"]:
-            self.lines.append({"client": 0, "key": key, "op": "get", "value": r["value"], "call": call,
-                               "return": time.monotonic_ns(), "served_by": r["served_by"]})  # fmt: skip
+            self.lines.append(get_line(key, r["value"], call, time.monotonic_ns(), r["served_by"]))
         return r
 
     def reads(self, key: str, n: int) -> list[dict]:

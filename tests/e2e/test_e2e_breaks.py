@@ -81,10 +81,12 @@ def delayed_phase_two(dep: Deployment, rec: Recorder, tmp_path: Path) -> None:
     server = dep.host(CLUSTER.servers()[0].name)
     intf = server.defaultIntf().name  # type: ignore[attr-defined]
     pcap = tmp_path / "update.pcap"
-    dump = server.popen(["tcpdump", "-U", "-n", "-i", intf, "-w", str(pcap), "udp"], stderr=subprocess.DEVNULL)  # type: ignore[attr-defined]
+    dump = server.popen(
+        ["tcpdump", "--immediate-mode", "-U", "-n", "-i", intf, "-w", str(pcap), "udp"], stderr=subprocess.DEVNULL
+    )  # type: ignore[attr-defined]
     time.sleep(1.0)  # tcpdump is listening
     assert rec.put(key, "v2")
-    time.sleep(0.5)  # phase 2 went out
+    time.sleep(0.5)  # phase 2 went out (--immediate-mode: each packet written as it comes, not a block later)
     dump.terminate()
     dump.wait(5)
     assert rec.put(key, "v3")

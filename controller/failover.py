@@ -195,6 +195,25 @@ class Failover(Monitor, Configuration):
                     f" (waiting for {', '.join(waiting)})" if waiting else "",
                 )
             self._save()
+        self._take_data_plane_down(sw)
+
+    def _take_data_plane_down(self, sw: Switch) -> None:
+        """A switch declared dead whose process is gone while its data plane may not be (a kernel switch's
+        programs outlive their process, routing by their old tables): take that data plane down, so that
+        what it could still do (a client leaf's reads to a spine the shims stopped invalidating) ends, and
+        tell the shims (the switches they may skip can grow).  Nothing to do where the deployment does not
+        run the switches' processes, or the process still runs (it is failed over and fenced as it is)."""
+        procs = self.procs
+        if procs is None or sw.name not in procs or procs.running(sw.name) or procs.data_plane_gone(sw.name):
+            return
+        try:
+            procs.fence(sw.name)
+        except SwitchProcessError as e:
+            log.warning("%s: %s", sw.name, e)
+            return
+        log.warning("%s: its process is gone; its data plane is taken down too", sw.name)
+        with self.lock:
+            self._push_shims()
 
     def _check_fail(self, sw: Switch) -> None:
         """ControllerError if ``sw`` cannot be failed now."""

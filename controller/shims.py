@@ -83,8 +83,10 @@ class ShimViews(Core):
         written) rather than acknowledged beside a copy it may still serve.  Client leaves hold no copy.
 
         A client leaf may send reads to the spines in service in the last plan it took (both plans while
-        one is being written; every spine if it never took one from this controller), unless its process
-        is known to be gone (a new one starts without a pipeline, and gets the current plan first).
+        one is being written; every spine if it never took one from this controller), unless its data
+        plane is known to be gone (a new process starts without a pipeline, and gets the current plan
+        first).  Known gone, not inferred from its process: a kernel switch's programs go on routing by
+        their old tables after their process dies, until taken down (``SwitchProcesses.fence``).
         """
         out = []
         for name in list(self.state.failed):
@@ -103,8 +105,8 @@ class ShimViews(Core):
             for sw in self.cluster.switches()
             if sw.role == Role.CLIENT_LEAF
             and spine.switch_id in self._leaf_live.get(sw.name, every)
-            and not self._known_stopped(sw.name)
+            and not self._data_plane_gone(sw.name)
         ]
 
-    def _known_stopped(self, name: str) -> bool:
-        return self.procs is not None and name in self.procs and not self.procs.running(name)
+    def _data_plane_gone(self, name: str) -> bool:
+        return self.procs is not None and self.procs.data_plane_gone(name)

@@ -12,6 +12,10 @@ live in the root namespace and survive the process) and the file holding its
 pid.  Stopping kills the process group at once (a crash, not a shutdown);
 starting runs the same command again, with the same ports, and records the
 new pid, so the deployment's teardown stops whichever process runs last.
+A switch whose data plane outlives its process (the kernel target: its
+programs stay on the ports) also records the command that takes that data
+plane down (``detach``), run after every kill: stopped means forwarding
+nothing, on every target.
 
 A pid file outlives its process: once the switch has exited, the kernel may
 give its pid to anything else, and killing that pid's process group would kill
@@ -215,11 +219,14 @@ class SwitchProcesses:
             and all(isinstance(spec.get(k), t) for k, t in shape.items())
             and isinstance(spec.get("realtime", False), bool)
             and all(isinstance(a, str) for a in spec["cmd"])
+            and isinstance(spec.get("detach", []), list)
+            and all(isinstance(a, str) for a in spec.get("detach", []))
             for spec in self.specs.values()
         ):
             raise SwitchProcessError(
                 f"switch process list {path}: expected an object of switch name -> "
-                "{cmd: [args], pid_file, log, grpc, optional realtime: bool} (the deployment's switches.json)"
+                "{cmd: [args], pid_file, log, grpc, optional realtime: bool, optional detach: [args]} "
+                "(the deployment's switches.json)"
             )
         self._children: dict[str, subprocess.Popen] = {}  # processes started here, reaped when stopped
 
@@ -232,10 +239,38 @@ class SwitchProcesses:
         return record[0] if record is not None and is_ours(record, self.specs[name]["cmd"]) else None
 
     def running(self, name: str) -> bool:
+        """Whether switch ``name``'s process runs.  Not whether its data plane does: see :meth:`data_plane_gone`."""
         return self.pid(name) is not None
 
+    def _detached_mark(self, name: str) -> Path:
+        return Path(self.specs[name]["pid_file"] + ".detached")
+
+    def data_plane_gone(self, name: str) -> bool:
+        """Whether switch ``name`` forwards nothing any more: its process is gone and, on a target whose data
+        plane outlives its process (a spec with a ``detach`` command: ebpf), that data plane was taken down
+        since (:meth:`fence`).  A kernel switch killed by anything else keeps forwarding on its old tables."""
+        if name not in self.specs or self.running(name):
+            return False
+        return "detach" not in self.specs[name] or self._detached_mark(name).exists()
+
+    def fence(self, name: str) -> None:
+        """Take down the data plane of switch ``name``, whose process is gone: run its spec's ``detach``
+        command (nothing to do for a target without one).  SwitchProcessError if the process runs or the
+        command fails."""
+        detach = self.specs[name].get("detach")
+        if detach is None:
+            return
+        if self.running(name):
+            raise SwitchProcessError(f"{name} runs (pid {self.pid(name)}): stop it before taking its data plane down")
+        done = subprocess.run(detach, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            reason = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+            raise SwitchProcessError(f"{name}: its data plane could not be taken down: {reason}")
+        self._detached_mark(name).write_text("")
+
     def stop(self, name: str) -> None:
-        """Kill switch ``name``'s process group with SIGKILL and wait until it is gone.
+        """Kill switch ``name``'s process group with SIGKILL, wait until it is gone, and take down a data
+        plane that outlives it (:meth:`fence`): stopped, a switch forwards nothing.
 
         Only a process that is still the recorded one is signalled (``is_ours``): when the
         switch has exited already, its pid may belong to another process by now."""
@@ -251,6 +286,7 @@ class SwitchProcesses:
         deadline = time.monotonic() + 5
         while self.running(name) and time.monotonic() < deadline:
             time.sleep(0.02)
+        self.fence(name)
 
     def start(self, name: str, timeout: float = 30.0) -> int:
         """Start switch ``name`` again with its recorded command; returns once its gRPC port answers."""
@@ -267,6 +303,7 @@ class SwitchProcesses:
             )
         realtime = spec.get("realtime", False)  # raised once it serves: see raise_priority
         write_pid_file(spec["pid_file"], proc.pid)
+        self._detached_mark(name).unlink(missing_ok=True)
         self._children[name] = proc
         try:
             wait_for_port(spec["grpc"], proc, timeout, name, Path(spec["log"]))

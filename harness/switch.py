@@ -99,6 +99,12 @@ class SwitchSpec:
             *self.extra,
         ]
 
+    def detach_argv(self) -> list[str] | None:
+        """What takes this switch's data plane down once its process is gone, for a target whose data plane
+        outlives its process -- ebpf: its programs stay on the ports, running on their old tables, after a
+        SIGKILL -- and None where the data plane dies with the process (softswitch, BMv2)."""
+        return [*self.argv(), "--cleanup"] if self.target == "ebpf" else None
+
 
 def bmv2_binary(log_level: str | None) -> str:
     """Which BMv2 runs: the fast build wherever it is installed and nothing per packet is asked of the log.
@@ -225,5 +231,9 @@ class SwitchProcess:
                 poller.wait()
 
     def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM its process group, SIGKILL what lingers after ``grace`` s (nothing if it has exited)."""
+        """SIGTERM its process group, SIGKILL what lingers after ``grace`` s (nothing if it has exited), then
+        take down a data plane that outlives its process (:meth:`SwitchSpec.detach_argv`)."""
         stop_group(self.proc, grace)
+        if (detach := self.spec.detach_argv()) is not None:
+            argv = [*in_netns(self.netns, self.spec.target), *detach] if self.netns else detach
+            subprocess.run(argv, capture_output=True, check=False, env=source_env(), cwd=REPO)

@@ -95,14 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cleanup",
         action="store_true",
-        help="ebpf: remove what killed kernel switches left (CPU-port veths, pinned programs and maps), start nothing",
+        help="ebpf: take a kernel switch's data plane down once its process is gone, start nothing: with the "
+        "switch's own --device-id and -i ports, that switch's programs off its ports, its CPU-port veth and pins "
+        "removed (what stopping it after a SIGKILL runs); without -i, what every killed kernel switch left",
     )
     p.add_argument("--log-file", type=output_file, help="log to this file instead of stderr")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 
-def _maintenance(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _maintenance(parser: argparse.ArgumentParser, args: argparse.Namespace, ports: dict[int, str]) -> int:
     """--check and --cleanup: what a launcher (dcnet, ``make clean``) asks the kernel target without importing
     it -- an application is reached through its command line, not its modules."""
     if args.dataplane != "ebpf":
@@ -117,10 +119,13 @@ def _maintenance(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
             return 1
         print("softswitch: ebpf build tools found")
         return 0
-    from softswitch.ebpf.switch import remove_leftovers
+    from softswitch.ebpf.switch import remove_leftovers, remove_switch
 
     try:
-        remove_leftovers()
+        if ports:
+            remove_switch(args.device_id, list(ports.values()))
+        else:
+            remove_leftovers()
     except (OSError, RuntimeError) as e:
         print(f"softswitch: cleanup failed: {e}", file=sys.stderr)
         return 1
@@ -138,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"interface {iface} given twice")
         ports[port] = iface
     if args.check or args.cleanup:
-        return _maintenance(parser, args)
+        return _maintenance(parser, args, ports)
     if not 0 < args.device_id <= MAX_DEVICE_ID:
         parser.error(f"--device-id must be 1..{MAX_DEVICE_ID} (P4Runtime's device_id is a uint64)")
     if not 0 <= args.egress_loss < 100:

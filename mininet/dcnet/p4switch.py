@@ -120,6 +120,10 @@ class P4RuntimeSwitch(Switch):
 
     def command(self) -> list[str]:
         """The switch process's command line (one shape for both targets: :class:`harness.switch.SwitchSpec`)."""
+        return self.switch_spec().argv()
+
+    def switch_spec(self) -> SwitchSpec:
+        """What this switch's process is (:class:`harness.switch.SwitchSpec`)."""
         bmv2 = self.target == "bmv2"
         level = _LOG_LEVEL[self.target, self.switch_log]
         if self.pcap and self.target == "ebpf":
@@ -127,7 +131,7 @@ class P4RuntimeSwitch(Switch):
         pcap = (
             ["--pcap", str(self.run_dir / "pcap")] if bmv2 else ["--pcap-dir", str(self.run_dir / "pcap" / self.name)]
         )
-        spec = SwitchSpec(
+        return SwitchSpec(
             self.target,
             [
                 *((self.ports[intf], intf.name) for intf in self.intfList() if intf.name != "lo"),
@@ -142,7 +146,6 @@ class P4RuntimeSwitch(Switch):
             cpu_port=BMV2_CPU_PORT,
             extra=[*(pcap if self.pcap else []), *([] if self.target != "softswitch" else self.extra_args)],
         )
-        return spec.argv()
 
     def start(self, controllers: list) -> None:  # noqa: ARG002 - P4Runtime, not OpenFlow
         ifaces = [intf.name for intf in self.intfList() if intf.name != "lo"]
@@ -195,6 +198,7 @@ class P4RuntimeSwitch(Switch):
             "log": str(self.run_dir / f"{self.name}.out"),
             "grpc": f"127.0.0.1:{self.grpc_port}",
             "realtime": self.realtime,
+            **({"detach": detach} if (detach := self.switch_spec().detach_argv()) is not None else {}),
         }
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
@@ -218,6 +222,9 @@ class P4RuntimeSwitch(Switch):
         if self.proc is not None:
             self.proc.wait(5)
         self.proc = None
+        if (detach := self.switch_spec().detach_argv()) is not None:
+            # a kernel switch's programs outlive a SIGKILL (or a crash before this stop): off its ports
+            subprocess.run(detach, capture_output=True, check=False)
         if deleteIntfs and self.probe_ifaces:
             self.cmd(f"ip link del {self.probe_ifaces[0]} 2>/dev/null")
         super().stop(deleteIntfs)

@@ -137,12 +137,13 @@ def _check(rc: int, call: str) -> int:
 
 
 def program_type(section: str) -> int:
-    """The program type p4c-ebpf means by a section name (``classifier/...``: TC, ``xdp...``: XDP)."""
-    if section.startswith("classifier"):
+    """The program type p4c-ebpf means by a section name (``classifier/...``: TC, ``xdp...``: XDP), or clang's
+    libbpf-style one (``tc``: TC), as the objects of ``tools/`` name theirs."""
+    if section.startswith("classifier") or section == "tc" or section.startswith("tc/"):
         return PROG_TYPE_SCHED_CLS
     if section.startswith("xdp"):
         return PROG_TYPE_XDP
-    raise LibbpfError(f"section {section!r}: not a program section p4c-ebpf writes (classifier/..., xdp/...)")
+    raise LibbpfError(f"section {section!r}: not a TC or XDP program section (classifier/..., tc, xdp/...)")
 
 
 def _programs(obj: int) -> Iterator[tuple[int, str]]:

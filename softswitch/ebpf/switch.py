@@ -48,10 +48,45 @@ def _run(cmd: list[str]) -> None:
         raise SwitchError(f"{' '.join(cmd)}: {done.stderr.strip() or done.stdout.strip()}")
 
 
-def _detach(dev: str) -> None:
+def detach(dev: str) -> None:
     """Take this target's programs off ``dev`` (TC ingress and the XDP helper), if any are there."""
     subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True, check=False)
     subprocess.run(["ip", "link", "set", "dev", dev, "xdpgeneric", "off"], capture_output=True, check=False)
+
+
+def attach(dev: str, program: Path, xdp_helper: Path | None = None) -> None:
+    """Put the pinned TC program ``program`` on ``dev``'s ingress hook (whatever was there before off first:
+    a killed switch's program stays on its port, the kernel running it without its process), and
+    ``xdp_helper`` on its XDP hook.  Attached this way a program outlives the process that attached it: only
+    :func:`detach` (or :func:`remove_switch`, or the interface's deletion) takes it off."""
+    detach(dev)
+    _run(["tc", "qdisc", "add", "dev", dev, "clsact"])
+    _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned", str(program)])
+    if xdp_helper is not None:
+        _run(["ip", "link", "set", "dev", dev, "xdpgeneric", "pinned", str(xdp_helper)])
+
+
+def attached(dev: str) -> bool:
+    """Whether a BPF program is on ``dev``'s TC ingress hook (``tc filter show``): the data plane of a switch
+    of this target runs while one is, whether its process does or not."""
+    done = subprocess.run(["tc", "filter", "show", "dev", dev, "ingress"], capture_output=True, text=True, check=False)
+    return done.returncode == 0 and " bpf " in f" {done.stdout} "
+
+
+def pin_root(device_id: int) -> Path:
+    """Where switch ``device_id`` pins its programs and maps (every switch of a host shares one bpffs)."""
+    return PIN_ROOT / f"dev{device_id}"
+
+
+def remove_switch(device_id: int, devs: list[str]) -> None:
+    """Take switch ``device_id``'s data plane down for good: its programs off its ports ``devs``, its CPU
+    port's veth deleted, its pins removed.  What stopping a kernel switch must do once its process is gone
+    (its close() does it on SIGTERM; after a SIGKILL its launcher runs this, through ``python -m softswitch
+    --dataplane ebpf --cleanup`` with the switch's own arguments); other switches are left alone."""
+    for dev in devs:
+        detach(dev)
+    subprocess.run(["ip", "link", "del", cpu_veth(device_id)[0]], capture_output=True, check=False)
+    libbpf.unpin(pin_root(device_id))
 
 
 def cpu_veth(device_id: int) -> tuple[str, str]:
@@ -79,8 +114,8 @@ def _add_cpu_veth(device_id: int) -> None:
 
 def remove_leftovers() -> None:
     """Remove what kernel switches killed before their close() left, for every device id: the CPU-port veths
-    (deleting one end deletes the pair) and everything pinned under PIN_ROOT.  ``make clean`` runs it (through
-    ``python -m softswitch --dataplane ebpf --cleanup``); a live switch loses its CPU port and pins too."""
+    (deleting one end deletes the pair) and everything pinned under PIN_ROOT.  ``python -m softswitch
+    --dataplane ebpf --cleanup`` without ports runs it; a live switch loses its CPU port and pins too."""
     prefix = cpu_veth(0)[0].removesuffix("0")
     for link in Path("/sys/class/net").iterdir():
         if link.name.startswith(prefix) and link.name.removeprefix(prefix).isdigit():
@@ -99,7 +134,7 @@ class EbpfSwitch:
             raise SwitchError(f"port {CPU_PORT} is the CPU port: the switch makes its interface itself")
         self.device_id, self.grpc_addr, self.work_dir = device_id, grpc_addr, work_dir
         self.ports = dict(ports)
-        self.pin_root = PIN_ROOT / f"dev{device_id}"
+        self.pin_root = pin_root(device_id)
         self._attached: list[str] = []
         self._obj: libbpf.BpfObject | None = None
         self._state: EbpfState | None = None
@@ -146,19 +181,13 @@ class EbpfSwitch:
         pinned = self._obj.pin_programs(self.pin_root / "progs")
         xdp_ports = {cpu, *([self.ports[PROBE_PORT]] if PROBE_PORT in self.ports else [])}
         for dev in [*self.ports.values(), cpu]:
-            # a killed run's program may still be on the port (the kernel runs it without its process): off
-            _detach(dev)
-            _run(["tc", "qdisc", "add", "dev", dev, "clsact"])
             self._attached.append(dev)
-            _run(["tc", "filter", "replace", "dev", dev, "ingress", "bpf", "direct-action", "object-pinned",
-                  str(pinned[TC_INGRESS])])  # fmt: skip
-            if dev in xdp_ports:
-                # p4c-ebpf's XDP helper, before TC: a frame whose EtherType is not IP (a packet-out starts with
-                # its packet_out header) gets IPv4's, the real one kept in XDP metadata for the TC program to
-                # put back -- the kernel resizes a packet (bpf_skb_adjust_room, the deparser) only if it is
-                # IP.  Only where packet-outs come in: the TC program puts an EtherType back only there
-                # (build.py says why), so on any other port the helper would leave a frame mislabelled
-                _run(["ip", "link", "set", "dev", dev, "xdpgeneric", "pinned", str(pinned[XDP_HELPER])])
+            # p4c-ebpf's XDP helper, before TC: a frame whose EtherType is not IP (a packet-out starts with its
+            # packet_out header) gets IPv4's, the real one kept in XDP metadata for the TC program to put back
+            # -- the kernel resizes a packet (bpf_skb_adjust_room, the deparser) only if it is IP.  Only where
+            # packet-outs come in: the TC program puts an EtherType back only there (build.py says why), so on
+            # any other port the helper would leave a frame mislabelled
+            attach(dev, pinned[TC_INGRESS], pinned[XDP_HELPER] if dev in xdp_ports else None)
         layouts = layout.load(out.object_file)
         self._state = EbpfState(PROGRAM, layouts, self.pin_root, Ports(ifindex))
         self.server = P4RuntimeServer(self._state, self.device_id, self.grpc_addr)
@@ -203,14 +232,11 @@ class EbpfSwitch:
         if self._cpu is not None:
             self._cpu.close()
             self._cpu = None
-        for dev in self._attached:
-            _detach(dev)
-        self._attached.clear()
-        subprocess.run(["ip", "link", "del", cpu_veth(self.device_id)[0]], capture_output=True, check=False)
         if self._state is not None:
             self._state.close()
             self._state = None
         if self._obj is not None:
             self._obj.close()
             self._obj = None
-        libbpf.unpin(self.pin_root)
+        remove_switch(self.device_id, self._attached)
+        self._attached.clear()

@@ -129,9 +129,10 @@ def test_a_spine_restarts_at_its_real_time_priority_every_thread_of_it(procs: Sw
     assert {os.sched_getparam(t).sched_priority for t in threads} == {SPINE_RT_PRIORITY}
 
 
-def test_a_switch_list_with_a_realtime_that_is_no_boolean_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bad", [{"realtime": "yes"}, {"detach": "softswitch --cleanup"}, {"detach": [1]}])
+def test_a_switch_list_with_a_realtime_or_detach_of_the_wrong_type_is_refused(tmp_path: Path, bad: dict) -> None:
     path = tmp_path / "switches.json"
-    spec = {"cmd": ["softswitch"], "pid_file": "p", "log": "l", "grpc": "127.0.0.1:1", "realtime": "yes"}
+    spec = {"cmd": ["softswitch"], "pid_file": "p", "log": "l", "grpc": "127.0.0.1:1", **bad}
     path.write_text(json.dumps({"sp0": spec}))
-    with pytest.raises(SwitchProcessError, match=r"optional realtime: bool"):
+    with pytest.raises(SwitchProcessError, match=r"optional realtime: bool, optional detach: \[args\]"):
         SwitchProcesses(path)

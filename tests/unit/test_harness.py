@@ -135,6 +135,16 @@ def test_a_profile_counts_the_main_thread_and_leaves_torn_stacks_out(tmp_path: P
     assert p["category_percent"] == {"parsing": 66.7, "other": 33.3}
 
 
+def test_only_the_kernel_target_names_a_command_that_takes_its_data_plane_down() -> None:
+    """A kernel switch's programs outlive its process; the others' data planes die with it."""
+    ports = [(1, "veth1"), (2, "veth3")]
+    for target in ("softswitch", "bmv2"):
+        assert SwitchSpec(target, ports).detach_argv() is None
+    kernel = SwitchSpec("ebpf", ports, device_id=7)
+    assert kernel.detach_argv() == [*kernel.argv(), "--cleanup"]
+    assert kernel.argv()[3:5] == ["--device-id", "7"] and "1@veth1" in kernel.argv()
+
+
 def test_one_command_line_per_switch_target(tmp_path: Path) -> None:
     """The two targets take the same facts, each spelled its own way; BMv2 starts with no pipeline."""
     ports = [(1, "veth1"), (2, "veth3")]

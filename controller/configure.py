@@ -102,7 +102,7 @@ class Configuration(Core):
             self._leaf_live[sw.name] = self._leaf_live.get(sw.name, frozenset(self.spine_ids())) & live
 
         jobs = {
-            sw.name: self._pool.submit(one, sw)
+            sw.name: self._fence_pool.submit(one, sw)
             for sw in self.cluster.switches()
             if sw.role == Role.CLIENT_LEAF and sw.name not in self.state.failed and self._session_ok(sw.name)
         }

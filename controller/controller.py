@@ -164,7 +164,8 @@ class Controller(Reconciler):
             poke.set()
         for t in self._threads:
             t.join(3)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._fence_pool, self._poll_pool, self._warm_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
         for conn in [*self.leaves.values(), *self.readers.values()]:
             conn.close()
         self.leaves.clear()

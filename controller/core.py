@@ -130,7 +130,14 @@ class Core:
         self._poke = {sw.name: threading.Event() for sw in cluster.switches()}
         self._poked: set[int] = set()  # spines poked for their current silence
         self._threads: list[threading.Thread] = []
-        self._pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctl-call")
+        # one pool per concern, so that none waits in another's queue: a failover's fence and configuration
+        # never behind a warm-up's hundreds of inserts, nor the health poll behind either
+        self._pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctl-call")  # configure, push
+        self._fence_pool = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="ctl-fence")
+        self._poll_pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctl-poll")
+        self._warm_pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctl-warm")
+        # switch -> the thread recovering it by itself (the reconciler never waits for a recovery)
+        self._recoveries: dict[str, threading.Thread] = {}
         self._buckets_pushed: list[int] | None = None  # the partition the switches hold
         # switch -> why its last configuration failed (retried every RETRY s); a client leaf in here may
         # still route reads by an older partition.  Single dict operations only (the GIL makes them atomic).

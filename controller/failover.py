@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import grpc
 
@@ -155,10 +156,9 @@ class Failover(Monitor, Configuration):
                     return False
                 return True
 
-            if drain:  # nothing waits on it but the operator: paced, not a burst beside the traffic
-                done = sum(paced(cache, k) for k in todo)
-            else:  # its reads miss meanwhile: a few at once (each waits for its populate)
-                done = sum(f.result() for f in [self._pool.submit(cache, k) for k in todo])
+            # with drain nothing waits on it but the operator: paced, not a burst beside the traffic; else its
+            # reads miss meanwhile: a few at once (each waits for its populate)
+            done = sum(paced(cache, k) for k in todo) if drain else self._warm_at_once(cache, todo)
             log.info(
                 "%s: %d of %d hot keys of its new buckets cached %s in %.0f ms",
                 name,
@@ -196,6 +196,12 @@ class Failover(Monitor, Configuration):
                 )
             self._save()
         self._take_data_plane_down(sw)
+
+    def _warm_at_once(self, insert: Callable[[bytes], bool], keys: list[bytes]) -> int:
+        """``insert`` every key, a few at once on the warm-up's own pool (never the one a failover's fence
+        or configuration waits on: hundreds of inserts queued there held the next failover back); how many
+        were inserted."""
+        return sum(f.result() for f in [self._warm_pool.submit(insert, k) for k in keys])
 
     def _take_data_plane_down(self, sw: Switch) -> None:
         """A switch declared dead whose process is gone while its data plane may not be (a kernel switch's

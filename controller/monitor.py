@@ -194,9 +194,9 @@ class Monitor(ShimViews):
 
     def _poll(self) -> None:
         now = time.monotonic()
-        agents = {name: self._pool.submit(self.poll_agent, name) for name in self.agent_status}
+        agents = {name: self._poll_pool.submit(self.poll_agent, name) for name in self.agent_status}
         reads = {
-            sw.name: self._pool.submit(self.read_stats, sw.name)
+            sw.name: self._poll_pool.submit(self.read_stats, sw.name)
             for sw in self.cluster.switches()
             if sw.name not in self.state.failed
         }

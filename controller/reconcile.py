@@ -8,6 +8,7 @@ finish yet returns at once and is tried again RETRY s later.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 
@@ -86,12 +87,25 @@ class Reconciler(Failover, Mechanisms):
             return
         if time.monotonic() - h.recover_tried < RETRY:
             return
+        running = self._recoveries.get(sw.name)
+        if running is not None and running.is_alive():
+            return
         h.recover_tried = time.monotonic()
         log.info("%s answers again; recovering it", sw.name)
+        # on a thread of its own: a recovery waits for the switch and its agent and warms its cache (paced:
+        # seconds), and this thread alone declares switches dead -- a second crash meanwhile must be failed
+        # over at once, not after the warm-up (before, its writes answered ERROR until then)
+        t = threading.Thread(target=self._recover_by_itself, args=(sw,), name=f"recover-{sw.name}", daemon=True)
+        self._recoveries[sw.name] = t
+        t.start()
+
+    def _recover_by_itself(self, sw: Switch) -> None:
         try:
             self.recover(sw.name, timeout=PROBE_TIMEOUT)
         except ControllerError as e:
             log.info("%s: not recovered yet: %s", sw.name, e)
+        except Exception:
+            log.exception("%s: recovery failed", sw.name)
 
     def _came_back_unconfigured(self, sw: Switch) -> bool:
         """Whether ``sw`` has no switch_config any more (looked at every RETRY s): a switch failed for its data

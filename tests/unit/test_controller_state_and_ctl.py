@@ -160,6 +160,68 @@ def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
         ctl.close()
 
 
+def test_a_second_failure_is_declared_while_a_recovery_is_still_going(tmp_path: Path) -> None:
+    """The reconciler alone declares switches dead; an automatic recovery waits for its switch and agent and
+    warms its cache (seconds, paced), so it runs on a thread of its own.  Before, it ran on the reconciler:
+    no crash elsewhere was declared (nor failed over: its writes answered ERROR) until the recovery ended."""
+    cluster = Cluster(spines=2)
+    ctl = _offline_controller(tmp_path, cluster)
+    try:
+        sp1, sl0 = cluster.spine(1), next(s for s in cluster.switches() if s.role == Role.STORAGE_LEAF)
+        ctl.state.failed[sp1.name] = Failure(admin=False, since=0.0, reason="P4Runtime unreachable")
+        ctl.health[sp1.name].alive = ctl.health[sp1.name].agent_alive = True  # it answers again: recover it
+        ctl._reconcile()  # the recovery starts; it waits in vain for sp1's agent (nothing listens)
+        deadline = time.monotonic() + 0.3
+        while sp1.name not in ctl._recovering and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert sp1.name in ctl._recovering, "the reconciler waited for sp1's recovery to end"
+        now = time.monotonic()
+        ctl.health[sl0.name].detected = (now - 1.0, now)  # meanwhile sl0 crashes
+        ctl._reconcile()
+        assert sl0.name in ctl.state.failed
+        assert sp1.name in ctl._recovering  # declared while sp1's recovery still ran
+    finally:
+        ctl.close()
+
+
+def test_a_failovers_fence_never_waits_behind_a_warm_up(tmp_path: Path) -> None:
+    """A warm-up after a failover inserts hundreds of keys a few at a time; the next failover's fence (and its
+    configuration, and the health poll) must not queue behind them.  Here every insert of a warm-up hangs until
+    the end; the fence of every client leaf is written meanwhile (before, both shared one 16-worker pool)."""
+    cluster = Cluster(spines=2, client_racks=2)
+    ctl = _offline_controller(tmp_path, cluster)
+    release, fenced = threading.Event(), []
+
+    class Leaf:  # a client leaf's P4Runtime session that takes the fence's write
+        stream_closed = threading.Event()
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def set_default(self, *_: object) -> None:
+            fenced.append(self.name)
+
+        def close(self) -> None:
+            pass
+
+    leaves = [s for s in cluster.switches() if s.role == Role.CLIENT_LEAF]
+    for leaf in leaves:
+        ctl.leaves[leaf.name] = Leaf(leaf.name)  # type: ignore[assignment]
+    warm = threading.Thread(target=ctl._warm_at_once, args=(lambda _k: release.wait(10), [bytes(16)] * 64))
+    try:
+        warm.start()
+        fence = threading.Thread(target=ctl._fence)
+        fence.start()
+        fence.join(5)
+        assert not fence.is_alive(), "the fence waited behind the warm-up's inserts"
+        assert sorted(fenced) == sorted(leaf.name for leaf in leaves)
+        assert warm.is_alive()
+    finally:
+        release.set()
+        warm.join(10)
+        ctl.close()
+
+
 def _switch_on_a_free_port(tmp_path: Path) -> tuple[Controller, Switch, int]:
     """An offline controller of a cluster whose sp0 has the P4Runtime port ``free`` (nothing listens there)."""
     free = free_tcp_port()

@@ -80,6 +80,7 @@ class Op(IntEnum):
 
 
 REQUEST_OPS = frozenset({Op.GET, Op.PUT, Op.DELETE})
+_REQUEST_CODES = frozenset(int(o) for o in REQUEST_OPS)
 COHERENCE_OPS = frozenset({Op.INVALIDATE, Op.UPDATE})
 
 
@@ -153,6 +154,21 @@ class WireError(ValueError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"malformed DistCache message ({reason}): {detail}")
         self.reason = reason
+
+
+def refusal(data: bytes, err: WireError) -> Message | None:
+    """The reply a server owes the sender of ``data``, a datagram that did not decode (``err``), when its
+    header still reads as one of this version's requests: the request's reply op, key and seq, with
+    ``TOO_LARGE`` for a value over the limit and ``BAD_REQUEST`` for anything else, so the client gets
+    its error at once instead of waiting out its timeout.  None for what is no request (dropped and
+    counted only: nothing but a request's sender is ever answered)."""
+    if len(data) < HEADER_LEN:
+        return None
+    version, op, _flags, _status, seq, key = HEADER_STRUCT.unpack_from(data)[:6]
+    if version != VERSION or op not in _REQUEST_CODES:
+        return None
+    status = Status.TOO_LARGE if err.reason == "too_large" else Status.BAD_REQUEST
+    return Message(op=Op(op).reply(), key=bytes(key), seq=seq, status=status)
 
 
 def chunks_for(vlen: int) -> int:

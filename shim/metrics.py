@@ -131,6 +131,12 @@ class ShimCollector(Collector):
             "distcache_shim_malformed", "Datagrams dropped as malformed, by reason.", "reason", st["malformed"]
         )
         yield counter(
+            "distcache_shim_refused",
+            "Malformed requests answered at once (TOO_LARGE, BAD_REQUEST), by status.",
+            "status",
+            st["refused"],
+        )
+        yield counter(
             "distcache_shim_duplicates",
             "Retried writes not applied again (answered again, or still in progress).",
             "kind",

@@ -30,7 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distcache.cluster import Cluster, Host
 from distcache.ratelimit import TokenBucket
-from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode
+from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode, refusal
 from shim.coherence import SEQ_FLOOR_KEY, Coherence
 from shim.dedup import Dedup, RequestId, dedup_marker
 from shim.key_locks import KeyLocks
@@ -89,6 +89,7 @@ class Shim:
         self.limiter = TokenBucket(cluster.server_rate, cluster.server_burst) if cluster.server_rate else None
         self.requests: Counter[str] = Counter()
         self.malformed: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()  # malformed requests answered TOO_LARGE or BAD_REQUEST
         self.errors: Counter[str] = Counter()
         self.duplicates: Counter[str] = Counter()  # retried writes not applied again: replayed / in_progress
         self.dedup = Dedup()
@@ -189,6 +190,9 @@ class Shim:
             msg = decode(data)
         except WireError as e:
             self.malformed[e.reason] += 1
+            if (answer := refusal(data, e)) is not None:  # a request we cannot act on: told at once
+                self.refused[answer.status.name] += 1
+                self._send(encode(answer), addr)
             return
         if msg.op in REQUEST_OPS:
             received = time.monotonic()
@@ -423,6 +427,7 @@ class Shim:
             "server": self.server.name,
             "requests": dict(self.requests),
             "malformed": dict(self.malformed),
+            "refused": dict(self.refused),
             "errors": dict(self.errors),
             "duplicates": dict(self.duplicates),
             "redis_restarts": self.redis_restarts,

@@ -29,7 +29,7 @@ from client_lib import (
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
-from distcache.wire import MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
+from distcache.wire import HEADER_LEN, MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
 from shim.coherence import SEQ_BLOCK, serial_newer
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer, shim_on_loopback
 
@@ -406,6 +406,29 @@ def test_garbage_is_counted_and_dropped(env) -> None:  # noqa: ANN001
     client.put("still", "serving")
     assert client.get("still") == b"serving"
     assert link.stats()["malformed"] == {"short": 2, "version": 1, "unexpected_op": 1}
+    assert link.stats()["refused"] == {}  # no request among them: nobody is answered
+
+
+def test_a_request_the_shim_cannot_read_is_answered_at_once(env) -> None:  # noqa: ANN001
+    """TOO_LARGE for a value over the limit, BAD_REQUEST for a request whose header and body disagree; the
+    sender gets its error instead of waiting out its timeout (before: dropped and counted, never answered)."""
+    _client, shim, _, link, r = env
+    good = encode(Message(op=Op.PUT, key=wire_key("k"), seq=7, value=b"v" * 20))
+    oversized = bytearray(good)
+    oversized[HEADER_LEN - 4 : HEADER_LEN - 2] = (MAX_VALUE_LEN + 1).to_bytes(2, "big")  # vlen over the limit
+    cases = [(bytes(oversized), Status.TOO_LARGE), (good + b"trailing", Status.BAD_REQUEST)]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2.0)
+    try:
+        for data, status in cases:
+            s.sendto(data, ("127.0.0.1", shim.port))
+            got = decode(s.recv(2048))
+            assert (got.op, got.key, got.seq, got.status) == (Op.PUT_REPLY, wire_key("k"), 7, status)
+    finally:
+        s.close()
+    assert r.get(wire_key("k")) is None  # nothing written
+    assert link.stats()["refused"] == {"TOO_LARGE": 1, "BAD_REQUEST": 1}
+    assert link.stats()["malformed"] == {"too_large": 1, "length": 1}
 
 
 def test_control_api_rejects_bad_arguments_and_stays_usable(env) -> None:  # noqa: ANN001

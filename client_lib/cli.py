@@ -1,20 +1,27 @@
-"""``distcache``: get, put and delete keys of a DistCache deployment, and benchmark it.
+r"""``distcache``: get, put and delete keys of a DistCache deployment, and benchmark it.
 
 Every command needs the deployment's ``cluster.json`` (``--cluster`` or
 ``$DISTCACHE_CLUSTER``): it says which storage server owns each key.
 ``--server HOST[:PORT]`` sends every request to one address instead (a shim
 on loopback, outside Mininet).
 
-Keys and values are the user's data: messages print them as they are (rich
-``Text``), never as rich markup, and errors are one line on stderr.
+Keys and values are the user's data.  A key or value given on the command line
+is the bytes the shell passed (``os.fsencode``: not necessarily UTF-8).  Shown on
+a terminal, every byte that is not printable text is escaped (``\x1b``, ``\n``,
+``\\``), so a stored value's escape sequences never reach it; ``--raw``, or
+output that is no terminal, writes a value's bytes as they are.  Messages print
+keys as data (rich ``Text``), never as rich markup, and errors are one line on
+stderr.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -88,13 +95,13 @@ class Opts:
             fail(str(e))
 
 
-def _where(cluster: Cluster, resolve: Resolver, key: str) -> str:
+def _where(cluster: Cluster, resolve: Resolver, key: bytes) -> str:
     host: Host = cluster.server_for_key(wire_key(key))
     ip, port = resolve(host)
     return f"{host.name} ({ip}:{port})"
 
 
-def _run(opts: Opts, key: str, call):  # noqa: ANN001, ANN202
+def _run(opts: Opts, key: bytes, call):  # noqa: ANN001, ANN202
     client, cluster, resolve = opts.client()
     try:
         with client:
@@ -137,6 +144,34 @@ def main(
     ctx.obj = Opts(cluster, timeout, retries, server)
 
 
+def shown(data: bytes) -> str:
+    r"""``data`` as text safe for a terminal: UTF-8 text as it is, but a backslash doubled, ``\n``, ``\r``,
+    ``\t`` spelled so, every other control or format character as ``\xNN``/``\uNNNN``, and every byte
+    that is not UTF-8 as ``\xNN``."""
+    out = []
+    for ch in data.decode("utf-8", errors="surrogateescape"):
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch in _SPELLED:
+            out.append(_SPELLED[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_SPELLED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def arg_bytes(text: str) -> bytes:
+    """A command-line argument as the bytes the shell passed (Python decoded them with surrogateescape)."""
+    return os.fsencode(text)
+
+
 def _text(value: bytes) -> tuple[str, str]:
     try:
         return value.decode("utf-8"), "utf-8"
@@ -149,15 +184,20 @@ def get(
     ctx: typer.Context,
     key: str,
     as_json: Annotated[bool, typer.Option("--json", help="print key, value, cached, served_by, latency")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="write the value's bytes as they are, even to a terminal")] = False,
 ) -> None:
-    """Print the value of KEY (exit status 1 if it does not exist)."""
-    r = _run(ctx.obj, key, lambda c: c.get_reply(key))
+    """Print the value of KEY (exit status 1 if it does not exist).  On a terminal, bytes that are not
+    printable text are shown escaped (\\x1b, \\n, \\\\) unless --raw; piped or redirected, the value is
+    written as it is."""
+    wkey = arg_bytes(key)
+    r = _run(ctx.obj, wkey, lambda c: c.get_reply(wkey))
     if as_json:
         value, enc = _text(r.value) if r.value is not None else (None, None)
         print(
             json.dumps(
                 {
-                    "key": key,
+                    "key": _text(wkey)[0],
+                    "key_encoding": _text(wkey)[1],
                     "found": r.value is not None,
                     "value": value,
                     "encoding": enc,
@@ -169,11 +209,14 @@ def get(
             )
         )
     elif r.value is not None:
-        sys.stdout.buffer.write(r.value + b"\n")
+        if raw or not sys.stdout.isatty():
+            sys.stdout.buffer.write(r.value + b"\n")
+        else:
+            sys.stdout.write(shown(r.value) + "\n")
         sys.stdout.flush()
     if r.value is None:
         if not as_json:
-            err.print(Text(f"not found: {key}"), highlight=False, soft_wrap=True)
+            err.print(Text(f"not found: {shown(wkey)}"), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -181,7 +224,7 @@ def get(
 def put(
     ctx: typer.Context,
     key: str,
-    value: Annotated[str | None, typer.Argument(help="the value (UTF-8); or use --value-file")] = None,
+    value: Annotated[str | None, typer.Argument(help="the value (the bytes given); or use --value-file")] = None,
     value_file: Annotated[
         Path | None, typer.Option(help="read the value (bytes) from this file; - for stdin", allow_dash=True)
     ] = None,
@@ -196,15 +239,17 @@ def put(
             fail(f"cannot read {value_file}: {e}")
     else:
         assert value is not None  # exactly one of the two was given
-        data = value.encode()
-    _run(ctx.obj, key, lambda c: c.put(key, data))
+        data = arg_bytes(value)
+    wkey = arg_bytes(key)
+    _run(ctx.obj, wkey, lambda c: c.put(wkey, data))
     print("ok")
 
 
 @app.command("del")
 def delete(ctx: typer.Context, key: str) -> None:
     """Delete KEY; prints "deleted" or "absent"."""
-    existed = _run(ctx.obj, key, lambda c: c.delete(key))
+    wkey = arg_bytes(key)
+    existed = _run(ctx.obj, wkey, lambda c: c.delete(wkey))
     print("deleted" if existed else "absent")
 
 

@@ -265,7 +265,10 @@ class Monitor(ShimViews):
         return "; ".join(notes)
 
     def load(self, name: str) -> float:
+        """Reads per second between the last two polls of switch ``name``'s counters; 0 until there are two,
+        and 0 when they went down (its process restarted and began counting from zero again: not a
+        negative load)."""
         s = self.health[name].samples
-        if len(s) < 2 or s[1][0] <= s[0][0]:
+        if len(s) < 2 or s[1][0] <= s[0][0] or s[1][1] < s[0][1]:
             return 0.0
         return (s[1][1] - s[0][1]) / (s[1][0] - s[0][0])

@@ -42,7 +42,12 @@ _LONG_MARK = 0xFF
 def wire_key(key: str | bytes) -> bytes:
     """Map a user key to its 16-byte wire key (see the module docstring)."""
     if isinstance(key, str):
-        raw = key.encode("utf-8")
+        try:
+            raw = key.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: bytes decoded with surrogateescape, e.g. from argv
+            raise InvalidKeyError(
+                f"key is not valid Unicode text (character {e.start} is a lone surrogate); pass its bytes instead"
+            ) from None
     elif isinstance(key, (bytes, bytearray, memoryview)):
         raw = bytes(key)
     else:

@@ -89,7 +89,8 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     res = cli(cj, shim.port, "get", "--json", "user:42")
     assert res.exit_code == 0
     d = json.loads(res.stdout)
-    assert set(d) == {"key", "found", "value", "encoding", "cached", "served_by", "latency_us", "attempts"}
+    assert set(d) == {"key", "key_encoding", "found", "value", "encoding", "cached", "served_by", "latency_us",
+                      "attempts"}  # fmt: skip
     assert d["key"] == "user:42"
     assert d["found"] is True
     assert d["value"] == "hello wörld" and d["encoding"] == "utf-8"
@@ -117,6 +118,68 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     assert res.exit_code == 1 and res.stdout == "" and "not found" in res.stderr
     d = json.loads(cli(cj, shim.port, "get", "--json", "user:42").stdout)
     assert d["found"] is False and d["value"] is None
+
+
+def _cli_process(cj: Path, port: int, *args: bytes, tty: bool = False) -> tuple[int, bytes, bytes]:
+    """``python -m client_lib`` with byte arguments (as a shell passes them), its stdout a pipe or, with
+    ``tty``, a pseudo-terminal: (exit code, stdout, stderr)."""
+    import pty
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISTCACHE_CLUSTER", "DISTCACHE_SERVER")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    argv = [sys.executable.encode(), b"-m", b"client_lib", b"--cluster", bytes(cj), b"--server",
+            f"127.0.0.1:{port}".encode(), *args]  # fmt: skip
+    if not tty:
+        p = subprocess.run(argv, capture_output=True, env=env, timeout=30)
+        return p.returncode, p.stdout, p.stderr
+    main, sub = pty.openpty()
+    try:
+        p = subprocess.run(argv, stdout=sub, stderr=subprocess.PIPE, env=env, timeout=30)
+        os.close(sub)
+        sub = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # EIO: the other end is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+        return p.returncode, out.replace(b"\r\n", b"\n"), p.stderr
+    finally:
+        os.close(main)
+        if sub != -1:
+            os.close(sub)
+
+
+def test_cli_keys_are_the_bytes_given_and_values_reach_a_terminal_escaped(env) -> None:  # noqa: ANN001
+    """A key that is not UTF-8 (before: a traceback) is stored under its bytes; a value holding an escape
+    sequence is shown escaped on a terminal (before: written raw, the terminal obeyed it), written as it is
+    when piped or with --raw."""
+    shim, cj, r = env
+    key, value = b"k\xff\xfe", b"\x1b]0;owned\x07red\x1b[31m\\ caf\xc3\xa9\n"
+    code, out, errout = _cli_process(cj, shim.port, b"put", key, value)
+    assert (code, out) == (0, b"ok\n"), errout
+    assert r.get(wire_key(key)) == value
+    code, out, _ = _cli_process(cj, shim.port, b"get", key, tty=True)
+    assert code == 0 and out == rb"\x1b]0;owned\x07red\x1b[31m\\ caf" + "é".encode() + rb"\n" + b"\n"
+    assert b"\x1b" not in out
+    code, out, _ = _cli_process(cj, shim.port, b"get", b"--raw", key, tty=True)
+    assert code == 0 and out == value + b"\n"
+    code, out, _ = _cli_process(cj, shim.port, b"get", key)
+    assert code == 0 and out == value + b"\n"
+    code, out, errout = _cli_process(cj, shim.port, b"get", b"absent\x1b[2J")
+    assert code == 1 and out == b"" and errout.strip() == rb"not found: absent\x1b[2J"
+    code, out, _ = _cli_process(cj, shim.port, b"del", key)
+    assert (code, out) == (0, b"deleted\n") and r.get(wire_key(key)) is None
+
+
+def test_a_key_that_is_no_unicode_text_is_one_clear_error() -> None:
+    from distcache.errors import InvalidKeyError
+
+    with pytest.raises(InvalidKeyError, match=r"not valid Unicode text.*pass its bytes"):
+        wire_key(b"k\xff".decode(errors="surrogateescape"))
 
 
 def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:

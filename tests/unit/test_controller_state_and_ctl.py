@@ -313,3 +313,18 @@ def test_a_poked_probe_thread_probes_at_once(tmp_path: Path) -> None:
         finally:
             ctl.close()
             t.join(PROBE_TIMEOUT + 1)
+
+
+def test_a_switch_load_is_never_negative_after_its_counters_restart(tmp_path: Path) -> None:
+    """A restarted switch counts from zero again: the drop between two polls is no negative load (before:
+    `distcache-ctl status` showed one, e.g. -95 reads/s)."""
+    cluster = Cluster()
+    ctl = _offline_controller(tmp_path, cluster)
+    try:
+        h = ctl.health["sp0"]
+        h.samples = [(10.0, 100), (12.0, 300)]
+        assert ctl.load("sp0") == 100.0
+        h.samples = [(12.0, 300), (13.0, 5)]  # restarted between the polls
+        assert ctl.load("sp0") == 0.0
+    finally:
+        ctl.close()

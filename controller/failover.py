@@ -327,6 +327,11 @@ class Failover(Monitor, Configuration):
                         if sw.role == Role.CLIENT_LEAF:
                             self._bring_up_client_leaf(sw)
                         else:
+                            # a storage leaf comes back empty, as a spine does: failed but kept running (or
+                            # paused, or a kernel leaf whose programs outlived their process) its copies were
+                            # invalidated by every write all along (shim_down never names it), so this is
+                            # no fix of coherence but what `fail` promises (recover flushes) and a clean slate
+                            self._flush(sw)
                             self._configure_agent(sw)
                     except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
                         raise ControllerError(f"{name} answers but could not be configured: {why(e)}") from None

@@ -21,7 +21,19 @@ INVARIANTS = (
     "DoubleApply",
 )
 
-FAULTS = ("B_LOSS", "B_DUP", "B_SHIM", "B_AGENT", "B_CTRL", "B_CRASH", "B_FAIL", "B_MECH", "B_DPDEAD")
+FAULTS = (
+    "B_LOSS",
+    "B_DUP",
+    "B_SHIM",
+    "B_AGENT",
+    "B_CTRL",
+    "B_CRASH",
+    "B_FAIL",
+    "B_MECH",
+    "B_DPDEAD",
+    "B_LEAF",
+    "B_CLDIE",
+)
 BUGS = (
     "BUG_ACK_BEFORE_P1",
     "BUG_DEAD_SPINE_DONE",
@@ -30,6 +42,8 @@ BUGS = (
     "BUG_SHIM_TRUSTS_VIEW",
     "BUG_DP_NO_FLUSH",
     "BUG_REJOIN_DOWN",
+    "BUG_LEAF_DOWN",
+    "BUG_DP_FROM_PROCESS",
 )
 #: The changes the model showed the protocol as specified needs (model/README.md, "Findings").
 FIXES = (

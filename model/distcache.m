@@ -97,6 +97,11 @@ const
   B_FAIL: 1;          -- spine failovers (detected or by the operator), each followed by recovery
   B_MECH: 1;          -- mechanism changes (to NoCache and back)
   B_DPDEAD: 1;        -- a spine's data plane dies while its P4Runtime server answers (revives later)
+  B_LEAF: 1;          -- the storage leaf is failed by the controller (fail --keep-running, a stall past
+                      -- its probes, a kernel leaf whose process died): its data plane goes on; recovered
+                      -- later, with or without a flush
+  B_CLDIE: 1;         -- a kernel client leaf's process dies and its programs go on routing by the routes
+                      -- they had, until the controller takes them down (fences it)
   B_VIEW: 1;          -- cached-key views the controller collects for the shim (not a fault)
 
   -- seeded bugs: each must yield a counterexample (tests/unit/test_model.py)
@@ -109,6 +114,11 @@ const
                                 -- did not restart and its agent kept running: its cache looks intact)
   BUG_REJOIN_DOWN: false;       -- a down-set pushed while a spine is being brought back (told up, flushed,
                                 -- warmed before its routes) names it down again
+  BUG_LEAF_DOWN: false;         -- a failed storage leaf is in the shims' down-set (dropped from every key's
+                                -- holders), as every failed non-spine switch was before
+  BUG_DP_FROM_PROCESS: false;   -- a client leaf whose process is gone is taken for one that routes nothing
+                                -- (its kernel programs still route): the shims stop waiting for a spine
+                                -- it still sends reads to
 
   -- the changes the model found the protocol needed; it is specified and implemented with all
   -- of them (docs/protocol.md).  Each set false is the protocol as it was specified before, and
@@ -197,6 +207,9 @@ var
   routed: array[spine_t] of boolean; -- client leaves send reads to it
   dpdead: array[spine_t] of boolean; -- its data plane is dead: packets to it lost, no read answered
   cdp: array[spine_t] of boolean;    -- failed for its data plane (only written with BUG_DP_NO_FLUSH)
+  ldown: boolean;                    -- the controller has the storage leaf failed (its data plane goes on)
+  clstuck: boolean;                  -- a client leaf's process died, its kernel programs still route
+  clold: array[spine_t] of boolean;  -- the spines those programs send reads to (routed, as it died)
   nocache: boolean;                  -- the mechanism is NoCache
   vs: view_t;
   -- the history (ghost)
@@ -211,6 +224,7 @@ var
   bloss: 0..B_LOSS; bdup: 0..B_DUP; bshim: 0..B_SHIM;
   bagent: 0..B_AGENT; bctrl: 0..B_CTRL; bcrash: 0..B_CRASH; bfail: 0..B_FAIL; bmech: 0..B_MECH;
   bdpdead: 0..B_DPDEAD;
+  bleaf: 0..B_LEAF; bcldie: 0..B_CLDIE;
   bview: 0..B_VIEW;
   bfaults: 0..B_FAULTS;
   bad: 0..6;                         -- ghost: the invariant broken (Check), 0 if none
@@ -451,6 +465,8 @@ function holds(t: sw_t; k: key_t): boolean;
 begin
   if t != LEAF then
     if sdown[t] then return false; end;
+  elsif BUG_LEAF_DOWN & ldown then
+    return false;
   end;
   return cached[k][t] | !known[t];
 end;
@@ -693,9 +709,13 @@ end;
 -- longer go to can still answer a read sent before: its floors are those of that moment.
 
 
+-- a client leaf whose process died with its kernel programs on (clstuck) goes on sending reads by
+-- the routes they had (clold), whatever the controller changes since, until it is fenced
 function reads_go(s: sw_t): boolean;             -- a read sent now may be answered at s
 begin
-  return !nocache & (s = LEAF | routed[s]);
+  if nocache then return false; end;
+  if s = LEAF then return true; end;
+  return routed[s] | (clstuck & clold[s]);
 end;
 
 function readable(s: sw_t; k: key_t): boolean;
@@ -1154,8 +1174,11 @@ ruleset s: spine_t do
   -- one SetPartition(buckets, down) to the shims (shim/server.py set_partition): pending
   -- paths to the spine are released.  (The buckets move too: what partitions decide, which
   -- keys agents insert and where reads go, the model leaves free.)
+  -- controller/shims.py shim_down: only once no client leaf may still send the spine reads: one
+  -- whose process died is counted as routing by its old routes until its data plane is known gone
+  -- (SwitchProcesses.data_plane_gone: fenced); with BUG_DP_FROM_PROCESS, as soon as its process is
   rule "failover 2: the shims are told the spine is down"
-    cph[s] = C_F1
+    cph[s] = C_F1 & (BUG_DP_FROM_PROCESS | !(clstuck & clold[s]))
   ==> begin
     if routed[s] & !nocache then routing_off(s); end;
     routed[s] := false;
@@ -1212,6 +1235,62 @@ ruleset s: spine_t do
 end;
 
 ------------------------------------------------------------------------------------------
+-- rules: leaves
+
+-- controller/failover.py fail() or declare_dead() of the storage leaf: an operator's fail with
+-- --keep-running, a leaf paused (SIGSTOP, a wedged host) past its probes and resumed, a kernel leaf
+-- whose process died and whose programs go on.  Its data plane forwards and answers reads from its
+-- cache all along (client leaves know nothing of it); the shims are not told (shim_down names spines
+-- only), so every write goes on invalidating it.  (A pause itself is packets delayed: the network
+-- already delays any packet any time.)
+rule "controller fails the storage leaf; its data plane goes on"
+  bleaf > 0 & bfaults > 0 & !ldown
+==> begin
+  bleaf := bleaf - 1; bfaults := bfaults - 1;
+  ldown := true;
+  Check();
+end;
+
+-- recover(): the leaf reconfigured and, with a flush, its agent evicts every entry first
+ruleset flush: boolean do
+  rule "controller recovers the storage leaf"
+    ldown
+  ==> begin
+    if flush then
+      for k: key_t do
+        if sw[LEAF].tbl[k].present then clear sw[LEAF].tbl[k]; cached[k][LEAF] := false; end;
+      end;
+      cover "the storage leaf was recovered with a flush" true;
+    else
+      cover "the storage leaf was recovered without a flush" true;
+    end;
+    ldown := false;
+    Check();
+  end;
+end;
+
+-- the kernel target: a client leaf's process is SIGKILLed, its programs stay on its ports and go on
+-- routing reads by the routes they had; routing changes no longer reach them
+rule "a kernel client leaf's process dies; its programs go on routing"
+  bcldie > 0 & bfaults > 0 & !clstuck
+==> begin
+  bcldie := bcldie - 1; bfaults := bfaults - 1;
+  clstuck := true;
+  for s: spine_t do clold[s] := routed[s]; end;
+  Check();
+end;
+
+-- controller/failover.py _take_data_plane_down (declared dead, its process gone) or
+-- SwitchProcesses.stop: its programs detached; its next process starts with the current routes
+rule "the controller takes the dead client leaf's data plane down"
+  clstuck
+==> begin
+  clstuck := false;
+  clear clold;
+  Check();
+end;
+
+------------------------------------------------------------------------------------------
 
 startstate
 begin
@@ -1229,6 +1308,7 @@ begin
   for s: spine_t do
     sdown[s] := false; cph[s] := C_UP; routed[s] := true; dpdead[s] := false; cdp[s] := false;
   end;
+  ldown := false; clstuck := false; clear clold;
   dsknown := true;
   for k: key_t do
     redis[k] := k; ccount[k] := 0;
@@ -1240,6 +1320,7 @@ begin
   bloss := B_LOSS; bdup := B_DUP; bshim := B_SHIM;
   bagent := B_AGENT; bctrl := B_CTRL; bcrash := B_CRASH; bfail := B_FAIL; bmech := B_MECH;
   bdpdead := B_DPDEAD;
+  bleaf := B_LEAF; bcldie := B_CLDIE;
   bview := B_VIEW;
   bfaults := B_FAULTS;
   Check();
@@ -1278,9 +1359,11 @@ cover "fault: spine crash" bcrash < B_CRASH;
 cover "fault: spine failover" bfail < B_FAIL;
 cover "fault: mechanism change" bmech < B_MECH;
 cover "fault: a data-plane death happens" bdpdead < B_DPDEAD;
+cover "fault: the storage leaf failed" bleaf < B_LEAF;
+cover "fault: a kernel client leaf's process died" bcldie < B_CLDIE;
 cover "fault: view pushed" bview < B_VIEW;
 -- (run.py drops a cover the configuration cannot reach line by line: each is one line)
-cover "every fault kind happened in one trace" bloss < B_LOSS & bdup < B_DUP & bshim < B_SHIM & bagent < B_AGENT & bctrl < B_CTRL & bcrash < B_CRASH & bfail < B_FAIL & bmech < B_MECH & bdpdead < B_DPDEAD;
+cover "every fault kind happened in one trace" bloss < B_LOSS & bdup < B_DUP & bshim < B_SHIM & bagent < B_AGENT & bctrl < B_CTRL & bcrash < B_CRASH & bfail < B_FAIL & bmech < B_MECH & bdpdead < B_DPDEAD & bleaf < B_LEAF & bcldie < B_CLDIE;
 cover "two writes of one key overlap" wkey[1] = wkey[NW] & wout[1] = O_NONE & wout[NW] = O_NONE & dd[1] = D_RUN & dd[NW] = D_RUN;
 cover "a spine serves a value" exists s: spine_t do readable(s, 1) end;
 cover "the leaf serves key 2" readable(LEAF, 2);

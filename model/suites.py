@@ -116,6 +116,33 @@ SUITES: dict[str, list[Config]] = {
             B_FAULTS=1,
             BUG_REJOIN_DOWN=True,
         ),
+        _c(
+            "bug-leaf-down",
+            "seeded bug: a failed storage leaf (kept running, or paused and resumed) is in the shims' down-set; "
+            "a write of a key only it holds would be acknowledged with no INVALIDATE",
+            "Holders",
+            **{**BASE, "K1_SPINES": 0},
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_LEAF=1,
+            B_FAULTS=1,
+            BUG_LEAF_DOWN=True,
+        ),
+        _c(
+            "bug-dp-from-process",
+            "seeded bug: a kernel client leaf whose process died is taken for one that routes nothing; the "
+            "shims stop invalidating a failed spine its programs still send reads to",
+            "StaleAfterAck",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_FAIL=1,
+            B_CLDIE=1,
+            B_FAULTS=2,
+            BUG_DP_FROM_PROCESS=True,
+        ),
     ],
     # the protocol as specified before each fix the model found: a counterexample each.  (FIX_DOWNSET_FIRST
     # has none: the recovery tells the shims a spine is up before its agent flushes it; model/README.md)
@@ -272,6 +299,21 @@ SUITES: dict[str, list[Config]] = {
             B_FAIL=1,
             B_LOSS=1,
             B_FAULTS=3,
+        ),
+        _c(
+            "p-leaves",
+            "issue 44: the storage leaf failed while its data plane goes on (recovered with or without a "
+            "flush), a kernel client leaf's process dying with its programs routing on, a spine failover and a "
+            "packet lost, all four in one trace",
+            **BASE,
+            NW=1,
+            B_INS=2,
+            MAXSEQ=3,
+            B_LEAF=1,
+            B_CLDIE=1,
+            B_FAIL=1,
+            B_LOSS=1,
+            B_FAULTS=4,
         ),
         _c(
             "p-failover",

@@ -472,7 +472,9 @@ def test_a_storage_leaf_failed_but_running_serves_no_superseded_value(dep: Deplo
     time.sleep(2.0)  # every shim has been told
     assert rec.put(key, "v2")
     rec.reads(key, 50)
+    evicted = dep.controller.agent_status()["sl0"].evicted
     ctl(dep, "recover", "sl0")
+    assert dep.controller.agent_status()["sl0"].evicted > evicted  # recovered flushed, as `fail` promises
     rec.reads(key, 50)
     assert rec.judged(tmp_path / "history.jsonl") == (0, 0), f"see {tmp_path / 'history.jsonl'}"
 

@@ -81,10 +81,11 @@ def test_a_cover_is_demanded_only_where_the_fault_budget_reaches_it() -> None:
     assert marker not in _covers(small)
     two = replace(small, consts={**small.consts, "B_FAULTS": 2})
     assert marker in _covers(two) and every not in _covers(two)
-    eight = replace(small, consts={**small.consts, "B_FAULTS": 8})
-    assert every not in _covers(eight)  # nine kinds: loss ... mechanism change, and a data-plane death
-    nine = replace(small, consts={**small.consts, "B_FAULTS": 9})
-    assert every in _covers(nine)
+    ten = replace(small, consts={**small.consts, "B_FAULTS": 10})
+    # eleven kinds: loss ... mechanism change, a data-plane death, a failed storage leaf, a dead kernel client leaf
+    assert every not in _covers(ten)
+    eleven = replace(small, consts={**small.consts, "B_FAULTS": 11})
+    assert every in _covers(eleven)
     # a configuration that must give a counterexample demands no cover at all
     assert _covers(TEST_CONFIGS["bug-ack-before-p1"]) == set()
 
@@ -177,3 +178,32 @@ def test_a_recovering_spine_warmed_before_its_routes_stays_up_in_every_push() ->
         assert step in steps, steps
     assert steps.index("recovery 2: the spine's agent flushes") < steps.index("agent inserts a key")
     assert fixed.covers.get("a recovering spine was warmed before reads were routed to it", 0) > 0, fixed.covers
+
+
+@needs_rumur
+def test_a_failed_storage_leaf_stays_among_every_keys_holders() -> None:
+    """Issue 44: a failed storage leaf (kept running, paused past its probes and resumed, a kernel leaf whose
+    process died) still answers reads from its cache.  Put in the shims' down-set (BUG_LEAF_DOWN: every failed
+    non-spine switch was, before), it is dropped from its keys' holders while it holds a valid copy, and a
+    write of a key only it holds would be acknowledged with no INVALIDATE; kept among them, the same bounds
+    hold, recovered with a flush and without."""
+    steps, fixed = _breaks_and_holds_without_its_bug(TEST_CONFIGS["bug-leaf-down"], "Holders")
+    assert "controller fails the storage leaf" in steps, steps
+    for cover in ("the storage leaf was recovered with a flush", "the storage leaf was recovered without a flush"):
+        assert fixed.covers.get(cover, 0) > 0, fixed.covers
+
+
+@needs_rumur
+def test_a_dead_kernel_client_leaf_counts_as_routing_until_fenced() -> None:
+    """Issue 44: a kernel client leaf's programs outlive its process and go on routing reads by their old
+    routes.  Taking the dead process for a data plane that routes nothing (BUG_DP_FROM_PROCESS: the controller's
+    process check) lets the shims stop invalidating a failed spine those programs still send reads to; counted
+    as routing until the controller takes its data plane down, the same bounds hold."""
+    steps, _ = _breaks_and_holds_without_its_bug(TEST_CONFIGS["bug-dp-from-process"], "StaleAfterAck")
+    for step in (
+        "a kernel client leaf's process dies",
+        "failover 1: client leaves stop sending reads",
+        "failover 2: the shims are told the spine is down",
+    ):
+        assert step in steps, steps
+    assert "the controller takes the dead client leaf's data plane down" not in steps

@@ -16,7 +16,7 @@
 #   make bench-shim  shim GET/PUT throughput and write latency vs redis-benchmark (loopback, its own redis-server)
 #   make bench-switch  pkt/s through one switch (hit, miss, forwarding) on veths in a private netns: softswitch, BMv2 (fast
 #                build), ebpf side by side, and the veths' ceiling (limit_pps: a program that only turns reads around)
-#   make clean   remove build outputs, run folders and any leftover Mininet state
+#   make clean   stop what killed runs left, remove build outputs and run folders (a live run's are kept)
 
 SHELL := /bin/bash
 PY := .venv/bin/python
@@ -171,5 +171,4 @@ lint: deps
 	$(PY) -m mypy
 
 clean:
-	rm -rf build runs .pytest_cache
-	-[ -x $(PY) ] && $(PY) -m dcnet.cleanup
+	@if [ -x $(PY) ]; then $(PY) -m dcnet.cleanup --outputs; else rm -rf build runs .pytest_cache; fi

@@ -433,6 +433,9 @@ class Service:
             proc = self.proc = self.popen(
                 [*self.argv, *extra], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+        from harness.runs import record  # (harness.runs builds on this module)
+
+        record(self.out.parent, self.name, proc.pid)  # what `make clean` stops if the launcher dies
         return proc
 
     def wait_ready(self, timeout: float | None = None) -> None:

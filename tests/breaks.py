@@ -20,6 +20,13 @@ place, so what runs is the real service less exactly one step of the protocol:
 ``no-flush-on-recover`` (controller)
     a recovered spine is not flushed before it serves again: copies that writes skipped while it was
     down come back.
+
+The same launcher also runs a service under a *condition*: no break, but an environment the service must
+survive, which the fault matrix imposes on a restart:
+
+``clock-back`` (shim)
+    the wall clock reads an hour earlier than it is (``time.time``, ``time.time_ns``): a clock stepped
+    back across a restart.  The shim's coherence numbers must still be newer than its earlier lives'.
 """
 
 from __future__ import annotations
@@ -91,6 +98,21 @@ def no_flush_on_recover() -> None:
     Failover._flush = flush  # type: ignore[method-assign]
 
 
+CLOCK_BACK_S = 3600.0
+
+
+def clock_back() -> None:
+    import time
+
+    real, real_ns = time.time, time.time_ns
+    time.time = lambda: real() - CLOCK_BACK_S  # type: ignore[assignment]
+    time.time_ns = lambda: real_ns() - int(CLOCK_BACK_S * 1e9)  # type: ignore[assignment]
+
+
+CONDITIONS: dict[str, tuple[str, Callable[[], None]]] = {
+    "clock-back": ("shim", clock_back),
+}
+
 BREAKS: dict[str, tuple[str, Callable[[], None]]] = {
     "ack-before-invalidate": ("shim", ack_before_invalidate),
     "skip-one-invalidate": ("shim", skip_one_invalidate),
@@ -103,12 +125,13 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         sys.exit(f"usage: python {Path(__file__).name} BREAK[,BREAK...] MODULE [ARGS...]; breaks: {', '.join(BREAKS)}")
     names, module, rest = argv[0].split(","), argv[1], argv[2:]
-    unknown = [n for n in names if n not in BREAKS]
+    armed = {**BREAKS, **CONDITIONS}
+    unknown = [n for n in names if n not in armed]
     if unknown:
-        sys.exit(f"unknown break(s) {', '.join(unknown)}; choose from {', '.join(BREAKS)}")
+        sys.exit(f"unknown break(s) {', '.join(unknown)}; choose from {', '.join(armed)}")
     sys.path[0] = str(Path(__file__).resolve().parents[1])  # the repository (not tests/), wherever this runs from
     for name in names:
-        where, arm = BREAKS[name]
+        where, arm = armed[name]
         if where == module:
             arm()
             print(f"breaks: {name} armed in {module}", file=sys.stderr, flush=True)

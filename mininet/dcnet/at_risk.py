@@ -86,22 +86,23 @@ def pairs(records: Iterable[dict], windows: Iterable[Window]) -> Counter[str]:
 
 
 def window(cluster: Cluster, kind: str, target: str, start: int, end: int) -> Window:
-    """The window of a fault of ``kind`` at ``target`` (fault_schedule's names): a spine's faults concern that
-    spine, every spine's data plane dead all spines, an agent's its switch; a storage server's (its shim,
-    its Redis) every cache switch, for that server's keys; the controller's, a mechanism change and a shift
-    of the hot set every cache switch."""
+    """The window of a fault of ``kind`` at ``target`` (fault_schedule's names): a cache switch's faults (a
+    spine's or a storage leaf's crash, drain, pause; its agent's restart) concern that switch, every spine's
+    data plane dead all spines; a storage server's (its shim, its Redis, its clock) every cache switch, for
+    that server's keys; a client leaf's, the controller's, a mechanism change, a shift of the hot set and a
+    write flood every cache switch."""
     caches = frozenset(s.switch_id for s in cluster.switches() if is_cache_switch(s))
     spines = frozenset(cluster.spine(i).switch_id for i in range(cluster.spines))
     keys = None
-    if kind in ("spine_crash", "spine_operator", "spine_dp_dead", "controller_mid_failover") or kind.startswith(
-        "agent_restart"
-    ):
+    one_switch = ("spine_crash", "spine_operator", "spine_dp_dead", "controller_mid_failover", "spine_pause",
+                  "spine_keep_running", "storage_leaf_crash", "leaf_keep_running", "leaf_pause")  # fmt: skip
+    if (kind in one_switch or kind.startswith("agent_restart")) and is_cache_switch(cluster.switch(target)):
         switches = frozenset({cluster.switch(target).switch_id})
     elif kind == "fabric_dp_dead":
         switches = spines
-    else:
+    else:  # a client leaf's faults (it caches nothing: every cache its reads reach), storage and fabric-wide ones
         switches = caches
-        if kind.startswith("shim_restart") or kind == "redis_kill":
+        if kind.startswith("shim_restart") or kind in ("redis_kill", "shim_clock_back"):
 
             def keys(key: str) -> bool:
                 return cluster.server_for_key(wire_key(key)).name == target

@@ -45,6 +45,7 @@ from distcache.rpc.controller import (
     ControllerUnreachableError,
     change_summary,
 )
+from harness import runs
 from harness.p4c import CompileError, compile_v1model
 from harness.ports import ReservedPorts
 from harness.processes import (
@@ -128,6 +129,7 @@ class Deployment:
         self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
         self.breaks = tuple(breaks)  # tests/breaks.py's deliberate breaks, armed in the shims and the controller
         self.run_dir = run_dir or new_run_dir()
+        self._registration: Path | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
         self.net: Mininet | None = None
@@ -171,6 +173,8 @@ class Deployment:
 
     @one_line_errors()
     def start(self) -> None:
+        # registered while it runs: `make clean` stops what a run whose launcher died recorded, never a live one's
+        self._registration = runs.register(self.run_dir)
         self._ports.reserve()
         self.cluster.save(self.cluster_path)
         p4info_path, device_config = pipeline_files(self.target, self.run_dir)
@@ -342,12 +346,13 @@ class Deployment:
         self._storage(name).redis.kill()
 
     @one_line_errors()
-    def start_shim(self, h: Host, fresh: bool = False) -> subprocess.Popen:
+    def start_shim(self, h: Host, fresh: bool = False, clock_back: bool = False) -> subprocess.Popen:
         """Start the shim of storage server ``h`` again (after kill_shim); returns once it listens.
 
         ``fresh`` only when the deployment starts: its switches were just started and cache nothing.
+        ``clock_back``: under a wall clock an hour early (the fault matrix's ``shim_clock_back``).
         """
-        return self._storage(h.name).start_shim(fresh)
+        return self._storage(h.name).start_shim(fresh, clock_back=clock_back)
 
     def kill_shim(self, name: str) -> None:
         """Kill the shim of storage server ``name`` at once (SIGKILL): it forgets which keys are cached."""
@@ -398,6 +403,7 @@ class Deployment:
             proc = self.net[host.name].popen(  # type: ignore[index]
                 argv, stdout=subprocess.PIPE, stderr=err, stdin=stdin, text=True, bufsize=1
             )
+        runs.record(self.run_dir, f"{what}-{host.name}", proc.pid)
         self._generators.append((f"{what}-{host.name}", proc))
         return proc
 
@@ -490,3 +496,6 @@ class Deployment:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()
+        if self._registration is not None:
+            runs.unregister(self._registration)
+            self._registration = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Every kind of fault, in the order the summary lists them.  Packet kinds are counted in packets
@@ -36,6 +37,15 @@ PROCESS_KINDS = (
     "hot_shift",
     "spine_dp_dead",
     "fabric_dp_dead",
+    # issue 44: every switch role, paused processes, an operator's drain, a shim's clock, write floods
+    "storage_leaf_crash",
+    "client_leaf_crash",
+    "leaf_keep_running",
+    "spine_keep_running",
+    "leaf_pause",
+    "spine_pause",
+    "shim_clock_back",
+    "write_flood",
 )
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
@@ -47,6 +57,12 @@ DP_DEAD_S = (0.1, 2.0)
 # every spine is failed over (no spine left in service: no read may be sent to any spine's cache, whose copies the
 # writes of the outage no longer invalidate), and each is recovered once it answers again.
 FABRIC_DP_DEAD_S = (0.8, 1.6)
+# How long a paused switch process (SIGSTOP .. SIGCONT: a GC pause, a wedged host) stays paused: either side of
+# the controller's detection, so some pauses are only ridden out and others are declared dead, failed over,
+# and resumed into a deployment that has moved on.
+PAUSE_S = (0.5, 5.0)
+# How long an operator's drain (``fail --keep-running``) lasts before its ``recover``.
+DRAIN_S = (1.0, 3.0)
 
 # Which lane a process fault runs in.  Faults that stop spines or the controller share one lane (two of them
 # at once would fight over the same process); mechanism changes, agent restarts and storage faults (shims,
@@ -65,6 +81,23 @@ LANES = {
     "shim_restart_stateless": "storage",
     "redis_kill": "storage",
     "hot_shift": "storage",
+    "spine_keep_running": "fabric",
+    "spine_pause": "fabric",
+    "storage_leaf_crash": "leaves",
+    "client_leaf_crash": "leaves",
+    "leaf_keep_running": "leaves",
+    "leaf_pause": "leaves",
+    "shim_clock_back": "storage",
+    "write_flood": "flood",
+}
+# the kinds whose length is drawn (Fault.hold), and from where
+HOLDS = {
+    "spine_dp_dead": DP_DEAD_S,
+    "fabric_dp_dead": FABRIC_DP_DEAD_S,
+    "leaf_pause": PAUSE_S,
+    "spine_pause": PAUSE_S,
+    "leaf_keep_running": DRAIN_S,
+    "spine_keep_running": DRAIN_S,
 }
 
 
@@ -73,7 +106,7 @@ class Fault:
     at: float  # seconds after the clients start
     kind: str
     target: str  # a switch or server name, a mechanism, or "" when the kind needs none
-    hold: float = 0.0  # seconds the fault lasts, for a kind that has a length (spine_dp_dead, fabric_dp_dead); else 0
+    hold: float = 0.0  # seconds the fault lasts, for a kind that has a length (HOLDS); else 0
 
 
 @dataclass
@@ -96,6 +129,7 @@ def draw(
     spines: list[str],
     cache_switches: list[str],
     servers: list[str],
+    leaves: Sequence[str] = (),
     mechanism: str,
     per_kind: int = 3,
     kinds: tuple[str, ...] = PROCESS_KINDS,
@@ -104,7 +138,9 @@ def draw(
 
     Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,
     to ``nocache`` away from a caching one, alternating with ``partition``).  A spine's data-plane
-    death lasts a length drawn from ``DP_DEAD_S``, every spine's at once one from ``FABRIC_DP_DEAD_S``.
+    death lasts a length drawn from ``DP_DEAD_S``, every spine's at once one from ``FABRIC_DP_DEAD_S``, a pause
+    one from ``PAUSE_S``, a drain one from ``DRAIN_S``.  ``leaves``: the storage and client leaves (the
+    storage ones first), what the leaves' kinds target.
     (Kinds are drawn in ``kinds`` order, each after the ones before: a kind added at the end leaves the
     others' times and targets under a seed as they were.)
     """
@@ -116,24 +152,27 @@ def draw(
     for kind in kinds:
         for i in range(per_kind):
             at = round(rng.uniform(0.05, 0.80) * duration, 2)
-            if kind in ("spine_crash", "spine_operator", "controller_mid_failover"):
+            if kind in ("spine_crash", "spine_operator", "controller_mid_failover", "spine_dp_dead", "spine_pause",
+                        "spine_keep_running"):  # fmt: skip
                 target = rng.choice(spines)
-            elif kind == "spine_dp_dead":
-                target = rng.choice(spines)
-                faults.append(Fault(at, kind, target, round(rng.uniform(*DP_DEAD_S), 2)))
-                continue
             elif kind == "fabric_dp_dead":
-                faults.append(Fault(at, kind, "", round(rng.uniform(*FABRIC_DP_DEAD_S), 2)))
-                continue
+                target = ""
+            elif kind == "storage_leaf_crash":
+                target = rng.choice([x for x in leaves if x.startswith("sl")] or [""])
+            elif kind == "client_leaf_crash":
+                target = rng.choice([x for x in leaves if x.startswith("cl")] or [""])
+            elif kind in ("leaf_keep_running", "leaf_pause"):
+                target = rng.choice(list(leaves) or [""])
             elif kind.startswith("agent_restart"):
                 target = rng.choice(cache_switches)
-            elif kind.startswith("shim_restart") or kind == "redis_kill":
+            elif kind.startswith("shim_restart") or kind in ("redis_kill", "shim_clock_back"):
                 target = rng.choice(servers)
             elif kind == "mechanism_change":
                 target = away[i % len(away)]
             else:
                 target = ""
-            faults.append(Fault(at, kind, target))
+            hold = round(rng.uniform(*HOLDS[kind]), 2) if kind in HOLDS else 0.0
+            faults.append(Fault(at, kind, target, hold))
     faults.sort(key=lambda f: (f.at, f.kind))
     return Schedule(seed, faults)
 

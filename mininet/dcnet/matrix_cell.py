@@ -21,7 +21,8 @@ from dcnet.fault_schedule import PACKET_KINDS, PROCESS_KINDS, Fault, Schedule, d
 from dcnet.matrix_faults import Faults, fabric_ports
 from dcnet.matrix_result import Cell, check, judge
 from dcnet.netfaults import FaultConfig, PacketFaults
-from distcache.cluster import Cluster, Mechanism, is_cache_switch
+from distcache.cluster import Cluster, Mechanism, Role, is_cache_switch
+from harness import runs
 from harness.processes import python_argv
 
 console = Console(stderr=True, highlight=False)
@@ -78,6 +79,7 @@ def _recorders(dep: Deployment, cfg: dict, clients: int) -> list[tuple[str, subp
             stderr=open(dep.run_dir / f"history-{h.name}.err", "wb"),  # noqa: SIM115 - the child holds it
             text=True,
         )
+        runs.record(dep.run_dir, f"history-{h.name}", proc.pid)
         out.append((h.name, proc, path))
     return out
 
@@ -157,6 +159,8 @@ def run_cell(
                     spines=[cluster.spine(i).name for i in range(cluster.spines)],
                     cache_switches=[s.name for s in cluster.switches() if is_cache_switch(s)],
                     servers=[h.name for h in cluster.servers()],
+                    leaves=[s.name for s in cluster.switches() if s.role == Role.STORAGE_LEAF]
+                    + [s.name for s in cluster.switches() if s.role == Role.CLIENT_LEAF],
                     mechanism=mechanism,
                     per_kind=per_kind,
                     kinds=kinds,

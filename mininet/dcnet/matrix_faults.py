@@ -8,7 +8,9 @@ it took effect while the clients were running.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -76,6 +78,7 @@ class Faults:
         self.cluster = dep.cluster
         self.procs = SwitchProcesses(dep.run_dir / "switches.json")
         self.shifts = 0
+        self.floods = 0
         self.packets, self.background = packets, background or FaultConfig(enabled=False)
         self.dp_dropped = 0  # packets the data-plane deaths dropped (the injector counts them as dropped too)
         # (kind, target, start, end) of every fault that took effect, CLOCK_MONOTONIC ns: its at-risk window
@@ -170,6 +173,112 @@ class Faults:
             f"the data planes of {which} dead for {hold:.2f} s ({dropped} DistCache packets dropped); "
             f"{len(declared)} of {len(spines)} failed over by the controller and recovered by themselves"
         )
+
+    # -- every switch role: crashes, drains, pauses (issue 44) -------------------------------------
+    def spine_keep_running(self, spine: str, hold: float = 2.0) -> str:
+        return self._keep_running(spine, hold)
+
+    def leaf_keep_running(self, leaf: str, hold: float = 2.0) -> str:
+        return self._keep_running(leaf, hold)
+
+    def _keep_running(self, name: str, hold: float) -> str:
+        """An operator's drain: ``fail --keep-running`` (the switch goes on forwarding with its cache, out of
+        service), ``hold`` s, ``recover`` (flushed first)."""
+        self._until_done(lambda: self.dep.ctl("fail", name, "--keep-running"))
+        time.sleep(hold)
+        tries = self._until_done(lambda: self.dep.ctl("recover", name))
+        self.dep.wait_switch(name, failed=False)
+        return f"distcache-ctl fail {name} --keep-running, {hold:.2f} s, recover {name}" + (
+            f" (recover tried {tries} times)" if tries > 1 else ""
+        )
+
+    def storage_leaf_crash(self, leaf: str) -> str:
+        return self._crash(leaf)
+
+    def client_leaf_crash(self, leaf: str) -> str:
+        return self._crash(leaf)
+
+    def _crash(self, name: str) -> str:
+        """Kill the switch's process (its data plane taken down with it: SwitchProcesses.stop), wait for the
+        controller to declare it dead, start it again, and wait for the controller to bring it back."""
+        self.procs.stop(name)
+        self.dep.wait_switch(name, failed=True)
+        self.procs.start(name)
+        self.dep.wait_switch(name, failed=False)
+        return f"{name} killed, declared dead, started again and brought back by the controller"
+
+    def spine_pause(self, spine: str, hold: float = 1.0) -> str:
+        return self._pause(spine, hold)
+
+    def leaf_pause(self, leaf: str, hold: float = 1.0) -> str:
+        return self._pause(leaf, hold)
+
+    def _pause(self, name: str, hold: float) -> str:
+        """SIGSTOP the switch's process for ``hold`` s, then SIGCONT (a GC pause, a wedged host): a pause past
+        the controller's detection is declared dead and failed over, and the switch resumes with its cache and
+        the packets queued at its ports into a deployment that moved on; then wait until it is in service."""
+        pid = self.procs.pid(name)
+        if pid is None:
+            raise DeploymentError(f"{name} has no running process to pause")
+        ctl = self.dep.controller.ctl  # type: ignore[union-attr]
+        declared = False
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + hold
+            while time.monotonic() < deadline:
+                if not declared:
+                    declared = any(s.name == name and s.failed for s in ctl.status().switches)
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+        self.dep.wait_switch(name, failed=False)
+        return f"{name} paused for {hold:.2f} s, " + (
+            "declared dead meanwhile, resumed and brought back by the controller" if declared else "resumed"
+        )
+
+    # -- storage: a shim's clock, write floods ------------------------------------------------------
+    def shim_clock_back(self, name: str) -> str:
+        """The shim restarted (with its state) under a clock stepped an hour back (tests/breaks.py's
+        ``clock-back`` condition): its coherence numbers must still be newer than every earlier life's."""
+        h = self._server(name)
+        self.dep.kill_shim(name)
+        self.dep.start_shim(h, clock_back=True)
+        link = ShimLink(self.dep.shim_control(h))
+        deadline = time.monotonic() + 20
+        while not self._view_known(link):
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"the restarted shim {name} did not get the controller's view within 20 s")
+            time.sleep(0.05)
+        return f"shim {name} killed, restarted under a clock an hour back, view back"
+
+    def write_flood(self, _: str) -> str:
+        """Another client floods the storage servers with writes of keys of their own (and reads them back,
+        judged by its own oracle) for a few seconds, beside the recorded clients: queues, dedup and coherence
+        under load.  Took effect if the flood's writes were acknowledged."""
+        self.floods += 1
+        host = self.cluster.client(self.cluster.client_racks - 1, self.cluster.clients_per_rack - 1)
+        cfg = {
+            "keys": 200,
+            "zipf": 0.99,
+            "read_ratio": 0.3,
+            "duration": 3.0,
+            "load_keys": 0,
+            "concurrency": 48,
+            "prefix": f"flood{self.floods}-",
+            "seed": 1000 + self.floods,
+        }
+        report: dict = {}
+        for line in self.dep.bench(host, cfg):
+            if line.get("type") == "report":
+                report = line
+        if report.get("stale", 0) > 0 or report.get("wrong", 0) > 0:
+            raise DeploymentError(
+                f"the flood's own reads: {report['stale']} stale, {report['wrong']} wrong: {report.get('findings')}"
+            )
+        acked = int(report.get("writes", 0)) - int(report.get("failed_writes", 0))
+        if acked <= 0:
+            raise DeploymentError(f"the flood had no write acknowledged ({report.get('errors')})")
+        return f"{acked} writes acknowledged in {report.get('seconds', 0):.1f} s by another client ({host.name})"
 
     @staticmethod
     def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:

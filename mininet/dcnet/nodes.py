@@ -87,26 +87,24 @@ class StorageHost(FabricHost):
             timeout=10.0,
             popen=self.popen,
         )
+        self._breaks = tuple(breaks)
         control, shim_log, state = (
             shim_control(run_dir, name),
             run_dir / f"shim-{name}.log",
             run_dir / f"shim-{name}.state.json",
         )
+        self._shim_options: dict[str, object] = {
+            "--cluster": cluster_path,
+            "--server": name,
+            "--listen": spec.ip,
+            "--redis-url": f"unix://{sock}",
+            "--control": control,
+            "--state-file": state,
+            "--log-file": shim_log,
+        }
         self.shim = Service(
             f"shim-{name}",
-            python_argv(
-                "shim",
-                {
-                    "--cluster": cluster_path,
-                    "--server": name,
-                    "--listen": spec.ip,
-                    "--redis-url": f"unix://{sock}",
-                    "--control": control,
-                    "--state-file": state,
-                    "--log-file": shim_log,
-                },
-                breaks,
-            ),
+            python_argv("shim", self._shim_options, breaks),
             out=run_dir / f"shim-{name}.out",
             log=shim_log,
             state_file=state,
@@ -122,12 +120,19 @@ class StorageHost(FabricHost):
         self.start_shim(fresh=True, wait=False)
         return r
 
-    def start_shim(self, fresh: bool = False, wait: bool = True) -> subprocess.Popen:
+    def start_shim(self, fresh: bool = False, wait: bool = True, clock_back: bool = False) -> subprocess.Popen:
         """Start the shim; returns once it listens (without ``wait``: at once, the caller waits for
         ``self.shim``).  ``fresh`` only when the deployment starts: no switch caches anything yet and no
-        earlier life of this shim applied a write."""
+        earlier life of this shim applied a write.  ``clock_back``: this life's wall clock reads an hour
+        early (tests/breaks.py's ``clock-back`` condition: the fault matrix's clock stepped back)."""
         args = ["--fresh"] if fresh else []
-        return self.shim.start(*args) if wait else self.shim.launch(*args)
+        argv = self.shim.argv
+        if clock_back:
+            self.shim.argv = python_argv("shim", self._shim_options, [*self._breaks, "clock-back"])
+        try:
+            return self.shim.start(*args) if wait else self.shim.launch(*args)
+        finally:
+            self.shim.argv = argv
 
     def terminate(self) -> None:
         self.shim.stop()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dcnet.errors import DeploymentError
+from harness import runs
 from harness.processes import python_argv, stop_process
 
 
@@ -29,6 +30,7 @@ class ClientProcess:
             text=True,
             bufsize=1,
         )
+        runs.record(log_path.parent, f"client-{self.name}", self.proc.pid)
 
     def call(self, op: str, key: str | None = None, value: str | None = None, **extra: object) -> dict:
         req = {"op": op, "key": key, "value": value, **extra}

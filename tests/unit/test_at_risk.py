@@ -82,3 +82,23 @@ def test_a_cell_fails_on_a_stale_read_and_on_too_few_pairs_at_risk(tmp_path: Pat
     assert " stale=1 wrong=0 " in bad.line and " at_risk=25 " in bad.line
     assert bad.at_risk_line.startswith("at_risk mechanism=distcache spine_crash=25 ")
     assert total_line([ok, bad]).endswith("stale=1 wrong=0 faults=0 at_risk=50")
+
+
+def test_a_leafs_faults_concern_that_leaf_and_a_client_leafs_every_cache() -> None:
+    """Issue 44: a storage leaf's crash, drain or pause concerns its own cache; a client leaf caches nothing,
+    so its faults concern every cache its reads reach; a shim's clock stepped back, that server's keys."""
+    cluster = Cluster(spines=2, storage_racks=2, client_racks=2)
+    sl1, cl0 = cluster.storage_leaf(1), next(s for s in cluster.switches() if s.name == "cl0")
+    caches = {s.switch_id for s in cluster.switches() if s.role.name != "CLIENT_LEAF"}
+    for kind in ("storage_leaf_crash", "leaf_keep_running", "leaf_pause"):
+        assert window(cluster, kind, sl1.name, 0, 1).switches == {sl1.switch_id}
+    for kind in ("client_leaf_crash", "leaf_keep_running", "leaf_pause", "write_flood"):
+        assert window(cluster, kind, cl0.name if kind != "write_flood" else "", 0, 1).switches == caches
+    for kind in ("spine_pause", "spine_keep_running"):
+        assert window(cluster, kind, "sp1", 0, 1).switches == {cluster.spine(1).switch_id}
+    server = cluster.server(1, 0)
+    w = window(cluster, "shim_clock_back", server.name, 0, 1)
+    assert w.switches == caches and w.keys is not None
+    mine = next(f"k{i}" for i in range(100) if cluster.server_for_key(wire_key(f"k{i}")) == server)
+    other = next(f"k{i}" for i in range(100) if cluster.server_for_key(wire_key(f"k{i}")) != server)
+    assert w.keys(mine) and not w.keys(other)

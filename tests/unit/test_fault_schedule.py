@@ -15,6 +15,7 @@ from dcnet.fault_schedule import DP_DEAD_S, FABRIC_DP_DEAD_S, KINDS, LANES, PROC
 from dcnet.matrix_result import Cell, kinds_for
 
 SPINES = ["sp0", "sp1"]
+LEAVES = ["sl0", "sl1", "cl0", "cl1"]
 
 
 def _draw(seed: int, kinds: tuple[str, ...] = PROCESS_KINDS, per_kind: int = 3, duration: float = 60.0):  # noqa: ANN202
@@ -24,6 +25,7 @@ def _draw(seed: int, kinds: tuple[str, ...] = PROCESS_KINDS, per_kind: int = 3, 
         spines=SPINES,
         cache_switches=["sp0", "sp1", "sl0", "sl1"],
         servers=["s0", "s1"],
+        leaves=LEAVES,
         mechanism="distcache",
         per_kind=per_kind,
         kinds=kinds,
@@ -49,13 +51,13 @@ def test_a_data_plane_death_is_drawn_per_spine_with_a_length_either_side_of_the_
 def test_every_other_kind_has_no_length_and_keeps_its_schedule_under_a_seed() -> None:
     """New kinds are drawn last: a seed replays the other kinds' faults exactly as before they existed."""
     full = _draw(5)
-    assert PROCESS_KINDS[-2:] == ("spine_dp_dead", "fabric_dp_dead")
-    assert sum(f.kind == "spine_dp_dead" for f in full.faults) == 3
-    assert sum(f.kind == "fabric_dp_dead" for f in full.faults) == 3
-    without = _draw(5, kinds=PROCESS_KINDS[:-2])
-    assert [f for f in full.faults if f.kind not in ("spine_dp_dead", "fabric_dp_dead")] == without.faults
-    assert all(f.hold == 0.0 for f in without.faults)
-    assert [f for f in full.faults if f.kind != "fabric_dp_dead"] == _draw(5, kinds=PROCESS_KINDS[:-1]).faults
+    for kind in PROCESS_KINDS:
+        assert sum(f.kind == kind for f in full.faults) == 3
+    for i in range(len(PROCESS_KINDS)):
+        before = PROCESS_KINDS[:i]
+        assert [f for f in full.faults if f.kind in before] == _draw(5, kinds=before).faults
+    first = PROCESS_KINDS[: PROCESS_KINDS.index("spine_dp_dead")]
+    assert all(f.hold == 0.0 for f in _draw(5, kinds=first).faults)
 
 
 def test_every_spine_dies_at_once_past_the_controllers_detection() -> None:
@@ -77,7 +79,7 @@ def test_the_summary_line_and_the_minimum_of_effects_count_data_plane_deaths() -
     tally.took_effect("spine_dp_dead", "sp1's data plane dead for 1.20 s (84 DistCache packets dropped)")
     assert "spine_dp_dead" not in tally.short_of(1) and "spine_dp_dead" in tally.short_of(2)
     cell = Cell("distcache", ops=10, tally=tally)
-    assert cell.line.endswith(" spine_dp_dead=1 fabric_dp_dead=0") and " hot_shift=0 " in cell.line
+    assert " spine_dp_dead=1 fabric_dp_dead=0 " in cell.line and " hot_shift=0 " in cell.line
 
 
 @pytest.mark.parametrize("per_kind", [0, 1, 4])
@@ -86,3 +88,31 @@ def test_a_schedule_has_per_kind_faults_of_every_process_kind(per_kind: int) -> 
     assert len(sched.faults) == per_kind * len(PROCESS_KINDS)
     assert all(sum(f.kind == k for f in sched.faults) == per_kind for k in PROCESS_KINDS)
     assert [f.at for f in sched.faults] == sorted(f.at for f in sched.faults)
+
+
+def test_every_switch_role_pauses_and_drains_and_each_leaf_kind_targets_leaves() -> None:
+    """Issue 44: storage and client leaves crash, any leaf is drained (``fail --keep-running``) or paused
+    (SIGSTOP for PAUSE_S, either side of the controller's detection), spines too; a shim restarts under a clock
+    stepped back; another client floods the servers with writes."""
+    from dcnet.fault_schedule import DRAIN_S, PAUSE_S
+
+    kinds = ("storage_leaf_crash", "client_leaf_crash", "leaf_keep_running", "leaf_pause", "spine_pause",
+             "spine_keep_running", "shim_clock_back", "write_flood")  # fmt: skip
+    sched = _draw(17, kinds=kinds, per_kind=40)
+    by = {k: [f for f in sched.faults if f.kind == k] for k in kinds}
+    assert {f.target for f in by["storage_leaf_crash"]} == {"sl0", "sl1"}
+    assert {f.target for f in by["client_leaf_crash"]} == {"cl0", "cl1"}
+    assert {f.target for f in by["leaf_pause"]} == set(LEAVES) == {f.target for f in by["leaf_keep_running"]}
+    assert {f.target for f in by["spine_pause"]} == set(SPINES) == {f.target for f in by["spine_keep_running"]}
+    assert {f.target for f in by["shim_clock_back"]} == {"s0", "s1"} and {f.target for f in by["write_flood"]} == {""}
+    for k in ("leaf_pause", "spine_pause"):
+        holds = [f.hold for f in by[k]]
+        assert all(PAUSE_S[0] <= h <= PAUSE_S[1] for h in holds) and PAUSE_S == (0.5, 5.0)
+        assert any(h < 0.5 for h in holds) is False and any(h > 1.0 for h in holds)
+    assert all(DRAIN_S[0] <= f.hold <= DRAIN_S[1] for f in by["leaf_keep_running"] + by["spine_keep_running"])
+    assert all(f.hold == 0.0 for k in ("storage_leaf_crash", "client_leaf_crash", "write_flood") for f in by[k])
+    # a spine's pause and drain stop a spine: the fabric lane; the leaves' faults have a lane of their own
+    assert {LANES[k] for k in ("spine_pause", "spine_keep_running")} == {"fabric"}
+    assert {LANES[k] for k in ("storage_leaf_crash", "client_leaf_crash", "leaf_keep_running", "leaf_pause")} == {
+        "leaves"
+    }

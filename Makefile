@@ -31,7 +31,7 @@ STAMP := .venv/.deps-stamp
 
 .PHONY: deps build constants run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o \
+deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
 	build/p4rt-shell-venv/.installed
 
 $(STAMP): pyproject.toml
@@ -60,7 +60,8 @@ build/dcload: tools/dcload/go.mod $(wildcard tools/dcload/*.go) build/lincheck
 	cd tools/dcload && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/dcload .
 
 # The tc eBPF programs of tools/: the packet fault injector (tools/faultinject; mininet/dcnet/netfaults.py loads
-# it) and make bench-switch's turnaround (tools/turnaround: the veths' ceiling, limit_pps; bench/switch/limit.py).
+# it), make bench-switch's turnaround (tools/turnaround: the veths' ceiling, limit_pps; bench/switch/limit.py) and
+# the cgroup programs that keep BMv2's Thrift server on loopback in a deployment (tools/loopbind; harness/loopbind.py).
 # Debian's clang; asm/types.h lives under the multiarch include directory.
 BPF_CFLAGS := -O2 -g -Wall -target bpf -mcpu=v3 -I/usr/include/$(shell uname -m)-linux-gnu
 define BPF_COMPILE
@@ -73,6 +74,8 @@ endef
 build/faultinject.bpf.o: tools/faultinject/faultinject.bpf.c | $(STAMP)
 	$(BPF_COMPILE)
 build/turnaround.bpf.o: tools/turnaround/turnaround.bpf.c | $(STAMP)
+	$(BPF_COMPILE)
+build/loopbind.bpf.o: tools/loopbind/loopbind.bpf.c | $(STAMP)
 	$(BPF_COMPILE)
 
 # make bench-switch's compiled sender (tools/pktsend, C: one frame offered on an AF_PACKET socket in sendmmsg batches).

@@ -200,6 +200,12 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def join_cgroup(cgroup: Path) -> None:
+    """Move the calling process into ``cgroup`` (cgroup v2; a ``preexec_fn``: the child joins before it execs)."""
+    with open(cgroup / "cgroup.procs", "w") as f:
+        f.write("0")
+
+
 class SwitchProcessError(RuntimeError):
     """A switch process could not be stopped or started; the message says why."""
 
@@ -219,13 +225,15 @@ class SwitchProcesses:
             and all(isinstance(spec.get(k), t) for k, t in shape.items())
             and isinstance(spec.get("realtime", False), bool)
             and all(isinstance(a, str) for a in spec["cmd"])
+            and isinstance(spec.get("cgroup", ""), str)
             and isinstance(spec.get("detach", []), list)
             and all(isinstance(a, str) for a in spec.get("detach", []))
             for spec in self.specs.values()
         ):
             raise SwitchProcessError(
                 f"switch process list {path}: expected an object of switch name -> "
-                "{cmd: [args], pid_file, log, grpc, optional realtime: bool, optional detach: [args]} "
+                "{cmd: [args], pid_file, log, grpc, optional realtime: bool, optional detach: [args], "
+                "optional cgroup} "
                 "(the deployment's switches.json)"
             )
         self._children: dict[str, subprocess.Popen] = {}  # processes started here, reaped when stopped
@@ -293,6 +301,7 @@ class SwitchProcesses:
         spec = self.specs[name]
         if self.running(name):
             raise SwitchProcessError(f"{name} is already running (pid {self.pid(name)})")
+        cgroup = spec.get("cgroup")  # the deployment's loopback-bind cgroup (harness.loopbind), if any
         with open(spec["log"], "ab") as out:
             proc = subprocess.Popen(
                 tied_argv(spec["cmd"]) if self.tied else spec["cmd"],
@@ -300,6 +309,7 @@ class SwitchProcesses:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=(lambda: join_cgroup(Path(cgroup))) if cgroup else None,
             )
         realtime = spec.get("realtime", False)  # raised once it serves: see raise_priority
         write_pid_file(spec["pid_file"], proc.pid)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ from distcache.rpc.controller import (
     change_summary,
 )
 from harness import runs
+from harness.loopbind import LoopbackCgroup, LoopbindError
 from harness.p4c import CompileError, compile_v1model
 from harness.ports import ReservedPorts
 from harness.processes import (
@@ -130,6 +132,7 @@ class Deployment:
         self.breaks = tuple(breaks)  # tests/breaks.py's deliberate breaks, armed in the shims and the controller
         self.run_dir = run_dir or new_run_dir()
         self._registration: Path | None = None
+        self._loopbind: LoopbackCgroup | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
         self.net: Mininet | None = None
@@ -180,9 +183,17 @@ class Deployment:
         p4info_path, device_config = pipeline_files(self.target, self.run_dir)
         if self.pcap:
             (self.run_dir / "pcap").mkdir(exist_ok=True)
+        if self.target == "bmv2":
+            # BMv2's Thrift server listens on every address it can: its processes run in a cgroup that keeps
+            # their TCP servers on loopback (harness.loopbind)
+            try:
+                self._loopbind = LoopbackCgroup(f"dcloopbind-{os.getpid()}")
+            except LoopbindError as e:
+                raise DeploymentError(f"cannot keep BMv2's Thrift port on loopback: {e}") from None
         switch = partial(
             P4RuntimeSwitch,
             run_dir=str(self.run_dir),
+            cgroup=str(self._loopbind.path) if self._loopbind is not None else None,
             target=self.target,
             pcap=self.pcap,
             switch_log=self.switch_log,
@@ -496,6 +507,9 @@ class Deployment:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()
+        if self._loopbind is not None:
+            self._loopbind.close()
+            self._loopbind = None
         if self._registration is not None:
             runs.unregister(self._registration)
             self._registration = None

@@ -21,7 +21,15 @@ from pathlib import Path
 from mininet.node import Switch
 
 from distcache import p4names
-from harness.processes import is_ours, pid_alive, raise_priority, read_pid_file, wait_for_port, write_pid_file
+from harness.processes import (
+    is_ours,
+    join_cgroup,
+    pid_alive,
+    raise_priority,
+    read_pid_file,
+    wait_for_port,
+    write_pid_file,
+)
 from harness.switch import BMV2_FAST_SWITCH, BMV2_SWITCH, SwitchSpec
 from p4rt.probes import probe_interfaces
 
@@ -89,6 +97,7 @@ class P4RuntimeSwitch(Switch):
         extra_args: tuple[str, ...] = (),
         spine: bool = False,
         probe_port: bool = False,
+        cgroup: str | None = None,
         **params: object,
     ) -> None:
         """``spine``: a spine, whose silence its leaves measure.  It runs at a real-time priority
@@ -103,7 +112,8 @@ class P4RuntimeSwitch(Switch):
         SCHED_RR: 0 deaths in four quiet runs, at 1,412-1,545 ops/s against 1,548-1,610.  Not the logging
         build: ~5x slower per packet, its spines at SCHED_RR starved the rest (~950 -> ~700 ops/s).
         ``probe_port``: a leaf's PROBE_PORT on a veth whose peer, in the root namespace too, is where its
-        probe source writes (p4rt.probes.probe_interfaces); no host is linked to it."""
+        probe source writes (p4rt.probes.probe_interfaces); no host is linked to it.  ``cgroup``: the process
+        starts in this cgroup (harness.loopbind: BMv2's Thrift server then listens on loopback only)."""
         params.setdefault("dpid", f"{device_id:016x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
@@ -117,6 +127,7 @@ class P4RuntimeSwitch(Switch):
         self.probe_ifaces = probe_interfaces(name) if probe_port else None
         self.proc: subprocess.Popen | None = None
         self._cmd: list[str] = []
+        self.cgroup = Path(cgroup) if cgroup else None
 
     def command(self) -> list[str]:
         """The switch process's command line (one shape for both targets: :class:`harness.switch.SwitchSpec`)."""
@@ -158,15 +169,21 @@ class P4RuntimeSwitch(Switch):
             self.cmd(f"ethtool -K {iface} tx off rx off >/dev/null 2>&1")
             # the port is the switch's, not the root namespace's: no IPv6 on it, and strict reverse-path
             # filtering, so nothing a host sends through it is taken in (or forwarded) by the root
-            # namespace, where the control plane listens (BMv2's Thrift server on every address included)
+            # namespace, where the control plane listens (on loopback: BMv2's Thrift server too, harness.loopbind)
             self.cmd(f"sysctl -qw net.ipv6.conf.{iface}.disable_ipv6=1 net.ipv4.conf.{iface}.rp_filter=1")
         if self.probe_ifaces:
             self.cmd(f"ip link set {self.probe_ifaces[0]} up && ip link set {self.probe_ifaces[1]} up")
         out = open(self.run_dir / f"{self.name}.out", "wb")  # noqa: SIM115 - lives as long as the process
         self._cmd = self.command()  # what stop() recognizes the process by (Mininet may delete the ports first)
         self.realtime = self._cmd[0] == BMV2_FAST_SWITCH if self.target == "bmv2" else self.spine
+        cgroup = self.cgroup
         self.proc = subprocess.Popen(
-            self._cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            self._cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=(lambda: join_cgroup(cgroup)) if cgroup is not None else None,
         )
         out.close()
         write_pid_file(self.pid_file, self.proc.pid)
@@ -199,6 +216,7 @@ class P4RuntimeSwitch(Switch):
             "grpc": f"127.0.0.1:{self.grpc_port}",
             "realtime": self.realtime,
             **({"detach": detach} if (detach := self.switch_spec().detach_argv()) is not None else {}),
+            **({"cgroup": str(self.cgroup)} if self.cgroup is not None else {}),
         }
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature

@@ -272,7 +272,12 @@ class Failover(Monitor, Configuration):
                 self.instruments.failover_seconds.observe(self.state.last_failover_s)
             if stopped:
                 assert self.procs is not None
-                self.procs.stop(name)
+                try:
+                    self.procs.stop(name)
+                except SwitchProcessError as e:  # failed over all the same; its data plane may live on
+                    log.error("%s: %s", name, e)
+                    self._save()
+                    raise ControllerError(f"{name} is out of service but {e}; take it down by hand") from None
                 self.health[name].alive = False
             self._save()
         what = "process stopped" if stopped else "out of service, its process keeps running"

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.switch import BMV2_COMPILER, P4_V1MODEL, REPO
+from harness.switch import BMV2_COMPILER, P4_V1MODEL, REPO, how_to_get
 
 P4SRC = REPO / "p4src"
 CACHE = REPO / "build" / "p4c"
@@ -47,7 +47,7 @@ def compile_v1model(source: Path = P4_V1MODEL) -> V1modelBuild:
     this content never was)."""
     compiler = shutil.which(BMV2_COMPILER)
     if compiler is None:
-        raise CompileError(f"{BMV2_COMPILER} is not on PATH: install ../shared/p4tool (its README says how)")
+        raise CompileError(how_to_get([BMV2_COMPILER]))
     out = CACHE / _digest(compiler, source)
     build = V1modelBuild(out / "distcache.p4info.txtpb", out / "distcache.json")
     if build.p4info.exists() and build.json.exists():

@@ -27,13 +27,34 @@ TARGETS = ("softswitch", "bmv2", "ebpf")  # ebpf: softswitch's server over the P
 BMV2_SWITCH, BMV2_COMPILER = "simple_switch_grpc", "p4c-bm2-ss"
 P4_V1MODEL = REPO / "p4src" / "v1model" / "distcache.p4"  # the program's v1model top (BMv2's; p4src/include shared)
 P4_PSA = REPO / "p4src" / "psa" / "distcache.p4"  # its PSA top (p4c-ebpf)
-# the same BMv2 built at -O3 without its logging macros (../shared/p4tool installs both): ~5.5x the packets
+# the same BMv2 built at -O3 without its logging macros, where a user installed one: ~5.5x the packets
 BMV2_FAST_SWITCH = "simple_switch_grpc-fast"
 BMV2_PACKET_LOG_LEVELS = ("trace", "debug")  # what only the logging build writes: a line per packet step
 GRPC_ADDR = "127.0.0.1:9559"  # a loopback address: BMv2's default 0.0.0.0 would face every network
 THRIFT_PORT = 9090  # BMv2's debug CLI
 DEVICE_ID = 1
 CPU_PORT = p4names.CPU_PORT  # packet-out enters here (the P4 parser's CPU_PORT); 511 is BMv2's drop port
+
+
+# p4c, BMv2 and p4c-ebpf are p4lang's tools, installed the way p4lang documents; this project never ships them
+P4C_INSTALL = "https://github.com/p4lang/p4c#installing-packaged-versions-of-p4c"
+BMV2_INSTALL = "https://github.com/p4lang/behavioral-model#installing-bmv2"
+
+
+def how_to_get(tools: Sequence[str]) -> str:
+    """One line: which of ``tools`` (binaries missing from PATH) come from where -- p4c's compilers and BMv2
+    from p4lang (their install instructions), clang and llc from Debian (``make deps`` installs them)."""
+    p4c = [t for t in tools if t.startswith("p4c")]
+    bmv2 = [t for t in tools if t.startswith("simple_switch")]
+    other = [t for t in tools if t not in p4c and t not in bmv2]
+    parts = []
+    if p4c:
+        parts.append(f"{', '.join(p4c)}: install p4c as p4lang documents ({P4C_INSTALL})")
+    if bmv2:
+        parts.append(f"{', '.join(bmv2)}: install BMv2 with P4Runtime support as p4lang documents ({BMV2_INSTALL})")
+    if other:
+        parts.append(f"{', '.join(other)}: apt-get install clang llvm (make deps does)")
+    return f"missing from PATH: {'; '.join(parts)}"
 
 
 class SwitchStartError(RuntimeError):

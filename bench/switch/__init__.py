@@ -4,7 +4,7 @@ Why: ``make bench`` times softswitch's pipeline alone; this measures a whole
 switch process (packet I/O, pipeline, locks, the P4Runtime server beside it)
 the way it runs in a deployment, with the other targets beside it under the
 same load in the same run -- BMv2 (its fast build, ``simple_switch_grpc-fast``
-from ``../shared/p4tool``, where installed; else the logging build, and the run
+where a user installed it; else the logging build, and the run
 says so) and the kernel target (``ebpf``: p4c-ebpf's build of the same P4 on
 the ports' TC hooks) -- and, as the ceiling of the veths themselves, a program
 that only turns reads around (the limit), so every figure can be judged by its

@@ -47,7 +47,7 @@ from bench.switch.measure import PathResult, run_path, shared
 from bench.switch.namespace import Namespace
 from bench.switch.profile import profile_hits
 from bench.switch.report import figures, render, summary_lines
-from harness.switch import BMV2_COMPILER, BMV2_FAST_SWITCH, BMV2_SWITCH, TARGETS, bmv2_binary
+from harness.switch import BMV2_COMPILER, BMV2_FAST_SWITCH, BMV2_SWITCH, TARGETS, bmv2_binary, how_to_get
 
 
 def bench_target(
@@ -181,7 +181,7 @@ def check_targets(choice: str | None) -> list[str]:
     if "bmv2" in targets and bmv2_binary(None) != BMV2_FAST_SWITCH:
         err.log(
             f"[yellow]{BMV2_FAST_SWITCH} is not on PATH: BMv2 is measured as its logging build {BMV2_SWITCH}, "
-            "several times slower (../shared/p4tool/install.sh installs both)[/]"
+            "several times slower (a build without its logging macros, where installed, is the fast one)[/]"
         )
     return targets
 
@@ -190,14 +190,14 @@ def _missing(target: str) -> str | None:
     """What ``target`` needs that is not here ("needs ...", one line), or None."""
     if target == "bmv2":
         if not all(shutil.which(b) for b in (BMV2_SWITCH, BMV2_COMPILER)):
-            return f"needs {BMV2_SWITCH} and {BMV2_COMPILER} on PATH (../shared/p4tool/install.sh)"
+            return how_to_get([b for b in (BMV2_SWITCH, BMV2_COMPILER) if not shutil.which(b)])
         if not (BMV2_JSON.exists() and BMV2_P4INFO.exists()):
             return f"needs {BMV2_JSON.relative_to(REPO)} and {BMV2_P4INFO.relative_to(REPO)}: run make build"
     elif target == "ebpf":
         from softswitch.ebpf.build import missing_tools
 
         if missing := missing_tools():
-            return f"needs {', '.join(missing)} (../shared/p4tool/install.sh, make deps)"
+            return how_to_get(missing)
     elif target == LIMIT:
         return limit.missing()
     return None

@@ -30,7 +30,7 @@ from harness.processes import (
     wait_for_port,
     write_pid_file,
 )
-from harness.switch import BMV2_FAST_SWITCH, BMV2_SWITCH, SwitchSpec
+from harness.switch import BMV2_COMPILER, BMV2_FAST_SWITCH, BMV2_SWITCH, SwitchSpec, how_to_get
 from p4rt.probes import probe_interfaces
 
 TARGETS = ("softswitch", "bmv2", "ebpf")
@@ -70,14 +70,11 @@ def check_target(target: str) -> None:
         done = subprocess.run(check, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             missing = done.stderr.strip().removeprefix("softswitch: missing ").split()
-            raise TargetMissingError(
-                f"TARGET=ebpf needs {', '.join(missing) or 'its build tools'} on PATH (../shared/p4tool installs "
-                "p4c-ebpf; Debian's clang and llvm the rest: `make deps`). Use TARGET=softswitch."
-            )
+            raise TargetMissingError(f"TARGET=ebpf: {how_to_get(missing or ['p4c-ebpf'])}. Use TARGET=softswitch.")
     if target == "bmv2" and shutil.which(BMV2_SWITCH) is None:
+        missing = [b for b in (BMV2_SWITCH, BMV2_COMPILER) if shutil.which(b) is None]
         raise TargetMissingError(
-            "TARGET=bmv2 needs simple_switch_grpc on PATH (BMv2 built with P4Runtime support) and a pipeline "
-            "compiled by p4c-bm2-ss (`make build`); neither ships with this project. Use TARGET=softswitch."
+            f"TARGET=bmv2: {how_to_get(missing)}; then `make build` compiles the pipeline. Use TARGET=softswitch."
         )
 
 

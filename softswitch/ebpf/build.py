@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.switch import how_to_get
+
 REPO = Path(__file__).resolve().parents[2]
 P4_PSA = REPO / "p4src" / "psa" / "distcache.p4"
 CACHE = REPO / "build" / "ebpf"  # cached(): one directory per distinct build
@@ -56,7 +58,7 @@ def runtime_dir() -> Path:
         return Path(env)
     exe = shutil.which(P4C_EBPF)
     if exe is None:
-        raise BuildError(f"{P4C_EBPF} is not on PATH: install ../shared/p4tool (its README says how)")
+        raise BuildError(how_to_get([P4C_EBPF]))
     return Path(exe).resolve().parents[1] / "share" / "p4c" / "ebpf" / "runtime"
 
 

@@ -4,7 +4,9 @@ A short seeded cell of ``make linearizability``'s matrix on each target: DistCac
 fault of every kind (packet loss, bursts, duplicates and reordering by the eBPF injector,
 spine crashes, operator failovers, controller crashes also mid-failover, a spine's data plane
 dead while its P4Runtime server answers, agent, shim and Redis restarts with and without state,
-mechanism changes, a hot-set shift) must record no
+mechanism changes, a hot-set shift; and, issue 44, storage- and client-leaf crashes, drains of leaves
+and spines (``fail --keep-running``), paused switch processes, a shim restarted under a clock stepped
+back, a write flood) must record no
 violation, no stale or wrong read, and put at least 20 write-read pairs at risk.  That each check
 catches a protocol broken on purpose is tests/e2e/test_e2e_breaks.py's.
 """

@@ -47,6 +47,7 @@ from harness.switch import (
     SwitchProcess,
     SwitchSpec,
     SwitchStartError,
+    how_to_get,
     source_env,
 )
 from harness.switch import CPU_PORT as CPU_PORT  # where the tests' packet-outs enter (test_p4_constants)
@@ -275,15 +276,12 @@ def check_target(target: str) -> None:
     if target == "bmv2":
         missing = [b for b in (BMV2_SWITCH, BMV2_COMPILER) if shutil.which(b) is None]
         if missing:
-            raise SetupError(
-                f"--target bmv2 needs {' and '.join(missing)} on PATH (BMv2 built with P4Runtime "
-                "support and p4c); use --target softswitch"
-            )
+            raise SetupError(f"--target bmv2: {how_to_get(missing)}; or use --target softswitch")
     if target == "ebpf":
         from softswitch.ebpf import build
 
         if missing := build.missing_tools():
-            raise SetupError(f"--target ebpf needs {', '.join(missing)} on PATH (../shared/p4tool installs p4c-ebpf)")
+            raise SetupError(f"--target ebpf: {how_to_get(missing)}")
     for tool in ("ip", "ethtool", "sysctl"):
         if shutil.which(tool) is None:
             raise SetupError(f"{tool} is not installed")

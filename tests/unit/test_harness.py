@@ -135,6 +135,17 @@ def test_a_profile_counts_the_main_thread_and_leaves_torn_stacks_out(tmp_path: P
     assert p["category_percent"] == {"parsing": 66.7, "other": 33.3}
 
 
+def test_a_missing_p4_tool_is_one_line_saying_where_users_get_it() -> None:
+    """p4c, BMv2 and p4c-ebpf are p4lang's, installed as p4lang documents; never a bundle of this project's."""
+    from harness.switch import BMV2_INSTALL, P4C_INSTALL, how_to_get
+
+    line = how_to_get(["simple_switch_grpc", "p4c-bm2-ss", "p4c-ebpf", "llc"])
+    assert "\n" not in line and line.startswith("missing from PATH: ")
+    assert f"p4c-bm2-ss, p4c-ebpf: install p4c as p4lang documents ({P4C_INSTALL})" in line
+    assert f"simple_switch_grpc: install BMv2 with P4Runtime support as p4lang documents ({BMV2_INSTALL})" in line
+    assert "llc: apt-get install clang llvm" in line and "shared" not in line
+
+
 def test_only_the_kernel_target_names_a_command_that_takes_its_data_plane_down() -> None:
     """A kernel switch's programs outlive its process; the others' data planes die with it."""
     ports = [(1, "veth1"), (2, "veth3")]

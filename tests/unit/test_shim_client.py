@@ -609,7 +609,8 @@ def test_a_shim_restarted_without_state_populates_no_spine_before_it_has_the_dow
         link = ShimLink(shim.control_addr)
         assert link.populate(wire_key("k"), SPINE, 1, 1) == "down"
         assert link.populate(wire_key("k"), LEAF, 1, 1) == "valid"
-        assert peer.ops() == [(Op.INVALIDATE, peer.seen[0][0].seq), (Op.UPDATE, peer.seen[0][0].seq)]  # leaf's
+        seq = peer.seen[0][0].seq  # the leaf's populate (retransmitted, on a loaded machine, before its ack came)
+        assert set(peer.ops()) == {(Op.INVALIDATE, seq), (Op.UPDATE, seq)}
         link.partition([SPINE] * N_SPINE_BUCKETS)  # the controller's push (no spine down)
         assert link.populate(wire_key("k"), SPINE, 1, 2) == "valid"
     finally:

@@ -8,7 +8,7 @@ import logging
 
 import grpc
 
-from controller.core import DEATH_DIGESTS, WRITE_TIMEOUT, Core, why
+from controller.core import DEATH_DIGESTS, FENCE_TIMEOUT, PROBE_TIMEOUT, WRITE_TIMEOUT, Core, why
 from distcache import p4names as n
 from distcache.api import agent_pb2
 from distcache.cluster import Role, Switch, is_cache_switch
@@ -98,7 +98,7 @@ class Configuration(Core):
         fence = liveness_config(self.cluster, live)
 
         def one(sw: Switch) -> None:
-            self.leaves[sw.name].set_default(fence.table, fence.action, fence.params_dict)
+            self.leaves[sw.name].set_default(fence.table, fence.action, fence.params_dict, timeout=FENCE_TIMEOUT)
             self._leaf_live[sw.name] = self._leaf_live.get(sw.name, frozenset(self.spine_ids())) & live
 
         jobs = {
@@ -115,6 +115,12 @@ class Configuration(Core):
                 failed.add(name)
                 log.error("%s: not fenced: %s", name, why(e))
         return failed
+
+    def _answers(self, sw: Switch) -> bool:
+        """Whether switch ``sw``'s P4Runtime server answers a probe now (one without a reader yet counts as
+        answering: bringing it up waits for it, briefly)."""
+        reader = self.readers.get(sw.name)
+        return reader is None or reader.probe(PROBE_TIMEOUT)
 
     def _session_ok(self, name: str) -> bool:
         """Whether client leaf ``name`` has a primary session that is up and whose last write did not fail
@@ -149,10 +155,12 @@ class Configuration(Core):
                 if h.agent_alive is False:
                     raise ConnectionError("waiting for its agent to answer (its last Status did not come back)")
                 self._configure_agent(sw, replicated)
+            elif not self._answers(sw):  # paused or wedged: not waited for under the lock, retried every RETRY s
+                raise ConnectionError(f"its P4Runtime server does not answer a probe within {PROBE_TIMEOUT:g} s")
             elif self._session_ok(sw.name):
                 self._apply_leaf(sw, self.leaves[sw.name], replicated)
             else:  # never reached, or its last write failed: a new session (it may have lost mastership)
-                self._bring_up_client_leaf(sw, replicated=replicated)
+                self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2, replicated=replicated)
 
         jobs = {
             sw.name: self._pool.submit(one, sw)

@@ -56,6 +56,11 @@ RETRY = 1.0  # a configuration that failed, or a recovery that could not finish 
 # Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
 READ_TIMEOUT = 1.0  # a P4Runtime read (counters) by the monitor or the Status API
 WRITE_TIMEOUT = 10.0  # one P4Runtime call to a client leaf (a partition change is one Write per table)
+# a failover's fence of one client leaf (one default write): a leaf that does not take it this soon (paused,
+# wedged) is noted stale and fenced again by the reconciler, and the failover waits for it without the lock
+# held (before: the write's 10 s, and a new session's 15 s, with the lock held -- a paused client leaf kept
+# every other failure from being declared for that long)
+FENCE_TIMEOUT = 1.0
 AGENT_STATUS_TIMEOUT = 1.0  # an agent's Status: past it the agent is reported "not answering"
 AGENT_TIMEOUT = 10.0  # an agent's Configure, Flush, Cache, Evict (Configure may push a pipeline)
 

@@ -352,13 +352,16 @@ class SwitchConnection:
         return self.p4info
 
     # -- writes ------------------------------------------------------------------------
-    def write(self, updates: list[tuple[p4r.Update.Type.ValueType, p4r.TableEntry]]) -> None:
-        """Apply (update type, entry) pairs in one Write; raise on any failure."""
+    def write(
+        self, updates: list[tuple[p4r.Update.Type.ValueType, p4r.TableEntry]], timeout: float | None = None
+    ) -> None:
+        """Apply (update type, entry) pairs in one Write; raise on any failure.  ``timeout``: this call's
+        deadline instead of the connection's."""
         req = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
         for kind, entry in updates:
             u = req.updates.add(type=kind)
             u.entity.table_entry.CopyFrom(entry)
-        self._call(self.stub.Write, req, "Write")
+        self._call(self.stub.Write, req, "Write", timeout)
 
     def insert(self, table: str, match: dict, action: str, params: dict | None = None, priority: int = 0) -> None:
         e = self._need_p4info().table_entry(table, match, action, params, priority)
@@ -372,9 +375,9 @@ class SwitchConnection:
         e = self._need_p4info().match_entry(table, match, priority)
         self.write([(p4r.Update.DELETE, e)])
 
-    def set_default(self, table: str, action: str, params: dict | None = None) -> None:
+    def set_default(self, table: str, action: str, params: dict | None = None, timeout: float | None = None) -> None:
         e = self._need_p4info().table_entry(table, {}, action, params, default=True)
-        self.write([(p4r.Update.MODIFY, e)])
+        self.write([(p4r.Update.MODIFY, e)], timeout)
 
     # -- meters ------------------------------------------------------------------------
     def set_meter(self, name: str, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
@@ -532,9 +535,9 @@ class SwitchConnection:
         except grpc.RpcError as e:
             raise P4RuntimeError(f"{self.name}: Read failed: {e.code().name}: {e.details()}", e.code().name) from None
 
-    def _call(self, method, req, what: str):  # noqa: ANN001, ANN202
+    def _call(self, method, req, what: str, timeout: float | None = None):  # noqa: ANN001, ANN202
         try:
-            return method(req, timeout=self.timeout)
+            return method(req, timeout=timeout if timeout is not None else self.timeout)
         except grpc.RpcError as e:
             text, codes = _details(e)
             # a batch's status is UNKNOWN by the spec; when its failures agree, report their code

@@ -254,7 +254,8 @@ class Faults:
     def write_flood(self, _: str) -> str:
         """Another client floods the storage servers with writes of keys of their own (and reads them back,
         judged by its own oracle) for a few seconds, beside the recorded clients: queues, dedup and coherence
-        under load.  Took effect if the flood's writes were acknowledged."""
+        under load.  Took effect if the storage servers acknowledged its writes or refused requests for load
+        (rate limit, in-flight bound: under NoCache the recorded clients alone keep them near their rate)."""
         self.floods += 1
         host = self.cluster.client(self.cluster.client_racks - 1, self.cluster.clients_per_rack - 1)
         cfg = {
@@ -268,17 +269,34 @@ class Faults:
             "seed": 1000 + self.floods,
         }
         report: dict = {}
+        refused = -self._load_refusals()
         for line in self.dep.bench(host, cfg):
             if line.get("type") == "report":
                 report = line
+        refused += self._load_refusals()
         if report.get("stale", 0) > 0 or report.get("wrong", 0) > 0:
             raise DeploymentError(
                 f"the flood's own reads: {report['stale']} stale, {report['wrong']} wrong: {report.get('findings')}"
             )
         acked = int(report.get("writes", 0)) - int(report.get("failed_writes", 0))
-        if acked <= 0:
-            raise DeploymentError(f"the flood had no write acknowledged ({report.get('errors')})")
-        return f"{acked} writes acknowledged in {report.get('seconds', 0):.1f} s by another client ({host.name})"
+        if acked <= 0 and refused <= 0:
+            raise DeploymentError(f"the flood had no write acknowledged and none refused ({report.get('errors')})")
+        return (
+            f"{acked} writes acknowledged in {report.get('seconds', 0):.1f} s by another client ({host.name}), "
+            f"{max(0, refused)} requests refused by the servers for load"
+        )
+
+    def _load_refusals(self) -> int:
+        """Requests the storage servers refused for load so far (rate limit, in-flight bound), over the shims
+        that answer (one restarting starts its counters again: counted as 0 then)."""
+        total = 0
+        for h in self.cluster.servers():
+            try:
+                errors = ShimLink(self.dep.shim_control(h)).stats().get("errors", {})
+            except ShimUnavailableError:
+                continue
+            total += int(errors.get("rate_limited", 0)) + int(errors.get("overload", 0))
+        return total
 
     @staticmethod
     def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:

@@ -328,3 +328,24 @@ def test_a_switch_load_is_never_negative_after_its_counters_restart(tmp_path: Pa
         assert ctl.load("sp0") == 0.0
     finally:
         ctl.close()
+
+
+def test_a_client_leaf_that_does_not_answer_is_not_waited_for_under_the_lock(tmp_path: Path) -> None:
+    """A paused client leaf (SIGSTOP; its port accepts connections and answers nothing) is left to the
+    reconciler's retries: a failover's configuration does not wait out a new session's 15 s for it with the
+    lock held, during which no other failure was declared (the fault matrix's leaf_pause found it)."""
+    free = free_tcp_port()
+    cluster = cluster_on_port(free, 128, spines=2)  # cl0's P4Runtime port
+    ctl = _offline_controller(tmp_path, cluster)
+    cl0 = next(s for s in cluster.switches() if s.role == Role.CLIENT_LEAF)
+    assert cl0.grpc_port == free
+    try:
+        with socket.socket() as silent:  # accepts connections, never answers
+            silent.bind(("127.0.0.1", free))
+            silent.listen()
+            ctl.readers[cl0.name] = ctl._reader(cl0)
+            failed = ctl._configure({Role.CLIENT_LEAF})
+        assert list(failed) == [cl0.name] and "does not answer a probe" in failed[cl0.name], failed
+        assert cl0.name in ctl._stale  # the reconciler tries it again every RETRY s
+    finally:
+        ctl.close()

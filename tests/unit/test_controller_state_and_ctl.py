@@ -198,7 +198,7 @@ def test_a_failovers_fence_never_waits_behind_a_warm_up(tmp_path: Path) -> None:
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def set_default(self, *_: object) -> None:
+        def set_default(self, *_: object, **__: object) -> None:
             fenced.append(self.name)
 
         def close(self) -> None:

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.fault_schedule import Fault, Tally
 from dcnet.netfaults import FaultConfig, PacketFaults
+from distcache.api import controller_pb2
 from distcache.cluster import Host
+from distcache.rpc.controller import ControllerUnreachableError
 from distcache.rpc.shim import ShimLink, ShimUnavailableError
 from harness.processes import SwitchProcesses
 
@@ -103,7 +105,7 @@ class Faults:
     def spine_crash(self, spine: str) -> str:
         self.procs.stop(spine)
         self.dep.wait_switch(spine, failed=True)
-        detected = self.dep.controller.ctl.status().last_detection_s  # type: ignore[union-attr]
+        detected = self._status().last_detection_s
         self.procs.start(spine)
         self.dep.wait_switch(spine, failed=False)
         return f"{spine} killed, declared dead after {detected:.2f} s, back by itself"
@@ -134,8 +136,7 @@ class Faults:
         if self.packets is None:
             raise DeploymentError("no packet injector in this cell")
         ports = sorted(p for spine in spines for p in switch_ports(self.dep, spine))
-        ctl = self.dep.controller.ctl  # type: ignore[union-attr]
-        st = ctl.status()
+        st = self._status()
         failed_before, failovers = {s.name for s in st.switches if s.failed}, st.failovers
         self.packets.configure(DP_DEAD, ports=ports)
         try:
@@ -149,7 +150,7 @@ class Faults:
         # the controller reads the leaves' probe counters every 50 ms: a death it caught is declared by now
         deadline, declared = time.monotonic() + DP_DETECT_S, set[str]()
         while time.monotonic() < deadline:
-            st = ctl.status()
+            st = self._status()
             declared |= {s.name for s in st.switches if s.name in spines and s.failed and s.name not in failed_before}
             if len(spines) == 1 and st.failovers > failovers:
                 declared.add(spines[0])  # failed over and already recovered between two looks
@@ -220,14 +221,13 @@ class Faults:
         pid = self.procs.pid(name)
         if pid is None:
             raise DeploymentError(f"{name} has no running process to pause")
-        ctl = self.dep.controller.ctl  # type: ignore[union-attr]
         declared = False
         os.killpg(pid, signal.SIGSTOP)
         try:
             deadline = time.monotonic() + hold
             while time.monotonic() < deadline:
                 if not declared:
-                    declared = any(s.name == name and s.failed for s in ctl.status().switches)
+                    declared = any(s.name == name and s.failed for s in self._status(0.2).switches)
                 time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         finally:
             os.killpg(pid, signal.SIGCONT)
@@ -297,6 +297,21 @@ class Faults:
                 continue
             total += int(errors.get("rate_limited", 0)) + int(errors.get("overload", 0))
         return total
+
+    def _status(self, timeout: float = 30.0) -> controller_pb2.ClusterStatus:
+        """The controller's status, asked again while it restarts (another lane's fault); a status with no
+        switch failed if it does not answer within ``timeout`` s (a pause's look while the controller is
+        down: the pause goes on all the same)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.dep.controller.ctl.status()  # type: ignore[union-attr]
+            except ControllerUnreachableError:
+                if time.monotonic() > deadline:
+                    if timeout < 1.0:
+                        return controller_pb2.ClusterStatus()
+                    raise
+                time.sleep(0.1)
 
     @staticmethod
     def _until_done(command: Callable[[], str], timeout: float = 60.0) -> int:

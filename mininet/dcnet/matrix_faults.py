@@ -27,6 +27,7 @@ from harness.processes import SwitchProcesses
 # a spine's dead data plane (spine_dp_dead): every DistCache packet to and from it, on both ends of its links
 DP_DEAD = FaultConfig(match="distcache", drop=1.0)
 DP_DETECT_S = 1.0  # after a death: how long the controller may still take to declare it (probe checks lag)
+FLOOD_CONCURRENCY = 48  # a write flood's requests in flight, dealt over the client hosts
 
 
 def _fabric_links(dep: Deployment) -> list[tuple[object, object]]:
@@ -252,37 +253,52 @@ class Faults:
         return f"shim {name} killed, restarted under a clock an hour back, view back"
 
     def write_flood(self, _: str) -> str:
-        """Another client floods the storage servers with writes of keys of their own (and reads them back,
-        judged by its own oracle) for a few seconds, beside the recorded clients: queues, dedup and coherence
-        under load.  Took effect if the storage servers acknowledged its writes or refused requests for load
-        (rate limit, in-flight bound: under NoCache the recorded clients alone keep them near their rate)."""
+        """Another client on every client host floods the storage servers with writes of keys of its own (and
+        reads them back, judged by its own oracle) for a few seconds, beside the recorded clients: queues,
+        dedup and coherence under load.  From every client rack at once, so a leaf fault in another lane
+        (one rack's leaf paused or down) leaves the others flooding.  Took effect if the storage servers
+        acknowledged its writes or refused requests for load (rate limit, in-flight bound)."""
         self.floods += 1
-        host = self.cluster.client(self.cluster.client_racks - 1, self.cluster.clients_per_rack - 1)
-        cfg = {
-            "keys": 200,
-            "zipf": 0.99,
-            "read_ratio": 0.3,
-            "duration": 3.0,
-            "load_keys": 0,
-            "concurrency": 48,
-            "prefix": f"flood{self.floods}-",
-            "seed": 1000 + self.floods,
-        }
-        report: dict = {}
+        hosts = [self.cluster.client(r, self.cluster.clients_per_rack - 1) for r in range(self.cluster.client_racks)]
+        reports: dict[str, dict] = {}
+        failures: list[str] = []
+
+        def flood(i: int, host: Host) -> None:
+            cfg = {
+                "keys": 200,
+                "zipf": 0.99,
+                "read_ratio": 0.3,
+                "duration": 3.0,
+                "load_keys": 0,
+                "concurrency": max(1, FLOOD_CONCURRENCY // len(hosts)),
+                "prefix": f"flood{self.floods}-{i}-",
+                "seed": 1000 * self.floods + i,
+            }
+            try:
+                for line in self.dep.bench(host, cfg):
+                    if line.get("type") == "report":
+                        reports[host.name] = line
+            except DeploymentError as e:
+                failures.append(str(e))
+
         refused = -self._load_refusals()
-        for line in self.dep.bench(host, cfg):
-            if line.get("type") == "report":
-                report = line
+        threads = [threading.Thread(target=flood, args=(i, h), daemon=True) for i, h in enumerate(hosts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
         refused += self._load_refusals()
-        if report.get("stale", 0) > 0 or report.get("wrong", 0) > 0:
+        bad = {name: r for name, r in reports.items() if r.get("stale", 0) > 0 or r.get("wrong", 0) > 0}
+        if bad:
             raise DeploymentError(
-                f"the flood's own reads: {report['stale']} stale, {report['wrong']} wrong: {report.get('findings')}"
+                f"the flood's own reads were stale or wrong: {[r.get('findings') for r in bad.values()]}"
             )
-        acked = int(report.get("writes", 0)) - int(report.get("failed_writes", 0))
+        acked = sum(int(r.get("writes", 0)) - int(r.get("failed_writes", 0)) for r in reports.values())
         if acked <= 0 and refused <= 0:
-            raise DeploymentError(f"the flood had no write acknowledged and none refused ({report.get('errors')})")
+            why = "; ".join(failures) or str([r.get("errors") for r in reports.values()])
+            raise DeploymentError(f"the flood had no write acknowledged and none refused ({why})")
         return (
-            f"{acked} writes acknowledged in {report.get('seconds', 0):.1f} s by another client ({host.name}), "
+            f"{acked} writes acknowledged in 3 s by other clients on {', '.join(h.name for h in hosts)}, "
             f"{max(0, refused)} requests refused by the servers for load"
         )
 

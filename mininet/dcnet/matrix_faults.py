@@ -436,7 +436,6 @@ class Faults:
         history's keys where those are colder).  Took effect if the caches inserted or evicted keys meanwhile."""
         self.shifts += 1
         before = self._churn()
-        host = self.cluster.client(0, self.cluster.clients_per_rack - 1)
         cfg = {
             "keys": 6,
             "zipf": 0.0,
@@ -447,8 +446,19 @@ class Faults:
             "prefix": f"shift{self.shifts}-",
             "seed": self.shifts,
         }
-        for _line in self.dep.bench(host, cfg):
-            pass
+        # from the first client rack whose workload runs through: another lane may have a rack's leaf paused or
+        # down, and a workload that cannot load its keys exits
+        tried: list[str] = []
+        for rack in range(self.cluster.client_racks):
+            host = self.cluster.client(rack, self.cluster.clients_per_rack - 1)
+            try:
+                for _line in self.dep.bench(host, cfg):
+                    pass
+                break
+            except DeploymentError as e:
+                tried.append(str(e))
+        else:
+            raise DeploymentError("; ".join(tried))
         after = self._churn()
         # an agent restarted meanwhile starts its counters again: count the agents that answered both times
         inserted = sum(max(0, after[n][0] - before[n][0]) for n in after.keys() & before.keys())

@@ -197,7 +197,6 @@ def get(
             json.dumps(
                 {
                     "key": _text(wkey)[0],
-                    "key_encoding": _text(wkey)[1],
                     "found": r.value is not None,
                     "value": value,
                     "encoding": enc,
@@ -205,6 +204,7 @@ def get(
                     "served_by": r.served_by,
                     "latency_us": round(r.latency * 1e6),
                     "attempts": r.attempts,
+                    "key_encoding": _text(wkey)[1],  # last: the fields before it kept their order
                 }
             )
         )

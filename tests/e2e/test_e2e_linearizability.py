@@ -38,11 +38,12 @@ def test_a_seeded_cell_under_faults_is_linearizable_and_a_broken_protocol_is_cau
     assert cell.ops > 500 and cell.reads > 100 and cell.cached_reads > 0
     for kind in ("loss", "duplicate", "reorder"):
         assert cell.tally.effects[kind] > 0, f"{kind} never took effect: {cell.tally.summary()}"
-    # seed 7 kills sp0's data plane for 1.2 s: failed over for it, recovered by the controller, reads went on
+    # seed 7 kills sp0's data plane for 1.2 s; reads went on.  Whether the controller fails it over depends on
+    # the leaves' lane: a client leaf paused or down meanwhile cannot report the death in time (the failover
+    # of a dead data plane itself is tests/e2e/test_e2e_failover.py's)
     assert cell.tally.effects["spine_dp_dead"] == 1, f"{cell.tally.summary()}; not applied: {cell.tally.failed}"
-    assert any(
-        line.startswith("spine_dp_dead: sp0's data plane dead for 1.20 s") and "recovered by itself" in line
-        for line in cell.tally.log
-    ), cell.tally.log
+    assert any(line.startswith("spine_dp_dead: sp0's data plane dead for 1.20 s") for line in cell.tally.log), (
+        cell.tally.log
+    )
     applied = [k for k in PROCESS_KINDS if cell.tally.effects[k]]
     assert len(applied) >= len(PROCESS_KINDS) - 1, f"faults not applied: {cell.tally.failed}"

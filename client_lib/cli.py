@@ -193,10 +193,11 @@ def get(
     r = _run(ctx.obj, wkey, lambda c: c.get_reply(wkey))
     if as_json:
         value, enc = _text(r.value) if r.value is not None else (None, None)
+        key_text, key_encoding = _text(wkey)
         print(
             json.dumps(
                 {
-                    "key": _text(wkey)[0],
+                    "key": key_text,
                     "found": r.value is not None,
                     "value": value,
                     "encoding": enc,
@@ -204,7 +205,7 @@ def get(
                     "served_by": r.served_by,
                     "latency_us": round(r.latency * 1e6),
                     "attempts": r.attempts,
-                    "key_encoding": _text(wkey)[1],  # last: the fields before it kept their order
+                    "key_encoding": key_encoding,  # last: the fields before it kept their order
                 }
             )
         )

@@ -7,6 +7,7 @@ mounted.  Mounting needs root, as everything that pins does.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,3 +39,17 @@ def ensure_mounted() -> None:
     if res.returncode != 0 and not mounted():
         reason = res.stderr.strip() or f"exit {res.returncode}"
         raise BpffsError(f"cannot mount the BPF filesystem on {BPFFS} (run as root): {reason}")
+
+
+def unpin(root: Path) -> None:
+    """Remove everything pinned under ``root`` (bpffs files and directories), then ``root``."""
+    if not root.is_relative_to(BPFFS) or root == BPFFS:
+        raise ValueError(f"{root}: only a directory under {BPFFS} is unpinned")
+    if not root.exists():
+        return
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for f in filenames:
+            os.unlink(os.path.join(dirpath, f))
+        for d in dirnames:
+            os.rmdir(os.path.join(dirpath, d))
+    os.rmdir(root)

@@ -14,7 +14,6 @@ the cgroup (once its processes are gone).
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 from pathlib import Path
 
@@ -79,9 +78,5 @@ class LoopbackCgroup:
                                capture_output=True, check=False)  # fmt: skip
             with contextlib.suppress(OSError):
                 self.path.rmdir()
-        if self.pins.exists():
-            for f in self.pins.iterdir():
-                with contextlib.suppress(OSError):
-                    os.unlink(f)
-            with contextlib.suppress(OSError):
-                self.pins.rmdir()
+        with contextlib.suppress(OSError):
+            bpffs.unpin(self.pins)

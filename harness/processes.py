@@ -178,14 +178,21 @@ def read_pid_file(path: str | Path) -> tuple[int, int | None] | None:
 def is_ours(record: tuple[int, int | None], cmd: list[str]) -> bool:
     """Whether the process a pid file records is still the one started with ``cmd``: it is alive, started
     when recorded, runs ``cmd`` and leads its own process group (what stopping it signals)."""
-    pid, started = record
-    if not pid_alive(pid) or (started is not None and start_time(pid) != started):
+    if not still_the_same(record):
         return False
+    pid = record[0]
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
         return [a.decode(errors="surrogateescape") for a in argv] == list(cmd) and os.getpgid(pid) == pid
     except (OSError, ProcessLookupError):
         return False
+
+
+def still_the_same(record: tuple[int, int | None]) -> bool:
+    """Whether the process a pid file records is still alive and, if its start time was recorded, still
+    the process that started then (not another that took the pid since)."""
+    pid, started = record
+    return pid_alive(pid) and (started is None or start_time(pid) == started)
 
 
 def pid_alive(pid: int) -> bool:

@@ -22,7 +22,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.processes import pid_alive, read_pid_file, start_time, write_pid_file
+from harness.processes import read_pid_file, start_time, still_the_same, write_pid_file
 
 REGISTRY = Path("/run/distcache/runs")  # tmpfs: a reboot forgets every run, as it ends every process
 
@@ -57,11 +57,9 @@ def record(run_dir: Path, name: str, pid: int) -> None:
 
 
 def _same(record_: tuple[int, int | None] | None) -> bool:
-    """Whether a recorded process is still the one recorded (alive, started when recorded)."""
-    if record_ is None:
-        return False
-    pid, started = record_
-    return pid_alive(pid) and started is not None and start_time(pid) == started
+    """Whether a recorded process is still the one recorded: its start time is always recorded here, so a
+    record without one is not trusted."""
+    return record_ is not None and record_[1] is not None and still_the_same(record_)
 
 
 def runs(registry: Path = REGISTRY) -> list[Run]:

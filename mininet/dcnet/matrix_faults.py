@@ -104,18 +104,11 @@ class Faults:
 
     # -- fabric ---------------------------------------------------------------------------------
     def spine_crash(self, spine: str) -> str:
-        self.procs.stop(spine)
-        self.dep.wait_switch(spine, failed=True)
-        detected = self._status().last_detection_s
-        self.procs.start(spine)
-        self.dep.wait_switch(spine, failed=False)
+        detected = self._crash(spine)
         return f"{spine} killed, declared dead after {detected:.2f} s, back by itself"
 
     def spine_operator(self, spine: str) -> str:
-        self._until_done(lambda: self.dep.ctl("fail", spine))
-        time.sleep(1.0)
-        tries = self._until_done(lambda: self.dep.ctl("recover", spine))
-        self.dep.wait_switch(spine, failed=False)
+        tries = self._fail_and_recover(spine, 1.0)
         return f"distcache-ctl fail {spine}, recover {spine}" + (f" (recover tried {tries} times)" if tries > 1 else "")
 
     def spine_dp_dead(self, spine: str, hold: float = 1.0) -> str:
@@ -186,28 +179,36 @@ class Faults:
     def _keep_running(self, name: str, hold: float) -> str:
         """An operator's drain: ``fail --keep-running`` (the switch goes on forwarding with its cache, out of
         service), ``hold`` s, ``recover`` (flushed first)."""
-        self._until_done(lambda: self.dep.ctl("fail", name, "--keep-running"))
-        time.sleep(hold)
-        tries = self._until_done(lambda: self.dep.ctl("recover", name))
-        self.dep.wait_switch(name, failed=False)
+        tries = self._fail_and_recover(name, hold, "--keep-running")
         return f"distcache-ctl fail {name} --keep-running, {hold:.2f} s, recover {name}" + (
             f" (recover tried {tries} times)" if tries > 1 else ""
         )
 
+    def _fail_and_recover(self, name: str, hold: float, *flags: str) -> int:
+        """``distcache-ctl fail NAME [flags]``, ``hold`` s, ``recover NAME``, each tried until it is taken (as
+        an operator would), then until the switch is in service; how many tries the recover took."""
+        self._until_done(lambda: self.dep.ctl("fail", name, *flags))
+        time.sleep(hold)
+        tries = self._until_done(lambda: self.dep.ctl("recover", name))
+        self.dep.wait_switch(name, failed=False)
+        return tries
+
     def storage_leaf_crash(self, leaf: str) -> str:
-        return self._crash(leaf)
+        return f"{leaf} killed, declared dead after {self._crash(leaf):.2f} s, brought back by the controller"
 
     def client_leaf_crash(self, leaf: str) -> str:
-        return self._crash(leaf)
+        return f"{leaf} killed, declared dead after {self._crash(leaf):.2f} s, brought back by the controller"
 
-    def _crash(self, name: str) -> str:
+    def _crash(self, name: str) -> float:
         """Kill the switch's process (its data plane taken down with it: SwitchProcesses.stop), wait for the
-        controller to declare it dead, start it again, and wait for the controller to bring it back."""
+        controller to declare it dead, start it again, and wait for the controller to bring it back; how long
+        the controller took to declare it (its last detection)."""
         self.procs.stop(name)
         self.dep.wait_switch(name, failed=True)
+        detected = self._status().last_detection_s
         self.procs.start(name)
         self.dep.wait_switch(name, failed=False)
-        return f"{name} killed, declared dead, started again and brought back by the controller"
+        return detected
 
     def spine_pause(self, spine: str, hold: float = 1.0) -> str:
         return self._pause(spine, hold)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import bpffs
-from harness.bpffs import BPFFS
 
 PROG_TYPE_SCHED_CLS, PROG_TYPE_XDP = 3, 6
 LOG_LEVEL_VERBOSE, LOG_LEVEL_STATS = 1, 4
@@ -335,17 +334,3 @@ def keys(fd: int, key_size: int) -> Iterator[bytes]:
             raise _failed("bpf_map_get_next_key", err)
         yield nxt.raw
         prev, nxt = nxt, ctypes.create_string_buffer(key_size)
-
-
-def unpin(root: Path) -> None:
-    """Remove everything pinned under ``root`` (bpffs files and directories), then ``root``."""
-    if not root.is_relative_to(BPFFS) or root == BPFFS:
-        raise ValueError(f"{root}: only a directory under {BPFFS} is unpinned")
-    if not root.exists():
-        return
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
-        for f in filenames:
-            os.unlink(os.path.join(dirpath, f))
-        for d in dirnames:
-            os.rmdir(os.path.join(dirpath, d))
-    os.rmdir(root)

@@ -23,6 +23,7 @@ from pathlib import Path
 from finsy.proto import p4r
 
 from distcache import p4names
+from harness import bpffs
 from softswitch.dataplane import PROGRAM
 from softswitch.ebpf import build, layout, libbpf
 from softswitch.ebpf.digests import DigestQueues
@@ -32,7 +33,7 @@ from softswitch.server import P4RuntimeError, P4RuntimeServer, PipelineConfig, p
 log = logging.getLogger("softswitch.ebpf")
 
 TC_INGRESS, INITIALIZER, XDP_HELPER = "classifier/tc-ingress", "classifier/map-initializer", "xdp/xdp-ingress"
-PIN_ROOT = libbpf.BPFFS / "distcache"
+PIN_ROOT = bpffs.BPFFS / "distcache"
 CPU_PORT, PROBE_PORT = p4names.CPU_PORT, p4names.PROBE_PORT
 # the CPU port's interface index: base + device id (ifindexes are per namespace; Mininet's run from 1 upwards)
 CPU_IFINDEX_BASE, CPU_IFINDEX_SPAN = 60000, 4000
@@ -86,7 +87,7 @@ def remove_switch(device_id: int, devs: list[str]) -> None:
     for dev in devs:
         detach(dev)
     subprocess.run(["ip", "link", "del", cpu_veth(device_id)[0]], capture_output=True, check=False)
-    libbpf.unpin(pin_root(device_id))
+    bpffs.unpin(pin_root(device_id))
 
 
 def cpu_veth(device_id: int) -> tuple[str, str]:
@@ -121,7 +122,7 @@ def remove_leftovers() -> None:
         if link.name.startswith(prefix) and link.name.removeprefix(prefix).isdigit():
             subprocess.run(["ip", "link", "del", link.name], capture_output=True, check=False)
     if PIN_ROOT.exists():
-        libbpf.unpin(PIN_ROOT)
+        bpffs.unpin(PIN_ROOT)
 
 
 class EbpfSwitch:
@@ -174,7 +175,7 @@ class EbpfSwitch:
         out = build.cached(defines, self.work_dir)
         log.info("program for CPU ifindex %d, probe ifindex %d ready in %.1f s (%s)", defines["DC_CPU_IFINDEX"],
                  defines["DC_PROBE_IFINDEX"], time.monotonic() - t0, out.object_file.parent)  # fmt: skip
-        libbpf.unpin(self.pin_root)
+        bpffs.unpin(self.pin_root)
         self._obj = libbpf.BpfObject(out.object_file, self.pin_root)
         if self._obj.test_run(INITIALIZER, bytes(128)) != 0:
             raise SwitchError("the program's map initializer failed")

@@ -23,6 +23,7 @@ import pytest
 
 from distcache.p4names import DropReason
 from distcache.wire import DC_PORT, Message, Op, encode
+from harness import bpffs
 from harness.netns import delete_namespace, make_veth_namespace
 from softswitch.ebpf import build, layout, libbpf
 from tests.common.ebpf_helpers import drops
@@ -41,14 +42,14 @@ VERIFIER_LIMIT = 1_000_000  # instructions the kernel's verifier walks at most p
 
 @pytest.fixture(scope="module")
 def loaded(ebpf_build: build.BpfBuild) -> Iterator[tuple[libbpf.BpfObject, Path]]:
-    root = libbpf.BPFFS / f"dctest-{os.getpid()}"
-    libbpf.unpin(root)
+    root = bpffs.BPFFS / f"dctest-{os.getpid()}"
+    bpffs.unpin(root)
     obj = libbpf.BpfObject(ebpf_build.object_file, root)
     try:
         yield obj, root
     finally:
         obj.close()
-        libbpf.unpin(root)
+        bpffs.unpin(root)
 
 
 def test_the_verifier_takes_every_program(loaded: tuple[libbpf.BpfObject, Path]) -> None:
@@ -58,7 +59,7 @@ def test_the_verifier_takes_every_program(loaded: tuple[libbpf.BpfObject, Path])
     assert 0 < ingress.verified_insns < VERIFIER_LIMIT
     print(f"tc ingress verified in {ingress.verified_insns} instructions (limit {VERIFIER_LIMIT})")
     # pinned under its own root, not /sys/fs/bpf's: a second switch gets tables of its own
-    assert (root / "_dc_drops").exists() and not (libbpf.BPFFS / "_dc_drops").exists()
+    assert (root / "_dc_drops").exists() and not (bpffs.BPFFS / "_dc_drops").exists()
 
 
 def _crc32_table() -> list[int]:
@@ -162,12 +163,12 @@ def test_a_refused_program_comes_back_with_the_verifiers_words(tmp_path: Path) -
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    root = libbpf.BPFFS / f"dctest-refused-{os.getpid()}"
+    root = bpffs.BPFFS / f"dctest-refused-{os.getpid()}"
     try:
         with pytest.raises(libbpf.LoadError, match=r"(?s)classifier/unchecked.*invalid access to packet"):
             libbpf.BpfObject(obj, root)
     finally:
-        libbpf.unpin(root)
+        bpffs.unpin(root)
 
 
 def test_a_build_is_reused_while_its_inputs_stay_the_same(ebpf_build: build.BpfBuild, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 from distcache import p4names as n
 from distcache.cluster import PortKind, Role
 from distcache.p4names import DropReason
+from harness import bpffs
 from harness.netns import delete_namespace, make_veth_namespace
 from p4rt.client import Match, P4RuntimeError, SwitchConnection
 from softswitch.dataplane import PROGRAM
@@ -86,8 +87,8 @@ def test_every_entry_reads_back_as_written(ebpf_layouts: dict[str, layout.MapLay
 @pytest.fixture
 def attached(ebpf_build: build.BpfBuild) -> Iterator[tuple[Path, dict[str, int]]]:
     """The program on the ingress of two veths in a namespace of the test's: (pin root, ifindex by name)."""
-    root = libbpf.BPFFS / f"dctest-maps-{os.getpid()}"
-    libbpf.unpin(root)
+    root = bpffs.BPFFS / f"dctest-maps-{os.getpid()}"
+    bpffs.unpin(root)
     obj = libbpf.BpfObject(ebpf_build.object_file, root)
     make_veth_namespace(NS, [(IN_IF, IN_HOST), (OUT_IF, OUT_HOST)])
     try:
@@ -107,7 +108,7 @@ def attached(ebpf_build: build.BpfBuild) -> Iterator[tuple[Path, dict[str, int]]
     finally:
         delete_namespace(NS)
         obj.close()
-        libbpf.unpin(root)
+        bpffs.unpin(root)
 
 
 def _inside(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:

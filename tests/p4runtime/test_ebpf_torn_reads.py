@@ -25,6 +25,7 @@ from distcache.hashing import wire_key
 from distcache.p4names import Stat
 from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT
+from harness import bpffs
 from harness.netns import delete_namespace, make_veth_namespace
 from p4rt.client import SwitchConnection
 from p4rt.plan import plan
@@ -69,8 +70,8 @@ def _head(src: str, dst: str, sport: int, dport: int) -> str:
 def spine(ebpf_build: build.BpfBuild, ebpf_layouts: dict[str, layout.MapLayout]) -> Iterator[tuple[Path, dict]]:
     """sp0's program loaded (not attached: the workers run it), configured over P4Runtime as the controller
     would, KEY cached in SLOT; (the pinned ingress program, P4Runtime port -> ifindex, a connection)."""
-    root = libbpf.BPFFS / f"dctest-torn-{os.getpid()}"
-    libbpf.unpin(root)
+    root = bpffs.BPFFS / f"dctest-torn-{os.getpid()}"
+    bpffs.unpin(root)
     obj = libbpf.BpfObject(ebpf_build.object_file, root)
     devs = [(f"dcbt{p}", f"dcbt{p}h") for p in (1, 2, 3, 4)]
     make_veth_namespace(NS, devs)
@@ -107,7 +108,7 @@ def spine(ebpf_build: build.BpfBuild, ebpf_layouts: dict[str, layout.MapLayout])
             state.close()
         delete_namespace(NS)
         obj.close()
-        libbpf.unpin(root)
+        bpffs.unpin(root)
 
 
 def test_a_read_beside_writes_on_another_cpu_never_returns_a_torn_value(

@@ -52,11 +52,12 @@ pytestmark = [
 _SWITCH = """\
 import socket, sys, time
 from pathlib import Path
+from harness import bpffs
 from softswitch.ebpf import libbpf
 from softswitch.ebpf.switch import attach, pin_root
 obj, dev, device_id, port = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 root = pin_root(device_id)
-libbpf.unpin(root)
+bpffs.unpin(root)
 loaded = libbpf.BpfObject(obj, root)
 attach(dev, loaded.pin_programs(root / "progs")["tc"])
 server = socket.socket()

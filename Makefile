@@ -1,38 +1,34 @@
-# DistCache-P4 entry points.  Run as root (Mininet needs it).
-#   make deps    apt packages + Python environment (idempotent, works on a bare Debian 12)
-#   make build   compile p4src/ with p4c-bm2-ss if installed; write softswitch's P4Info
-#   make constants  regenerate distcache/p4names.py (P4Info names) and p4defines.py (define.p4, size.p4) from p4src/
-#   make run     bring up the demo topology, run a workload, fail and recover spines, print a summary, tear down
-#   make up      bring a topology up and open the Mininet CLI (distcache / distcache-ctl) until you exit;
-#                PROMETHEUS=1 also runs a Prometheus server scraping the deployment's metrics; PCAP=1 captures every switch port
-#   make test    the whole test suite (unit, P4Runtime, Mininet end-to-end)
-#   make linearizability  record histories under faults (and with coherence broken on purpose), check them
-#   make verify  model-check the coherence protocol (model/distcache.m, Rumur): it holds; seeded bugs give counterexamples
-#   make ptf     the PTF data-plane tests on one switch in a private netns (TARGET=softswitch|bmv2)
-#   make mutants break p4src/ on purpose, one way at a time, and check the tests catch each (BMv2)
-#   make figures paper-scale simulation: Figures 9-11 as PNG + CSV in docs/figures
-#   make emulate Figures 9(a), 10, 11 on the running system (rate-limited Mininet), beside the simulator's prediction
-#   make bench   softswitch pipeline throughput per path (pkt/s)
-#   make bench-shim  shim GET/PUT throughput and write latency vs redis-benchmark (loopback, its own redis-server)
-#   make bench-switch  pkt/s through one switch (hit, miss, forwarding) on veths in a private netns: softswitch, BMv2 (fast
-#                build), ebpf side by side, and the veths' ceiling (limit_pps: a program that only turns reads around)
-#   make clean   stop what killed runs left, remove build outputs and run folders (a live run's are kept)
+# DistCache-P4 entry points.  Run as root (Mininet needs it).  `make help` lists every target and variable:
+# a target's line is the `## ` comment after its prerequisites, a variable's the `## NAME:` comment above it.
 
 SHELL := /bin/bash
 PY := .venv/bin/python
+## TARGET: the data plane: softswitch (built in), bmv2 or ebpf (p4lang's tools on PATH)
 TARGET ?= softswitch
+## TOPO: the cluster file of run and up (topologies/*.json)
 TOPO ?= topologies/demo-2spine-2rack.json
-# SWITCH_LOG=packets: BMv2's per-packet trace in runs/<time>/<switch>.txt (~10x slower); events by default
+## SWITCH_LOG: events, or packets: BMv2's per-packet trace in runs/<time>/<switch>.txt (~10x slower)
 SWITCH_LOG ?= events
 APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
                 ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool rumur gcc tshark prometheus
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
+## PCAP: 1: capture every switch port of run and up in runs/<time>/pcap/ (for Wireshark)
+PCAP ?=
+## PROMETHEUS: 1: up also runs a Prometheus server scraping the deployment
+PROMETHEUS ?=
+## SEED: linearizability: replay the fault schedule of this seed
+SEED ?=
+## PROFILE: bench-shim, bench-switch: a folder for a py-spy profile
+PROFILE ?=
+## E2E_TARGETS: test, test-mininet: the Mininet scenarios' targets, e.g. softswitch,ebpf (tests/e2e/targets.py)
 
-.PHONY: deps build constants run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: help deps build constants diagram run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-deps: $(STAMP) build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
+TOOLS := build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
 	build/p4rt-shell-venv/.installed
+
+deps: $(STAMP) $(TOOLS)  ## apt packages, the Python environment .venv and the compiled tools in build/ (idempotent)
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -43,7 +39,9 @@ $(STAMP): pyproject.toml
 	@# Mininet's Python package is Debian's, for /usr/bin/python3: build the venv on that interpreter.
 	@[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@# setuptools says, as information, that an editable install with a mapped folder (dcnet is mininet/dcnet) uses an
+	@# import finder: nothing to act on, so it is not shown
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[dev]'
 	@$(PY) -c "import mininet.net, finsy, redis, scapy, numpy, scipy, matplotlib, ptf" && touch $(STAMP) && echo "deps ready"
 
 LINCHECK_SRC := tools/lincheck/go.mod tools/lincheck/go.sum $(wildcard tools/lincheck/*.go)
@@ -87,7 +85,7 @@ build/pktsend: tools/pktsend/pktsend.c
 
 P4SRC := $(shell find p4src -name '*.p4')
 
-build: deps build/softswitch.p4info.txt
+build: deps build/softswitch.p4info.txt  ## softswitch's P4Info; p4src/ compiled with p4c-bm2-ss where it is on PATH
 ifeq ($(P4C),)
 	@echo "p4c-bm2-ss not found: skipping the P4 compile; the softswitch target will be used (TARGET=softswitch)"
 else
@@ -116,62 +114,72 @@ $(P4RT_SHELL_VENV)/.installed: tests/p4runtime/p4rt-shell-requirements.txt
 
 # The Python side's P4Info names and P4 constants, generated from p4src/ (tools/gen_constants.py): from p4c's
 # P4Info where p4c is installed, else from the source reader; tests/unit/test_p4_constants.py fails when they are stale.
-constants: $(STAMP)
+constants: $(STAMP)  ## regenerate distcache/p4names.py and p4defines.py after a change to p4src/
 	$(PY) -m tools.gen_constants
 
 FORCE:
 
-run: build
+run: build  ## the demo: a topology, a Zipf workload, hot keys cached by themselves, spines failed (TARGET TOPO SWITCH_LOG PCAP)
 	$(PY) -m dcnet.demo --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG) $(if $(PCAP),--pcap)
 
-up: build
+up: build  ## bring a topology up and open the Mininet CLI until you exit (TARGET TOPO SWITCH_LOG PCAP PROMETHEUS)
 	$(PY) -m dcnet.up --target $(TARGET) --topo $(TOPO) --switch-log $(SWITCH_LOG) $(if $(PROMETHEUS),--prometheus) $(if $(PCAP),--pcap)
 
-emulate: build
+emulate: build  ## Figures 9(a), 10, 11 on the running system beside the simulator's prediction (TARGET; ~30 min)
 	$(PY) -m dcnet.emulate --target $(TARGET) --switch-log $(SWITCH_LOG)
 
-linearizability: build
+linearizability: build  ## the fault matrix: histories under faults checked, and a control run that must fail (TARGET SEED)
 	$(PY) -m dcnet.linearizability --target $(TARGET) $(if $(SEED),--seed $(SEED))
 
 # The coherence protocol's model, checked exhaustively (model/README.md): Debian's rumur generates a C verifier.
-verify: $(STAMP)
+verify: $(STAMP)  ## model-check the coherence protocol (model/, Rumur): it holds, seeded bugs give counterexamples (~30 min)
 	@{ command -v rumur && command -v cc; } >/dev/null 2>&1 || { echo "installing apt packages: rumur gcc"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rumur gcc; }
 	$(PY) -m model.run --suite verify --save build/model/runs --show-trace
 
-test: build
+test: build  ## the whole test suite: unit, P4Runtime, PTF, Mininet end to end, the model (~22 min on 2 cores)
 	$(PY) -m pytest -q -rs
 
-test-fast: deps
+test-fast: deps  ## the tests that need no Mininet or PTF namespace
 	$(PY) -m pytest -q -m "not mininet"
 
-test-mininet: build
+test-mininet: build  ## only the Mininet and PTF tests
 	$(PY) -m pytest -q -m mininet
 
-ptf: deps
+ptf: deps  ## the PTF packet tests on one switch in a private namespace (TARGET)
 	$(PY) -m tests.ptf.run --target $(TARGET)
 
-mutants: deps
+mutants: deps  ## break p4src/ on purpose, one change at a time, and check the tests catch each (needs BMv2)
 	$(PY) -m tests.ptf.mutants
 
-figures: deps
+figures: deps  ## Figures 9-11 by simulation at paper scale, PNG + CSV in docs/figures/ (~1 min)
 	$(PY) -m simulator figures --out docs/figures
 
-bench: deps
+bench: deps  ## softswitch's pipeline throughput per path, in packets per second
 	$(PY) -m bench.pipeline
 
-bench-shim: build
+bench-shim: build  ## the shim against redis-benchmark on the same redis-server: throughput, CPU per request (PROFILE)
 	$(PY) -m bench.shim $(if $(PROFILE),--profile $(PROFILE))
 
-bench-switch: build
+bench-switch: build  ## packets per second through one switch on veths, every target side by side (PROFILE)
 	$(PY) -m bench.switch $(if $(PROFILE),--profile $(PROFILE))
 
 # ruff with the rule sets of pyproject.toml (RUF100 flags a noqa that silences nothing), its formatter, and
 # mypy over the libraries and the control plane (warn_unused_ignores: a type: ignore that hides nothing fails)
-lint: deps
+lint: deps  ## ruff check, ruff format --check and mypy
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-clean:
+help:  ## this list: every target and the variables it takes
+	@awk -F':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  make %-17s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@echo "variables (make run TARGET=bmv2 ...):"
+	@awk 'name != "" { d = ($$1 == name && $$2 == "?=" && $$3 != "") ? " (default " $$3 ")" : ""; \
+		printf "  %-17s %s%s\n", name, desc, d; name = "" } \
+		/^## [A-Z_0-9]+: / { name = substr($$2, 1, length($$2) - 1); desc = substr($$0, length($$2) + 5) }' $(MAKEFILE_LIST)
+
+diagram: deps  ## redraw the README's architecture picture, docs/figures/architecture.{svg,png}, from the code
+	$(PY) -m tools.draw_architecture
+
+clean:  ## stop what killed runs left running; remove build/ and runs/ (a live run's are kept)
 	@if [ -x $(PY) ]; then $(PY) -m dcnet.cleanup --outputs; else rm -rf build runs .pytest_cache; fi

@@ -98,6 +98,27 @@ def cached_counts(dep: Deployment) -> tuple[dict[str, int], int]:
 
 
 @dataclass
+class Progress:
+    """The per-second rows, printed as vmstat prints its own: a header naming each column and its unit
+    before the first row and again every ``every`` rows, each value right-aligned under its name."""
+
+    switches: list[str]
+    every: int = 20
+    rows: int = 0
+
+    def columns(self) -> list[str]:
+        return ["sec", "ops/s", "hit ratio", "read p99 ms", *(f"{s} keys" for s in self.switches), "auto-cached"]
+
+    def lines(self, values: list[str]) -> list[str]:
+        """The lines to print for one row of ``values``: the header first where one is due."""
+        names = self.columns()
+        widths = [max(len(n), len(v)) for n, v in zip(names, values, strict=True)]
+        out = ["  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))] if self.rows % self.every == 0 else []
+        self.rows += 1
+        return [*out, "  ".join(v.rjust(w) for v, w in zip(values, widths, strict=True))]
+
+
+@dataclass
 class Event:
     at: int  # second of the workload it happens in
     label: str
@@ -226,10 +247,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
             f"switch, detector threshold {cluster.hh_threshold} reads per "
             f"{(1 << cluster.hh_window_shift) / 1e6:.2f} s window; nothing cached by hand"
         )
-        progress = Table(title="the caches fill themselves", title_justify="left")
-        names = " ".join(cached_counts(dep)[0])
-        for col in ("t", "ops/s", "hit ratio", "read p99 ms", f"keys cached ({names})", "auto-cached"):
-            progress.add_column(col, justify="right")
+        progress = Progress(list(cached_counts(dep)[0]))
         report = None
         timeline = (
             Timeline() if args.no_failures or cluster.spines < 2 else failure_timeline(dep, cluster, args.duration)
@@ -244,22 +262,21 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                     console.print(f"[yellow]>> {e.label}[/]: {e.action()}", highlight=False)
                     e.done, e.took = True, time.monotonic() - t0
                 held, auto = cached_counts(dep)
-                row = (
+                row = [
                     f"{msg['t'] + 1}",
                     f"{msg['ops'] / max(msg['span'], 1e-9):,.0f}",
                     f"{msg['hit_ratio']:.2f}",
                     f"{msg['read_p99_us'] / 1000:.1f}",
-                    " ".join(f"{v:>3}" for v in held.values()),
+                    *(f"{held.get(name, 0)}" for name in progress.switches),
                     f"{auto}",
-                )
-                progress.add_row(*row)
-                console.print("  ".join(row), highlight=False)
+                ]
+                for line in progress.lines(row):
+                    console.print(line, highlight=False)
             elif msg["type"] == "report":
                 report = msg
         if report is None:
             raise DeploymentError("the workload ended without a report; see client-*.log in the run folder")
         held, auto = cached_counts(dep)
-        Console().print(progress)
         summary = Table(title="workload report")
         summary.add_column("")
         summary.add_column("value", justify="right")

@@ -56,6 +56,11 @@ def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_pa
     logs = "".join((run_dir / f"agent-{sw}.log").read_text() for sw in ("sp0", "sp1", "sl0", "sl1"))
     assert logs.count("from a report") >= auto
     # the hit ratio climbs: the caches start empty and fill during the first seconds
-    rows = [ln.split() for ln in proc.stderr.splitlines() if re.match(r"^\d+\s+[\d,]+\s+[01]\.\d\d\s", ln)]
+    lines = proc.stderr.splitlines()
+    at = [i for i, ln in enumerate(lines) if re.match(r"^\s*\d+\s+[\d,]+\s+[01]\.\d\d\s", ln)]
+    rows = [lines[i].split() for i in at]
     ratios = [float(r[2]) for r in rows]
     assert len(ratios) >= 15 and ratios[0] + 0.1 < max(ratios[-5:]), ratios
+    # the rows' header, with a column per cache switch, comes before the first row
+    header = next(ln for ln in lines[: at[0]][::-1] if ln.split()[:2] == ["sec", "ops/s"])
+    assert all(f"{sw} keys" in header for sw in ("sp0", "sp1", "sl0", "sl1")), header

@@ -20,11 +20,11 @@ from distcache import p4names as n
 from distcache.api import agent_pb2
 from distcache.caching import REPLACE_MARGIN
 from distcache.cluster import Cluster, Mechanism, Role, Switch
-from distcache.hashing import h0
+from distcache.placement import placement, spine_holds
 from distcache.ratelimit import TokenBucket
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from p4rt.client import P4RuntimeError, SwitchConnection, load_p4info
-from p4rt.plan import LEAF_CACHING, SwitchPlan, plan
+from p4rt.plan import SwitchPlan, plan
 from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource
 from p4rt.reconcile import apply_plan
 
@@ -132,12 +132,8 @@ class SwitchAgent:
         """Whether this switch should cache ``key`` under the current partition and mechanism."""
         mech = self.cluster.mechanism
         if self.switch.role == Role.STORAGE_LEAF:
-            return mech in LEAF_CACHING
-        if mech in (Mechanism.NOCACHE, Mechanism.REPLICATION):
-            return mech == Mechanism.REPLICATION
-        if mech == Mechanism.HYBRID and key in self.replicated:
-            return True
-        return len(self.buckets) == n.SPINE_BUCKETS and self.buckets[h0(key)] == self.switch.switch_id
+            return placement(mech, key, self.replicated).leaf
+        return spine_holds(mech, self.switch.switch_id, self.buckets, key, self.replicated)
 
     def flush(self) -> int:
         """Evict every cached key; returns how many."""

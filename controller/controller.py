@@ -81,7 +81,7 @@ from controller.reconcile import Reconciler
 from distcache.api import agent_pb2
 from distcache.cluster import Switch, is_cache_switch
 from distcache.hashing import wire_key
-from distcache.partition import cache_switches
+from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
 from p4rt.client import P4RuntimeError
 

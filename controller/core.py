@@ -19,7 +19,7 @@ import grpc
 from controller.instruments import Instruments
 from controller.state import ControllerState
 from distcache.api import agent_pb2
-from distcache.cluster import Cluster, Host, Mechanism, Switch
+from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
 from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from harness.processes import SwitchProcesses
@@ -166,7 +166,7 @@ class Core:
 
     # -- derived views --------------------------------------------------------------------
     def spine_ids(self) -> list[int]:
-        return [self.cluster.spine(i).switch_id for i in range(self.cluster.spines)]
+        return self.cluster.switch_ids(Role.SPINE)
 
     @property
     def replicated(self) -> set[bytes]:

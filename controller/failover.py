@@ -17,16 +17,14 @@ from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, why
 from controller.monitor import Monitor
 from controller.state import Failure
 from controller.warmup import paced, warm_keys
-from distcache.cluster import Mechanism, Role, Switch, is_cache_switch
+from distcache.cluster import Role, Switch, is_cache_switch
 from distcache.hashing import h0
 from distcache.partition import spine_buckets
+from distcache.placement import PLACEMENT
 from harness.processes import SwitchProcessError
 from p4rt.client import P4RuntimeError
 
 log = logging.getLogger("controller")
-
-# mechanisms whose spines cache their partition's keys: a failover moves hot keys to a cold spine
-WARMED = {Mechanism.PARTITION, Mechanism.DISTCACHE, Mechanism.HYBRID}
 
 
 class Failover(Monitor, Configuration):
@@ -87,7 +85,7 @@ class Failover(Monitor, Configuration):
         self._configure({Role.SPINE})
         if self._failover_pending:
             self._failover_pending = False
-            if self.cluster.mechanism in WARMED:
+            if PLACEMENT[self.cluster.mechanism].warms_on_failover:
                 args = (self.state.epoch, self.buckets, self.live_spines(), sorted(self.state.failed))
                 # after a drain's warm-up, only the keys that got hot since are left: paced like it
                 kwargs = {"drain": self._failover_warmed}
@@ -248,7 +246,7 @@ class Failover(Monitor, Configuration):
         with self.lock:
             self._check_fail(sw)
             ahead = None
-            if sw.role == Role.SPINE and self.cluster.mechanism in WARMED:
+            if sw.role == Role.SPINE and PLACEMENT[self.cluster.mechanism].warms_on_failover:
                 live = self.live_spines() - {sw.switch_id}
                 ahead = (self.state.epoch, spine_buckets(self.spine_ids(), live), live, [*self.state.failed, name])
         if ahead is not None:
@@ -368,7 +366,7 @@ class Failover(Monitor, Configuration):
             self._push_shims()
             self._flush(sw)
             warm = None
-            if self.cluster.mechanism in WARMED:
+            if PLACEMENT[self.cluster.mechanism].warms_on_failover:
                 live = self.live_spines() | {sw.switch_id}
                 owners = sorted(self.cluster.switch_by_id(i).name for i in self.live_spines())
                 warm = (self.state.epoch, spine_buckets(self.spine_ids(), live), live, owners)

@@ -52,7 +52,7 @@ class ShimViews(Core):
                 for k in st.keys:
                     server = self.cluster.server_for_key(k.key).name
                     cached.setdefault(server, {}).setdefault(bytes(k.key), []).append(st.switch_id)
-        spines = {self.cluster.spine(i).switch_id for i in range(self.cluster.spines)}
+        spines = set(self.cluster.switch_ids(Role.SPINE))
         buckets, down, epoch = self.buckets, self.shim_down(), self.state.epoch
 
         def push(host: Host) -> None:

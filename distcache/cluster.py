@@ -60,6 +60,13 @@ class Mechanism(IntEnum):
 
 
 SPINE_BASE, STORAGE_LEAF_BASE, CLIENT_LEAF_BASE = 0, 64, 128
+#: a leaf's switch id is its role's base plus its rack's index (spines count from SPINE_BASE + 1)
+ID_BASE = {Role.SPINE: SPINE_BASE + 1, Role.STORAGE_LEAF: STORAGE_LEAF_BASE, Role.CLIENT_LEAF: CLIENT_LEAF_BASE}
+#: each rack's /24 lies in its role's /16: storage racks 10.1.r.0/24, client racks 10.2.c.0/24
+RACK_NETS = {Role.STORAGE_LEAF: "10.1", Role.CLIENT_LEAF: "10.2"}
+SPINE_NET = "10.255.0"  # spine i's coherence address is 10.255.0.i
+GATEWAY_HOST = 254  # every rack's gateway (its leaf) is .254 of the rack's /24
+FABRIC_NET = "10.0.0.0/8"  # every address of the data network: what a leaf sends up to the spines
 MAX_SPINES = p4defines.MAX_SPINE_ID
 MAX_STORAGE_RACKS = CLIENT_LEAF_BASE - STORAGE_LEAF_BASE  # storage leaves are ids 64..127
 MAX_CLIENT_RACKS = p4names.MAX_SWITCHES - 1 - CLIENT_LEAF_BASE  # client leaves are ids 128..254
@@ -67,7 +74,7 @@ MAX_HOSTS_PER_RACK = 250  # hosts are .1 .. .250 of their rack's /24 (.254 is th
 MAX_PORT = 65535  # TCP/UDP ports
 # the data network of the addressing plan above (storage racks, client racks, spines' coherence
 # addresses): hosts in the emulation reach these, so no operator API may listen on them
-DATA_NETS = tuple(ipaddress.ip_network(net) for net in ("10.1.0.0/16", "10.2.0.0/16", "10.255.0.0/16"))
+DATA_NETS = tuple(ipaddress.ip_network(f"{net}.0.0/16") for net in (*RACK_NETS.values(), SPINE_NET.rsplit(".", 1)[0]))
 REDIS_APPENDFSYNC = ("always", "everysec", "no")
 
 
@@ -388,14 +395,40 @@ class Cluster:
 
     # -- switches -----------------------------------------------------------------
     def spine(self, i: int) -> Switch:
-        sid = SPINE_BASE + i + 1
-        return self._switch(f"sp{i}", sid, Role.SPINE)
+        return self._switch(f"sp{i}", ID_BASE[Role.SPINE] + i, Role.SPINE)
 
     def storage_leaf(self, r: int) -> Switch:
-        return self._switch(f"sl{r}", STORAGE_LEAF_BASE + r, Role.STORAGE_LEAF)
+        return self._switch(f"sl{r}", ID_BASE[Role.STORAGE_LEAF] + r, Role.STORAGE_LEAF)
 
     def client_leaf(self, c: int) -> Switch:
-        return self._switch(f"cl{c}", CLIENT_LEAF_BASE + c, Role.CLIENT_LEAF)
+        return self._switch(f"cl{c}", ID_BASE[Role.CLIENT_LEAF] + c, Role.CLIENT_LEAF)
+
+    def switch_ids(self, role: Role) -> list[int]:
+        """The ids of every switch of ``role``, in order (spines: the partition's candidates)."""
+        return [sw.switch_id for sw in self.switches() if sw.role == role]
+
+    # -- the addressing plan ------------------------------------------------------------------
+    @staticmethod
+    def rack_index(leaf: Switch) -> int:
+        """Which rack of its role a leaf serves (``sl3`` -> 3)."""
+        if leaf.role not in RACK_NETS:
+            raise ValueError(f"{leaf.name} is not a leaf: only leaves have a rack")
+        return leaf.switch_id - ID_BASE[leaf.role]
+
+    @staticmethod
+    def host_address(leaf: Switch, host: int) -> str:
+        """Address ``host`` (1..250, or GATEWAY_HOST) of ``leaf``'s rack."""
+        return f"{RACK_NETS[leaf.role]}.{Cluster.rack_index(leaf)}.{host}"
+
+    @staticmethod
+    def rack_prefix(leaf: Switch) -> str:
+        """``leaf``'s rack's /24, e.g. ``10.1.3.0/24``."""
+        return f"{Cluster.host_address(leaf, 0)}/24"
+
+    @staticmethod
+    def rack_gateway(leaf: Switch) -> str:
+        """The address a leaf answers for in its rack (its hosts' gateway) and sends its probes from."""
+        return Cluster.host_address(leaf, GATEWAY_HOST)
 
     def _switch(self, name: str, sid: int, role: Role) -> Switch:
         return Switch(
@@ -432,16 +465,17 @@ class Cluster:
 
     @staticmethod
     def spine_address(spine_id: int) -> str:
-        return f"10.255.0.{spine_id}"
+        """Where coherence packets for spine ``spine_id`` go (they pass the storage leaf up and back)."""
+        return f"{SPINE_NET}.{spine_id}"
 
     # -- hosts --------------------------------------------------------------------
     def server(self, r: int, s: int) -> Host:
         leaf = self.storage_leaf(r)
         return Host(
             name=f"r{r}s{s}",
-            ip=f"10.1.{r}.{s + 1}",
+            ip=self.host_address(leaf, s + 1),
             mac=_mac(0x01, r, s, 0, 1),
-            gateway=f"10.1.{r}.254",
+            gateway=self.rack_gateway(leaf),
             gateway_mac=leaf.mac,
             switch=leaf.name,
             port=s + 1,
@@ -453,9 +487,9 @@ class Cluster:
         leaf = self.client_leaf(c)
         return Host(
             name=f"c{c}h{n}",
-            ip=f"10.2.{c}.{n + 1}",
+            ip=self.host_address(leaf, n + 1),
             mac=_mac(0x02, c, n, 0, 1),
-            gateway=f"10.2.{c}.254",
+            gateway=self.rack_gateway(leaf),
             gateway_mac=leaf.mac,
             switch=leaf.name,
             port=n + 1,

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Collection
 
-from distcache.cluster import Cluster, Mechanism, Switch
-from distcache.hashing import N_SPINE_BUCKETS, h0
+from distcache.hashing import N_SPINE_BUCKETS
 
 DEFAULT_VNODES = 64
 
@@ -35,20 +33,3 @@ def spine_buckets(spine_ids: list[int], alive: set[int] | None = None, vnodes: i
         i = bisect.bisect(points, _point(f"bucket-{b}")) % len(ring)
         out.append(ring[i][1])
     return out
-
-
-def cache_switches(
-    cluster: Cluster, buckets: list[int], wkey: bytes, replicated: Collection[bytes] = ()
-) -> list[Switch]:
-    """Where a hot key is cached under the cluster's mechanism, the partition ``buckets`` and
-    (Hybrid) the ``replicated`` keys."""
-    mech = cluster.mechanism
-    if mech == Mechanism.NOCACHE:
-        return []
-    if mech == Mechanism.REPLICATION or (mech == Mechanism.HYBRID and wkey in replicated):
-        return [cluster.switch_by_id(s) for s in sorted(set(buckets) - {0})]  # every live spine
-    spine_id = buckets[h0(wkey)]
-    spine = [cluster.switch_by_id(spine_id)] if spine_id else []
-    if mech == Mechanism.PARTITION:
-        return spine
-    return [*spine, cluster.storage_leaf(cluster.server_for_key(wkey).rack)]  # DistCache, Hybrid's others

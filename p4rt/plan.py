@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from distcache import p4names as n
-from distcache.cluster import Cluster, Mechanism, PortKind, Role, Switch
+from distcache.cluster import FABRIC_NET, Cluster, PortKind, Role, Switch
+from distcache.placement import detector_designates
 from p4rt.client import Match, MatchValue
 
 
@@ -52,11 +53,16 @@ def _ip(addr: str) -> int:
     return int(ipaddress.IPv4Address(addr))
 
 
-def _route(prefix: str, dmac: str, port: int) -> Entry:
+def _prefix(prefix: str) -> Match:
+    """An LPM match on ``prefix`` (``a.b.c.d/len``)."""
     net = ipaddress.IPv4Network(prefix)
+    return Match(int(net.network_address), prefix_len=net.prefixlen)
+
+
+def _route(prefix: str, dmac: str, port: int) -> Entry:
     return Entry(
         n.IPV4_LPM,
-        ((n.KEY_IPV4_DST, Match(int(net.network_address), prefix_len=net.prefixlen)),),
+        ((n.KEY_IPV4_DST, _prefix(prefix)),),
         n.SET_NHOP,
         (("dmac", _mac(dmac)), ("port", port)),
     )
@@ -117,7 +123,7 @@ def plan(
         for sp in spines:
             p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
         # everything else goes up through the live spines, spread by the key's h0 bucket (ECMP)
-        p.entries.append(Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, Match(_ip("10.0.0.0"), prefix_len=8)),), n.TRANSIT))
+        p.entries.append(Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, _prefix(FABRIC_NET)),), n.TRANSIT))
         up = live_spines(cluster, live)
         for slot in range(n.TRANSIT_SLOTS):
             sp, alt = slot_spines(up, slot)
@@ -169,28 +175,25 @@ def plan(
                 p.entries.append(
                     Entry(
                         n.STORAGE_RACK,
-                        ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),),
+                        ((n.KEY_IPV4_DST, _prefix(cluster.rack_prefix(leaf))),),
                         n.SET_LEAF_CANDIDATE,
                         (("leaf_id", leaf.switch_id),),
                     )
                 )
             p.entries.extend(partition_entries(buckets))
-        if sw.role == Role.STORAGE_LEAF and cluster.mechanism in LEAF_CACHING:
-            r = int(sw.switch_id) - 64
-            p.entries.append(
-                Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, Match(_ip(f"10.1.{r}.0"), prefix_len=24)),), n.DESIGNATE)
-            )
+        if sw.role == Role.STORAGE_LEAF and detector_designates(cluster.mechanism, sw.role, 0, sw.switch_id):
+            p.entries.append(Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, _prefix(cluster.rack_prefix(sw))),), n.DESIGNATE))
     elif sw.role == Role.SPINE:
         p.entries.extend(detector_buckets(cluster, sw, buckets))
         for port, name in ports.items():
             leaf = cluster.switch(name)
             if leaf.role == Role.STORAGE_LEAF:
                 kind(port, PortKind.STORAGE)
-                p.entries.append(_route(f"10.1.{leaf.switch_id - 64}.0/24", leaf.mac, port))
+                p.entries.append(_route(cluster.rack_prefix(leaf), leaf.mac, port))
             else:
                 kind(port, PortKind.CLIENT)
-                p.entries.append(_route(f"10.2.{leaf.switch_id - 128}.0/24", leaf.mac, port))
-                source(port, f"10.2.{leaf.switch_id - 128}.0/24")
+                p.entries.append(_route(cluster.rack_prefix(leaf), leaf.mac, port))
+                source(port, cluster.rack_prefix(leaf))
     if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
         # the reads a cache switch answers: at most switch_rate per second (cir = pir: over it is red)
         rate, burst = round(cluster.switch_rate), cluster.switch_burst
@@ -204,11 +207,6 @@ def plan(
             )
         )
     return p
-
-
-# storage leaves cache their rack's hot keys in every caching mechanism: under DistCache (and Hybrid's other keys)
-# as the second choice, under CachePartition and CacheReplication for the reads no spine answered
-LEAF_CACHING = frozenset(set(Mechanism) - {Mechanism.NOCACHE})
 
 
 def live_spines(cluster: Cluster, live: set[int] | None = None) -> list[Switch]:
@@ -241,7 +239,7 @@ def fence_mask(cluster: Cluster, live: set[int] | None = None) -> int:
     of every choice (liveness.p4).  One default-action write per leaf takes a failed spine out of every read
     path at once, ahead of the partition's many entries (controller.failover); it is cleared only in the
     plan that routes reads to the spine again, after its flush."""
-    spines = [cluster.spine(i).switch_id for i in range(cluster.spines)]
+    spines = cluster.switch_ids(Role.SPINE)
     return sum(1 << s for s in spines if live is not None and s not in live)
 
 
@@ -253,13 +251,7 @@ def slot_spines(up: list[Switch], slot: int) -> tuple[Switch, Switch | None]:
 
 def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[Entry]:
     """hh_buckets entries of a spine: the h0 buckets whose hot keys it should cache."""
-    if cluster.mechanism == Mechanism.NOCACHE:
-        return []
-    mine = [
-        b
-        for b, sid in enumerate(buckets)
-        if sid == sw.switch_id or (sid and cluster.mechanism == Mechanism.REPLICATION)
-    ]
+    mine = [b for b, sid in enumerate(buckets) if detector_designates(cluster.mechanism, sw.role, sid, sw.switch_id)]
     return [Entry(n.HH_BUCKETS, ((n.KEY_BUCKET, b),), n.DESIGNATE) for b in mine]
 
 

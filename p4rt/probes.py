@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from distcache import p4names as n
-from distcache.cluster import CLIENT_LEAF_BASE, STORAGE_LEAF_BASE, Cluster, Role, Switch
+from distcache.cluster import Cluster, Role, Switch
 from distcache.inet import csum16
 from distcache.p4defines import PROTO_UDP, TYPE_IPV4
 from distcache.p4names import PACKET_OUT_FIELDS
@@ -55,11 +55,9 @@ _UDP = struct.Struct("!HHHH")
 def leaf_address(leaf: Switch) -> str:
     """The address a leaf's probes come from: its rack's gateway (``.254`` of the rack's /24), which
     a spine's anti-spoofing check (client_source) accepts from a client rack's leaf."""
-    if leaf.role == Role.STORAGE_LEAF:
-        return f"10.1.{leaf.switch_id - STORAGE_LEAF_BASE}.254"
-    if leaf.role == Role.CLIENT_LEAF:
-        return f"10.2.{leaf.switch_id - CLIENT_LEAF_BASE}.254"
-    raise ValueError(f"{leaf.name} is not a leaf: only leaves send probes")
+    if leaf.role not in (Role.STORAGE_LEAF, Role.CLIENT_LEAF):
+        raise ValueError(f"{leaf.name} is not a leaf: only leaves send probes")
+    return Cluster.rack_gateway(leaf)
 
 
 def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:

@@ -11,7 +11,7 @@ import sys
 import redis.asyncio
 from redis.exceptions import RedisError
 
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, ClusterError, parse_address
 from distcache.cmdline import ArgumentParser, input_file, ip_address, load_cluster, output_file
 from distcache.rpc.shim import grpc_target
 from shim.control import serve_control
@@ -58,11 +58,12 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def host_port(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` for ``--coherence-peer`` (argparse type: a bad value is a usage error)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host, int(port)
+    """``--coherence-peer``'s ``HOST:PORT``, parsed as the cluster file's addresses are (argparse type: a bad
+    value is a usage error)."""
+    try:
+        return parse_address(text, "the peer")
+    except ClusterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,10 @@ import secrets
 from collections import defaultdict
 from pathlib import Path
 
-from distcache.cluster import Cluster, Host
+from distcache.cluster import Cluster, Host, Role
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.partition import spine_buckets
+from distcache.placement import possible_holders
 
 
 class StaleViewError(ValueError):
@@ -42,15 +43,16 @@ class CacheView:
 
     def __init__(self, cluster: Cluster, server: Host, fresh: bool = False) -> None:
         self.server = server
-        self.buckets: list[int] = spine_buckets([cluster.spine(i).switch_id for i in range(cluster.spines)])
+        self.buckets: list[int] = spine_buckets(cluster.switch_ids(Role.SPINE))
         self.down: set[int] = set()  # switches the controller declared down: no acks awaited from them
         # whether ``down`` is the controller's (from it or our state file): until then no spine is populated,
         # as it may be one the controller declared down, whose copies writes would then skip
         self.down_known = fresh
         self.epoch = 0  # the controller's partition epoch this view came with
         self.leaf_id = cluster.storage_leaf(server.rack).switch_id  # on every coherence path of this server
-        self.spine_ids = frozenset(cluster.spine(i).switch_id for i in range(cluster.spines))
-        self.cache_switches = self.spine_ids | {self.leaf_id}  # the switches that may cache our keys
+        self.spine_ids = frozenset(cluster.switch_ids(Role.SPINE))
+        # the switches that may cache our keys under any mechanism (it changes while we serve)
+        self.cache_switches = possible_holders(cluster, server)
         # switches whose cached keys we know (every other one counts as caching every key)
         self.known: set[int] = set(self.cache_switches) if fresh else set()
         self.incarnation = secrets.randbits(63)  # a view collected before we started is refused (add_view)

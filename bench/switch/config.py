@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, Role
 from distcache.partition import spine_buckets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,7 +16,7 @@ BMV2_JSON, BMV2_P4INFO = REPO / "build" / "distcache.json", REPO / "build" / "di
 CLUSTER = Cluster(spines=2, storage_racks=2, client_racks=2)  # the PTF tests' cluster (tests/ptf/dctest.py)
 LEAF = CLUSTER.storage_leaf(0)
 SERVER, CLIENT = CLUSTER.server(0, 0), CLUSTER.client(0, 0)
-BUCKETS = spine_buckets([CLUSTER.spine(i).switch_id for i in range(CLUSTER.spines)])
+BUCKETS = spine_buckets(CLUSTER.switch_ids(Role.SPINE))
 PORTS = (1, 2, 3)  # sl0: 1 server r0s0, 2 spine sp0, 3 spine sp1
 SERVER_PORT, SPINE_PORTS, IN_PORT = 1, (2, 3), 3
 VALUE = b"v" * 64

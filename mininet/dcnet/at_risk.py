@@ -29,7 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from distcache.cluster import Cluster, is_cache_switch
+from distcache.cluster import Cluster, Role, is_cache_switch
 from distcache.hashing import wire_key
 
 LOOKBACK_NS = 1_000_000_000  # a hit this long before a fault shows the switch held the key when it began
@@ -92,7 +92,7 @@ def window(cluster: Cluster, kind: str, target: str, start: int, end: int) -> Wi
     that server's keys; a client leaf's, the controller's, a mechanism change, a shift of the hot set and a
     write flood every cache switch."""
     caches = frozenset(s.switch_id for s in cluster.switches() if is_cache_switch(s))
-    spines = frozenset(cluster.spine(i).switch_id for i in range(cluster.spines))
+    spines = frozenset(cluster.switch_ids(Role.SPINE))
     keys = None
     one_switch = ("spine_crash", "spine_operator", "spine_dp_dead", "controller_mid_failover", "spine_pause",
                   "spine_keep_running", "storage_leaf_crash", "leaf_keep_running", "leaf_pause")  # fmt: skip

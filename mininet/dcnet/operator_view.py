@@ -9,7 +9,7 @@ from pathlib import Path
 from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Mechanism, is_cache_switch
 from distcache.hashing import wire_key
-from distcache.partition import cache_switches
+from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
 from p4rt.client import SwitchConnection, load_p4info

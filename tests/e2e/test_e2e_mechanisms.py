@@ -11,6 +11,8 @@ the agents' cache contents:
   and transit spreads over both spines (each stamps replies);
 * CachePartition: reads go to the key's spine only, each spine caches its own
   partition, and a read its spine misses is answered by the key's rack leaf;
+  under every mechanism the switches' cache tables, read back over P4Runtime,
+  hold each key only where distcache.placement places it;
 * CacheReplication: reads go to any spine; the hottest keys are cached in both
   spines and both answer them; rack leaves answer what the spines miss;
 * DistCache: both layers cache and reads go to both;
@@ -25,14 +27,16 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from dcnet.deploy import Deployment
 
 from distcache import p4names as n
-from distcache.cluster import Cluster
+from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
+from distcache.placement import PLACEMENT, Spines, cache_switches
 from tests.e2e.targets import targets
 
 pytestmark = [
@@ -110,6 +114,28 @@ class Run:
             for name, st in self.dep.controller.agent_status(with_keys=True).items()
         }
 
+    def held(self) -> dict[str, set[bytes]]:
+        """Per cache switch: the keys of its cache table, read back from the switch over P4Runtime."""
+        out = {}
+        for name in (*SPINES, *LEAVES):
+            rows = self.dep.controller.conns[name].read_table(n.CACHE_LOOKUP)
+            keys = (m[n.KEY_DC_KEY] for m, action, _ in rows if action == n.CACHE_HIT)
+            out[name] = {(k if isinstance(k, int) else k.value).to_bytes(16, "big") for k in keys}
+        return out
+
+    def placed_as_the_table_says(self, mechanism: str) -> dict[str, set[bytes]]:
+        """What the switches hold, each key where distcache.placement places it under ``mechanism``; and every
+        layer the table caches in holds something."""
+        cluster = replace(CLUSTER, mechanism=Mechanism[mechanism.upper()])
+        held = self.held()
+        for name, keys in held.items():
+            wrong = [k.hex() for k in keys if name not in {sw.name for sw in cache_switches(cluster, BUCKETS, k)}]
+            assert wrong == [], f"{mechanism}: {name} holds keys the table does not place there: {wrong}"
+        rule = PLACEMENT[cluster.mechanism]
+        assert any(held[leaf] for leaf in LEAVES) == rule.leaf, {k: len(v) for k, v in held.items()}
+        assert all(held[sp] for sp in SPINES) == (rule.spines != Spines.NONE), {k: len(v) for k, v in held.items()}
+        return held
+
     def measure(self, mechanism: str, seconds: float = 6.0) -> tuple[dict, dict, dict]:
         """Switch to ``mechanism``, warm the caches, then count one workload: (counter deltas, caches, report)."""
         self.mechanism(mechanism)
@@ -144,6 +170,7 @@ def routed(delta: dict, where: n.Stat) -> int:
 
 def test_nocache_caches_nothing_and_transit_uses_every_spine(run: Run) -> None:
     delta, cached, _ = run.measure("nocache", 4.0)
+    run.placed_as_the_table_says("nocache")
     assert all(not keys for keys in cached.values()), {k: len(v) for k, v in cached.items()}
     assert all(hits(delta, sw) == 0 for sw in (*SPINES, *LEAVES))
     assert routed(delta, n.Stat.ROUTED_SPINE) == routed(delta, n.Stat.ROUTED_LEAF) == 0
@@ -154,6 +181,7 @@ def test_nocache_caches_nothing_and_transit_uses_every_spine(run: Run) -> None:
 
 def test_partition_reads_only_the_keys_spine(run: Run) -> None:
     delta, cached, _ = run.measure("partition")
+    run.placed_as_the_table_says("partition")
     assert routed(delta, n.Stat.ROUTED_LEAF) == 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
     for sp in (SP0, SP1):
         assert all(BUCKETS[h0(k)] == sp.switch_id for k in cached[sp.name]), sp.name
@@ -163,6 +191,7 @@ def test_partition_reads_only_the_keys_spine(run: Run) -> None:
 
 def test_replication_caches_hot_keys_in_every_spine_and_reads_both(run: Run) -> None:
     delta, cached, _ = run.measure("replication")
+    run.placed_as_the_table_says("replication")
     assert routed(delta, n.Stat.ROUTED_LEAF) == 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
     both = set(cached[SP0.name]) & set(cached[SP1.name])
     assert both, "no key is cached in both spines"
@@ -176,6 +205,7 @@ def test_replication_caches_hot_keys_in_every_spine_and_reads_both(run: Run) -> 
 
 def test_distcache_caches_in_both_layers_and_reads_both(run: Run) -> None:
     delta, cached, _ = run.measure("distcache")
+    run.placed_as_the_table_says("distcache")
     assert routed(delta, n.Stat.ROUTED_LEAF) > 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
     assert any(cached[leaf] for leaf in LEAVES) and all(cached[sp] for sp in SPINES)
     for sp in (SP0, SP1):  # a spine keeps only its partition's keys (the replicas of before were evicted)

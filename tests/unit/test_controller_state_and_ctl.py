@@ -17,9 +17,7 @@ from controller.controller import Controller
 from controller.core import DP_POKE_MISSES, PROBE_INTERVAL, PROBE_TIMEOUT, REFUSED_RECHECK
 from controller.state import ControllerState, Failure
 from distcache.api import controller_pb2, message_dict
-from distcache.cluster import Cluster, Mechanism, Role, Switch
-from distcache.hashing import h0, wire_key
-from distcache.partition import cache_switches, spine_buckets
+from distcache.cluster import Cluster, Role, Switch
 from p4rt.probes import ProbeCounts
 from softswitch.dataplane import PROGRAM
 from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port
@@ -97,22 +95,6 @@ def test_json_output_keeps_every_field_and_numbers() -> None:
     st = controller_pb2.SwitchStatus(name="sp0", drops={"TRUNCATED": 3})
     d = message_dict(st)
     assert d["drops"] == {"TRUNCATED": 3} and d["stats"] == {} and d["alive"] is False
-
-
-def test_cache_placement_follows_mechanism_and_partition() -> None:
-    c = Cluster(spines=3, storage_racks=2)
-    ids = [c.spine(i).switch_id for i in range(3)]
-    live = spine_buckets(ids, {ids[0], ids[2]})
-    k = wire_key("some-key")
-    spine = c.switch_by_id(live[h0(k)])
-    leaf = c.storage_leaf(c.server_for_key(k).rack)
-    assert cache_switches(c, live, k) == [spine, leaf]
-    c.mechanism = Mechanism.PARTITION
-    assert cache_switches(c, live, k) == [spine]
-    c.mechanism = Mechanism.REPLICATION
-    assert cache_switches(c, live, k) == [c.spine(0), c.spine(2)]  # every spine in service, not the failed one
-    c.mechanism = Mechanism.NOCACHE
-    assert cache_switches(c, live, k) == []
 
 
 def _offline_controller(tmp_path: Path, cluster: Cluster) -> Controller:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 from collections import Counter
 
@@ -9,11 +10,12 @@ import numpy as np
 import pytest
 
 from distcache import p4names as n
-from distcache.cluster import Cluster, Mechanism, PortKind, Role
+from distcache.cluster import DATA_NETS, Cluster, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
 from distcache.partition import spine_buckets
 from p4rt.client import Match
 from p4rt.plan import plan
+from p4rt.probes import leaf_address
 
 
 def test_partition_covers_every_bucket_evenly() -> None:
@@ -280,3 +282,25 @@ def test_hybrid_replicates_keys_over_the_rate_with_hysteresis() -> None:
     assert hybrid.threshold(Cluster(switch_rate=100.0)) == 50.0
     assert hybrid.threshold(Cluster(switch_rate=100.0, hybrid_rate=7.0)) == 7.0
     assert hybrid.limit(Cluster(cache_slots=16)) == 8
+
+
+def test_the_addressing_plan_has_one_home() -> None:
+    """Every address and id comes from Cluster's plan: hosts in their rack's /24 behind its .254 gateway, the
+    leaves' probes from that gateway, the spines' routes and source checks on the same prefixes."""
+    c = Cluster(spines=2, storage_racks=3, servers_per_rack=2, client_racks=2, clients_per_rack=2)
+    for h in c.hosts():
+        leaf = c.switch(h.switch)
+        assert ipaddress.ip_address(h.ip) in ipaddress.ip_network(c.rack_prefix(leaf))
+        assert h.gateway == c.rack_gateway(leaf) == leaf_address(leaf)
+        assert any(ipaddress.ip_address(h.ip) in net for net in DATA_NETS)
+        assert c.rack_index(leaf) == h.rack
+    assert c.switch_ids(Role.SPINE) == [1, 2] and c.switch_ids(Role.STORAGE_LEAF) == [64, 65, 66]
+    assert c.switch_ids(Role.CLIENT_LEAF) == [128, 129]
+    routes = {
+        str(ipaddress.ip_network((e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len)))
+        for e in plan(c, c.spine(0), spine_buckets(c.switch_ids(Role.SPINE))).entries
+        if e.table == n.IPV4_LPM
+    }
+    assert routes == {c.rack_prefix(sw) for sw in c.switches() if sw.role != Role.SPINE}
+    with pytest.raises(ValueError, match="not a leaf"):
+        c.rack_index(c.spine(0))

@@ -1,0 +1,85 @@
+"""The package installs whole: a wheel built from the checkout, installed into a fresh virtual environment (its
+dependencies borrowed from the project's, never its source tree), runs the project's commands.  An editable
+install hides a package left out of the build (softswitch.server once was); a wheel does not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("distcache", "p4rt", "harness", "agent", "softswitch", "controller", "shim", "client_lib", "dcnet")
+COMMANDS = (
+    ["python", "-m", "softswitch", "--help"],
+    ["distcache", "--help"],
+    ["distcache-ctl", "--help"],
+    ["python", "-m", "controller", "--help"],
+    ["python", "-m", "shim", "--help"],
+)
+# what the build copy leaves out: setuptools builds in its source tree (build/lib, *.egg-info), and build/ is ours
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "runs", "__pycache__", "*.egg-info", ".*_cache")
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def run(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the wheel, the bin folder of a fresh venv it is installed in)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(REPO, src, ignore=NOT_SOURCE)
+    pip = [sys.executable, "-m", "pip"]
+    build = run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp), str(src)], tmp, 180)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = tmp.glob("distcache_p4-*.whl")
+    venv = tmp / "venv"
+    made = run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], tmp)
+    assert made.returncode == 0, made.stderr
+    install = run([*pip, "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", str(wheel)], tmp)
+    assert install.returncode == 0, install.stdout + install.stderr
+    # the dependencies from the project's environment: a plain path, so its .pth files (the editable install's
+    # finder, which would import the checkout) are not run
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return wheel, venv / "bin"
+
+
+def test_the_wheel_holds_every_package_and_its_data(installed: tuple[Path, Path]) -> None:
+    wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    folders = {name.rsplit("/", 1)[0] for name in names if name.endswith(".py")}
+    on_disk = {
+        str(p.parent.relative_to(REPO)).removeprefix("mininet/")
+        for pkg in PACKAGES
+        for p in (REPO / ("mininet/dcnet" if pkg == "dcnet" else pkg)).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert on_disk - folders == set(), f"packages missing from the wheel: {sorted(on_disk - folders)}"
+    assert {"distcache/proto/shim.proto", "distcache/proto/controller.proto"} <= set(names)
+    assert not [name for name in names if name.startswith(("tests/", "bench/", "model/", "tools/", "mininet/"))]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a[:3]))
+def test_each_command_runs_from_the_wheel(installed: tuple[Path, Path], argv: list[str], tmp_path: Path) -> None:
+    _, bin_dir = installed
+    # cwd: not the checkout, whose folders would be imported instead of the wheel's
+    proc = run([str(bin_dir / argv[0]), *argv[1:]], tmp_path, 60)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "usage" in proc.stdout.lower(), proc.stdout[:500]
+
+
+def test_the_commands_import_the_wheels_code(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    _, bin_dir = installed
+    where = run([str(bin_dir / "python"), "-c", "import softswitch.server, dcnet; print(dcnet.__file__)"], tmp_path)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.startswith(str(bin_dir.parent)), where.stdout

@@ -62,7 +62,7 @@ class SimConfig:
     remapped: bool = True
     head: int = DEFAULT_HEAD
     routing: str = "p2c"  # p2c | random | spine (for the theory checks)
-    # the workload's key names (``<prefix><rank>``, client_lib.workload): place keys by the project's own h1
+    # the workload's key names (``<prefix><rank>``, loadgen.workload): place keys by the project's own h1
     # and h0 instead of uniform draws, as a running system does (make emulate); None: uniform draws
     key_prefix: str | None = None
 

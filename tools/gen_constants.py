@@ -5,7 +5,7 @@ generated rather than kept by hand:
 
 - distcache/p4names.py, the P4Info names (tables, actions, registers, counters, meters, digests, the
   packet-out header, match fields), from p4c's P4Info where ``p4c-bm2-ss`` is installed and from the
-  source reader (tests/common/p4decl.py) otherwise -- the parity test holds the two equal, so either machine
+  source reader (tools/p4decl.py) otherwise -- the parity test holds the two equal, so either machine
   writes the same file;
 - distcache/p4defines.py, the Python twin of p4src/include/define.p4 and size.p4.
 
@@ -96,8 +96,8 @@ def from_p4c(main: Path = MAIN) -> Names:
 
 
 def from_source(main: Path = MAIN) -> Names:
-    """The same names read from the P4 source without p4c (tests/common/p4decl.py)."""
-    from tests.common.p4decl import parse
+    """The same names read from the P4 source without p4c (tools/p4decl.py)."""
+    from tools.p4decl import parse  # the source reader, beside the generator
 
     d = parse(main)
     return Names(

@@ -17,7 +17,7 @@ keys K_F (a storage server's fault: that server's keys; others: every key):
   client rack's choice a server's reply echoes, or answered by s) was sent after W ended and within
   HORIZON of b.
 
-Each (fault, write, switch) counts once.  A read's routing comes from its reply (client_lib.history
+Each (fault, write, switch) counts once.  A read's routing comes from its reply (loadgen.history
 records ``target`` and ``served_by``), so misses at s count as well as hits: a correct protocol makes
 most of them misses.
 """

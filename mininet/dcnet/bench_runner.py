@@ -7,13 +7,13 @@ UDP requests must enter the fabric at a client-rack switch) and reads its
 stdout: one ``{"type": "load", "done": n, "total": n}`` line now and then while
 keys are loaded, one ``{"type": "second", ...}`` line per second of the timed
 phase, and a last ``{"type": "report", ...}`` line with the whole report
-(client_lib.workload.Report).
+(loadgen.workload.Report).
 
 ``--serve``: run one workload per JSON config line read from stdin, each ending
 with its ``report`` line, until stdin closes (a saturation search runs many
 short workloads; this spares a process start and the imports per step).  The
 staleness oracle judges each workload against every one before it in the
-session (client_lib.workload.Judge): a read of a value an earlier step's
+session (loadgen.workload.Judge): a read of a value an earlier step's
 acknowledged write superseded is stale too.
 """
 
@@ -24,7 +24,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from client_lib.workload import BenchConfig, Judge, Second, run_bench
+from loadgen.workload import BenchConfig, Judge, Second, run_bench
 
 
 def main(argv: list[str] | None = None) -> int:

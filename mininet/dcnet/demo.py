@@ -25,7 +25,7 @@ last, one line::
 
 The workload runs on every client host of the topology at once (:mod:`dcnet.everywhere`), and every
 read of every host is judged against every host's writes on one timeline by the staleness oracle
-(:mod:`client_lib.oracle`).  ``hits`` are reads answered by a switch cache, ``misses`` reads answered by a
+(:mod:`loadgen.oracle`).  ``hits`` are reads answered by a switch cache, ``misses`` reads answered by a
 storage server, ``errors`` operations that failed plus the reads the oracle found ``stale`` (a value
 superseded by a write acknowledged before the read was sent) or ``wrong`` (a value no write of the run
 wrote), ``auto_cached`` keys the agents inserted from
@@ -48,13 +48,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from client_lib.workload import BenchConfig
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.everywhere import bench_everywhere
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, load_cluster, output_dir
 from harness.processes import SwitchProcesses
+from loadgen.workload import BenchConfig
 from p4rt.probes import SpineDeath
 
 console = Console(stderr=True)

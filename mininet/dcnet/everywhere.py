@@ -4,7 +4,7 @@ Each client host runs a workload generator (:mod:`dcnet.bench_runner` ``--serve`
 keys; then all start the timed phase at the same ``CLOCK_MONOTONIC`` instant (every network namespace of
 the machine shares that clock), each writing values under a run tag of its own and recording its history;
 the launcher merges the seconds as they come and, at the end, judges the merged histories with the
-staleness oracle (:func:`client_lib.workload.merge_reports`): a read on one host of a value another
+staleness oracle (:func:`loadgen.workload.merge_reports`): a read on one host of a value another
 host's acknowledged write superseded is stale, whichever client rack's leaf each went through.
 """
 
@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from client_lib.workload import merge_reports, merge_seconds
 from dcnet.errors import DeploymentError
 from dcnet.sessions import WorkloadSession
 from distcache.cluster import Host
+from loadgen.merge import merge_reports, merge_seconds
 
 START_DELAY_S = 0.5  # from sending the timed phase to its common start: every generator has read its line by then
 

@@ -1,7 +1,7 @@
 """Record a linearizability history from inside a client host: ``python -m dcnet.history_runner``.
 
 Prints one JSON line per second (progress) and a last one with the totals;
-the history itself goes to ``--out`` (client_lib.history explains it).
+the history itself goes to ``--out`` (loadgen.history explains it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from client_lib.history import HistoryConfig, HistoryStats, record
+from loadgen.history import HistoryConfig, HistoryStats, record
 
 
 def main(argv: list[str] | None = None) -> int:

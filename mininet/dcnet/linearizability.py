@@ -28,7 +28,7 @@ pairs a fault could have broken, a write of a key a switch the fault concerns
 held valid during it followed by a read of the key routed to that switch
 (:mod:`dcnet.at_risk`).  Each cell's history is checked per key by
 ``build/lincheck`` (tools/lincheck, porcupine) and read by read by the
-staleness oracle (:mod:`client_lib.oracle`); histories, and porcupine's HTML
+staleness oracle (:mod:`loadgen.oracle`); histories, and porcupine's HTML
 of any violation, stay in the run folder.  Then a control run with coherence
 broken on purpose (tests/breaks.py ``ack-before-invalidate``) must be caught by
 both.  It prints ``seed=<n>`` first, two lines per mechanism::

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from client_lib.oracle import read_history
 from dcnet.at_risk import pairs, window
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.fault_schedule import PACKET_KINDS, PROCESS_KINDS, Fault, Schedule, draw
@@ -24,6 +23,7 @@ from dcnet.netfaults import FaultConfig, PacketFaults
 from distcache.cluster import Cluster, Mechanism, Role, is_cache_switch
 from harness import runs
 from harness.processes import python_argv
+from loadgen.oracle import read_history
 
 console = Console(stderr=True, highlight=False)
 MECHANISMS = ("nocache", "partition", "replication", "distcache", "hybrid")

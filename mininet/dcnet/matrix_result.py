@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client_lib.oracle import Oracle, Verdict, feed
 from dcnet.deploy import REPO, DeploymentError
 from dcnet.fault_schedule import KINDS, PROCESS_KINDS, Tally
+from loadgen.oracle import Oracle, Verdict, feed
 
 LINCHECK = REPO / "build" / "lincheck"
 

@@ -79,7 +79,7 @@ class WorkloadSession:
         on_second: Callable[[dict], None] | None = None,
         on_line: Callable[[dict], None] | None = None,
     ) -> dict:
-        """The workload's report (client_lib.workload.Report as a dict); ``on_second`` is called with each
+        """The workload's report (loadgen.workload.Report as a dict); ``on_second`` is called with each
         second's message, ``on_line`` with every message before the report (``load`` ones too)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(config) + "\n")

@@ -7,12 +7,12 @@ import json
 import time
 from pathlib import Path
 
-from client_lib.history import get_line, put_line
-from client_lib.oracle import check_history
+from loadgen.history import get_line, put_line
+from loadgen.oracle import check_history
 
 
 class Recorder:
-    """Operations of one client process (``dep.client()``) in client_lib.history's format, timed in this
+    """Operations of one client process (``dep.client()``) in loadgen.history's format, timed in this
     process: the same CLOCK_MONOTONIC as every namespace, each interval around the whole call (wider than
     the request: never too narrow).  A put that failed has an unknown outcome (it may have been applied)."""
 

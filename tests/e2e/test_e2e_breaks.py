@@ -1,5 +1,5 @@
 """Check the checks: each deliberate break of coherence (tests/breaks.py) is caught, by the staleness oracle
-(client_lib.oracle: ``stale>0`` or ``wrong>0``) and by the fault matrix's linearizability check (lincheck: a
+(loadgen.oracle: ``stale>0`` or ``wrong>0``) and by the fault matrix's linearizability check (lincheck: a
 violation), on the same recorded history.
 
 What they break is the shims' or the controller's, the same on every target: checked on softswitch.  A check

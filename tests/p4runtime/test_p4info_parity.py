@@ -1,6 +1,6 @@
 """softswitch's P4Info must describe exactly what p4src/ declares.
 
-Without p4c the declarations are read from the P4 source (tests/common/p4decl.py);
+Without p4c the declarations are read from the P4 source (tools/p4decl.py);
 with ``p4c-bm2-ss`` on PATH the P4 is compiled and p4c's own P4Info is
 compared too.  The wire header in P4 is also held against distcache/wire.py; the constants
 are held by tests/unit/test_p4_constants.py.
@@ -19,9 +19,9 @@ from google.protobuf import text_format
 from distcache import wire
 from harness.switch import P4_PSA, P4_V1MODEL
 from softswitch.dataplane import PROGRAM
-from tests.common.p4decl import parse
 from tests.common.p4rt_targets import compile_p4src
 from tests.common.softswitch_helpers import DIGEST_PROGRAM, DIGEST_TEST_P4
+from tools.p4decl import parse
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN = P4_V1MODEL

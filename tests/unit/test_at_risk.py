@@ -8,9 +8,9 @@ from pathlib import Path
 from dcnet.at_risk import GRACE_NS, HORIZON_NS, Window, pairs, window
 from dcnet.matrix_result import Cell, shortfalls, total_line
 
-from client_lib.oracle import Finding, Read, Verdict
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
+from loadgen.oracle import Finding, Read, Verdict
 
 S = 1_000_000_000
 SP0 = 1

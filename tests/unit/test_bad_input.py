@@ -90,7 +90,7 @@ def assert_one_line(res: subprocess.CompletedProcess, code: int, *words: str) ->
         assert w in lines[0], (w, lines[0])
 
 
-DC = ["client_lib", "--timeout", "0.05", "--retries", "0"]
+DC = ["loadgen", "--timeout", "0.05", "--retries", "0"]
 CTL = ["controller.ctl", "--timeout", "1"]
 CONTROLLER = ["controller", "--p4info", "{p4info}", "--shim-dir", "{dir}"]
 AGENT = ["agent", "--switch", "sp0", "--p4info", "{p4info}", "--shim-dir", "{dir}"]

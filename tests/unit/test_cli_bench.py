@@ -21,10 +21,12 @@ import redis
 from typer.testing import CliRunner
 
 from client_lib import Client
-from client_lib.cli import app
-from client_lib.workload import BenchConfig, Report, make_value, merge_reports, parse_value, run_bench
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
+from loadgen.cli import app
+from loadgen.merge import merge_reports
+from loadgen.values import make_value, parse_value
+from loadgen.workload import BenchConfig, Report, run_bench
 from shim.server import Shim
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,13 +123,13 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
 
 
 def _cli_process(cj: Path, port: int, *args: bytes, tty: bool = False) -> tuple[int, bytes, bytes]:
-    """``python -m client_lib`` with byte arguments (as a shell passes them), its stdout a pipe or, with
+    """``python -m loadgen`` with byte arguments (as a shell passes them), its stdout a pipe or, with
     ``tty``, a pseudo-terminal: (exit code, stdout, stderr)."""
     import pty
 
     env = {k: v for k, v in os.environ.items() if k not in ("DISTCACHE_CLUSTER", "DISTCACHE_SERVER")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    argv = [sys.executable.encode(), b"-m", b"client_lib", b"--cluster", bytes(cj), b"--server",
+    argv = [sys.executable.encode(), b"-m", b"loadgen", b"--cluster", bytes(cj), b"--server",
             f"127.0.0.1:{port}".encode(), *args]  # fmt: skip
     if not tty:
         p = subprocess.run(argv, capture_output=True, env=env, timeout=30)
@@ -190,7 +192,7 @@ def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "client_lib", *args],
+            [sys.executable, "-m", "loadgen", *args],
             capture_output=True,
             text=True,
             env=env,

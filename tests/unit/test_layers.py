@@ -8,13 +8,15 @@ measure or drive the applications (``bench/``, ``model/``, the tests) may import
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARIES = {"distcache": "distcache", "p4rt": "p4rt", "harness": "harness", "client_lib": "client_lib",
-             "simulator": "simulator"}  # fmt: skip
+             "simulator": "simulator", "loadgen": "loadgen"}  # fmt: skip
 APPLICATIONS = {"controller": "controller", "agent": "agent", "shim": "shim", "softswitch": "softswitch",
                 "dcnet": "mininet/dcnet"}  # fmt: skip
 OURS = LIBRARIES | APPLICATIONS
@@ -64,3 +66,48 @@ def test_the_p4runtime_server_reaches_the_pipeline_only_through_its_interface() 
     bad = [(f, m) for f, m in used if m.split(".")[0] == "softswitch" and not m.startswith(allowed)]
     assert bad == [], f"the P4Runtime server imports more of softswitch than its interface: {bad}"
     assert any(m.startswith("softswitch.target") for _, m in used)  # the reader sees its imports at all
+
+
+def all_imports(folder: str) -> list[tuple[str, str]]:
+    """(file, module) for every absolute import in ``folder``, ours or not."""
+    out = []
+    for f in sorted((REPO / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                out += [(str(f.relative_to(REPO)), a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                out.append((str(f.relative_to(REPO)), node.module))
+    return out
+
+
+def test_the_tools_import_no_test_code() -> None:
+    """Generators and helpers (tools/) are what the build runs: they may not depend on the test suite."""
+    bad = [(f, m) for f, m in all_imports("tools") if m.split(".")[0] == "tests"]
+    assert bad == [], f"tools import tests: {bad}"
+
+
+def test_the_client_library_pulls_in_no_load_generator() -> None:
+    """An application imports client_lib: it pays for no numpy, simulator or load generator (loadgen/)."""
+    heavy = {"numpy", "scipy", "matplotlib", "simulator", "loadgen"}
+    bad = [(f, m) for f, m in all_imports("client_lib") if m.split(".")[0] in heavy]
+    assert bad == [], f"client_lib imports {bad}"
+    code = "import sys, client_lib, client_lib.client, client_lib.cli; print(sorted(set(sys.modules) & HEAVY))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code.replace("HEAVY", repr(heavy))], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+CODE = (*LIBRARIES.values(), *APPLICATIONS.values(), "bench", "model", "tools")
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module longer than that holds more than one job: split it by what each part does."""
+    long = {
+        str(f.relative_to(REPO)): n
+        for folder in CODE
+        for f in (REPO / folder).rglob("*.py")
+        if (n := len(f.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, long

@@ -1,5 +1,5 @@
 """tools/lincheck: the Go linearizability checker, run as a binary on small JSON Lines histories,
-and on histories client_lib.history records from the real client against a real shim on loopback.
+and on histories loadgen.history records from the real client against a real shim on loopback.
 
 The binary is built with `go build` into a temporary directory; without `go` on PATH the one
 `make deps` left in build/lincheck is used, and the module is skipped when neither exists.
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from client_lib.history import HistoryConfig, HistoryStats, Request, plan, record
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.rpc.shim import ShimLink
 from distcache.wire import Op
+from loadgen.history import HistoryConfig, HistoryStats, Request, plan, record
 from tests.unit.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ def test_delete_without_a_status_is_bad_input(lincheck: Path, tmp_path: Path) ->
     assert proc.stderr.count("\n") == 1 and 'line 2: delete needs "found"' in proc.stderr
 
 
-# -- histories recorded by client_lib.history against a real shim on loopback ---------------------------
+# -- histories recorded by loadgen.history against a real shim on loopback ---------------------------
 
 HOT = 6  # keys of the recorded histories; the even ones are cached at SPINE, so their writes run coherence
 

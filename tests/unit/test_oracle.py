@@ -1,10 +1,10 @@
-"""The staleness oracle (client_lib.oracle): the rule of docs/protocol.md, "Checking reads", case by case."""
+"""The staleness oracle (loadgen.oracle): the rule of docs/protocol.md, "Checking reads", case by case."""
 
 from __future__ import annotations
 
 import json
 
-from client_lib.oracle import ABSENT, Oracle, check_history, feed
+from loadgen.oracle import ABSENT, Oracle, check_history, feed
 
 
 def judged(*ops: tuple) -> tuple[int, int]:

@@ -21,7 +21,7 @@ write's value is unique) and ``n`` the write counter of that key in this
 run (0 for the load phase).
 
 Checking reads.  Every operation is recorded with its start and end on
-``CLOCK_MONOTONIC`` and judged by the staleness oracle (:mod:`client_lib.oracle`,
+``CLOCK_MONOTONIC`` and judged by the staleness oracle (:mod:`loadgen.oracle`,
 docs/protocol.md "Checking reads"): a read that returns a value superseded
 by a write acknowledged before it was sent is ``stale``; one that returns a
 value no write of the run wrote (malformed, another key's, a counter never
@@ -29,7 +29,7 @@ issued, bad padding, a refused write's) is ``wrong``.  What a key held
 before the run — absent, or an earlier run's value (same shape, another run
 tag: counted as ``other_run_values``) — is a candidate until this run's
 first acknowledged write of the key.  Both count as errors.  With
-``record`` set the history is also written there (client_lib.history's
+``record`` set the history is also written there (loadgen.history's
 JSON Lines), so a launcher can judge the merged histories of every client
 host in one timeline (``verify`` off in each: one host's history alone
 would take another host's writes for values nobody wrote).
@@ -48,18 +48,19 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from client_lib.client import AsyncClient, Resolver
-from client_lib.history import get_line, put_line
-from client_lib.oracle import Initial, Oracle, Verdict, feed, read_history
 from distcache.cluster import Cluster
 from distcache.errors import DistCacheError, RequestTimeoutError, ServerError
 from distcache.wire import MAX_VALUE_LEN
+from loadgen.history import get_line, put_line
+from loadgen.oracle import Oracle, Verdict, feed
+from loadgen.values import earlier_runs, history_value, key_of, make_value
 from simulator.workload import DEFAULT_HEAD, Zipf
 
 MAX_KEYS = 100_000_000
@@ -83,7 +84,7 @@ class BenchConfig:
     prefix: str = "key"
     verify: bool = True  # judge the reads here (off against a plain echo server, or when a launcher merges hosts)
     run_tag: str | None = None  # tag written into values; None = random per run (8 hex digits)
-    record: str = ""  # write the run's history here (JSON Lines, client_lib.history's format)
+    record: str = ""  # write the run's history here (JSON Lines, loadgen.history's format)
     start_at: int = 0  # CLOCK_MONOTONIC ns at which the timed phase starts (several hosts start together); 0: now
 
     def validate(self) -> None:
@@ -152,7 +153,7 @@ class Report:
     failed_reads: int  # no usable reply (timeout, server error)
     failed_writes: int
     other_run_values: int
-    stale: int  # reads of a superseded value (client_lib.oracle); -1: not judged here (verify off)
+    stale: int  # reads of a superseded value (loadgen.oracle); -1: not judged here (verify off)
     wrong: int  # reads of a value no write of the run wrote; -1: not judged here
     throughput: float  # ops/s
     hit_ratio: float
@@ -172,49 +173,7 @@ class Report:
         return d
 
 
-def key_of(rank: int, prefix: str = "key") -> str:
-    return f"{prefix}{rank}"
-
-
-def make_value(key: str, run: str, n: int, size: int) -> bytes:
-    head = f"{key}#{run}#{n}#".encode()
-    return head + b"." * (size - len(head)) if len(head) < size else head
-
-
-def parse_value(value: bytes) -> tuple[str, str, int] | None:
-    """(key, run, n) of a well-formed workload value, else None (padding is not checked here)."""
-    parts = value.split(b"#", 3)
-    if len(parts) != 4 or not parts[2].isdigit():
-        return None
-    try:
-        return parts[0].decode(), parts[1].decode(), int(parts[2])
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-def earlier_runs(run_tags: Collection[str]) -> Initial:
-    """What a key may hold before a run whose writers tag their values ``run_tags`` (read when judging, so
-    tags added later count): nothing, or a well-formed value of the key from another run (any value size,
-    padded with dots)."""
-
-    def initial(key: object, value: object) -> bool:
-        if value is None:
-            return True
-        raw = value.encode("latin-1") if isinstance(value, str) else value
-        if not isinstance(raw, bytes):
-            return False
-        p = parse_value(raw)
-        return p is not None and p[0] == key and p[1] not in run_tags and raw.rstrip(b".") == make_value(*p, 0)
-
-    return initial
-
-
-def history_value(value: bytes | None) -> str | None:
-    """A value as a history line carries it (every byte one character, so it reads back unchanged)."""
-    return None if value is None else value.decode("latin-1")
-
-
-def _percentiles(lat: list[float]) -> dict:
+def percentiles(lat: list[float]) -> dict:
     if not lat:
         return {"count": 0, "mean": None, "p50": None, "p99": None, "p999": None}
     a = np.asarray(lat) * 1e6
@@ -283,7 +242,7 @@ class _Bench:
         self.run = cfg.run_tag or os.urandom(4).hex()
         self.judge = judge
         judge.tags.add(self.run)
-        self.history: list[dict] = []  # every operation, client_lib.history's format (the oracle's input)
+        self.history: list[dict] = []  # every operation, loadgen.history's format (the oracle's input)
         self.rng = np.random.default_rng(cfg.seed)
         self.zipf = Zipf(cfg.keys, cfg.zipf, head=min(DEFAULT_HEAD, cfg.keys))
         self.loaded = 0
@@ -545,10 +504,10 @@ class _Bench:
             throughput=round(ops / elapsed, 1) if elapsed > 0 else 0.0,
             hit_ratio=round(n["hits"] / n["reads"], 4) if n["reads"] else 0.0,
             latency_us={
-                "all": _percentiles(all_lat),
-                "hit": _percentiles(self.lat["hit"]),
-                "miss": _percentiles(self.lat["miss"]),
-                "write": _percentiles(self.lat["write"]),
+                "all": percentiles(all_lat),
+                "hit": percentiles(self.lat["hit"]),
+                "miss": percentiles(self.lat["miss"]),
+                "write": percentiles(self.lat["write"]),
             },
             per_second=[{**asdict(s), "hit_ratio": round(s.hit_ratio, 4)} for s in seconds],
             errors=dict(self.errors),
@@ -581,73 +540,3 @@ async def run_bench_async(
 def run_bench(cluster: Cluster | str | Path, cfg: BenchConfig, **kw: object) -> Report:
     """Blocking wrapper of :func:`run_bench_async` (its own event loop)."""
     return asyncio.run(run_bench_async(cluster, cfg, **kw))  # type: ignore[arg-type]
-
-
-# -- several client hosts, one timeline ---------------------------------------------------------------------------
-_SUMMED = ("ops", "reads", "writes", "hits", "misses", "absent", "failed_reads", "failed_writes", "other_run_values")
-
-
-def merge_seconds(seconds: list[dict]) -> dict:
-    """One second of several hosts' workloads (the same ``t``): counts summed, the highest host's p99s."""
-    out = {k: sum(s[k] for s in seconds) for k in ("ops", "reads", "hits", "writes", "errors")}
-    out.update(
-        type="second",
-        t=seconds[0]["t"],
-        span=max(s["span"] for s in seconds),
-        read_p99_us=max(s["read_p99_us"] for s in seconds),
-        write_p99_us=max(s["write_p99_us"] for s in seconds),
-    )
-    out["hit_ratio"] = round(out["hits"] / out["reads"], 4) if out["reads"] else 0.0
-    return out
-
-
-def merge_reports(reports: list[dict], histories: list[Path], tags: Collection[str]) -> dict:
-    """The report of one workload run on several client hosts at once (each with ``verify`` off and its
-    history in ``histories``; ``tags``: every run tag of the run, a load's included): counts summed, reads
-    judged by the oracle over the merged histories, latencies from them."""
-    oracle = Oracle(earlier_runs(set(tags)))
-    records: list[dict] = []
-    for p in histories:
-        records += read_history(p)
-    feed(oracle, records)
-    verdict = oracle.verdict()
-    merged: dict = {k: sum(r[k] for r in reports) for k in _SUMMED}
-    errors: Counter[str] = Counter()
-    for r in reports:
-        errors.update(r["errors"])
-    for kind in ("stale", "wrong"):
-        if getattr(verdict, kind):
-            errors[kind] += getattr(verdict, kind)
-    lat: dict[str, list[float]] = {"hit": [], "miss": [], "write": []}
-    for rec in records:
-        if rec["return"] is None or rec.get("error"):
-            continue
-        what = "write" if rec["op"] != "get" else "hit" if rec.get("served_by") else "miss"
-        lat[what].append((rec["return"] - rec["call"]) / 1e9)
-    seconds = max(r["seconds"] for r in reports)
-    by_t: dict[int, list[dict]] = {}
-    for r in reports:
-        for s in r["per_second"]:
-            by_t.setdefault(s["t"], []).append(s)
-    merged.update(
-        config=reports[0]["config"],
-        run_tag=",".join(r["run_tag"] for r in reports),
-        hosts=len(reports),
-        loaded_keys=max(r["loaded_keys"] for r in reports),
-        load_seconds=max(r["load_seconds"] for r in reports),
-        seconds=seconds,
-        stale=verdict.stale,
-        wrong=verdict.wrong,
-        throughput=round(sum(r["throughput"] for r in reports), 1),
-        hit_ratio=round(merged["hits"] / merged["reads"], 4) if merged["reads"] else 0.0,
-        latency_us={
-            "all": _percentiles(lat["hit"] + lat["miss"] + lat["write"]),
-            **{k: _percentiles(v) for k, v in lat.items()},
-        },
-        per_second=[merge_seconds(by_t[t]) for t in sorted(by_t)],
-        errors=dict(errors),
-        error_count=sum(errors.values()),
-        findings=[str(f) for f in verdict.findings],
-        top_keys=reports[0]["top_keys"],
-    )
-    return merged

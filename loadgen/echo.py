@@ -3,7 +3,7 @@
 It answers every datagram by setting the reply bit of its op code and sending
 it back unchanged (a GET comes back as an empty GET_REPLY, i.e. absent): no
 Redis, no parsing, so the client side is the only thing being measured
-(``distcache bench --echo``).  ``python -m client_lib.echo --port 0`` prints
+(``distcache bench --echo``).  ``python -m loadgen.echo --port 0`` prints
 ``echo ready <port>`` once it listens.
 """
 
@@ -28,7 +28,7 @@ def serve(host: str = "127.0.0.1", port: int = 0) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m client_lib.echo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m loadgen.echo", description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()

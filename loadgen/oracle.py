@@ -199,7 +199,7 @@ def _ago(t: int, r: Read) -> str:
 
 
 def feed(oracle: Oracle, records: Iterable[dict]) -> None:
-    """Add a recorded history's operations (client_lib.history's format) to ``oracle``.
+    """Add a recorded history's operations (loadgen.history's format) to ``oracle``.
 
     Gets with ``"return": null`` returned nothing and are skipped; a write with ``"return": null`` ended
     when its client gave up (``"end"``, else +infinity); ``"error": true`` marks a write answered ERROR."""

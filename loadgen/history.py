@@ -16,7 +16,7 @@ merged).  The outcome rules follow the protocol:
   status, OK or NOT_FOUND, recorded as ``"found": true|false``, since a delete
   of an absent key must answer NOT_FOUND and of a present one OK);
 * a write answered ERROR wrote nothing (docs/protocol.md): it is recorded with
-  ``"error": true`` (the staleness oracle, client_lib.oracle, holds that no read
+  ``"error": true`` (the staleness oracle, loadgen.oracle, holds that no read
   returns its value; tools/lincheck skips it); a read answered ERROR returned
   nothing and is left out;
 * a request that timed out on every attempt has an unknown outcome: it is

@@ -9,11 +9,12 @@ from concurrent import futures
 
 import grpc
 
-from agent.agent import SwitchAgent, log, shim_links
+from agent.agent import SwitchAgent, log
 from agent.service import AgentService
 from agent.state import StateFileError
 from distcache.api import agent_grpc
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
+from distcache.rpc.shim import shim_links
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,21 +9,24 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
 
-from agent.slots import AgentCounters, CachedKey, CacheFullError, SlotAllocator, VersionsExhaustedError
+from agent.slots import AgentCounters, CachedKey, CacheFullError, SlotAllocator, VersionsExhaustedError, next_epoch
 from agent.state import load_state, save_state
-from agent.status import agent_status
+from agent.status import Snapshot, status_pb
 from distcache import p4names as n
 from distcache.api import agent_pb2
 from distcache.caching import REPLACE_MARGIN
 from distcache.cluster import Cluster, Mechanism, Role, Switch
+from distcache.fill import RETRIED, Fill
 from distcache.placement import placement, spine_holds
 from distcache.ratelimit import TokenBucket
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
-from p4rt.client import P4RuntimeError, SwitchConnection, load_p4info
+from p4rt.client import P4RuntimeError, SwitchConnection
+from p4rt.p4info import load_p4info
 from p4rt.plan import SwitchPlan, plan
 from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource
 from p4rt.reconcile import apply_plan
@@ -195,18 +198,8 @@ class SwitchAgent:
             else f"state file says epoch {self.epoch}"
         )
         log.warning("%s: %s, switch is in epoch %d: raising it", self.switch.name, why, on_switch)
-        self._raise_epoch(conn, self._next_epoch(on_switch))
+        self._raise_epoch(conn, next_epoch(on_switch, self.epoch))
         return not fresh
-
-    def _next_epoch(self, on_switch: int) -> int:
-        """An epoch above every one the switch has had (the model's "epoch clock").
-
-        Above the switch's and our state's, and at least the wall clock's seconds: that is what
-        vouches for the epochs of the switch's earlier lives when neither survived (a restarted
-        switch is back at 0, an agent may lose its state file).  :meth:`_raise_epoch` puts an
-        epoch to use only once the clock has passed it, so any epoch chosen later is above it.
-        """
-        return max(on_switch + 1, (self.epoch or 0) + 1, int(time.time()))
 
     def _raise_epoch(self, conn: SwitchConnection, epoch: int) -> None:
         """Move the switch to cache epoch ``epoch``: every entry's tag changes, so each is invalid
@@ -215,7 +208,7 @@ class SwitchAgent:
             raise P4RuntimeError(f"{self.switch.name}: cache_epoch exhausted; restart the switch", "OUT_OF_RANGE")
         ahead = epoch + 1 - time.time()
         if ahead > 0:  # (under a second, unless raises came faster than one a second)
-            time.sleep(ahead)  # the clock passes the epoch before it is used (see _next_epoch)
+            time.sleep(ahead)  # the clock passes the epoch before it is used (see agent.slots.next_epoch)
         self.epoch = epoch
         self.alloc.new_epoch()
         for e in self.cached.values():
@@ -227,7 +220,7 @@ class SwitchAgent:
     def _refill_all(self) -> None:
         """Populate every entry again (its tag changed with the epoch), in the background."""
         for e in self.cached.values():
-            e.state = "pending"
+            e.state = Fill.PENDING
         keys = list(self.cached)
         if keys:
             threading.Thread(target=self._refill, args=(keys,), name=f"{self.switch.name}-refill", daemon=True).start()
@@ -250,7 +243,7 @@ class SwitchAgent:
             with self.lock:
                 if self.cached.get(key) is entry:
                     entry.state = state
-                    filled += state == "valid"
+                    filled += state == Fill.VALID
         log.log(
             logging.DEBUG if retry else logging.INFO,
             "%s: %d of %d entries filled again in epoch %s",
@@ -268,7 +261,7 @@ class SwitchAgent:
                 continue
             m = match[n.KEY_DC_KEY]  # an exact key: read back as an int
             key = (m if isinstance(m, int) else m.value).to_bytes(16, "big")
-            found[key] = CachedKey(params["slot"], params["version"], "unknown")
+            found[key] = CachedKey(params["slot"], params["version"], Fill.UNKNOWN)
         self.cached = found
         self.alloc = SlotAllocator(self.slots, self.alloc.versions())
         for e in found.values():
@@ -318,7 +311,7 @@ class SwitchAgent:
                 slot, version = self.alloc.take()
             except VersionsExhaustedError as e:
                 log.info("%s: %s", self.switch.name, e)
-                self._raise_epoch(conn, self._next_epoch(self.epoch or 0))
+                self._raise_epoch(conn, next_epoch(self.epoch or 0, self.epoch))
                 self._refill_all()
                 slot, version = self.alloc.take()
             self._save_state()  # before the entry exists: a version once on the switch is never handed out again
@@ -332,7 +325,7 @@ class SwitchAgent:
             except P4RuntimeError:
                 self.alloc.give_back(slot)
                 raise
-            entry = CachedKey(slot, version, "pending", auto=auto)
+            entry = CachedKey(slot, version, Fill.PENDING, auto=auto)
             self.cached[key] = entry
         state = self._populate(key, entry)
         with self.lock:
@@ -351,13 +344,13 @@ class SwitchAgent:
         )
         return entry
 
-    def _populate(self, key: bytes, entry: CachedKey) -> str:
+    def _populate(self, key: bytes, entry: CachedKey) -> Fill:
         """Ask the key's shim to fill ``entry``; its tag goes along, so only this populate arms it."""
         try:
-            return self.shim_for(key).populate(key, self.switch.switch_id, self.epoch or 0, entry.version)
+            return Fill.of(self.shim_for(key).populate(key, self.switch.switch_id, self.epoch or 0, entry.version))
         except (ShimUnavailableError, ShimRequestError) as e:
             log.warning("%s: populate %s failed: %s", self.switch.name, key.hex(), e)
-            return "failed"
+            return Fill.FAILED
 
     def evict(self, key: bytes) -> bool:
         with self.lock:
@@ -423,7 +416,7 @@ class SwitchAgent:
                 log.warning("%s: could not cache reported key %s: %s", self.switch.name, key.hex(), err)
                 continue
             # an entry created after the report arrived is this report's insertion (not one already there)
-            if e is not None and e.inserted_at >= received and e.state == "valid":
+            if e is not None and e.inserted_at >= received and e.state == Fill.VALID:
                 self.insert_latencies_us.append(int((time.monotonic() - received) * 1e6))
                 del self.insert_latencies_us[:-1000]
 
@@ -486,7 +479,6 @@ class SwitchAgent:
             self.fill_again()
 
     #: populate outcomes worth another try: the shim could not complete it, or refused the switch for now
-    RETRY_STATES = frozenset({"failed", "down"})
 
     def fill_again(self) -> int:
         """Populate again, in the background, the entries whose populate did not complete; how many.
@@ -499,9 +491,9 @@ class SwitchAgent:
         if self.conn is None or self._refilling.is_set():
             return 0
         with self.lock:
-            keys = [k for k, e in self.cached.items() if e.state in self.RETRY_STATES]
+            keys = [k for k, e in self.cached.items() if e.state in RETRIED]
             for k in keys:
-                self.cached[k].state = "pending"
+                self.cached[k].state = Fill.PENDING
         if keys:
             self.counters.fills_retried += len(keys)
             self._refilling.set()
@@ -519,7 +511,7 @@ class SwitchAgent:
         with self.lock:
             for e in self.cached.values():
                 total = cells.get(e.slot, (0, 0))[0]
-                last = self._last_hits.get(e.slot, total if e.state == "unknown" else 0)
+                last = self._last_hits.get(e.slot, total if e.state == Fill.UNKNOWN else 0)
                 e.hits = [e.hits[-1], max(0, total - last)]
             self._last_hits = {e.slot: cells.get(e.slot, (0, 0))[0] for e in self.cached.values()}
 
@@ -571,14 +563,31 @@ class SwitchAgent:
         save_state(self.state_file, self.switch.name, self.epoch, self.alloc.versions())
 
     # -- status -------------------------------------------------------------------------------------
+    def snapshot(self, with_keys: bool = False) -> Snapshot:
+        """This agent as it is now, copied under its lock (one consistent picture); ``with_keys``: every cached
+        key too, with its slot's hits read from the switch."""
+        with self.lock:
+            conn = self.conn
+            connected = conn is not None and not conn.stream_closed.is_set()
+            hits: dict[int, int] = {}
+            if with_keys and conn is not None and connected:
+                try:
+                    hits = {slot: cell[0] for slot, cell in self.slot_hits(conn).items()}
+                except P4RuntimeError as e:
+                    log.debug("%s: cache_hits not read: %s", self.switch.name, e)
+            return Snapshot(
+                switch=self.switch,
+                slots=self.slots,
+                occupied=len(self.cached),
+                configured=self.configured,
+                connected=connected,
+                digests_dropped=conn.digests_dropped if conn is not None else 0,
+                cache_epoch=self.epoch or 0,
+                counters=replace(self.counters),
+                insert_latencies_us=sorted(self.insert_latencies_us),
+                keys=[(k, replace(e, hits=list(e.hits))) for k, e in self.cached.items()] if with_keys else [],
+                slot_hits=hits,
+            )
+
     def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
-        return agent_status(self, with_keys)
-
-
-def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
-    """Key -> the control link of its storage shim (Unix sockets named as dcnet.deploy names them)."""
-
-    def shim_for(key: bytes) -> ShimLink:
-        return ShimLink(f"unix:{shim_dir / f'shim-{cluster.server_for_key(key).name}.sock'}")
-
-    return shim_for
+        return status_pb(self.snapshot(with_keys))

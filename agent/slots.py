@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from distcache.fill import Fill
+
 
 class CacheFullError(RuntimeError):
     """No free slot: evict a key first."""
@@ -83,7 +85,7 @@ class SlotAllocator:
 class CachedKey:
     slot: int
     version: int
-    state: str  # what the shim answered: valid / absent / too_large / failed; pending; unknown after restart
+    state: Fill  # what the shim answered (pending until it does; unknown after an agent restart)
     auto: bool = False
     hits: list[int] = field(default_factory=lambda: [0, 0])  # hits in the last two windows
     inserted_at: float = field(default_factory=time.monotonic)
@@ -105,3 +107,14 @@ class AgentCounters:
     not_owned: int = 0
     epoch_raises: int = 0
     fills_retried: int = 0
+
+
+def next_epoch(on_switch: int, ours: int | None) -> int:
+    """A cache epoch above every one the switch has had (the model's "epoch clock").
+
+    Above the switch's (``on_switch``) and our state's (``ours``), and at least the wall clock's seconds: that is
+    what vouches for the epochs of the switch's earlier lives when neither survived (a restarted switch is back at
+    0, an agent may lose its state file).  The agent puts an epoch to use only once the clock has passed it
+    (``SwitchAgent._raise_epoch``), so any epoch chosen later is above it.
+    """
+    return max(on_switch + 1, (ours or 0) + 1, int(time.time()))

@@ -23,7 +23,8 @@ from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
 from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from harness.processes import SwitchProcesses
-from p4rt.client import SwitchConnection, load_p4info
+from p4rt.client import SwitchConnection
+from p4rt.p4info import load_p4info
 from p4rt.probes import ProbeLedger, SpineDeath
 
 PROBE_INTERVAL = 0.25  # seconds between liveness probes of one switch

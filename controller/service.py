@@ -24,6 +24,7 @@ from controller.status import cluster_status, key_text
 from distcache.api import abort, controller_grpc, controller_pb2
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.partition import spine_buckets
+from distcache.rpc.shim import shim_control
 from harness.processes import SwitchProcessError, SwitchProcesses
 from p4rt.client import P4RuntimeError
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         ctl = Controller(
             cluster,
             args.p4info,
-            lambda h: f"unix:{args.shim_dir / f'shim-{h.name}.sock'}",
+            lambda h: shim_control(args.shim_dir, h.name),
             args.device_config.read_bytes() if args.device_config else b"",
             args.state_file,
             procs,

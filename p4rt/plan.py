@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from distcache import p4names as n
 from distcache.cluster import FABRIC_NET, Cluster, PortKind, Role, Switch
 from distcache.placement import detector_designates
-from p4rt.client import Match, MatchValue
+from p4rt.p4info import Match, MatchValue
 
 
 @dataclass(frozen=True)

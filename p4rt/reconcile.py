@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from finsy.proto import p4r
 
 from distcache import p4names as n
-from p4rt.client import Match, SwitchConnection
+from p4rt.client import SwitchConnection
+from p4rt.p4info import Match
 from p4rt.plan import Entry, SwitchPlan
 
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from distcache.wire import MAX_CACHEABLE, Message, Op, encode, populate_invalidate
 
@@ -43,10 +44,15 @@ def serial_newer(a: int, b: int) -> bool:
     return a != b and ((a - b) & SEQ_MASK) < 1 << 31
 
 
-# How an exchange on one path ended.  RELEASED: the path's far end was declared down before or while we waited;
-# its ack will never come, and the path does NOT count as done -- the switches before the far end (the
-# storage leaf) may not have seen the message (shim.phases then covers them by a path of their own).
-ACKED, RELEASED, TIMED_OUT = "acked", "released", "timeout"
+class Exchange(Enum):
+    """How an exchange on one path ended."""
+
+    ACKED = "acked"  # the far end acknowledged: every copy on the path took the message
+    # the far end was declared down before or while we waited: its ack will never come, and the path does NOT
+    # count as done -- the switches before the far end (the storage leaf) may not have seen the message
+    # (shim.phases then covers them by a path of their own)
+    RELEASED = "released"
+    TIMED_OUT = "timeout"  # no ack before the deadline
 
 
 @dataclass
@@ -131,7 +137,7 @@ class Coherence:
         fut.set_result(msg)
 
     def release(self, targets: set[int]) -> None:
-        """End the exchanges waiting on switches declared down (their acks will never come) as RELEASED.
+        """End the exchanges waiting on switches declared down (their acks will never come) as Exchange.RELEASED.
 
         Skipping the dead far end is safe (see shim.view: the controller has stopped every read
         from reaching it and flushes it before it serves again); the rest of its path is not
@@ -141,7 +147,7 @@ class Coherence:
             if target in targets and not fut.done():
                 fut.set_result(None)
 
-    async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> str:
+    async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> Exchange:
         loop = asyncio.get_running_loop()
         key = (int(msg.op.reply()), msg.seq, msg.target, msg.key)  # one exchange per path: same seq, distinct targets
         fut = loop.create_future()
@@ -153,22 +159,22 @@ class Coherence:
                 # exchanges waiting when the controller's push came, and a write's paths are read before its
                 # exchanges start (asyncio.gather runs them a loop turn later, and the push may come between)
                 if self.is_down(msg.target):
-                    return RELEASED
+                    return Exchange.RELEASED
                 if i:
                     self.stats.retransmits += 1
                 self.send(data, dest)
                 try:
                     ack = await asyncio.wait_for(asyncio.shield(fut), self.retry_interval)
-                    return RELEASED if ack is None else ACKED
+                    return Exchange.RELEASED if ack is None else Exchange.ACKED
                 except TimeoutError:
                     continue
-            return TIMED_OUT
+            return Exchange.TIMED_OUT
         finally:
             self._waiters.pop(key, None)
 
     async def invalidate(
         self, key: bytes, seq: int, target: int, dest: tuple[str, int], tag: tuple[int, int] | None = None
-    ) -> str:
+    ) -> Exchange:
         """Phase 1 on one path; ACKED once every copy on it is invalid.
 
         ``tag=(cache_epoch, version)``: the INVALIDATE of a populate of ``target``'s entry with that
@@ -182,7 +188,7 @@ class Coherence:
             else populate_invalidate(key, seq, target, *tag)
         )
         result = await self._exchange(msg, dest, attempts)
-        if result == TIMED_OUT:
+        if result == Exchange.TIMED_OUT:
             self.stats.failed_invalidates += 1
             log.warning("invalidate of %s (seq %d) not acknowledged by switch %d", key.hex(), seq, target)
         return result
@@ -195,6 +201,6 @@ class Coherence:
         result = await self._exchange(
             Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest, self.update_attempts
         )
-        if result != ACKED:
+        if result != Exchange.ACKED:
             self.stats.failed_updates += 1
-        return result == ACKED
+        return result == Exchange.ACKED

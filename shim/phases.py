@@ -11,8 +11,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from distcache.fill import Fill
 from distcache.wire import MAX_CACHEABLE
-from shim.coherence import ACKED, RELEASED, Coherence
+from shim.coherence import Coherence, Exchange
 from shim.view import CacheView
 
 log = logging.getLogger("shim.server")  # the name the shim's log lines had before this module split off
@@ -40,15 +41,15 @@ class Phases:
             log.error("no live switch to invalidate %s at; has the controller pushed the partition?", key.hex())
             return None
         results = await asyncio.gather(*(self.coherence.invalidate(key, seq, t, self.address(t), tag) for t in paths))
-        if any(r not in (ACKED, RELEASED) for r in results):
+        if any(r not in (Exchange.ACKED, Exchange.RELEASED) for r in results):
             return None
-        acked = [t for t, r in zip(paths, results, strict=True) if r == ACKED]
+        acked = [t for t, r in zip(paths, results, strict=True) if r == Exchange.ACKED]
         leaf = self.view.leaf_id
         if not acked and tag is None and leaf in self.view.holders(key):
             r = await self.coherence.invalidate(key, seq, leaf, self.address(leaf))
-            if r == ACKED:
+            if r == Exchange.ACKED:
                 acked = [leaf]
-            elif r != RELEASED:
+            elif r != Exchange.RELEASED:
                 return None
         return acked
 
@@ -59,12 +60,12 @@ class Phases:
         oks = await asyncio.gather(*(self.coherence.update(key, seq, value, t, self.address(t)) for t in paths))
         return all(oks)
 
-    async def fill(self, key: bytes, seq: int, value: bytes | None, paths: list[int] | None) -> str:
+    async def fill(self, key: bytes, seq: int, value: bytes | None, paths: list[int] | None) -> Fill:
         """Phase 2 of a populate or refresh whose phase 1 took ``paths`` (None: it failed), and its outcome."""
         if paths is None:
-            return "failed"
+            return Fill.FAILED
         if value is None:
-            return "absent"
+            return Fill.ABSENT
         if len(value) > MAX_CACHEABLE:
-            return "too_large"
-        return "valid" if await self.update(key, seq, value, paths) else "failed"
+            return Fill.TOO_LARGE
+        return Fill.VALID if await self.update(key, seq, value, paths) else Fill.FAILED

@@ -29,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distcache.cluster import Cluster, Host
+from distcache.fill import Fill
 from distcache.ratelimit import TokenBucket
 from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode, refusal
 from shim.coherence import SEQ_FLOOR_KEY, Coherence
@@ -341,7 +342,7 @@ class Shim:
                 self.metrics.phase_seconds.observe("update", time.monotonic() - began)
 
     # -- control commands (from the controller and the switch agents) ---------------------
-    async def populate(self, key: bytes, switch: int, tag: tuple[int, int] = (0, 0)) -> str:
+    async def populate(self, key: bytes, switch: int, tag: tuple[int, int] = (0, 0)) -> Fill:
         """Fill a freshly inserted (invalid) cache entry of ``switch``, tagged ``tag`` = (cache_epoch,
         version), with the current value: an INVALIDATE that carries the tag (only it may arm the
         new entry), addressed to ``switch`` itself, then the UPDATE of the same seq.
@@ -351,7 +352,7 @@ class Shim:
         """
         view = self.view
         if switch in view.down or (switch != view.leaf_id and not view.down_known):
-            return "down"
+            return Fill.DOWN
         if switch not in view.cache_switches:
             raise ValueError(
                 f"switch {switch} cannot cache keys of {self.server.name} "
@@ -362,13 +363,13 @@ class Shim:
             value = cast("bytes | None", await self.redis.get(key))
             seq = self.coherence.next_seq()
             paths = await self.phases.invalidate(key, seq, [switch], tag)
-            return "down" if paths == [] else await self.phases.fill(key, seq, value, paths)
+            return Fill.DOWN if paths == [] else await self.phases.fill(key, seq, value, paths)
 
-    async def _refresh(self, key: bytes) -> str:
+    async def _refresh(self, key: bytes) -> Fill:
         """Invalidate every copy of ``key`` and fill it again with Redis's value, as a write of it would."""
         async with self.locks.hold(key):
             if not self.view.holders(key):
-                return "uncached"
+                return Fill.UNCACHED
             value = cast("bytes | None", await self.redis.get(key))
             seq = self.coherence.next_seq()
             return await self.phases.fill(key, seq, value, await self.phases.invalidate(key, seq, self.view.paths(key)))

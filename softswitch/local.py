@@ -7,7 +7,7 @@ entries are exactly those the controller writes over P4Runtime.
 from __future__ import annotations
 
 from distcache import p4names as n
-from p4rt.client import Match
+from p4rt.p4info import Match
 from p4rt.plan import SwitchPlan
 from softswitch.state import SwitchState
 

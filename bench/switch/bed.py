@@ -90,7 +90,7 @@ class Bed:
         """The pipeline, sl0's entries, and the hit key cached and valid."""
         assert self.sw is not None
         if self.target == "bmv2":
-            from p4rt.client import load_p4info
+            from p4rt.p4info import load_p4info
 
             self.sw.set_pipeline(load_p4info(BMV2_P4INFO), BMV2_JSON.read_bytes())
         else:

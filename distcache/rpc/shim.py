@@ -11,10 +11,13 @@ populating keys) do not pay for a new connection each time.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
 from distcache.api import FAST_RECONNECT, Reply, message_dict, shim_grpc, shim_pb2
+from distcache.cluster import Cluster
 
 
 class ShimUnavailableError(ConnectionError):
@@ -93,3 +96,18 @@ class ShimLink:
 
     def evict(self, key: bytes, switch: int) -> bool:
         return self._call("Evict", shim_pb2.SwitchKey(key=key, switch=switch)).evicted
+
+
+def shim_control(shim_dir: Path, server: str) -> str:
+    """The control address of storage host ``server``'s shim: a Unix socket in ``shim_dir`` (the run folder), by
+    which the launcher starts it and the controller and agents find it."""
+    return f"unix:{shim_dir / f'shim-{server}.sock'}"
+
+
+def shim_links(cluster: Cluster, shim_dir: Path) -> Callable[[bytes], ShimLink]:
+    """Key -> the control link of its storage shim."""
+
+    def shim_for(key: bytes) -> ShimLink:
+        return ShimLink(shim_control(shim_dir, cluster.server_for_key(key).name))
+
+    return shim_for

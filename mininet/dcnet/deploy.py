@@ -33,7 +33,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 
 from dcnet.errors import DeploymentError, one_line_errors
-from dcnet.nodes import FabricHost, StorageHost, redis_socket, shim_control
+from dcnet.nodes import FabricHost, StorageHost, redis_socket
 from dcnet.operator_view import Operator
 from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.sessions import ClientProcess, WorkloadSession
@@ -46,6 +46,7 @@ from distcache.rpc.controller import (
     ControllerUnreachableError,
     change_summary,
 )
+from distcache.rpc.shim import shim_control
 from harness import runs
 from harness.loopbind import LoopbackCgroup, LoopbindError
 from harness.p4c import CompileError, compile_v1model

@@ -15,6 +15,7 @@ from pathlib import Path
 from mininet.node import Host
 
 from distcache.cluster import Host as HostSpec
+from distcache.rpc.shim import shim_control
 from harness.processes import Service, python_argv
 from harness.redis import redis_argv, wait_for_redis
 
@@ -22,11 +23,6 @@ from harness.redis import redis_argv, wait_for_redis
 def redis_socket(run_dir: Path, server: str) -> Path:
     """The Unix socket the redis-server of storage host ``server`` serves on (no TCP port)."""
     return run_dir / f"redis-{server}.sock"
-
-
-def shim_control(run_dir: Path, server: str) -> str:
-    """The control address of ``server``'s shim; the controller finds it by this name in ``--shim-dir``."""
-    return f"unix:{run_dir / f'shim-{server}.sock'}"
 
 
 class FabricHost(Host):

@@ -12,7 +12,8 @@ from distcache.hashing import wire_key
 from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
-from p4rt.client import SwitchConnection, load_p4info
+from p4rt.client import SwitchConnection
+from p4rt.p4info import load_p4info
 
 
 class Operator:

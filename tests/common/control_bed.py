@@ -12,10 +12,11 @@ from pathlib import Path
 
 import grpc
 
-from agent.agent import SwitchAgent, shim_links
+from agent.agent import SwitchAgent
 from agent.service import AgentService
 from distcache.api import agent_grpc
 from distcache.cluster import Cluster, Switch
+from distcache.rpc.shim import shim_links
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch
 

@@ -528,7 +528,7 @@ def test_clear_errors_and_nothing_left(pair: Pair, tmp_path: Path) -> None:
 def _configure(bench: ModuleType, bed: Bed) -> None:
     """The pipeline and sl0's entries (Bed.configure without filling the cache: only forwarding is needed)."""
     from distcache import p4names as n
-    from p4rt.client import load_p4info
+    from p4rt.p4info import load_p4info
     from p4rt.plan import plan
     from softswitch.dataplane import PROGRAM
 

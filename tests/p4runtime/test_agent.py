@@ -20,7 +20,7 @@ import redis
 from scapy.layers.inet import UDP
 from scapy.layers.l2 import Ether
 
-from agent.agent import SwitchAgent, shim_links
+from agent.agent import SwitchAgent
 from agent.slots import SlotAllocator
 from agent.state import StateFileError
 from distcache import p4names as n
@@ -28,6 +28,7 @@ from distcache.cluster import Mechanism
 from distcache.hashing import wire_key
 from distcache.partition import spine_buckets
 from distcache.ratelimit import TokenBucket
+from distcache.rpc.shim import shim_links
 from distcache.wire import DC_PORT, Message, Op, decode, populate_invalidate
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch

@@ -36,7 +36,8 @@ from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
 from distcache.rpc.shim import ShimLink
 from harness.processes import SwitchProcesses, pid_alive, tied_argv
-from p4rt.client import SwitchConnection, load_p4info
+from p4rt.client import SwitchConnection
+from p4rt.p4info import load_p4info
 from shim.coherence import Coherence
 from softswitch.dataplane import PROGRAM
 from tests.common.softswitch_helpers import ports_free

@@ -10,7 +10,8 @@ import pytest
 from distcache import p4names as n
 from distcache.cluster import Cluster
 from distcache.partition import spine_buckets
-from p4rt.client import Match, P4RuntimeError, SwitchConnection
+from p4rt.client import P4RuntimeError, SwitchConnection
+from p4rt.p4info import Match
 from p4rt.plan import Entry, SwitchPlan, plan
 from p4rt.reconcile import apply_plan
 from softswitch.dataplane import PROGRAM, DistCachePipeline

@@ -21,7 +21,8 @@ from distcache.cluster import PortKind, Role
 from distcache.p4names import DropReason
 from harness import bpffs
 from harness.netns import delete_namespace, make_veth_namespace
-from p4rt.client import Match, P4RuntimeError, SwitchConnection
+from p4rt.client import P4RuntimeError, SwitchConnection
+from p4rt.p4info import Match
 from softswitch.dataplane import PROGRAM
 from softswitch.ebpf import build, layout, libbpf
 from softswitch.ebpf.codec import TableCodec

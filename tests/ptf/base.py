@@ -19,7 +19,8 @@ import ptf
 import ptf.testutils as tu
 from ptf.base_tests import BaseTest
 
-from p4rt.client import SwitchConnection, load_p4info
+from p4rt.client import SwitchConnection
+from p4rt.p4info import load_p4info
 
 log = logging.getLogger("dcptf")
 

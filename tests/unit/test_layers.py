@@ -111,3 +111,11 @@ def test_no_module_is_over_600_lines() -> None:
         if (n := len(f.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}, long
+
+
+def test_what_plans_entries_needs_no_p4runtime_connection() -> None:
+    """The planner and the P4Info context build and describe entries by name; only p4rt.client talks gRPC."""
+    for f in ("p4rt/plan.py", "p4rt/p4info.py"):
+        used = [m for g, m in all_imports("p4rt") if g == f]
+        assert used, f  # the reader sees the file's imports
+        assert not [m for m in used if m in ("p4rt.client", "grpc") or m.startswith("finsy.proto.p4r_grpc")], (f, used)

@@ -13,7 +13,7 @@ from distcache import p4names as n
 from distcache.cluster import DATA_NETS, Cluster, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
 from distcache.partition import spine_buckets
-from p4rt.client import Match
+from p4rt.p4info import Match
 from p4rt.plan import plan
 from p4rt.probes import leaf_address
 

@@ -15,7 +15,7 @@ import pytest
 
 from distcache.wire import Message, Op
 from shim import coherence
-from shim.coherence import ACKED, RELEASED, Coherence
+from shim.coherence import Coherence, Exchange
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,7 +39,7 @@ def test_an_exchange_scheduled_before_the_push_and_started_after_it_is_released(
         return result, loop.time() - t0, len(sent)
 
     result, took, sent = asyncio.run(scenario())
-    assert (result, sent) == (RELEASED, 0)
+    assert (result, sent) == (Exchange.RELEASED, 0)
     assert took < 0.5
 
 
@@ -54,7 +54,7 @@ def test_a_switch_declared_down_between_two_tries_is_released_at_the_next() -> N
         return await task, len(sent)
 
     result, sent = asyncio.run(scenario())
-    assert result == RELEASED and 1 <= sent <= 5
+    assert result == Exchange.RELEASED and 1 <= sent <= 5
 
 
 def test_a_live_switch_is_still_waited_for_and_acknowledged() -> None:
@@ -65,7 +65,7 @@ def test_a_live_switch_is_still_waited_for_and_acknowledged() -> None:
         c.on_ack(Message(op=Op.INVALIDATE_ACK, key=KEY, seq=9, target=LIVE))
         return await task
 
-    assert asyncio.run(scenario()) == ACKED
+    assert asyncio.run(scenario()) == Exchange.ACKED
 
 
 def test_an_ack_of_another_key_with_the_same_seq_and_target_completes_nothing() -> None:
@@ -81,7 +81,7 @@ def test_an_ack_of_another_key_with_the_same_seq_and_target_completes_nothing() 
         return await task, c.stats.stray_acks
 
     result, stray = asyncio.run(scenario())
-    assert (result, stray) == ("timeout", 1)
+    assert (result, stray) == (Exchange.TIMED_OUT, 1)
 
 
 def test_sequence_numbers_continue_from_the_persisted_floor_and_renew_it_ahead(monkeypatch) -> None:  # noqa: ANN001

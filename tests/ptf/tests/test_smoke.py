@@ -10,7 +10,7 @@ from scapy.packet import Packet
 
 from distcache import p4names as n
 from distcache.cluster import PortKind
-from p4rt.client import Match
+from p4rt.p4info import Match
 from tests.ptf.base import P4RuntimeTest
 
 HOST_MAC = "00:00:00:00:01:01"  # the sender

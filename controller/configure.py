@@ -26,7 +26,7 @@ class Configuration(Core):
     def _bring_up_client_leaf(self, sw: Switch, timeout: float = 15.0, replicated: set[bytes] | None = None) -> None:
         """A new primary session with the client leaf (also after a restart, a lost stream or a lost
         mastership), its pipeline if it has none, and its entries brought to the plan."""
-        old = self.leaves.pop(sw.name, None)
+        old = self.sessions.conns.pop(sw.name, None)
         if old is not None:
             old.close()  # first: a switch refuses a second session with the same election id
         conn = self._leaf_session(sw, timeout)
@@ -41,7 +41,7 @@ class Configuration(Core):
         except BaseException:
             conn.close()
             raise
-        self.leaves[sw.name] = conn
+        self.sessions.conns[sw.name] = conn
         log.info("%s: reconciled (%d entries written)", sw.name, writes)
 
     def _leaf_session(self, sw: Switch, timeout: float) -> SwitchConnection:
@@ -49,7 +49,7 @@ class Configuration(Core):
         higher ones (another client took mastership, then left): when nobody is primary, the next id above
         the highest the switch has seen takes mastership back; when another client is primary, the
         controller does not fight it (the error says another controller holds it)."""
-        eid = self._election.get(sw.name, 1)
+        eid = self.sessions.election_id(sw.name)
         for attempt in range(2):
             conn = SwitchConnection(f"{self.grpc_host}:{sw.grpc_port}", sw.device_id, election_id=eid, name=sw.name)
             conn.timeout = WRITE_TIMEOUT
@@ -68,7 +68,8 @@ class Configuration(Core):
                     or past + 1 >= 1 << 64
                 ):
                     raise
-                eid = self._election[sw.name] = past + 1
+                eid = past + 1
+                self.sessions.raise_election(sw.name, eid)
                 log.warning(
                     "%s: nobody is primary and it has seen election ids up to %d: taking mastership with %d",
                     sw.name,
@@ -80,11 +81,10 @@ class Configuration(Core):
     def _apply_leaf(self, sw: Switch, conn: SwitchConnection, replicated: set[bytes] | None = None) -> int:
         """Bring a client leaf's tables to the plan, keeping track of the spines it may send reads to:
         while the write is under way, those of the old plan and the new one; after it, the new one's."""
-        live = frozenset(self.live_spines())
-        self._leaf_live[sw.name] = self._leaf_live.get(sw.name, frozenset(self.spine_ids())) | live
+        live = frozenset(self.partition.live())
+        self.sessions.writing(sw.name, live)
         writes = apply_plan(conn, self._plan(sw, replicated))
-        self._leaf_live[sw.name] = live
-        self._stale.pop(sw.name, None)
+        self.sessions.took(sw.name, live)
         return writes
 
     def _fence(self) -> set[str]:
@@ -94,24 +94,26 @@ class Configuration(Core):
         spine's acks that much sooner.  After the write the leaf may send reads only to the spines of the
         plan it took before that are still in service; a leaf whose write failed is noted in ``_stale``
         and gets the whole plan (its fence in it) from the reconciler's next round; returns those leaves."""
-        live = self.live_spines()
+        live = self.partition.live()
         fence = liveness_config(self.cluster, live)
 
         def one(sw: Switch) -> None:
-            self.leaves[sw.name].set_default(fence.table, fence.action, fence.params_dict, timeout=FENCE_TIMEOUT)
-            self._leaf_live[sw.name] = self._leaf_live.get(sw.name, frozenset(self.spine_ids())) & live
+            self.sessions.conns[sw.name].set_default(
+                fence.table, fence.action, fence.params_dict, timeout=FENCE_TIMEOUT
+            )
+            self.sessions.fenced(sw.name, live)
 
         jobs = {
             sw.name: self._fence_pool.submit(one, sw)
             for sw in self.cluster.switches()
-            if sw.role == Role.CLIENT_LEAF and sw.name not in self.state.failed and self._session_ok(sw.name)
+            if sw.role == Role.CLIENT_LEAF and sw.name not in self.state.failed and self.sessions.ok(sw.name)
         }
         failed = set()
         for name, job in jobs.items():
             try:
                 job.result()
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                self._stale[name] = why(e)
+                self.sessions.stale[name] = why(e)
                 failed.add(name)
                 log.error("%s: not fenced: %s", name, why(e))
         return failed
@@ -122,21 +124,23 @@ class Configuration(Core):
         reader = self.readers.get(sw.name)
         return reader is None or reader.probe(PROBE_TIMEOUT)
 
-    def _session_ok(self, name: str) -> bool:
-        """Whether client leaf ``name`` has a primary session that is up and whose last write did not fail
-        (else it needs a new one: it may have lost mastership)."""
-        return name in self.leaves and name not in self._stale and not self.leaves[name].stream_closed.is_set()
-
     def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
         return plan(
-            self.cluster, sw, self.buckets, self.live_spines(), self.replicated if replicated is None else replicated
+            self.cluster,
+            sw,
+            self.partition.buckets(),
+            self.partition.live(),
+            self.replicated if replicated is None else replicated,
         )
 
     def _configure_agent(self, sw: Switch, replicated: set[bytes] | None = None) -> agent_pb2.AgentStatus:
         st = self.agents[sw.name].configure(
-            self.cluster, self.buckets, self.live_spines(), self.replicated if replicated is None else replicated
+            self.cluster,
+            self.partition.buckets(),
+            self.partition.live(),
+            self.replicated if replicated is None else replicated,
         )
-        self._stale.pop(sw.name, None)
+        self.sessions.stale.pop(sw.name, None)
         log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
         return st
 
@@ -157,8 +161,8 @@ class Configuration(Core):
                 self._configure_agent(sw, replicated)
             elif not self._answers(sw):  # paused or wedged: not waited for under the lock, retried every RETRY s
                 raise ConnectionError(f"its P4Runtime server does not answer a probe within {PROBE_TIMEOUT:g} s")
-            elif self._session_ok(sw.name):
-                self._apply_leaf(sw, self.leaves[sw.name], replicated)
+            elif self.sessions.ok(sw.name):
+                self._apply_leaf(sw, self.sessions.conns[sw.name], replicated)
             else:  # never reached, or its last write failed: a new session (it may have lost mastership)
                 self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2, replicated=replicated)
 
@@ -172,6 +176,6 @@ class Configuration(Core):
             try:
                 job.result()
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                failed[name] = self._stale[name] = why(e)
+                failed[name] = self.sessions.stale[name] = why(e)
                 log.error("%s: not reconfigured: %s", name, why(e))
         return failed

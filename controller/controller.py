@@ -123,7 +123,7 @@ class Controller(Reconciler):
                         self._bring_up_client_leaf(sw, timeout)
                 except (ConnectionError, P4RuntimeError, grpc.RpcError) as e:
                     # not fatal: the monitor declares a dead switch dead, the reconciler configures a late agent
-                    self._stale[sw.name] = f"not reconciled at start: {why(e)}"
+                    self.sessions.stale[sw.name] = f"not reconciled at start: {why(e)}"
                     log.error("%s: not reconciled at start: %s", sw.name, why(e))
 
             # all at once, as _configure does: an agent that pushes a fresh switch its pipeline raises its cache
@@ -134,7 +134,7 @@ class Controller(Reconciler):
             ]:
                 job.result()
             self._push_shims(views=True)
-            self._remember_buckets(self.buckets)
+            self.partition.remember(self.partition.buckets())
         if monitor:
             for sw in self.cluster.switches():
                 self._spawn(f"probe-{sw.name}", self._probe_loop, sw)
@@ -153,7 +153,7 @@ class Controller(Reconciler):
         wkey = wire_key(key)
         return {
             sw.name: self.agents[sw.name].cache(wkey)
-            for sw in cache_switches(self.cluster, self.buckets, wkey, self.replicated)
+            for sw in cache_switches(self.cluster, self.partition.buckets(), wkey, self.replicated)
         }
 
     # -- shutdown ---------------------------------------------------------------------------------
@@ -166,9 +166,9 @@ class Controller(Reconciler):
             t.join(3)
         for pool in (self._pool, self._fence_pool, self._poll_pool, self._warm_pool):
             pool.shutdown(wait=False, cancel_futures=True)
-        for conn in [*self.leaves.values(), *self.readers.values()]:
+        for conn in [*self.sessions.conns.values(), *self.readers.values()]:
             conn.close()
-        self.leaves.clear()
+        self.sessions.conns.clear()
         self.readers.clear()
         for a in [*self.agents.values(), *self.agent_status.values()]:
             a.close()

@@ -17,10 +17,11 @@ from pathlib import Path
 import grpc
 
 from controller.instruments import Instruments
+from controller.partition import Partition
+from controller.sessions import LeafSessions
 from controller.state import ControllerState
 from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
-from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from harness.processes import SwitchProcesses
 from p4rt.client import SwitchConnection
@@ -125,7 +126,6 @@ class Core:
         self.procs = procs
         self.grpc_host = grpc_host
         self.lock = threading.RLock()  # every change of state, partition or switch configuration
-        self.leaves: dict[str, SwitchConnection] = {}  # client-rack leaves, as primary
         self.readers: dict[str, SwitchConnection] = {}  # every switch: probes and counter reads
         self.agents: dict[str, AgentClient] = {}  # changes (Configure, Flush, ...): AGENT_TIMEOUT
         self.agent_status: dict[str, AgentClient] = {}  # Status only: AGENT_STATUS_TIMEOUT
@@ -144,13 +144,12 @@ class Core:
         self._warm_pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctl-warm")
         # switch -> the thread recovering it by itself (the reconciler never waits for a recovery)
         self._recoveries: dict[str, threading.Thread] = {}
-        self._buckets_pushed: list[int] | None = None  # the partition the switches hold
-        # switch -> why its last configuration failed (retried every RETRY s); a client leaf in here may
-        # still route reads by an older partition.  Single dict operations only (the GIL makes them atomic).
-        self._stale: dict[str, str] = {}
-        # client leaf -> the spines in service in the last plan it took: it may send reads to those only
-        self._leaf_live: dict[str, frozenset[int]] = {}
-        self._election: dict[str, int] = {}  # client leaf -> our election id there, when not 1
+        # the spines in service, the buckets that gives them, the partition the switches last took
+        self.partition = Partition(cluster.switch_ids(Role.SPINE), self._failed_spines)
+        # primary sessions with the client leaves, the spines each may route reads to, and the switches whose
+        # last configuration failed (retried every RETRY s; a client leaf among them may still route reads by
+        # an older partition)
+        self.sessions = LeafSessions(self.partition.spine_ids)
         self._failover_pending = False  # a failover stopped before the shims: a client leaf kept old routes
         self._failover_warmed = False  # that failover's new owners were warmed before its routes moved
         self._recovering: set[str] = set()  # switches a recover() is bringing back (one at a time each)
@@ -166,20 +165,13 @@ class Core:
             self.health[name].alive = False
 
     # -- derived views --------------------------------------------------------------------
-    def spine_ids(self) -> list[int]:
-        return self.cluster.switch_ids(Role.SPINE)
-
     @property
     def replicated(self) -> set[bytes]:
         return {bytes.fromhex(k) for k in self.state.replicated}
 
-    def live_spines(self) -> set[int]:
-        failed = {self.cluster.switch(name).switch_id for name in self.state.failed}
-        return set(self.spine_ids()) - failed
-
-    @property
-    def buckets(self) -> list[int]:
-        return spine_buckets(self.spine_ids(), self.live_spines())
+    def _failed_spines(self) -> set[int]:
+        """The spines out of service (the state's failed set; read by :attr:`partition`)."""
+        return {sw.switch_id for sw in self._spines() if sw.name in self.state.failed}
 
     def _save(self) -> None:
         self.state.save(self.state_path)
@@ -192,12 +184,6 @@ class Core:
 
     def _spines(self) -> list[Switch]:
         return [self.cluster.spine(i) for i in range(self.cluster.spines)]
-
-    def _last_buckets(self) -> list[int]:
-        return self._buckets_pushed or spine_buckets(self.spine_ids())
-
-    def _remember_buckets(self, buckets: list[int]) -> None:
-        self._buckets_pushed = list(buckets)
 
     def _switch(self, name: str) -> Switch:
         try:

@@ -19,7 +19,6 @@ from controller.state import Failure
 from controller.warmup import paced, warm_keys
 from distcache.cluster import Role, Switch, is_cache_switch
 from distcache.hashing import h0
-from distcache.partition import spine_buckets
 from distcache.placement import PLACEMENT
 from harness.processes import SwitchProcessError
 from p4rt.client import P4RuntimeError
@@ -34,13 +33,13 @@ class Failover(Monitor, Configuration):
         """Move the buckets of failed spines to live ones (steps in the module docstring); returns how many
         moved and the client leaves the failover now waits for (empty: done).  ``warmed``: the new owners
         were warmed before the routes move (an operator's fail), so the warm-up after it only tops up."""
-        before = self._last_buckets()
+        before = self.partition.pushed()
         self.state.epoch += 1
         self._save()
         self._failover_pending, self._failover_warmed = True, warmed
         waiting = self._continue_failover()
-        after = self.buckets
-        self._remember_buckets(after)
+        after = self.partition.buckets()
+        self.partition.remember(after)
         return sum(a != b for a, b in zip(before, after, strict=True)), waiting
 
     def _continue_failover(self, configure: bool = True) -> list[str]:
@@ -86,7 +85,7 @@ class Failover(Monitor, Configuration):
         if self._failover_pending:
             self._failover_pending = False
             if PLACEMENT[self.cluster.mechanism].warms_on_failover:
-                args = (self.state.epoch, self.buckets, self.live_spines(), sorted(self.state.failed))
+                args = (self.state.epoch, self.partition.buckets(), self.partition.live(), sorted(self.state.failed))
                 # after a drain's warm-up, only the keys that got hot since are left: paced like it
                 kwargs = {"drain": self._failover_warmed}
                 threading.Thread(
@@ -103,7 +102,7 @@ class Failover(Monitor, Configuration):
         spine (the reconciler retries them)."""
         return sorted(
             name
-            for name in list(self._stale)
+            for name in list(self.sessions.stale)
             if name not in self.state.failed and self.cluster.switch(name).role == Role.CLIENT_LEAF
         )
 
@@ -226,7 +225,7 @@ class Failover(Monitor, Configuration):
                 f"{sw.name} is already failed ({self.state.failed[sw.name].reason}); "
                 f"use `distcache-ctl recover {sw.name}`"
             )
-        if sw.role == Role.SPINE and self.live_spines() == {sw.switch_id}:
+        if sw.role == Role.SPINE and self.partition.live() == {sw.switch_id}:
             raise ControllerError(
                 f"{sw.name} is the last spine in service: without it no rack reaches another; "
                 "recover another spine first"
@@ -247,8 +246,8 @@ class Failover(Monitor, Configuration):
             self._check_fail(sw)
             ahead = None
             if sw.role == Role.SPINE and PLACEMENT[self.cluster.mechanism].warms_on_failover:
-                live = self.live_spines() - {sw.switch_id}
-                ahead = (self.state.epoch, spine_buckets(self.spine_ids(), live), live, [*self.state.failed, name])
+                live = self.partition.live() - {sw.switch_id}
+                ahead = (self.state.epoch, self.partition.buckets(live), live, [*self.state.failed, name])
         if ahead is not None:
             # a drain: the spine still serves its buckets, so their hot keys are cached at the new owners before
             # the routes move (off the lock; inserting any key at any time is coherent, see warmup.py), and
@@ -313,7 +312,7 @@ class Failover(Monitor, Configuration):
             if sw.role == Role.SPINE:
                 self._rejoin(sw)
             with self.lock:
-                before = self.buckets
+                before = self.partition.buckets()
                 if sw.role == Role.SPINE:
                     self.state.failed.pop(name)
                     self.state.epoch += 1
@@ -321,11 +320,11 @@ class Failover(Monitor, Configuration):
                     self._push_shims()
                     self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
                     self._configure({Role.SPINE})
-                    self._remember_buckets(self.buckets)
+                    self.partition.remember(self.partition.buckets())
                 else:
                     # configured first, in service after: a client leaf's routes are current before the
                     # shims may count on them (shim_down)
-                    self._stale.pop(name, None)
+                    self.sessions.stale.pop(name, None)
                     try:
                         if sw.role == Role.CLIENT_LEAF:
                             self._bring_up_client_leaf(sw)
@@ -345,7 +344,7 @@ class Failover(Monitor, Configuration):
                 h.alive, h.misses, h.detected = True, 0, None
                 self.state.recoveries += 1
                 self._save()
-                moved = sum(a != b for a, b in zip(before, self.buckets, strict=True))
+                moved = sum(a != b for a, b in zip(before, self.partition.buckets(), strict=True))
         finally:
             with self.lock:
                 self._recovering.discard(name)
@@ -367,9 +366,9 @@ class Failover(Monitor, Configuration):
             self._flush(sw)
             warm = None
             if PLACEMENT[self.cluster.mechanism].warms_on_failover:
-                live = self.live_spines() | {sw.switch_id}
-                owners = sorted(self.cluster.switch_by_id(i).name for i in self.live_spines())
-                warm = (self.state.epoch, spine_buckets(self.spine_ids(), live), live, owners)
+                live = self.partition.live() | {sw.switch_id}
+                owners = sorted(self.cluster.switch_by_id(i).name for i in self.partition.live())
+                warm = (self.state.epoch, self.partition.buckets(live), live, owners)
         if warm is not None:
             self._warm_new_owners(*warm, drain=True, ahead=True)
 

@@ -101,7 +101,7 @@ class Monitor(ShimViews):
         sources: dict[str, ProbeSource] = {}  # per client leaf: its probe port where it has one (p4rt.probes)
         try:
             while not self._stop.wait(DP_PROBE_INTERVAL):
-                for name, conn in list(self.leaves.items()):
+                for name, conn in list(self.sessions.conns.items()):
                     source = sources.get(name)
                     if source is None:
                         source = sources[name] = ProbeSource(self.cluster.switch(name))
@@ -137,18 +137,18 @@ class Monitor(ShimViews):
 
     def _dp_check(self) -> None:
         """Read the client leaves' probe counters; a spine silent at all of them is declared dead."""
-        for name in list(self.leaves):
+        for name in list(self.sessions.conns):
             try:
-                self.probes.update(name, read_probe_counts(self.readers[name], self.spine_ids()))
+                self.probes.update(name, read_probe_counts(self.readers[name], self.partition.spine_ids))
             except P4RuntimeError:
                 continue
         now = time.monotonic()
-        quiet = self.probes.dead(self.spine_ids(), DP_POKE_MISSES)
+        quiet = self.probes.dead(self.partition.spine_ids, DP_POKE_MISSES)
         for sw in self._spines():
             if sw.switch_id in quiet and sw.switch_id not in self._poked and sw.name not in self.state.failed:
                 self._poke[sw.name].set()  # silent at every client leaf: is its P4Runtime server gone too?
         self._poked = quiet
-        dead = self.probes.dead(self.spine_ids())
+        dead = self.probes.dead(self.partition.spine_ids)
         for sid in dead - set(self._dp_silent_since):
             self._dp_silent_since[sid] = now - DP_MISSES * DP_PROBE_INTERVAL
         for sid in set(self._dp_silent_since) - dead:
@@ -174,7 +174,7 @@ class Monitor(ShimViews):
 
     def read_deaths(self, name: str) -> dict[str, int]:
         """Leaf ``name``'s spine_deaths counter by spine name (deaths that ended), read now."""
-        out, spines = {}, set(self.spine_ids())
+        out, spines = {}, set(self.partition.spine_ids)
         for sid, (packets, _) in self.readers[name].read_counter(n.SPINE_DEATHS).items():
             if packets and sid in spines:
                 out[self.cluster.switch_by_id(sid).name] = packets
@@ -204,10 +204,10 @@ class Monitor(ShimViews):
             st = job.result()
             if st is None:
                 continue
-            if not st.configured and name not in self.state.failed and name not in self._stale:
+            if not st.configured and name not in self.state.failed and name not in self.sessions.stale:
                 log.warning("%s: its agent restarted; configuring it again", name)
-                self._stale[name] = "its agent restarted"
-            if name in self._stale:
+                self.sessions.stale[name] = "its agent restarted"
+            if name in self.sessions.stale:
                 self._wake.set()
         for name, read in reads.items():
             try:
@@ -223,10 +223,10 @@ class Monitor(ShimViews):
                 else (n.Stat.READ_HIT, n.Stat.READ_MISS)
             )
             h.samples = ([*h.samples, (now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
-        for name, conn in list(self.leaves.items()):
-            if conn.stream_closed.is_set() and name not in self.state.failed and name not in self._stale:
+        for name, conn in list(self.sessions.conns.items()):
+            if conn.stream_closed.is_set() and name not in self.state.failed and name not in self.sessions.stale:
                 log.warning("%s: lost its stream (restarted?); reconnecting", name)
-                self._stale[name] = "lost its P4Runtime stream (restarted?)"
+                self.sessions.stale[name] = "lost its P4Runtime stream (restarted?)"
                 self._wake.set()
         down = self.shim_down()
         for host in self.cluster.servers():
@@ -258,7 +258,7 @@ class Monitor(ShimViews):
                 leaves = self.routing_to(sw)
                 if leaves:
                     notes.append(f"writes still wait for its acks: {', '.join(leaves)} may still send it reads")
-        stale = self._stale.get(name)
+        stale = self.sessions.stale.get(name)
         if stale is not None and failure is None:  # a failed switch is configured by its recovery
             what = "routes not updated" if sw.role == Role.CLIENT_LEAF else "not reconfigured"
             notes.append(f"{what} (retrying): {stale}")

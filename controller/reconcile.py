@@ -55,7 +55,7 @@ class Reconciler(Failover, Mechanisms):
                 self.declare_dead(sw, dp[0], DP_DEAD_REASON, dp[1])
         for sw in self.cluster.switches():
             self._maybe_recover(sw)
-        for name in list(self._stale):
+        for name in list(self.sessions.stale):
             self._retry(name)
         if self._failover_pending:
             with self.lock:
@@ -125,18 +125,18 @@ class Reconciler(Failover, Mechanisms):
         """Configure again a switch in service whose last configuration failed."""
         sw = self.cluster.switch(name)
         with self.lock:
-            if name not in self._stale or name in self.state.failed or name in self._recovering:
+            if name not in self.sessions.stale or name in self.state.failed or name in self._recovering:
                 return  # done meanwhile, or its recovery configures it
             if is_cache_switch(sw) and self.health[name].agent_alive is False:
                 return  # tried once it answers
-            before = self._stale[name]
+            before = self.sessions.stale[name]
             try:
                 if is_cache_switch(sw):
                     self._configure_agent(sw)
                 else:
                     self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2)
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                self._stale[name] = why(e)
+                self.sessions.stale[name] = why(e)
                 (log.debug if why(e) == before else log.warning)("%s: still not reconfigured: %s", name, why(e))
                 return
             log.info("%s: reconfigured (it had failed: %s)", name, before)

@@ -43,9 +43,9 @@ class ControllerService(controller_grpc.ControllerServicer):
 
     def Partitions(self, request, context):  # noqa: ANN001, ANN201, N802, ARG002
         ctl = self.ctl
-        now, original = ctl.buckets, spine_buckets(ctl.spine_ids())
+        now, original = ctl.partition.buckets(), spine_buckets(ctl.partition.spine_ids)
         out = controller_pb2.PartitionStatus(owner=now, epoch=ctl.state.epoch)
-        for sid in ctl.spine_ids():
+        for sid in ctl.partition.spine_ids:
             sp = ctl.cluster.switch_by_id(sid)
             out.spines.add(
                 spine=sp.name,

@@ -53,7 +53,7 @@ class ShimViews(Core):
                     server = self.cluster.server_for_key(k.key).name
                     cached.setdefault(server, {}).setdefault(bytes(k.key), []).append(st.switch_id)
         spines = set(self.cluster.switch_ids(Role.SPINE))
-        buckets, down, epoch = self.buckets, self.shim_down(), self.state.epoch
+        buckets, down, epoch = self.partition.buckets(), self.shim_down(), self.state.epoch
 
         def push(host: Host) -> None:
             try:
@@ -99,12 +99,11 @@ class ShimViews(Core):
 
     def routing_to(self, spine: Switch) -> list[str]:
         """The client leaves that may still send reads to ``spine``."""
-        every = frozenset(self.spine_ids())
         return [
             sw.name
             for sw in self.cluster.switches()
             if sw.role == Role.CLIENT_LEAF
-            and spine.switch_id in self._leaf_live.get(sw.name, every)
+            and self.sessions.may_route(sw.name, spine.switch_id)
             and not self._data_plane_gone(sw.name)
         ]
 

@@ -88,7 +88,7 @@ def cluster_status(ctl: Controller, pool: futures.ThreadPoolExecutor) -> StatusR
             leaf=death.leaf, spine=death.spine, detect_s=death.detect_s, silent_s=death.silent_s, at=death.at
         )
     owned: dict[int, int] = {}
-    for sid in ctl.buckets:
+    for sid in ctl.partition.buckets():
         owned[sid] = owned.get(sid, 0) + 1
     for sw in switches:
         h = ctl.health[sw.name]

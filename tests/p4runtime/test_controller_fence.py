@@ -39,12 +39,12 @@ class _Leaf:
         self.ctl._bring_up_client_leaf(self.leaf)
 
     def fenced(self) -> set[int]:
-        action, params = self.ctl.leaves[self.leaf.name].read_default(n.LIVENESS_CONFIG)
+        action, params = self.ctl.sessions.conns[self.leaf.name].read_default(n.LIVENESS_CONFIG)
         assert action == n.SET_LIVENESS
         return {s for s in range(n.LIVENESS_SPINES) if params["fenced"] >> s & 1}
 
     def partition_spines(self) -> set[int]:
-        return {p["spine_id"] for _, _, p in self.ctl.leaves[self.leaf.name].read_table(n.SPINE_PARTITION)}
+        return {p["spine_id"] for _, _, p in self.ctl.sessions.conns[self.leaf.name].read_table(n.SPINE_PARTITION)}
 
     def close(self) -> None:
         self.ctl.close()

@@ -137,7 +137,7 @@ def test_the_client_cli_shows_keys_and_values_as_written(redis_sock: Path, tmp_p
             [
                 sys.executable,
                 "-m",
-                "client_lib",
+                "loadgen",
                 "--cluster",
                 str(cluster_json),
                 "--server",

@@ -97,7 +97,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory, redis_sock: Path) -> Iterator[
         ctl = Controller(cluster, p4info, lambda h: f"unix:{tmp / f'shim-{h.name}.sock'}", b"", tmp / "ctl.json")
         ctl.start(timeout=20, monitor=False)
         closers.append(ctl.close)
-        ShimLink(shim.control_addr).partition(ctl.buckets or [0] * N_SPINE_BUCKETS)
+        ShimLink(shim.control_addr).partition(ctl.partition.buckets() or [0] * N_SPINE_BUCKETS)
         serve_metrics(ctl, cluster.metrics_address)
         for k in KEYS:  # what an agent does with a key its switch's detector reported hot
             agents["sl0"].insert(wire_key(k))

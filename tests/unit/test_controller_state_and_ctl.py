@@ -132,7 +132,7 @@ def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
         ctl.state.failed[sp0.name] = Failure(admin=True, since=0.0)
         for leaf in cluster.switches():
             if leaf.role == Role.CLIENT_LEAF:
-                ctl._leaf_live[leaf.name] = frozenset(ctl.live_spines())  # routes without sp0 taken
+                ctl.sessions.took(leaf.name, ctl.partition.live())  # routes without sp0 taken
         assert ctl.shim_down() == [sp0.switch_id]
         ctl._rejoining.add(sp0.name)
         assert ctl.shim_down() == []
@@ -188,7 +188,7 @@ def test_a_failovers_fence_never_waits_behind_a_warm_up(tmp_path: Path) -> None:
 
     leaves = [s for s in cluster.switches() if s.role == Role.CLIENT_LEAF]
     for leaf in leaves:
-        ctl.leaves[leaf.name] = Leaf(leaf.name)  # type: ignore[assignment]
+        ctl.sessions.conns[leaf.name] = Leaf(leaf.name)  # type: ignore[assignment]
     warm = threading.Thread(target=ctl._warm_at_once, args=(lambda _k: release.wait(10), [bytes(16)] * 64))
     try:
         warm.start()
@@ -328,6 +328,6 @@ def test_a_client_leaf_that_does_not_answer_is_not_waited_for_under_the_lock(tmp
             ctl.readers[cl0.name] = ctl._reader(cl0)
             failed = ctl._configure({Role.CLIENT_LEAF})
         assert list(failed) == [cl0.name] and "does not answer a probe" in failed[cl0.name], failed
-        assert cl0.name in ctl._stale  # the reconciler tries it again every RETRY s
+        assert cl0.name in ctl.sessions.stale  # the reconciler tries it again every RETRY s
     finally:
         ctl.close()

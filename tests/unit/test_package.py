@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("distcache", "p4rt", "harness", "agent", "softswitch", "controller", "shim", "client_lib", "dcnet")
+PACKAGES = ("distcache", "p4rt", "harness", "agent", "softswitch", "controller", "shim", "client_lib", "loadgen")
+PACKAGES += ("dcnet",)  # in mininet/
 COMMANDS = (
     ["python", "-m", "softswitch", "--help"],
     ["distcache", "--help"],

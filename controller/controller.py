@@ -42,7 +42,7 @@ Step 2 waits for step 1 everywhere: if a client leaf in service cannot take
 the new routes (its write fails or times out, another client took its
 mastership), the failover stops there and is retried every second, reported
 in ``distcache-ctl status`` and the log.  Whatever pushes to the shims, the
-switches they may skip come from one place (:meth:`Controller.shim_down`, in :mod:`controller.shims`): a
+switches they may skip come from one place (:meth:`controller.shims.Shims.down`): a
 failed spine is left out while any client leaf may still send it reads (the
 last routes it took include it, or a write to it is under way), unless that
 leaf's process is known to be gone (a new one starts empty).  A leaf that
@@ -92,10 +92,12 @@ class Controller(Reconciler):
     """The controller: bring-up, the threads that watch and act, shutdown.  Each job is one class, a
     layer that uses only what its base classes define (so mypy checks every layer on its own):
 
-    * :class:`~controller.core.Core`: state, connections, lock, derived views;
+    * :class:`~controller.core.Core`: state, connections, lock, and the parts that take what they use as
+      arguments: :class:`~controller.partition.Partition` (spines in service, buckets, what was pushed),
+      :class:`~controller.sessions.LeafSessions` (client leaves' sessions and routes, stale configurations),
+      :class:`~controller.shims.Shims` (partition, switches down and cached-key views for the shims);
     * :class:`~controller.configure.Configuration` (Core): client leaves and agents brought to the partition;
-    * :class:`~controller.shims.ShimViews` (Core): partition, switches down and cached-key views for the shims;
-    * :class:`~controller.monitor.Monitor` (ShimViews): probe threads, data-plane probes, health poll, status;
+    * :class:`~controller.monitor.Monitor` (Core): probe threads, data-plane probes, health poll, status;
     * :class:`~controller.failover.Failover` (Monitor, Configuration): declare dead, fail, recover;
     * :class:`~controller.mechanism.Mechanisms` (Configuration): mechanism changes, Hybrid's replicated keys;
     * :class:`~controller.reconcile.Reconciler` (Failover, Mechanisms): the thread that makes every change.

@@ -19,6 +19,7 @@ import grpc
 from controller.instruments import Instruments
 from controller.partition import Partition
 from controller.sessions import LeafSessions
+from controller.shims import Shims
 from controller.state import ControllerState
 from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
@@ -155,6 +156,8 @@ class Core:
         self._recovering: set[str] = set()  # switches a recover() is bringing back (one at a time each)
         # spines a recover() has told the shims are up and flushed, not in service yet: not down in any push
         self._rejoining: set[str] = set()
+        # what the shims are told: pushed with the failed switches and those rejoining (_push_shims)
+        self.shims = Shims(self.cluster, shim_address, self.agents, self.partition, self.sessions, procs, self._pool)
         self._shims_behind: dict[str, bool] = {}  # shim host -> needs its view again (else: partition only)
         self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
         self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
@@ -172,6 +175,14 @@ class Core:
     def _failed_spines(self) -> set[int]:
         """The spines out of service (the state's failed set; read by :attr:`partition`)."""
         return {sw.switch_id for sw in self._spines() if sw.name in self.state.failed}
+
+    def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
+        """Tell the shims the partition and the switches down (with ``views``, the cached keys): Shims.push."""
+        self.shims.push(self.state.failed, self._rejoining, self.state.epoch, views, only)
+
+    def shim_down(self) -> list[int]:
+        """The switches the shims may stop waiting for now (Shims.down)."""
+        return self.shims.down(self.state.failed, self._rejoining)
 
     def _save(self) -> None:
         self.state.save(self.state_path)

@@ -34,9 +34,9 @@ from controller.core import (
     PROBE_TIMEOUT,
     REFUSED_RECHECK,
     REFUSED_WITHIN,
+    Core,
     why,
 )
-from controller.shims import ShimViews
 from distcache import p4names as n
 from distcache.api import agent_pb2
 from distcache.cluster import Role, Switch
@@ -47,7 +47,7 @@ from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource, read_probe_counts, spine
 log = logging.getLogger("controller")
 
 
-class Monitor(ShimViews):
+class Monitor(Core):
     """Records what the probes and polls see (``health``, ``_stale``, ``_shims_behind``, the probe ledger)
     and wakes the reconciler to act on it; it configures nothing itself."""
 
@@ -255,7 +255,7 @@ class Monitor(ShimViews):
         if failure is not None:
             notes.append(failure.reason)
             if sw.role == Role.SPINE and sw.switch_id not in self.shim_down():
-                leaves = self.routing_to(sw)
+                leaves = self.shims.routing_to(sw)
                 if leaves:
                     notes.append(f"writes still wait for its acks: {', '.join(leaves)} may still send it reads")
         stale = self.sessions.stale.get(name)

@@ -1,23 +1,53 @@
-"""What the shims are told: the partition, the switches they may stop waiting for, the cached-key views."""
+"""What the shims are told: the partition, the switches they may stop waiting for, the cached-key views.
+
+A part of the controller with no state of its own: every call takes the failed switches and the spines being
+brought back from the caller (the controller's state and its recovery), and reads the partition and the
+client leaves' routes from the parts that hold them.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
+from concurrent import futures
 
 import grpc
 
-from controller.core import Core
-from distcache.cluster import Host, Role, Switch
+from controller.partition import Partition
+from controller.sessions import LeafSessions
+from distcache.cluster import Cluster, Host, Role, Switch
+from distcache.rpc.agent import AgentClient
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
+from harness.processes import SwitchProcesses
 
 log = logging.getLogger("controller")
 
 
-class ShimViews(Core):
-    """Pushes to the shims, and decides which failed switches they may skip (:meth:`shim_down`)."""
+class Shims:
+    """Pushes to the shims, and decides which failed switches they may skip (:meth:`down`)."""
 
-    def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
-        """Partition, switches down and, with ``views``, cached keys.
+    def __init__(
+        self,
+        cluster: Cluster,
+        shim_address: Callable[[Host], str],
+        agents: dict[str, AgentClient],
+        partition: Partition,
+        sessions: LeafSessions,
+        procs: SwitchProcesses | None,
+        pool: futures.ThreadPoolExecutor,
+    ) -> None:
+        self.cluster, self.shim_address, self.agents = cluster, shim_address, agents
+        self.partition, self.sessions, self.procs, self.pool = partition, sessions, procs, pool
+
+    def push(
+        self,
+        failed: Collection[str],
+        rejoining: Collection[str],
+        epoch: int,
+        views: bool = False,
+        only: list[Host] | None = None,
+    ) -> None:
+        """Partition (of ``epoch``), switches down and, with ``views``, cached keys.
 
         A view names the switches it is complete for (their agents answered: every key they cache
         is in it) and the incarnation of the shim it was collected for, read before collecting: a
@@ -36,7 +66,7 @@ class ShimViews(Core):
                 except (ShimUnavailableError, ShimRequestError) as e:
                     log.warning("%s: shim not updated: %s", h.name, e)
             for name, agent in self.agents.items():
-                if name in self.state.failed:
+                if name in failed:
                     continue
                 try:
                     st = agent.status(with_keys=True)
@@ -53,7 +83,7 @@ class ShimViews(Core):
                     server = self.cluster.server_for_key(k.key).name
                     cached.setdefault(server, {}).setdefault(bytes(k.key), []).append(st.switch_id)
         spines = set(self.cluster.switch_ids(Role.SPINE))
-        buckets, down, epoch = self.partition.buckets(), self.shim_down(), self.state.epoch
+        buckets, down = self.partition.buckets(), self.down(failed, rejoining)
 
         def push(host: Host) -> None:
             try:
@@ -67,13 +97,13 @@ class ShimViews(Core):
 
         # all at once: a failover's writes wait for the last shim told (one after another, four shims of a
         # loaded BMv2 run took 0.2 s)
-        list(self._pool.map(push, [h for h in hosts if not views or h.name in incarnations]))
+        list(self.pool.map(push, [h for h in hosts if not views or h.name in incarnations]))
 
-    def shim_down(self) -> list[int]:
-        """The switches the shims may stop waiting for: every failed spine, except one that a client leaf
+    def down(self, failed: Collection[str], rejoining: Collection[str]) -> list[int]:
+        """The switches the shims may stop waiting for: every ``failed`` spine, except one that a client leaf
         may still send reads to (step 2 of the failover waits for step 1 everywhere) and one a recover() is
-        bringing back (told up, flushed and warmed before it owns buckets again: whatever it caches from then
-        on, every write must invalidate, whichever push comes meanwhile).
+        bringing back, ``rejoining`` (told up, flushed and warmed before it owns buckets again: whatever it
+        caches from then on, every write must invalidate, whichever push comes meanwhile).
 
         Never a storage leaf, failed or not: it is on every path to its servers, so while it forwards nothing
         is gained by skipping it, and client leaves go on choosing it as a read target (a failed leaf that
@@ -89,8 +119,8 @@ class ShimViews(Core):
         their old tables after their process dies, until taken down (``SwitchProcesses.fence``).
         """
         out = []
-        for name in list(self.state.failed):
-            if name in self._rejoining:
+        for name in list(failed):
+            if name in rejoining:
                 continue
             sw = self.cluster.switch(name)
             if sw.role == Role.SPINE and not self.routing_to(sw):
@@ -104,8 +134,5 @@ class ShimViews(Core):
             for sw in self.cluster.switches()
             if sw.role == Role.CLIENT_LEAF
             and self.sessions.may_route(sw.name, spine.switch_id)
-            and not self._data_plane_gone(sw.name)
+            and not (self.procs is not None and self.procs.data_plane_gone(sw.name))
         ]
-
-    def _data_plane_gone(self, name: str) -> bool:
-        return self.procs is not None and self.procs.data_plane_gone(name)

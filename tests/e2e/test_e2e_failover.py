@@ -548,10 +548,12 @@ def test_mechanism_change_applies_everywhere_and_survives_a_controller_restart(d
     dep.start_controller()
     assert ctl_json(dep, "status")["mechanism"] == "partition"
     placed = dep.controller.cache("key3")
-    assert set(placed) == {CLUSTER.switch_by_id(ORIGINAL[h0(wire_key("key3"))]).name}  # its spine only
+    spine = CLUSTER.switch_by_id(ORIGINAL[h0(wire_key("key3"))])
+    leaf = CLUSTER.storage_leaf(CLUSTER.server_for_key(wire_key("key3")).rack)
+    assert set(placed) == {spine.name, leaf.name}  # its spine, and its rack's leaf behind it (distcache.placement)
     c = dep.client()
     served = {c.call("get", "key3")["served_by"] for _ in range(20)}
-    assert served <= {0, ORIGINAL[h0(wire_key("key3"))]}
+    assert served <= {0, spine.switch_id, leaf.switch_id}
     read_all(dep, {f"key{i}": f"value{i}" for i in range(40)})
     ctl(dep, "mechanism", "nocache")  # no switch owns anything: every cache is emptied
     assert all(st.occupied == 0 for st in dep.controller.agent_status().values())

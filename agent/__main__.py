@@ -12,8 +12,8 @@ import grpc
 from agent.agent import SwitchAgent, log
 from agent.service import AgentService
 from agent.state import StateFileError
-from distcache.api import agent_grpc
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
+from distcache.rpc.protos import agent_grpc
 from distcache.rpc.shim import shim_links
 
 

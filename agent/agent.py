@@ -17,13 +17,13 @@ import grpc
 from agent.slots import AgentCounters, CachedKey, CacheFullError, SlotAllocator, VersionsExhaustedError, next_epoch
 from agent.state import load_state, save_state
 from agent.status import Snapshot, status_pb
-from distcache import p4names as n
-from distcache.api import agent_pb2
-from distcache.caching import REPLACE_MARGIN
+from distcache import p4names
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.fill import RETRIED, Fill
 from distcache.placement import placement, spine_holds
 from distcache.ratelimit import TokenBucket
+from distcache.replacement import REPLACE_MARGIN
+from distcache.rpc.protos import agent_pb2
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from p4rt.client import P4RuntimeError, SwitchConnection
 from p4rt.p4info import load_p4info
@@ -66,7 +66,7 @@ class SwitchAgent:
         self.state_file = state_file
         self.address = f"{grpc_host}:{switch.grpc_port}"
         self.hit_window = hit_window
-        self.slots = min(cluster.cache_slots, n.CACHE_SLOTS)
+        self.slots = min(cluster.cache_slots, p4names.CACHE_SLOTS)
         self.epoch: int | None = None  # the cache_epoch our versions count in; None: unknown (no state)
         self.alloc = SlotAllocator(self.slots, self._load_state())
         self.bucket = TokenBucket(cluster.insert_rate, cluster.insert_burst)
@@ -172,7 +172,7 @@ class SwitchAgent:
             self._rebuild_cache(conn)
         if self._adopt_epoch(conn, fresh):
             self._refill_all()
-        conn.enable_digest(n.HH_DIGEST, **DIGEST_DELIVERY)
+        conn.enable_digest(p4names.HH_DIGEST, **DIGEST_DELIVERY)
         return fresh
 
     def _adopt_epoch(self, conn: SwitchConnection, fresh: bool) -> bool:
@@ -185,7 +185,7 @@ class SwitchAgent:
         earlier lives (its registers start at zero, but a populate of an earlier life, delayed,
         could carry a tag we would hand out again).
         """
-        _, params = conn.read_default(n.CACHE_EPOCH)
+        _, params = conn.read_default(p4names.CACHE_EPOCH)
         on_switch = int(params["epoch"])
         if not fresh and self.epoch == on_switch:
             self._save_state()
@@ -214,7 +214,7 @@ class SwitchAgent:
         for e in self.cached.values():
             self.alloc.claim(e.slot, e.version)
         self._save_state()  # first: a crash before the switch has the epoch only raises it once more
-        conn.set_default(n.CACHE_EPOCH, n.SET_CACHE_EPOCH, {"epoch": epoch})
+        conn.set_default(p4names.CACHE_EPOCH, p4names.SET_CACHE_EPOCH, {"epoch": epoch})
         self.counters.epoch_raises += 1
 
     def _refill_all(self) -> None:
@@ -256,10 +256,10 @@ class SwitchAgent:
     def _rebuild_cache(self, conn: SwitchConnection) -> None:
         """After an agent restart: the cache entries on the switch are the truth."""
         found = {}
-        for match, action, params in conn.read_table(n.CACHE_LOOKUP):
-            if action != n.CACHE_HIT:
+        for match, action, params in conn.read_table(p4names.CACHE_LOOKUP):
+            if action != p4names.CACHE_HIT:
                 continue
-            m = match[n.KEY_DC_KEY]  # an exact key: read back as an int
+            m = match[p4names.KEY_DC_KEY]  # an exact key: read back as an int
             key = (m if isinstance(m, int) else m.value).to_bytes(16, "big")
             found[key] = CachedKey(params["slot"], params["version"], Fill.UNKNOWN)
         self.cached = found
@@ -317,9 +317,9 @@ class SwitchAgent:
             self._save_state()  # before the entry exists: a version once on the switch is never handed out again
             try:
                 conn.insert(
-                    n.CACHE_LOOKUP,
-                    {n.KEY_DC_KEY: int.from_bytes(key, "big")},
-                    n.CACHE_HIT,
+                    p4names.CACHE_LOOKUP,
+                    {p4names.KEY_DC_KEY: int.from_bytes(key, "big")},
+                    p4names.CACHE_HIT,
                     {"slot": slot, "version": version},
                 )
             except P4RuntimeError:
@@ -357,7 +357,7 @@ class SwitchAgent:
             entry = self.cached.pop(key, None)
             if entry is None:
                 return False
-            self._need_conn().delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
+            self._need_conn().delete(p4names.CACHE_LOOKUP, {p4names.KEY_DC_KEY: int.from_bytes(key, "big")})
             self.alloc.give_back(entry.slot)
             self.counters.evicted += 1
             # still under the lock: an insertion of the same key by another thread (reports, Cache, a refill)
@@ -449,7 +449,7 @@ class SwitchAgent:
             received = time.monotonic()
             try:
                 name, rows = conn.decode_digest(dl)
-                if name == n.HH_DIGEST:  # the only digest an agent enables (spine deaths go to the controller)
+                if name == p4names.HH_DIGEST:  # the only digest an agent enables (spine deaths go to the controller)
                     self.on_reports(rows, received)
             finally:
                 conn.ack_digest(dl)
@@ -519,7 +519,7 @@ class SwitchAgent:
         """The cache_hits cells of the slots in use (not all CACHE_SLOTS: see read_counter)."""
         with self.lock:
             slots = sorted({e.slot for e in self.cached.values()})
-        return conn.read_counter(n.CACHE_HITS, indexes=slots)
+        return conn.read_counter(p4names.CACHE_HITS, indexes=slots)
 
     def _watch_loop(self) -> None:
         """Reconnect when the switch's stream breaks (switch restarted or unreachable)."""

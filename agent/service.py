@@ -7,9 +7,9 @@ import grpc
 from agent.agent import SwitchAgent
 from agent.slots import CacheFullError
 from agent.status import cached_pb
-from distcache import p4names as n
-from distcache.api import abort, agent_grpc, agent_pb2
+from distcache import p4names
 from distcache.cluster import Cluster
+from distcache.rpc.protos import abort, agent_grpc, agent_pb2
 from p4rt.client import P4RuntimeError
 
 
@@ -23,11 +23,11 @@ class AgentService(agent_grpc.AgentServicer):
         try:
             cluster = Cluster.from_json(request.cluster_json)
             buckets = list(request.buckets)
-            if len(buckets) != n.SPINE_BUCKETS:
+            if len(buckets) != p4names.SPINE_BUCKETS:
                 abort(
                     context,
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"buckets: expected {n.SPINE_BUCKETS} spine ids, got {len(buckets)}",
+                    f"buckets: expected {p4names.SPINE_BUCKETS} spine ids, got {len(buckets)}",
                 )
             self.agent.configure(cluster, buckets, set(request.live_spines), [bytes(k) for k in request.replicated])
         except (ValueError, TypeError) as e:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.slots import AgentCounters, CachedKey
-from distcache.api import agent_pb2
 from distcache.cluster import Switch
+from distcache.rpc.protos import agent_pb2
 
 
 @dataclass(frozen=True)

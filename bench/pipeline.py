@@ -14,7 +14,7 @@ import argparse
 import time
 from typing import NamedTuple
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.p4defines import Stat
@@ -23,7 +23,7 @@ from distcache.scapy_layer import frame
 from distcache.wire import DC_PORT, Message, Op, populate_invalidate
 from p4rt.plan import plan
 from softswitch.dataplane import PROGRAM, DistCachePipeline
-from softswitch.local import install
+from softswitch.install_plan import install
 from softswitch.state import SwitchState
 
 
@@ -62,8 +62,10 @@ def rows(c: Cluster) -> list[Row]:
     key = wire_key("bench")
     leaf = installed(c, "sl0")
     version = 1
-    leaf.tables[n.CACHE_LOOKUP].insert([int.from_bytes(key, "big")], n.CACHE_HIT, {"slot": 1, "version": version})
-    epoch = leaf.tables[n.CACHE_EPOCH].lookup()[1]["epoch"]
+    leaf.tables[p4names.CACHE_LOOKUP].insert(
+        [int.from_bytes(key, "big")], p4names.CACHE_HIT, {"slot": 1, "version": version}
+    )
+    epoch = leaf.tables[p4names.CACHE_EPOCH].lookup()[1]["epoch"]
     pipe = DistCachePipeline()
     up = lambda m: bytes(frame(m, srv.ip, c.spine_address(1), sport=DC_PORT))  # noqa: E731
     sl0 = c.switch("sl0").switch_id
@@ -83,7 +85,7 @@ def rows(c: Cluster) -> list[Row]:
 
 def takes_its_path(row: Row) -> bool:
     """Whether one frame of ``row`` moves the counter of its path (if it has one) and leaves by its port."""
-    counted = row.state.counters[n.DC_STATS]
+    counted = row.state.counters[p4names.DC_STATS]
     before = counted.read(row.stat)[0] if row.stat is not None else 0
     out = DistCachePipeline().process(row.state, row.port, row.frame, 0)
     moved = row.stat is None or counted.read(row.stat)[0] == before + 1

@@ -103,7 +103,7 @@ def _value(value: bytes | str) -> bytes:
     return value
 
 
-class _Base:
+class _ClientCore:
     def __init__(
         self,
         cluster: Cluster | str | Path,
@@ -179,7 +179,7 @@ class _Base:
         )
 
 
-class Client(_Base):
+class Client(_ClientCore):
     """Blocking client.  Not thread-safe: use one per thread (they are cheap).
 
     ``timeout`` is the longest wait for one copy and the RTO before a server has answered;
@@ -323,14 +323,14 @@ class _Protocol(asyncio.DatagramProtocol):
             self.ignored += 1
             return
         entry = self.waiters.get(seq)
-        m = _Base._matches(entry[0], data) if entry is not None and addr == entry[1] else None
+        m = _ClientCore._matches(entry[0], data) if entry is not None and addr == entry[1] else None
         if entry is None or m is None or entry[2].done():
             self.ignored += 1
             return
         entry[2].set_result(m)
 
 
-class AsyncClient(_Base):
+class AsyncClient(_ClientCore):
     """asyncio client; many requests may be in flight at once.  Create it, then ``await start()``
     (or use ``async with``)."""
 

@@ -8,10 +8,10 @@ import logging
 
 import grpc
 
-from controller.core import DEATH_DIGESTS, FENCE_TIMEOUT, PROBE_TIMEOUT, WRITE_TIMEOUT, Core, why
-from distcache import p4names as n
-from distcache.api import agent_pb2
+from controller.core import DEATH_DIGESTS, FENCE_TIMEOUT, PROBE_TIMEOUT, WRITE_TIMEOUT, Core, failure_reason
+from distcache import p4names
 from distcache.cluster import Role, Switch, is_cache_switch
+from distcache.rpc.protos import agent_pb2
 from p4rt.client import P4RuntimeError, SwitchConnection
 from p4rt.plan import SwitchPlan, liveness_config, plan
 from p4rt.reconcile import apply_plan
@@ -37,7 +37,7 @@ class Configuration(Core):
                 conn.set_pipeline(self.p4info, self.device_config)
                 log.info("%s: pipeline pushed", sw.name)
             writes = self._apply_leaf(sw, conn, replicated)
-            conn.enable_digest(n.SPINE_DEATH_DIGEST, **DEATH_DIGESTS)
+            conn.enable_digest(p4names.SPINE_DEATH_DIGEST, **DEATH_DIGESTS)
         except BaseException:
             conn.close()
             raise
@@ -113,9 +113,9 @@ class Configuration(Core):
             try:
                 job.result()
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                self.sessions.stale[name] = why(e)
+                self.sessions.stale[name] = failure_reason(e)
                 failed.add(name)
-                log.error("%s: not fenced: %s", name, why(e))
+                log.error("%s: not fenced: %s", name, failure_reason(e))
         return failed
 
     def _answers(self, sw: Switch) -> bool:
@@ -176,6 +176,6 @@ class Configuration(Core):
             try:
                 job.result()
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                failed[name] = self.sessions.stale[name] = why(e)
-                log.error("%s: not reconfigured: %s", name, why(e))
+                failed[name] = self.sessions.stale[name] = failure_reason(e)
+                log.error("%s: not reconfigured: %s", name, failure_reason(e))
         return failed

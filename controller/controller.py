@@ -76,13 +76,13 @@ from collections.abc import Callable
 
 import grpc
 
-from controller.core import AGENT_STATUS_TIMEOUT, AGENT_TIMEOUT, why
+from controller.core import AGENT_STATUS_TIMEOUT, AGENT_TIMEOUT, failure_reason
 from controller.reconcile import Reconciler
-from distcache.api import agent_pb2
 from distcache.cluster import Switch, is_cache_switch
 from distcache.hashing import wire_key
 from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
+from distcache.rpc.protos import agent_pb2
 from p4rt.client import P4RuntimeError
 
 log = logging.getLogger("controller")
@@ -125,8 +125,8 @@ class Controller(Reconciler):
                         self._bring_up_client_leaf(sw, timeout)
                 except (ConnectionError, P4RuntimeError, grpc.RpcError) as e:
                     # not fatal: the monitor declares a dead switch dead, the reconciler configures a late agent
-                    self.sessions.stale[sw.name] = f"not reconciled at start: {why(e)}"
-                    log.error("%s: not reconciled at start: %s", sw.name, why(e))
+                    self.sessions.stale[sw.name] = f"not reconciled at start: {failure_reason(e)}"
+                    log.error("%s: not reconciled at start: %s", sw.name, failure_reason(e))
 
             # all at once, as _configure does: an agent that pushes a fresh switch its pipeline raises its cache
             # epoch, which waits for the clock to pass it (up to a second each; one after another the start of a

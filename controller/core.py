@@ -21,9 +21,9 @@ from controller.partition import Partition
 from controller.sessions import LeafSessions
 from controller.shims import Shims
 from controller.state import ControllerState
-from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
 from distcache.rpc.agent import AgentClient
+from distcache.rpc.protos import agent_pb2
 from harness.processes import SwitchProcesses
 from p4rt.client import SwitchConnection
 from p4rt.p4info import load_p4info
@@ -72,7 +72,7 @@ class ControllerError(RuntimeError):
     """An operator request the controller cannot carry out; the message says what to do instead."""
 
 
-def why(e: BaseException) -> str:
+def failure_reason(e: BaseException) -> str:
     """One line saying why a call to a switch, agent or shim failed."""
     if isinstance(e, grpc.RpcError):
         code = e.code()

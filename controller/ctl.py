@@ -23,7 +23,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from distcache.api import message_dict
 from distcache.cluster import Cluster, ClusterError, parse_address
 from distcache.cmdline import Typer, fail
 from distcache.rpc.controller import (
@@ -32,6 +31,7 @@ from distcache.rpc.controller import (
     ControllerUnreachableError,
     change_summary,
 )
+from distcache.rpc.protos import message_dict
 
 app = Typer(
     add_completion=False,

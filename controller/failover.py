@@ -13,7 +13,7 @@ from collections.abc import Callable
 import grpc
 
 from controller.configure import Configuration
-from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, why
+from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, failure_reason
 from controller.monitor import Monitor
 from controller.state import Failure
 from controller.warmup import paced, warm_keys
@@ -336,7 +336,9 @@ class Failover(Monitor, Configuration):
                             self._flush(sw)
                             self._configure_agent(sw)
                     except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                        raise ControllerError(f"{name} answers but could not be configured: {why(e)}") from None
+                        raise ControllerError(
+                            f"{name} answers but could not be configured: {failure_reason(e)}"
+                        ) from None
                     self.state.failed.pop(name)
                     self._save()
                     self._push_shims()
@@ -378,7 +380,7 @@ class Failover(Monitor, Configuration):
             log.info("%s: cache flushed before it serves again (%d keys left)", sw.name, st.occupied)
         except grpc.RpcError as e:
             raise ControllerError(
-                f"{sw.name}: its agent could not flush the cache ({why(e)}); start "
+                f"{sw.name}: its agent could not flush the cache ({failure_reason(e)}); start "
                 f"the agent (python -m agent --switch {sw.name} ...) and retry"
             ) from None
 
@@ -408,7 +410,7 @@ class Failover(Monitor, Configuration):
                             self._configure_agent(sw)
                         continue
                     except grpc.RpcError as e:
-                        missing = f"its agent could not be configured ({why(e)})"
+                        missing = f"its agent could not be configured ({failure_reason(e)})"
                 elif st.switch_connected:
                     return
                 else:

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from distcache import p4names as n
-from distcache.api import agent_pb2
-from distcache.caching import HIT_WINDOWS
+from distcache import p4names
 from distcache.cluster import Cluster
+from distcache.replacement import HIT_WINDOWS
+from distcache.rpc.protos import agent_pb2
 
 
 def threshold(cluster: Cluster) -> float:
@@ -52,4 +52,4 @@ def choose(rates: Mapping[bytes, float], current: Iterable[bytes], rate: float, 
 
 def limit(cluster: Cluster) -> int:
     """How many keys may be replicated: every spine must hold them all besides its own partition's keys."""
-    return min(n.MAX_REPLICATED_KEYS, cluster.cache_slots // 2)
+    return min(p4names.MAX_REPLICATED_KEYS, cluster.cache_slots // 2)

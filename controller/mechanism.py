@@ -11,8 +11,8 @@ import grpc
 from controller import hybrid
 from controller.configure import Configuration
 from controller.core import DRAIN, ControllerError
-from distcache.api import agent_pb2
 from distcache.cluster import Mechanism, Role
+from distcache.rpc.protos import agent_pb2
 
 log = logging.getLogger("controller")
 

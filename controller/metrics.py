@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from controller.status import cluster_status
-from distcache import p4names as n
+from distcache import p4names
 from distcache.rpc.shim import ShimLink, ShimUnavailableError
 
 if TYPE_CHECKING:
@@ -40,16 +40,19 @@ SHIM_TIMEOUT = 1.0  # seconds a scrape waits for one shim's series (a hung shim'
 
 # dc_stats indexes with a series of their own (the rest are in distcache_switch_dc_stats_total)
 NAMED_STATS = {
-    n.Stat.READ_HIT: ("distcache_switch_read_hits", "Reads this switch answered from its cache (dc_stats READ_HIT)."),
-    n.Stat.READ_MISS: (
+    p4names.Stat.READ_HIT: (
+        "distcache_switch_read_hits",
+        "Reads this switch answered from its cache (dc_stats READ_HIT).",
+    ),
+    p4names.Stat.READ_MISS: (
         "distcache_switch_read_misses",
         "Reads for this switch's cache that it did not hold, sent on (dc_stats READ_MISS).",
     ),
-    n.Stat.HIT_METERED: (
+    p4names.Stat.HIT_METERED: (
         "distcache_switch_reads_metered",
         "Reads it held a valid copy for but sent on: over its cache meter's rate (dc_stats HIT_METERED).",
     ),
-    n.Stat.READ_REROUTED: (
+    p4names.Stat.READ_REROUTED: (
         "distcache_switch_reads_rerouted",
         "Client leaves: reads whose chosen spine was dead in the data plane, sent another way (READ_REROUTED).",
     ),
@@ -129,11 +132,11 @@ class ClusterCollector(Collector):
                 for s, f in named.items():
                     f.add_metric(lv, st.stats[s.name])
                 if st.role == "client_leaf":
-                    routed.add_metric([*lv, "spine"], st.stats[n.Stat.ROUTED_SPINE.name])
-                    routed.add_metric([*lv, "leaf"], st.stats[n.Stat.ROUTED_LEAF.name])
+                    routed.add_metric([*lv, "spine"], st.stats[p4names.Stat.ROUTED_SPINE.name])
+                    routed.add_metric([*lv, "leaf"], st.stats[p4names.Stat.ROUTED_LEAF.name])
                 for name, v in sorted(st.stats.items()):
                     stats.add_metric([*lv, name.lower()], v)
-                for reason in n.DropReason:  # every reason, zeros too: a series that appears late loses its start
+                for reason in p4names.DropReason:  # every reason, zeros too: a series that appears late loses its start
                     drops.add_metric([*lv, reason.name.lower()], st.drops.get(reason.name, 0))
             for spine, v in sorted(st.spine_deaths.items()):
                 deaths.add_metric([*lv, spine], v)

@@ -35,11 +35,11 @@ from controller.core import (
     REFUSED_RECHECK,
     REFUSED_WITHIN,
     Core,
-    why,
+    failure_reason,
 )
-from distcache import p4names as n
-from distcache.api import agent_pb2
+from distcache import p4names
 from distcache.cluster import Role, Switch
+from distcache.rpc.protos import agent_pb2
 from distcache.rpc.shim import ShimLink, ShimUnavailableError
 from p4rt.client import P4RuntimeError, SwitchConnection
 from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource, read_probe_counts, spine_deaths
@@ -170,12 +170,12 @@ class Monitor(Core):
     def read_stats(self, name: str) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
         """dc_stats and dc_drops of switch ``name``, read now (READ_TIMEOUT each)."""
         reader = self.readers[name]
-        return reader.read_counter(n.DC_STATS), reader.read_counter(n.DC_DROPS)
+        return reader.read_counter(p4names.DC_STATS), reader.read_counter(p4names.DC_DROPS)
 
     def read_deaths(self, name: str) -> dict[str, int]:
         """Leaf ``name``'s spine_deaths counter by spine name (deaths that ended), read now."""
         out, spines = {}, set(self.partition.spine_ids)
-        for sid, (packets, _) in self.readers[name].read_counter(n.SPINE_DEATHS).items():
+        for sid, (packets, _) in self.readers[name].read_counter(p4names.SPINE_DEATHS).items():
             if packets and sid in spines:
                 out[self.cluster.switch_by_id(sid).name] = packets
         return out
@@ -187,7 +187,10 @@ class Monitor(Core):
             st = self.agent_status[name].status()
         except grpc.RpcError as e:
             hung = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            h.agent_alive, h.agent_error = False, f"no reply within {AGENT_STATUS_TIMEOUT:g} s" if hung else why(e)
+            h.agent_alive, h.agent_error = (
+                False,
+                f"no reply within {AGENT_STATUS_TIMEOUT:g} s" if hung else failure_reason(e),
+            )
             return None
         h.agent, h.agent_alive, h.agent_error = st, True, ""
         return st
@@ -218,9 +221,9 @@ class Monitor(Core):
             h = self.health[name]
             h.stats, h.drops = stats, drops
             idx = (
-                (n.Stat.ROUTED_SPINE, n.Stat.ROUTED_LEAF)
+                (p4names.Stat.ROUTED_SPINE, p4names.Stat.ROUTED_LEAF)
                 if sw.role == Role.CLIENT_LEAF
-                else (n.Stat.READ_HIT, n.Stat.READ_MISS)
+                else (p4names.Stat.READ_HIT, p4names.Stat.READ_MISS)
             )
             h.samples = ([*h.samples, (now, sum(stats.get(int(i), (0, 0))[0] for i in idx))])[-2:]
         for name, conn in list(self.sessions.conns.items()):

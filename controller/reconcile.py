@@ -14,10 +14,18 @@ from dataclasses import replace
 
 import grpc
 
-from controller.core import DP_DEAD_REASON, HEARTBEAT, P4RT_DEAD_REASON, PROBE_TIMEOUT, RETRY, ControllerError, why
+from controller.core import (
+    DP_DEAD_REASON,
+    HEARTBEAT,
+    P4RT_DEAD_REASON,
+    PROBE_TIMEOUT,
+    RETRY,
+    ControllerError,
+    failure_reason,
+)
 from controller.failover import Failover
 from controller.mechanism import Mechanisms
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism, Switch, is_cache_switch
 from p4rt.client import P4RuntimeError
 
@@ -116,10 +124,10 @@ class Reconciler(Failover, Mechanisms):
             return False
         h.restart_checked = time.monotonic()
         try:
-            action, _ = self.readers[sw.name].read_default(n.SWITCH_CONFIG)
+            action, _ = self.readers[sw.name].read_default(p4names.SWITCH_CONFIG)
         except P4RuntimeError as e:
             return e.code in ("FAILED_PRECONDITION", "NOT_FOUND")  # no pipeline at all: it restarted
-        return action != n.SET_CONFIG
+        return action != p4names.SET_CONFIG
 
     def _retry(self, name: str) -> None:
         """Configure again a switch in service whose last configuration failed."""
@@ -136,7 +144,9 @@ class Reconciler(Failover, Mechanisms):
                 else:
                     self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2)
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                self.sessions.stale[name] = why(e)
-                (log.debug if why(e) == before else log.warning)("%s: still not reconfigured: %s", name, why(e))
+                self.sessions.stale[name] = failure_reason(e)
+                (log.debug if failure_reason(e) == before else log.warning)(
+                    "%s: still not reconfigured: %s", name, failure_reason(e)
+                )
                 return
             log.info("%s: reconfigured (it had failed: %s)", name, before)

@@ -21,9 +21,9 @@ from controller.controller import Controller
 from controller.core import ControllerError
 from controller.metrics import serve_metrics
 from controller.status import cluster_status, key_text
-from distcache.api import abort, controller_grpc, controller_pb2
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file
 from distcache.partition import spine_buckets
+from distcache.rpc.protos import abort, controller_grpc, controller_pb2
 from distcache.rpc.shim import shim_control
 from harness.processes import SwitchProcessError, SwitchProcesses
 from p4rt.client import P4RuntimeError

@@ -11,10 +11,10 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from distcache import p4names as n
-from distcache.api import agent_pb2, controller_pb2
+from distcache import p4names
 from distcache.cluster import Role, is_cache_switch
 from distcache.hashing import user_key
+from distcache.rpc.protos import agent_pb2, controller_pb2
 
 if TYPE_CHECKING:
     from controller.controller import Controller
@@ -110,9 +110,9 @@ def cluster_status(ctl: Controller, pool: futures.ThreadPoolExecutor) -> StatusR
             counters = (h.stats, h.drops) if h.stats else None
         if counters is not None:
             stats, drops = counters
-            for s in n.Stat:
+            for s in p4names.Stat:
                 st.stats[s.name] = stats.get(int(s), (0, 0))[0]
-            for reason in n.DropReason:
+            for reason in p4names.DropReason:
                 if drops.get(int(reason), (0, 0))[0]:
                     st.drops[reason.name] = drops[int(reason)][0]
             st.hits, st.misses = st.stats["READ_HIT"], st.stats["READ_MISS"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from distcache.caching import REPLACE_MARGIN
+from distcache.replacement import REPLACE_MARGIN
 
 #: A drain's warm-up (an operator's ``fail``, before the routes move) idles this many times as long as each
 #: insert took: it has no deadline but the operator's, and each insert costs the agent, the switch and the

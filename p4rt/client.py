@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc
 
-from distcache.api import FAST_RECONNECT
 from distcache.rpc.channel import channel_ready
+from distcache.rpc.protos import FAST_RECONNECT
 from p4rt.codec import P4RuntimeError, decode
 from p4rt.p4info import MatchValue, P4Info
 

@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import FABRIC_NET, Cluster, PortKind, Role, Switch
 from distcache.placement import detector_designates
 from p4rt.p4info import Match, MatchValue
@@ -61,9 +61,9 @@ def _prefix(prefix: str) -> Match:
 
 def _route(prefix: str, dmac: str, port: int) -> Entry:
     return Entry(
-        n.IPV4_LPM,
-        ((n.KEY_IPV4_DST, _prefix(prefix)),),
-        n.SET_NHOP,
+        p4names.IPV4_LPM,
+        ((p4names.KEY_IPV4_DST, _prefix(prefix)),),
+        p4names.SET_NHOP,
         (("dmac", _mac(dmac)), ("port", port)),
     )
 
@@ -87,19 +87,21 @@ def plan(
     spines = [cluster.spine(i) for i in range(cluster.spines)]
 
     def kind(port: int, k: PortKind) -> None:
-        p.entries.append(Entry(n.PORT_KIND, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_KIND, (("kind", int(k)),)))
+        p.entries.append(
+            Entry(p4names.PORT_KIND, ((p4names.KEY_INGRESS_PORT, port),), p4names.SET_PORT_KIND, (("kind", int(k)),))
+        )
 
     def source(port: int, prefix: str) -> None:
         """Packets from client port ``port`` must come from ``prefix`` (anti-spoofing, DcValidation)."""
         net = ipaddress.IPv4Network(prefix)
         p.entries.append(
             Entry(
-                n.CLIENT_SOURCE,
+                p4names.CLIENT_SOURCE,
                 (
-                    (n.KEY_INGRESS_PORT, port),
-                    (n.KEY_IPV4_SRC, Match(int(net.network_address), prefix_len=net.prefixlen)),
+                    (p4names.KEY_INGRESS_PORT, port),
+                    (p4names.KEY_IPV4_SRC, Match(int(net.network_address), prefix_len=net.prefixlen)),
                 ),
-                n.SOURCE_OK,
+                p4names.SOURCE_OK,
             )
         )
 
@@ -110,7 +112,7 @@ def plan(
             kind(h.port, host_kind)
             p.entries.append(_route(f"{h.ip}/32", h.mac, h.port))
             # valley-free: from a spine only the rack's hosts are destinations (DcValidation drops the rest)
-            p.entries.append(Entry(n.RACK_HOSTS, ((n.KEY_IPV4_DST, _ip(h.ip)),), n.DEST_OK))
+            p.entries.append(Entry(p4names.RACK_HOSTS, ((p4names.KEY_IPV4_DST, _ip(h.ip)),), p4names.DEST_OK))
             if host_kind == PortKind.CLIENT:
                 source(h.port, f"{h.ip}/32")
         uplinks = {port: name for port, name in ports.items() if name.startswith("sp")}
@@ -119,19 +121,26 @@ def plan(
         spine_port = {cluster.switch(name).switch_id: port for port, name in uplinks.items()}
         p.defaults.append(liveness_config(cluster, live))
         for port, sid in sorted((port, sid) for sid, port in spine_port.items()):
-            p.entries.append(Entry(n.PORT_SPINE, ((n.KEY_INGRESS_PORT, port),), n.SET_PORT_SPINE, (("spine_id", sid),)))
+            p.entries.append(
+                Entry(
+                    p4names.PORT_SPINE,
+                    ((p4names.KEY_INGRESS_PORT, port),),
+                    p4names.SET_PORT_SPINE,
+                    (("spine_id", sid),),
+                )
+            )
         for sp in spines:
             p.entries.append(_route(f"{cluster.spine_address(sp.switch_id)}/32", sp.mac, spine_port[sp.switch_id]))
         # everything else goes up through the live spines, spread by the key's h0 bucket (ECMP)
-        p.entries.append(Entry(n.IPV4_LPM, ((n.KEY_IPV4_DST, _prefix(FABRIC_NET)),), n.TRANSIT))
+        p.entries.append(Entry(p4names.IPV4_LPM, ((p4names.KEY_IPV4_DST, _prefix(FABRIC_NET)),), p4names.TRANSIT))
         up = live_spines(cluster, live)
-        for slot in range(n.TRANSIT_SLOTS):
+        for slot in range(p4names.TRANSIT_SLOTS):
             sp, alt = slot_spines(up, slot)
             p.entries.append(
                 Entry(
-                    n.TRANSIT_SPINE,
-                    ((n.KEY_TRANSIT_SLOT, slot),),
-                    n.SET_TRANSIT,
+                    p4names.TRANSIT_SPINE,
+                    ((p4names.KEY_TRANSIT_SLOT, slot),),
+                    p4names.SET_TRANSIT,
                     (
                         ("spine_id", sp.switch_id),
                         ("dmac", _mac(sp.mac)),
@@ -147,26 +156,26 @@ def plan(
             # read then goes to the server). A failed spine keeps whatever copies it held when writes stopped
             # invalidating it, and a spine whose data plane comes back answers the reads targeted at it.
             caches = [sp for sp in spines if live is None or sp.switch_id in live]
-            for slot in range(n.REPLICA_SLOTS if caches else 0):
+            for slot in range(p4names.REPLICA_SLOTS if caches else 0):
                 sp, alt = slot_spines(caches, slot)
                 p.entries.append(
                     Entry(
-                        n.REPLICA_SPINE,
-                        ((n.KEY_REPLICA_SLOT, slot),),
-                        n.SET_REPLICA_SPINES,
+                        p4names.REPLICA_SPINE,
+                        ((p4names.KEY_REPLICA_SLOT, slot),),
+                        p4names.SET_REPLICA_SPINES,
                         (("spine_id", sp.switch_id), ("alt_spine_id", alt.switch_id if alt else 0)),
                     )
                 )
             p.entries.extend(
-                Entry(n.REPLICATED_KEYS, ((n.KEY_DC_KEY, int.from_bytes(k, "big")),), n.REPLICATE)
-                for k in sorted(set(replicated))[: n.MAX_REPLICATED_KEYS]
+                Entry(p4names.REPLICATED_KEYS, ((p4names.KEY_DC_KEY, int.from_bytes(k, "big")),), p4names.REPLICATE)
+                for k in sorted(set(replicated))[: p4names.MAX_REPLICATED_KEYS]
             )
             for sp in spines:
                 p.entries.append(
                     Entry(
-                        n.CACHE_ROUTE,
-                        ((n.KEY_DC_TARGET, sp.switch_id),),
-                        n.ROUTE_TO_CACHE,
+                        p4names.CACHE_ROUTE,
+                        ((p4names.KEY_DC_TARGET, sp.switch_id),),
+                        p4names.ROUTE_TO_CACHE,
                         (("dmac", _mac(sp.mac)), ("port", spine_port[sp.switch_id])),
                     )
                 )
@@ -174,15 +183,17 @@ def plan(
                 leaf = cluster.storage_leaf(r)
                 p.entries.append(
                     Entry(
-                        n.STORAGE_RACK,
-                        ((n.KEY_IPV4_DST, _prefix(cluster.rack_prefix(leaf))),),
-                        n.SET_LEAF_CANDIDATE,
+                        p4names.STORAGE_RACK,
+                        ((p4names.KEY_IPV4_DST, _prefix(cluster.rack_prefix(leaf))),),
+                        p4names.SET_LEAF_CANDIDATE,
                         (("leaf_id", leaf.switch_id),),
                     )
                 )
             p.entries.extend(partition_entries(buckets))
         if sw.role == Role.STORAGE_LEAF and detector_designates(cluster.mechanism, sw.role, 0, sw.switch_id):
-            p.entries.append(Entry(n.HH_RACKS, ((n.KEY_IPV4_DST, _prefix(cluster.rack_prefix(sw))),), n.DESIGNATE))
+            p.entries.append(
+                Entry(p4names.HH_RACKS, ((p4names.KEY_IPV4_DST, _prefix(cluster.rack_prefix(sw))),), p4names.DESIGNATE)
+            )
     elif sw.role == Role.SPINE:
         p.entries.extend(detector_buckets(cluster, sw, buckets))
         for port, name in ports.items():
@@ -197,12 +208,12 @@ def plan(
     if sw.role in (Role.SPINE, Role.STORAGE_LEAF):
         # the reads a cache switch answers: at most switch_rate per second (cir = pir: over it is red)
         rate, burst = round(cluster.switch_rate), cluster.switch_burst
-        p.meters[(n.CACHE_METER, 0)] = (rate, burst, rate, burst) if rate > 0 else None
+        p.meters[(p4names.CACHE_METER, 0)] = (rate, burst, rate, burst) if rate > 0 else None
         p.defaults.append(
             Entry(
-                n.DETECTOR_CONFIG,
+                p4names.DETECTOR_CONFIG,
                 (),
-                n.SET_DETECTOR,
+                p4names.SET_DETECTOR,
                 (("threshold", cluster.hh_threshold), ("window_shift", cluster.hh_window_shift)),
             )
         )
@@ -220,14 +231,14 @@ def liveness_config(cluster: Cluster, live: set[int] | None = None) -> Entry:
     """A leaf's liveness_config default: the cluster's liveness times and the fence of the spines out of
     service (the controller's failover writes this entry alone, ahead of the rest of the plan)."""
     return Entry(
-        n.LIVENESS_CONFIG,
+        p4names.LIVENESS_CONFIG,
         (),
-        n.SET_LIVENESS,
+        p4names.SET_LIVENESS,
         (
             ("dead_after", round(cluster.dead_after_ms * 1000)),
             ("dead_after_max", round(cluster.dead_after_max_ms * 1000)),
             ("hold", round(cluster.liveness_hold_ms * 1000)),
-            ("peak_decay_shift", n.PEAK_DECAY_SHIFT),
+            ("peak_decay_shift", p4names.PEAK_DECAY_SHIFT),
             ("probe_skip", round(cluster.probe_skip_ms * 1000)),
             ("fenced", fence_mask(cluster, live)),
         ),
@@ -252,13 +263,13 @@ def slot_spines(up: list[Switch], slot: int) -> tuple[Switch, Switch | None]:
 def detector_buckets(cluster: Cluster, sw: Switch, buckets: list[int]) -> list[Entry]:
     """hh_buckets entries of a spine: the h0 buckets whose hot keys it should cache."""
     mine = [b for b, sid in enumerate(buckets) if detector_designates(cluster.mechanism, sw.role, sid, sw.switch_id)]
-    return [Entry(n.HH_BUCKETS, ((n.KEY_BUCKET, b),), n.DESIGNATE) for b in mine]
+    return [Entry(p4names.HH_BUCKETS, ((p4names.KEY_BUCKET, b),), p4names.DESIGNATE) for b in mine]
 
 
 def partition_entries(buckets: list[int]) -> list[Entry]:
     """spine_partition entries for a client-rack leaf (buckets without a spine are left out)."""
     return [
-        Entry(n.SPINE_PARTITION, ((n.KEY_BUCKET, b),), n.SET_SPINE_CANDIDATE, (("spine_id", sid),))
+        Entry(p4names.SPINE_PARTITION, ((p4names.KEY_BUCKET, b),), p4names.SET_SPINE_CANDIDATE, (("spine_id", sid),))
         for b, sid in enumerate(buckets)
         if sid
     ]

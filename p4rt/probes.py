@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster, Role, Switch
 from distcache.inet import csum16
 from distcache.p4defines import PROTO_UDP, TYPE_IPV4
@@ -172,9 +172,9 @@ class ProbeCounts:
 def read_probe_counts(conn: SwitchConnection, spines: Iterable[int] | None = None) -> dict[int, ProbeCounts]:
     """spine id -> counts, from a leaf, in one request: the cells of ``spines`` (default: every spine id);
     spines never probed are left out."""
-    ids = list(spines) if spines is not None else list(range(1, n.LIVENESS_SPINES))
-    got = conn.read_counters({n.PROBES_SENT: ids, n.PROBES_ANSWERED: ids})
-    sent, answered = got[n.PROBES_SENT], got[n.PROBES_ANSWERED]
+    ids = list(spines) if spines is not None else list(range(1, p4names.LIVENESS_SPINES))
+    got = conn.read_counters({p4names.PROBES_SENT: ids, p4names.PROBES_ANSWERED: ids})
+    sent, answered = got[p4names.PROBES_SENT], got[p4names.PROBES_ANSWERED]
     out = {}
     for sid in ids:
         s, a = sent.get(sid, (0, 0))[0], answered.get(sid, (0, 0))[0]
@@ -266,7 +266,7 @@ def spine_deaths(conn: SwitchConnection, leaf: Switch, cluster: Cluster, at: flo
             name, rows = conn.decode_digest(dl)
         finally:
             conn.ack_digest(dl)
-        if name != n.SPINE_DEATH_DIGEST:
+        if name != p4names.SPINE_DEATH_DIGEST:
             continue
         for r in rows:
             try:

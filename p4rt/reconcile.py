@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from finsy.proto import p4r
 
-from distcache import p4names as n
+from distcache import p4names
 from p4rt.client import SwitchConnection
 from p4rt.p4info import Match
 from p4rt.plan import Entry, SwitchPlan
@@ -29,25 +29,25 @@ from p4rt.plan import Entry, SwitchPlan
 # tables a plan owns entirely: what is there and not planned is stale (the cache table is the agent's)
 PLANNED_TABLES = frozenset(
     {
-        n.PORT_KIND,
-        n.IPV4_LPM,
-        n.HH_BUCKETS,
-        n.HH_RACKS,
-        n.SPINE_PARTITION,
-        n.STORAGE_RACK,
-        n.CACHE_ROUTE,
-        n.CLIENT_SOURCE,
-        n.TRANSIT_SPINE,
-        n.REPLICA_SPINE,
-        n.REPLICATED_KEYS,
-        n.RACK_HOSTS,
-        n.PORT_SPINE,
+        p4names.PORT_KIND,
+        p4names.IPV4_LPM,
+        p4names.HH_BUCKETS,
+        p4names.HH_RACKS,
+        p4names.SPINE_PARTITION,
+        p4names.STORAGE_RACK,
+        p4names.CACHE_ROUTE,
+        p4names.CLIENT_SOURCE,
+        p4names.TRANSIT_SPINE,
+        p4names.REPLICA_SPINE,
+        p4names.REPLICATED_KEYS,
+        p4names.RACK_HOSTS,
+        p4names.PORT_SPINE,
     }
 )
 # written first: the tables other entries lead to (a transit route needs its spines, a replicated key its
 # replica spines), so no packet meets a route whose next table is still empty; and a leaf's hosts, so what
 # comes down to them from a spine is not dropped while the rest is written
-FIRST = (n.TRANSIT_SPINE, n.REPLICA_SPINE, n.RACK_HOSTS)
+FIRST = (p4names.TRANSIT_SPINE, p4names.REPLICA_SPINE, p4names.RACK_HOSTS)
 
 BATCH = 1024
 
@@ -66,7 +66,7 @@ def match_key(match: Mapping[str, object]) -> tuple:
 def apply_plan(conn: SwitchConnection, p: SwitchPlan) -> int:
     """Make ``conn``'s switch hold exactly ``p`` in the planned tables; returns the entries written."""
     known, conn.applied = conn.applied, None  # known again only once this plan is complete
-    conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+    conn.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, p.config)
     for e in p.defaults:
         conn.set_default(e.table, e.action, e.params_dict)
     want: dict[str, dict[tuple, Entry]] = {}

@@ -13,7 +13,7 @@ import os
 
 import grpc
 
-from distcache.api import shim_grpc, shim_pb2
+from distcache.rpc.protos import shim_grpc, shim_pb2
 from distcache.rpc.shim import grpc_target
 from distcache.wire import KEY_LEN
 from shim.metrics import exposition

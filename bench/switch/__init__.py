@@ -105,7 +105,7 @@ compiled sender process), ``bed`` (one switch, started by harness.switch, and it
 from __future__ import annotations
 
 from bench.pyspy import py_spy
-from bench.switch.bed import Bed
+from bench.switch.bed import SwitchBed
 from bench.switch.config import (
     BMV2_JSON,
     BMV2_P4INFO,
@@ -132,10 +132,10 @@ __all__ = [  # what the tests that reuse the bed import (tests/e2e/test_netfault
     "LEAF",
     "PORTS",
     "SERVER_PORT",
-    "Bed",
     "Frames",
     "Namespace",
     "SetupError",
+    "SwitchBed",
     "build_frames",
     "main",
     "probe",

@@ -30,7 +30,7 @@ from bench.switch.frames import Frames
 from bench.switch.namespace import Namespace
 from bench.switch.probe import check_path, probe
 from bench.switch.sender import Sender
-from distcache import p4names as n
+from distcache import p4names
 from harness.switch import DEVICE_ID, GRPC_ADDR, SwitchProcess, SwitchSpec, SwitchStartError
 from p4rt.plan import plan
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from p4rt.client import SwitchConnection
 
 
-class Bed:
+class SwitchBed:
     """One switch in the namespace, its P4Runtime session and the sender (not started); ``close`` stops them."""
 
     paths = PATHS
@@ -98,18 +98,18 @@ class Bed:
 
             self.sw.set_pipeline(PROGRAM.p4info(), b"")
         p = plan(CLUSTER, LEAF, BUCKETS)
-        self.sw.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        self.sw.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, p.config)
         for e in p.defaults:
             self.sw.set_default(e.table, e.action, e.params_dict)
         for e in p.entries:
             self.sw.insert(e.table, e.match_dict, e.action, e.params_dict)
         self.sw.insert(
-            n.CACHE_LOOKUP,
-            {n.KEY_DC_KEY: int.from_bytes(frames.hit_key, "big")},
-            n.CACHE_HIT,
+            p4names.CACHE_LOOKUP,
+            {p4names.KEY_DC_KEY: int.from_bytes(frames.hit_key, "big")},
+            p4names.CACHE_HIT,
             {"slot": SLOT, "version": VERSION_TAG},
         )
-        for f, stat in zip(frames.fill, (n.Stat.INVALIDATE, n.Stat.UPDATE), strict=True):
+        for f, stat in zip(frames.fill, (p4names.Stat.INVALIDATE, p4names.Stat.UPDATE), strict=True):
             out = probe(f, in_port=SERVER_PORT)
             if self.stats().get(stat.name, 0) != 1 or len(out) != 1:
                 raise SetupError(
@@ -120,8 +120,8 @@ class Bed:
     def stats(self) -> dict[str, int]:
         """dc_stats cells by name."""
         assert self.sw is not None
-        cells = self.sw.read_counter(n.DC_STATS)
-        return {s.name: cells.get(int(s), (0, 0))[0] for s in n.Stat}
+        cells = self.sw.read_counter(p4names.DC_STATS)
+        return {s.name: cells.get(int(s), (0, 0))[0] for s in p4names.Stat}
 
     def close(self) -> None:
         if self.sw is not None:

@@ -20,7 +20,7 @@ from bench.switch.config import (
     VERSION_TAG,
     SetupError,
 )
-from distcache import p4names as n
+from distcache import p4names
 from distcache.hashing import h0, wire_key
 from distcache.scapy_layer import frame as dc_frame
 from distcache.wire import DC_PORT, HEADER_LEN, Message, Op, populate_invalidate
@@ -30,9 +30,9 @@ from p4rt.plan import plan
 def _transit_port(p: object) -> dict[int, int]:
     """transit slot -> leaf port, from the plan's transit_spine entries."""
     return {
-        dict(e.match_dict)[n.KEY_TRANSIT_SLOT]: dict(e.params_dict)["port"]
+        dict(e.match_dict)[p4names.KEY_TRANSIT_SLOT]: dict(e.params_dict)["port"]
         for e in p.entries
-        if e.table == n.TRANSIT_SPINE
+        if e.table == p4names.TRANSIT_SPINE
     }
 
 
@@ -40,7 +40,7 @@ def pick_key(stem: str, transit: dict[int, int], port: int) -> bytes:
     """A wire key whose replies the leaf sends up ``port`` (its h0 transit slot maps there)."""
     for i in range(10_000):
         k = wire_key(f"{stem}{i}")
-        if transit.get(h0(k) & (n.TRANSIT_SLOTS - 1)) == port:
+        if transit.get(h0(k) & (p4names.TRANSIT_SLOTS - 1)) == port:
             return k
     raise SetupError(f"no key goes up port {port}")
 

@@ -70,7 +70,7 @@ def remove_stale_pins() -> None:
 
 class Turnaround:
     """The turnaround program on ``bsw<IN_PORT>``'s ingress, turning frames out of ``bsw<out_port>``; measured
-    through the same interface as a :class:`~bench.switch.bed.Bed` (bench/switch/measure.py ``Target``)."""
+    through the same interface as a :class:`~bench.switch.bed.SwitchBed` (bench/switch/measure.py ``Target``)."""
 
     paths = ("hit",)  # a read turned around: the hit path's frame and ports
     counters: ClassVar[dict[str, str]] = {"hit": "TURNED"}  # the count that must count every frame a path delivers

@@ -9,7 +9,7 @@ import json
 import subprocess
 
 from bench.pyspy import py_spy, record_argv
-from bench.switch.bed import Bed
+from bench.switch.bed import SwitchBed
 from bench.switch.config import PROFILE_RATE, PROFILE_SECONDS, START_RATE, err
 from bench.switch.frames import Frames
 from bench.switch.measure import PathResult, run_path
@@ -35,7 +35,7 @@ def profile_text(prof: dict) -> str:
     return "\n".join(lines)
 
 
-def profile_hits(bed: Bed, frames: Frames, args: argparse.Namespace, hit: PathResult) -> dict | None:
+def profile_hits(bed: SwitchBed, frames: Frames, args: argparse.Namespace, hit: PathResult) -> dict | None:
     """One more hit run with py-spy sampling softswitch (``--profile``): raw stacks and a summary to the
     profile folder; the summary, or None when py-spy is missing or wrote nothing."""
     spy = py_spy()

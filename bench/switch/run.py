@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.switch import limit
-from bench.switch.bed import Bed
+from bench.switch.bed import SwitchBed
 from bench.switch.config import (
     BMV2_JSON,
     BMV2_P4INFO,
@@ -54,7 +54,7 @@ def bench_target(
     target: str, ns: Namespace, frames: Frames, args: argparse.Namespace, workdir: Path, progress: Progress
 ) -> dict:
     """Start, configure and measure one target: its figures per path (and its profile with --profile)."""
-    bed = limit.Turnaround(progress) if target == LIMIT else Bed(target, ns, workdir, progress)
+    bed = limit.Turnaround(progress) if target == LIMIT else SwitchBed(target, ns, workdir, progress)
     try:
         t0 = time.monotonic()
         bar = progress.add_task(f"{target}: start and configure", total=None)

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import grpc
 
-from distcache.api import FAST_RECONNECT, agent_grpc, agent_pb2
 from distcache.cluster import Cluster
 from distcache.rpc.channel import channel_ready
+from distcache.rpc.protos import FAST_RECONNECT, agent_grpc, agent_pb2
 
 
 class AgentClient:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from distcache.api import FAST_RECONNECT, controller_grpc, controller_pb2
 from distcache.rpc.channel import channel_ready
+from distcache.rpc.protos import FAST_RECONNECT, controller_grpc, controller_pb2
 
 
 class ControllerUnreachableError(ConnectionError):

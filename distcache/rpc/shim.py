@@ -16,8 +16,8 @@ from pathlib import Path
 
 import grpc
 
-from distcache.api import FAST_RECONNECT, Reply, message_dict, shim_grpc, shim_pb2
 from distcache.cluster import Cluster
+from distcache.rpc.protos import FAST_RECONNECT, Reply, message_dict, shim_grpc, shim_pb2
 
 
 class ShimUnavailableError(ConnectionError):

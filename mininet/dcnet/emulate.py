@@ -75,7 +75,7 @@ from dcnet.emulate_report import (
     write_csv,
 )
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster, Role
 from distcache.cmdline import ArgumentParser, input_file, load_cluster
 from distcache.rpc.shim import ShimLink
@@ -151,8 +151,8 @@ class Emulation:
         for name in self.cache_switches:
             if name in failed:
                 continue
-            cells = self.dep.controller.conns[name].read_counter(n.DC_STATS)
-            total += cells.get(int(n.Stat.HIT_METERED), (0, 0))[0]
+            cells = self.dep.controller.conns[name].read_counter(p4names.DC_STATS)
+            total += cells.get(int(p4names.Stat.HIT_METERED), (0, 0))[0]
         return total
 
     def failed_now(self) -> set[str]:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.fault_schedule import Fault, Tally
 from dcnet.netfaults import FaultConfig, PacketFaults
-from distcache.api import controller_pb2
 from distcache.cluster import Host
 from distcache.rpc.controller import ControllerUnreachableError
+from distcache.rpc.protos import controller_pb2
 from distcache.rpc.shim import ShimLink, ShimUnavailableError
 from harness.processes import SwitchProcesses
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from distcache.api import agent_pb2
 from distcache.cluster import Cluster, Mechanism, is_cache_switch
 from distcache.hashing import wire_key
 from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
+from distcache.rpc.protos import agent_pb2
 from p4rt.client import SwitchConnection
 from p4rt.p4info import load_p4info
 

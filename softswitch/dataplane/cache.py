@@ -11,7 +11,7 @@ always agree, but the reads are the P4's, in its order.
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import MAX_SPINES as MAX_SPINE_ID
 from distcache.cluster import Role
 from distcache.p4names import Stat
@@ -37,22 +37,29 @@ from softswitch.program import Action, Counter, MatchField, Meter, Param, Table
 from softswitch.state import RED, SwitchState
 
 ACTIONS = (
-    Action(n.CACHE_HIT, (Param("slot", 16), Param("version", 16))),
-    Action(n.CACHE_MISS),
-    Action(n.SET_CACHE_EPOCH, (Param("epoch", 32),)),
+    Action(p4names.CACHE_HIT, (Param("slot", 16), Param("version", 16))),
+    Action(p4names.CACHE_MISS),
+    Action(p4names.SET_CACHE_EPOCH, (Param("epoch", 32),)),
 )
 TABLES = (
     Table(
-        n.CACHE_LOOKUP,
-        (MatchField(n.KEY_DC_KEY, 128, "exact"),),
-        (n.CACHE_HIT, n.CACHE_MISS),
-        n.CACHE_MISS,
-        size=n.CACHE_SLOTS,
+        p4names.CACHE_LOOKUP,
+        (MatchField(p4names.KEY_DC_KEY, 128, "exact"),),
+        (p4names.CACHE_HIT, p4names.CACHE_MISS),
+        p4names.CACHE_MISS,
+        size=p4names.CACHE_SLOTS,
     ),
-    Table(n.CACHE_EPOCH, (), (n.SET_CACHE_EPOCH,), n.SET_CACHE_EPOCH, default_params=(("epoch", 0),), size=1),
+    Table(
+        p4names.CACHE_EPOCH,
+        (),
+        (p4names.SET_CACHE_EPOCH,),
+        p4names.SET_CACHE_EPOCH,
+        default_params=(("epoch", 0),),
+        size=1,
+    ),
 )
-COUNTERS = (Counter(n.CACHE_HITS, n.CACHE_SLOTS, "packets"),)
-METERS = (Meter(n.CACHE_METER, 1, "packets"),)
+COUNTERS = (Counter(p4names.CACHE_HITS, p4names.CACHE_SLOTS, "packets"),)
+METERS = (Meter(p4names.CACHE_METER, 1, "packets"),)
 
 OP_GET, OP_GET_REPLY = int(Op.GET), int(Op.GET_REPLY)
 ROLE_STORAGE_LEAF = int(Role.STORAGE_LEAF)
@@ -69,31 +76,31 @@ def tag(m: Meta) -> int:
 
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     dc = h.dc
-    m.cache_epoch = state.tables[n.CACHE_EPOCH].lookup()[1]["epoch"]
-    action, p, _ = state.tables[n.CACHE_LOOKUP].lookup(int.from_bytes(dc[DC_KEY], "big"))
-    if action == n.CACHE_HIT:
+    m.cache_epoch = state.tables[p4names.CACHE_EPOCH].lookup()[1]["epoch"]
+    action, p, _ = state.tables[p4names.CACHE_LOOKUP].lookup(int.from_bytes(dc[DC_KEY], "big"))
+    if action == p4names.CACHE_HIT:
         m.cache_hit, m.slot, m.version = True, p["slot"], p["version"]
     target = dc[DC_TARGET]
     spine_missed = m.role == ROLE_STORAGE_LEAF and 0 < target <= MAX_SPINE_ID  # the spine did not answer it
     if not (m.op == OP_GET and (target == m.switch_id or spine_missed)):
         return
-    regs, stats = state.registers, state.counters[n.DC_STATS]
-    seq_before = regs[n.CACHE_INVAL_SEQ].read(m.slot) if m.cache_hit else 0
-    valid = regs[n.CACHE_VALID].read(m.slot) if m.cache_hit else 0
+    regs, stats = state.registers, state.counters[p4names.DC_STATS]
+    seq_before = regs[p4names.CACHE_INVAL_SEQ].read(m.slot) if m.cache_hit else 0
+    valid = regs[p4names.CACHE_VALID].read(m.slot) if m.cache_hit else 0
     if not (m.cache_hit and valid != 0 and valid == tag(m)):
         stats.count(READ_MISS, m.packet_length)
         return
-    if state.meters[n.CACHE_METER].execute(0, m.ingress_global_timestamp, m.packet_length) == RED:
+    if state.meters[p4names.CACHE_METER].execute(0, m.ingress_global_timestamp, m.packet_length) == RED:
         stats.count(HIT_METERED, m.packet_length)
         stats.count(READ_MISS, m.packet_length)
         return
     # ---- the value, read between two reads of the write version ----
-    vlen = regs[n.CACHE_VLEN].read(m.slot)
+    vlen = regs[p4names.CACHE_VLEN].read(m.slot)
     nchunks = ((vlen + 15) >> 4) & 0xFF
-    base = m.slot * n.MAX_CHUNKS
-    values = regs[n.CACHE_VALUE]
-    h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, n.MAX_CHUNKS))]
-    if regs[n.CACHE_INVAL_SEQ].read(m.slot) != seq_before:  # a write began: on as sent, less any value
+    base = m.slot * p4names.MAX_CHUNKS
+    values = regs[p4names.CACHE_VALUE]
+    h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, p4names.MAX_CHUNKS))]
+    if regs[p4names.CACHE_INVAL_SEQ].read(m.slot) != seq_before:  # a write began: on as sent, less any value
         dc[DC_VLEN], dc[DC_NCHUNKS], h.vals = 0, 0, []
         _set_lengths(h, 0)
         stats.count(READ_TORN, m.packet_length)
@@ -105,7 +112,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     _set_lengths(h, nchunks)
     dc_reflect(h)
     m.served = True
-    state.counters[n.CACHE_HITS].count(m.slot, m.packet_length)
+    state.counters[p4names.CACHE_HITS].count(m.slot, m.packet_length)
     stats.count(READ_HIT, m.packet_length)
 
 

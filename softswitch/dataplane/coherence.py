@@ -8,7 +8,7 @@ own populate arms a new tenure, and why other INVALIDATEs still set its floor.
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.p4names import Stat
 from distcache.wire import MAX_CACHEABLE, Flag, Op
 from softswitch.dataplane.actions import dc_reflect
@@ -28,7 +28,9 @@ from softswitch.dataplane.header import (
 from softswitch.program import Register
 from softswitch.state import SwitchState
 
-REGISTERS = (Register(n.CACHE_INVAL, 49, n.CACHE_SLOTS),)  # cache_inval_seq is shared with DcCache (shared.py)
+REGISTERS = (
+    Register(p4names.CACHE_INVAL, 49, p4names.CACHE_SLOTS),
+)  # cache_inval_seq is shared with DcCache (shared.py)
 
 OP_INVALIDATE, OP_UPDATE, OP_REPLY_BIT = int(Op.INVALIDATE), int(Op.UPDATE), 0x80
 FLAG_POPULATE = int(Flag.POPULATE)
@@ -41,16 +43,16 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if op != OP_INVALIDATE and op != OP_UPDATE:
         return
     dc = h.dc
-    stats = state.counters[n.DC_STATS]
+    stats = state.counters[p4names.DC_STATS]
     if m.cache_hit:
         regs = state.registers
         slot, seq = m.slot, dc[DC_SEQ]
         tag = entry_tag(m)
-        last, last_seq = regs[n.CACHE_INVAL].read(slot), regs[n.CACHE_INVAL_SEQ].read(slot)
+        last, last_seq = regs[p4names.CACHE_INVAL].read(slot), regs[p4names.CACHE_INVAL_SEQ].read(slot)
         same_tenure = (last >> 1) == tag
         armed = bool(last & 1)
         if op == OP_INVALIDATE:
-            regs[n.CACHE_VALID].write(slot, 0)
+            regs[p4names.CACHE_VALID].write(slot, 0)
             ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
             own_populate = (
                 dc[DC_FLAGS] & FLAG_POPULATE
@@ -60,18 +62,18 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             )
             if not same_tenure or not ahead >> 31:
                 arm = bool(own_populate) or (same_tenure and armed)
-                regs[n.CACHE_INVAL].write(slot, (tag << 1) | arm)
-                regs[n.CACHE_INVAL_SEQ].write(slot, seq)
+                regs[p4names.CACHE_INVAL].write(slot, (tag << 1) | arm)
+                regs[p4names.CACHE_INVAL_SEQ].write(slot, seq)
                 stats.count(STAT_INVALIDATE, m.packet_length)
             else:
                 stats.count(STAT_INVALIDATE_STALE, m.packet_length)
         elif same_tenure and armed and last_seq == seq and dc[DC_VLEN] <= MAX_CACHEABLE:
-            base = slot * n.MAX_CHUNKS
-            regs[n.CACHE_VLEN].write(slot, dc[DC_VLEN])
-            values = regs[n.CACHE_VALUE]
+            base = slot * p4names.MAX_CHUNKS
+            regs[p4names.CACHE_VLEN].write(slot, dc[DC_VLEN])
+            values = regs[p4names.CACHE_VALUE]
             for i, chunk in enumerate(h.vals[: dc[DC_NCHUNKS]]):
                 values.write(base + i, int.from_bytes(chunk, "big"))
-            regs[n.CACHE_VALID].write(slot, tag)
+            regs[p4names.CACHE_VALID].write(slot, tag)
             stats.count(STAT_UPDATE, m.packet_length)
         else:
             stats.count(STAT_UPDATE_STALE, m.packet_length)

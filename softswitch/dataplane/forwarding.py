@@ -4,7 +4,7 @@ out of the port it came in by, TTL less one."""
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import PortKind
 from distcache.hashing import h0
 from distcache.p4defines import IPV4_MIN_IHL
@@ -27,9 +27,9 @@ from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
 
 ACTIONS = (
-    Action(n.SET_NHOP, (Param("dmac", 48), Param("port", 9))),
+    Action(p4names.SET_NHOP, (Param("dmac", 48), Param("port", 9))),
     Action(
-        n.SET_TRANSIT,
+        p4names.SET_TRANSIT,
         (
             Param("spine_id", 8),
             Param("dmac", 48),
@@ -39,19 +39,23 @@ ACTIONS = (
             Param("alt_port", 9),
         ),
     ),
-    Action(n.DROP),
-    Action(n.TRANSIT),
+    Action(p4names.DROP),
+    Action(p4names.TRANSIT),
 )
 TABLES = (
     Table(
-        n.IPV4_LPM, (MatchField(n.KEY_IPV4_DST, 32, "lpm"),), (n.SET_NHOP, n.TRANSIT, n.DROP), n.DROP, size=n.MAX_ROUTES
+        p4names.IPV4_LPM,
+        (MatchField(p4names.KEY_IPV4_DST, 32, "lpm"),),
+        (p4names.SET_NHOP, p4names.TRANSIT, p4names.DROP),
+        p4names.DROP,
+        size=p4names.MAX_ROUTES,
     ),
     Table(
-        n.TRANSIT_SPINE,
-        (MatchField(n.KEY_TRANSIT_SLOT, 8, "exact"),),
-        (n.SET_TRANSIT, n.DROP),
-        n.DROP,
-        size=n.TRANSIT_SLOTS,
+        p4names.TRANSIT_SPINE,
+        (MatchField(p4names.KEY_TRANSIT_SLOT, 8, "exact"),),
+        (p4names.SET_TRANSIT, p4names.DROP),
+        p4names.DROP,
+        size=p4names.TRANSIT_SLOTS,
     ),
 )
 
@@ -63,18 +67,18 @@ TRANSIT_REROUTED, DROP_LOOP, DROP_NO_ROUTE = int(Stat.TRANSIT_REROUTED), int(Dro
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     ip, dc = h.ipv4, h.dc
     if not m.routed:
-        action, p, _ = state.tables[n.IPV4_LPM].lookup(int.from_bytes(ip[IP_DST], "big"))
-        if action == n.SET_NHOP:
+        action, p, _ = state.tables[p4names.IPV4_LPM].lookup(int.from_bytes(ip[IP_DST], "big"))
+        if action == p4names.SET_NHOP:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
-        elif action == n.TRANSIT:
+        elif action == p4names.TRANSIT:
             m.transit = True
     if m.transit:
         bucket = h0(dc[DC_KEY]) if dc is not None else 0
         if dc is not None and m.port_kind == PORT_CLIENT:  # a client's retry: through another spine
             bucket += attempt_of(dc[DC_FLAGS])
-        m.transit_slot = bucket & (n.TRANSIT_SLOTS - 1)
-        action, p, _ = state.tables[n.TRANSIT_SPINE].lookup(m.transit_slot)
-        if action == n.SET_TRANSIT:
+        m.transit_slot = bucket & (p4names.TRANSIT_SLOTS - 1)
+        action, p, _ = state.tables[p4names.TRANSIT_SPINE].lookup(m.transit_slot)
+        if action == p4names.SET_TRANSIT:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
             m.transit_id, m.alt_id, m.alt_dmac, m.alt_port = (
                 p["spine_id"],
@@ -86,12 +90,12 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             now = m.ingress_global_timestamp
             if spine_excluded(state, m.transit_id, now, m) and not spine_excluded(state, m.alt_id, now, m):
                 m.nhop_dmac, m.nhop_port = m.alt_dmac, m.alt_port
-                state.counters[n.DC_STATS].count(TRANSIT_REROUTED, m.packet_length)
+                state.counters[p4names.DC_STATS].count(TRANSIT_REROUTED, m.packet_length)
     # an answer (a cache hit, a reflected coherence message: its op gained the reply bit here) is this
     # switch's own packet and goes back the way its request came; no other packet leaves by its ingress port
     answered = dc is not None and dc[DC_OP] != m.op
     if m.routed and m.nhop_port == m.ingress_port and not answered:
-        state.counters[n.DC_DROPS].count(DROP_LOOP, m.packet_length)
+        state.counters[p4names.DC_DROPS].count(DROP_LOOP, m.packet_length)
         m.dropped = True
     elif m.routed:
         m.egress_spec = m.nhop_port
@@ -104,7 +108,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         if ip[IP_VER_IHL] & 0x0F != IPV4_MIN_IHL:  # options are payload: the deparser leaves this checksum alone
             ip[IP_CSUM] = ttl_checksum(ip[IP_CSUM], ttl_word, ip[IP_TTL] << 8 | ip[IP_PROTO])
     else:
-        state.counters[n.DC_DROPS].count(DROP_NO_ROUTE, m.packet_length)
+        state.counters[p4names.DC_DROPS].count(DROP_NO_ROUTE, m.packet_length)
         m.dropped = True
 
 

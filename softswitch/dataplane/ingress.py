@@ -13,7 +13,7 @@ controls declare.
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Role
 from softswitch.dataplane import (
     cache,
@@ -36,7 +36,7 @@ from softswitch.state import SwitchState
 PROGRAM = Program(
     "distcache",
     actions=(
-        Action(n.NO_ACTION),
+        Action(p4names.NO_ACTION),
         *config.ACTIONS,
         *liveness.ACTIONS,
         *validation.ACTIONS,
@@ -58,9 +58,9 @@ PROGRAM = Program(
     counters=(*shared.COUNTERS, *cache.COUNTERS, *probe.COUNTERS, *liveness.COUNTERS),
     digests=(*detector.DIGESTS, *liveness.DIGESTS),
     meters=cache.METERS,
-    controller_headers=(ControllerHeader(n.PACKET_OUT, n.PACKET_OUT_FIELDS),),
-    cpu_port=n.CPU_PORT,
-    generator_ports=frozenset({n.PROBE_PORT}),
+    controller_headers=(ControllerHeader(p4names.PACKET_OUT, p4names.PACKET_OUT_FIELDS),),
+    cpu_port=p4names.CPU_PORT,
+    generator_ports=frozenset({p4names.PROBE_PORT}),
 )
 
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)

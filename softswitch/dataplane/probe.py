@@ -4,7 +4,7 @@ probes_answered: per spine id)."""
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.p4names import Stat
 from distcache.wire import Op
 from softswitch.dataplane.actions import dc_reflect
@@ -13,8 +13,8 @@ from softswitch.program import Counter
 from softswitch.state import SwitchState
 
 COUNTERS = (
-    Counter(n.PROBES_SENT, n.LIVENESS_SPINES, "packets"),  # a leaf's probes, per spine
-    Counter(n.PROBES_ANSWERED, n.LIVENESS_SPINES, "packets"),  # their replies, per spine (of the port)
+    Counter(p4names.PROBES_SENT, p4names.LIVENESS_SPINES, "packets"),  # a leaf's probes, per spine
+    Counter(p4names.PROBES_ANSWERED, p4names.LIVENESS_SPINES, "packets"),  # their replies, per spine (of the port)
 )
 
 OP_PROBE, OP_PROBE_REPLY = int(Op.PROBE), int(Op.PROBE_REPLY)
@@ -27,23 +27,23 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         spine, h.packet_out = h.packet_out, None
         h.dc[DC_TARGET] = spine
         regs = state.registers
-        heard, now = regs[n.SPINE_HEARD].read(spine), m.ingress_global_timestamp
-        if regs[n.SPINE_ASKED].read(spine) <= heard:
+        heard, now = regs[p4names.SPINE_HEARD].read(spine), m.ingress_global_timestamp
+        if regs[p4names.SPINE_ASKED].read(spine) <= heard:
             if heard != 0 and heard <= now < heard + m.probe_skip:
                 # heard from lately, no wait going on: its traffic answered already; no ask starts
-                state.counters[n.DC_STATS].count(PROBE_SKIPPED, m.packet_length)
+                state.counters[p4names.DC_STATS].count(PROBE_SKIPPED, m.packet_length)
                 m.consumed = True
                 return
-            regs[n.SPINE_ASKED].write(spine, now)
-        state.counters[n.PROBES_SENT].count(spine, m.packet_length)
+            regs[p4names.SPINE_ASKED].write(spine, now)
+        state.counters[p4names.PROBES_SENT].count(spine, m.packet_length)
     elif m.op == OP_PROBE:
         # a spine: back to the leaf, out of the port it came in by
         h.dc[DC_OP] = OP_PROBE_REPLY
         h.dc[DC_SPINE_ID] = m.switch_id
         dc_reflect(h)
         m.routed, m.nhop_port, m.nhop_dmac = True, m.ingress_port, int.from_bytes(h.eth[1], "big")
-        state.counters[n.DC_STATS].count(PROBE_REFLECTED, m.packet_length)
+        state.counters[p4names.DC_STATS].count(PROBE_REFLECTED, m.packet_length)
     elif m.op == OP_PROBE_REPLY:
         # a leaf: a spine's answer, counted under the spine of the port it came in by
-        state.counters[n.PROBES_ANSWERED].count(m.from_spine, m.packet_length)
+        state.counters[p4names.PROBES_ANSWERED].count(m.from_spine, m.packet_length)
         m.consumed = True

@@ -4,7 +4,7 @@ leaf found dead (DcLiveness) is no candidate."""
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism, PortKind
 from distcache.hashing import h0
 from distcache.p4names import Stat
@@ -15,47 +15,47 @@ from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
 
 ACTIONS = (
-    Action(n.SET_SPINE_CANDIDATE, (Param("spine_id", 8),)),
-    Action(n.SET_REPLICA_SPINES, (Param("spine_id", 8), Param("alt_spine_id", 8))),
-    Action(n.REPLICATE),
-    Action(n.SET_LEAF_CANDIDATE, (Param("leaf_id", 8),)),
-    Action(n.ROUTE_TO_CACHE, (Param("dmac", 48), Param("port", 9))),
+    Action(p4names.SET_SPINE_CANDIDATE, (Param("spine_id", 8),)),
+    Action(p4names.SET_REPLICA_SPINES, (Param("spine_id", 8), Param("alt_spine_id", 8))),
+    Action(p4names.REPLICATE),
+    Action(p4names.SET_LEAF_CANDIDATE, (Param("leaf_id", 8),)),
+    Action(p4names.ROUTE_TO_CACHE, (Param("dmac", 48), Param("port", 9))),
 )
 TABLES = (
     Table(
-        n.SPINE_PARTITION,
-        (MatchField(n.KEY_BUCKET, 16, "exact"),),
-        (n.SET_SPINE_CANDIDATE, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.SPINE_BUCKETS,
+        p4names.SPINE_PARTITION,
+        (MatchField(p4names.KEY_BUCKET, 16, "exact"),),
+        (p4names.SET_SPINE_CANDIDATE, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.SPINE_BUCKETS,
     ),
     Table(
-        n.REPLICA_SPINE,
-        (MatchField(n.KEY_REPLICA_SLOT, 8, "exact"),),
-        (n.SET_REPLICA_SPINES, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.REPLICA_SLOTS,
+        p4names.REPLICA_SPINE,
+        (MatchField(p4names.KEY_REPLICA_SLOT, 8, "exact"),),
+        (p4names.SET_REPLICA_SPINES, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.REPLICA_SLOTS,
     ),
     Table(
-        n.REPLICATED_KEYS,
-        (MatchField(n.KEY_DC_KEY, 128, "exact"),),
-        (n.REPLICATE, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.MAX_REPLICATED_KEYS,
+        p4names.REPLICATED_KEYS,
+        (MatchField(p4names.KEY_DC_KEY, 128, "exact"),),
+        (p4names.REPLICATE, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.MAX_REPLICATED_KEYS,
     ),
     Table(
-        n.STORAGE_RACK,
-        (MatchField(n.KEY_IPV4_DST, 32, "lpm"),),
-        (n.SET_LEAF_CANDIDATE, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.MAX_SWITCHES,
+        p4names.STORAGE_RACK,
+        (MatchField(p4names.KEY_IPV4_DST, 32, "lpm"),),
+        (p4names.SET_LEAF_CANDIDATE, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.MAX_SWITCHES,
     ),
     Table(
-        n.CACHE_ROUTE,
-        (MatchField(n.KEY_DC_TARGET, 8, "exact"),),
-        (n.ROUTE_TO_CACHE, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.MAX_SWITCHES,
+        p4names.CACHE_ROUTE,
+        (MatchField(p4names.KEY_DC_TARGET, 8, "exact"),),
+        (p4names.ROUTE_TO_CACHE, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.MAX_SWITCHES,
     ),
 )
 
@@ -81,22 +81,22 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if mech == MECH_REPLICATION:
         m.replicated = True
     elif mech == MECH_HYBRID:
-        m.replicated = tables[n.REPLICATED_KEYS].lookup(int.from_bytes(dc[DC_KEY], "big"))[0] == n.REPLICATE
+        m.replicated = tables[p4names.REPLICATED_KEYS].lookup(int.from_bytes(dc[DC_KEY], "big"))[0] == p4names.REPLICATE
     bucket = h0(dc[DC_KEY]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
     if m.replicated:
-        m.replica_slot = (bucket + (dc[DC_SEQ] & 0xFFFF) + attempt) & (n.REPLICA_SLOTS - 1)
-        action, p, _ = tables[n.REPLICA_SPINE].lookup(m.replica_slot)
-        if action == n.SET_REPLICA_SPINES:
+        m.replica_slot = (bucket + (dc[DC_SEQ] & 0xFFFF) + attempt) & (p4names.REPLICA_SLOTS - 1)
+        action, p, _ = tables[p4names.REPLICA_SPINE].lookup(m.replica_slot)
+        if action == p4names.SET_REPLICA_SPINES:
             m.spine_cand, m.replica_alt = p["spine_id"], p["alt_spine_id"]
     elif mech in (MECH_DISTCACHE, MECH_PARTITION, MECH_HYBRID):
-        action, p, _ = tables[n.SPINE_PARTITION].lookup(bucket)
-        if action == n.SET_SPINE_CANDIDATE:
+        action, p, _ = tables[p4names.SPINE_PARTITION].lookup(bucket)
+        if action == p4names.SET_SPINE_CANDIDATE:
             m.spine_cand = p["spine_id"]
     if not m.replicated and (mech in (MECH_DISTCACHE, MECH_HYBRID)):
-        action, p, _ = tables[n.STORAGE_RACK].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
-        if action == n.SET_LEAF_CANDIDATE:
+        action, p, _ = tables[p4names.STORAGE_RACK].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))
+        if action == p4names.SET_LEAF_CANDIDATE:
             m.leaf_cand = p["leaf_id"]
-    stats = state.counters[n.DC_STATS]
+    stats = state.counters[p4names.DC_STATS]
     if m.spine_cand != 0:
         now = m.ingress_global_timestamp
         if spine_excluded(state, m.spine_cand, now, m):
@@ -105,7 +105,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
                 instead = m.replica_alt
             m.spine_cand = instead
             stats.count(READ_REROUTED, m.packet_length)
-    loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
+    loads, epochs = regs[p4names.PEER_LOAD], regs[p4names.PEER_LOAD_EPOCH]
 
     def fresh_load(sid: int) -> int:
         """The recorded load of ``sid`` if recorded in this or the previous window, else 0."""
@@ -129,8 +129,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         dc[DC_TARGET] = other
     # attempt 2 and later: no cache, straight to the storage server
     if dc[DC_TARGET] != 0 and dc[DC_TARGET] == m.spine_cand:
-        action, p, _ = tables[n.CACHE_ROUTE].lookup(dc[DC_TARGET])
-        if action == n.ROUTE_TO_CACHE:
+        action, p, _ = tables[p4names.CACHE_ROUTE].lookup(dc[DC_TARGET])
+        if action == p4names.ROUTE_TO_CACHE:
             m.routed, m.nhop_dmac, m.nhop_port = True, p["dmac"], p["port"]
         stats.count(ROUTED_SPINE, m.packet_length)
     elif dc[DC_TARGET] != 0:

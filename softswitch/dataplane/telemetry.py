@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import PortKind, Role
 from distcache.p4names import Stat
 from distcache.wire import Op
@@ -21,8 +21,8 @@ from softswitch.program import Register
 from softswitch.state import SwitchState
 
 REGISTERS = (
-    Register(n.LOAD_COUNT, 32, 1),
-    Register(n.LOAD_EPOCH, 32, 1),
+    Register(p4names.LOAD_COUNT, 32, 1),
+    Register(p4names.LOAD_EPOCH, 32, 1),
 )
 
 REPLY_OPS = frozenset({int(Op.GET_REPLY), int(Op.PUT_REPLY), int(Op.DELETE_REPLY)})
@@ -39,7 +39,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.role == ROLE_SPINE or m.role == ROLE_STORAGE_LEAF:
         targeted_read = m.op == OP_GET and (dc[DC_TARGET] == m.switch_id or m.served)
         if targeted_read or reply:
-            epoch_reg, count_reg = regs[n.LOAD_EPOCH], regs[n.LOAD_COUNT]
+            epoch_reg, count_reg = regs[p4names.LOAD_EPOCH], regs[p4names.LOAD_COUNT]
             count = count_reg.read(0)
             if epoch_reg.read(0) != m.epoch:
                 count = 0  # a new window starts at 0
@@ -58,17 +58,17 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
                 if m.served:
                     dc[DC_SPINE_ID] = dc[DC_SPINE_LOAD] = 0
             if not m.served:
-                state.counters[n.DC_STATS].count(REPLY_STAMPED, m.packet_length)
+                state.counters[p4names.DC_STATS].count(REPLY_STAMPED, m.packet_length)
     elif m.role == ROLE_CLIENT_LEAF:
         if m.port_kind == PORT_CLIENT:
             # requests from clients carry no telemetry
             dc[DC_SERVED_BY] = dc[DC_SPINE_ID] = dc[DC_LEAF_ID] = dc[DC_SPINE_LOAD] = dc[DC_LEAF_LOAD] = 0
         elif reply and m.port_kind == PORT_FABRIC:
-            loads, epochs = regs[n.PEER_LOAD], regs[n.PEER_LOAD_EPOCH]
+            loads, epochs = regs[p4names.PEER_LOAD], regs[p4names.PEER_LOAD_EPOCH]
             if dc[DC_SPINE_ID] != 0:
                 loads.write(dc[DC_SPINE_ID], dc[DC_SPINE_LOAD])
                 epochs.write(dc[DC_SPINE_ID], m.epoch)
             if dc[DC_LEAF_ID] != 0:
                 loads.write(dc[DC_LEAF_ID], dc[DC_LEAF_LOAD])
                 epochs.write(dc[DC_LEAF_ID], m.epoch)
-            state.counters[n.DC_STATS].count(LOAD_RECORDED, m.packet_length)
+            state.counters[p4names.DC_STATS].count(LOAD_RECORDED, m.packet_length)

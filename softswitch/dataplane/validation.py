@@ -3,7 +3,7 @@ valley-free routing."""
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import MAX_SPINES, PortKind, Role
 from distcache.p4names import DropReason
 from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN, Op
@@ -12,23 +12,23 @@ from softswitch.dataplane.parser import DC_BAD_CHUNKS, DC_BAD_VERSION, NO_ERROR,
 from softswitch.program import Action, MatchField, Table
 from softswitch.state import SwitchState
 
-ACTIONS = (Action(n.SOURCE_OK, ()), Action(n.DEST_OK, ()))
+ACTIONS = (Action(p4names.SOURCE_OK, ()), Action(p4names.DEST_OK, ()))
 
 TABLES = (
     Table(
-        n.CLIENT_SOURCE,
-        (MatchField(n.KEY_INGRESS_PORT, 9, "exact"), MatchField(n.KEY_IPV4_SRC, 32, "lpm")),
-        (n.SOURCE_OK, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.CLIENT_SOURCES,
+        p4names.CLIENT_SOURCE,
+        (MatchField(p4names.KEY_INGRESS_PORT, 9, "exact"), MatchField(p4names.KEY_IPV4_SRC, 32, "lpm")),
+        (p4names.SOURCE_OK, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.CLIENT_SOURCES,
     ),
     # a leaf's hosts: what may come down to it from a spine
     Table(
-        n.RACK_HOSTS,
-        (MatchField(n.KEY_IPV4_DST, 32, "exact"),),
-        (n.DEST_OK, n.NO_ACTION),
-        n.NO_ACTION,
-        size=n.MAX_PORTS,
+        p4names.RACK_HOSTS,
+        (MatchField(p4names.KEY_IPV4_DST, 32, "exact"),),
+        (p4names.DEST_OK, p4names.NO_ACTION),
+        p4names.NO_ACTION,
+        size=p4names.MAX_PORTS,
     ),
 )
 
@@ -82,7 +82,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         reason = DROP_PROBE  # what a controller sends into the data plane is a probe, through a leaf
     elif (
         m.port_kind == PORT_CLIENT
-        and not state.tables[n.CLIENT_SOURCE].lookup(m.ingress_port, int.from_bytes(h.ipv4[IP_SRC], "big"))[2]
+        and not state.tables[p4names.CLIENT_SOURCE].lookup(m.ingress_port, int.from_bytes(h.ipv4[IP_SRC], "big"))[2]
     ):
         reason = DROP_SPOOFED
     elif dc is None:
@@ -115,10 +115,10 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
             and m.port_kind == PORT_FABRIC
             and not from_cpu
             and m.op != OP_PROBE_REPLY
-            and not state.tables[n.RACK_HOSTS].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))[2]
+            and not state.tables[p4names.RACK_HOSTS].lookup(int.from_bytes(h.ipv4[IP_DST], "big"))[2]
         ):
             reason = DROP_LOOP  # down from a spine for no host of the rack: never back up (valley-free)
         else:
             return
         m.dropped = True
-    state.counters[n.DC_DROPS].count(reason, m.packet_length)
+    state.counters[p4names.DC_DROPS].count(reason, m.packet_length)

@@ -14,8 +14,8 @@ import grpc
 
 from agent.agent import SwitchAgent
 from agent.service import AgentService
-from distcache.api import agent_grpc
 from distcache.cluster import Cluster, Switch
+from distcache.rpc.protos import agent_grpc
 from distcache.rpc.shim import shim_links
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch

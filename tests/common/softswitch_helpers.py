@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_status
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from softswitch.dataplane import PROGRAM
 from softswitch.program import Digest, Program
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from softswitch.switch import SoftSwitch
 
 STAT_ROUTED = 0  # dc_stats index the test pipeline counts forwarded packets in
-DROP_NOT_IPV4 = int(n.DropReason.NOT_IPV4)
-DROP_NO_ROUTE = int(n.DropReason.NO_ROUTE)
+DROP_NOT_IPV4 = int(p4names.DropReason.NOT_IPV4)
+DROP_NO_ROUTE = int(p4names.DropReason.NO_ROUTE)
 
 
 class ForwardPipeline:
@@ -50,17 +50,17 @@ class ForwardPipeline:
 
     def process(self, state: SwitchState, _ingress_port: int, packet: bytes, _now_us: int) -> list[tuple[int, bytes]]:
         if len(packet) < 34 or packet[12:14] != b"\x08\x00":
-            state.counters[n.DC_DROPS].count(DROP_NOT_IPV4, len(packet))
+            state.counters[p4names.DC_DROPS].count(DROP_NOT_IPV4, len(packet))
             return []
         if b"BOOM" in packet:
             raise RuntimeError("test pipeline told to fail")
         dst = int.from_bytes(packet[30:34], "big")
-        action, params, _hit = state.tables[n.IPV4_LPM].lookup(dst)
-        if action != n.SET_NHOP:
-            state.counters[n.DC_DROPS].count(DROP_NO_ROUTE, len(packet))
+        action, params, _hit = state.tables[p4names.IPV4_LPM].lookup(dst)
+        if action != p4names.SET_NHOP:
+            state.counters[p4names.DC_DROPS].count(DROP_NO_ROUTE, len(packet))
             return []
-        state.counters[n.DC_STATS].count(STAT_ROUTED, len(packet))
-        load = state.registers[n.LOAD_COUNT]
+        state.counters[p4names.DC_STATS].count(STAT_ROUTED, len(packet))
+        load = state.registers[p4names.LOAD_COUNT]
         load.write(0, load.read(0) + 1)
         return [(params["port"], params["dmac"].to_bytes(6, "big") + packet[6:])]
 
@@ -159,7 +159,7 @@ def cluster_on_port(port: int, switch_id: int, **fields: int) -> Cluster:
     """A cluster whose switch ``switch_id`` has the P4Runtime port ``port`` (a free one), its agents' ports
     above every P4Runtime port: wherever the kernel's free port fell, the cluster finds no port taken twice."""
     base = port - switch_id
-    return Cluster(grpc_base_port=base, agent_base_port=base + n.MAX_SWITCHES, **fields)
+    return Cluster(grpc_base_port=base, agent_base_port=base + p4names.MAX_SWITCHES, **fields)
 
 
 # -- raw P4Runtime client --------------------------------------------------------------------------

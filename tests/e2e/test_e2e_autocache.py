@@ -136,7 +136,7 @@ def test_new_hot_keys_replace_the_coldest(run: Run) -> None:
 def test_agent_restart_keeps_reads_right_and_cache_comes_back(run: Run) -> None:
     """The agent of sp0 is killed mid-workload and started again: the switch keeps serving meanwhile,
     and the restarted agent reads its cache back from the switch (same keys, slots and versions)."""
-    from distcache import p4names as n
+    from distcache import p4names
 
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(r=run.bench(duration=6, load_keys=0)))
@@ -144,8 +144,8 @@ def test_agent_restart_keeps_reads_right_and_cache_comes_back(run: Run) -> None:
     time.sleep(1.5)
     run.dep.kill_agent("sp0")
     on_switch = {
-        int(m[n.KEY_DC_KEY]).to_bytes(16, "big"): (p["slot"], p["version"])
-        for m, _, p in run.dep.controller.conns["sp0"].read_table(n.CACHE_LOOKUP)
+        int(m[p4names.KEY_DC_KEY]).to_bytes(16, "big"): (p["slot"], p["version"])
+        for m, _, p in run.dep.controller.conns["sp0"].read_table(p4names.CACHE_LOOKUP)
     }
     time.sleep(1.0)
     run.dep.restart_agent("sp0")

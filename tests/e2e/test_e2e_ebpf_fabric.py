@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from dcnet.deploy import Deployment
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from p4rt.probes import DP_PROBE_INTERVAL, read_probe_counts
 from tests.e2e.targets import ebpf_missing
@@ -54,5 +54,5 @@ def test_probes_cross_a_chain_of_kernel_switches_and_every_one_is_answered(dep: 
         assert sent >= 0.2 / DP_PROBE_INTERVAL, (leaf.name, sent)  # its probe source runs
         assert answered >= sent - 2, f"{leaf.name}: {answered} of {sent} probes of the spine answered"
     for sw in CLUSTER.switches():
-        drops = dep.controller.conns[sw.name].read_counter(n.DC_DROPS)
-        assert drops.get(int(n.DropReason.NOT_IPV4), (0, 0))[0] == 0, (sw.name, drops)
+        drops = dep.controller.conns[sw.name].read_counter(p4names.DC_DROPS)
+        assert drops.get(int(p4names.DropReason.NOT_IPV4), (0, 0))[0] == 0, (sw.name, drops)

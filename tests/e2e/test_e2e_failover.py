@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from dcnet.deploy import Deployment
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster, Role
 from distcache.hashing import h0, user_key, wire_key
 from distcache.partition import spine_buckets
@@ -123,16 +123,16 @@ def test_status_and_hot_json_match_the_switches(dep: Deployment) -> None:
     for s in st["switches"]:
         sw = CLUSTER.switch(s["name"])
         assert (s["switch_id"], s["alive"], s["failed"]) == (sw.switch_id, True, False)
-        stats = dep.controller.conns[s["name"]].read_counter(n.DC_STATS)
-        drops = dep.controller.conns[s["name"]].read_counter(n.DC_DROPS)
+        stats = dep.controller.conns[s["name"]].read_counter(p4names.DC_STATS)
+        drops = dep.controller.conns[s["name"]].read_counter(p4names.DC_DROPS)
         # the controller's probes keep these moving between the two reads: a spine reflects them, a leaf skips
         # those for a spine its traffic answered lately
         moving = {"PROBE_REFLECTED", "PROBE_SKIPPED"}
         assert {k: v for k, v in s["stats"].items() if k not in moving} == {
-            x.name: stats.get(int(x), (0, 0))[0] for x in n.Stat if x.name not in moving
+            x.name: stats.get(int(x), (0, 0))[0] for x in p4names.Stat if x.name not in moving
         }
-        assert all(stats.get(int(n.Stat[k]), (0, 0))[0] >= s["stats"][k] for k in moving)
-        assert s["drops"] == {d.name: drops[int(d)][0] for d in n.DropReason if drops.get(int(d), (0, 0))[0]}
+        assert all(stats.get(int(p4names.Stat[k]), (0, 0))[0] >= s["stats"][k] for k in moving)
+        assert s["drops"] == {d.name: drops[int(d)][0] for d in p4names.DropReason if drops.get(int(d), (0, 0))[0]}
         assert (s["hits"], s["misses"]) == (s["stats"]["READ_HIT"], s["stats"]["READ_MISS"])
         if s["hits"] + s["misses"]:
             assert s["hit_ratio"] == pytest.approx(s["hits"] / (s["hits"] + s["misses"]))
@@ -147,7 +147,7 @@ def test_status_and_hot_json_match_the_switches(dep: Deployment) -> None:
 
     hot = ctl_json(dep, "hot", "--top", "50")
     for sh in hot["switches"]:
-        slots = dep.controller.conns[sh["switch"]].read_counter(n.CACHE_HITS)
+        slots = dep.controller.conns[sh["switch"]].read_counter(p4names.CACHE_HITS)
         held = {k.key.hex(): k for k in dep.controller.agent_status(with_keys=True)[sh["switch"]].keys}
         assert {k["key"] for k in sh["keys"]} == set(held)
         for k in sh["keys"]:
@@ -395,7 +395,7 @@ def test_a_spine_whose_data_plane_dies_is_failed_over_while_its_p4runtime_answer
     assert deaths and {d["leaf"] for d in deaths} == {"cl0"}, st.get("spine_deaths")
     d = max(deaths, key=lambda d: d["silent_s"])  # the drop's (a loaded softswitch may add a short false one)
     # silent until the drop ended: past the controller's 0.5 s of unanswered probes
-    assert n.DEAD_AFTER_US / 1e6 <= d["detect_s"] < 0.5 and d["silent_s"] >= 0.5, d
+    assert p4names.DEAD_AFTER_US / 1e6 <= d["detect_s"] < 0.5 and d["silent_s"] >= 0.5, d
     assert int({s["name"]: s for s in st["switches"]}["cl0"]["spine_deaths"]["sp1"]) >= 1
     assert re.search(r"spine deaths seen by leaves' data planes: cl0: (sp0 \d+, )?sp1 \d+", ctl(dep, "status"))
 
@@ -592,13 +592,13 @@ def test_controller_restart_keeps_partitions_and_cache_view(dep: Deployment) -> 
             name: sorted(k.key.hex() for k in st.keys)
             for name, st in dep.controller.agent_status(with_keys=True).items()
         }
-        cl0 = sorted(str(e) for e in dep.controller.conns["cl0"].read_table(n.SPINE_PARTITION))
+        cl0 = sorted(str(e) for e in dep.controller.conns["cl0"].read_table(p4names.SPINE_PARTITION))
         p = ctl_json(dep, "partitions")
         s = ctl_json(dep, "status")
         return p["owner"], p["epoch"], s["failovers"], s["recoveries"], cached, cl0
 
     before = snapshot()
-    stats_before = dep.controller.conns["cl0"].read_counter(n.DC_STATS)
+    stats_before = dep.controller.conns["cl0"].read_counter(p4names.DC_STATS)
     dep.kill_controller()
     c = dep.client()
     for i in range(10):  # the data plane, agents and shims carry on alone
@@ -608,8 +608,8 @@ def test_controller_restart_keeps_partitions_and_cache_view(dep: Deployment) -> 
     )
     dep.start_controller()
     assert snapshot() == before
-    stats_after = dep.controller.conns["cl0"].read_counter(n.DC_STATS)
-    routed = int(n.Stat.ROUTED_SPINE), int(n.Stat.ROUTED_LEAF)
+    stats_after = dep.controller.conns["cl0"].read_counter(p4names.DC_STATS)
+    routed = int(p4names.Stat.ROUTED_SPINE), int(p4names.Stat.ROUTED_LEAF)
     assert sum(stats_after[i][0] for i in routed) > sum(stats_before[i][0] for i in routed)  # never reset
     log = (dep.run_dir / "controller.log").read_text().split("controller serving on")
     assert "cl0: reconciled (0 entries written)" in log[-2] and "pipeline pushed" not in log[-2]

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pytest
 from dcnet.deploy import Deployment
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.p4names import DropReason, Stat
@@ -62,7 +62,7 @@ def counters(dep: Deployment) -> dict[tuple[str, str], int]:
     out = {}
     for sw in SWITCHES:
         conn = dep.controller.conns[sw]
-        drops, stats = conn.read_counter(n.DC_DROPS), conn.read_counter(n.DC_STATS)
+        drops, stats = conn.read_counter(p4names.DC_DROPS), conn.read_counter(p4names.DC_STATS)
         for r in (DropReason.LOOP, DropReason.TTL_EXPIRED, DropReason.NO_ROUTE):
             out[(sw, r.name)] = drops.get(int(r), (0, 0))[0]
         for s in (Stat.READ_HIT, Stat.READ_MISS, Stat.HH_COUNTED, Stat.ROUTED_SPINE, Stat.ROUTED_LEAF):

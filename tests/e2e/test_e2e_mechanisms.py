@@ -32,7 +32,7 @@ from dataclasses import replace
 import pytest
 from dcnet.deploy import Deployment
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster, Mechanism
 from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
@@ -100,8 +100,8 @@ class Run:
     def stats(self) -> dict[str, dict[int, int]]:
         out = {}
         for name in (*SPINES, *LEAVES, CL0):
-            cells = self.dep.controller.conns[name].read_counter(n.DC_STATS)
-            out[name] = {int(s): cells.get(int(s), (0, 0))[0] for s in n.Stat}
+            cells = self.dep.controller.conns[name].read_counter(p4names.DC_STATS)
+            out[name] = {int(s): cells.get(int(s), (0, 0))[0] for s in p4names.Stat}
         return out
 
     def mechanism(self, name: str) -> None:
@@ -118,8 +118,8 @@ class Run:
         """Per cache switch: the keys of its cache table, read back from the switch over P4Runtime."""
         out = {}
         for name in (*SPINES, *LEAVES):
-            rows = self.dep.controller.conns[name].read_table(n.CACHE_LOOKUP)
-            keys = (m[n.KEY_DC_KEY] for m, action, _ in rows if action == n.CACHE_HIT)
+            rows = self.dep.controller.conns[name].read_table(p4names.CACHE_LOOKUP)
+            keys = (m[p4names.KEY_DC_KEY] for m, action, _ in rows if action == p4names.CACHE_HIT)
             out[name] = {(k if isinstance(k, int) else k.value).to_bytes(16, "big") for k in keys}
         return out
 
@@ -161,10 +161,10 @@ def wait_for(what: str, cond, timeout: float) -> None:  # noqa: ANN001
 
 
 def hits(delta: dict, name: str) -> int:
-    return delta[name][int(n.Stat.READ_HIT)]
+    return delta[name][int(p4names.Stat.READ_HIT)]
 
 
-def routed(delta: dict, where: n.Stat) -> int:
+def routed(delta: dict, where: p4names.Stat) -> int:
     return delta[CL0][int(where)]
 
 
@@ -173,16 +173,16 @@ def test_nocache_caches_nothing_and_transit_uses_every_spine(run: Run) -> None:
     run.placed_as_the_table_says("nocache")
     assert all(not keys for keys in cached.values()), {k: len(v) for k, v in cached.items()}
     assert all(hits(delta, sw) == 0 for sw in (*SPINES, *LEAVES))
-    assert routed(delta, n.Stat.ROUTED_SPINE) == routed(delta, n.Stat.ROUTED_LEAF) == 0
+    assert routed(delta, p4names.Stat.ROUTED_SPINE) == routed(delta, p4names.Stat.ROUTED_LEAF) == 0
     for sw in SPINES:  # replies of some keys came back through each spine, carrying its load
-        assert delta[sw][int(n.Stat.REPLY_STAMPED)] > 0, sw
-    assert delta[CL0][int(n.Stat.LOAD_RECORDED)] > 0
+        assert delta[sw][int(p4names.Stat.REPLY_STAMPED)] > 0, sw
+    assert delta[CL0][int(p4names.Stat.LOAD_RECORDED)] > 0
 
 
 def test_partition_reads_only_the_keys_spine(run: Run) -> None:
     delta, cached, _ = run.measure("partition")
     run.placed_as_the_table_says("partition")
-    assert routed(delta, n.Stat.ROUTED_LEAF) == 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
+    assert routed(delta, p4names.Stat.ROUTED_LEAF) == 0 and routed(delta, p4names.Stat.ROUTED_SPINE) > 0
     for sp in (SP0, SP1):
         assert all(BUCKETS[h0(k)] == sp.switch_id for k in cached[sp.name]), sp.name
     assert sum(hits(delta, sw) for sw in SPINES) > 0
@@ -192,7 +192,7 @@ def test_partition_reads_only_the_keys_spine(run: Run) -> None:
 def test_replication_caches_hot_keys_in_every_spine_and_reads_both(run: Run) -> None:
     delta, cached, _ = run.measure("replication")
     run.placed_as_the_table_says("replication")
-    assert routed(delta, n.Stat.ROUTED_LEAF) == 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
+    assert routed(delta, p4names.Stat.ROUTED_LEAF) == 0 and routed(delta, p4names.Stat.ROUTED_SPINE) > 0
     both = set(cached[SP0.name]) & set(cached[SP1.name])
     assert both, "no key is cached in both spines"
     hottest = max(both, key=lambda k: cached[SP0.name][k] + cached[SP1.name][k])
@@ -206,7 +206,7 @@ def test_replication_caches_hot_keys_in_every_spine_and_reads_both(run: Run) -> 
 def test_distcache_caches_in_both_layers_and_reads_both(run: Run) -> None:
     delta, cached, _ = run.measure("distcache")
     run.placed_as_the_table_says("distcache")
-    assert routed(delta, n.Stat.ROUTED_LEAF) > 0 and routed(delta, n.Stat.ROUTED_SPINE) > 0
+    assert routed(delta, p4names.Stat.ROUTED_LEAF) > 0 and routed(delta, p4names.Stat.ROUTED_SPINE) > 0
     assert any(cached[leaf] for leaf in LEAVES) and all(cached[sp] for sp in SPINES)
     for sp in (SP0, SP1):  # a spine keeps only its partition's keys (the replicas of before were evicted)
         assert all(BUCKETS[h0(k)] == sp.switch_id for k in cached[sp.name]), sp.name
@@ -235,7 +235,7 @@ def test_hybrid_replicates_only_the_hottest_keys(run: Run) -> None:
     assert len(snapshot["rep"]) <= CLUSTER.cache_slots // 2
     delta, cached, _ = run.measure("hybrid")
     assert hits(delta, SP0.name) > 0 and hits(delta, SP1.name) > 0
-    assert routed(delta, n.Stat.ROUTED_LEAF) > 0  # the rest still has two choices
+    assert routed(delta, p4names.Stat.ROUTED_LEAF) > 0  # the rest still has two choices
     assert any(cached[leaf] for leaf in LEAVES)
 
 

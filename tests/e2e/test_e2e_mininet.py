@@ -15,7 +15,7 @@ import pytest
 import redis
 from dcnet.deploy import ClientProcess, Deployment
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.p4names import DropReason, Stat
 from distcache.rpc.shim import ShimLink
@@ -76,7 +76,7 @@ def test_cached_key_is_served_by_a_switch_without_touching_redis(dep: Deployment
         served.add(r["served_by"])
     assert redis_gets(dep) == before  # no GET reached redis-server
     assert served <= CACHES and served  # answered by the spine and/or the storage leaf
-    hits = sum(counter(dep, sw, n.DC_STATS, Stat.READ_HIT) for sw in ("sp0", "sl0"))
+    hits = sum(counter(dep, sw, p4names.DC_STATS, Stat.READ_HIT) for sw in ("sp0", "sl0"))
     assert hits >= 6
 
 
@@ -115,10 +115,10 @@ def send_garbage(dep: Deployment, host: str, dst: str, payloads: list[bytes]) ->
 
 
 def test_garbage_to_switch_is_dropped_and_counted(dep: Deployment, client) -> None:  # noqa: ANN001
-    before = {r: counter(dep, "cl0", n.DC_DROPS, r) for r in DropReason}
+    before = {r: counter(dep, "cl0", p4names.DC_DROPS, r) for r in DropReason}
     send_garbage(dep, CLIENT.name, SERVER.ip, [b"x", b"\x01" * 39, b"\x09" + b"\x00" * 50])
     time.sleep(0.5)
-    after = {r: counter(dep, "cl0", n.DC_DROPS, r) for r in DropReason}
+    after = {r: counter(dep, "cl0", p4names.DC_DROPS, r) for r in DropReason}
     assert after[DropReason.TRUNCATED] == before[DropReason.TRUNCATED] + 2
     assert after[DropReason.BAD_VERSION] == before[DropReason.BAD_VERSION] + 1
     assert client.call("put", "after-garbage", "still fine")["ok"]

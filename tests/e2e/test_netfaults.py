@@ -527,7 +527,7 @@ def test_clear_errors_and_nothing_left(pair: Pair, tmp_path: Path) -> None:
 
 def _configure(bench: ModuleType, bed: Bed) -> None:
     """The pipeline and sl0's entries (Bed.configure without filling the cache: only forwarding is needed)."""
-    from distcache import p4names as n
+    from distcache import p4names
     from p4rt.p4info import load_p4info
     from p4rt.plan import plan
     from softswitch.dataplane import PROGRAM
@@ -537,7 +537,7 @@ def _configure(bench: ModuleType, bed: Bed) -> None:
     else:
         bed.sw.set_pipeline(PROGRAM.p4info(), b"")
     entries = plan(bench.CLUSTER, bench.LEAF, bench.BUCKETS)
-    bed.sw.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, entries.config)
+    bed.sw.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, entries.config)
     for e in entries.defaults:
         bed.sw.set_default(e.table, e.action, e.params_dict)
     for e in entries.entries:

@@ -31,13 +31,12 @@ from p4runtime_sh import shell as sh
 from p4runtime_sh.p4runtime import P4RuntimeException, P4RuntimeWriteException
 from p4runtime_sh.utils import UserError
 
-from distcache import p4defines
-from distcache import p4names as n
+from distcache import p4defines, p4names
 
 Step = Callable[[str, Callable[[], str | None]], None]
 """Runs one named step and records its outcome (see :func:`outcome`)."""
 DIGEST_WAIT_S = 5.0
-FULL_TABLE = n.PORT_KIND  # exact on a 9-bit port, size MAX_PORTS: filled to see what one more insert gets
+FULL_TABLE = p4names.PORT_KIND  # exact on a 9-bit port, size MAX_PORTS: filled to see what one more insert gets
 
 
 def code_name(code: int) -> str:
@@ -101,15 +100,15 @@ def raw_read(entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
 
 
 def port_kind(port: str, kind: str = "1") -> sh.TableEntry:
-    te = sh.TableEntry(n.PORT_KIND)(action=n.SET_PORT_KIND)
-    te.match[n.KEY_INGRESS_PORT] = port
+    te = sh.TableEntry(p4names.PORT_KIND)(action=p4names.SET_PORT_KIND)
+    te.match[p4names.KEY_INGRESS_PORT] = port
     te.action["kind"] = kind
     return te
 
 
 def lpm(prefix: str = "10.2.0.0/16", port: str = "1") -> sh.TableEntry:
-    te = sh.TableEntry(n.IPV4_LPM)(action=n.SET_NHOP)
-    te.match[n.KEY_IPV4_DST] = prefix
+    te = sh.TableEntry(p4names.IPV4_LPM)(action=p4names.SET_NHOP)
+    te.match[p4names.KEY_IPV4_DST] = prefix
     te.action["dmac"] = "02:00:00:00:00:01"
     te.action["port"] = port
     return te
@@ -143,7 +142,7 @@ def read_counter(name: str, index: int) -> str:
 
 
 def meter(index: int, cir: int | None = None, cburst: int = 0, pir: int = 0, pburst: int = 0) -> sh.MeterEntry:
-    me = sh.MeterEntry(n.CACHE_METER)
+    me = sh.MeterEntry(p4names.CACHE_METER)
     me.index = index
     if cir is not None:
         me.cir, me.cburst, me.pir, me.pburst = cir, cburst, pir, pburst
@@ -198,7 +197,7 @@ def run(plan: dict[str, Any]) -> dict[str, str]:
         errors(step)
         # last: a target that takes a device config it cannot run may be left without a working pipeline
         step("pipeline: push the other target's device config", lambda: wrong_push(plan))
-        step("pipeline: tables readable after that push", lambda: read_entries(sh.TableEntry(n.PORT_KIND)))
+        step("pipeline: tables readable after that push", lambda: read_entries(sh.TableEntry(p4names.PORT_KIND)))
     finally:
         sh.teardown()
     return r
@@ -212,35 +211,35 @@ def tables(step: Step) -> None:
     step("port_kind: insert", lambda: port_kind("1").insert())
     step("port_kind: read one", lambda: read_entries(port_kind("1")))
     step("port_kind: modify", lambda: port_kind("1", "2").modify())
-    step("port_kind: read all", lambda: read_entries(sh.TableEntry(n.PORT_KIND)))
+    step("port_kind: read all", lambda: read_entries(sh.TableEntry(p4names.PORT_KIND)))
     step("port_kind: insert again", lambda: port_kind("1").insert())
     step("port_kind: delete", lambda: port_kind("1").delete())
     step("port_kind: delete again", lambda: port_kind("1").delete())
     step("port_kind: modify missing", lambda: port_kind("1").modify())
     step("ipv4_lpm: insert /16", lambda: lpm().insert())
     step("ipv4_lpm: insert /24", lambda: lpm("10.2.3.0/24", "2").insert())
-    step("ipv4_lpm: read all", lambda: read_entries(sh.TableEntry(n.IPV4_LPM)))
+    step("ipv4_lpm: read all", lambda: read_entries(sh.TableEntry(p4names.IPV4_LPM)))
     step("ipv4_lpm: modify /24", lambda: lpm("10.2.3.0/24", "3").modify())
     step("ipv4_lpm: read /24", lambda: read_entries(lpm("10.2.3.0/24")))
 
     def cache_entry() -> sh.TableEntry:
-        te = sh.TableEntry(n.CACHE_LOOKUP)(action=n.CACHE_HIT)
-        te.match[n.KEY_DC_KEY] = "0x" + "ab" * 16
+        te = sh.TableEntry(p4names.CACHE_LOOKUP)(action=p4names.CACHE_HIT)
+        te.match[p4names.KEY_DC_KEY] = "0x" + "ab" * 16
         te.action["slot"], te.action["version"] = "7", "1"
         return te
 
     step("cache_lookup: insert a 128-bit key", lambda: cache_entry().insert())
-    step("cache_lookup: read", lambda: read_entries(sh.TableEntry(n.CACHE_LOOKUP)))
+    step("cache_lookup: read", lambda: read_entries(sh.TableEntry(p4names.CACHE_LOOKUP)))
 
     def client_source() -> sh.TableEntry:
-        te = sh.TableEntry(n.CLIENT_SOURCE)(action=n.SOURCE_OK)
-        te.match[n.KEY_INGRESS_PORT], te.match[n.KEY_IPV4_SRC] = "3", "10.2.0.0/16"
+        te = sh.TableEntry(p4names.CLIENT_SOURCE)(action=p4names.SOURCE_OK)
+        te.match[p4names.KEY_INGRESS_PORT], te.match[p4names.KEY_IPV4_SRC] = "3", "10.2.0.0/16"
         return te
 
     step("client_source: insert exact+lpm", lambda: client_source().insert())
-    step("client_source: read", lambda: read_entries(sh.TableEntry(n.CLIENT_SOURCE)))
+    step("client_source: read", lambda: read_entries(sh.TableEntry(p4names.CLIENT_SOURCE)))
     step("every table: wildcard read", lambda: wildcard(is_default=False))
-    for name in (n.IPV4_LPM, n.CACHE_LOOKUP, n.CLIENT_SOURCE):
+    for name in (p4names.IPV4_LPM, p4names.CACHE_LOOKUP, p4names.CLIENT_SOURCE):
         step(f"{name.split('.')[-1]}: delete what a read returns", lambda t=name: delete_all(t))
     step("every table: empty after deletes", lambda: wildcard(is_default=False))
 
@@ -253,38 +252,38 @@ def wildcard(*, is_default: bool) -> str:
     tables = {sh.context.get_name_from_id(te.table_id) for te in got}
     if is_default:  # one per table, each marked default: the count, whether every table is there, port_kind's
         every = tables == {t.name for t in sh.P4Objects(sh.P4Type.table)}
-        mine = [show_table_entry(te) for te in got if sh.context.get_name_from_id(te.table_id) == n.PORT_KIND]
+        mine = [show_table_entry(te) for te in got if sh.context.get_name_from_id(te.table_id) == p4names.PORT_KIND]
         alldef = all(te.is_default_action for te in got)
         return f"{len(got)} entries, every table {every}, all default {alldef}, {''.join(mine)}"
     return f"{len(got)}:" + "".join(sorted(show_table_entry(te) for te in got))
 
 
 def defaults(step: Step) -> None:
-    step("ipv4_lpm default: read", lambda: read_entries(default_of(n.IPV4_LPM)))
-    step("port_kind default: read", lambda: read_entries(default_of(n.PORT_KIND)))
+    step("ipv4_lpm default: read", lambda: read_entries(default_of(p4names.IPV4_LPM)))
+    step("port_kind default: read", lambda: read_entries(default_of(p4names.PORT_KIND)))
 
     def port_kind_default() -> None:
-        te = sh.TableEntry(n.PORT_KIND)(action=n.SET_PORT_KIND)
+        te = sh.TableEntry(p4names.PORT_KIND)(action=p4names.SET_PORT_KIND)
         te.is_default = True
         te.action["kind"] = "2"
         te.modify()
 
     step("port_kind default: modify to set_port_kind", port_kind_default)
-    step("port_kind default: read after modify", lambda: read_entries(default_of(n.PORT_KIND)))
+    step("port_kind default: read after modify", lambda: read_entries(default_of(p4names.PORT_KIND)))
     step("every table: wildcard read of default entries", lambda: wildcard(is_default=True))
-    step("port_kind default: reset (modify, no action)", lambda: default_of(n.PORT_KIND).modify())
-    step("port_kind default: read after reset", lambda: read_entries(default_of(n.PORT_KIND)))
-    step("switch_config default: read", lambda: read_entries(default_of(n.SWITCH_CONFIG)))
+    step("port_kind default: reset (modify, no action)", lambda: default_of(p4names.PORT_KIND).modify())
+    step("port_kind default: read after reset", lambda: read_entries(default_of(p4names.PORT_KIND)))
+    step("switch_config default: read", lambda: read_entries(default_of(p4names.SWITCH_CONFIG)))
 
     def no_action_default() -> None:  # NoAction is not among ipv4_lpm's actions: the shell refuses it
-        te = sh.TableEntry(n.IPV4_LPM)(action=n.NO_ACTION)
+        te = sh.TableEntry(p4names.IPV4_LPM)(action=p4names.NO_ACTION)
         te.is_default = True
         te.modify()
 
     step("ipv4_lpm default: modify to an action not its own", no_action_default)
 
     def insert_default() -> None:
-        te = sh.TableEntry(n.IPV4_LPM)(action=n.DROP)
+        te = sh.TableEntry(p4names.IPV4_LPM)(action=p4names.DROP)
         te.is_default = True
         te.insert()
 
@@ -292,20 +291,20 @@ def defaults(step: Step) -> None:
 
 
 def counters_and_meters(step: Step) -> None:
-    step("dc_stats[3]: read", lambda: read_counter(n.DC_STATS, 3))
+    step("dc_stats[3]: read", lambda: read_counter(p4names.DC_STATS, 3))
 
     def set_counter() -> None:
-        ce = counter(n.DC_STATS, 3)
+        ce = counter(p4names.DC_STATS, 3)
         ce.packet_count = 5
         ce.modify()
 
     step("dc_stats[3]: modify to 5", set_counter)
-    step("dc_stats[3]: read after modify", lambda: read_counter(n.DC_STATS, 3))
-    step("dc_stats: read every cell", lambda: str(len(list(counter(n.DC_STATS, None).read()))))
-    step("dc_stats: read index out of range", lambda: read_counter(n.DC_STATS, n.N_STATS))
+    step("dc_stats[3]: read after modify", lambda: read_counter(p4names.DC_STATS, 3))
+    step("dc_stats: read every cell", lambda: str(len(list(counter(p4names.DC_STATS, None).read()))))
+    step("dc_stats: read index out of range", lambda: read_counter(p4names.DC_STATS, p4names.N_STATS))
 
     def zero_counter() -> None:
-        ce = counter(n.DC_STATS, 3)
+        ce = counter(p4names.DC_STATS, 3)
         ce.packet_count = 0
         ce.modify()
 
@@ -326,14 +325,14 @@ def digest_path(step: Step, plan: dict[str, Any], digests: sh.DigestList) -> Non
     (port_spine) and sends another: a packet "from" spine 1 after an unanswered ask is a death that ended,
     which a client leaf counts (spine_deaths[1]) and reports (p4src/include/control/liveness.p4)."""
     probe = bytes.fromhex(plan["probe_frame"])
-    step("spine_death_t: digest entry insert", lambda: digest_entry(n.SPINE_DEATH_DIGEST).insert())
-    step("spine_death_t: digest entry read", lambda: read_digest_entry(n.SPINE_DEATH_DIGEST))
-    step("spine_death_t: digest entry modify", lambda: digest_entry(n.SPINE_DEATH_DIGEST, 4).modify())
-    step("spine_death_t: digest entry read after modify", lambda: read_digest_entry(n.SPINE_DEATH_DIGEST))
-    step("spine_death_t: digest entry insert again", lambda: digest_entry(n.SPINE_DEATH_DIGEST).insert())
+    step("spine_death_t: digest entry insert", lambda: digest_entry(p4names.SPINE_DEATH_DIGEST).insert())
+    step("spine_death_t: digest entry read", lambda: read_digest_entry(p4names.SPINE_DEATH_DIGEST))
+    step("spine_death_t: digest entry modify", lambda: digest_entry(p4names.SPINE_DEATH_DIGEST, 4).modify())
+    step("spine_death_t: digest entry read after modify", lambda: read_digest_entry(p4names.SPINE_DEATH_DIGEST))
+    step("spine_death_t: digest entry insert again", lambda: digest_entry(p4names.SPINE_DEATH_DIGEST).insert())
 
     def leaf_config() -> None:
-        te = sh.TableEntry(n.SWITCH_CONFIG)(action=n.SET_CONFIG)
+        te = sh.TableEntry(p4names.SWITCH_CONFIG)(action=p4names.SET_CONFIG)
         te.is_default = True
         te.action["switch_id"], te.action["role"], te.action["mechanism"] = (
             str(plan["switch_id"]),
@@ -341,7 +340,7 @@ def digest_path(step: Step, plan: dict[str, Any], digests: sh.DigestList) -> Non
             "1",
         )
         te.modify()
-        lv = sh.TableEntry(n.LIVENESS_CONFIG)(action=n.SET_LIVENESS)
+        lv = sh.TableEntry(p4names.LIVENESS_CONFIG)(action=p4names.SET_LIVENESS)
         lv.is_default = True
         lv.action["dead_after"], lv.action["dead_after_max"], lv.action["hold"] = "1000", "1000", "0"
         lv.action["peak_decay_shift"], lv.action["probe_skip"], lv.action["fenced"] = "8", "0", "0"
@@ -352,8 +351,8 @@ def digest_path(step: Step, plan: dict[str, Any], digests: sh.DigestList) -> Non
     time.sleep(0.2)
 
     def cpu_port_faces_spine_1() -> None:
-        te = sh.TableEntry(n.PORT_SPINE)(action=n.SET_PORT_SPINE)
-        te.match[n.KEY_INGRESS_PORT] = str(n.CPU_PORT)
+        te = sh.TableEntry(p4names.PORT_SPINE)(action=p4names.SET_PORT_SPINE)
+        te.match[p4names.KEY_INGRESS_PORT] = str(p4names.CPU_PORT)
         te.action["spine_id"] = "1"
         te.insert()
 
@@ -369,18 +368,18 @@ def digest_path(step: Step, plan: dict[str, Any], digests: sh.DigestList) -> Non
         return f"lists={len(lists)} digests={len(datas)} names={sorted(names)} switch,spine={[f[:2] for f in fields]}"
 
     step("spine_death_t: received", receive)
-    step("probes_sent[1]: read", lambda: read_counter(n.PROBES_SENT, 1))
-    step("spine_deaths[1]: read", lambda: read_counter(n.SPINE_DEATHS, 1))
-    step("spine_death_t: digest entry delete", lambda: sh.DigestEntry(n.SPINE_DEATH_DIGEST).delete())
-    step("spine_death_t: digest entry read after delete", lambda: read_digest_entry(n.SPINE_DEATH_DIGEST))
+    step("probes_sent[1]: read", lambda: read_counter(p4names.PROBES_SENT, 1))
+    step("spine_deaths[1]: read", lambda: read_counter(p4names.SPINE_DEATHS, 1))
+    step("spine_death_t: digest entry delete", lambda: sh.DigestEntry(p4names.SPINE_DEATH_DIGEST).delete())
+    step("spine_death_t: digest entry read after delete", lambda: read_digest_entry(p4names.SPINE_DEATH_DIGEST))
     step("packet-out: not a probe (dropped, counted)", lambda: sh.PacketOut(probe[:14], spine_id="1").send())
     time.sleep(0.2)
     step("dc_drops: every reason counted", drops_of_short_frame)
 
 
 def drops_of_short_frame() -> str:
-    counts = {int(r): int(read_counter(n.DC_DROPS, int(r)).split("=")[1]) for r in n.DropReason}
-    return ",".join(f"{n.DropReason(r).name}={c}" for r, c in counts.items() if c)
+    counts = {int(r): int(read_counter(p4names.DC_DROPS, int(r)).split("=")[1]) for r in p4names.DropReason}
+    return ",".join(f"{p4names.DropReason(r).name}={c}" for r, c in counts.items() if c)
 
 
 def delete_all(table: str) -> None:
@@ -388,7 +387,7 @@ def delete_all(table: str) -> None:
 
 
 def fill() -> None:
-    for port in range(n.MAX_PORTS):
+    for port in range(p4names.MAX_PORTS):
         port_kind(str(port)).insert()
 
 
@@ -406,7 +405,7 @@ def errors(step: Step) -> None:
     step("error: unknown table (sent)", unknown_table)
     step("port_kind: delete what a read returns", lambda: delete_all(FULL_TABLE))
     step("full table: fill", fill)
-    step("error: full table, one more insert", lambda: port_kind(str(n.MAX_PORTS)).insert())
+    step("error: full table, one more insert", lambda: port_kind(str(p4names.MAX_PORTS)).insert())
     step("full table: entries", lambda: read_entries(sh.TableEntry(FULL_TABLE)).split(":")[0])
     step("full table: delete every entry", lambda: delete_all(FULL_TABLE))
     step("full table: after deleting every entry", lambda: read_entries(sh.TableEntry(FULL_TABLE)))

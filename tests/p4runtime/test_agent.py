@@ -23,7 +23,7 @@ from scapy.layers.l2 import Ether
 from agent.agent import SwitchAgent
 from agent.slots import SlotAllocator
 from agent.state import StateFileError
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism
 from distcache.hashing import wire_key
 from distcache.partition import spine_buckets
@@ -78,7 +78,7 @@ def test_slot_allocator_claims_slots_found_on_the_switch() -> None:
         a.take()
 
 
-class _Bed:
+class AgentBed:
     def __init__(self, tmp: Path, storage_leaf: bool = False) -> None:
         self.port = free_tcp_port()
         sid = 64 if storage_leaf else 1  # sl0 is switch id 64, sp0 is 1
@@ -109,22 +109,24 @@ class _Bed:
         return a
 
     def cache_table(self) -> dict[bytes, tuple[int, int]]:
-        t = self.switch.state.tables[n.CACHE_LOOKUP]
+        t = self.switch.state.tables[p4names.CACHE_LOOKUP]
         return {e.match[0][0].to_bytes(16, "big"): (e.params["slot"], e.params["version"]) for e in t.entries()}
 
 
 @pytest.fixture
-def bed(tmp_path: Path) -> Iterator[_Bed]:
-    b = _Bed(tmp_path)
+def bed(tmp_path: Path) -> Iterator[AgentBed]:
+    b = AgentBed(tmp_path)
     yield b
     b.switch.close()
 
 
-def test_agent_installs_the_plan_and_caches_keys(bed: _Bed) -> None:
+def test_agent_installs_the_plan_and_caches_keys(bed: AgentBed) -> None:
     agent = bed.agent()
     try:
-        assert bed.switch.state.tables[n.IPV4_LPM].__len__() > 0
-        assert len(bed.switch.state.tables[n.HH_BUCKETS]) == n.SPINE_BUCKETS  # the only spine owns every bucket
+        assert bed.switch.state.tables[p4names.IPV4_LPM].__len__() > 0
+        assert (
+            len(bed.switch.state.tables[p4names.HH_BUCKETS]) == p4names.SPINE_BUCKETS
+        )  # the only spine owns every bucket
         for k in ("a", "b"):
             agent.insert(wire_key(k))
         assert set(bed.cache_table()) == {wire_key("a"), wire_key("b")}
@@ -133,24 +135,24 @@ def test_agent_installs_the_plan_and_caches_keys(bed: _Bed) -> None:
         agent.stop()
 
 
-def test_agent_sets_the_cache_meter_from_switch_rate(bed: _Bed) -> None:
+def test_agent_sets_the_cache_meter_from_switch_rate(bed: AgentBed) -> None:
     """switch_rate in the topology becomes the cache meter's rate (cir = pir) and burst; 0 clears it."""
     from dataclasses import replace
 
     agent = bed.agent()
-    meter = bed.switch.state.meters[n.CACHE_METER]
+    meter = bed.switch.state.meters[p4names.CACHE_METER]
     try:
-        assert agent.conn.read_meter(n.CACHE_METER) == {0: None}  # switch_rate 0: no limit
+        assert agent.conn.read_meter(p4names.CACHE_METER) == {0: None}  # switch_rate 0: no limit
         agent.configure(replace(bed.cluster, switch_rate=250.0, switch_burst=16), spine_buckets([bed.sw.switch_id]))
-        assert agent.conn.read_meter(n.CACHE_METER) == {0: (250, 16, 250, 16)}
+        assert agent.conn.read_meter(p4names.CACHE_METER) == {0: (250, 16, 250, 16)}
         assert [meter.execute(0, 1_000_000) for _ in range(17)][-1] == 2  # the 17th packet at once: red
         agent.configure(bed.cluster, spine_buckets([bed.sw.switch_id]))
-        assert agent.conn.read_meter(n.CACHE_METER) == {0: None}
+        assert agent.conn.read_meter(p4names.CACHE_METER) == {0: None}
     finally:
         agent.stop()
 
 
-def test_agent_restart_reads_the_cache_back(bed: _Bed) -> None:
+def test_agent_restart_reads_the_cache_back(bed: AgentBed) -> None:
     first = bed.agent()
     for k in ("a", "b", "c"):
         first.insert(wire_key(k))
@@ -169,11 +171,11 @@ def test_agent_restart_reads_the_cache_back(bed: _Bed) -> None:
         second.stop()
 
 
-def test_switch_restart_is_resynced_with_an_empty_cache(bed: _Bed) -> None:
+def test_switch_restart_is_resynced_with_an_empty_cache(bed: AgentBed) -> None:
     agent = bed.agent()
     try:
         agent.insert(wire_key("stale"))
-        routes = len(bed.switch.state.tables[n.IPV4_LPM])
+        routes = len(bed.switch.state.tables[p4names.IPV4_LPM])
         bed.switch.close()
         bed.switch = bed.start_switch()  # comes back with no pipeline at all
         deadline = time.monotonic() + 15
@@ -182,7 +184,7 @@ def test_switch_restart_is_resynced_with_an_empty_cache(bed: _Bed) -> None:
         st = agent.status()
         assert st.switch_restarts == 1 and st.switch_connected
         assert st.occupied == 0 and bed.cache_table() == {}  # nothing stale re-added
-        assert len(bed.switch.state.tables[n.IPV4_LPM]) == routes  # the plan is back
+        assert len(bed.switch.state.tables[p4names.IPV4_LPM]) == routes  # the plan is back
         agent.insert(wire_key("fresh"))
         assert set(bed.cache_table()) == {wire_key("fresh")}
     finally:
@@ -190,7 +192,7 @@ def test_switch_restart_is_resynced_with_an_empty_cache(bed: _Bed) -> None:
 
 
 @pytest.mark.parametrize("state", ["deleted", "kept"])
-def test_a_switch_that_came_up_empty_gets_an_epoch_it_never_had(bed: _Bed, state: str) -> None:
+def test_a_switch_that_came_up_empty_gets_an_epoch_it_never_had(bed: AgentBed, state: str) -> None:
     """The model's epoch clock (model/README.md): a restarted switch is back in epoch 0 with empty
     registers, but a populate of its earlier life may still be on its way, carrying a tag of an
     epoch it had then.  Versions count from 1 again after a raise, so the epoch the agent picks
@@ -224,14 +226,14 @@ def test_a_switch_that_came_up_empty_gets_an_epoch_it_never_had(bed: _Bed, state
         agent.stop()
 
 
-def _through(bed: _Bed, port: int, src: str, dst: str, msg: Message) -> Message | None:
+def _through(bed: AgentBed, port: int, src: str, dst: str, msg: Message) -> Message | None:
     """One DistCache message into the switch on ``port``; the one that comes out (None: dropped)."""
     sport = DC_PORT if msg.op in (Op.INVALIDATE, Op.UPDATE) else 40000
     out = bed.switch.process_packet(port, bytes(dc_frame(src, dst, msg, sport=sport, dport=DC_PORT)))
     return decode(bytes(Ether(out[0][1])[UDP].payload)) if out else None
 
 
-def _fill(bed: _Bed, key: bytes, value: bytes, seq: int, epoch: int, version: int) -> None:
+def _fill(bed: AgentBed, key: bytes, value: bytes, seq: int, epoch: int, version: int) -> None:
     """Populate the spine's entry for ``key`` with packets, as its shim would (from the storage leaf's port)."""
     server, spine = bed.cluster.server(0, 0), bed.sw.switch_id
     for msg in (
@@ -241,13 +243,13 @@ def _fill(bed: _Bed, key: bytes, value: bytes, seq: int, epoch: int, version: in
         assert _through(bed, 1, server.ip, bed.cluster.spine_address(spine), msg).op == msg.op.reply()
 
 
-def _read(bed: _Bed, key: bytes) -> Message:
+def _read(bed: AgentBed, key: bytes) -> Message:
     client, server = bed.cluster.client(0, 0), bed.cluster.server(0, 0)
     return _through(bed, 2, client.ip, server.ip, Message(op=Op.GET, key=key, seq=1, target=bed.sw.switch_id))
 
 
 @pytest.mark.parametrize("state", ["deleted", "kept"])
-def test_agent_restarted_without_its_state_never_serves_another_keys_value(bed: _Bed, state: str) -> None:
+def test_agent_restarted_without_its_state_never_serves_another_keys_value(bed: AgentBed, state: str) -> None:
     """Issue 15, defect 1: key a was valid in slot 0 and evicted (the registers keep its tag and value).
     An agent that restarts without its state file would count versions from 1 again: key b lands in slot 0
     with a's tag and hits at once with a's value.  It raises the switch's cache epoch instead, so b misses
@@ -279,7 +281,7 @@ def test_agent_restarted_without_its_state_never_serves_another_keys_value(bed: 
         second.stop()
 
 
-def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_them(bed: _Bed) -> None:
+def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_them(bed: AgentBed) -> None:
     first = bed.agent()
     e = first.insert(wire_key("a"))
     epoch = first.status().cache_epoch
@@ -290,7 +292,7 @@ def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_the
     second = bed.agent()
     try:
         assert not _read(bed, wire_key("a")).cached  # the entry's tag changed with the epoch
-        _, params = second.conn.read_default(n.CACHE_EPOCH)
+        _, params = second.conn.read_default(p4names.CACHE_EPOCH)
         assert params["epoch"] > epoch and json.loads(bed.state_file.read_text())["epoch"] == params["epoch"]
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and second.status(with_keys=True).keys[0].state == "pending":
@@ -300,7 +302,7 @@ def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_the
         second.stop()
 
 
-def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: _Bed) -> None:
+def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: AgentBed) -> None:
     agent = bed.agent()
     try:
         agent.insert(wire_key("a"))
@@ -315,7 +317,7 @@ def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: _Bed) -> None:
         agent.stop()
 
 
-def test_an_unusable_state_file_is_refused_not_ignored(bed: _Bed) -> None:
+def test_an_unusable_state_file_is_refused_not_ignored(bed: AgentBed) -> None:
     for text, msg in (
         ("{not json", "unreadable"),
         ('{"switch": "sp9", "last_versions": []}', "not sp0's"),
@@ -328,12 +330,12 @@ def test_an_unusable_state_file_is_refused_not_ignored(bed: _Bed) -> None:
             )
 
 
-def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: _Bed) -> None:
+def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: AgentBed) -> None:
     """Suspected in issue 15 and confirmed: reports queued before a partition move re-inserted keys of
     buckets the spine no longer owns (a copy nobody reads, and writes invalidate it for nothing)."""
     agent = bed.agent()
     try:
-        other = [bed.sw.switch_id + 1] * n.SPINE_BUCKETS
+        other = [bed.sw.switch_id + 1] * p4names.SPINE_BUCKETS
         agent.configure(bed.cluster, other)  # every bucket moved to another spine
         agent.on_reports([{"key": int.from_bytes(wire_key("hot"), "big"), "estimate": 50, "elapsed_us": 1000}])
         st = agent.status()
@@ -342,7 +344,7 @@ def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: _Bed) -> 
         agent.stop()
 
 
-def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: _Bed) -> None:
+def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: AgentBed) -> None:
     """A report counts about the threshold whatever the key's rate: the switch says how far into its
     window the count was reached, and a full cache evicts its coldest key only for a key read faster.
     Before, the count itself was held against the cached keys' hits: once each had more hits per
@@ -369,7 +371,7 @@ def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: _Bed) -> N
         agent.stop()
 
 
-def test_a_hybrid_replica_takes_a_young_entrys_slot_an_operator_insert_does_not(bed: _Bed) -> None:
+def test_a_hybrid_replica_takes_a_young_entrys_slot_an_operator_insert_does_not(bed: AgentBed) -> None:
     """A full cache of entries younger than two hit windows refuses a key cached by hand (its coldest
     key's hits are not known yet), but not a replica the controller placed: under churn (a loaded
     run on a slow machine) a spine never had a settled entry when the rebalance came, and Hybrid's
@@ -400,10 +402,10 @@ def test_a_hybrid_replica_takes_a_young_entrys_slot_an_operator_insert_does_not(
 def test_a_storage_leafs_agent_probes_every_spine_through_it(tmp_path: Path) -> None:
     """A storage leaf's primary is its agent, so the agent is its probe source (the controller may not send
     packet-outs there): one probe per spine every 10 ms, counted by the leaf; none once the agent stops."""
-    bed = _Bed(tmp_path, storage_leaf=True)
+    bed = AgentBed(tmp_path, storage_leaf=True)
     try:
         agent = bed.agent()
-        sent = bed.switch.state.counters[n.PROBES_SENT]
+        sent = bed.switch.state.counters[p4names.PROBES_SENT]
         try:
             time.sleep(0.5)
             bed.switch.run_packet_outs()  # the packet loop's job (this bed runs no loop)
@@ -424,7 +426,7 @@ def test_a_storage_leafs_agent_probes_every_spine_through_it(tmp_path: Path) -> 
 def test_a_probe_asks_when_the_leaf_sends_it_not_when_it_was_queued(tmp_path: Path) -> None:
     """A probe that waited in the leaf's packet-out queue while its packet loop was busy starts the spine's
     ask (spine_asked) when the leaf sends it: the time it waited is not the spine's silence."""
-    bed = _Bed(tmp_path, storage_leaf=True)
+    bed = AgentBed(tmp_path, storage_leaf=True)
     try:
         agent = bed.agent()
         try:
@@ -435,19 +437,19 @@ def test_a_probe_asks_when_the_leaf_sends_it_not_when_it_was_queued(tmp_path: Pa
         sent = bed.switch.now_us()
         bed.switch.run_packet_outs()
         spine = bed.cluster.spine(0).switch_id
-        assert bed.switch.state.counters[n.PROBES_SENT].read(spine)[0] >= 1
-        assert bed.switch.state.registers[n.SPINE_ASKED].read(spine) >= sent
+        assert bed.switch.state.counters[p4names.PROBES_SENT].read(spine)[0] >= 1
+        assert bed.switch.state.registers[p4names.SPINE_ASKED].read(spine) >= sent
     finally:
         bed.switch.close()
 
 
-def test_hits_are_sampled_from_the_slots_in_use(bed: _Bed) -> None:
+def test_hits_are_sampled_from_the_slots_in_use(bed: AgentBed) -> None:
     """Each hit window reads the cache_hits cells of the cached keys' slots (one request of those cells, not
     the whole counter: softswitch builds a read under the lock its packets need)."""
     agent = bed.agent()
     try:
         a, b = agent.insert(wire_key("a")), agent.insert(wire_key("b"))
-        hits = bed.switch.state.counters[n.CACHE_HITS]
+        hits = bed.switch.state.counters[p4names.CACHE_HITS]
         for _ in range(5):
             hits.count(a.slot, 100)
         hits.count(b.slot, 100)
@@ -495,7 +497,7 @@ def test_dedup_remembers_writes_for_a_while_and_a_bounded_number() -> None:
     assert len(d) == 3 and d.begin(("10.2.0.1", 4000, 100)) is None  # the oldest were dropped first
 
 
-def test_an_entry_whose_populate_failed_is_filled_again(bed: _Bed, redis_sock: Path) -> None:
+def test_an_entry_whose_populate_failed_is_filled_again(bed: AgentBed, redis_sock: Path) -> None:
     """A populate that did not complete (here: the key's shim was not up yet) leaves the entry invalid in its
     slot, and the detector no longer reports the key: the agent tries again until it is filled."""
     from tests.unit.test_shim_client import ShimThread, SwitchPeer

@@ -27,13 +27,13 @@ import grpc
 import pytest
 from google.protobuf import text_format
 
-from distcache import p4names as n
-from distcache.api import message_dict
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
+from distcache.rpc.protos import message_dict
 from distcache.rpc.shim import ShimLink
 from harness.processes import SwitchProcesses, pid_alive, tied_argv
 from p4rt.client import SwitchConnection
@@ -79,7 +79,7 @@ def wait_for(what: str, cond: Callable[[], object], timeout: float) -> float:
     return time.monotonic() - t0
 
 
-class Bed:
+class LoopbackDeployment:
     """Every process of a small deployment, on loopback."""
 
     def __init__(self, run: Path) -> None:
@@ -319,8 +319,8 @@ class Bed:
 
 
 @pytest.fixture
-def bed(tmp_path: Path) -> Iterator[Bed]:
-    b = Bed(tmp_path)
+def bed(tmp_path: Path) -> Iterator[LoopbackDeployment]:
+    b = LoopbackDeployment(tmp_path)
     try:
         yield b
     finally:
@@ -341,7 +341,7 @@ def key_of(cluster: Cluster, spine: int, n_: int = 1) -> list[str]:
     ids=["drained-agent-state-kept", "drained-agent-state-lost", "stopped-agent-state-lost"],
 )
 def test_recover_configures_an_agent_that_restarted_while_its_switch_was_failed(
-    bed: Bed, keep_running: bool, state_file: bool
+    bed: LoopbackDeployment, keep_running: bool, state_file: bool
 ) -> None:
     """``recover`` gives the restarted agent its configuration itself, flushes the switch's cache
     (a drained spine kept copies that went stale), and only then gives the spine its buckets back."""
@@ -350,7 +350,9 @@ def test_recover_configures_an_agent_that_restarted_while_its_switch_was_failed(
     sp0 = bed.agent("sp0")
     for k in keys:
         sp0.cache(k)
-    assert {int(m[n.KEY_DC_KEY]).to_bytes(16, "big") for m, _, _ in bed.read("sp0", n.CACHE_LOOKUP)} == set(keys)
+    assert {int(m[p4names.KEY_DC_KEY]).to_bytes(16, "big") for m, _, _ in bed.read("sp0", p4names.CACHE_LOOKUP)} == set(
+        keys
+    )
     res = bed.ctl("fail", "sp0", *(["--keep-running"] if keep_running else []))
     assert res.returncode == 0, res.stderr
     assert set(bed.owner()) == {bed.cluster.spine(1).switch_id}
@@ -368,8 +370,8 @@ def test_recover_configures_an_agent_that_restarted_while_its_switch_was_failed(
     assert bed.owner() == original
     st = sp0.status()
     assert st.configured and st.switch_connected and st.occupied == 0
-    assert bed.read("sp0", n.CACHE_LOOKUP) == []  # flushed: no stale copy is left to answer a read
-    owned = {int(m[n.KEY_BUCKET]) for m, _, _ in bed.read("sp0", n.HH_BUCKETS)}
+    assert bed.read("sp0", p4names.CACHE_LOOKUP) == []  # flushed: no stale copy is left to answer a read
+    owned = {int(m[p4names.KEY_BUCKET]) for m, _, _ in bed.read("sp0", p4names.HH_BUCKETS)}
     assert owned == {b for b, sid in enumerate(original) if sid == bed.cluster.spine(0).switch_id}
     sp0_status = bed.switch_status("sp0")
     assert sp0_status["alive"] and not sp0_status["failed"] and sp0_status["agent_alive"]
@@ -384,7 +386,9 @@ def _answers(agent: AgentClient) -> bool:
         return False
 
 
-def test_detected_failure_comes_back_by_itself_after_its_agent_restarted_and_never_blocks_detection(bed: Bed) -> None:
+def test_detected_failure_comes_back_by_itself_after_its_agent_restarted_and_never_blocks_detection(
+    bed: LoopbackDeployment,
+) -> None:
     """A spine crashes (detected), its agent is restarted without its state while the spine is down; when
     the spine answers again the controller brings it back by itself.  While that recovery cannot finish
     (the agent is not running yet), the controller keeps detecting other failures at full speed."""
@@ -407,12 +411,12 @@ def test_detected_failure_comes_back_by_itself_after_its_agent_restarted_and_nev
     assert bed.owner() == original
     st = bed.agent("sp1").status()
     assert st.configured and st.switch_connected
-    owned = {int(m[n.KEY_BUCKET]) for m, _, _ in bed.read("sp1", n.HH_BUCKETS)}
+    owned = {int(m[p4names.KEY_BUCKET]) for m, _, _ in bed.read("sp1", p4names.HH_BUCKETS)}
     assert owned == {b for b, sid in enumerate(original) if sid == bed.cluster.spine(1).switch_id}
     assert bed.status()["recoveries"] == 2
 
 
-def test_an_agent_whose_switch_is_gone_answers_configure_without_waiting_it_out(bed: Bed) -> None:
+def test_an_agent_whose_switch_is_gone_answers_configure_without_waiting_it_out(bed: LoopbackDeployment) -> None:
     """The controller waits for an agent's Configure under its lock, where no switch's death can be handled. A
     spine killed just as a recovery configured it held the fault matrix's controller that way for 22 s (10 s per
     Configure, the agent trying to connect to its dead switch, then the reconciler's retry), every write to a key
@@ -433,7 +437,7 @@ def test_an_agent_whose_switch_is_gone_answers_configure_without_waiting_it_out(
 
 
 # -- defect 5: one hung agent must not blind failure detection -----------------------------------------
-def test_hung_agents_neither_delay_detection_nor_hang_status(bed: Bed) -> None:
+def test_hung_agents_neither_delay_detection_nor_hang_status(bed: LoopbackDeployment) -> None:
     """With two agents stopped (SIGSTOP, as a long GC pause or a hung thread would), a spine crash is
     declared dead at the usual speed and failed over; ``distcache-ctl status`` answers within 2 s and names
     the hung agents; when they resume they get the configuration they missed."""
@@ -462,14 +466,18 @@ def test_hung_agents_neither_delay_detection_nor_hang_status(bed: Bed) -> None:
         assert by["sp0"]["alive"] and not by["sp0"]["failed"]  # the switch itself is fine
         assert " ".join(res.stdout.split()).count("agent: not answering") == 2
         # the data plane was failed over all the same: the client leaf and the shim
-        cl0 = {int(m[n.KEY_BUCKET]): p["spine_id"] for m, _, p in bed.read("cl0", n.SPINE_PARTITION)}
+        cl0 = {int(m[p4names.KEY_BUCKET]): p["spine_id"] for m, _, p in bed.read("cl0", p4names.SPINE_PARTITION)}
         assert set(cl0.values()) == {bed.cluster.spine(0).switch_id}
         assert bed.shim.stats()["down"] == [bed.cluster.spine(1).switch_id]
     finally:
         bed.signal("agent-sp0", signal.SIGCONT)
         bed.signal("agent-sl0", signal.SIGCONT)
     # resumed, the agents get what they missed: sp0 now owns every bucket
-    wait_for("sp0's agent to take every bucket", lambda: len(bed.read("sp0", n.HH_BUCKETS)) == n.SPINE_BUCKETS, 15)
+    wait_for(
+        "sp0's agent to take every bucket",
+        lambda: len(bed.read("sp0", p4names.HH_BUCKETS)) == p4names.SPINE_BUCKETS,
+        15,
+    )
     wait_for(
         "the agents to answer again",
         lambda: all(s["agent_alive"] for s in bed.status()["switches"] if s["name"] in ("sp0", "sl0")),
@@ -478,7 +486,7 @@ def test_hung_agents_neither_delay_detection_nor_hang_status(bed: Bed) -> None:
 
 
 # -- suspected: failover going on when reconfiguring a client leaf fails ---------------------------------
-def test_failover_waits_for_every_client_leaf_before_the_shims_skip_the_spine(bed: Bed) -> None:
+def test_failover_waits_for_every_client_leaf_before_the_shims_skip_the_spine(bed: LoopbackDeployment) -> None:
     """The shims may stop waiting for a spine only once no client leaf can send it a read.  Here the
     client leaf refuses the controller's writes (another P4Runtime client took mastership, as a second
     controller started by mistake would) while sp0 is drained (``fail --keep-running``): sp0 keeps its
@@ -492,7 +500,7 @@ def test_failover_waits_for_every_client_leaf_before_the_shims_skip_the_spine(be
         res = bed.ctl("fail", "sp0", "--keep-running")
         assert res.returncode == 0, res.stderr
         time.sleep(2.5)  # retries while cl0 still refuses
-        routes = {p["spine_id"] for _, _, p in bed.read("cl0", n.SPINE_PARTITION)}
+        routes = {p["spine_id"] for _, _, p in bed.read("cl0", p4names.SPINE_PARTITION)}
         assert sp0 in routes  # cl0 did not take the new routes: it still sends sp0 reads ...
         assert sp0 not in bed.shim.stats()["down"]  # ... so writes must still invalidate sp0
         by = {s["name"]: s for s in bed.status()["switches"]}
@@ -502,12 +510,12 @@ def test_failover_waits_for_every_client_leaf_before_the_shims_skip_the_spine(be
     finally:
         intruder.close()
     wait_for("the shim to skip sp0", lambda: sp0 in bed.shim.stats()["down"], 10)
-    assert sp0 not in {p["spine_id"] for _, _, p in bed.read("cl0", n.SPINE_PARTITION)}
+    assert sp0 not in {p["spine_id"] for _, _, p in bed.read("cl0", p4names.SPINE_PARTITION)}
     assert "routes not updated" not in {s["name"]: s for s in bed.status()["switches"]}["cl0"]["detail"]
     assert bed.ctl("recover", "sp0").returncode == 0
 
 
-def test_a_hung_client_leaf_keeps_the_shims_waiting_until_it_has_the_new_routes(bed: Bed) -> None:
+def test_a_hung_client_leaf_keeps_the_shims_waiting_until_it_has_the_new_routes(bed: LoopbackDeployment) -> None:
     """A client leaf that hangs (SIGSTOP) while a spine is drained cannot take the new routes, and is
     declared dead; but a hung process resumes with the routes it had, so the shims must not skip the
     spine until the leaf has been given routes without it (a leaf whose process is gone would not
@@ -526,6 +534,6 @@ def test_a_hung_client_leaf_keeps_the_shims_waiting_until_it_has_the_new_routes(
     finally:
         bed.signal("cl0", signal.SIGCONT)
     wait_for("cl0 brought back", lambda: not bed.switch_status("cl0")["failed"], 15)
-    assert sp0 not in {p["spine_id"] for _, _, p in bed.read("cl0", n.SPINE_PARTITION)}
+    assert sp0 not in {p["spine_id"] for _, _, p in bed.read("cl0", p4names.SPINE_PARTITION)}
     wait_for("the shim to skip sp0", lambda: sp0 in bed.shim.stats()["down"], 10)
     assert "may still send it reads" not in bed.switch_status("sp0")["detail"]

@@ -16,7 +16,7 @@ from google.protobuf import text_format
 
 from controller.controller import Controller
 from controller.state import Failure
-from distcache import p4names as n
+from distcache import p4names
 from softswitch.dataplane import PROGRAM, DistCachePipeline
 from softswitch.switch import SoftSwitch
 from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port
@@ -39,12 +39,14 @@ class _Leaf:
         self.ctl._bring_up_client_leaf(self.leaf)
 
     def fenced(self) -> set[int]:
-        action, params = self.ctl.sessions.conns[self.leaf.name].read_default(n.LIVENESS_CONFIG)
-        assert action == n.SET_LIVENESS
-        return {s for s in range(n.LIVENESS_SPINES) if params["fenced"] >> s & 1}
+        action, params = self.ctl.sessions.conns[self.leaf.name].read_default(p4names.LIVENESS_CONFIG)
+        assert action == p4names.SET_LIVENESS
+        return {s for s in range(p4names.LIVENESS_SPINES) if params["fenced"] >> s & 1}
 
     def partition_spines(self) -> set[int]:
-        return {p["spine_id"] for _, _, p in self.ctl.sessions.conns[self.leaf.name].read_table(n.SPINE_PARTITION)}
+        return {
+            p["spine_id"] for _, _, p in self.ctl.sessions.conns[self.leaf.name].read_table(p4names.SPINE_PARTITION)
+        }
 
     def close(self) -> None:
         self.ctl.close()

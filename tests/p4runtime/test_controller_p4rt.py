@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.partition import spine_buckets
 from p4rt.client import P4RuntimeError, SwitchConnection
@@ -36,37 +36,44 @@ def conn() -> Iterator[SwitchConnection]:
 
 def test_entries_round_trip_by_name(conn: SwitchConnection) -> None:
     conn.insert(
-        n.IPV4_LPM, {n.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)}, n.SET_NHOP, {"dmac": 0x020000000001, "port": 3}
+        p4names.IPV4_LPM,
+        {p4names.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)},
+        p4names.SET_NHOP,
+        {"dmac": 0x020000000001, "port": 3},
     )
-    conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: 2**127 + 5}, n.CACHE_HIT, {"slot": 7, "version": 1})
-    assert conn.read_table(n.IPV4_LPM) == [
-        ({n.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)}, n.SET_NHOP, {"dmac": 0x020000000001, "port": 3})
+    conn.insert(p4names.CACHE_LOOKUP, {p4names.KEY_DC_KEY: 2**127 + 5}, p4names.CACHE_HIT, {"slot": 7, "version": 1})
+    assert conn.read_table(p4names.IPV4_LPM) == [
+        (
+            {p4names.KEY_IPV4_DST: Match(0x0A010000, prefix_len=24)},
+            p4names.SET_NHOP,
+            {"dmac": 0x020000000001, "port": 3},
+        )
     ]
-    conn.modify(n.CACHE_LOOKUP, {n.KEY_DC_KEY: 2**127 + 5}, n.CACHE_HIT, {"slot": 8, "version": 2})
-    assert conn.read_table(n.CACHE_LOOKUP)[0][2] == {"slot": 8, "version": 2}
-    conn.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: 2**127 + 5})
-    assert conn.read_table(n.CACHE_LOOKUP) == []
+    conn.modify(p4names.CACHE_LOOKUP, {p4names.KEY_DC_KEY: 2**127 + 5}, p4names.CACHE_HIT, {"slot": 8, "version": 2})
+    assert conn.read_table(p4names.CACHE_LOOKUP)[0][2] == {"slot": 8, "version": 2}
+    conn.delete(p4names.CACHE_LOOKUP, {p4names.KEY_DC_KEY: 2**127 + 5})
+    assert conn.read_table(p4names.CACHE_LOOKUP) == []
 
 
 def test_errors_carry_the_per_update_code(conn: SwitchConnection) -> None:
-    conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 1}, n.SET_PORT_KIND, {"kind": 2})
+    conn.insert(p4names.PORT_KIND, {p4names.KEY_INGRESS_PORT: 1}, p4names.SET_PORT_KIND, {"kind": 2})
     with pytest.raises(P4RuntimeError) as e:
-        conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 1}, n.SET_PORT_KIND, {"kind": 2})
+        conn.insert(p4names.PORT_KIND, {p4names.KEY_INGRESS_PORT: 1}, p4names.SET_PORT_KIND, {"kind": 2})
     assert e.value.code == "ALREADY_EXISTS" and "already exists" in str(e.value)
     with pytest.raises(P4RuntimeError) as e:
-        conn.delete(n.PORT_KIND, {n.KEY_INGRESS_PORT: 2})
+        conn.delete(p4names.PORT_KIND, {p4names.KEY_INGRESS_PORT: 2})
     assert e.value.code == "NOT_FOUND"
     with pytest.raises(P4RuntimeError, match="no table"):
-        conn.insert("DcIngress.nope", {}, n.NO_ACTION)
+        conn.insert("DcIngress.nope", {}, p4names.NO_ACTION)
     with pytest.raises(ValueError, match="does not fit"):
-        conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 1024}, n.SET_PORT_KIND, {"kind": 1})
+        conn.insert(p4names.PORT_KIND, {p4names.KEY_INGRESS_PORT: 1024}, p4names.SET_PORT_KIND, {"kind": 1})
 
 
 def test_default_action_and_counters(conn: SwitchConnection) -> None:
-    conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, {"switch_id": 64, "role": 2, "mechanism": 1})
-    cells = conn.read_counter(n.DC_DROPS)
-    assert sorted(cells) == list(range(n.N_DROP_REASONS)) and all(v == (0, 0) for v in cells.values())
-    assert conn.read_counter(n.CACHE_HITS, 5) == {5: (0, 0)}
+    conn.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, {"switch_id": 64, "role": 2, "mechanism": 1})
+    cells = conn.read_counter(p4names.DC_DROPS)
+    assert sorted(cells) == list(range(p4names.N_DROP_REASONS)) and all(v == (0, 0) for v in cells.values())
+    assert conn.read_counter(p4names.CACHE_HITS, 5) == {5: (0, 0)}
 
 
 def _plan() -> SwitchPlan:
@@ -76,7 +83,9 @@ def _plan() -> SwitchPlan:
 
 
 def _partition(conn: SwitchConnection) -> dict[object, int]:
-    return {m[n.KEY_BUCKET]: prm["spine_id"] for m, _, prm in conn.read_table(n.SPINE_PARTITION)}  # exact: ints
+    return {
+        m[p4names.KEY_BUCKET]: prm["spine_id"] for m, _, prm in conn.read_table(p4names.SPINE_PARTITION)
+    }  # exact: ints
 
 
 def test_a_plan_on_the_same_connection_writes_only_its_difference(conn: SwitchConnection) -> None:
@@ -85,20 +94,20 @@ def test_a_plan_on_the_same_connection_writes_only_its_difference(conn: SwitchCo
     assert apply_plan(conn, first) == len(first.entries)
     assert conn.applied is first
     assert apply_plan(conn, first) == 0  # nothing changed: nothing written
-    moved = {e for e in first.entries if e.table == n.SPINE_PARTITION and dict(e.match)[n.KEY_BUCKET] < 3}
+    moved = {e for e in first.entries if e.table == p4names.SPINE_PARTITION and dict(e.match)[p4names.KEY_BUCKET] < 3}
     changed = dataclasses.replace(
         first,
         entries=[
             dataclasses.replace(e, params=(("spine_id", 2),)) if e in moved else e
             for e in first.entries
-            if e.table != n.PORT_KIND
+            if e.table != p4names.PORT_KIND
         ],
     )
-    kinds = sum(e.table == n.PORT_KIND for e in first.entries)
+    kinds = sum(e.table == p4names.PORT_KIND for e in first.entries)
     assert apply_plan(conn, changed) == len(moved) + kinds  # 3 modified, the port kinds deleted
-    assert conn.read_table(n.PORT_KIND) == []
+    assert conn.read_table(p4names.PORT_KIND) == []
     held = _partition(conn)
-    assert len(held) == n.SPINE_BUCKETS
+    assert len(held) == p4names.SPINE_BUCKETS
     assert {b: s for b, s in held.items() if s == 2} == {0: 2, 1: 2, 2: 2}
 
 
@@ -107,14 +116,14 @@ def test_a_failed_plan_makes_the_next_one_read_back(conn: SwitchConnection) -> N
     (here, an entry written behind the plan's back is found stale and deleted)."""
     first = _plan()
     apply_plan(conn, first)
-    conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 200}, n.SET_PORT_KIND, {"kind": 1})  # in no plan
-    broken = dataclasses.replace(first, defaults=[*first.defaults, Entry("DcIngress.nope", (), n.NO_ACTION)])
+    conn.insert(p4names.PORT_KIND, {p4names.KEY_INGRESS_PORT: 200}, p4names.SET_PORT_KIND, {"kind": 1})  # in no plan
+    broken = dataclasses.replace(first, defaults=[*first.defaults, Entry("DcIngress.nope", (), p4names.NO_ACTION)])
     with pytest.raises(P4RuntimeError):
         apply_plan(conn, broken)
     assert conn.applied is None
     assert apply_plan(conn, first) == 1  # the stray entry deleted
-    assert {m[n.KEY_INGRESS_PORT] for m, _, _ in conn.read_table(n.PORT_KIND)} == {
-        dict(e.match)[n.KEY_INGRESS_PORT] for e in first.entries if e.table == n.PORT_KIND
+    assert {m[p4names.KEY_INGRESS_PORT] for m, _, _ in conn.read_table(p4names.PORT_KIND)} == {
+        dict(e.match)[p4names.KEY_INGRESS_PORT] for e in first.entries if e.table == p4names.PORT_KIND
     }
 
 
@@ -124,4 +133,4 @@ def test_a_pipeline_pushed_again_makes_the_next_plan_read_back(conn: SwitchConne
     conn.set_pipeline(PROGRAM.p4info())  # every table empty again
     assert conn.applied is None
     assert apply_plan(conn, first) == len(first.entries)
-    assert len(_partition(conn)) == n.SPINE_BUCKETS
+    assert len(_partition(conn)) == p4names.SPINE_BUCKETS

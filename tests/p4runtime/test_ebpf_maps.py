@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import PortKind, Role
 from distcache.p4names import DropReason
 from harness import bpffs
@@ -157,12 +157,19 @@ def test_the_ingress_program_routes_by_entries_the_codec_wrote(
 ) -> None:
     root, ifindex = attached
     layouts = ebpf_layouts
-    _write(root, layouts, n.SWITCH_CONFIG, None, n.SET_CONFIG, {"switch_id": 64, "role": int(Role.STORAGE_LEAF),
-                                                                "mechanism": 0})  # fmt: skip
+    config = {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 0}
+    _write(root, layouts, p4names.SWITCH_CONFIG, None, p4names.SET_CONFIG, config)
     for dev in (IN_IF, OUT_IF):
-        _write(root, layouts, n.PORT_KIND, ((ifindex[dev], 0x1FF),), n.SET_PORT_KIND, {"kind": int(PortKind.STORAGE)})
+        _write(
+            root,
+            layouts,
+            p4names.PORT_KIND,
+            ((ifindex[dev], 0x1FF),),
+            p4names.SET_PORT_KIND,
+            {"kind": int(PortKind.STORAGE)},
+        )
     route = ((0x0A090909, 0xFFFFFFFF),)  # 10.9.9.9/32
-    _write(root, layouts, n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": ifindex[OUT_IF]})
+    _write(root, layouts, p4names.IPV4_LPM, route, p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": ifindex[OUT_IF]})
     done = _inside([sys.executable, "-c", SEND_AND_LISTEN, IN_HOST, OUT_HOST])
     assert done.returncode == 0, done.stderr
     frames = [bytes.fromhex(line) for line in done.stdout.split()]
@@ -171,7 +178,7 @@ def test_the_ingress_program_routes_by_entries_the_codec_wrote(
     assert f[:6] == NEXT_HOP.to_bytes(6, "big") and f[12:14] == b"\x08\x00"
     assert f[14 + 8] == 63 and f[14 + 16 : 14 + 20] == bytes([10, 9, 9, 9])  # TTL decremented, same destination
     # read back through the map: the entry the program used, decoded as written
-    codec = TableCodec.of(PROGRAM, n.IPV4_LPM, layouts)
+    codec = TableCodec.of(PROGRAM, p4names.IPV4_LPM, layouts)
     fd = libbpf.map_get(root / codec.entries.name)
     try:
         held = {
@@ -180,9 +187,9 @@ def test_the_ingress_program_routes_by_entries_the_codec_wrote(
         }
     finally:
         os.close(fd)
-    assert held == {route: (n.SET_NHOP, {"dmac": NEXT_HOP, "port": ifindex[OUT_IF]})}
+    assert held == {route: (p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": ifindex[OUT_IF]})}
     # the same route out of the port the frame came in by: a loop, refused and counted
-    _write(root, layouts, n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": ifindex[IN_IF]})
+    _write(root, layouts, p4names.IPV4_LPM, route, p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": ifindex[IN_IF]})
     before = drops(root, layouts)
     done = _inside([sys.executable, "-c", SEND_AND_LISTEN, IN_HOST, OUT_HOST])
     assert done.returncode == 0 and done.stdout.split() == [], done.stdout
@@ -205,43 +212,51 @@ def test_softswitchs_p4runtime_server_drives_the_kernel_program_through_its_maps
     try:
         conn.connect()
         conn.set_pipeline(PROGRAM.p4info())
-        conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, {"switch_id": 64, "role": int(Role.STORAGE_LEAF),
+        conn.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, {"switch_id": 64, "role": int(Role.STORAGE_LEAF),
                                                           "mechanism": 0})  # fmt: skip
         for port in (1, 2):
-            conn.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: port}, n.SET_PORT_KIND, {"kind": int(PortKind.STORAGE)})
-        route = {n.KEY_IPV4_DST: Match(0x0A090900, prefix_len=24)}
-        conn.insert(n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})
+            conn.insert(
+                p4names.PORT_KIND,
+                {p4names.KEY_INGRESS_PORT: port},
+                p4names.SET_PORT_KIND,
+                {"kind": int(PortKind.STORAGE)},
+            )
+        route = {p4names.KEY_IPV4_DST: Match(0x0A090900, prefix_len=24)}
+        conn.insert(p4names.IPV4_LPM, route, p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})
         with pytest.raises(P4RuntimeError) as exists:
-            conn.insert(n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})
+            conn.insert(p4names.IPV4_LPM, route, p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})
         assert exists.value.code == "ALREADY_EXISTS"
         done = _inside([sys.executable, "-c", SEND_AND_LISTEN, IN_HOST, OUT_HOST])
         frames = [bytes.fromhex(line) for line in done.stdout.split()]
         assert len(frames) == 1 and frames[0][:6] == NEXT_HOP.to_bytes(6, "big"), done.stdout + done.stderr
         # the map holds the interface's index; P4Runtime reads back the port
-        codec, fd = TableCodec.of(PROGRAM, n.IPV4_LPM, ebpf_layouts), state.tables[n.IPV4_LPM].entries_map.fd
+        codec, fd = (
+            TableCodec.of(PROGRAM, p4names.IPV4_LPM, ebpf_layouts),
+            state.tables[p4names.IPV4_LPM].entries_map.fd,
+        )
         (key,) = libbpf.keys(fd, codec.entries.key_size)
         held = libbpf.lookup(fd, key, codec.entries.value_size)
         assert held is not None and codec.action(held)[1]["port"] == ifindex[OUT_IF]
-        assert conn.read_table(n.IPV4_LPM) == [(route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})]
-        assert {m[n.KEY_INGRESS_PORT] for m, _, _ in conn.read_table(n.PORT_KIND)} == {1, 2}
-        assert conn.read_default(n.SWITCH_CONFIG) == (n.SET_CONFIG, {"switch_id": 64, "role": int(Role.STORAGE_LEAF),
-                                                                     "mechanism": 0})  # fmt: skip
+        assert conn.read_table(p4names.IPV4_LPM) == [(route, p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": 2})]
+        assert {m[p4names.KEY_INGRESS_PORT] for m, _, _ in conn.read_table(p4names.PORT_KIND)} == {1, 2}
+        config = {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 0}
+        assert conn.read_default(p4names.SWITCH_CONFIG) == (p4names.SET_CONFIG, config)
         # back where it came from: a loop the program counts, read over P4Runtime
-        conn.modify(n.IPV4_LPM, route, n.SET_NHOP, {"dmac": NEXT_HOP, "port": 1})
-        before = conn.read_counter(n.DC_DROPS, int(DropReason.LOOP))[int(DropReason.LOOP)][0]
+        conn.modify(p4names.IPV4_LPM, route, p4names.SET_NHOP, {"dmac": NEXT_HOP, "port": 1})
+        before = conn.read_counter(p4names.DC_DROPS, int(DropReason.LOOP))[int(DropReason.LOOP)][0]
         done = _inside([sys.executable, "-c", SEND_AND_LISTEN, IN_HOST, OUT_HOST])
         assert done.stdout.split() == []
-        assert conn.read_counter(n.DC_DROPS, int(DropReason.LOOP))[int(DropReason.LOOP)][0] == before + 1
-        conn.delete(n.IPV4_LPM, route)
-        assert conn.read_table(n.IPV4_LPM) == []
+        assert conn.read_counter(p4names.DC_DROPS, int(DropReason.LOOP))[int(DropReason.LOOP)][0] == before + 1
+        conn.delete(p4names.IPV4_LPM, route)
+        assert conn.read_table(p4names.IPV4_LPM) == []
         with pytest.raises(P4RuntimeError) as missing:
-            conn.delete(n.IPV4_LPM, route)
+            conn.delete(p4names.IPV4_LPM, route)
         assert missing.value.code == "NOT_FOUND"
         # a meter's rates, written and read back; cleared, it is unconfigured again
-        conn.set_meter(n.CACHE_METER, 0, 1000, 10, 3000, 30)
-        assert conn.read_meter(n.CACHE_METER) == {0: (1000, 10, 3000, 30)}
-        conn.clear_meter(n.CACHE_METER, 0)
-        assert conn.read_meter(n.CACHE_METER) == {0: None}
+        conn.set_meter(p4names.CACHE_METER, 0, 1000, 10, 3000, 30)
+        assert conn.read_meter(p4names.CACHE_METER) == {0: (1000, 10, 3000, 30)}
+        conn.clear_meter(p4names.CACHE_METER, 0)
+        assert conn.read_meter(p4names.CACHE_METER) == {0: None}
     finally:
         conn.close()
         server.stop()

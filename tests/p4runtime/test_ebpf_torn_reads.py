@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.p4names import Stat
@@ -91,12 +91,12 @@ def spine(ebpf_build: build.BpfBuild, ebpf_layouts: dict[str, layout.MapLayout])
         conn.connect()
         conn.set_pipeline(PROGRAM.p4info())
         p = plan(C, SP0, spine_buckets([SP0.switch_id, C.spine(1).switch_id]))
-        conn.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        conn.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, p.config)
         for e in p.defaults:
             conn.set_default(e.table, e.action, e.params_dict)
         for e in p.entries:
             conn.insert(e.table, e.match_dict, e.action, e.params_dict)
-        conn.insert(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(KEY, "big")}, n.CACHE_HIT,
+        conn.insert(p4names.CACHE_LOOKUP, {p4names.KEY_DC_KEY: int.from_bytes(KEY, "big")}, p4names.CACHE_HIT,
                     {"slot": SLOT, "version": VERSION})  # fmt: skip
         yield pinned[TC_INGRESS], {"ports": ports, "conn": conn}
     finally:
@@ -155,6 +155,6 @@ def test_a_read_beside_writes_on_another_cpu_never_returns_a_torn_value(
     assert writes["writes"] > 1000
     assert reads["hits"] > 1000 and reads["forwarded"] > 0, reads  # values served, and writes met
     assert reads["torn"] == 0, f"torn values served: {reads['examples']}"
-    torn_detected = conn.read_counter(n.DC_STATS, int(Stat.READ_TORN))[int(Stat.READ_TORN)][0]
+    torn_detected = conn.read_counter(p4names.DC_STATS, int(Stat.READ_TORN))[int(Stat.READ_TORN)][0]
     print(f"READ_TORN={torn_detected}")
     assert torn_detected > 0, "no read met a write while it read the value: the race was not run"

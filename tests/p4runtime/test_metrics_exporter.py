@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.controller import Controller
 from controller.metrics import serve_metrics
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS, wire_key
 from distcache.rpc.shim import ShimLink
@@ -55,7 +55,7 @@ def _cluster() -> Cluster:
 
 
 @dataclass
-class Bed:
+class ExporterBed:
     cluster: Cluster
     ctl: Controller
     switches: dict[str, SoftSwitch]
@@ -77,7 +77,7 @@ def value(smp: dict, name: str, **labels: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory, redis_sock: Path) -> Iterator[Bed]:
+def bed(tmp_path_factory: pytest.TempPathFactory, redis_sock: Path) -> Iterator[ExporterBed]:
     tmp = tmp_path_factory.mktemp("metrics")
     cluster = _cluster()
     p4info = tmp / "p4info.txt"
@@ -101,21 +101,21 @@ def bed(tmp_path_factory: pytest.TempPathFactory, redis_sock: Path) -> Iterator[
         serve_metrics(ctl, cluster.metrics_address)
         for k in KEYS:  # what an agent does with a key its switch's detector reported hot
             agents["sl0"].insert(wire_key(k))
-        yield Bed(cluster, ctl, switches, shim)
+        yield ExporterBed(cluster, ctl, switches, shim)
     finally:
         for close in reversed(closers):
             close()
 
 
-def test_every_switch_has_its_counters_and_frames_move_them(bed: Bed) -> None:
+def test_every_switch_has_its_counters_and_frames_move_them(bed: ExporterBed) -> None:
     before = bed.scrape()
     for sw in bed.cluster.switches():
         labels = {"switch": sw.name, "role": {1: "spine", 2: "storage_leaf", 3: "client_leaf"}[int(sw.role)]}
         assert value(before, "distcache_switch_up", **labels) == 1
         assert value(before, "distcache_switch_in_service", **labels) == 1
-        for reason in n.DropReason:  # every reason has a series from the start, zeros too
+        for reason in p4names.DropReason:  # every reason has a series from the start, zeros too
             value(before, "distcache_switch_drops_total", **labels, reason=reason.name.lower())
-        for stat in n.Stat:
+        for stat in p4names.Stat:
             value(before, "distcache_switch_dc_stats_total", **labels, counter=stat.name.lower())
     junk = b"\xff" * 12 + b"\x86\xdd" + b"\x00" * 40  # an IPv6 frame: counted NOT_IPV4 and dropped
     for _ in range(3):
@@ -127,7 +127,7 @@ def test_every_switch_has_its_counters_and_frames_move_them(bed: Bed) -> None:
     )
 
 
-def test_cache_switches_show_their_agents_figures(bed: Bed) -> None:
+def test_cache_switches_show_their_agents_figures(bed: ExporterBed) -> None:
     smp = bed.scrape()
     leaf = {"switch": "sl0", "role": "storage_leaf"}
     assert value(smp, "distcache_agent_up", **leaf) == 1
@@ -137,7 +137,7 @@ def test_cache_switches_show_their_agents_figures(bed: Bed) -> None:
     assert ("distcache_agent_up", frozenset({"switch": "cl0", "role": "client_leaf"}.items())) not in smp  # no agent
 
 
-def test_the_shims_series_come_through_its_control_socket(bed: Bed) -> None:
+def test_the_shims_series_come_through_its_control_socket(bed: ExporterBed) -> None:
     smp = bed.scrape()
     assert value(smp, "distcache_shim_up", server="r0s0") == 1
     assert value(smp, "distcache_shim_redis_up", server="r0s0") == 1
@@ -146,13 +146,13 @@ def test_the_shims_series_come_through_its_control_socket(bed: Bed) -> None:
     assert value(smp, "distcache_shim_cached_keys", server="r0s0") == len(KEYS)
 
 
-def test_no_label_carries_a_key(bed: Bed) -> None:
+def test_no_label_carries_a_key(bed: ExporterBed) -> None:
     labels = {v for _, ls in bed.scrape() for _, v in ls}
     for k in KEYS:
         assert not any(k in v or wire_key(k).hex() in v for v in labels)
 
 
-def test_an_operator_failure_moves_the_controllers_series(bed: Bed) -> None:
+def test_an_operator_failure_moves_the_controllers_series(bed: ExporterBed) -> None:
     before = bed.scrape()
     bed.ctl.fail("sp1", keep_running=True)
     try:
@@ -180,7 +180,7 @@ def test_an_operator_failure_moves_the_controllers_series(bed: Bed) -> None:
     )
 
 
-def test_a_shim_that_is_gone_is_down_and_does_not_stall_the_scrape(bed: Bed) -> None:
+def test_a_shim_that_is_gone_is_down_and_does_not_stall_the_scrape(bed: ExporterBed) -> None:
     bed.shim.close()
     t = time.monotonic()
     smp = bed.scrape()

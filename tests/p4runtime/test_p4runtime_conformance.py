@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 from finsy.proto import p4d, p4r
 
-from distcache import p4names as n
+from distcache import p4names
 from tests.common.p4rt_targets import Names, Outcome, Target
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,46 +39,46 @@ def lpm(
     *,
     port: int = 1,
     value: bytes | None = None,
-    action: str = n.SET_NHOP,
+    action: str = p4names.SET_NHOP,
 ) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=ids.id(n.IPV4_LPM))
-    fm = te.match.add(field_id=ids.field(n.IPV4_LPM, n.KEY_IPV4_DST))
+    te = p4r.TableEntry(table_id=ids.id(p4names.IPV4_LPM))
+    fm = te.match.add(field_id=ids.field(p4names.IPV4_LPM, p4names.KEY_IPV4_DST))
     fm.lpm.value = value if value is not None else socket.inet_aton(prefix)
     fm.lpm.prefix_len = plen
     a = te.action.action
     a.action_id = ids.id(action)
-    a.params.add(param_id=ids.param(n.SET_NHOP, "dmac"), value=b"\x02\x00\x00\x00\x00\x01")
-    a.params.add(param_id=ids.param(n.SET_NHOP, "port"), value=port.to_bytes(2, "big"))
+    a.params.add(param_id=ids.param(p4names.SET_NHOP, "dmac"), value=b"\x02\x00\x00\x00\x00\x01")
+    a.params.add(param_id=ids.param(p4names.SET_NHOP, "port"), value=port.to_bytes(2, "big"))
     return te
 
 
 def port_kind(ids: Names, port: int | bytes = 1, kind: int = 1) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=ids.id(n.PORT_KIND))
-    te.match.add(field_id=ids.field(n.PORT_KIND, n.KEY_INGRESS_PORT)).exact.value = (
+    te = p4r.TableEntry(table_id=ids.id(p4names.PORT_KIND))
+    te.match.add(field_id=ids.field(p4names.PORT_KIND, p4names.KEY_INGRESS_PORT)).exact.value = (
         port if isinstance(port, bytes) else port.to_bytes(2, "big")
     )
-    te.action.action.action_id = ids.id(n.SET_PORT_KIND)
-    te.action.action.params.add(param_id=ids.param(n.SET_PORT_KIND, "kind"), value=bytes([kind]))
+    te.action.action.action_id = ids.id(p4names.SET_PORT_KIND)
+    te.action.action.params.add(param_id=ids.param(p4names.SET_PORT_KIND, "kind"), value=bytes([kind]))
     return te
 
 
 def switch_config_default(ids: Names) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=ids.id(n.SWITCH_CONFIG), is_default_action=True)
+    te = p4r.TableEntry(table_id=ids.id(p4names.SWITCH_CONFIG), is_default_action=True)
     a = te.action.action
-    a.action_id = ids.id(n.SET_CONFIG)
+    a.action_id = ids.id(p4names.SET_CONFIG)
     for name, v in (("switch_id", 1), ("role", 1), ("mechanism", 1)):
-        a.params.add(param_id=ids.param(n.SET_CONFIG, name), value=bytes([v]))
+        a.params.add(param_id=ids.param(p4names.SET_CONFIG, name), value=bytes([v]))
     return te
 
 
 def ipv4_lpm_default(ids: Names) -> p4r.TableEntry:
-    te = p4r.TableEntry(table_id=ids.id(n.IPV4_LPM), is_default_action=True)
-    te.action.action.action_id = ids.id(n.DROP)
+    te = p4r.TableEntry(table_id=ids.id(p4names.IPV4_LPM), is_default_action=True)
+    te.action.action.action_id = ids.id(p4names.DROP)
     return te
 
 
 def counter(
-    ids: Names, name: str = n.DC_STATS, index: int | None = 0, *, packets: int | None = None, nbytes: int = 0
+    ids: Names, name: str = p4names.DC_STATS, index: int | None = 0, *, packets: int | None = None, nbytes: int = 0
 ) -> p4r.CounterEntry:
     ce = p4r.CounterEntry(counter_id=ids.id(name))
     if index is not None:
@@ -88,7 +88,7 @@ def counter(
     return ce
 
 
-def meter_id(ids: Names, name: str = n.CACHE_METER) -> int:
+def meter_id(ids: Names, name: str = p4names.CACHE_METER) -> int:
     return next(m.preamble.id for m in ids.info.meters if m.preamble.name == name)
 
 
@@ -219,7 +219,7 @@ CASES: list[Case] = [
         "action not in the table's action refs",
         "write",
         lambda ids: [
-            u(UPD.INSERT, edit(lpm(ids), lambda te: setattr(te.action.action, "action_id", ids.id(n.CACHE_HIT))))
+            u(UPD.INSERT, edit(lpm(ids), lambda te: setattr(te.action.action, "action_id", ids.id(p4names.CACHE_HIT))))
         ],
         W_INV,
     ),
@@ -336,7 +336,9 @@ CASES: list[Case] = [
         lambda ids: [
             u(
                 UPD.MODIFY,
-                edit(ipv4_lpm_default(ids), lambda te: setattr(te.action.action, "action_id", ids.id(n.CACHE_HIT))),
+                edit(
+                    ipv4_lpm_default(ids), lambda te: setattr(te.action.action, "action_id", ids.id(p4names.CACHE_HIT))
+                ),
             )
         ],
         W_INV,
@@ -372,21 +374,21 @@ CASES: list[Case] = [
     Case(
         "counter read, index out of range",
         "read",
-        lambda ids: [ent(counter(ids, n.DC_STATS, n.N_STATS))],
+        lambda ids: [ent(counter(ids, p4names.DC_STATS, p4names.N_STATS))],
         answer("OUT_OF_RANGE"),
         bmv2=answer("UNKNOWN"),
     ),
     Case(
         "counter read, negative index",
         "read",
-        lambda ids: [ent(counter(ids, n.DC_STATS, -1))],
+        lambda ids: [ent(counter(ids, p4names.DC_STATS, -1))],
         answer("INVALID_ARGUMENT"),
     ),
     # BMV2_DIFFERS: as above
     Case(
         "counter read, one good one bad",
         "read",
-        lambda ids: [ent(counter(ids, n.DC_STATS, 0)), ent(counter(ids, n.DC_STATS, n.N_STATS))],
+        lambda ids: [ent(counter(ids, p4names.DC_STATS, 0)), ent(counter(ids, p4names.DC_STATS, p4names.N_STATS))],
         answer("OUT_OF_RANGE"),
         bmv2=answer("UNKNOWN"),
     ),
@@ -395,7 +397,7 @@ CASES: list[Case] = [
     Case(
         "counter MODIFY, index out of range",
         "write",
-        lambda ids: [u(UPD.MODIFY, counter(ids, n.DC_STATS, n.N_STATS, packets=1))],
+        lambda ids: [u(UPD.MODIFY, counter(ids, p4names.DC_STATS, p4names.N_STATS, packets=1))],
         item_error(OUT_OF_RANGE),
         bmv2=item_error(UNKNOWN),
     ),
@@ -403,14 +405,14 @@ CASES: list[Case] = [
     Case(
         "counter MODIFY of every cell (no index)",
         "write",
-        lambda ids: [u(UPD.MODIFY, counter(ids, n.DC_STATS, None, packets=1))],
+        lambda ids: [u(UPD.MODIFY, counter(ids, p4names.DC_STATS, None, packets=1))],
         WRITE_OK,
         bmv2=item_error(UNIMPLEMENTED),
     ),
     Case(
         "register read",
         "read",
-        lambda ids: [ent(p4r.RegisterEntry(register_id=ids.id(n.LOAD_COUNT), index=p4r.Index(index=0)))],
+        lambda ids: [ent(p4r.RegisterEntry(register_id=ids.id(p4names.LOAD_COUNT), index=p4r.Index(index=0)))],
         answer("UNIMPLEMENTED"),
     ),
     Case(
@@ -420,7 +422,7 @@ CASES: list[Case] = [
             u(
                 UPD.MODIFY,
                 p4r.RegisterEntry(
-                    register_id=ids.id(n.LOAD_COUNT), index=p4r.Index(index=0), data=p4d.P4Data(bitstring=b"\x05")
+                    register_id=ids.id(p4names.LOAD_COUNT), index=p4r.Index(index=0), data=p4d.P4Data(bitstring=b"\x05")
                 ),
             )
         ],
@@ -573,7 +575,7 @@ def test_every_case_has_a_unique_name() -> None:
 
 
 # -- counters report only their unit -------------------------------------------------------------------------
-PACKET_COUNTERS = (n.DC_STATS, n.DC_DROPS, n.CACHE_HITS)
+PACKET_COUNTERS = (p4names.DC_STATS, p4names.DC_DROPS, p4names.CACHE_HITS)
 
 
 @pytest.mark.parametrize("name", PACKET_COUNTERS)

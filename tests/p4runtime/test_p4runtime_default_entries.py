@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from finsy.proto import p4r
 
-from distcache import p4names as n
+from distcache import p4names
 from tests.common.p4rt_targets import Target
 from tests.p4runtime.test_p4runtime_conformance import (
     WRITE_OK,
@@ -48,7 +48,9 @@ def configured(target: Target) -> Iterator[Target]:
     assert target.write(ups) == WRITE_OK
     yield target
     target.clear_tables()
-    resets = [p4r.TableEntry(table_id=ids.id(t), is_default_action=True) for t in (n.SWITCH_CONFIG, n.IPV4_LPM)]
+    resets = [
+        p4r.TableEntry(table_id=ids.id(t), is_default_action=True) for t in (p4names.SWITCH_CONFIG, p4names.IPV4_LPM)
+    ]
     assert target.write([u(UPD.MODIFY, te) for te in resets]) == WRITE_OK
 
 
@@ -61,8 +63,8 @@ def test_wildcard_default_read_returns_every_tables_default_entry(configured: Ta
     by_table = {te.table_id: te for te in got}
     assert len(by_table) == len(got), "a table's default entry came twice"
     assert set(by_table) == {t.preamble.id for t in ids.info.tables}
-    assert by_table[ids.id(n.SWITCH_CONFIG)] == switch_config_default(ids)
-    assert by_table[ids.id(n.IPV4_LPM)] == ipv4_lpm_default(ids)
+    assert by_table[ids.id(p4names.SWITCH_CONFIG)] == switch_config_default(ids)
+    assert by_table[ids.id(p4names.IPV4_LPM)] == ipv4_lpm_default(ids)
     for tid, te in by_table.items():
         assert read_tables(configured, p4r.TableEntry(table_id=tid, is_default_action=True)) == [te]
 
@@ -72,4 +74,4 @@ def test_wildcard_read_returns_only_non_default_entries(configured: Target) -> N
     ids = configured.names
     got = read_tables(configured, p4r.TableEntry())
     assert not any(te.is_default_action for te in got)
-    assert sorted(te.table_id for te in got) == sorted([ids.id(n.IPV4_LPM), ids.id(n.PORT_KIND)])
+    assert sorted(te.table_id for te in got) == sorted([ids.id(p4names.IPV4_LPM), ids.id(p4names.PORT_KIND)])

@@ -22,7 +22,7 @@ from finsy.proto import p4i, p4r
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT, Op, decode
@@ -166,7 +166,7 @@ def leaf() -> Iterator[tuple[SoftSwitch, SwitchConnection]]:
         c.connect()
         c.set_pipeline(PROGRAM.p4info())
         p = plan(C, CL0, spine_buckets([SP0.switch_id, SP1.switch_id]))
-        c.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        c.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, p.config)
         for e in p.entries:
             c.insert(e.table, e.match_dict, e.action, e.params_dict)
         yield sw, c
@@ -187,7 +187,7 @@ def test_probes_sent_by_packet_out_are_counted_per_spine(leaf: tuple[SoftSwitch,
         assert time.monotonic() < deadline, read_probe_counts(c)
         time.sleep(0.02)
     assert sw.stats.packet_out == 4
-    assert c.read_counter(n.DC_DROPS, int(n.DropReason.PROBE)) == {int(n.DropReason.PROBE): (0, 0)}
+    assert c.read_counter(p4names.DC_DROPS, int(p4names.DropReason.PROBE)) == {int(p4names.DropReason.PROBE): (0, 0)}
 
 
 def test_packet_out_header_is_the_p4_header_s_bytes() -> None:

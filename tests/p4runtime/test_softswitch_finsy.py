@@ -16,7 +16,7 @@ import finsy as fy
 import pytest
 from google.protobuf import text_format
 
-from distcache import p4names as n
+from distcache import p4names
 from softswitch.dataplane import PROGRAM
 from softswitch.program import alias
 from softswitch.switch import SoftSwitch
@@ -65,30 +65,30 @@ def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file:
             await sw.write(
                 [
                     +fy.P4TableEntry(
-                        n.IPV4_LPM,
-                        match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.1.0/24"}),
-                        action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0b", port=2),
+                        p4names.IPV4_LPM,
+                        match=fy.P4TableMatch({p4names.KEY_IPV4_DST: "10.0.1.0/24"}),
+                        action=fy.P4TableAction(p4names.SET_NHOP, dmac="02:00:00:00:00:0b", port=2),
                     ),
                     +fy.P4TableEntry(
-                        n.IPV4_LPM,
-                        match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.0.0.0/8"}),
-                        action=fy.P4TableAction(n.SET_NHOP, dmac="02:00:00:00:00:0c", port=3),
+                        p4names.IPV4_LPM,
+                        match=fy.P4TableMatch({p4names.KEY_IPV4_DST: "10.0.0.0/8"}),
+                        action=fy.P4TableAction(p4names.SET_NHOP, dmac="02:00:00:00:00:0c", port=3),
                     ),
                     +fy.P4TableEntry(
-                        n.CACHE_LOOKUP,
-                        match=fy.P4TableMatch({n.KEY_DC_KEY: KEY}),
-                        action=fy.P4TableAction(n.CACHE_HIT, slot=42, version=7),
+                        p4names.CACHE_LOOKUP,
+                        match=fy.P4TableMatch({p4names.KEY_DC_KEY: KEY}),
+                        action=fy.P4TableAction(p4names.CACHE_HIT, slot=42, version=7),
                     ),
                     ~fy.P4TableEntry(
-                        n.SWITCH_CONFIG,
+                        p4names.SWITCH_CONFIG,
                         is_default_action=True,
-                        action=fy.P4TableAction(n.SET_CONFIG, switch_id=9, role=1, mechanism=0),
+                        action=fy.P4TableAction(p4names.SET_CONFIG, switch_id=9, role=1, mechanism=0),
                     ),
                 ]
             )
-            lpm = [e async for e in sw.read(fy.P4TableEntry(n.IPV4_LPM))]
-            cache = [e async for e in sw.read(fy.P4TableEntry(n.CACHE_LOOKUP))]
-            (default,) = [e async for e in sw.read(fy.P4TableEntry(n.SWITCH_CONFIG, is_default_action=True))]
+            lpm = [e async for e in sw.read(fy.P4TableEntry(p4names.IPV4_LPM))]
+            cache = [e async for e in sw.read(fy.P4TableEntry(p4names.CACHE_LOOKUP))]
+            (default,) = [e async for e in sw.read(fy.P4TableEntry(p4names.SWITCH_CONFIG, is_default_action=True))]
             cookie = sw.p4info.p4cookie
         return lpm, cache, default, cookie
 
@@ -97,21 +97,21 @@ def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file:
     assert cfg is not None and cfg.cookie == cookie  # finsy's cookie is stored and returned
 
     # finsy decodes to P4Info aliases (last name component) and ints
-    assert {e.table_id for e in lpm} == {alias(n.IPV4_LPM)}
+    assert {e.table_id for e in lpm} == {alias(p4names.IPV4_LPM)}
     got = sorted(
-        (e.match[alias(n.KEY_IPV4_DST)], e.action.name, e.action.args)  # type: ignore[index,union-attr]
+        (e.match[alias(p4names.KEY_IPV4_DST)], e.action.name, e.action.args)  # type: ignore[index,union-attr]
         for e in lpm
     )
     assert got == [
-        ((ip("10.0.0.0"), 8), alias(n.SET_NHOP), {"dmac": 0x02000000000C, "port": 3}),
-        ((ip("10.0.1.0"), 24), alias(n.SET_NHOP), {"dmac": 0x02000000000B, "port": 2}),
+        ((ip("10.0.0.0"), 8), alias(p4names.SET_NHOP), {"dmac": 0x02000000000C, "port": 3}),
+        ((ip("10.0.1.0"), 24), alias(p4names.SET_NHOP), {"dmac": 0x02000000000B, "port": 2}),
     ]
     (c,) = cache
-    assert c.table_id == alias(n.CACHE_LOOKUP) and c.match == {alias(n.KEY_DC_KEY): KEY}
-    assert isinstance(c.action, fy.P4TableAction) and c.action.name == alias(n.CACHE_HIT)
+    assert c.table_id == alias(p4names.CACHE_LOOKUP) and c.match == {alias(p4names.KEY_DC_KEY): KEY}
+    assert isinstance(c.action, fy.P4TableAction) and c.action.name == alias(p4names.CACHE_HIT)
     assert c.action.args == {"slot": 42, "version": 7}
     assert default.is_default_action and isinstance(default.action, fy.P4TableAction)
-    assert default.action.name == alias(n.SET_CONFIG)
+    assert default.action.name == alias(p4names.SET_CONFIG)
     assert default.action.args == {"switch_id": 9, "role": 1, "mechanism": 0}
 
     # what finsy wrote is what the data plane uses
@@ -123,7 +123,9 @@ def test_finsy_pushes_pipeline_writes_and_reads(switch: SoftSwitch, p4info_file:
 def test_finsy_reconnect_keeps_pipeline_and_entries(switch: SoftSwitch, p4info_file: Path) -> None:
     """A controller that reconnects finds its cookie, so it does not push (and wipe) the pipeline again."""
     entry = fy.P4TableEntry(
-        n.IPV4_LPM, match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.5.0.0/16"}), action=fy.P4TableAction(n.DROP)
+        p4names.IPV4_LPM,
+        match=fy.P4TableMatch({p4names.KEY_IPV4_DST: "10.5.0.0/16"}),
+        action=fy.P4TableAction(p4names.DROP),
     )
 
     async def first() -> None:
@@ -132,12 +134,12 @@ def test_finsy_reconnect_keeps_pipeline_and_entries(switch: SoftSwitch, p4info_f
 
     async def again() -> list[fy.P4TableEntry]:
         async with finsy_switch(switch, p4info_file) as sw:
-            return [e async for e in sw.read(fy.P4TableEntry(n.IPV4_LPM))]
+            return [e async for e in sw.read(fy.P4TableEntry(p4names.IPV4_LPM))]
 
     asyncio.run(first())
     entries = asyncio.run(again())
     assert len(entries) == 1 and isinstance(entries[0].action, fy.P4TableAction)
-    assert entries[0].action.name == alias(n.DROP)
+    assert entries[0].action.name == alias(p4names.DROP)
 
 
 def test_finsy_backup_takes_over_when_primary_leaves(switch: SoftSwitch, p4info_file: Path) -> None:
@@ -158,9 +160,9 @@ def test_finsy_backup_takes_over_when_primary_leaves(switch: SoftSwitch, p4info_
             await second.write(
                 [
                     +fy.P4TableEntry(
-                        n.IPV4_LPM,
-                        match=fy.P4TableMatch({n.KEY_IPV4_DST: "10.6.0.0/16"}),
-                        action=fy.P4TableAction(n.DROP),
+                        p4names.IPV4_LPM,
+                        match=fy.P4TableMatch({p4names.KEY_IPV4_DST: "10.6.0.0/16"}),
+                        action=fy.P4TableAction(p4names.DROP),
                     )
                 ]
             )
@@ -170,7 +172,7 @@ def test_finsy_backup_takes_over_when_primary_leaves(switch: SoftSwitch, p4info_
 
     first_primary, second_before, second_after = asyncio.run(scenario())
     assert first_primary and not second_before and second_after
-    assert len(switch.state.tables[n.IPV4_LPM]) == 1
+    assert len(switch.state.tables[p4names.IPV4_LPM]) == 1
 
 
 def test_finsy_receives_and_acks_digests(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from finsy.proto import p4i, p4r
 
-from distcache import p4names as n
+from distcache import p4names
 from softswitch.dataplane import PROGRAM
 from softswitch.program import Action, Counter, Program
 from softswitch.server import device_config_mismatch, p4info_mismatch
@@ -78,31 +78,31 @@ def lpm_entity(
     table_id: int | None = None,
     action_id: int | None = None,
 ) -> p4r.Entity:
-    te = p4r.TableEntry(table_id=table_id or PROGRAM.id_of(n.IPV4_LPM))
+    te = p4r.TableEntry(table_id=table_id or PROGRAM.id_of(p4names.IPV4_LPM))
     fm = te.match.add(field_id=1)
     fm.lpm.value = value if value is not None else socket.inet_aton(prefix)
     fm.lpm.prefix_len = plen
     a = te.action.action
-    a.action_id = action_id or PROGRAM.id_of(n.SET_NHOP)
+    a.action_id = action_id or PROGRAM.id_of(p4names.SET_NHOP)
     a.params.add(param_id=1, value=dmac.to_bytes(6, "big"))
     a.params.add(param_id=2, value=port.to_bytes(2, "big"))
     return p4r.Entity(table_entry=te)
 
 
 def cache_entity(key: int, slot: int, version: int) -> p4r.Entity:
-    te = p4r.TableEntry(table_id=PROGRAM.id_of(n.CACHE_LOOKUP))
+    te = p4r.TableEntry(table_id=PROGRAM.id_of(p4names.CACHE_LOOKUP))
     te.match.add(field_id=1).exact.value = key.to_bytes(16, "big")
     a = te.action.action
-    a.action_id = PROGRAM.id_of(n.CACHE_HIT)
+    a.action_id = PROGRAM.id_of(p4names.CACHE_HIT)
     a.params.add(param_id=1, value=slot.to_bytes(2, "big"))
     a.params.add(param_id=2, value=version.to_bytes(2, "big"))
     return p4r.Entity(table_entry=te)
 
 
 def default_config_entity(switch_id: int, role: int, mechanism: int) -> p4r.Entity:
-    te = p4r.TableEntry(table_id=PROGRAM.id_of(n.SWITCH_CONFIG), is_default_action=True)
+    te = p4r.TableEntry(table_id=PROGRAM.id_of(p4names.SWITCH_CONFIG), is_default_action=True)
     a = te.action.action
-    a.action_id = PROGRAM.id_of(n.SET_CONFIG)
+    a.action_id = PROGRAM.id_of(p4names.SET_CONFIG)
     for i, v in enumerate((switch_id, role, mechanism), start=1):
         a.params.add(param_id=i, value=bytes([v]))
     return p4r.Entity(table_entry=te)
@@ -300,25 +300,31 @@ def test_remapped_ids_are_adopted(switch: SoftSwitch, client: Client) -> None:
     assert p4info_mismatch(PROGRAM, info) is None
     client.become_primary(1)
     client.set_pipeline(info)
-    te = p4r.TableEntry(table_id=ids[n.IPV4_LPM])
+    te = p4r.TableEntry(table_id=ids[p4names.IPV4_LPM])
     fm = te.match.add(field_id=11)  # the only key, renumbered
     fm.lpm.value, fm.lpm.prefix_len = socket.inet_aton("10.9.0.0"), 16
-    te.action.action.action_id = ids[n.SET_NHOP]
+    te.action.action.action_id = ids[p4names.SET_NHOP]
     te.action.action.params.add(param_id=2, value=b"\x00\x00\x00\x00\x00\x42")  # dmac is now id 2
     te.action.action.params.add(param_id=1, value=b"\x03")  # port is now id 1
     client.write([upd(UPD.INSERT, p4r.Entity(table_entry=te))])
-    assert switch.state.tables[n.IPV4_LPM].lookup(ip("10.9.1.1")) == (n.SET_NHOP, {"dmac": 0x42, "port": 3}, True)
-    (got,) = [e.table_entry for e in client.read(p4r.Entity(table_entry=p4r.TableEntry(table_id=ids[n.IPV4_LPM])))]
-    assert got.table_id == ids[n.IPV4_LPM] and got.match[0].field_id == 11
-    assert got.action.action.action_id == ids[n.SET_NHOP]
+    assert switch.state.tables[p4names.IPV4_LPM].lookup(ip("10.9.1.1")) == (
+        p4names.SET_NHOP,
+        {"dmac": 0x42, "port": 3},
+        True,
+    )
+    (got,) = [
+        e.table_entry for e in client.read(p4r.Entity(table_entry=p4r.TableEntry(table_id=ids[p4names.IPV4_LPM])))
+    ]
+    assert got.table_id == ids[p4names.IPV4_LPM] and got.match[0].field_id == 11
+    assert got.action.action.action_id == ids[p4names.SET_NHOP]
     assert {p.param_id: p.value for p in got.action.action.params} == {2: b"\x42", 1: b"\x03"}
     # softswitch's own ids mean nothing now
     assert write_codes(client, upd(UPD.INSERT, lpm_entity("10.8.0.0", 16, 1, 1))) == [INVALID_ARGUMENT]
     # counters answer under the new ids
     (ce,) = client.read(
-        p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=ids[n.DC_STATS], index=p4r.Index(index=0)))
+        p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=ids[p4names.DC_STATS], index=p4r.Index(index=0)))
     )
-    assert ce.counter_entry.counter_id == ids[n.DC_STATS]
+    assert ce.counter_entry.counter_id == ids[p4names.DC_STATS]
 
 
 def _named(items, name: str):  # noqa: ANN001, ANN202 - a P4Info entity by name
@@ -328,15 +334,18 @@ def _named(items, name: str):  # noqa: ANN001, ANN202 - a P4Info entity by name
 @pytest.mark.parametrize(
     "mutate, words",
     [
-        (lambda i: setattr(_named(i.tables, n.IPV4_LPM).preamble, "name", n.IPV4_LPM + "_renamed"), n.IPV4_LPM),
-        (lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "bitwidth", 31), "bit<31>"),
         (
-            lambda i: setattr(_named(i.tables, n.IPV4_LPM).match_fields[0], "match_type", p4i.MatchField.TERNARY),
+            lambda i: setattr(_named(i.tables, p4names.IPV4_LPM).preamble, "name", p4names.IPV4_LPM + "_renamed"),
+            p4names.IPV4_LPM,
+        ),
+        (lambda i: setattr(_named(i.tables, p4names.IPV4_LPM).match_fields[0], "bitwidth", 31), "bit<31>"),
+        (
+            lambda i: setattr(_named(i.tables, p4names.IPV4_LPM).match_fields[0], "match_type", p4i.MatchField.TERNARY),
             "ternary",
         ),
-        (lambda i: setattr(_named(i.actions, n.SET_NHOP).params[1], "bitwidth", 16), "port"),
-        (lambda i: _named(i.tables, n.IPV4_LPM).action_refs.pop(), "action"),
-        (lambda i: setattr(_named(i.registers, n.CACHE_VALUE), "size", 1), "cache_value"),
+        (lambda i: setattr(_named(i.actions, p4names.SET_NHOP).params[1], "bitwidth", 16), "port"),
+        (lambda i: _named(i.tables, p4names.IPV4_LPM).action_refs.pop(), "action"),
+        (lambda i: setattr(_named(i.registers, p4names.CACHE_VALUE), "size", 1), "cache_value"),
         (lambda i: i.digests.add().preamble.CopyFrom(p4i.Preamble(id=0x17000001, name="hh")), "digest 'hh'"),
     ],
 )
@@ -355,13 +364,13 @@ def test_mismatched_p4info_is_rejected(client: Client, mutate: object, words: st
 
 def test_commit_resets_and_reconcile_keeps_state(switch: SoftSwitch, primary: Client) -> None:
     primary.write([upd(UPD.INSERT, lpm_entity("10.0.0.0", 8, 1, 1))])
-    switch.state.registers[n.LOAD_COUNT].write(0, 5)
+    switch.state.registers[p4names.LOAD_COUNT].write(0, 5)
     primary.set_pipeline(PROGRAM.p4info(), action=CFG.RECONCILE_AND_COMMIT)
-    assert len(table_read(primary, n.IPV4_LPM)) == 1 and switch.state.registers[n.LOAD_COUNT].read(0) == 5
+    assert len(table_read(primary, p4names.IPV4_LPM)) == 1 and switch.state.registers[p4names.LOAD_COUNT].read(0) == 5
     primary.set_pipeline(PROGRAM.p4info(), action=CFG.VERIFY)
-    assert len(table_read(primary, n.IPV4_LPM)) == 1
+    assert len(table_read(primary, p4names.IPV4_LPM)) == 1
     primary.set_pipeline(PROGRAM.p4info(), action=CFG.VERIFY_AND_COMMIT)
-    assert table_read(primary, n.IPV4_LPM) == [] and switch.state.registers[n.LOAD_COUNT].read(0) == 0
+    assert table_read(primary, p4names.IPV4_LPM) == [] and switch.state.registers[p4names.LOAD_COUNT].read(0) == 0
     with pytest.raises(grpc.RpcError) as ei:
         primary.set_pipeline(None, action=CFG.COMMIT)
     assert ei.value.code() == SC.NOT_FOUND
@@ -377,34 +386,34 @@ def test_write_and_read_back_exact_lpm_and_default(switch: SoftSwitch, primary: 
         upd(UPD.MODIFY, default_config_entity(4, 2, 1)),
     ) == [OK, OK, OK]
 
-    (r,) = table_read(primary, n.IPV4_LPM)
-    assert r.table_id == PROGRAM.id_of(n.IPV4_LPM) and r.priority == 0 and not r.is_default_action
+    (r,) = table_read(primary, p4names.IPV4_LPM)
+    assert r.table_id == PROGRAM.id_of(p4names.IPV4_LPM) and r.priority == 0 and not r.is_default_action
     (m,) = r.match
     assert m.field_id == 1 and m.WhichOneof("field_match_type") == "lpm"
     assert m.lpm.value == socket.inet_aton("10.0.1.0") and m.lpm.prefix_len == 24
-    assert r.action.action.action_id == PROGRAM.id_of(n.SET_NHOP)
+    assert r.action.action.action_id == PROGRAM.id_of(p4names.SET_NHOP)
     assert [(p.param_id, p.value) for p in r.action.action.params] == [(1, bytes.fromhex("0a0b0c0d0e0f")), (2, b"\x05")]
 
-    (c,) = table_read(primary, n.CACHE_LOOKUP)
+    (c,) = table_read(primary, p4names.CACHE_LOOKUP)
     assert c.match[0].field_id == 1 and c.match[0].exact.value == key.to_bytes(16, "big")[1:]  # canonical
-    assert c.action.action.action_id == PROGRAM.id_of(n.CACHE_HIT)
+    assert c.action.action.action_id == PROGRAM.id_of(p4names.CACHE_HIT)
     assert [(p.param_id, p.value) for p in c.action.action.params] == [(1, b"\x11"), (2, b"\x01\x2c")]
 
-    (d,) = table_read(primary, n.SWITCH_CONFIG, is_default_action=True)
-    assert d.is_default_action and d.action.action.action_id == PROGRAM.id_of(n.SET_CONFIG)
+    (d,) = table_read(primary, p4names.SWITCH_CONFIG, is_default_action=True)
+    assert d.is_default_action and d.action.action.action_id == PROGRAM.id_of(p4names.SET_CONFIG)
     assert [p.value for p in d.action.action.params] == [b"\x04", b"\x02", b"\x01"]
-    assert table_read(primary, n.SWITCH_CONFIG) == []  # a wildcard read skips the default entry
-    assert switch.state.tables[n.SWITCH_CONFIG].lookup() == (
-        n.SET_CONFIG,
+    assert table_read(primary, p4names.SWITCH_CONFIG) == []  # a wildcard read skips the default entry
+    assert switch.state.tables[p4names.SWITCH_CONFIG].lookup() == (
+        p4names.SET_CONFIG,
         {"switch_id": 4, "role": 2, "mechanism": 1},
         False,
     )
-    (cl,) = table_read(primary, n.CACHE_LOOKUP, match=[c.match[0]])  # read one entry by its key
+    (cl,) = table_read(primary, p4names.CACHE_LOOKUP, match=[c.match[0]])  # read one entry by its key
     assert cl == c
     assert (
         table_read(
             primary,
-            n.IPV4_LPM,
+            p4names.IPV4_LPM,
             match=[
                 p4r.FieldMatch(field_id=1, lpm=p4r.FieldMatch.LPM(value=socket.inet_aton("10.0.2.0"), prefix_len=24))
             ],
@@ -417,13 +426,19 @@ def test_write_and_read_back_exact_lpm_and_default(switch: SoftSwitch, primary: 
     # MODIFY, reset of the default entry, DELETE
     e = cache_entity(key, 18, 301)
     assert write_codes(primary, upd(UPD.MODIFY, e)) == [OK]
-    assert switch.state.tables[n.CACHE_LOOKUP].lookup(key) == (n.CACHE_HIT, {"slot": 18, "version": 301}, True)
-    reset = p4r.Entity(table_entry=p4r.TableEntry(table_id=PROGRAM.id_of(n.SWITCH_CONFIG), is_default_action=True))
+    assert switch.state.tables[p4names.CACHE_LOOKUP].lookup(key) == (
+        p4names.CACHE_HIT,
+        {"slot": 18, "version": 301},
+        True,
+    )
+    reset = p4r.Entity(
+        table_entry=p4r.TableEntry(table_id=PROGRAM.id_of(p4names.SWITCH_CONFIG), is_default_action=True)
+    )
     assert write_codes(primary, upd(UPD.MODIFY, reset)) == [OK]
-    (d,) = table_read(primary, n.SWITCH_CONFIG, is_default_action=True)
-    assert d.action.action.action_id == PROGRAM.id_of(n.NO_ACTION)
+    (d,) = table_read(primary, p4names.SWITCH_CONFIG, is_default_action=True)
+    assert d.action.action.action_id == PROGRAM.id_of(p4names.NO_ACTION)
     assert write_codes(primary, upd(UPD.DELETE, cache_entity(key, 0, 0))) == [OK]
-    assert table_read(primary, n.CACHE_LOOKUP) == []
+    assert table_read(primary, p4names.CACHE_LOOKUP) == []
 
 
 @pytest.mark.usefixtures("switch")
@@ -431,7 +446,7 @@ def test_leading_zero_bytes_accepted(primary: Client) -> None:
     ent = lpm_entity("", 16, 7, 2, value=b"\x00\x00\x0a\x01\x00\x00")
     ent.table_entry.action.action.params[1].value = b"\x00\x00\x00\x02"
     assert write_codes(primary, upd(UPD.INSERT, ent)) == [OK]
-    (r,) = table_read(primary, n.IPV4_LPM)
+    (r,) = table_read(primary, p4names.IPV4_LPM)
     assert r.match[0].lpm.value == b"\x0a\x01\x00\x00"
     assert [p.value for p in r.action.action.params] == [b"\x07", b"\x02"]
 
@@ -442,14 +457,14 @@ def test_write_errors_per_update(primary: Client) -> None:
     assert write_codes(
         primary, upd(UPD.INSERT, good), upd(UPD.INSERT, good), upd(UPD.INSERT, lpm_entity("10.1.0.0", 16, 1, 1))
     ) == [OK, ALREADY_EXISTS, OK]
-    assert len(table_read(primary, n.IPV4_LPM)) == 2
+    assert len(table_read(primary, p4names.IPV4_LPM)) == 2
 
     cases: list[tuple[str, p4r.Update, int]] = []
     e = lpm_entity("10.2.0.0", 16, 1, 1, table_id=0x02ABCDEF)
     cases.append(("unknown table", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 1, action_id=0x01ABCDEF)
     cases.append(("unknown action", upd(UPD.INSERT, e), INVALID_ARGUMENT))
-    e = lpm_entity("10.2.0.0", 16, 1, 1, action_id=PROGRAM.id_of(n.CACHE_HIT))
+    e = lpm_entity("10.2.0.0", 16, 1, 1, action_id=PROGRAM.id_of(p4names.CACHE_HIT))
     cases.append(("action of another table", upd(UPD.INSERT, e), INVALID_ARGUMENT))
     e = lpm_entity("10.2.0.0", 16, 1, 512)  # port is bit<9>
     cases.append(("param too wide", upd(UPD.INSERT, e), INVALID_ARGUMENT))
@@ -497,19 +512,19 @@ def test_write_errors_per_update(primary: Client) -> None:
     assert [(name, c) for (name, _, _), c in zip(cases, codes, strict=True)] == [
         (name, want) for name, _, want in cases
     ]
-    assert len(table_read(primary, n.IPV4_LPM)) == 2  # nothing else got in
+    assert len(table_read(primary, p4names.IPV4_LPM)) == 2  # nothing else got in
 
 
 def test_table_full(primary: Client) -> None:
     def port_kind(p: int) -> p4r.Update:
-        te = p4r.TableEntry(table_id=PROGRAM.id_of(n.PORT_KIND))
+        te = p4r.TableEntry(table_id=PROGRAM.id_of(p4names.PORT_KIND))
         te.match.add(field_id=1).exact.value = p.to_bytes(2, "big")
-        te.action.action.action_id = PROGRAM.id_of(n.SET_PORT_KIND)
+        te.action.action.action_id = PROGRAM.id_of(p4names.SET_PORT_KIND)
         te.action.action.params.add(param_id=1, value=b"\x01")
         return upd(UPD.INSERT, p4r.Entity(table_entry=te))
 
-    assert set(write_codes(primary, *(port_kind(p) for p in range(n.MAX_PORTS)))) == {OK}
-    assert write_codes(primary, port_kind(n.MAX_PORTS)) == [RESOURCE_EXHAUSTED]
+    assert set(write_codes(primary, *(port_kind(p) for p in range(p4names.MAX_PORTS)))) == {OK}
+    assert write_codes(primary, port_kind(p4names.MAX_PORTS)) == [RESOURCE_EXHAUSTED]
 
 
 def test_write_needs_primary(switch: SoftSwitch, primary: Client) -> None:
@@ -531,7 +546,7 @@ def test_write_needs_primary(switch: SoftSwitch, primary: Client) -> None:
     with pytest.raises(grpc.RpcError) as ei:
         primary.stub.Write(req)
     assert ei.value.code() == SC.NOT_FOUND
-    assert len(switch.state.tables[n.IPV4_LPM]) == 0
+    assert len(switch.state.tables[p4names.IPV4_LPM]) == 0
 
 
 def test_rollback_atomicity_unimplemented(primary: Client) -> None:
@@ -563,28 +578,28 @@ def test_counters_move_with_packets(switch: SoftSwitch, primary: Client) -> None
     for _ in range(3):
         assert switch.process_packet(1, frame) == [(2, bytes.fromhex("020000000002") + frame[6:])]
     assert switch.process_packet(1, ipv4_udp_frame("10.0.2.7")) == []  # no route
-    assert counter_read(primary, n.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 3, 0)]  # packets counter: no bytes
-    assert counter_read(primary, n.DC_DROPS, DROP_NO_ROUTE)[0][1] == 1
-    cells = counter_read(primary, n.DC_STATS)
-    assert len(cells) == n.N_STATS and sum(c[1] for c in cells) == 3
+    assert counter_read(primary, p4names.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 3, 0)]  # packets counter: no bytes
+    assert counter_read(primary, p4names.DC_DROPS, DROP_NO_ROUTE)[0][1] == 1
+    cells = counter_read(primary, p4names.DC_STATS)
+    assert len(cells) == p4names.N_STATS and sum(c[1] for c in cells) == 3
     everything = primary.read(p4r.Entity(counter_entry=p4r.CounterEntry()))
     assert len(everything) == sum(c.size for c in PROGRAM.counters)
     with pytest.raises(grpc.RpcError) as ei:
-        counter_read(primary, n.DC_STATS, n.N_STATS)
+        counter_read(primary, p4names.DC_STATS, p4names.N_STATS)
     assert ei.value.code() == SC.OUT_OF_RANGE
     with pytest.raises(grpc.RpcError) as ei:
         primary.read(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=0x12ABCDEF)))
     assert ei.value.code() == SC.INVALID_ARGUMENT
     # P4Runtime may set a counter (MODIFY only)
     ce = p4r.CounterEntry(
-        counter_id=PROGRAM.id_of(n.DC_STATS),
+        counter_id=PROGRAM.id_of(p4names.DC_STATS),
         index=p4r.Index(index=STAT_ROUTED),
         data=p4r.CounterData(packet_count=0, byte_count=0),
     )
     assert write_codes(
         primary, upd(UPD.MODIFY, p4r.Entity(counter_entry=ce)), upd(UPD.INSERT, p4r.Entity(counter_entry=ce))
     ) == [OK, INVALID_ARGUMENT]
-    assert counter_read(primary, n.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 0, 0)]
+    assert counter_read(primary, p4names.DC_STATS, STAT_ROUTED) == [(STAT_ROUTED, 0, 0)]
 
 
 def test_pipeline_exception_drops_packet_only(switch: SoftSwitch, primary: Client) -> None:
@@ -596,14 +611,14 @@ def test_pipeline_exception_drops_packet_only(switch: SoftSwitch, primary: Clien
 
 
 def test_registers_are_unimplemented(switch: SoftSwitch, primary: Client) -> None:
-    rid = PROGRAM.id_of(n.LOAD_COUNT)
+    rid = PROGRAM.id_of(p4names.LOAD_COUNT)
     with pytest.raises(grpc.RpcError) as ei:
         primary.read(p4r.Entity(register_entry=p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=0))))
     assert ei.value.code() == SC.UNIMPLEMENTED
     w = p4r.RegisterEntry(register_id=rid, index=p4r.Index(index=0))
     w.data.bitstring = b"\x05"
     assert write_codes(primary, upd(UPD.MODIFY, p4r.Entity(register_entry=w))) == [UNIMPLEMENTED]
-    assert switch.state.registers[n.LOAD_COUNT].read(0) == 0
+    assert switch.state.registers[p4names.LOAD_COUNT].read(0) == 0
 
 
 # -- device config: only what softswitch can run ------------------------------------------------------
@@ -658,7 +673,7 @@ def test_device_config_softswitch_cannot_run_is_refused(primary: Client, blob: s
     # nothing changed: the committed config, its entries, no saved config to commit
     cfg = primary.stub.GetForwardingPipelineConfig(p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)).config
     assert cfg.cookie.cookie == 0xC0FFEE and cfg.p4_device_config == PROGRAM.device_config()
-    assert len(table_read(primary, n.IPV4_LPM)) == 1
+    assert len(table_read(primary, p4names.IPV4_LPM)) == 1
     with pytest.raises(grpc.RpcError) as ei:
         primary.set_pipeline(None, action=CFG.COMMIT)
     assert ei.value.code() == SC.NOT_FOUND

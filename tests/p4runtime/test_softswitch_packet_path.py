@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from finsy.proto import p4r
 
-from distcache import p4names as n
+from distcache import p4names
 from softswitch.dataplane import PROGRAM
 from softswitch.ports import read_pcap
 from tests.common.softswitch_helpers import (
@@ -50,10 +50,10 @@ def net() -> Iterator[VethNet]:
 
 
 def route(prefix: str, plen: int, dmac: int, port: int) -> p4r.Update:
-    te = p4r.TableEntry(table_id=PROGRAM.id_of(n.IPV4_LPM))
+    te = p4r.TableEntry(table_id=PROGRAM.id_of(p4names.IPV4_LPM))
     fm = te.match.add(field_id=1)
     fm.lpm.value, fm.lpm.prefix_len = socket.inet_aton(prefix), plen
-    te.action.action.action_id = PROGRAM.id_of(n.SET_NHOP)
+    te.action.action.action_id = PROGRAM.id_of(p4names.SET_NHOP)
     te.action.action.params.add(param_id=1, value=dmac.to_bytes(6, "big"))
     te.action.action.params.add(param_id=2, value=port.to_bytes(2, "big"))
     return p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(table_entry=te))
@@ -135,7 +135,7 @@ def test_frames_cross_the_switch(net: VethNet, tmp_path: Path) -> None:
 
             (ce,) = client.read(
                 p4r.Entity(
-                    counter_entry=p4r.CounterEntry(counter_id=PROGRAM.id_of(n.DC_STATS), index=p4r.Index(index=0))
+                    counter_entry=p4r.CounterEntry(counter_id=PROGRAM.id_of(p4names.DC_STATS), index=p4r.Index(index=0))
                 )
             )
             assert ce.counter_entry.data.packet_count == 3

@@ -23,7 +23,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
@@ -53,7 +53,7 @@ def transit_spine(key: bytes | None, live: tuple[Switch, ...] = SPINES, attempt:
     """The spine a leaf sends ``key``'s transit traffic through: slot h0 mod TRANSIT_SLOTS of the live
     spines dealt round-robin (p4rt.plan.plan); a non-DistCache packet (None) takes slot 0.
     A client's retry (``attempt``, from a client port only) takes the slot ``attempt`` further on."""
-    slot = ((h0(key) if key is not None else 0) + attempt) & (n.TRANSIT_SLOTS - 1)
+    slot = ((h0(key) if key is not None else 0) + attempt) & (p4names.TRANSIT_SLOTS - 1)
     return live[slot % len(live)]
 
 
@@ -161,31 +161,36 @@ class DcTest(P4RuntimeTest):
         )
         p = plan(cluster, sw, BUCKETS, self.live, self.replicated)
         self.config = p.config
-        self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, p.config)
+        self.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, p.config)
         for e in p.defaults:
             self.set_default(e.table, e.action, e.params_dict)
         for e in p.entries:
             self.insert(e.table, e.match_dict, e.action, e.params_dict)
 
     def configure(self, switch_id: int, role: int, mechanism: int) -> None:
-        self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, {"switch_id": switch_id, "role": role, "mechanism": mechanism})
+        self.set_default(
+            p4names.SWITCH_CONFIG, p4names.SET_CONFIG, {"switch_id": switch_id, "role": role, "mechanism": mechanism}
+        )
 
     def set_window(self, shift: int) -> None:
-        self.set_default(n.LOAD_WINDOW, n.SET_LOAD_WINDOW, {"shift": shift})
+        self.set_default(p4names.LOAD_WINDOW, p4names.SET_LOAD_WINDOW, {"shift": shift})
 
     def cache(self, key: bytes, slot: int, version: int) -> None:
         self.insert(
-            n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")}, n.CACHE_HIT, {"slot": slot, "version": version}
+            p4names.CACHE_LOOKUP,
+            {p4names.KEY_DC_KEY: int.from_bytes(key, "big")},
+            p4names.CACHE_HIT,
+            {"slot": slot, "version": version},
         )
 
     def uncache(self, key: bytes) -> None:
-        self.sw.delete(n.CACHE_LOOKUP, {n.KEY_DC_KEY: int.from_bytes(key, "big")})
+        self.sw.delete(p4names.CACHE_LOOKUP, {p4names.KEY_DC_KEY: int.from_bytes(key, "big")})
 
-    def stat(self, s: n.Stat) -> int:
-        return self.counter(n.DC_STATS, int(s))
+    def stat(self, s: p4names.Stat) -> int:
+        return self.counter(p4names.DC_STATS, int(s))
 
-    def drops(self, r: n.DropReason) -> int:
-        return self.counter(n.DC_DROPS, int(r))
+    def drops(self, r: p4names.DropReason) -> int:
+        return self.counter(p4names.DC_DROPS, int(r))
 
     # -- data plane ---------------------------------------------------------------------------
     def receive(self, timeout: float = 1.0) -> tuple[int, Packet]:
@@ -224,7 +229,7 @@ class DcTest(P4RuntimeTest):
         return dc_frame(src, dst or C.spine_address(BUCKETS[h0(key)]), msg, sport=DC_PORT, dport=DC_PORT)
 
     def set_cache_epoch(self, epoch: int) -> None:
-        self.set_default(n.CACHE_EPOCH, n.SET_CACHE_EPOCH, {"epoch": epoch})
+        self.set_default(p4names.CACHE_EPOCH, p4names.SET_CACHE_EPOCH, {"epoch": epoch})
 
     def fill(self, key: bytes, slot: int, version: int, value: bytes, seq: int, port: int = 1, epoch: int = 0) -> None:
         """Install ``key`` and populate it with ``value`` as the shim does: an INVALIDATE flagged
@@ -269,7 +274,7 @@ class DcTest(P4RuntimeTest):
                 last = m.spine_load
             self.fail("the load count never started again: no window boundary seen")
         finally:
-            self.set_default(n.SWITCH_CONFIG, n.SET_CONFIG, self.config)
+            self.set_default(p4names.SWITCH_CONFIG, p4names.SET_CONFIG, self.config)
         raise AssertionError("unreachable")
 
     # -- probes (liveness) ----------------------------------------------------------------------
@@ -283,9 +288,9 @@ class DcTest(P4RuntimeTest):
     def answer(self, spine: Switch, seq: int = 1) -> None:
         """``spine``'s reply to a probe, arriving on its port; returns once the leaf counted it (it keeps
         the reply: nothing comes out), so what the test sends next is heard after it."""
-        before = self.counter(n.PROBES_ANSWERED, spine.switch_id)
+        before = self.counter(p4names.PROBES_ANSWERED, spine.switch_id)
         self.send(LEAF_UPLINK[spine.switch_id], probe_wire(self.role, spine, seq, reply=True))
-        got = self.wait_counter(n.PROBES_ANSWERED, spine.switch_id, before + 1)
+        got = self.wait_counter(p4names.PROBES_ANSWERED, spine.switch_id, before + 1)
         self.assertEqual(got, before + 1, f"the leaf did not count {spine.name}'s probe reply")
 
     def probe_counts(self) -> dict[int, ProbeCounts]:
@@ -296,8 +301,10 @@ class DcTest(P4RuntimeTest):
         """Detector threshold and window, and delivery of its digests one by one on the stream."""
         while not self.sw.digest_lists.empty():  # lists a previous test left unread
             self.sw.digest_lists.get_nowait()
-        self.set_default(n.DETECTOR_CONFIG, n.SET_DETECTOR, {"threshold": threshold, "window_shift": window_shift})
-        self.enable_digest(n.HH_DIGEST)
+        self.set_default(
+            p4names.DETECTOR_CONFIG, p4names.SET_DETECTOR, {"threshold": threshold, "window_shift": window_shift}
+        )
+        self.enable_digest(p4names.HH_DIGEST)
 
     def enable_digest(self, name: str) -> None:
         """Delivery of digest ``name`` one by one on the stream (lists a previous test left unread dropped)."""
@@ -307,7 +314,7 @@ class DcTest(P4RuntimeTest):
 
     def hot_keys(self, timeout: float = 1.0) -> list[dict[str, int]]:
         """The data of the next DigestList (acknowledged), or fail if none comes."""
-        return self.digest_rows(n.HH_DIGEST, timeout)
+        return self.digest_rows(p4names.HH_DIGEST, timeout)
 
     def digest_rows(self, name: str, timeout: float = 1.0) -> list[dict[str, int]]:
         """The data of the next DigestList (acknowledged), which must be of digest ``name``."""

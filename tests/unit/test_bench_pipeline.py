@@ -7,7 +7,7 @@ entry, so every frame it measured was a miss (READ_HIT stayed 0).
 from __future__ import annotations
 
 from bench.pipeline import Row, rows, takes_its_path
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.hashing import wire_key
 from distcache.p4defines import Stat
@@ -25,14 +25,16 @@ def test_the_hit_row_answers_from_the_cache_every_time() -> None:
     hit = rows(Cluster())[0]
     for _ in range(5):
         assert takes_its_path(hit)
-    assert hit.state.counters[n.DC_STATS].read(Stat.READ_MISS)[0] == 0
+    assert hit.state.counters[p4names.DC_STATS].read(Stat.READ_MISS)[0] == 0
 
 
 def test_an_entry_armed_with_a_plain_invalidate_is_no_hit_and_the_check_says_so() -> None:
     c = Cluster()
     hit = rows(c)[0]
     key, srv = wire_key("another"), c.server(0, 0)
-    hit.state.tables[n.CACHE_LOOKUP].insert([int.from_bytes(key, "big")], n.CACHE_HIT, {"slot": 2, "version": 1})
+    hit.state.tables[p4names.CACHE_LOOKUP].insert(
+        [int.from_bytes(key, "big")], p4names.CACHE_HIT, {"slot": 2, "version": 1}
+    )
     pipe = DistCachePipeline()
     for m in (Message(op=Op.INVALIDATE, key=key, seq=9), Message(op=Op.UPDATE, key=key, seq=9, value=b"v")):
         pipe.process(hit.state, 1, bytes(frame(m, srv.ip, c.spine_address(1), sport=DC_PORT)), 0)

@@ -16,8 +16,8 @@ from google.protobuf import text_format
 from controller.controller import Controller
 from controller.core import DP_POKE_MISSES, PROBE_INTERVAL, PROBE_TIMEOUT, REFUSED_RECHECK
 from controller.state import ControllerState, Failure
-from distcache.api import controller_pb2, message_dict
 from distcache.cluster import Cluster, Role, Switch
+from distcache.rpc.protos import controller_pb2, message_dict
 from p4rt.probes import ProbeCounts
 from softswitch.dataplane import PROGRAM
 from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Role
 from softswitch.dataplane import PROGRAM, liveness
 from softswitch.dataplane.header import Headers, Meta
@@ -20,13 +20,13 @@ from softswitch.state import SwitchState
 pytestmark = pytest.mark.timeout(30)
 
 SPINE, PORT = 1, 2
-DEAD = n.DEAD_AFTER_US
+DEAD = p4names.DEAD_AFTER_US
 
 
 @pytest.fixture
 def leaf() -> SwitchState:
     st = SwitchState(PROGRAM)
-    st.tables[n.PORT_SPINE].insert([PORT], n.SET_PORT_SPINE, {"spine_id": SPINE})
+    st.tables[p4names.PORT_SPINE].insert([PORT], p4names.SET_PORT_SPINE, {"spine_id": SPINE})
     return st
 
 
@@ -38,17 +38,17 @@ def hear(st: SwitchState, now: int) -> None:
 def ask(st: SwitchState, now: int) -> None:
     """A probe to SPINE stamped ``now`` (DcProbe starts the ask unless one is outstanding)."""
     regs = st.registers
-    if regs[n.SPINE_ASKED].read(SPINE) <= regs[n.SPINE_HEARD].read(SPINE):
-        regs[n.SPINE_ASKED].write(SPINE, now)
+    if regs[p4names.SPINE_ASKED].read(SPINE) <= regs[p4names.SPINE_HEARD].read(SPINE):
+        regs[p4names.SPINE_ASKED].write(SPINE, now)
 
 
 def excluded(st: SwitchState, now: int) -> bool:
-    m = Meta(dead_after=DEAD, dead_after_max=n.DEAD_AFTER_MAX_US, peak_decay_shift=n.PEAK_DECAY_SHIFT)
+    m = Meta(dead_after=DEAD, dead_after_max=p4names.DEAD_AFTER_MAX_US, peak_decay_shift=p4names.PEAK_DECAY_SHIFT)
     return liveness.spine_excluded(st, SPINE, now, m)
 
 
 def deaths(st: SwitchState) -> int:
-    return st.counters[n.SPINE_DEATHS].read(SPINE)[0]
+    return st.counters[p4names.SPINE_DEATHS].read(SPINE)[0]
 
 
 def test_a_packet_stamped_before_the_probe_neither_kills_nor_answers(leaf: SwitchState) -> None:
@@ -64,7 +64,7 @@ def test_a_packet_stamped_before_the_probe_neither_kills_nor_answers(leaf: Switc
     assert deaths(leaf) == 1
     # reported: found dead DEAD after the probe, i.e. 2.9 ms + DEAD after the late packet; silent since it
     detect, silent = 1_005_000 + DEAD - 1_002_100, 1_005_000 + DEAD + 500 - 1_002_100
-    assert leaf.pending_digests == [(n.SPINE_DEATH_DIGEST, (0, SPINE, detect, silent))]
+    assert leaf.pending_digests == [(p4names.SPINE_DEATH_DIGEST, (0, SPINE, detect, silent))]
 
 
 def test_heard_never_goes_back_in_time(leaf: SwitchState) -> None:
@@ -72,7 +72,7 @@ def test_heard_never_goes_back_in_time(leaf: SwitchState) -> None:
     ask(leaf, 2_001_000)
     hear(leaf, 2_002_000)  # answers the probe
     hear(leaf, 1_999_000)  # an older stamp late: must not reopen the answered wait
-    assert leaf.registers[n.SPINE_HEARD].read(SPINE) == 2_002_000
+    assert leaf.registers[p4names.SPINE_HEARD].read(SPINE) == 2_002_000
     assert not excluded(leaf, 2_001_000 + 10 * DEAD)
     hear(leaf, 2_001_000 + 10 * DEAD)
     assert deaths(leaf) == 0

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from dcnet.deploy import Deployment, DeploymentError
 
-from distcache.api import controller_pb2
 from distcache.cluster import Cluster
 from distcache.rpc.controller import change_summary
+from distcache.rpc.protos import controller_pb2
 
 
 def test_the_line_is_the_one_distcache_ctl_prints() -> None:

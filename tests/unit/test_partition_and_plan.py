@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import DATA_NETS, Cluster, Mechanism, PortKind, Role
 from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
 from distcache.partition import spine_buckets
@@ -64,26 +64,34 @@ def test_plan_small_cluster() -> None:
     buckets = spine_buckets([sp.switch_id])
     p_sl = plan(c, sl, buckets)
     assert p_sl.config == {"switch_id": 64, "role": int(Role.STORAGE_LEAF), "mechanism": 1}
-    kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sl.entries if e.table == n.PORT_KIND}
+    kinds = {
+        e.match_dict[p4names.KEY_INGRESS_PORT]: e.params_dict["kind"]
+        for e in p_sl.entries
+        if e.table == p4names.PORT_KIND
+    }
     assert kinds == {1: PortKind.STORAGE, 2: PortKind.FABRIC}
     routes = {
-        (e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len): e.params_dict.get(
+        (e.match_dict[p4names.KEY_IPV4_DST].value, e.match_dict[p4names.KEY_IPV4_DST].prefix_len): e.params_dict.get(
             "port", e.action
         )
         for e in p_sl.entries
-        if e.table == n.IPV4_LPM
+        if e.table == p4names.IPV4_LPM
     }
     assert routes[(0x0A010001, 32)] == 1  # the server, on port 1
     assert routes[(0x0AFF0001, 32)] == 2  # the spine's address, up
-    assert routes[(0x0A000000, 8)] == n.TRANSIT  # other racks: over the spines (transit_spine)
+    assert routes[(0x0A000000, 8)] == p4names.TRANSIT  # other racks: over the spines (transit_spine)
     p_cl = plan(c, cl, buckets)
-    parts = [e for e in p_cl.entries if e.table == n.SPINE_PARTITION]
+    parts = [e for e in p_cl.entries if e.table == p4names.SPINE_PARTITION]
     assert len(parts) == N_SPINE_BUCKETS and {e.params_dict["spine_id"] for e in parts} == {1}
-    racks = [e for e in p_cl.entries if e.table == n.STORAGE_RACK]
-    assert racks[0].match_dict[n.KEY_IPV4_DST] == Match(0x0A010000, prefix_len=24)
+    racks = [e for e in p_cl.entries if e.table == p4names.STORAGE_RACK]
+    assert racks[0].match_dict[p4names.KEY_IPV4_DST] == Match(0x0A010000, prefix_len=24)
     assert racks[0].params_dict == {"leaf_id": 64}
     p_sp = plan(c, sp, buckets)
-    kinds = {e.match_dict[n.KEY_INGRESS_PORT]: e.params_dict["kind"] for e in p_sp.entries if e.table == n.PORT_KIND}
+    kinds = {
+        e.match_dict[p4names.KEY_INGRESS_PORT]: e.params_dict["kind"]
+        for e in p_sp.entries
+        if e.table == p4names.PORT_KIND
+    }
     assert kinds == {1: PortKind.STORAGE, 2: PortKind.CLIENT}
 
 
@@ -91,25 +99,25 @@ def test_leaves_get_the_clusters_liveness_times_spines_do_not() -> None:
     c = Cluster(dead_after_ms=45, dead_after_max_ms=400, liveness_hold_ms=250.5, probe_skip_ms=2.5)
     buckets = spine_buckets([c.spine(0).switch_id])
     for sw in (c.client_leaf(0), c.storage_leaf(0)):
-        (cfg,) = [e for e in plan(c, sw, buckets).defaults if e.table == n.LIVENESS_CONFIG]
+        (cfg,) = [e for e in plan(c, sw, buckets).defaults if e.table == p4names.LIVENESS_CONFIG]
         assert (cfg.action, cfg.params_dict) == (
-            n.SET_LIVENESS,
+            p4names.SET_LIVENESS,
             {
                 "dead_after": 45_000,
                 "dead_after_max": 400_000,
                 "hold": 250_500,
-                "peak_decay_shift": n.PEAK_DECAY_SHIFT,
+                "peak_decay_shift": p4names.PEAK_DECAY_SHIFT,
                 "probe_skip": 2_500,
                 "fenced": 0,
             },
         )
-    assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == n.LIVENESS_CONFIG]
+    assert not [e for e in plan(c, c.spine(0), buckets).defaults if e.table == p4names.LIVENESS_CONFIG]
     d = Cluster()
     assert (d.dead_after_ms, d.dead_after_max_ms, d.liveness_hold_ms, d.probe_skip_ms) == (
-        n.DEAD_AFTER_US / 1000,
-        n.DEAD_AFTER_MAX_US / 1000,
-        n.HOLD_US / 1000,
-        n.PROBE_SKIP_US / 1000,
+        p4names.DEAD_AFTER_US / 1000,
+        p4names.DEAD_AFTER_MAX_US / 1000,
+        p4names.HOLD_US / 1000,
+        p4names.PROBE_SKIP_US / 1000,
     )
 
 
@@ -120,15 +128,15 @@ def test_transit_and_replica_slots_spread_over_live_spines_only() -> None:
     buckets = spine_buckets([s.switch_id for s in spines], live)
     cl = plan(c, c.client_leaf(0), buckets, live)
     port_of = {name: port for port, name in c.ports(c.client_leaf(0).name).items()}
-    transit = Counter(e.params_dict["port"] for e in cl.entries if e.table == n.TRANSIT_SPINE)
-    assert sum(transit.values()) == n.TRANSIT_SLOTS
+    transit = Counter(e.params_dict["port"] for e in cl.entries if e.table == p4names.TRANSIT_SPINE)
+    assert sum(transit.values()) == p4names.TRANSIT_SLOTS
     assert set(transit) == {port_of[spines[0].name], port_of[spines[2].name]}  # sp1 is down: no slot
     assert max(transit.values()) - min(transit.values()) <= 1
-    replica = Counter(e.params_dict["spine_id"] for e in cl.entries if e.table == n.REPLICA_SPINE)
-    assert set(replica) == live and sum(replica.values()) == n.REPLICA_SLOTS
+    replica = Counter(e.params_dict["spine_id"] for e in cl.entries if e.table == p4names.REPLICA_SPINE)
+    assert set(replica) == live and sum(replica.values()) == p4names.REPLICA_SLOTS
     assert max(replica.values()) - min(replica.values()) <= 1
     sl = plan(c, c.storage_leaf(0), buckets, live)
-    assert {e.params_dict["port"] for e in sl.entries if e.table == n.TRANSIT_SPINE} == {
+    assert {e.params_dict["port"] for e in sl.entries if e.table == p4names.TRANSIT_SPINE} == {
         p for p, name in c.ports(c.storage_leaf(0).name).items() if name in (spines[0].name, spines[2].name)
     }
 
@@ -147,18 +155,18 @@ def test_a_client_leaf_never_targets_a_cache_out_of_service(mech: Mechanism) -> 
             named = {
                 e.params_dict[p]
                 for e in cl.entries
-                if e.table in (n.REPLICA_SPINE, n.SPINE_PARTITION)
+                if e.table in (p4names.REPLICA_SPINE, p4names.SPINE_PARTITION)
                 for p in ("spine_id", "alt_spine_id")
                 if p in e.params_dict
             } - {0}
             assert named <= live, (mech, live, named)
-            replica = [e for e in cl.entries if e.table == n.REPLICA_SPINE]
-            assert len(replica) == (n.REPLICA_SLOTS if live else 0), (mech, live)
-            transit = {e.params_dict["spine_id"] for e in cl.entries if e.table == n.TRANSIT_SPINE}
+            replica = [e for e in cl.entries if e.table == p4names.REPLICA_SPINE]
+            assert len(replica) == (p4names.REPLICA_SLOTS if live else 0), (mech, live)
+            transit = {e.params_dict["spine_id"] for e in cl.entries if e.table == p4names.TRANSIT_SPINE}
             assert transit == (live or set(ids)), (mech, live)  # paths, not caches: with none in service, all
             # and every spine out of service is fenced at once, by the one default write (liveness.p4)
-            (cfg,) = [e for e in cl.defaults if e.table == n.LIVENESS_CONFIG]
-            fenced = {s for s in range(n.LIVENESS_SPINES) if cfg.params_dict["fenced"] >> s & 1}
+            (cfg,) = [e for e in cl.defaults if e.table == p4names.LIVENESS_CONFIG]
+            fenced = {s for s in range(p4names.LIVENESS_SPINES) if cfg.params_dict["fenced"] >> s & 1}
             assert fenced == set(ids) - live, (mech, live, fenced)
 
 
@@ -174,14 +182,18 @@ def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:
         c = Cluster(spines=2, storage_racks=2, mechanism=mech)
         buckets = spine_buckets([1, 2])
         sl = plan(c, c.storage_leaf(0), buckets)
-        assert any(e.table == n.HH_RACKS for e in sl.entries) == leaf_caches, mech
-        mine = {e.match_dict[n.KEY_BUCKET] for e in plan(c, c.spine(0), buckets).entries if e.table == n.HH_BUCKETS}
+        assert any(e.table == p4names.HH_RACKS for e in sl.entries) == leaf_caches, mech
+        mine = {
+            e.match_dict[p4names.KEY_BUCKET]
+            for e in plan(c, c.spine(0), buckets).entries
+            if e.table == p4names.HH_BUCKETS
+        }
         want = {"own": {b for b, s in enumerate(buckets) if s == 1}, "all": set(range(N_SPINE_BUCKETS)), "none": set()}[
             spine_buckets_of_sp0
         ]
         assert mine == want, mech
         cl = plan(c, c.client_leaf(0), buckets, replicated=hot)
-        assert {e.match_dict[n.KEY_DC_KEY] for e in cl.entries if e.table == n.REPLICATED_KEYS} == {
+        assert {e.match_dict[p4names.KEY_DC_KEY] for e in cl.entries if e.table == p4names.REPLICATED_KEYS} == {
             int.from_bytes(k, "big") for k in hot
         }
 
@@ -297,9 +309,13 @@ def test_the_addressing_plan_has_one_home() -> None:
     assert c.switch_ids(Role.SPINE) == [1, 2] and c.switch_ids(Role.STORAGE_LEAF) == [64, 65, 66]
     assert c.switch_ids(Role.CLIENT_LEAF) == [128, 129]
     routes = {
-        str(ipaddress.ip_network((e.match_dict[n.KEY_IPV4_DST].value, e.match_dict[n.KEY_IPV4_DST].prefix_len)))
+        str(
+            ipaddress.ip_network(
+                (e.match_dict[p4names.KEY_IPV4_DST].value, e.match_dict[p4names.KEY_IPV4_DST].prefix_len)
+            )
+        )
         for e in plan(c, c.spine(0), spine_buckets(c.switch_ids(Role.SPINE))).entries
-        if e.table == n.IPV4_LPM
+        if e.table == p4names.IPV4_LPM
     }
     assert routes == {c.rack_prefix(sw) for sw in c.switches() if sw.role != Role.SPINE}
     with pytest.raises(ValueError, match="not a leaf"):

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 
 from agent.agent import SwitchAgent
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Cluster, Mechanism, Role, Switch
 from distcache.hashing import h0, wire_key
 from distcache.partition import spine_buckets
@@ -95,8 +95,8 @@ def test_the_detectors_watch_what_the_table_places(mech: Mechanism) -> None:
         if sw.role == Role.CLIENT_LEAF or (sw.role == Role.SPINE and sw.switch_id not in LIVE):
             continue
         entries = plan(cluster, sw, LIVE).entries
-        watched = {dict(e.match)[n.KEY_BUCKET] for e in entries if e.table == n.HH_BUCKETS}
-        racks = [e for e in entries if e.table == n.HH_RACKS]
+        watched = {dict(e.match)[p4names.KEY_BUCKET] for e in entries if e.table == p4names.HH_BUCKETS}
+        racks = [e for e in entries if e.table == p4names.HH_RACKS]
         for k in its_keys(sw, KEYS[5:]):  # Hybrid's replicated keys are the controller's to place, not a detector's
             placed = sw in cache_switches(cluster, LIVE, k)
             seen = h0(k) in watched if sw.role == Role.SPINE else bool(racks)

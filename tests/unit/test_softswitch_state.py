@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distcache import p4names as n
+from distcache import p4names
 from softswitch.dataplane import PROGRAM
 from softswitch.program import Action, Counter, MatchField, Param, Program, Register, Table
 from softswitch.state import (
@@ -64,29 +64,29 @@ def mixed() -> SwitchState:
 
 
 def test_lpm_longest_prefix_wins(dc: SwitchState) -> None:
-    t = dc.tables[n.IPV4_LPM]
-    t.insert([(ip("10.0.0.0"), 8)], n.SET_NHOP, {"dmac": 1, "port": 1})
-    t.insert([(ip("10.1.0.0"), 16)], n.SET_NHOP, {"dmac": 2, "port": 2})
-    t.insert([(ip("10.1.2.0"), 24)], n.SET_NHOP, {"dmac": 3, "port": 3})
-    t.insert([(0, 0)], n.SET_NHOP, {"dmac": 9, "port": 9})  # default route /0
-    assert t.lookup(ip("10.1.2.3")) == (n.SET_NHOP, {"dmac": 3, "port": 3}, True)
+    t = dc.tables[p4names.IPV4_LPM]
+    t.insert([(ip("10.0.0.0"), 8)], p4names.SET_NHOP, {"dmac": 1, "port": 1})
+    t.insert([(ip("10.1.0.0"), 16)], p4names.SET_NHOP, {"dmac": 2, "port": 2})
+    t.insert([(ip("10.1.2.0"), 24)], p4names.SET_NHOP, {"dmac": 3, "port": 3})
+    t.insert([(0, 0)], p4names.SET_NHOP, {"dmac": 9, "port": 9})  # default route /0
+    assert t.lookup(ip("10.1.2.3")) == (p4names.SET_NHOP, {"dmac": 3, "port": 3}, True)
     assert t.lookup(ip("10.1.3.3"))[1]["port"] == 2
     assert t.lookup(ip("10.2.0.1"))[1]["port"] == 1
     assert t.lookup(ip("192.168.0.1"))[1]["port"] == 9
     t.delete([(ip("10.1.2.0"), 24)])
     assert t.lookup(ip("10.1.2.3"))[1]["port"] == 2
     t.delete([(0, 0)])
-    assert t.lookup(ip("192.168.0.1")) == (n.DROP, {}, False)  # the program's default: drop
+    assert t.lookup(ip("192.168.0.1")) == (p4names.DROP, {}, False)  # the program's default: drop
 
 
 def test_lpm_rejects_host_bits_and_long_prefix(dc: SwitchState) -> None:
-    t = dc.tables[n.IPV4_LPM]
+    t = dc.tables[p4names.IPV4_LPM]
     with pytest.raises(ValueError, match="beyond prefix"):
-        t.insert([(ip("10.1.2.3"), 24)], n.SET_NHOP, {"dmac": 1, "port": 1})
+        t.insert([(ip("10.1.2.3"), 24)], p4names.SET_NHOP, {"dmac": 1, "port": 1})
     with pytest.raises(ValueError, match="prefix length"):
-        t.insert([(ip("10.1.2.3"), 33)], n.SET_NHOP, {"dmac": 1, "port": 1})
+        t.insert([(ip("10.1.2.3"), 33)], p4names.SET_NHOP, {"dmac": 1, "port": 1})
     with pytest.raises(ValueError, match="does not fit"):
-        t.insert([(1 << 32, 32)], n.SET_NHOP, {"dmac": 1, "port": 1})
+        t.insert([(1 << 32, 32)], p4names.SET_NHOP, {"dmac": 1, "port": 1})
     assert len(t) == 0
 
 
@@ -126,22 +126,22 @@ def test_exact_multi_field_default_and_full(mixed: SwitchState) -> None:
 
 
 def test_default_action_change_and_reset(dc: SwitchState) -> None:
-    t = dc.tables[n.SWITCH_CONFIG]  # keyless
-    assert t.lookup() == (n.NO_ACTION, {}, False)
-    t.set_default(n.SET_CONFIG, {"switch_id": 3, "role": 1, "mechanism": 2})
-    assert t.lookup() == (n.SET_CONFIG, {"switch_id": 3, "role": 1, "mechanism": 2}, False)
+    t = dc.tables[p4names.SWITCH_CONFIG]  # keyless
+    assert t.lookup() == (p4names.NO_ACTION, {}, False)
+    t.set_default(p4names.SET_CONFIG, {"switch_id": 3, "role": 1, "mechanism": 2})
+    assert t.lookup() == (p4names.SET_CONFIG, {"switch_id": 3, "role": 1, "mechanism": 2}, False)
     assert t.default_modified
     t.reset_default()
-    assert t.lookup() == (n.NO_ACTION, {}, False)
+    assert t.lookup() == (p4names.NO_ACTION, {}, False)
     with pytest.raises(ValueError, match="no key"):
-        t.insert([], n.SET_CONFIG, {"switch_id": 1, "role": 1, "mechanism": 1})
-    c = dc.tables[n.CACHE_LOOKUP]
+        t.insert([], p4names.SET_CONFIG, {"switch_id": 1, "role": 1, "mechanism": 1})
+    c = dc.tables[p4names.CACHE_LOOKUP]
     key = 0x0123456789ABCDEF_FEDCBA9876543210
-    c.insert([key], n.CACHE_HIT, {"slot": 5, "version": 1})
-    assert c.lookup(key) == (n.CACHE_HIT, {"slot": 5, "version": 1}, True)
-    assert c.lookup(key ^ 1) == (n.CACHE_MISS, {}, False)
-    c.set_default(n.CACHE_HIT, {"slot": 0, "version": 0})
-    assert c.lookup(key ^ 1) == (n.CACHE_HIT, {"slot": 0, "version": 0}, False)
+    c.insert([key], p4names.CACHE_HIT, {"slot": 5, "version": 1})
+    assert c.lookup(key) == (p4names.CACHE_HIT, {"slot": 5, "version": 1}, True)
+    assert c.lookup(key ^ 1) == (p4names.CACHE_MISS, {}, False)
+    c.set_default(p4names.CACHE_HIT, {"slot": 0, "version": 0})
+    assert c.lookup(key ^ 1) == (p4names.CACHE_HIT, {"slot": 0, "version": 0}, False)
 
 
 def test_ternary_highest_priority_wins(mixed: SwitchState) -> None:
@@ -238,19 +238,23 @@ def test_counters(mixed: SwitchState) -> None:
 
 
 def test_reset_clears_in_place(dc: SwitchState) -> None:
-    t = dc.tables[n.IPV4_LPM]
-    reg = dc.registers[n.CACHE_VALUE]
-    cnt = dc.counters[n.DC_STATS]
-    t.insert([(ip("10.0.0.0"), 8)], n.SET_NHOP, {"dmac": 1, "port": 1})
-    dc.tables[n.SWITCH_CONFIG].set_default(n.SET_CONFIG, {"switch_id": 1, "role": 1, "mechanism": 1})
+    t = dc.tables[p4names.IPV4_LPM]
+    reg = dc.registers[p4names.CACHE_VALUE]
+    cnt = dc.counters[p4names.DC_STATS]
+    t.insert([(ip("10.0.0.0"), 8)], p4names.SET_NHOP, {"dmac": 1, "port": 1})
+    dc.tables[p4names.SWITCH_CONFIG].set_default(p4names.SET_CONFIG, {"switch_id": 1, "role": 1, "mechanism": 1})
     reg.write(3, 12345)
     cnt.count(2, 10)
     dc.reset()
-    assert dc.tables[n.IPV4_LPM] is t and dc.registers[n.CACHE_VALUE] is reg and dc.counters[n.DC_STATS] is cnt
+    assert (
+        dc.tables[p4names.IPV4_LPM] is t
+        and dc.registers[p4names.CACHE_VALUE] is reg
+        and dc.counters[p4names.DC_STATS] is cnt
+    )
     assert len(t) == 0 and t.lookup(ip("10.0.0.1"))[2] is False
-    assert dc.tables[n.SWITCH_CONFIG].lookup()[0] == n.NO_ACTION
+    assert dc.tables[p4names.SWITCH_CONFIG].lookup()[0] == p4names.NO_ACTION
     assert reg.read(3) == 0 and cnt.read(2) == (0, 0)
-    t.insert([(ip("10.0.0.0"), 8)], n.SET_NHOP, {"dmac": 1, "port": 1})
+    t.insert([(ip("10.0.0.0"), 8)], p4names.SET_NHOP, {"dmac": 1, "port": 1})
     assert t.lookup(ip("10.0.0.1"))[2] is True
 
 

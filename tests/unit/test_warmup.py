@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from controller.warmup import paced, warm_keys
-from distcache.caching import REPLACE_MARGIN
+from distcache.replacement import REPLACE_MARGIN
 
 
 def k(i: int) -> bytes:

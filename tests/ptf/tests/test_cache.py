@@ -14,7 +14,7 @@ import logging
 
 from scapy.layers.inet import UDP
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.p4names import Stat
 from distcache.wire import DC_PORT, Flag, Message, Op, decode
 from tests.ptf.dctest import (
@@ -65,7 +65,7 @@ class _Hit(DcTest):
         self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=41, target=SL0.switch_id)))
         self.expect(reply_frame(value, SL0.switch_id, seq=41, dmac=SP0.mac, leaf_load=1, target=SL0.switch_id), 2)
         self.expect_none()
-        self.assertEqual(self.counter(n.CACHE_HITS, 3), 1)
+        self.assertEqual(self.counter(p4names.CACHE_HITS, 3), 1)
         self.assertEqual(self.stat(Stat.READ_HIT), 1)
 
 
@@ -124,7 +124,7 @@ class SpineHitExactReply(DcTest):
             3,
         )
         self.expect_none()
-        self.assertEqual(self.counter(n.CACHE_HITS, 0), 1)
+        self.assertEqual(self.counter(p4names.CACHE_HITS, 0), 1)
 
 
 class MissIsForwardedAndCounted(DcTest):
@@ -157,7 +157,7 @@ class OnlyTheTargetAnswers(DcTest):
             port, m = self.read(2, target)
             self.assertEqual((port, m.op, m.cached), (1, Op.GET, False), f"target {target}")
         self.assertEqual(self.stat(Stat.READ_HIT), 0)
-        self.assertEqual(self.counter(n.CACHE_HITS, 0), 0)
+        self.assertEqual(self.counter(p4names.CACHE_HITS, 0), 0)
 
 
 class LeafAnswersAReadItsSpineMissed(_Hit):
@@ -175,7 +175,7 @@ class LeafAnswersAReadItsSpineMissed(_Hit):
                 2,
             )
         self.expect_none()
-        self.assertEqual((self.stat(Stat.READ_HIT), self.counter(n.CACHE_HITS, 3)), (2, 2))
+        self.assertEqual((self.stat(Stat.READ_HIT), self.counter(p4names.CACHE_HITS, 3)), (2, 2))
 
 
 class WritesPassCachedKeys(DcTest):
@@ -242,7 +242,7 @@ class _MeteredBurst(DcTest):
         logging.getLogger("dcptf").info("%s: %d of %d reads answered", self, n_served, self.READS)
         self.assertEqual(self.stat(Stat.HIT_METERED), n_missed)
         self.assertEqual((self.stat(Stat.READ_HIT), self.stat(Stat.READ_MISS)), (n_served, n_missed))
-        self.assertEqual(self.counter(n.CACHE_HITS, self.SLOT), n_served)
+        self.assertEqual(self.counter(p4names.CACHE_HITS, self.SLOT), n_served)
         return n_served
 
 
@@ -251,7 +251,7 @@ class MeterBoundsReadsAnswered(_MeteredBurst):
     the few the rate adds while the reads last (2 a second), and passes the rest on to the server."""
 
     def runTest(self) -> None:
-        self.set_meter(n.CACHE_METER, 0, cir=2, cburst=5, pir=2, pburst=5)
+        self.set_meter(p4names.CACHE_METER, 0, cir=2, cburst=5, pir=2, pburst=5)
         served = self.burst()
         self.assertTrue(
             5 <= served <= 10,
@@ -264,7 +264,7 @@ class MeterYellowReadsAreAnswered(_MeteredBurst):
     rate (RED) is it passed on.  cburst 1 but pburst 8: the peak bucket bounds what is answered."""
 
     def runTest(self) -> None:
-        self.set_meter(n.CACHE_METER, 0, cir=1, cburst=1, pir=2, pburst=8)
+        self.set_meter(p4names.CACHE_METER, 0, cir=1, cburst=1, pir=2, pburst=8)
         served = self.burst()
         self.assertTrue(
             8 <= served <= 12,
@@ -276,5 +276,5 @@ class UnconfiguredMeterAnswersEveryRead(_MeteredBurst):
     """The meter after a pipeline push has no rates: it colours every read GREEN."""
 
     def runTest(self) -> None:
-        self.assertEqual(self.sw.read_meter(n.CACHE_METER), {0: None})
+        self.assertEqual(self.sw.read_meter(p4names.CACHE_METER), {0: None})
         self.assertEqual(self.burst(), self.READS)

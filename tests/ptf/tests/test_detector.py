@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism
 from distcache.p4names import Stat
 from tests.ptf.dctest import KEY, KEY1, SERVER, SERVER1, SL0, SP0, STEADY_SHIFT, WINDOW_SHIFT, DcTest
@@ -143,4 +143,4 @@ class NoCacheDetectsNothing(_Detector):
         self.enable_hot_key_digests(THRESHOLD)
         self.reads(THRESHOLD * 2)
         self.expect_no_digest()
-        self.assertEqual(self.counter(n.DC_STATS, int(Stat.HH_COUNTED)), 0)
+        self.assertEqual(self.counter(p4names.DC_STATS, int(Stat.HH_COUNTED)), 0)

@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.hashing import h0, wire_key
 from distcache.wire import DC_PORT, Flag, Message, Op, attempt_flags
 from tests.ptf.dctest import (
@@ -113,11 +113,11 @@ class EmptyTransitSlotDrops(DcTest):
 
     def runTest(self) -> None:
         key = KEYS[0]
-        slot = h0(key) & (n.TRANSIT_SLOTS - 1)
-        self.sw.delete(n.TRANSIT_SPINE, {n.KEY_TRANSIT_SLOT: slot})
+        slot = h0(key) & (p4names.TRANSIT_SLOTS - 1)
+        self.sw.delete(p4names.TRANSIT_SPINE, {p4names.KEY_TRANSIT_SLOT: slot})
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, key=key, seq=1, value=b"v")))
         self.expect_none()
-        self.assertEqual(self.drops(n.DropReason.NO_ROUTE), 1)
+        self.assertEqual(self.drops(p4names.DropReason.NO_ROUTE), 1)
 
 
 class ClientRetriesTakeAnotherTransitSpine(DcTest):

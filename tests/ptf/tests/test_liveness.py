@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import ptf.testutils as tu
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, attempt_flags
@@ -43,9 +43,9 @@ from tests.ptf.dctest import (
     transit_spine,
 )
 
-DEAD = n.DEAD_AFTER_US / 1e6
-DEAD_MAX = n.DEAD_AFTER_MAX_US / 1e6
-HOLD = n.HOLD_US / 1e6
+DEAD = p4names.DEAD_AFTER_US / 1e6
+DEAD_MAX = p4names.DEAD_AFTER_MAX_US / 1e6
+HOLD = p4names.HOLD_US / 1e6
 MARGIN = 0.06  # past a deadline: the switch stamps a frame when it takes it in, up to tens of ms after the
 # test sent it on two busy cores (a 20 ms margin failed on BMv2 beside the other targets' suites)
 PORT = LEAF_UPLINK  # a leaf's port to each spine
@@ -85,13 +85,13 @@ class _Liveness(DcTest):
         fenced: tuple[int, ...] = (),
     ) -> None:
         self.set_default(
-            n.LIVENESS_CONFIG,
-            n.SET_LIVENESS,
+            p4names.LIVENESS_CONFIG,
+            p4names.SET_LIVENESS,
             {
                 "dead_after": round(dead_after * 1e6),
                 "hold": round(hold * 1e6),
                 "dead_after_max": round(max(dead_after, dead_after_max or DEAD_MAX) * 1e6),
-                "peak_decay_shift": n.PEAK_DECAY_SHIFT if peak_decay_shift is None else peak_decay_shift,
+                "peak_decay_shift": p4names.PEAK_DECAY_SHIFT if peak_decay_shift is None else peak_decay_shift,
                 "probe_skip": round(probe_skip * 1e6),
                 "fenced": sum(1 << s for s in fenced),
             },
@@ -126,9 +126,9 @@ class ProbePortProbesAsAPacketOutDoes(_Liveness):
     dead = IN_TIME
 
     def runTest(self) -> None:
-        self.send(n.PROBE_PORT, packet_out_header(spine_id=SP1.switch_id) + probe_frame(CL0, SP1, 8))
+        self.send(p4names.PROBE_PORT, packet_out_header(spine_id=SP1.switch_id) + probe_frame(CL0, SP1, 8))
         self.expect(probe_wire(CL0, SP1, 8), PORT[SP1.switch_id])
-        self.send(n.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + probe_frame(CL0, SP0, 9))
+        self.send(p4names.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + probe_frame(CL0, SP0, 9))
         self.expect(probe_wire(CL0, SP0, 9), PORT[SP0.switch_id])
         self.answer(SP1, seq=8)
         counts = self.probe_counts()
@@ -138,10 +138,10 @@ class ProbePortProbesAsAPacketOutDoes(_Liveness):
         self.wait_until(time.monotonic() + self.dead + MARGIN)  # sp0 never answered its probe: dead
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
         get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3))
-        self.send(n.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + bytes(get))
-        self.send(n.PROBE_PORT, packet_out_header(spine_id=0) + probe_frame(CL0, SP0, 10))
+        self.send(p4names.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + bytes(get))
+        self.send(p4names.PROBE_PORT, packet_out_header(spine_id=0) + probe_frame(CL0, SP0, 10))
         self.expect_none()
-        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 2), 2)
+        self.assertEqual(self.wait_counter(p4names.DC_DROPS, int(DropReason.PROBE), 2), 2)
         self.assertEqual(self.probe_counts()[SP0.switch_id].sent, 1)
 
 
@@ -155,7 +155,7 @@ class _StoppedLeaf(_Liveness):
 
     def port_probe(self, spine, seq: int) -> None:  # noqa: ANN001 - a Switch
         """A probe for ``spine`` written into the leaf's probe port (p4rt.probes.ProbeSource's frame)."""
-        self.send(n.PROBE_PORT, packet_out_header(spine_id=spine.switch_id) + probe_frame(CL0, spine, seq))
+        self.send(p4names.PROBE_PORT, packet_out_header(spine_id=spine.switch_id) + probe_frame(CL0, spine, seq))
 
     def stopped(self, spine, seq: int, then: Callable[[], None] = lambda: None) -> None:  # noqa: ANN001
         """Stop the leaf, write a probe for ``spine`` into its probe port, run ``then``, keep the leaf stopped
@@ -186,7 +186,8 @@ class _StoppedLeaf(_Liveness):
     def assert_alive(self) -> None:
         """Neither spine dead, and KEY's read still goes to sp0."""
         self.assertEqual(
-            (self.counter(n.SPINE_DEATHS, SP0.switch_id), self.counter(n.SPINE_DEATHS, SP1.switch_id)), (0, 0)
+            (self.counter(p4names.SPINE_DEATHS, SP0.switch_id), self.counter(p4names.SPINE_DEATHS, SP1.switch_id)),
+            (0, 0),
         )
         self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
         self.assertEqual(self.stat(Stat.READ_REROUTED), 0)
@@ -201,7 +202,7 @@ class AProbeTheLeafTookInLateIsAskedWhenItLeaves(_StoppedLeaf):
 
     def runTest(self) -> None:
         self.stopped(SP0, 11)
-        self.assertEqual(self.wait_counter(n.PROBES_ANSWERED, SP0.switch_id, 1), 1)
+        self.assertEqual(self.wait_counter(p4names.PROBES_ANSWERED, SP0.switch_id, 1), 1)
         self.assert_alive()
 
 
@@ -220,8 +221,8 @@ class AnAnswerThatCameWhileTheLeafWasStoppedIsOnTime(_StoppedLeaf):
         self.expect(probe_wire(CL0, SP0, 12), PORT[SP0.switch_id])  # asked
         # the next probe waits at the probe port, and sp0's answer reaches cl0 after it
         self.stopped(SP1, 13, then=lambda: self.send(PORT[SP0.switch_id], probe_wire(CL0, SP0, 12, reply=True)))
-        self.assertEqual(self.wait_counter(n.PROBES_ANSWERED, SP0.switch_id, 1), 1)
-        self.assertEqual(self.wait_counter(n.PROBES_ANSWERED, SP1.switch_id, 1), 1)
+        self.assertEqual(self.wait_counter(p4names.PROBES_ANSWERED, SP0.switch_id, 1), 1)
+        self.assertEqual(self.wait_counter(p4names.PROBES_ANSWERED, SP1.switch_id, 1), 1)
         self.assert_alive()
 
 
@@ -253,10 +254,10 @@ class SpineReflectsProbesFromItsLeaves(_Liveness):
         self.send(1, probe_wire(SL0, SP0, seq=4, reply=True))  # a reply, into a spine
         self.sw.packet_out(bytes(probe_wire(CL0, SP0, seq=5, ttl=64)), spine_id=SP0.switch_id)
         self.send(
-            n.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + probe_frame(CL0, SP0, 6)
+            p4names.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + probe_frame(CL0, SP0, 6)
         )  # a spine has no probe source
         self.expect_none()
-        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 3), 3)
+        self.assertEqual(self.wait_counter(p4names.DC_DROPS, int(DropReason.PROBE), 3), 3)
         self.assertEqual(self.stat(Stat.PROBE_REFLECTED), 2)
 
 
@@ -340,7 +341,7 @@ class ProbesOfASpineHeardLatelyAreNotSent(_Liveness):
         self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
         heard = time.monotonic()
         send_probe(self.sw, self.role, SP0, 2)
-        self.assertEqual(self.wait_counter(n.DC_STATS, int(Stat.PROBE_SKIPPED), 1), 1)
+        self.assertEqual(self.wait_counter(p4names.DC_STATS, int(Stat.PROBE_SKIPPED), 1), 1)
         self.expect_none()
         self.assertNotIn(SP0.switch_id, self.probe_counts())  # none sent, none answered
         self.wait_until(time.monotonic() + DEAD + MARGIN)
@@ -398,7 +399,7 @@ class ASlowSpineIsWaitedForLongerAFastOneNot(_Liveness):
             time.sleep(0.1)
             self.answer(SP0, seq)
             longest = max(longest, time.monotonic() - sent)
-        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+        self.assertEqual(self.counter(p4names.SPINE_DEATHS, SP0.switch_id), 1)
         for seq in range(7, 32):
             self.probe(SP0, seq)
             self.answer(SP0, seq)
@@ -408,7 +409,7 @@ class ASlowSpineIsWaitedForLongerAFastOneNot(_Liveness):
         self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
         self.answer(SP0, seq=32)
         longest = max(longest, time.monotonic() - sent)
-        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+        self.assertEqual(self.counter(p4names.SPINE_DEATHS, SP0.switch_id), 1)
         for seq in range(33, 58):
             self.probe(SP0, seq)
             self.answer(SP0, seq)
@@ -424,14 +425,14 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
 
     def runTest(self) -> None:
         self.assertEqual(
-            self.sw.read_default(n.LIVENESS_CONFIG),
+            self.sw.read_default(p4names.LIVENESS_CONFIG),
             (
-                n.SET_LIVENESS,
+                p4names.SET_LIVENESS,
                 {
-                    "dead_after": n.DEAD_AFTER_US,
-                    "dead_after_max": n.DEAD_AFTER_MAX_US,
-                    "hold": n.HOLD_US,
-                    "peak_decay_shift": n.PEAK_DECAY_SHIFT,
+                    "dead_after": p4names.DEAD_AFTER_US,
+                    "dead_after_max": p4names.DEAD_AFTER_MAX_US,
+                    "hold": p4names.HOLD_US,
+                    "peak_decay_shift": p4names.PEAK_DECAY_SHIFT,
                     "probe_skip": 0,  # _Liveness.setUp: every probe sent
                     "fenced": 0,
                 },
@@ -454,25 +455,26 @@ class ADeathIsCountedAndReportedWhenTheSpineIsHeardAgain(_Liveness):
     heard again within its hold, or never dead, is not reported again."""
 
     def runTest(self) -> None:
-        self.enable_digest(n.SPINE_DEATH_DIGEST)
+        self.enable_digest(p4names.SPINE_DEATH_DIGEST)
         self.answer(SP0, seq=0)  # heard
         heard_by = time.monotonic()
         time.sleep(0.05)
         self.silence(SP0)  # probed (asked) at least 50 ms after it was heard
         self.answer(SP0)
         back_after = time.monotonic() - heard_by
-        (row,) = self.digest_rows(n.SPINE_DEATH_DIGEST)
+        (row,) = self.digest_rows(p4names.SPINE_DEATH_DIGEST)
         self.assertEqual((row["switch_id"], row["spine_id"]), (CL0.switch_id, SP0.switch_id))
-        self.assertGreaterEqual(row["detect_us"], n.DEAD_AFTER_US + 50_000 - 2_000)  # (clock granularity)
+        self.assertGreaterEqual(row["detect_us"], p4names.DEAD_AFTER_US + 50_000 - 2_000)  # (clock granularity)
         self.assertGreater(row["silent_us"], row["detect_us"])  # heard again only after it was found dead
         self.assertLessEqual(row["silent_us"], back_after * 1e6 + 50_000 + 2_000)
         self.assertEqual(
-            (self.counter(n.SPINE_DEATHS, SP0.switch_id), self.counter(n.SPINE_DEATHS, SP1.switch_id)), (1, 0)
+            (self.counter(p4names.SPINE_DEATHS, SP0.switch_id), self.counter(p4names.SPINE_DEATHS, SP1.switch_id)),
+            (1, 0),
         )
         self.answer(SP0, seq=2)  # within the hold: still excluded, but no new death
         self.answer(SP1, seq=2)  # never dead
         self.expect_no_digest(0.2)
-        self.assertEqual(self.counter(n.SPINE_DEATHS, SP0.switch_id), 1)
+        self.assertEqual(self.counter(p4names.SPINE_DEATHS, SP0.switch_id), 1)
 
 
 class HeardWithinTheHoldStaysExcluded(_Liveness):
@@ -509,7 +511,7 @@ class ProbesFromHostsAreRefused(_Liveness):
         self.sw.packet_out(bytes(get), spine_id=SP0.switch_id)
         self.sw.packet_out(bytes(probe_wire(CL0, SP0, seq=1, ttl=64)), spine_id=0)
         self.expect_none()
-        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 5), 5)
+        self.assertEqual(self.wait_counter(p4names.DC_DROPS, int(DropReason.PROBE), 5), 5)
         self.assertEqual(self.probe_counts(), {})
         self.silence(SP1)  # sp1 really is silent; sp0 is untouched by any of the above
         self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
@@ -524,7 +526,7 @@ class StoragePortProbesAreRefused(_Liveness):
         probe = Message(op=Op.PROBE, key=bytes(16), seq=1, target=SP0.switch_id)
         self.send(1, dc_frame(SERVER.ip, "10.255.0.1", probe, sport=DC_PORT))
         self.expect_none()
-        self.assertEqual(self.wait_counter(n.DC_DROPS, int(DropReason.PROBE), 1), 1)
+        self.assertEqual(self.wait_counter(p4names.DC_DROPS, int(DropReason.PROBE), 1), 1)
         self.assertEqual(self.probe_counts(), {})
 
 

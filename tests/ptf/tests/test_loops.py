@@ -21,7 +21,7 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Flag, Message, Op
 from tests.ptf.dctest import (
@@ -70,7 +70,7 @@ class _Loops(DcTest):
     def dropped(self, port: int, pkt: Packet, reason: DropReason, count: int = 1) -> None:
         """Send ``pkt``: nothing comes out, ``reason`` reaches ``count``, no other reason is counted."""
         self.send(port, pkt)
-        got = self.wait_counter(n.DC_DROPS, int(reason), count)
+        got = self.wait_counter(p4names.DC_DROPS, int(reason), count)
         self.expect_none()
         self.assertEqual(got, count, f"dc_drops[{reason.name}]")
         others = {r.name: self.drops(r) for r in DropReason if r != reason and self.drops(r)}
@@ -191,7 +191,7 @@ class ExpiringReadIsNotAnsweredNorCounted(_Loops):
             2,
         )
         self.no_read_counted()
-        self.assertEqual(self.counter(n.CACHE_HITS, 3), 0)
+        self.assertEqual(self.counter(p4names.CACHE_HITS, 3), 0)
         self.leaf_load_is_zero()
 
 

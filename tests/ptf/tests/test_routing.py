@@ -11,7 +11,7 @@ attempt 1 goes to the other candidate, attempt 2 and later to no cache, each thr
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism
 from distcache.hashing import h0, wire_key
 from distcache.p4names import Stat
@@ -174,7 +174,7 @@ class PartitionAlwaysPicksTheSpine(_Routing):
 def replica_spine(key: bytes, seq: int, live: tuple = (SP0, SP1)) -> int:
     """The spine a replicated key's read goes to: replica slot (h0 + low 16 bits of seq) mod
     REPLICA_SLOTS, the live spines dealt round-robin over the slots (p4rt.plan.plan)."""
-    return live[((h0(key) + (seq & 0xFFFF)) & (n.REPLICA_SLOTS - 1)) % len(live)].switch_id
+    return live[((h0(key) + (seq & 0xFFFF)) & (p4names.REPLICA_SLOTS - 1)) % len(live)].switch_id
 
 
 class ReplicationSpreadsReadsOverTheSpines(_Routing):
@@ -221,7 +221,7 @@ class HybridReplicatesOnlyTheListedKeys(_Routing):
         # KEY1 is not replicated: its own spine or its rack's leaf, ties by seq parity
         self.assertEqual(self.choose(10, key=KEY1), (3, SP1.switch_id))
         self.assertEqual(self.choose(11, key=KEY1)[1], SL0.switch_id)
-        self.sw.delete(n.REPLICATED_KEYS, {n.KEY_DC_KEY: int.from_bytes(KEY, "big")})
+        self.sw.delete(p4names.REPLICATED_KEYS, {p4names.KEY_DC_KEY: int.from_bytes(KEY, "big")})
         self.assertEqual(self.choose(13)[1], SL0.switch_id)  # back to DistCache: the less loaded leaf
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ptf.testutils as tu
 from scapy.packet import Packet
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import PortKind
 from p4rt.p4info import Match
 from tests.ptf.base import P4RuntimeTest
@@ -45,21 +45,25 @@ class RoutedFrame(P4RuntimeTest):
     """A routed frame leaves exactly once, rewritten: new dst MAC, src = old dst, TTL-1, fresh checksum."""
 
     def runTest(self) -> None:
-        self.insert(n.PORT_KIND, {n.KEY_INGRESS_PORT: 1}, n.SET_PORT_KIND, {"kind": int(PortKind.CLIENT)})
         self.insert(
-            n.CLIENT_SOURCE, {n.KEY_INGRESS_PORT: 1, n.KEY_IPV4_SRC: Match(ip("10.0.1.1"), prefix_len=32)}, n.SOURCE_OK
+            p4names.PORT_KIND, {p4names.KEY_INGRESS_PORT: 1}, p4names.SET_PORT_KIND, {"kind": int(PortKind.CLIENT)}
         )
         self.insert(
-            n.IPV4_LPM,
-            {n.KEY_IPV4_DST: Match(ip("10.0.2.2"), prefix_len=32)},
-            n.SET_NHOP,
+            p4names.CLIENT_SOURCE,
+            {p4names.KEY_INGRESS_PORT: 1, p4names.KEY_IPV4_SRC: Match(ip("10.0.1.1"), prefix_len=32)},
+            p4names.SOURCE_OK,
+        )
+        self.insert(
+            p4names.IPV4_LPM,
+            {p4names.KEY_IPV4_DST: Match(ip("10.0.2.2"), prefix_len=32)},
+            p4names.SET_NHOP,
             {"dmac": mac(NHOP_MAC), "port": 2},
         )
         self.send(1, udp("10.0.2.2"))
         # built from scratch, so scapy computes the IPv4 checksum for TTL 63 (UDP's does not cover the TTL)
         self.expect(udp("10.0.2.2", eth_dst=NHOP_MAC, eth_src=SWITCH_MAC, ttl=63), 2)
         self.expect_none()
-        self.assertEqual(self.counter(n.DC_DROPS, n.DropReason.NO_ROUTE), 0)
+        self.assertEqual(self.counter(p4names.DC_DROPS, p4names.DropReason.NO_ROUTE), 0)
 
 
 class LongestPrefix(P4RuntimeTest):
@@ -67,15 +71,15 @@ class LongestPrefix(P4RuntimeTest):
 
     def runTest(self) -> None:
         self.insert(
-            n.IPV4_LPM,
-            {n.KEY_IPV4_DST: Match(ip("10.0.0.0"), prefix_len=8)},
-            n.SET_NHOP,
+            p4names.IPV4_LPM,
+            {p4names.KEY_IPV4_DST: Match(ip("10.0.0.0"), prefix_len=8)},
+            p4names.SET_NHOP,
             {"dmac": mac("00:00:00:00:03:03"), "port": 3},
         )
         self.insert(
-            n.IPV4_LPM,
-            {n.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)},
-            n.SET_NHOP,
+            p4names.IPV4_LPM,
+            {p4names.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)},
+            p4names.SET_NHOP,
             {"dmac": mac(NHOP_MAC), "port": 2},
         )
         self.send(1, udp("10.0.2.9"))
@@ -90,13 +94,13 @@ class NoRouteDrop(P4RuntimeTest):
 
     def runTest(self) -> None:
         self.insert(
-            n.IPV4_LPM,
-            {n.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)},
-            n.SET_NHOP,
+            p4names.IPV4_LPM,
+            {p4names.KEY_IPV4_DST: Match(ip("10.0.2.0"), prefix_len=24)},
+            p4names.SET_NHOP,
             {"dmac": mac(NHOP_MAC), "port": 2},
         )
-        self.assertEqual(self.counter(n.DC_DROPS, n.DropReason.NO_ROUTE), 0)
+        self.assertEqual(self.counter(p4names.DC_DROPS, p4names.DropReason.NO_ROUTE), 0)
         self.send(1, udp("192.168.7.7"))
         # the counter moves when the switch has processed the frame: only then is "nothing came out" meaningful
-        self.assertEqual(self.wait_counter(n.DC_DROPS, n.DropReason.NO_ROUTE, 1), 1)
+        self.assertEqual(self.wait_counter(p4names.DC_DROPS, p4names.DropReason.NO_ROUTE, 1), 1)
         self.expect_none()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.p4names import Stat
 from distcache.wire import DC_PORT, Message, Op
 from tests.ptf.dctest import (
@@ -135,4 +135,4 @@ class ClientLeafRecordsLoadsFromFabricReplies(DcTest):
         self.expect(routed(reply_frame(msg, udp_checksum=0), CLIENT.mac), 1)
         self.expect_none()
         self.assertEqual(self.stat(Stat.LOAD_RECORDED), 1)
-        self.assertEqual(self.counter(n.DC_DROPS, int(n.DropReason.UNTRUSTED)), 0)
+        self.assertEqual(self.counter(p4names.DC_DROPS, int(p4names.DropReason.UNTRUSTED)), 0)

@@ -10,7 +10,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from distcache import p4names as n
+from distcache import p4names
 from distcache.cluster import Mechanism, Role
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, encode
@@ -40,7 +40,7 @@ class _Drop(DcTest):
 
     def dropped(self, port: int, pkt: object, reason: DropReason) -> None:
         self.send(port, pkt)
-        got = self.wait_counter(n.DC_DROPS, int(reason), 1)
+        got = self.wait_counter(p4names.DC_DROPS, int(reason), 1)
         self.expect_none()
         self.assertEqual(got, 1, f"dc_drops[{reason.name}]")
         others = {r.name: self.drops(r) for r in DropReason if r != reason}
@@ -127,7 +127,7 @@ class DistCacheBehindIpOptionsIsPlainIpv4(DcTest):
         self.expect(routed(inval, SP0.mac), 2)
         self.expect_none()
         self.assertEqual([self.stat(s) for s in counted], before)
-        self.assertEqual(self.counter(n.CACHE_HITS, 3), 0)
+        self.assertEqual(self.counter(p4names.CACHE_HITS, 3), 0)
         port, reply = self.exchange(
             2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=42, target=SL0.switch_id))
         )
@@ -176,7 +176,7 @@ class ReplyFromClientIsUntrusted(_Drop):
     def runTest(self) -> None:
         forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
         self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT), DropReason.UNTRUSTED)
-        self.assertEqual(self.stat(n.Stat.LOAD_RECORDED), 0)
+        self.assertEqual(self.stat(p4names.Stat.LOAD_RECORDED), 0)
         # with no load recorded, an even seq ties to the spine
         _, m = self.read(1, 0, seq=2)
         self.assertEqual(m.target, SP0.switch_id)

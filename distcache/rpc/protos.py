@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import Message
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]  # the folder holding distcache/
 if str(_ROOT) not in sys.path:  # protos_and_services resolves the .proto against sys.path
     sys.path.append(str(_ROOT))
 

@@ -6,14 +6,14 @@ entries are exactly those the controller writes over P4Runtime.
 
 from __future__ import annotations
 
-from distcache import p4names as n
+from distcache import p4names
 from p4rt.p4info import Match
 from p4rt.plan import SwitchPlan
 from softswitch.state import SwitchState
 
 
 def install(state: SwitchState, plan: SwitchPlan) -> SwitchState:
-    state.tables[n.SWITCH_CONFIG].set_default(n.SET_CONFIG, plan.config)
+    state.tables[p4names.SWITCH_CONFIG].set_default(p4names.SET_CONFIG, plan.config)
     for e in plan.defaults:
         state.tables[e.table].set_default(e.action, e.params_dict)
     for e in plan.entries:

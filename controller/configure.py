@@ -1,16 +1,27 @@
 """Bringing switches to the partition: client leaves as their P4Runtime primary, cache switches through
 their agents.
+
+A part of the controller: each call takes the cluster as it is now (its mechanism changes while it serves),
+the failed switches and Hybrid's replicated keys; it reads the partition, and records the leaves' sessions and
+routes and which configurations failed, in the parts that hold them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping
+from concurrent import futures
 
 import grpc
+from finsy.proto import p4i
 
-from controller.core import DEATH_DIGESTS, FENCE_TIMEOUT, PROBE_TIMEOUT, WRITE_TIMEOUT, Core, failure_reason
+from controller.health import Health, failure_reason
+from controller.partition import Partition
+from controller.sessions import LeafSessions
+from controller.timing import DEATH_DIGESTS, FENCE_TIMEOUT, PROBE_TIMEOUT, WRITE_TIMEOUT
 from distcache import p4names
-from distcache.cluster import Role, Switch, is_cache_switch
+from distcache.cluster import Cluster, Role, Switch, is_cache_switch
+from distcache.rpc.agent import AgentClient
 from distcache.rpc.protos import agent_pb2
 from p4rt.client import P4RuntimeError, SwitchConnection
 from p4rt.plan import SwitchPlan, liveness_config, plan
@@ -19,11 +30,31 @@ from p4rt.reconcile import apply_plan
 log = logging.getLogger("controller")
 
 
-class Configuration(Core):
-    """Configures switches in service; a switch whose configuration failed is noted in ``_stale`` (the
-    reconciler tries it again)."""
+class Configurer:
+    """Configures switches in service; a switch whose configuration failed is noted stale in the sessions
+    (the reconciler tries it again)."""
 
-    def _bring_up_client_leaf(self, sw: Switch, timeout: float = 15.0, replicated: set[bytes] | None = None) -> None:
+    def __init__(
+        self,
+        p4info: p4i.P4Info,
+        device_config: bytes,
+        grpc_host: str,
+        partition: Partition,
+        sessions: LeafSessions,
+        agents: Mapping[str, AgentClient],
+        readers: Mapping[str, SwitchConnection],
+        health: Mapping[str, Health],
+        pool: futures.ThreadPoolExecutor,
+        fence_pool: futures.ThreadPoolExecutor,
+    ) -> None:
+        self.p4info, self.device_config, self.grpc_host = p4info, device_config, grpc_host
+        self.partition, self.sessions = partition, sessions
+        self.agents, self.readers, self.health = agents, readers, health
+        self.pool, self.fence_pool = pool, fence_pool
+
+    def bring_up_client_leaf(
+        self, cluster: Cluster, sw: Switch, replicated: Collection[bytes], timeout: float = 15.0
+    ) -> None:
         """A new primary session with the client leaf (also after a restart, a lost stream or a lost
         mastership), its pipeline if it has none, and its entries brought to the plan."""
         old = self.sessions.conns.pop(sw.name, None)
@@ -36,7 +67,7 @@ class Configuration(Core):
             else:
                 conn.set_pipeline(self.p4info, self.device_config)
                 log.info("%s: pipeline pushed", sw.name)
-            writes = self._apply_leaf(sw, conn, replicated)
+            writes = self.apply_leaf(cluster, sw, conn, replicated)
             conn.enable_digest(p4names.SPINE_DEATH_DIGEST, **DEATH_DIGESTS)
         except BaseException:
             conn.close()
@@ -78,16 +109,16 @@ class Configuration(Core):
                 )
         raise AssertionError("unreachable")
 
-    def _apply_leaf(self, sw: Switch, conn: SwitchConnection, replicated: set[bytes] | None = None) -> int:
+    def apply_leaf(self, cluster: Cluster, sw: Switch, conn: SwitchConnection, replicated: Collection[bytes]) -> int:
         """Bring a client leaf's tables to the plan, keeping track of the spines it may send reads to:
         while the write is under way, those of the old plan and the new one; after it, the new one's."""
         live = frozenset(self.partition.live())
         self.sessions.writing(sw.name, live)
-        writes = apply_plan(conn, self._plan(sw, replicated))
+        writes = apply_plan(conn, self.plan(cluster, sw, replicated))
         self.sessions.took(sw.name, live)
         return writes
 
-    def _fence(self) -> set[str]:
+    def fence(self, cluster: Cluster, failed: Collection[str]) -> set[str]:
         """Every client leaf in service with a working session leaves the spines out of service out of every
         read path at once: one write of liveness_config's default (its ``fenced`` mask, liveness.p4), not the
         partition's hundreds of entries (0.8 s on a loaded BMv2), so the shims may stop waiting for a failed
@@ -95,7 +126,7 @@ class Configuration(Core):
         plan it took before that are still in service; a leaf whose write failed is noted in ``_stale``
         and gets the whole plan (its fence in it) from the reconciler's next round; returns those leaves."""
         live = self.partition.live()
-        fence = liveness_config(self.cluster, live)
+        fence = liveness_config(cluster, live)
 
         def one(sw: Switch) -> None:
             self.sessions.conns[sw.name].set_default(
@@ -104,9 +135,9 @@ class Configuration(Core):
             self.sessions.fenced(sw.name, live)
 
         jobs = {
-            sw.name: self._fence_pool.submit(one, sw)
-            for sw in self.cluster.switches()
-            if sw.role == Role.CLIENT_LEAF and sw.name not in self.state.failed and self.sessions.ok(sw.name)
+            sw.name: self.fence_pool.submit(one, sw)
+            for sw in cluster.switches()
+            if sw.role == Role.CLIENT_LEAF and sw.name not in failed and self.sessions.ok(sw.name)
         }
         failed = set()
         for name, job in jobs.items():
@@ -118,34 +149,28 @@ class Configuration(Core):
                 log.error("%s: not fenced: %s", name, failure_reason(e))
         return failed
 
-    def _answers(self, sw: Switch) -> bool:
+    def answers(self, sw: Switch) -> bool:
         """Whether switch ``sw``'s P4Runtime server answers a probe now (one without a reader yet counts as
         answering: bringing it up waits for it, briefly)."""
         reader = self.readers.get(sw.name)
         return reader is None or reader.probe(PROBE_TIMEOUT)
 
-    def _plan(self, sw: Switch, replicated: set[bytes] | None = None) -> SwitchPlan:
-        return plan(
-            self.cluster,
-            sw,
-            self.partition.buckets(),
-            self.partition.live(),
-            self.replicated if replicated is None else replicated,
-        )
+    def plan(self, cluster: Cluster, sw: Switch, replicated: Collection[bytes]) -> SwitchPlan:
+        return plan(cluster, sw, self.partition.buckets(), self.partition.live(), replicated)
 
-    def _configure_agent(self, sw: Switch, replicated: set[bytes] | None = None) -> agent_pb2.AgentStatus:
-        st = self.agents[sw.name].configure(
-            self.cluster,
-            self.partition.buckets(),
-            self.partition.live(),
-            self.replicated if replicated is None else replicated,
-        )
+    def configure_agent(self, cluster: Cluster, sw: Switch, replicated: Collection[bytes]) -> agent_pb2.AgentStatus:
+        st = self.agents[sw.name].configure(cluster, self.partition.buckets(), self.partition.live(), set(replicated))
         self.sessions.stale.pop(sw.name, None)
         log.info("%s: configured by its agent (%d cached keys)", sw.name, st.occupied)
         return st
 
-    def _configure(
-        self, roles: set[Role], replicated: set[bytes] | None = None, skip: set[str] | None = None
+    def configure(
+        self,
+        cluster: Cluster,
+        roles: set[Role],
+        failed: Collection[str],
+        replicated: Collection[bytes],
+        skip: Collection[str] = (),
     ) -> dict[str, str]:
         """Bring every switch in service of ``roles`` to the current partition and spines in service
         (and Hybrid's ``replicated`` keys, default: the current ones), all at once, but those in ``skip``
@@ -158,24 +183,24 @@ class Configuration(Core):
                 h = self.health[sw.name]
                 if h.agent_alive is False:
                     raise ConnectionError("waiting for its agent to answer (its last Status did not come back)")
-                self._configure_agent(sw, replicated)
-            elif not self._answers(sw):  # paused or wedged: not waited for under the lock, retried every RETRY s
+                self.configure_agent(cluster, sw, replicated)
+            elif not self.answers(sw):  # paused or wedged: not waited for under the lock, retried every RETRY s
                 raise ConnectionError(f"its P4Runtime server does not answer a probe within {PROBE_TIMEOUT:g} s")
             elif self.sessions.ok(sw.name):
-                self._apply_leaf(sw, self.sessions.conns[sw.name], replicated)
+                self.apply_leaf(cluster, sw, self.sessions.conns[sw.name], replicated)
             else:  # never reached, or its last write failed: a new session (it may have lost mastership)
-                self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2, replicated=replicated)
+                self.bring_up_client_leaf(cluster, sw, replicated, timeout=PROBE_TIMEOUT * 2)
 
         jobs = {
-            sw.name: self._pool.submit(one, sw)
-            for sw in self.cluster.switches()
-            if sw.role in roles and sw.name not in self.state.failed and sw.name not in (skip or ())
+            sw.name: self.pool.submit(one, sw)
+            for sw in cluster.switches()
+            if sw.role in roles and sw.name not in failed and sw.name not in skip
         }
-        failed: dict[str, str] = {}
+        refused: dict[str, str] = {}
         for name, job in jobs.items():
             try:
                 job.result()
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
-                failed[name] = self.sessions.stale[name] = failure_reason(e)
+                refused[name] = self.sessions.stale[name] = failure_reason(e)
                 log.error("%s: not reconfigured: %s", name, failure_reason(e))
-        return failed
+        return refused

@@ -76,8 +76,9 @@ from collections.abc import Callable
 
 import grpc
 
-from controller.core import AGENT_STATUS_TIMEOUT, AGENT_TIMEOUT, failure_reason
+from controller.health import failure_reason
 from controller.reconcile import Reconciler
+from controller.timing import AGENT_STATUS_TIMEOUT, AGENT_TIMEOUT
 from distcache.cluster import Switch, is_cache_switch
 from distcache.hashing import wire_key
 from distcache.placement import cache_switches
@@ -95,11 +96,11 @@ class Controller(Reconciler):
     * :class:`~controller.core.Core`: state, connections, lock, and the parts that take what they use as
       arguments: :class:`~controller.partition.Partition` (spines in service, buckets, what was pushed),
       :class:`~controller.sessions.LeafSessions` (client leaves' sessions and routes, stale configurations),
-      :class:`~controller.shims.Shims` (partition, switches down and cached-key views for the shims);
-    * :class:`~controller.configure.Configuration` (Core): client leaves and agents brought to the partition;
+      :class:`~controller.shims.Shims` (partition, switches down and cached-key views for the shims),
+      :class:`~controller.configure.Configurer` (client leaves and agents brought to the partition);
     * :class:`~controller.monitor.Monitor` (Core): probe threads, data-plane probes, health poll, status;
-    * :class:`~controller.failover.Failover` (Monitor, Configuration): declare dead, fail, recover;
-    * :class:`~controller.mechanism.Mechanisms` (Configuration): mechanism changes, Hybrid's replicated keys;
+    * :class:`~controller.failover.Failover` (Monitor): declare dead, fail, recover;
+    * :class:`~controller.mechanism.Mechanisms` (Core): mechanism changes, Hybrid's replicated keys;
     * :class:`~controller.reconcile.Reconciler` (Failover, Mechanisms): the thread that makes every change.
     """
 

@@ -1,8 +1,10 @@
-"""What every job of the controller shares: its deadlines, its state, its connections and its lock.
+"""What every job of the controller shares: its state, its connections, its lock, and its parts.
 
-The controller is built in layers (:mod:`controller.controller` lists them), each a class that uses only
-what the classes below it define; :class:`Core`, the lowest, holds every attribute, so each job's module
-reads and changes the same state under the same lock without owning any of it.
+The jobs (:mod:`controller.controller` lists them) are classes over :class:`Core`; the parts are objects that
+take what they use as arguments: :class:`~controller.partition.Partition`,
+:class:`~controller.sessions.LeafSessions`, :class:`~controller.shims.Shims` and
+:class:`~controller.configure.Configurer`.  Core wires them to its state (the failed set, the cluster as it is
+now, Hybrid's replicated keys) in one line each.  Intervals and deadlines are in :mod:`controller.timing`.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-import grpc
-
+from controller.configure import Configurer
+from controller.health import ControllerError, Health
 from controller.instruments import Instruments
 from controller.partition import Partition
 from controller.sessions import LeafSessions
 from controller.shims import Shims
 from controller.state import ControllerState
+from controller.timing import DP_MISSES, READ_TIMEOUT, SPINE_DEATHS_KEPT
 from distcache.cluster import Cluster, Host, Mechanism, Role, Switch
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.protos import agent_pb2
@@ -28,78 +31,6 @@ from harness.processes import SwitchProcesses
 from p4rt.client import SwitchConnection
 from p4rt.p4info import load_p4info
 from p4rt.probes import ProbeLedger, SpineDeath
-
-PROBE_INTERVAL = 0.25  # seconds between liveness probes of one switch
-PROBE_TIMEOUT = 0.5
-MISSES_TO_FAIL = 2  # failed probes in a row that declare a switch dead
-# after a probe refused at once (nothing listens on the switch's port: its process is gone), the next one comes this
-# soon, not PROBE_INTERVAL later: a crashed switch is declared dead ~0.2 s sooner, and every write waiting for
-# its acknowledgements is answered that much sooner.  A probe that timed out (a hung or slow peer) keeps the pace.
-REFUSED_RECHECK = 0.05
-# a failed probe that took less than this was refused, not timed out: gRPC answers UNAVAILABLE both for a refused
-# port and for a peer that accepts the connection and never answers, so only the time tells them apart
-REFUSED_WITHIN = 0.1
-DRAIN = 0.05  # after client leaves stop targeting a spine: reads already in flight to it finish
-HEARTBEAT = 1.0  # agents and shims are checked (and reconfigured if they restarted) this often
-# Data-plane probes (p4src/include/control/liveness.p4): one PROBE per client leaf and spine this often, sent
-# into the leaf as a PacketOut; the leaves exclude a spine that stops answering by themselves, within
-# DEAD_AFTER_US of a probe.  The controller reads the leaves' probe counters this often and declares a spine
-# dead whose probes went unanswered DP_MISSES times in a row at every leaf (its data plane stopped, even if
-# its P4Runtime server still answers).
-DP_DEAD_REASON = "its data plane stopped answering the leaves' probes"
-P4RT_DEAD_REASON = "its P4Runtime server stopped answering"
-DP_CHECK_INTERVAL = 0.05
-SPINE_DEATHS_KEPT = 1000  # the last spine deaths the client leaves reported (distcache-ctl status)
-DEATH_DIGESTS = {"max_timeout_ns": 1_000_000, "max_list_size": 16, "ack_timeout_ns": 1_000_000_000}
-DP_MISSES = 50  # 0.5 s of unanswered probes: a failover is costly, a slow round trip under load is not death
-# a spine this many probes behind at every client leaf has its P4Runtime server probed at once, not at the
-# next PROBE_INTERVAL: a crashed spine is declared about 0.1 s sooner, a slow one costs one Capabilities call
-DP_POKE_MISSES = 3
-RETRY = 1.0  # a configuration that failed, or a recovery that could not finish yet, is tried again this often
-# Deadlines: no peer that hangs (a stopped process, a long GC pause) can hold the controller for longer.
-READ_TIMEOUT = 1.0  # a P4Runtime read (counters) by the monitor or the Status API
-WRITE_TIMEOUT = 10.0  # one P4Runtime call to a client leaf (a partition change is one Write per table)
-# a failover's fence of one client leaf (one default write): a leaf that does not take it this soon (paused,
-# wedged) is noted stale and fenced again by the reconciler, and the failover waits for it without the lock
-# held (before: the write's 10 s, and a new session's 15 s, with the lock held -- a paused client leaf kept
-# every other failure from being declared for that long)
-FENCE_TIMEOUT = 1.0
-AGENT_STATUS_TIMEOUT = 1.0  # an agent's Status: past it the agent is reported "not answering"
-AGENT_TIMEOUT = 10.0  # an agent's Configure, Flush, Cache, Evict (Configure may push a pipeline)
-
-
-class ControllerError(RuntimeError):
-    """An operator request the controller cannot carry out; the message says what to do instead."""
-
-
-def failure_reason(e: BaseException) -> str:
-    """One line saying why a call to a switch, agent or shim failed."""
-    if isinstance(e, grpc.RpcError):
-        code = e.code()
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return "no answer in time (DEADLINE_EXCEEDED)"
-        return f"{code.name}: {e.details()}"
-    return str(e)
-
-
-@dataclass
-class Health:
-    """What the monitor last saw of one switch (written by its probe thread and the health poll, read by
-    the Status API without any lock: each field is replaced whole)."""
-
-    alive: bool = True
-    misses: int = 0
-    first_miss: float = 0.0
-    detected: tuple[float, float] | None = None  # probes declared it dead: (stopped answering, decided)
-    dp_detected: tuple[float, float] | None = None  # its data plane stopped answering the leaves' probes
-    agent_alive: bool | None = None  # its agent answered its last Status (None: not asked yet)
-    agent_error: str = ""  # why it did not
-    agent: agent_pb2.AgentStatus | None = None
-    stats: dict[int, tuple[int, int]] = field(default_factory=dict)  # dc_stats as last read
-    drops: dict[int, tuple[int, int]] = field(default_factory=dict)  # dc_drops as last read
-    samples: list[tuple[float, int]] = field(default_factory=list)  # (time, reads) for the load
-    recover_tried: float = 0.0  # last automatic recovery attempt (monotonic)
-    restart_checked: float = 0.0  # last look whether a switch failed for its data plane restarted (monotonic)
 
 
 class Core:
@@ -158,6 +89,18 @@ class Core:
         self._rejoining: set[str] = set()
         # what the shims are told: pushed with the failed switches and those rejoining (_push_shims)
         self.shims = Shims(self.cluster, shim_address, self.agents, self.partition, self.sessions, procs, self._pool)
+        self.configurer = Configurer(
+            self.p4info,
+            device_config,
+            grpc_host,
+            self.partition,
+            self.sessions,
+            self.agents,
+            self.readers,
+            self.health,
+            self._pool,
+            self._fence_pool,
+        )
         self._shims_behind: dict[str, bool] = {}  # shim host -> needs its view again (else: partition only)
         self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
         self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
@@ -179,6 +122,28 @@ class Core:
     def _push_shims(self, views: bool = False, only: list[Host] | None = None) -> None:
         """Tell the shims the partition and the switches down (with ``views``, the cached keys): Shims.push."""
         self.shims.push(self.state.failed, self._rejoining, self.state.epoch, views, only)
+
+    # -- configuration, with the cluster as it is now (Configurer) ---------------------------------
+    def _replicated_or(self, replicated: set[bytes] | None) -> set[bytes]:
+        return self.replicated if replicated is None else replicated
+
+    def _bring_up_client_leaf(self, sw: Switch, timeout: float = 15.0, replicated: set[bytes] | None = None) -> None:
+        self.configurer.bring_up_client_leaf(self.cluster, sw, self._replicated_or(replicated), timeout)
+
+    def _configure_agent(self, sw: Switch, replicated: set[bytes] | None = None) -> agent_pb2.AgentStatus:
+        return self.configurer.configure_agent(self.cluster, sw, self._replicated_or(replicated))
+
+    def _configure(
+        self, roles: set[Role], replicated: set[bytes] | None = None, skip: set[str] | None = None
+    ) -> dict[str, str]:
+        """Every switch in service of ``roles`` brought to the partition (Configurer.configure)."""
+        return self.configurer.configure(
+            self.cluster, roles, self.state.failed, self._replicated_or(replicated), skip or ()
+        )
+
+    def _fence(self) -> set[str]:
+        """Every client leaf in service leaves the failed spines out of every read path (Configurer.fence)."""
+        return self.configurer.fence(self.cluster, self.state.failed)
 
     def shim_down(self) -> list[int]:
         """The switches the shims may stop waiting for now (Shims.down)."""

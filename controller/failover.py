@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import grpc
 
-from controller.configure import Configuration
-from controller.core import DRAIN, PROBE_TIMEOUT, RETRY, ControllerError, failure_reason
+from controller.health import ControllerError, failure_reason
 from controller.monitor import Monitor
 from controller.state import Failure
+from controller.timing import DRAIN, PROBE_TIMEOUT, RETRY
 from controller.warmup import paced, warm_keys
 from distcache.cluster import Role, Switch, is_cache_switch
 from distcache.hashing import h0
@@ -26,7 +26,7 @@ from p4rt.client import P4RuntimeError
 log = logging.getLogger("controller")
 
 
-class Failover(Monitor, Configuration):
+class Failover(Monitor):
     """Takes switches out of service and puts them back, moving the failed spines' buckets."""
 
     def _failover(self, warmed: bool = False) -> tuple[int, list[str]]:

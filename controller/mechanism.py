@@ -9,15 +9,16 @@ from dataclasses import replace
 import grpc
 
 from controller import hybrid
-from controller.configure import Configuration
-from controller.core import DRAIN, ControllerError
+from controller.core import Core
+from controller.health import ControllerError
+from controller.timing import DRAIN
 from distcache.cluster import Mechanism, Role
 from distcache.rpc.protos import agent_pb2
 
 log = logging.getLogger("controller")
 
 
-class Mechanisms(Configuration):
+class Mechanisms(Core):
     """Reshapes the caches when the mechanism or Hybrid's replicated set changes."""
 
     def set_mechanism(self, name: str) -> str:

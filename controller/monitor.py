@@ -21,7 +21,9 @@ from dataclasses import replace
 
 import grpc
 
-from controller.core import (
+from controller.core import Core
+from controller.health import failure_reason
+from controller.timing import (
     AGENT_STATUS_TIMEOUT,
     DP_CHECK_INTERVAL,
     DP_DEAD_REASON,
@@ -34,8 +36,6 @@ from controller.core import (
     PROBE_TIMEOUT,
     REFUSED_RECHECK,
     REFUSED_WITHIN,
-    Core,
-    failure_reason,
 )
 from distcache import p4names
 from distcache.cluster import Role, Switch

@@ -14,17 +14,10 @@ from dataclasses import replace
 
 import grpc
 
-from controller.core import (
-    DP_DEAD_REASON,
-    HEARTBEAT,
-    P4RT_DEAD_REASON,
-    PROBE_TIMEOUT,
-    RETRY,
-    ControllerError,
-    failure_reason,
-)
 from controller.failover import Failover
+from controller.health import ControllerError, failure_reason
 from controller.mechanism import Mechanisms
+from controller.timing import DP_DEAD_REASON, HEARTBEAT, P4RT_DEAD_REASON, PROBE_TIMEOUT, RETRY
 from distcache import p4names
 from distcache.cluster import Mechanism, Switch, is_cache_switch
 from p4rt.client import P4RuntimeError

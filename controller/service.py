@@ -18,7 +18,7 @@ from typing import TypeVar
 import grpc
 
 from controller.controller import Controller
-from controller.core import ControllerError
+from controller.health import ControllerError
 from controller.metrics import serve_metrics
 from controller.status import cluster_status, key_text
 from distcache.cmdline import ArgumentParser, existing_dir, input_file, listen_address, load_cluster, output_file

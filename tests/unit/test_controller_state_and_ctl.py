@@ -14,8 +14,8 @@ import pytest
 from google.protobuf import text_format
 
 from controller.controller import Controller
-from controller.core import DP_POKE_MISSES, PROBE_INTERVAL, PROBE_TIMEOUT, REFUSED_RECHECK
 from controller.state import ControllerState, Failure
+from controller.timing import DP_POKE_MISSES, PROBE_INTERVAL, PROBE_TIMEOUT, REFUSED_RECHECK
 from distcache.cluster import Cluster, Role, Switch
 from distcache.rpc.protos import controller_pb2, message_dict
 from p4rt.probes import ProbeCounts

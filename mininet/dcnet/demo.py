@@ -259,7 +259,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                 timeline.seconds[msg["t"]] = msg
                 for e in timeline.due(msg["t"] + 1):
                     t0, e.wall = time.monotonic(), time.time()
-                    console.print(f"[yellow]>> {e.label}[/]: {e.action()}", highlight=False)
+                    console.print(f"[yellow]>> {e.label}[/]: {e.action()}", highlight=False, soft_wrap=True)
                     e.done, e.took = True, time.monotonic() - t0
                 held, auto = cached_counts(dep)
                 row = [
@@ -271,7 +271,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
                     f"{auto}",
                 ]
                 for line in progress.lines(row):
-                    console.print(line, highlight=False)
+                    console.print(line, highlight=False, soft_wrap=True)  # one row per line, however wide
             elif msg["type"] == "report":
                 report = msg
         if report is None:

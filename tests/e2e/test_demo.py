@@ -64,3 +64,4 @@ def test_demo_caches_hot_keys_fails_spines_and_ends_with_truthful_summary(tmp_pa
     # the rows' header, with a column per cache switch, comes before the first row
     header = next(ln for ln in lines[: at[0]][::-1] if ln.split()[:2] == ["sec", "ops/s"])
     assert all(f"{sw} keys" in header for sw in ("sp0", "sp1", "sl0", "sl1")), header
+    assert header.split()[-1] == "auto-cached" and all(len(r) == 9 for r in rows), (header, rows[:3])  # unwrapped

@@ -41,7 +41,7 @@ from harness.procstat import cpu_seconds, machine_cpu
 
 
 class Target(Protocol):
-    """What is measured: a switch (bench/switch/bed.py ``Bed``) or the turnaround (bench/switch/limit.py)."""
+    """What is measured: a switch (bench/switch/bed.py ``SwitchBed``) or the turnaround (bench/switch/limit.py)."""
 
     target: str
     progress: Progress

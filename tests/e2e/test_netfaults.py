@@ -47,7 +47,7 @@ from dcnet.netfaults import (
 from distcache.wire import DC_PORT, Message, Op, decode, encode
 
 if TYPE_CHECKING:
-    from bench.switch import Bed
+    from bench.switch import SwitchBed
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDR_A, ADDR_B = "10.99.0.1", "10.99.0.2"
@@ -525,8 +525,8 @@ def test_clear_errors_and_nothing_left(pair: Pair, tmp_path: Path) -> None:
             faults.configure(FaultConfig(), directions=["ingress"])
 
 
-def _configure(bench: ModuleType, bed: Bed) -> None:
-    """The pipeline and sl0's entries (Bed.configure without filling the cache: only forwarding is needed)."""
+def _configure(bench: ModuleType, bed: SwitchBed) -> None:
+    """The pipeline and sl0's entries (SwitchBed.configure without filling the cache: only forwarding is needed)."""
     from distcache import p4names
     from p4rt.p4info import load_p4info
     from p4rt.plan import plan
@@ -561,7 +561,7 @@ def _switch_main(target: str) -> None:
         try:
             ns.create()
             ns.enter()  # before any thread, as bench.switch does
-            bed = bench.Bed(target, ns, Path(tmp), None)  # type: ignore[arg-type]  # no progress bars here
+            bed = bench.SwitchBed(target, ns, Path(tmp), None)  # type: ignore[arg-type]  # no progress bars here
             try:
                 bed.start()
                 _configure(bench, bed)

@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,9 +36,14 @@ def run(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complete
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the wheel, the bin folder of a fresh venv it is installed in)."""
-    tmp = tmp_path_factory.mktemp("wheel")
+def installed() -> Iterator[tuple[Path, Path]]:
+    """(the wheel, the bin folder of a fresh venv it is installed in).  In a folder of its own, not pytest's
+    numbered temporary ones: another pytest session started meanwhile (make test runs some) prunes those."""
+    with tempfile.TemporaryDirectory(prefix="distcache-wheel-") as d:
+        yield _install(Path(d))
+
+
+def _install(tmp: Path) -> tuple[Path, Path]:
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=NOT_SOURCE)
     pip = [sys.executable, "-m", "pip"]

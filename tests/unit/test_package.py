@@ -10,7 +10,6 @@ import sys
 import sysconfig
 import tempfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,6 @@ def run(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complete
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-@pytest.fixture(scope="module")
-def installed() -> Iterator[tuple[Path, Path]]:
-    """(the wheel, the bin folder of a fresh venv it is installed in).  In a folder of its own, not pytest's
-    numbered temporary ones: another pytest session started meanwhile (make test runs some) prunes those."""
-    with tempfile.TemporaryDirectory(prefix="distcache-wheel-") as d:
-        yield _install(Path(d))
-
-
 def _install(tmp: Path) -> tuple[Path, Path]:
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=NOT_SOURCE)
@@ -62,32 +53,27 @@ def _install(tmp: Path) -> tuple[Path, Path]:
     return wheel, venv / "bin"
 
 
-def test_the_wheel_holds_every_package_and_its_data(installed: tuple[Path, Path]) -> None:
-    wheel, _ = installed
-    names = zipfile.ZipFile(wheel).namelist()
-    folders = {name.rsplit("/", 1)[0] for name in names if name.endswith(".py")}
-    on_disk = {
-        str(p.parent.relative_to(REPO)).removeprefix("mininet/")
-        for pkg in PACKAGES
-        for p in (REPO / ("mininet/dcnet" if pkg == "dcnet" else pkg)).rglob("*.py")
-        if "__pycache__" not in p.parts
-    }
-    assert on_disk - folders == set(), f"packages missing from the wheel: {sorted(on_disk - folders)}"
-    assert {"distcache/proto/shim.proto", "distcache/proto/controller.proto"} <= set(names)
-    assert not [name for name in names if name.startswith(("tests/", "bench/", "model/", "tools/", "mininet/"))]
-
-
-@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a[:3]))
-def test_each_command_runs_from_the_wheel(installed: tuple[Path, Path], argv: list[str], tmp_path: Path) -> None:
-    _, bin_dir = installed
-    # cwd: not the checkout, whose folders would be imported instead of the wheel's
-    proc = run([str(bin_dir / argv[0]), *argv[1:]], tmp_path, 60)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "usage" in proc.stdout.lower(), proc.stdout[:500]
-
-
-def test_the_commands_import_the_wheels_code(installed: tuple[Path, Path], tmp_path: Path) -> None:
-    _, bin_dir = installed
-    where = run([str(bin_dir / "python"), "-c", "import softswitch.server, dcnet; print(dcnet.__file__)"], tmp_path)
-    assert where.returncode == 0, where.stderr
-    assert where.stdout.startswith(str(bin_dir.parent)), where.stdout
+def test_the_wheel_installs_whole_and_its_commands_run(tmp_path: Path) -> None:
+    """One test, built, installed and run in a row: what the suite runs meanwhile never sees its venv."""
+    with tempfile.TemporaryDirectory(prefix="wheel-check-") as d:
+        wheel, bin_dir = _install(Path(d))
+        names = zipfile.ZipFile(wheel).namelist()
+        folders = {name.rsplit("/", 1)[0] for name in names if name.endswith(".py")}
+        on_disk = {
+            str(p.parent.relative_to(REPO)).removeprefix("mininet/")
+            for pkg in PACKAGES
+            for p in (REPO / ("mininet/dcnet" if pkg == "dcnet" else pkg)).rglob("*.py")
+            if "__pycache__" not in p.parts
+        }
+        assert on_disk - folders == set(), f"packages missing from the wheel: {sorted(on_disk - folders)}"
+        assert {"distcache/proto/shim.proto", "distcache/proto/controller.proto"} <= set(names)
+        assert not [name for name in names if name.startswith(("tests/", "bench/", "model/", "tools/", "mininet/"))]
+        for argv in COMMANDS:
+            # cwd: not the checkout, whose folders would be imported instead of the wheel's
+            proc = run([str(bin_dir / argv[0]), *argv[1:]], tmp_path, 60)
+            assert proc.returncode == 0, (argv, proc.stdout[-2000:] + proc.stderr[-2000:])
+            assert "usage" in proc.stdout.lower(), (argv, proc.stdout[:500])
+        code = "import softswitch.server, dcnet; print(dcnet.__file__)"
+        where = run([str(bin_dir / "python"), "-c", code], tmp_path)
+        assert where.returncode == 0, where.stderr
+        assert where.stdout.startswith(str(bin_dir.parent)), where.stdout

@@ -169,9 +169,9 @@ class Controller(Reconciler):
             t.join(3)
         for pool in (self._pool, self._fence_pool, self._poll_pool, self._warm_pool):
             pool.shutdown(wait=False, cancel_futures=True)
-        for conn in [*self.sessions.conns.values(), *self.readers.values()]:
+        self.sessions.close_all()
+        for conn in self.readers.values():
             conn.close()
-        self.sessions.conns.clear()
         self.readers.clear()
         for a in [*self.agents.values(), *self.agent_status.values()]:
             a.close()

@@ -24,7 +24,7 @@ from distcache.hashing import h0
 
 
 class Spines(Enum):
-    """Which spines cache a hot key (and, with ``spine_read_target``, take its reads)."""
+    """Which spines cache a hot key (and take its reads: :func:`read_targets`)."""
 
     NONE = "none"
     OWNER = "owner"  # the spine the partition gives the key's h0 bucket
@@ -60,12 +60,6 @@ def placement(mechanism: Mechanism, wkey: bytes | None = None, replicated: Colle
     if mechanism == Mechanism.HYBRID and wkey is not None and wkey in replicated:
         return HYBRID_REPLICATED
     return PLACEMENT[mechanism]
-
-
-def caches_any(mechanism: Mechanism) -> bool:
-    """Whether any switch caches anything under ``mechanism``."""
-    p = PLACEMENT[mechanism]
-    return p.spines != Spines.NONE or p.leaf
 
 
 def spine_holds(

@@ -15,8 +15,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("distcache", "p4rt", "harness", "agent", "softswitch", "controller", "shim", "client_lib", "loadgen")
-PACKAGES += ("dcnet",)  # in mininet/
+PACKAGES = (
+    "distcache",
+    "p4rt",
+    "harness",
+    "agent",
+    "softswitch",
+    "controller",
+    "shim",
+    "client_lib",
+    "loadgen",
+    "dcnet",  # in mininet/
+)
 COMMANDS = (
     ["python", "-m", "softswitch", "--help"],
     ["distcache", "--help"],

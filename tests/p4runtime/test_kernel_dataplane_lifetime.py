@@ -87,7 +87,7 @@ def ports() -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def procs(tmp_path: Path, ports: list[str]) -> Iterator[SwitchProcesses]:
+def procs(tmp_path: Path, ports: list[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[SwitchProcesses]:
     """Switches k0 and k1 (the cluster's cl0 and sl0 in the controller test), each a kernel program on its
     port, with the detach command a deployment records for a kernel switch."""
     specs = {}
@@ -104,7 +104,8 @@ def procs(tmp_path: Path, ports: list[str]) -> Iterator[SwitchProcesses]:
             ],
         }
     (tmp_path / "switches.json").write_text(json.dumps(specs))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # for this test's switch processes only (set on os.environ for good, it reached every later test's children)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
     p = SwitchProcesses(tmp_path / "switches.json")
     yield p
     for name in specs:

@@ -4,6 +4,7 @@ install hides a package left out of the build (softswitch.server once was); a wh
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,10 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def run(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    """``argv`` with no PYTHONPATH: a source tree on it would be taken for the installed package (pip then
+    skips the install as already satisfied, and the commands import the checkout)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 def _install(tmp: Path) -> tuple[Path, Path]:

@@ -1,5 +1,9 @@
 """Failures and recoveries: declaring a switch dead, the operator's fail and recover, the failover's steps
 (:mod:`controller.controller` explains their order).
+
+A part of the controller: it takes the controller's state (the failed set, the epoch, the counters), the lock
+that guards it, and the parts it acts through; it holds what only a failover or a recovery knows (which
+switches are being recovered, whether a failover stopped before its last steps).
 """
 
 from __future__ import annotations
@@ -8,41 +12,92 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
+from concurrent import futures
 
 import grpc
 
+from controller.configure import Configurer
 from controller.health import ControllerError, failure_reason
+from controller.instruments import Instruments
 from controller.monitor import Monitor
-from controller.state import Failure
+from controller.partition import Partition
+from controller.sessions import LeafSessions
+from controller.shims import Shims
+from controller.state import ControllerState, Failure
 from controller.timing import DRAIN, PROBE_TIMEOUT, RETRY
 from controller.warmup import paced, warm_keys
-from distcache.cluster import Role, Switch, is_cache_switch
+from distcache.cluster import Cluster, Role, Switch, is_cache_switch
 from distcache.hashing import h0
 from distcache.placement import PLACEMENT
-from harness.processes import SwitchProcessError
+from distcache.rpc.agent import AgentClient
+from harness.processes import SwitchProcessError, SwitchProcesses
 from p4rt.client import P4RuntimeError
 
 log = logging.getLogger("controller")
 
 
-class Failover(Monitor):
+class Failover:
     """Takes switches out of service and puts them back, moving the failed spines' buckets."""
 
-    def _failover(self, warmed: bool = False) -> tuple[int, list[str]]:
+    def __init__(
+        self,
+        cluster: Callable[[], Cluster],
+        state: ControllerState,
+        save: Callable[[], None],
+        lock: threading.RLock,
+        partition: Partition,
+        sessions: LeafSessions,
+        shims: Shims,
+        configurer: Configurer,
+        monitor: Monitor,
+        agents: Mapping[str, AgentClient],
+        agent_status: Mapping[str, AgentClient],
+        procs: SwitchProcesses | None,
+        instruments: Instruments,
+        warm_pool: futures.ThreadPoolExecutor,
+        grpc_host: str,
+    ) -> None:
+        """``cluster``: the cluster as it is now (the operator may change its mechanism); ``save`` writes the
+        state file; ``warm_pool``: the warm-ups' own (never the pool a fence or a configuration waits on)."""
+        self.cluster, self.state, self.save, self.lock = cluster, state, save, lock
+        self.partition, self.sessions, self.shims, self.configurer = partition, sessions, shims, configurer
+        self.monitor, self.health = monitor, monitor.health
+        self.agents, self.agent_status, self.procs, self.instruments = agents, agent_status, procs, instruments
+        self.warm_pool, self.grpc_host = warm_pool, grpc_host
+        self.recovering: set[str] = set()  # switches a recover() is bringing back (one at a time each)
+        self.pending = False  # a failover stopped before the shims: a client leaf kept old routes
+        self._warmed = False  # that failover's new owners were warmed before its routes moved
+
+    # -- the controller's state, through the parts --------------------------------------------------
+    def push_shims(self) -> None:
+        """Tell the shims the partition and the switches down."""
+        self.shims.push(self.state.failed, self.state.epoch)
+
+    def configure(self, roles: set[Role], skip: Collection[str] = ()) -> dict[str, str]:
+        """Every switch in service of ``roles`` brought to the partition, but those in ``skip``."""
+        return self.configurer.configure(self.cluster(), roles, self.state.failed, self.state.replicated_keys(), skip)
+
+    def _configure_agent(self, sw: Switch) -> None:
+        self.configurer.configure_agent(self.cluster(), sw, self.state.replicated_keys())
+
+    def _spines(self) -> list[Switch]:
+        return [sw for sw in self.cluster().switches() if sw.role == Role.SPINE]
+
+    def failover(self, warmed: bool = False) -> tuple[int, list[str]]:
         """Move the buckets of failed spines to live ones (steps in the module docstring); returns how many
         moved and the client leaves the failover now waits for (empty: done).  ``warmed``: the new owners
         were warmed before the routes move (an operator's fail), so the warm-up after it only tops up."""
         before = self.partition.pushed()
         self.state.epoch += 1
-        self._save()
-        self._failover_pending, self._failover_warmed = True, warmed
-        waiting = self._continue_failover()
+        self.save()
+        self.pending, self._warmed = True, warmed
+        waiting = self.continue_failover()
         after = self.partition.buckets()
         self.partition.remember(after)
         return sum(a != b for a, b in zip(before, after, strict=True)), waiting
 
-    def _continue_failover(self, configure: bool = True) -> list[str]:
+    def continue_failover(self, configure: bool = True) -> list[str]:
         """The failover's steps: step 1 (idempotent; without ``configure`` the reconciler has just retried
         the leaves that missed it), and no step after it until every client leaf in service has taken the
         new routes (until then the shims keep waiting for the failed spines' acks, so writes invalidate
@@ -53,11 +108,11 @@ class Failover(Monitor):
         told = False
         if configure:
             t = time.monotonic()
-            unfenced = self._fence()
+            unfenced = self.configurer.fence(self.cluster(), self.state.failed)
             fenced = time.monotonic() - t
             if not self._leaves_behind():
                 time.sleep(DRAIN)
-                self._push_shims()
+                self.push_shims()
                 told = True
                 log.info(
                     "%s fenced at every client leaf in %.0f ms; shims told %s down %.0f ms later, before the "
@@ -67,7 +122,7 @@ class Failover(Monitor):
                     "it is" if len(self.state.failed) == 1 else "they are",
                     (time.monotonic() - t - fenced) * 1e3,
                 )
-            self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF}, skip=unfenced)
+            self.configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF}, skip=unfenced)
         waiting = self._leaves_behind()
         if waiting:
             (log.error if configure else log.debug)(
@@ -80,14 +135,14 @@ class Failover(Monitor):
             return waiting
         if not told:
             time.sleep(DRAIN)
-            self._push_shims()
-        self._configure({Role.SPINE})
-        if self._failover_pending:
-            self._failover_pending = False
-            if PLACEMENT[self.cluster.mechanism].warms_on_failover:
+            self.push_shims()
+        self.configure({Role.SPINE})
+        if self.pending:
+            self.pending = False
+            if PLACEMENT[self.cluster().mechanism].warms_on_failover:
                 args = (self.state.epoch, self.partition.buckets(), self.partition.live(), sorted(self.state.failed))
                 # after a drain's warm-up, only the keys that got hot since are left: paced like it
-                kwargs = {"drain": self._failover_warmed}
+                kwargs = {"drain": self._warmed}
                 threading.Thread(
                     target=self._warm_new_owners, args=args, kwargs=kwargs, name="warmup", daemon=True
                 ).start()
@@ -103,7 +158,7 @@ class Failover(Monitor):
         return sorted(
             name
             for name in list(self.sessions.stale)
-            if name not in self.state.failed and self.cluster.switch(name).role == Role.CLIENT_LEAF
+            if name not in self.state.failed and self.cluster().switch(name).role == Role.CLIENT_LEAF
         )
 
     def _warm_new_owners(
@@ -125,7 +180,7 @@ class Failover(Monitor):
         t = time.monotonic()
         moved: dict[int, dict[bytes, int]] = defaultdict(dict)
         for name in sources:
-            sw = self.cluster.switch(name)
+            sw = self.cluster().switch(name)
             if sw.role != Role.SPINE or name not in self.agent_status:
                 continue
             try:
@@ -137,7 +192,7 @@ class Failover(Monitor):
                 if owner in live and owner != sw.switch_id:
                     moved[owner][bytes(k.key)] = max(k.hits, moved[owner].get(bytes(k.key), 0))
         for owner, keys in moved.items():
-            name = self.cluster.switch_by_id(owner).name
+            name = self.cluster().switch_by_id(owner).name
             try:
                 st = self.agent_status[name].status(with_keys=True)
             except grpc.RpcError:
@@ -180,7 +235,7 @@ class Failover(Monitor):
             self.health[sw.name].alive = False
             log.warning("%s declared dead after %.2fs: %s", sw.name, decided - since, reason)
             if sw.role == Role.SPINE:
-                moved, waiting = self._failover()
+                moved, waiting = self.failover()
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t
                 self.instruments.failover_seconds.observe(self.state.last_failover_s)
@@ -191,14 +246,14 @@ class Failover(Monitor):
                     self.state.last_failover_s,
                     f" (waiting for {', '.join(waiting)})" if waiting else "",
                 )
-            self._save()
+            self.save()
         self._take_data_plane_down(sw)
 
     def _warm_at_once(self, insert: Callable[[bytes], bool], keys: list[bytes]) -> int:
         """``insert`` every key, a few at once on the warm-up's own pool (never the one a failover's fence
         or configuration waits on: hundreds of inserts queued there held the next failover back); how many
         were inserted."""
-        return sum(f.result() for f in [self._warm_pool.submit(insert, k) for k in keys])
+        return sum(f.result() for f in [self.warm_pool.submit(insert, k) for k in keys])
 
     def _take_data_plane_down(self, sw: Switch) -> None:
         """A switch declared dead whose process is gone while its data plane may not be (a kernel switch's
@@ -216,7 +271,7 @@ class Failover(Monitor):
             return
         log.warning("%s: its process is gone; its data plane is taken down too", sw.name)
         with self.lock:
-            self._push_shims()
+            self.push_shims()
 
     def _check_fail(self, sw: Switch) -> None:
         """ControllerError if ``sw`` cannot be failed now."""
@@ -240,12 +295,12 @@ class Failover(Monitor):
         is sent to a switch that is already gone (stopped first, every read the leaves sent it until they
         found it dead was lost and retried).  Stopping it then is a crash of a failed spine, which the
         protocol allows at any time (docs/protocol.md, "Failover")."""
-        sw = self._switch(name)
+        sw = self.switch(name)
         t = time.monotonic()
         with self.lock:
             self._check_fail(sw)
             ahead = None
-            if sw.role == Role.SPINE and PLACEMENT[self.cluster.mechanism].warms_on_failover:
+            if sw.role == Role.SPINE and PLACEMENT[self.cluster().mechanism].warms_on_failover:
                 live = self.partition.live() - {sw.switch_id}
                 ahead = (self.state.epoch, self.partition.buckets(live), live, [*self.state.failed, name])
         if ahead is not None:
@@ -263,7 +318,7 @@ class Failover(Monitor):
             self.instruments.switch_failures.labels("operator").inc()
             moved, waiting = 0, list[str]()
             if sw.role == Role.SPINE:
-                moved, waiting = self._failover(warmed=ahead is not None)
+                moved, waiting = self.failover(warmed=ahead is not None)
                 self.state.failovers += 1
                 self.state.last_failover_s = time.monotonic() - t_failover
                 self.instruments.failover_seconds.observe(self.state.last_failover_s)
@@ -273,10 +328,10 @@ class Failover(Monitor):
                     self.procs.stop(name)
                 except SwitchProcessError as e:  # failed over all the same; its data plane may live on
                     log.error("%s: %s", name, e)
-                    self._save()
+                    self.save()
                     raise ControllerError(f"{name} is out of service but {e}; take it down by hand") from None
                 self.health[name].alive = False
-            self._save()
+            self.save()
         what = "process stopped" if stopped else "out of service, its process keeps running"
         msg = f"{name}: {what}; {moved} buckets moved to live spines"
         if waiting:
@@ -293,15 +348,15 @@ class Failover(Monitor):
         handled meanwhile.  An agent that restarted while its switch was failed has had no configuration
         (only switches in service get one from the reconciler): recover gives it one first.
         """
-        sw = self._switch(name)
+        sw = self.switch(name)
         t = time.monotonic()
         with self.lock:
             failure = self.state.failed.get(name)
             if failure is None:
                 raise ControllerError(f"{name} is not failed; nothing to recover (see `distcache-ctl status`)")
-            if name in self._recovering:
+            if name in self.recovering:
                 raise ControllerError(f"{name} is being recovered already; see `distcache-ctl status`")
-            self._recovering.add(name)
+            self.recovering.add(name)
         try:
             if failure.stopped and self.procs is not None and not self.procs.running(name):
                 try:
@@ -316,10 +371,10 @@ class Failover(Monitor):
                 if sw.role == Role.SPINE:
                     self.state.failed.pop(name)
                     self.state.epoch += 1
-                    self._save()
-                    self._push_shims()
-                    self._configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
-                    self._configure({Role.SPINE})
+                    self.save()
+                    self.push_shims()
+                    self.configure({Role.STORAGE_LEAF, Role.CLIENT_LEAF})
+                    self.configure({Role.SPINE})
                     self.partition.remember(self.partition.buckets())
                 else:
                     # configured first, in service after: a client leaf's routes are current before the
@@ -327,7 +382,7 @@ class Failover(Monitor):
                     self.sessions.stale.pop(name, None)
                     try:
                         if sw.role == Role.CLIENT_LEAF:
-                            self._bring_up_client_leaf(sw)
+                            self.configurer.bring_up_client_leaf(self.cluster(), sw, self.state.replicated_keys())
                         else:
                             # a storage leaf comes back empty, as a spine does: failed but kept running (or
                             # paused, or a kernel leaf whose programs outlived their process) its copies were
@@ -340,20 +395,20 @@ class Failover(Monitor):
                             f"{name} answers but could not be configured: {failure_reason(e)}"
                         ) from None
                     self.state.failed.pop(name)
-                    self._save()
-                    self._push_shims()
+                    self.save()
+                    self.push_shims()
                 h = self.health[name]
                 h.alive, h.misses, h.detected = True, 0, None
                 self.state.recoveries += 1
-                self._save()
+                self.save()
                 moved = sum(a != b for a, b in zip(before, self.partition.buckets(), strict=True))
         finally:
             with self.lock:
-                self._recovering.discard(name)
-                if name in self._rejoining:
-                    self._rejoining.discard(name)
+                self.recovering.discard(name)
+                if name in self.shims.rejoining:
+                    self.shims.rejoining.discard(name)
                     if name in self.state.failed:  # it did not make it back: the shims skip it again
-                        self._push_shims()
+                        self.push_shims()
         return f"{name}: back in service; {moved} buckets moved back to it", moved, time.monotonic() - t
 
     def _rejoin(self, sw: Switch) -> None:
@@ -363,13 +418,13 @@ class Failover(Monitor):
         of the buckets it gets back are cached at it, as their current owners count them
         (:mod:`controller.warmup`, paced), so their reads meet a warm cache once the routes lead to it."""
         with self.lock:
-            self._rejoining.add(sw.name)
-            self._push_shims()
+            self.shims.rejoining.add(sw.name)
+            self.push_shims()
             self._flush(sw)
             warm = None
-            if PLACEMENT[self.cluster.mechanism].warms_on_failover:
+            if PLACEMENT[self.cluster().mechanism].warms_on_failover:
                 live = self.partition.live() | {sw.switch_id}
-                owners = sorted(self.cluster.switch_by_id(i).name for i in self.partition.live())
+                owners = sorted(self.cluster().switch_by_id(i).name for i in self.partition.live())
                 warm = (self.state.epoch, self.partition.buckets(live), live, owners)
         if warm is not None:
             self._warm_new_owners(*warm, drain=True, ahead=True)
@@ -391,16 +446,16 @@ class Failover(Monitor):
         deadline = time.monotonic() + timeout
         missing = "its P4Runtime server does not answer"
         while True:
-            probe = self._reader(sw)
+            probe = self.monitor.connect(sw)
             back = probe.probe(PROBE_TIMEOUT)
             probe.close()
             if back and not is_cache_switch(sw):
                 return
             if back:
-                st = self.poll_agent(sw.name)  # also tells the health view that it answers again
+                st = self.monitor.poll_agent(sw.name)  # also tells the health view that it answers again
                 if st is None:
                     missing = (
-                        f"its agent at {self.cluster.agent_address(sw)} does not answer "
+                        f"its agent at {self.cluster().agent_address(sw)} does not answer "
                         f"({self.health[sw.name].agent_error})"
                     )
                 elif not st.configured:
@@ -420,3 +475,12 @@ class Failover(Monitor):
             if time.monotonic() >= deadline:
                 raise ControllerError(f"{sw.name} is not back after {timeout:.0f}s: {missing}; start it first")
             time.sleep(0.2)
+
+    def switch(self, name: str) -> Switch:
+        """The switch called ``name``; ControllerError naming the switches there are if none is."""
+        try:
+            return self.cluster().switch(name)
+        except KeyError:
+            raise ControllerError(
+                f"no switch named {name!r}; switches: {', '.join(sw.name for sw in self.cluster().switches())}"
+            ) from None

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent import futures
 from dataclasses import replace
 
 import grpc
 
-from controller.core import Core
-from controller.health import failure_reason
+from controller.health import Health, failure_reason
+from controller.instruments import Instruments
+from controller.partition import Partition
+from controller.sessions import LeafSessions
+from controller.shims import Shims
+from controller.state import ControllerState
 from controller.timing import (
     AGENT_STATUS_TIMEOUT,
     DP_CHECK_INTERVAL,
@@ -36,35 +44,74 @@ from controller.timing import (
     PROBE_TIMEOUT,
     REFUSED_RECHECK,
     REFUSED_WITHIN,
+    SPINE_DEATHS_KEPT,
 )
 from distcache import p4names
-from distcache.cluster import Role, Switch
+from distcache.cluster import Cluster, Host, Role, Switch
+from distcache.rpc.agent import AgentClient
 from distcache.rpc.protos import agent_pb2
 from distcache.rpc.shim import ShimLink, ShimUnavailableError
 from p4rt.client import P4RuntimeError, SwitchConnection
-from p4rt.probes import DP_PROBE_INTERVAL, ProbeSource, read_probe_counts, spine_deaths
+from p4rt.probes import DP_PROBE_INTERVAL, ProbeLedger, ProbeSource, SpineDeath, read_probe_counts, spine_deaths
 
 log = logging.getLogger("controller")
 
 
-class Monitor(Core):
-    """Records what the probes and polls see (``health``, ``_stale``, ``_shims_behind``, the probe ledger)
-    and wakes the reconciler to act on it; it configures nothing itself."""
+class Monitor:
+    """Records what the probes and polls see (``health``, the sessions' staleness, :attr:`shims_behind`, the
+    probe ledger) and wakes the reconciler to act on it; it configures nothing itself.
 
-    def _probe_loop(self, sw: Switch) -> None:
-        wait, poke = PROBE_INTERVAL, self._poke[sw.name]
+    It takes the cluster for its topology only (the mechanism does not matter to it), the controller's state
+    for the failed set and the epoch (it changes one thing there: the reason of a switch failed for its data
+    plane whose process is gone too), and the connections and parts it reads through."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        state: ControllerState,
+        partition: Partition,
+        sessions: LeafSessions,
+        shims: Shims,
+        health: Mapping[str, Health],
+        readers: dict[str, SwitchConnection],
+        connect: Callable[[Switch], SwitchConnection],
+        agent_status: Mapping[str, AgentClient],
+        shim_address: Callable[[Host], str],
+        instruments: Instruments,
+        wake: threading.Event,
+        stop: threading.Event,
+        pool: futures.ThreadPoolExecutor,
+    ) -> None:
+        self.cluster, self.state, self.partition, self.sessions, self.shims = cluster, state, partition, sessions, shims
+        self.health, self.readers, self.connect, self.agent_status = health, readers, connect, agent_status
+        self.shim_address, self.instruments = shim_address, instruments
+        self.wake, self.stop, self.pool = wake, stop, pool  # wake: the reconciler has something to do now
+        # a switch's probe thread probes now (set by dp_check, and by the controller's close to end the thread)
+        self.poke = {sw.name: threading.Event() for sw in cluster.switches()}
+        self._poked: set[int] = set()  # spines poked for their current silence
+        self.probes = ProbeLedger(DP_MISSES)  # the client leaves' probe counters, as last read
+        self.dp_dead: set[int] = set()  # spines whose probes go unanswered at every client leaf
+        self._dp_silent_since: dict[int, float] = {}  # spine id -> when the ledger first found it silent
+        self.spine_deaths: deque[SpineDeath] = deque(maxlen=SPINE_DEATHS_KEPT)  # reported by the client leaves
+        self.shims_behind: dict[str, bool] = {}  # shim host -> needs its view again (else: partition only)
+
+    def _spines(self) -> list[Switch]:
+        return [self.cluster.spine(i) for i in range(self.cluster.spines)]
+
+    def probe_loop(self, sw: Switch) -> None:
+        wait, poke = PROBE_INTERVAL, self.poke[sw.name]
         while True:
             poke.wait(wait)
             poke.clear()
-            if self._stop.is_set():
+            if self.stop.is_set():
                 return
             try:
-                wait = self._probe(sw)
+                wait = self.probe(sw)
             except Exception:
                 log.exception("%s: probe handling failed", sw.name)
                 wait = PROBE_INTERVAL
 
-    def _probe(self, sw: Switch) -> float:
+    def probe(self, sw: Switch) -> float:
         """Probe ``sw`` once and record it; returns how long to wait before the next probe."""
         h = self.health[sw.name]
         reader = self.readers[sw.name]
@@ -73,11 +120,11 @@ class Monitor(Core):
         if ok:
             h.misses, h.alive, h.detected = 0, True, None
             if sw.name in self.state.failed:
-                self._wake.set()  # it may come back
+                self.wake.set()  # it may come back
             return PROBE_INTERVAL
         now = time.monotonic()
         refused = now - t < REFUSED_WITHIN
-        self.readers[sw.name] = self._reader(sw)  # a fresh channel: no reconnect backoff hides its return
+        self.readers[sw.name] = self.connect(sw)  # a fresh channel: no reconnect backoff hides its return
         reader.close()
         if h.misses == 0:
             h.first_miss = now - PROBE_INTERVAL / 2  # it stopped answering somewhere since the last good probe
@@ -91,34 +138,34 @@ class Monitor(Core):
             h.alive = False
             if sw.name not in self.state.failed:
                 h.detected = (h.first_miss, now)
-                self._wake.set()
+                self.wake.set()
         return REFUSED_RECHECK if refused and h.alive else PROBE_INTERVAL
 
-    def _dp_probe_loop(self) -> None:
+    def dp_probe_loop(self) -> None:
         """Probe every spine's data plane through every client leaf, and watch the answers."""
         next_check = time.monotonic()
         spines = self._spines()
         sources: dict[str, ProbeSource] = {}  # per client leaf: its probe port where it has one (p4rt.probes)
         try:
-            while not self._stop.wait(DP_PROBE_INTERVAL):
+            while not self.stop.wait(DP_PROBE_INTERVAL):
                 for name, conn in list(self.sessions.conns.items()):
                     source = sources.get(name)
                     if source is None:
                         source = sources[name] = ProbeSource(self.cluster.switch(name))
                     with contextlib.suppress(P4RuntimeError):  # its stream is down: the reconciler brings it back
                         source.round(conn, spines)
-                    self._take_deaths(name, conn)
+                    self.take_deaths(name, conn)
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + DP_CHECK_INTERVAL
                     try:
-                        self._dp_check()
+                        self.dp_check()
                     except Exception:
                         log.exception("data-plane probe check failed")
         finally:
             for source in sources.values():
                 source.close()
 
-    def _take_deaths(self, name: str, conn: SwitchConnection) -> None:
+    def take_deaths(self, name: str, conn: SwitchConnection) -> None:
         """Keep the spine deaths client leaf ``name`` reported since the last look."""
         try:
             deaths = spine_deaths(conn, self.cluster.switch(name), self.cluster, time.time())
@@ -135,7 +182,7 @@ class Monitor(Core):
             )
         self.spine_deaths.extend(deaths)
 
-    def _dp_check(self) -> None:
+    def dp_check(self) -> None:
         """Read the client leaves' probe counters; a spine silent at all of them is declared dead."""
         for name in list(self.sessions.conns):
             try:
@@ -146,7 +193,7 @@ class Monitor(Core):
         quiet = self.probes.dead(self.partition.spine_ids, DP_POKE_MISSES)
         for sw in self._spines():
             if sw.switch_id in quiet and sw.switch_id not in self._poked and sw.name not in self.state.failed:
-                self._poke[sw.name].set()  # silent at every client leaf: is its P4Runtime server gone too?
+                self.poke[sw.name].set()  # silent at every client leaf: is its P4Runtime server gone too?
         self._poked = quiet
         dead = self.probes.dead(self.partition.spine_ids)
         for sid in dead - set(self._dp_silent_since):
@@ -157,15 +204,15 @@ class Monitor(Core):
         for sw in self._spines():
             if sw.switch_id in dead and sw.name not in self.state.failed and self.health[sw.name].dp_detected is None:
                 self.health[sw.name].dp_detected = (self._dp_silent_since[sw.switch_id], now)
-                self._wake.set()
+                self.wake.set()
 
-    def _health_loop(self) -> None:
-        while not self._stop.is_set():
+    def health_loop(self) -> None:
+        while not self.stop.is_set():
             try:
-                self._poll()
+                self.poll()
             except Exception:
                 log.exception("health poll failed")
-            self._stop.wait(HEARTBEAT)
+            self.stop.wait(HEARTBEAT)
 
     def read_stats(self, name: str) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
         """dc_stats and dc_drops of switch ``name``, read now (READ_TIMEOUT each)."""
@@ -195,11 +242,11 @@ class Monitor(Core):
         h.agent, h.agent_alive, h.agent_error = st, True, ""
         return st
 
-    def _poll(self) -> None:
+    def poll(self) -> None:
         now = time.monotonic()
-        agents = {name: self._poll_pool.submit(self.poll_agent, name) for name in self.agent_status}
+        agents = {name: self.pool.submit(self.poll_agent, name) for name in self.agent_status}
         reads = {
-            sw.name: self._poll_pool.submit(self.read_stats, sw.name)
+            sw.name: self.pool.submit(self.read_stats, sw.name)
             for sw in self.cluster.switches()
             if sw.name not in self.state.failed
         }
@@ -211,7 +258,7 @@ class Monitor(Core):
                 log.warning("%s: its agent restarted; configuring it again", name)
                 self.sessions.stale[name] = "its agent restarted"
             if name in self.sessions.stale:
-                self._wake.set()
+                self.wake.set()
         for name, read in reads.items():
             try:
                 stats, drops = read.result()
@@ -230,25 +277,25 @@ class Monitor(Core):
             if conn.stream_closed.is_set() and name not in self.state.failed and name not in self.sessions.stale:
                 log.warning("%s: lost its stream (restarted?); reconnecting", name)
                 self.sessions.stale[name] = "lost its P4Runtime stream (restarted?)"
-                self._wake.set()
-        down = self.shim_down()
+                self.wake.set()
+        down = self.shims.down(self.state.failed)
         for host in self.cluster.servers():
             try:
                 st = ShimLink(self.shim_address(host), timeout=2.0).stats()
             except ShimUnavailableError:
                 continue
             if not st.get("view_known") or st.get("epoch") != self.state.epoch:
-                if not self._shims_behind.get(host.name):
+                if not self.shims_behind.get(host.name):
                     log.warning(
                         "%s: shim restarted or behind (epoch %s); sending partition and view",
                         host.name,
                         st.get("epoch"),
                     )
-                self._shims_behind[host.name] = True
-                self._wake.set()
+                self.shims_behind[host.name] = True
+                self.wake.set()
             elif sorted(st.get("down", [])) != down:
-                self._shims_behind.setdefault(host.name, False)
-                self._wake.set()
+                self.shims_behind.setdefault(host.name, False)
+                self.wake.set()
 
     def detail(self, name: str) -> str:
         """What is wrong with switch ``name``, for the Status API (empty: nothing)."""
@@ -257,7 +304,7 @@ class Monitor(Core):
         failure = self.state.failed.get(name)
         if failure is not None:
             notes.append(failure.reason)
-            if sw.role == Role.SPINE and sw.switch_id not in self.shim_down():
+            if sw.role == Role.SPINE and sw.switch_id not in self.shims.down(self.state.failed):
                 leaves = self.shims.routing_to(sw)
                 if leaves:
                     notes.append(f"writes still wait for its acks: {', '.join(leaves)} may still send it reads")

@@ -2,7 +2,8 @@
 
 Every change (failover, recovery, configuration retries, shim pushes) is made here, under the lock,
 woken by the probe threads and the health poll (:mod:`controller.monitor`); a recovery that cannot
-finish yet returns at once and is tried again RETRY s later.
+finish yet returns at once and is tried again RETRY s later.  A part of the controller: it takes the state,
+the lock and the parts it acts through, and holds the threads of the recoveries it started.
 """
 
 from __future__ import annotations
@@ -10,74 +11,97 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import grpc
 
+from controller.configure import Configurer
 from controller.failover import Failover
 from controller.health import ControllerError, failure_reason
 from controller.mechanism import Mechanisms
+from controller.monitor import Monitor
+from controller.state import ControllerState
 from controller.timing import DP_DEAD_REASON, HEARTBEAT, P4RT_DEAD_REASON, PROBE_TIMEOUT, RETRY
 from distcache import p4names
-from distcache.cluster import Mechanism, Switch, is_cache_switch
+from distcache.cluster import Cluster, Mechanism, Switch, is_cache_switch
 from p4rt.client import P4RuntimeError
 
 log = logging.getLogger("controller")
 
 
-class Reconciler(Failover, Mechanisms):
+class Reconciler:
     """Declares dead what the monitor detected, recovers what came back, retries what failed, brings
     shims that fell behind up to date and, under Hybrid, re-chooses the replicated keys."""
 
-    def _reconcile_loop(self) -> None:
+    def __init__(
+        self,
+        cluster: Callable[[], Cluster],
+        state: ControllerState,
+        lock: threading.RLock,
+        monitor: Monitor,
+        failover: Failover,
+        mechanisms: Mechanisms,
+        configurer: Configurer,
+    ) -> None:
+        """``cluster``: the cluster as it is now (its mechanism may change)."""
+        self.cluster, self.state, self.lock = cluster, state, lock
+        self.monitor, self.failover, self.mechanisms, self.configurer = monitor, failover, mechanisms, configurer
+        self.health, self.sessions, self.shims = monitor.health, monitor.sessions, monitor.shims
+        # switch -> the thread recovering it by itself (the reconciler never waits for a recovery)
+        self.recoveries: dict[str, threading.Thread] = {}
+
+    def loop(self) -> None:
         last_beat = 0.0
-        while not self._stop.is_set():
-            self._wake.wait(RETRY)
-            self._wake.clear()
-            if self._stop.is_set():
+        while not self.monitor.stop.is_set():
+            self.monitor.wake.wait(RETRY)
+            self.monitor.wake.clear()
+            if self.monitor.stop.is_set():
                 return
             try:
-                self._reconcile()
-                if self.cluster.mechanism == Mechanism.HYBRID and time.monotonic() - last_beat >= HEARTBEAT:
+                self.reconcile()
+                if self.cluster().mechanism == Mechanism.HYBRID and time.monotonic() - last_beat >= HEARTBEAT:
                     last_beat = time.monotonic()
-                    self.rebalance_hybrid()
+                    self.mechanisms.rebalance_hybrid()
             except Exception:
                 log.exception("reconciliation failed")
 
-    def _reconcile(self) -> None:
+    def reconcile(self) -> None:
         """Act on what the probes and the health poll found, most urgent first."""
-        for sw in self.cluster.switches():
+        for sw in self.cluster().switches():
             detected = self.health[sw.name].detected
             if detected is not None:
-                self.declare_dead(sw, detected[0], P4RT_DEAD_REASON, detected[1])
+                self.failover.declare_dead(sw, detected[0], P4RT_DEAD_REASON, detected[1])
             dp = self.health[sw.name].dp_detected
             if dp is not None:
                 self.health[sw.name].dp_detected = None
-                self.declare_dead(sw, dp[0], DP_DEAD_REASON, dp[1])
-        for sw in self.cluster.switches():
+                self.failover.declare_dead(sw, dp[0], DP_DEAD_REASON, dp[1])
+        for sw in self.cluster().switches():
             self._maybe_recover(sw)
         for name in list(self.sessions.stale):
             self._retry(name)
-        if self._failover_pending:
+        if self.failover.pending:
             with self.lock:
-                if self._failover_pending:
-                    self._continue_failover(configure=False)
-        if self._shims_behind:
+                if self.failover.pending:
+                    self.failover.continue_failover(configure=False)
+        if self.monitor.shims_behind:
             with self.lock:
-                behind = {name: self._shims_behind.pop(name) for name in list(self._shims_behind)}
-                hosts = [h for h in self.cluster.servers() if h.name in behind]
+                behind = {name: self.monitor.shims_behind.pop(name) for name in list(self.monitor.shims_behind)}
+                hosts = [h for h in self.cluster().servers() if h.name in behind]
                 if any(behind[h.name] for h in hosts):
-                    self._push_shims(views=True, only=[h for h in hosts if behind[h.name]])
+                    self.shims.push(
+                        self.state.failed, self.state.epoch, views=True, only=[h for h in hosts if behind[h.name]]
+                    )
                 if not all(behind[h.name] for h in hosts):
-                    self._push_shims(only=[h for h in hosts if not behind[h.name]])
+                    self.shims.push(self.state.failed, self.state.epoch, only=[h for h in hosts if not behind[h.name]])
 
     def _maybe_recover(self, sw: Switch) -> None:
         """A detected failure that answers again (and whose agent answers) is recovered; one whose
         recovery cannot finish yet is tried again RETRY s later, never waited for."""
         failure, h = self.state.failed.get(sw.name), self.health[sw.name]
-        if failure is None or failure.admin or not h.alive or sw.name in self._recovering:
+        if failure is None or failure.admin or not h.alive or sw.name in self.failover.recovering:
             return
-        if failure.reason == DP_DEAD_REASON and sw.switch_id in self.dp_dead:
+        if failure.reason == DP_DEAD_REASON and sw.switch_id in self.monitor.dp_dead:
             # its P4Runtime server answers, but its data plane still does not -- or it restarted meanwhile,
             # unconfigured, so it cannot answer until recovered: then it is recovered like a crashed switch
             if not self._came_back_unconfigured(sw):
@@ -88,7 +112,7 @@ class Reconciler(Failover, Mechanisms):
             return
         if time.monotonic() - h.recover_tried < RETRY:
             return
-        running = self._recoveries.get(sw.name)
+        running = self.recoveries.get(sw.name)
         if running is not None and running.is_alive():
             return
         h.recover_tried = time.monotonic()
@@ -97,12 +121,12 @@ class Reconciler(Failover, Mechanisms):
         # seconds), and this thread alone declares switches dead -- a second crash meanwhile must be failed
         # over at once, not after the warm-up (before, its writes answered ERROR until then)
         t = threading.Thread(target=self._recover_by_itself, args=(sw,), name=f"recover-{sw.name}", daemon=True)
-        self._recoveries[sw.name] = t
+        self.recoveries[sw.name] = t
         t.start()
 
     def _recover_by_itself(self, sw: Switch) -> None:
         try:
-            self.recover(sw.name, timeout=PROBE_TIMEOUT)
+            self.failover.recover(sw.name, timeout=PROBE_TIMEOUT)
         except ControllerError as e:
             log.info("%s: not recovered yet: %s", sw.name, e)
         except Exception:
@@ -117,25 +141,27 @@ class Reconciler(Failover, Mechanisms):
             return False
         h.restart_checked = time.monotonic()
         try:
-            action, _ = self.readers[sw.name].read_default(p4names.SWITCH_CONFIG)
+            action, _ = self.monitor.readers[sw.name].read_default(p4names.SWITCH_CONFIG)
         except P4RuntimeError as e:
             return e.code in ("FAILED_PRECONDITION", "NOT_FOUND")  # no pipeline at all: it restarted
         return action != p4names.SET_CONFIG
 
     def _retry(self, name: str) -> None:
         """Configure again a switch in service whose last configuration failed."""
-        sw = self.cluster.switch(name)
+        sw = self.cluster().switch(name)
         with self.lock:
-            if name not in self.sessions.stale or name in self.state.failed or name in self._recovering:
+            if name not in self.sessions.stale or name in self.state.failed or name in self.failover.recovering:
                 return  # done meanwhile, or its recovery configures it
             if is_cache_switch(sw) and self.health[name].agent_alive is False:
                 return  # tried once it answers
             before = self.sessions.stale[name]
             try:
                 if is_cache_switch(sw):
-                    self._configure_agent(sw)
+                    self.configurer.configure_agent(self.cluster(), sw, self.state.replicated_keys())
                 else:
-                    self._bring_up_client_leaf(sw, timeout=PROBE_TIMEOUT * 2)
+                    self.configurer.bring_up_client_leaf(
+                        self.cluster(), sw, self.state.replicated_keys(), timeout=PROBE_TIMEOUT * 2
+                    )
             except (ConnectionError, grpc.RpcError, P4RuntimeError) as e:
                 self.sessions.stale[name] = failure_reason(e)
                 (log.debug if failure_reason(e) == before else log.warning)(

@@ -1,8 +1,8 @@
 """What the shims are told: the partition, the switches they may stop waiting for, the cached-key views.
 
-A part of the controller with no state of its own: every call takes the failed switches and the spines being
-brought back from the caller (the controller's state and its recovery), and reads the partition and the
-client leaves' routes from the parts that hold them.
+A part of the controller: every call takes the failed switches (and the epoch) from the caller, the
+controller's state; it reads the partition and the client leaves' routes from the parts that hold them, and
+holds one set of its own, the spines a recovery has told the shims are up but that are not in service yet.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ class Shims:
     ) -> None:
         self.cluster, self.shim_address, self.agents = cluster, shim_address, agents
         self.partition, self.sessions, self.procs, self.pool = partition, sessions, procs, pool
+        # spines a recover() has told the shims are up and flushed, not in service yet: not down in any push
+        self.rejoining: set[str] = set()
 
     def push(
         self,
         failed: Collection[str],
-        rejoining: Collection[str],
         epoch: int,
         views: bool = False,
         only: list[Host] | None = None,
@@ -83,7 +84,7 @@ class Shims:
                     server = self.cluster.server_for_key(k.key).name
                     cached.setdefault(server, {}).setdefault(bytes(k.key), []).append(st.switch_id)
         spines = set(self.cluster.switch_ids(Role.SPINE))
-        buckets, down = self.partition.buckets(), self.down(failed, rejoining)
+        buckets, down = self.partition.buckets(), self.down(failed)
 
         def push(host: Host) -> None:
             try:
@@ -99,10 +100,10 @@ class Shims:
         # loaded BMv2 run took 0.2 s)
         list(self.pool.map(push, [h for h in hosts if not views or h.name in incarnations]))
 
-    def down(self, failed: Collection[str], rejoining: Collection[str]) -> list[int]:
+    def down(self, failed: Collection[str]) -> list[int]:
         """The switches the shims may stop waiting for: every ``failed`` spine, except one that a client leaf
         may still send reads to (step 2 of the failover waits for step 1 everywhere) and one a recover() is
-        bringing back, ``rejoining`` (told up, flushed and warmed before it owns buckets again: whatever it
+        bringing back, :attr:`rejoining` (told up, flushed and warmed before it owns buckets again: whatever it
         caches from then on, every write must invalidate, whichever push comes meanwhile).
 
         Never a storage leaf, failed or not: it is on every path to its servers, so while it forwards nothing
@@ -120,7 +121,7 @@ class Shims:
         """
         out = []
         for name in list(failed):
-            if name in rejoining:
+            if name in self.rejoining:
                 continue
             sw = self.cluster.switch(name)
             if sw.role == Role.SPINE and not self.routing_to(sw):

@@ -124,6 +124,10 @@ class ControllerState:
             raise ValueError(f"replicated: expected a list of {KEY_LEN}-byte keys in hex, got {replicated!r}")
         return cls(**{**d, "failed": out})
 
+    def replicated_keys(self) -> set[bytes]:
+        """Hybrid's replicated keys, as wire keys."""
+        return {bytes.fromhex(k) for k in self.replicated}
+
     def _check(self, cluster: Cluster) -> None:
         """Every switch the state names is one of ``cluster``'s."""
         names = {sw.name for sw in cluster.switches()}

@@ -52,14 +52,14 @@ def cluster_status(ctl: Controller, pool: futures.ThreadPoolExecutor) -> StatusR
     each with a short deadline; what does not answer in time is shown as the health poll last saw it
     (an agent that the poll found not answering is not asked again here)."""
     switches = ctl.cluster.switches()
-    reads = {sw.name: pool.submit(ctl.read_stats, sw.name) for sw in switches if ctl.health[sw.name].alive}
+    reads = {sw.name: pool.submit(ctl.monitor.read_stats, sw.name) for sw in switches if ctl.health[sw.name].alive}
     deaths = {
-        sw.name: pool.submit(ctl.read_deaths, sw.name)
+        sw.name: pool.submit(ctl.monitor.read_deaths, sw.name)
         for sw in switches
         if ctl.health[sw.name].alive and sw.role in (Role.CLIENT_LEAF, Role.STORAGE_LEAF)
     }
     agents = {
-        name: pool.submit(ctl.poll_agent, name)
+        name: pool.submit(ctl.monitor.poll_agent, name)
         for name in ctl.agent_status
         if ctl.health[name].agent_alive is not False
     }
@@ -83,7 +83,7 @@ def cluster_status(ctl: Controller, pool: futures.ThreadPoolExecutor) -> StatusR
         replicated=sorted(key_text(k) for k in ctl.replicated),
     )
     read = StatusRead(out)
-    for death in list(ctl.spine_deaths):
+    for death in list(ctl.monitor.spine_deaths):
         out.spine_deaths.add(
             leaf=death.leaf, spine=death.spine, detect_s=death.detect_s, silent_s=death.silent_s, at=death.at
         )
@@ -93,7 +93,7 @@ def cluster_status(ctl: Controller, pool: futures.ThreadPoolExecutor) -> StatusR
     for sw in switches:
         h = ctl.health[sw.name]
         failure = ctl.state.failed.get(sw.name)
-        notes = [d] if (d := ctl.detail(sw.name)) else []
+        notes = [d] if (d := ctl.monitor.detail(sw.name)) else []
         st = out.switches.add(
             name=sw.name,
             role=ROLE_NAMES[sw.role],
@@ -101,7 +101,7 @@ def cluster_status(ctl: Controller, pool: futures.ThreadPoolExecutor) -> StatusR
             alive=h.alive,
             failed=failure is not None,
             admin_failed=bool(failure and failure.admin),
-            load=ctl.load(sw.name),
+            load=ctl.monitor.load(sw.name),
             buckets=owned.get(sw.switch_id, 0),
         )
         counters = result(reads.get(sw.name))

@@ -50,7 +50,7 @@ PROCESS_KINDS = (
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
 # How long a spine's data plane stays dead (``spine_dp_dead``): drawn per fault, either side of the controller's
-# 0.5 s of unanswered probes (controller/core.py DP_MISSES): a short death is only routed around by the leaves, a
+# 0.5 s of unanswered probes (controller/timing.py DP_MISSES): a short death is only routed around by the leaves, a
 # longer one is failed over and then recovered by the controller once the spine answers its probes again.
 DP_DEAD_S = (0.1, 2.0)
 # How long every spine's data plane stays dead at once (``fabric_dp_dead``): past the controller's detection, so

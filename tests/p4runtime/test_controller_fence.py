@@ -36,7 +36,7 @@ class _Leaf:
         p4info = tmp / "p4info.txt"
         p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
         self.ctl = Controller(self.cluster, p4info, lambda h: f"unix:{tmp / h.name}.sock", b"", tmp / "state.json")
-        self.ctl._bring_up_client_leaf(self.leaf)
+        self.ctl.configurer.bring_up_client_leaf(self.cluster, self.leaf, set(), 15.0)
 
     def fenced(self) -> set[int]:
         action, params = self.ctl.sessions.conns[self.leaf.name].read_default(p4names.LIVENESS_CONFIG)
@@ -65,14 +65,14 @@ def test_a_fenced_spine_is_down_for_the_shims_before_the_partition_moves(bed: _L
     assert bed.fenced() == set() and bed.partition_spines() == {sp0.switch_id, sp1.switch_id}
     ctl.state.failed[sp0.name] = Failure(admin=False, since=time.time())
     assert ctl.shim_down() == []  # the leaf's last plan routes reads to sp0: the shims keep waiting for it
-    ctl._fence()
+    ctl.configurer.fence(ctl.cluster, ctl.state.failed)
     assert bed.fenced() == {sp0.switch_id}
     assert sp0.switch_id in bed.partition_spines()  # the partition has not moved ...
     assert ctl.shim_down() == [sp0.switch_id]  # ... and no read can reach sp0: the shims may skip it
-    ctl._configure({bed.leaf.role})  # the partition follows; the fence stays until sp0 is routed to again
+    ctl.failover.configure({bed.leaf.role})  # the partition follows; the fence stays until sp0 is routed to again
     assert bed.partition_spines() == {sp1.switch_id} and bed.fenced() == {sp0.switch_id}
     del ctl.state.failed[sp0.name]
-    ctl._configure({bed.leaf.role})
+    ctl.failover.configure({bed.leaf.role})
     assert bed.partition_spines() == {sp0.switch_id, sp1.switch_id} and bed.fenced() == set()
 
 
@@ -80,5 +80,5 @@ def test_a_leaf_that_could_not_take_the_fence_keeps_the_spine_up_for_the_shims(b
     ctl, sp0 = bed.ctl, bed.cluster.spine(0)
     ctl.state.failed[sp0.name] = Failure(admin=False, since=time.time())
     bed.switch.close()  # the leaf's P4Runtime server is gone: no fence, and no new session for the plan
-    ctl._fence()
+    ctl.configurer.fence(ctl.cluster, ctl.state.failed)
     assert ctl.shim_down() == []  # its last plan routes reads to sp0: the shims keep waiting for sp0's acks

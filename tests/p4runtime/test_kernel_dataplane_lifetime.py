@@ -169,7 +169,7 @@ def test_the_controller_keeps_invalidating_a_spine_a_killed_kernel_leaf_still_ro
         _crash(procs, cl0.name)
         assert attached(ports[0])
         assert ctl.shim_down() == [], "sp0 skipped while a killed kernel leaf's program still routes reads to it"
-        ctl.declare_dead(cl0, time.monotonic() - 1.0, "P4Runtime unreachable")
+        ctl.failover.declare_dead(cl0, time.monotonic() - 1.0, "P4Runtime unreachable")
         assert not attached(ports[0]), "the controller left a dead kernel switch's data plane running"
         assert ctl.shim_down() == [sp0.switch_id]
     finally:

@@ -134,9 +134,9 @@ def test_a_spine_being_brought_back_is_down_in_no_push(tmp_path: Path) -> None:
             if leaf.role == Role.CLIENT_LEAF:
                 ctl.sessions.took(leaf.name, ctl.partition.live())  # routes without sp0 taken
         assert ctl.shim_down() == [sp0.switch_id]
-        ctl._rejoining.add(sp0.name)
+        ctl.shims.rejoining.add(sp0.name)
         assert ctl.shim_down() == []
-        ctl._rejoining.discard(sp0.name)
+        ctl.shims.rejoining.discard(sp0.name)
         assert ctl.shim_down() == [sp0.switch_id]
     finally:
         ctl.close()
@@ -152,16 +152,16 @@ def test_a_second_failure_is_declared_while_a_recovery_is_still_going(tmp_path: 
         sp1, sl0 = cluster.spine(1), next(s for s in cluster.switches() if s.role == Role.STORAGE_LEAF)
         ctl.state.failed[sp1.name] = Failure(admin=False, since=0.0, reason="P4Runtime unreachable")
         ctl.health[sp1.name].alive = ctl.health[sp1.name].agent_alive = True  # it answers again: recover it
-        ctl._reconcile()  # the recovery starts; it waits in vain for sp1's agent (nothing listens)
+        ctl.reconciler.reconcile()  # the recovery starts; it waits in vain for sp1's agent (nothing listens)
         deadline = time.monotonic() + 0.3
-        while sp1.name not in ctl._recovering and time.monotonic() < deadline:
+        while sp1.name not in ctl.failover.recovering and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert sp1.name in ctl._recovering, "the reconciler waited for sp1's recovery to end"
+        assert sp1.name in ctl.failover.recovering, "the reconciler waited for sp1's recovery to end"
         now = time.monotonic()
         ctl.health[sl0.name].detected = (now - 1.0, now)  # meanwhile sl0 crashes
-        ctl._reconcile()
+        ctl.reconciler.reconcile()
         assert sl0.name in ctl.state.failed
-        assert sp1.name in ctl._recovering  # declared while sp1's recovery still ran
+        assert sp1.name in ctl.failover.recovering  # declared while sp1's recovery still ran
     finally:
         ctl.close()
 
@@ -189,10 +189,10 @@ def test_a_failovers_fence_never_waits_behind_a_warm_up(tmp_path: Path) -> None:
     leaves = [s for s in cluster.switches() if s.role == Role.CLIENT_LEAF]
     for leaf in leaves:
         ctl.sessions.conns[leaf.name] = Leaf(leaf.name)  # type: ignore[assignment]
-    warm = threading.Thread(target=ctl._warm_at_once, args=(lambda _k: release.wait(10), [bytes(16)] * 64))
+    warm = threading.Thread(target=ctl.failover._warm_at_once, args=(lambda _k: release.wait(10), [bytes(16)] * 64))
     try:
         warm.start()
-        fence = threading.Thread(target=ctl._fence)
+        fence = threading.Thread(target=lambda: ctl.configurer.fence(ctl.cluster, ctl.state.failed))
         fence.start()
         fence.join(5)
         assert not fence.is_alive(), "the fence waited behind the warm-up's inserts"
@@ -220,8 +220,8 @@ def test_a_switch_whose_port_refuses_is_probed_again_at_once_and_a_silent_one_at
     ctl, sw, free = _switch_on_a_free_port(tmp_path)
     try:
         ctl.readers[sw.name] = ctl._reader(sw)
-        assert ctl._probe(sw) == REFUSED_RECHECK and ctl.health[sw.name].misses == 1
-        assert ctl._probe(sw) == PROBE_INTERVAL  # the second miss: declared dead, back to the usual pace
+        assert ctl.monitor.probe(sw) == REFUSED_RECHECK and ctl.health[sw.name].misses == 1
+        assert ctl.monitor.probe(sw) == PROBE_INTERVAL  # the second miss: declared dead, back to the usual pace
         h = ctl.health[sw.name]
         assert not h.alive and h.detected is not None
         with socket.socket() as silent:  # accepts connections, never answers
@@ -229,7 +229,7 @@ def test_a_switch_whose_port_refuses_is_probed_again_at_once_and_a_silent_one_at
             silent.listen()
             h.alive, h.misses, h.detected = True, 0, None
             ctl.readers[sw.name] = ctl._reader(sw)
-            assert ctl._probe(sw) == PROBE_INTERVAL and h.misses == 1
+            assert ctl.monitor.probe(sw) == PROBE_INTERVAL and h.misses == 1
     finally:
         ctl.readers.pop(sw.name).close()
         ctl.close()
@@ -247,32 +247,32 @@ def test_a_spine_silent_at_every_client_leaf_has_its_p4runtime_server_probed_at_
 
         def counts(sent: int, answered0: int) -> None:
             for leaf in leaves:
-                ctl.probes.update(
+                ctl.monitor.probes.update(
                     leaf, {sp0.switch_id: ProbeCounts(sent, answered0), sp1.switch_id: ProbeCounts(sent, sent)}
                 )
 
         counts(10, 10)
         counts(10 + DP_POKE_MISSES - 1, 10)
-        ctl._dp_check()
-        assert not any(e.is_set() for e in ctl._poke.values())
+        ctl.monitor.dp_check()
+        assert not any(e.is_set() for e in ctl.monitor.poke.values())
         counts(10 + DP_POKE_MISSES, 10)
-        ctl._dp_check()
-        assert [name for name, e in ctl._poke.items() if e.is_set()] == [sp0.name]
-        ctl._poke[sp0.name].clear()
+        ctl.monitor.dp_check()
+        assert [name for name, e in ctl.monitor.poke.items() if e.is_set()] == [sp0.name]
+        ctl.monitor.poke[sp0.name].clear()
         counts(20, 10)
-        ctl._dp_check()
-        assert not ctl._poke[sp0.name].is_set()  # the same silence: poked once
+        ctl.monitor.dp_check()
+        assert not ctl.monitor.poke[sp0.name].is_set()  # the same silence: poked once
         counts(21, 11)  # heard again, then silent again: poked again
-        ctl._dp_check()
+        ctl.monitor.dp_check()
         counts(21 + DP_POKE_MISSES, 11)
-        ctl._dp_check()
-        assert ctl._poke[sp0.name].is_set()
-        ctl._poke[sp0.name].clear()
+        ctl.monitor.dp_check()
+        assert ctl.monitor.poke[sp0.name].is_set()
+        ctl.monitor.poke[sp0.name].clear()
         ctl.state.failed[sp0.name] = Failure(admin=False, since=0.0)
         counts(30, 30)
         counts(30 + DP_POKE_MISSES, 30)
-        ctl._dp_check()
-        assert not ctl._poke[sp0.name].is_set()  # failed already: nothing to find out
+        ctl.monitor.dp_check()
+        assert not ctl.monitor.poke[sp0.name].is_set()  # failed already: nothing to find out
     finally:
         ctl.close()
 
@@ -283,10 +283,10 @@ def test_a_poked_probe_thread_probes_at_once(tmp_path: Path) -> None:
     with socket.socket() as silent:  # accepts connections, never answers: each probe takes PROBE_TIMEOUT
         silent.bind(("127.0.0.1", free))
         silent.listen()
-        t = threading.Thread(target=ctl._probe_loop, args=(sw,), daemon=True)
+        t = threading.Thread(target=ctl.monitor.probe_loop, args=(sw,), daemon=True)
         t.start()
         try:
-            ctl._poke[sw.name].set()
+            ctl.monitor.poke[sw.name].set()
             deadline = time.monotonic() + PROBE_INTERVAL
             while ctl.health[sw.name].misses == 0 and time.monotonic() < deadline + PROBE_TIMEOUT:
                 time.sleep(0.01)
@@ -305,9 +305,9 @@ def test_a_switch_load_is_never_negative_after_its_counters_restart(tmp_path: Pa
     try:
         h = ctl.health["sp0"]
         h.samples = [(10.0, 100), (12.0, 300)]
-        assert ctl.load("sp0") == 100.0
+        assert ctl.monitor.load("sp0") == 100.0
         h.samples = [(12.0, 300), (13.0, 5)]  # restarted between the polls
-        assert ctl.load("sp0") == 0.0
+        assert ctl.monitor.load("sp0") == 0.0
     finally:
         ctl.close()
 
@@ -326,7 +326,7 @@ def test_a_client_leaf_that_does_not_answer_is_not_waited_for_under_the_lock(tmp
             silent.bind(("127.0.0.1", free))
             silent.listen()
             ctl.readers[cl0.name] = ctl._reader(cl0)
-            failed = ctl._configure({Role.CLIENT_LEAF})
+            failed = ctl.failover.configure({Role.CLIENT_LEAF})
         assert list(failed) == [cl0.name] and "does not answer a probe" in failed[cl0.name], failed
         assert cl0.name in ctl.sessions.stale  # the reconciler tries it again every RETRY s
     finally:

@@ -20,6 +20,7 @@ Numbering and addressing plan (all derived, never configured twice):
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import math
@@ -211,6 +212,19 @@ class Link:
     a_port: int
     b: str
     b_port: int
+
+
+@functools.lru_cache(maxsize=32)
+def _shape_servers(storage_racks: int, servers_per_rack: int) -> tuple[tuple[Host, ...], tuple[str, ...]]:
+    """The storage servers of a shape (a host depends only on its rack and index) and their names, built once."""
+    servers = tuple(Cluster(storage_racks=storage_racks, servers_per_rack=servers_per_rack).servers())
+    return servers, tuple(h.name for h in servers)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _owner(wkey: bytes, names: tuple[str, ...]) -> int:
+    """h1, remembered for the hot keys a client or shim places again and again (n hashes per key)."""
+    return h1(wkey, names)
 
 
 @dataclass
@@ -506,10 +520,14 @@ class Cluster:
     def hosts(self) -> list[Host]:
         return self.servers() + self.clients()
 
+    def server_names(self) -> tuple[str, ...]:
+        """Names of the storage servers in global index order (rack-major): what h1 places keys over."""
+        return _shape_servers(self.storage_racks, self.servers_per_rack)[1]
+
     def server_for_key(self, wkey: bytes) -> Host:
-        """The storage server that owns ``wkey`` (hash h1)."""
-        g = h1(wkey, self.storage_racks * self.servers_per_rack)
-        return self.server(g // self.servers_per_rack, g % self.servers_per_rack)
+        """The storage server that owns ``wkey`` (h1: rendezvous over the servers' names)."""
+        servers, names = _shape_servers(self.storage_racks, self.servers_per_rack)
+        return servers[_owner(bytes(wkey), names)]
 
     # -- links --------------------------------------------------------------------
     def links(self) -> list[Link]:

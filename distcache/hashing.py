@@ -8,8 +8,12 @@ Two independent hash functions place a key (paper §3.1):
   the same value in P4; the controller maps buckets to spines (consistent
   hashing with virtual nodes), so a failed spine's buckets move elsewhere.
 * ``h1`` picks the *storage server* that owns the key (and hence its rack and
-  storage-rack leaf cache).  It is BLAKE2b with its own personalization, so
-  it is independent of ``h0``; it is only ever computed by hosts.
+  storage-rack leaf cache) by rendezvous hashing: every server scores the key
+  with BLAKE2b keyed by the server's name, and the highest score wins.  Adding a
+  server moves only the keys the new server wins (about 1/n of them), and
+  removing one moves only its own keys.  Keyed BLAKE2b (no personalization) is
+  in Python's hashlib and in Go's x/crypto, so the compiled parts compute the
+  same placement.  It is independent of ``h0`` and only ever computed by hosts.
 
 User keys (``str`` or ``bytes``) map to 16-byte wire keys as follows:
 
@@ -25,12 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Sequence
 
 from distcache.errors import InvalidKeyError
 from distcache.p4defines import SPINE_BUCKETS
 from distcache.wire import KEY_LEN
 
-__all__ = ["N_SPINE_BUCKETS", "InvalidKeyError", "h0", "h1", "user_key", "wire_key"]
+__all__ = ["N_SPINE_BUCKETS", "InvalidKeyError", "h0", "h1", "server_score", "user_key", "wire_key"]
 
 N_SPINE_BUCKETS = SPINE_BUCKETS
 """Buckets of the spine partition (h0): spine_partition's entries, ``SPINE_BUCKETS`` of p4src size.p4."""
@@ -70,9 +75,21 @@ def h0(wkey: bytes) -> int:
     return zlib.crc32(wkey) % N_SPINE_BUCKETS
 
 
-def h1(wkey: bytes, n_servers: int) -> int:
-    """Global index of the storage server that owns a wire key."""
-    if n_servers <= 0:
+def server_score(wkey: bytes, server: str) -> int:
+    """Rendezvous score of a wire key on one storage server: 64-bit BLAKE2b keyed by the server's name."""
+    name = server.encode("utf-8")
+    if not 0 < len(name) <= hashlib.blake2b.MAX_KEY_SIZE:
+        raise ValueError(f"storage server names must be 1-{hashlib.blake2b.MAX_KEY_SIZE} bytes, not {server!r}")
+    return int.from_bytes(hashlib.blake2b(wkey, digest_size=8, key=name).digest(), "big")
+
+
+def h1(wkey: bytes, servers: Sequence[str]) -> int:
+    """Index in ``servers`` (their names) of the storage server that owns a wire key: the highest score wins."""
+    if not servers:
         raise ValueError("the cluster has no storage servers")
-    d = hashlib.blake2b(wkey, digest_size=8, person=b"dc-h1-server").digest()
-    return int.from_bytes(d, "big") % n_servers
+    best, best_score = 0, -1
+    for i, name in enumerate(servers):
+        score = server_score(wkey, name)
+        if score > best_score:  # ties (p ~ 2^-64) go to the first server listed
+            best, best_score = i, score
+    return best

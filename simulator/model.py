@@ -104,13 +104,15 @@ def _zipf(n_keys: int, alpha: float, head: int) -> Zipf:
 
 
 @functools.lru_cache(maxsize=16)
-def _placement(n_servers: int, head: int, seed: int, key_prefix: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _placement(
+    servers: tuple[str, ...], head: int, seed: int, key_prefix: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(owner server, spine bucket) of each head key: uniform draws, or the real hashes of named keys."""
     if key_prefix is not None:
         keys = [wire_key(f"{key_prefix}{rank}") for rank in range(head)]
-        return np.array([h1(k, n_servers) for k in keys]), np.array([h0(k) for k in keys])
+        return np.array([h1(k, servers) for k in keys]), np.array([h0(k) for k in keys])
     rng = np.random.default_rng(seed)
-    return rng.integers(0, n_servers, head), rng.integers(0, N_SPINE_BUCKETS, head)
+    return rng.integers(0, len(servers), head), rng.integers(0, N_SPINE_BUCKETS, head)
 
 
 def _top_k_per_group(group: np.ndarray, k: int, n_groups: int, eligible: np.ndarray | None = None) -> np.ndarray:
@@ -139,7 +141,7 @@ class Model:
         self.S, self.R, self.L = c.spines, c.storage_racks, c.servers_per_rack
         self.zipf = _zipf(cfg.n_keys, cfg.alpha, cfg.head)
         self.p = self.zipf.p
-        self.server, bucket = _placement(cfg.n_servers, self.zipf.head, cfg.seed, cfg.key_prefix)
+        self.server, bucket = _placement(c.server_names(), self.zipf.head, cfg.seed, cfg.key_prefix)
         self.rack = self.server // self.L
         ids = [i + 1 for i in range(self.S)]
         self.alive = np.array([i not in cfg.failed_spines for i in range(self.S)])

@@ -54,7 +54,8 @@ def test_wire_keys() -> None:
 
 def test_h0_and_h1_are_independent_enough() -> None:
     keys = [wire_key(f"key{i}") for i in range(4000)]
-    pairs = Counter((h0(k) % 4, h1(k, 4)) for k in keys)
+    servers = Cluster(storage_racks=2, servers_per_rack=2).server_names()
+    pairs = Counter((h0(k) % 4, h1(k, servers)) for k in keys)
     assert len(pairs) == 16 and min(pairs.values()) > 150  # every combination appears about 1/16 of the time
 
 
@@ -262,12 +263,38 @@ def test_layers_are_independent_joint_distribution() -> None:
     from scipy.stats import chi2_contingency
 
     owner = spine_buckets([1, 2, 3, 4])
+    servers = Cluster(storage_racks=4).server_names()
     table = np.zeros((4, 4))
     for i in range(40_000):
         k = wire_key(f"user:{i}")
-        table[owner[h0(k)] - 1, h1(k, 4)] += 1
+        table[owner[h0(k)] - 1, h1(k, servers)] += 1
     _, p, _, _ = chi2_contingency(table)
     assert p > 1e-3, f"spine and rack look dependent (p={p:.2g}):\n{table}"
+
+
+@pytest.mark.parametrize(("racks", "per_rack"), [(1, 1), (2, 2), (4, 3), (8, 4)])
+def test_adding_a_server_moves_only_the_keys_it_wins(racks: int, per_rack: int) -> None:
+    """Rendezvous placement: a server added to a rack takes about 1/n of the keys, every one of them from
+    another server to itself; no key moves between the servers that were there before."""
+    before = Cluster(storage_racks=racks, servers_per_rack=per_rack)
+    after = Cluster(storage_racks=racks, servers_per_rack=per_rack + 1)
+    keys = [wire_key(f"user:{i}") for i in range(6000)]
+    moved = [(before.server_for_key(k).name, after.server_for_key(k).name) for k in keys]
+    added = set(after.server_names()) - set(before.server_names())
+    changed = [(a, b) for a, b in moved if a != b]
+    assert all(b in added for _, b in changed), "a key moved between two servers that were there before"
+    n = len(after.server_names())
+    assert abs(len(changed) / len(keys) - len(added) / n) < 0.03, (len(changed), len(added), n)
+    assert Counter(b for _, b in moved).keys() == set(after.server_names())  # every server owns some keys
+
+
+def test_server_names_must_fit_a_blake2b_key() -> None:
+    from distcache.hashing import server_score
+
+    with pytest.raises(ValueError, match="1-64 bytes"):
+        server_score(wire_key("k"), "x" * 65)
+    with pytest.raises(ValueError, match="no storage servers"):
+        h1(wire_key("k"), ())
 
 
 @pytest.mark.parametrize("m", [2, 4, 8, 32])

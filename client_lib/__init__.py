@@ -6,6 +6,7 @@ from distcache.errors import (
     InvalidKeyError,
     InvalidValueError,
     RequestTimeoutError,
+    ServerBusyError,
     ServerError,
     ValueTooLargeError,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "InvalidValueError",
     "Reply",
     "RequestTimeoutError",
+    "ServerBusyError",
     "ServerError",
     "ValueTooLargeError",
 ]

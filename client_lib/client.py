@@ -34,8 +34,11 @@ behave exactly as before.  Every copy has
 the same sequence number and leaves the same socket: the shim recognizes a
 retried write by (address, port, seq) and applies it once, answering copies
 with the first reply (shim/dedup.py), so a retry can neither apply a write
-twice nor out of order, and a write answered ERROR stays unwritten.  A reply
-to any copy is taken.  A request that times out on every attempt has an
+twice nor out of order, and a write answered ERROR stays unwritten.  The shim
+remembers a write for ``wire.RETRY_SPAN`` (30 s), so a client refuses a retry
+budget ``(retries + 1) * timeout`` longer than that; a shim with no room left
+to remember a write answers BUSY (not applied), raised as
+:class:`ServerBusyError`.  A reply to any copy is taken.  A request that times out on every attempt has an
 unknown outcome: it may still take effect.
 """
 
@@ -52,9 +55,26 @@ from pathlib import Path
 
 from client_lib.rto import DEFAULT_FLOOR, Rto, Schedule
 from distcache.cluster import Cluster, Host
-from distcache.errors import InvalidValueError, RequestTimeoutError, ServerError, ValueTooLargeError
+from distcache.errors import (
+    InvalidValueError,
+    RequestTimeoutError,
+    ServerBusyError,
+    ServerError,
+    ValueTooLargeError,
+)
 from distcache.hashing import wire_key
-from distcache.wire import DC_PORT, MAX_VALUE_LEN, Message, Op, Status, WireError, attempt_flags, decode, encode
+from distcache.wire import (
+    DC_PORT,
+    MAX_VALUE_LEN,
+    RETRY_SPAN,
+    Message,
+    Op,
+    Status,
+    WireError,
+    attempt_flags,
+    decode,
+    encode,
+)
 
 Resolver = Callable[[Host], tuple[str, int]]
 
@@ -114,6 +134,11 @@ class _ClientCore:
     ) -> None:
         if timeout <= 0 or retries < 0:
             raise ValueError("timeout must be > 0 and retries >= 0")
+        if (retries + 1) * timeout > RETRY_SPAN:
+            raise ValueError(
+                f"(retries + 1) * timeout = {(retries + 1) * timeout:g}s outlasts the {RETRY_SPAN:g}s a storage "
+                "server remembers a write (wire.RETRY_SPAN): a late retry could be applied twice; lower either"
+            )
         if min_timeout is None:
             min_timeout = min(DEFAULT_FLOOR, timeout)
         elif not 0 < min_timeout <= timeout:
@@ -166,6 +191,12 @@ class _ClientCore:
 
     @staticmethod
     def _reply(req: Message, m: Message, latency: float, attempts: int) -> Reply:
+        if m.status == Status.BUSY:
+            raise ServerBusyError(
+                f"server answered BUSY to {req.op.name} of key {req.key!r}: it has no room to remember the write "
+                "for its retry span, so it did not apply it; try again later",
+                m.status,
+            )
         if m.status in (Status.ERROR, Status.BAD_REQUEST, Status.TOO_LARGE):
             raise ServerError(f"server answered {m.status.name} to {req.op.name} of key {req.key!r}", m.status)
         value = m.value if (m.op == Op.GET_REPLY and m.status == Status.OK) else None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from distcache import p4defines, p4names
-from distcache.hashing import h1
+from distcache.hashing import h1_memo
 
 
 class Role(IntEnum):
@@ -219,12 +219,6 @@ def _shape_servers(storage_racks: int, servers_per_rack: int) -> tuple[tuple[Hos
     """The storage servers of a shape (a host depends only on its rack and index) and their names, built once."""
     servers = tuple(Cluster(storage_racks=storage_racks, servers_per_rack=servers_per_rack).servers())
     return servers, tuple(h.name for h in servers)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _owner(wkey: bytes, names: tuple[str, ...]) -> int:
-    """h1, remembered for the hot keys a client or shim places again and again (n hashes per key)."""
-    return h1(wkey, names)
 
 
 @dataclass
@@ -527,7 +521,7 @@ class Cluster:
     def server_for_key(self, wkey: bytes) -> Host:
         """The storage server that owns ``wkey`` (h1: rendezvous over the servers' names)."""
         servers, names = _shape_servers(self.storage_racks, self.servers_per_rack)
-        return servers[_owner(bytes(wkey), names)]
+        return servers[h1_memo(bytes(wkey), names)]
 
     # -- links --------------------------------------------------------------------
     def links(self) -> list[Link]:

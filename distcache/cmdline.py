@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -124,6 +125,18 @@ def ip_address(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
     return text
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+
+
+def memory_size(text: str) -> int:
+    """A size in bytes written as redis.conf writes one: ``1048576``, ``64mb``, ``1gb``, ``500k`` (k, m, g:
+    powers of 1000; kb, mb, gb: of 1024; any case)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmg]b?|b)?\s*", text.lower())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: write e.g. 65536, 500kb, 64mb or 1gb")
+    return int(m.group(1)) * _UNITS[m.group(2) or ""]
 
 
 # -- typer ------------------------------------------------------------------------------------------

@@ -31,6 +31,13 @@ class ServerError(DistCacheError):
         self.status = status
 
 
+class ServerBusyError(ServerError):
+    """The storage server refused a write it had no room to remember for the retry span (status BUSY).
+
+    The write was not applied, and no copy of it will be: try again later (a new call, a new request).
+    """
+
+
 # The names these errors had before 0.2 (ruff's N818 wants the Error suffix), kept for callers.
 InvalidKey = InvalidKeyError
 InvalidValue = InvalidValueError

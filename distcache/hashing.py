@@ -27,6 +27,7 @@ User keys (``str`` or ``bytes``) map to 16-byte wire keys as follows:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import zlib
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from distcache.errors import InvalidKeyError
 from distcache.p4defines import SPINE_BUCKETS
 from distcache.wire import KEY_LEN
 
-__all__ = ["N_SPINE_BUCKETS", "InvalidKeyError", "h0", "h1", "server_score", "user_key", "wire_key"]
+__all__ = ["N_SPINE_BUCKETS", "InvalidKeyError", "h0", "h1", "h1_memo", "server_score", "user_key", "wire_key"]
 
 N_SPINE_BUCKETS = SPINE_BUCKETS
 """Buckets of the spine partition (h0): spine_partition's entries, ``SPINE_BUCKETS`` of p4src size.p4."""
@@ -93,3 +94,9 @@ def h1(wkey: bytes, servers: Sequence[str]) -> int:
         if score > best_score:  # ties (p ~ 2^-64) go to the first server listed
             best, best_score = i, score
     return best
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def h1_memo(wkey: bytes, servers: tuple[str, ...]) -> int:
+    """h1, remembered for the hot keys a client or shim places again and again (it hashes once per server)."""
+    return h1(wkey, servers)

@@ -37,6 +37,7 @@ STATUS_NOT_FOUND = 1
 STATUS_ERROR = 2
 STATUS_TOO_LARGE = 3
 STATUS_BAD_REQUEST = 4
+STATUS_BUSY = 5
 FLAG_CACHED = 0x01
 FLAG_POPULATE = 0x02  # an INVALIDATE that fills a new entry of `target`; tag in the load fields
 FLAG_ATTEMPT = 0x1C  # a request's attempt number (0 = first copy): retries take other paths

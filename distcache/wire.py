@@ -28,6 +28,8 @@ CHUNK_LEN = 16
 MAX_CHUNKS = 8
 MAX_CACHEABLE = CHUNK_LEN * MAX_CHUNKS  # 128 bytes: the largest value a switch caches
 MAX_VALUE_LEN = 1024  # the largest value a message may carry at all
+RETRY_SPAN = 30.0
+"""Seconds a shim remembers a write (and its Redis marker lives): a client's retries must all fall within it."""
 
 # (name, width in bits) in wire order.  Widths are multiples of 8.
 HEADER_FIELDS: tuple[tuple[str, int], ...] = (
@@ -90,6 +92,7 @@ class Status(IntEnum):
     ERROR = 2  # the server failed (e.g. Redis unreachable)
     TOO_LARGE = 3  # value longer than MAX_VALUE_LEN
     BAD_REQUEST = 4  # a request the server cannot act on
+    BUSY = 5  # a write the shim has no room to remember for the retry span: not applied (shim/dedup.py)
 
 
 class Flag(IntFlag):

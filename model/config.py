@@ -44,6 +44,7 @@ BUGS = (
     "BUG_REJOIN_DOWN",
     "BUG_LEAF_DOWN",
     "BUG_DP_FROM_PROCESS",
+    "BUG_BUSY_FORGETS",
 )
 #: The changes the model showed the protocol as specified needs (model/README.md, "Findings").
 FIXES = (
@@ -69,7 +70,7 @@ class Config:
     doc: str = ""
 
 
-NO_FAULTS: Consts = {b: 0 for b in (*FAULTS, "B_VIEW", "B_REPOP")}
+NO_FAULTS: Consts = {b: 0 for b in (*FAULTS, "B_BUSY", "B_VIEW", "B_REPOP")}
 ALL_FIXES: Consts = {f: True for f in FIXES}
 
 

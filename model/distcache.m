@@ -19,7 +19,8 @@
 --     cached-key view it collects from the agents and pushes to a restarted shim, down-set
 --     pushes, mechanism changes, its restarts with and without state;
 --   * clients: writes (PUT, or DELETE / a value too large to cache) retried with the same id,
---     and reads;
+--     and reads; a copy of a write the shim's dedup table has no room for is refused BUSY
+--     (nothing written, and the refusal recorded in Redis like an ERROR: shim/dedup.py);
 --   * a network that loses, duplicates (up to CAP copies of a packet), delays and reorders
 --     everything: a multiset of counters net[op][seq][target];
 --   * a spine's data plane that dies while its P4Runtime server and agent go on (tests/: the
@@ -56,7 +57,7 @@
 --
 -- Safety (the invariants at the end and two assertions; each message starts with its name):
 --   OtherKey        a read of key k can return a value written for another key
---   ErrorValue      a read can return the value of a write answered ERROR
+--   ErrorValue      a read can return the value of a write answered ERROR or BUSY
 --   Uncommitted     a read can return a value storage never held
 --   StaleAfterAck   a read can return a value older (in Redis's commit order) than the newest
 --                   write acknowledged before it began
@@ -102,6 +103,7 @@ const
                       -- later, with or without a flush
   B_CLDIE: 1;         -- a kernel client leaf's process dies and its programs go on routing by the routes
                       -- they had, until the controller takes them down (fences it)
+  B_BUSY: 0;          -- copies of a write refused BUSY (the shim's dedup table at its memory bound)
   B_VIEW: 1;          -- cached-key views the controller collects for the shim (not a fault)
 
   -- seeded bugs: each must yield a counterexample (tests/unit/test_model.py)
@@ -119,6 +121,8 @@ const
   BUG_DP_FROM_PROCESS: false;   -- a client leaf whose process is gone is taken for one that routes nothing
                                 -- (its kernel programs still route): the shims stop waiting for a spine
                                 -- it still sends reads to
+  BUG_BUSY_FORGETS: false;      -- a BUSY refusal is not recorded in Redis (the table has no room to
+                                -- remember it either): a later copy of the write is applied after all
 
   -- the changes the model found the protocol needed; it is specified and implemented with all
   -- of them (docs/protocol.md).  Each set false is the protocol as it was specified before, and
@@ -155,7 +159,7 @@ type
   wst_t: enum { J_NONE, J_WAIT, J_P1 };
   pst_t: enum { PJ_NONE, PJ_REQ, PJ_P1 };
   dd_t: enum { D_NONE, D_RUN, D_DONE };
-  out_t: enum { O_NONE, O_OK, O_ERR };
+  out_t: enum { O_NONE, O_OK, O_ERR, O_BUSY };   -- O_ERR, O_BUSY: nothing was written
   cph_t: enum { C_UP, C_F1, C_DOWN, C_R1, C_R2 };    -- a spine's failover and recovery steps
 
   entry_t: record present: boolean; slot: slot_t; ver: ver_t; end;
@@ -225,6 +229,7 @@ var
   bagent: 0..B_AGENT; bctrl: 0..B_CTRL; bcrash: 0..B_CRASH; bfail: 0..B_FAIL; bmech: 0..B_MECH;
   bdpdead: 0..B_DPDEAD;
   bleaf: 0..B_LEAF; bcldie: 0..B_CLDIE;
+  bbusy: 0..B_BUSY;
   bview: 0..B_VIEW;
   bfaults: 0..B_FAULTS;
   bad: 0..6;                         -- ghost: the invariant broken (Check), 0 if none
@@ -635,6 +640,18 @@ begin
   if !lockheld(wkey[w]) & seqctr < MAXSEQ then StartWrite(w); end;   -- else it waits
 end;
 
+-- a copy of a write the dedup table has no room for (shim/server.py _busy): not applied, and
+-- not remembered in memory either (the table is full); the refusal is recorded in Redis with
+-- SET NX, so a later copy is refused again (a marker already there: that outcome stands)
+procedure RefuseBusy(w: wid_t);
+begin
+  if dd[w] != D_NONE | marker[w] != O_NONE then Receive(w); return; end;   -- remembered, or marked
+  assert (wout[w] = O_NONE | wout[w] = O_BUSY) "DoubleAck: a write answered twice with different outcomes";
+  wout[w] := O_BUSY;
+  if !BUG_BUSY_FORGETS then marker[w] := O_BUSY; end;
+  cover "a write refused BUSY" true;
+end;
+
 ------------------------------------------------------------------------------------------
 -- agents
 
@@ -744,7 +761,7 @@ begin
         c := cval(v);
         if !dpalive(s) then                      -- a dead data plane answers no read (until it revives)
         elsif keyof(v) != k then b := 1;                                      -- OtherKey
-        elsif v > NK & wout[v - NK] = O_ERR then if b = 0 | b > 2 then b := 2; end;  -- ErrorValue
+        elsif v > NK & (wout[v - NK] = O_ERR | wout[v - NK] = O_BUSY) then if b = 0 | b > 2 then b := 2; end;  -- ErrorValue
         elsif v > NK & wc[v - NK] = 0 then if b = 0 | b > 3 then b := 3; end;      -- Uncommitted
         elsif reads_go(s) then
           if c < fa then if b = 0 | b > 4 then b := 4; end;                   -- StaleAfterAck
@@ -767,14 +784,14 @@ end;
 ------------------------------------------------------------------------------------------
 -- rules: clients
 
-ruleset w: wid_t; k: key_t; nc: boolean; dup: boolean do
-  rule "client sends a write (the shim receives it; the network may duplicate it)"
+ruleset w: wid_t; k: key_t; nc: boolean; dup: boolean; busy: boolean do
+  rule "client sends a write (the shim receives it, or refuses it BUSY; the network may duplicate it)"
     wkey[w] = 0 & k <= WRITE_KEYS & (ALLOW_NC | !nc) & (w = 1 | wkey[w - 1] != 0)
-    & (dup -> (bdup > 0 & bfaults > 0))
+    & (dup -> (bdup > 0 & bfaults > 0)) & (busy -> (bbusy > 0 & bfaults > 0 & (dup -> bfaults > 1)))
   ==> begin
     wkey[w] := k; wnc[w] := nc;
     if dup then bdup := bdup - 1; bfaults := bfaults - 1; req[w] := 1; end;
-    Receive(w);
+    if busy then bbusy := bbusy - 1; bfaults := bfaults - 1; RefuseBusy(w); else Receive(w); end;
     Check();
   end;
 end;
@@ -785,6 +802,15 @@ ruleset w: wid_t do
   ==> begin
     req[w] := req[w] - 1;
     Receive(w);
+    Check();
+  end;
+
+  rule "shim refuses a copy of a write BUSY (its dedup table is at its memory bound)"
+    req[w] > 0 & bbusy > 0 & bfaults > 0
+  ==> begin
+    req[w] := req[w] - 1;
+    bbusy := bbusy - 1; bfaults := bfaults - 1;
+    RefuseBusy(w);
     Check();
   end;
 
@@ -1321,6 +1347,7 @@ begin
   bagent := B_AGENT; bctrl := B_CTRL; bcrash := B_CRASH; bfail := B_FAIL; bmech := B_MECH;
   bdpdead := B_DPDEAD;
   bleaf := B_LEAF; bcldie := B_CLDIE;
+  bbusy := B_BUSY;
   bview := B_VIEW;
   bfaults := B_FAULTS;
   Check();
@@ -1362,6 +1389,7 @@ cover "fault: a data-plane death happens" bdpdead < B_DPDEAD;
 cover "fault: the storage leaf failed" bleaf < B_LEAF;
 cover "fault: a kernel client leaf's process died" bcldie < B_CLDIE;
 cover "fault: view pushed" bview < B_VIEW;
+cover "fault: a write refused BUSY" bbusy < B_BUSY;
 -- (run.py drops a cover the configuration cannot reach line by line: each is one line)
 cover "every fault kind happened in one trace" bloss < B_LOSS & bdup < B_DUP & bshim < B_SHIM & bagent < B_AGENT & bctrl < B_CTRL & bcrash < B_CRASH & bfail < B_FAIL & bmech < B_MECH & bdpdead < B_DPDEAD & bleaf < B_LEAF & bcldie < B_CLDIE;
 cover "two writes of one key overlap" wkey[1] = wkey[NW] & wout[1] = O_NONE & wout[NW] = O_NONE & dd[1] = D_RUN & dd[NW] = D_RUN;

@@ -74,6 +74,9 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     "the storage leaf was recovered with a flush": _on("B_LEAF"),
     "the storage leaf was recovered without a flush": _on("B_LEAF"),
     "fault: view pushed": _on("B_VIEW", "B_SHIM"),
+    # B_BUSY takes from B_FAULTS but is not among FAULTS: "every fault kind happened" predates it
+    "fault: a write refused BUSY": lambda c: int(c["B_BUSY"]) > 0 and int(c["B_FAULTS"]) >= 1,
+    "a write refused BUSY": lambda c: int(c["B_BUSY"]) > 0 and int(c["B_FAULTS"]) >= 1,
     "two writes of one key overlap": lambda c: int(c["NW"]) >= 2,
     "a spine serves a value": lambda c: int(c["K1_SPINES"]) >= 1,
     "a read sent before a routing change is answered from a cache": lambda c: (

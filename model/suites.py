@@ -143,6 +143,32 @@ SUITES: dict[str, list[Config]] = {
             B_FAULTS=2,
             BUG_DP_FROM_PROCESS=True,
         ),
+        _c(
+            "dedup-at-bound",
+            "issue 45: the shim's dedup table at its memory bound refuses a copy of a write BUSY (recorded in "
+            "Redis); 2 overlapping writes, a duplicate and a shim restart in one trace",
+            **BASE,
+            NW=2,
+            B_INS=1,
+            MAXSEQ=3,
+            B_BUSY=1,
+            B_DUP=1,
+            B_SHIM=1,
+            B_FAULTS=3,
+        ),
+        _c(
+            "bug-busy-forgets",
+            "seeded bug: a BUSY refusal is not recorded in Redis; a later copy of the write is applied after all",
+            "DoubleAck",
+            **BASE,
+            NW=1,
+            B_INS=1,
+            MAXSEQ=2,
+            B_BUSY=1,
+            B_DUP=1,
+            B_FAULTS=2,
+            BUG_BUSY_FORGETS=True,
+        ),
     ],
     # the protocol as specified before each fix the model found: a counterexample each.  (FIX_DOWNSET_FIRST
     # has none: the recovery tells the shims a spine is up before its agent flushes it; model/README.md)
@@ -383,6 +409,20 @@ SUITES: dict[str, list[Config]] = {
             B_FAIL=1,
             B_CTRL=1,
             B_FAULTS=3,
+        ),
+        _c(
+            "p-dedup-at-bound",
+            "issue 45: the dedup table at its bound refuses copies of writes BUSY (twice in a trace), with 2 "
+            "overlapping writes of a cached key, a duplicate, a shim restart and a lost packet in one trace",
+            **BASE,
+            NW=2,
+            B_INS=1,
+            MAXSEQ=3,
+            B_BUSY=2,
+            B_DUP=1,
+            B_SHIM=1,
+            B_LOSS=1,
+            B_FAULTS=4,
         ),
     ],
 }

@@ -12,9 +12,11 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from distcache.cluster import Cluster, ClusterError, parse_address
-from distcache.cmdline import ArgumentParser, input_file, ip_address, load_cluster, output_file
+from distcache.cmdline import ArgumentParser, input_file, ip_address, load_cluster, memory_size, output_file
 from distcache.rpc.shim import grpc_target
+from distcache.wire import RETRY_SPAN
 from shim.control import serve_control
+from shim.dedup import DEDUP_MEMORY, ENTRY_BYTES, MARKER_DB
 from shim.server import Shim
 
 log = logging.getLogger("shim")
@@ -36,6 +38,7 @@ async def run(args: argparse.Namespace) -> int:
         state_file=args.state_file,
         fresh=args.fresh,
         coherence_address=(lambda _spine_id: peer) if peer else None,
+        dedup_memory=args.dedup_memory,
     )
     try:
         await shim.start()
@@ -91,6 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         "cached keys known (none). Without it the shim counts every key as cached at every switch "
         "until the controller's view arrives (a restart: switches may hold copies of its keys)",
     )
+    ap.add_argument(
+        "--dedup-memory",
+        type=memory_size,
+        default=DEDUP_MEMORY,
+        metavar="SIZE",
+        help=f"memory for the writes remembered for the {RETRY_SPAN:g} s retry span (e.g. 64mb, 1gb; about "
+        f"{ENTRY_BYTES} B each): past it new writes are refused BUSY, never applied twice (default: "
+        f"{DEDUP_MEMORY >> 20}mb)",
+    )
     ap.add_argument("--log-file", type=output_file, help="log here instead of stderr")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args(argv)
@@ -105,9 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--control: {e}")
     try:
-        redis.asyncio.ConnectionPool.from_url(args.redis_url)  # redis-py's own check of the URL, no connection
+        pool = redis.asyncio.ConnectionPool.from_url(args.redis_url)  # redis-py's own check of the URL, no connection
     except ValueError as e:
         ap.error(f"--redis-url: {e}")
+    if pool.connection_kwargs.get("db") not in (None, 0, "0"):
+        ap.error(
+            f"--redis-url {args.redis_url}: names database {pool.connection_kwargs['db']}; name the server only "
+            f"(user data is database 0, the shim's own records database {MARKER_DB})"
+        )
+    if args.dedup_memory < ENTRY_BYTES:
+        ap.error(f"--dedup-memory {args.dedup_memory}: holds no write; give at least {ENTRY_BYTES} bytes")
     logging.basicConfig(
         filename=args.log_file,
         level=args.log_level.upper(),

@@ -1,4 +1,4 @@
-"""Retried writes are applied once: recent writes remembered by request id, with their replies.
+"""Retried writes are applied once, at any rate: every write remembered for the whole retry span.
 
 A client retries a request it got no reply to, with the same sequence number
 from the same socket.  A PUT or DELETE applied twice is not harmless: if
@@ -9,14 +9,19 @@ shim identifies a write by (client address, client port, seq): the first copy
 is applied; a copy arriving while it runs is dropped (the reply is on its
 way); a copy arriving after it finished gets the same reply again.
 
-Entries live ``ttl`` seconds (far beyond any client's retry span: 4 × 0.5 s
-by default) and at most ``capacity`` are kept, oldest dropped first, so memory
-stays bounded.  A shim restart forgets them; a client stops retrying long
-before a shim can restart.  But a client still retrying when a shim is killed
-and restarted would have its write applied twice (the linearizability check
-found exactly that): so every write also sets a marker key in Redis, in the
-same MULTI/EXEC as the write (shim/redis_writes.py), that lives as long as
-the entries here; for that long after its start, the shim asks Redis before
+Every entry is kept for ``span`` seconds (:data:`distcache.wire.RETRY_SPAN`:
+a client refuses a retry budget that could outlast it), whatever the rate: no
+entry is dropped early to make room.  Memory is bounded instead by
+``memory`` bytes (about :data:`ENTRY_BYTES` per entry, so rate x span
+entries fit); a new write that finds the table full is refused with
+:data:`BUSY` (nothing written, the client raises ``ServerBusyError``) rather
+than applied at the risk of a second application later.
+
+A shim restart forgets the table; a client may still be retrying.  So every
+write also sets a marker in Redis (database :data:`MARKER_DB`, which no user
+command reaches), in the same MULTI/EXEC as the write (shim/redis_writes.py),
+living ``span`` seconds; for that long after its start, and while it refuses
+writes BUSY (which it cannot remember either), the shim asks Redis before
 applying a write it does not remember, and answers a marked one again instead.
 """
 
@@ -26,52 +31,76 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from distcache.wire import RETRY_SPAN
+
 RequestId = tuple[str, int, int]  # client address, client port, seq
+
+MARKER_DB = 1
+"""The Redis database of the markers (and the coherence floor): user data is database 0."""
+
+ENTRY_BYTES = 320
+"""Memory one remembered write costs (the id tuple, its reply, the table's slot): measured, not exact."""
+
+DEDUP_MEMORY = 64 << 20
+"""Default bound on the table's memory: 64 MB, about 200 000 entries, 7 000 writes/s for 30 s."""
 
 
 def dedup_marker(rid: RequestId) -> bytes:
-    """The Redis key that records, with the write itself, that request ``rid`` was applied.
-
-    Never a data key: data keys are 16-byte wire keys, this is longer.
-    """
+    """The Redis key (in :data:`MARKER_DB`) that records, with the write itself, that request ``rid`` was applied."""
     return f"dc:applied:{rid[0]}:{rid[1]}:{rid[2]}".encode()
 
 
-PENDING = b""  # marker: the write is being applied; its reply is not known yet
+PENDING = b""  # the write is being applied; its reply is not known yet
+BUSY = b"busy"  # the table is full: refuse the write (it is not remembered)
 
 
 class Dedup:
-    def __init__(self, capacity: int = 65536, ttl: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.capacity, self.ttl, self._clock = capacity, ttl, clock
-        self._seen: OrderedDict[RequestId, tuple[float, bytes]] = OrderedDict()
+    def __init__(
+        self, memory: int = DEDUP_MEMORY, span: float = RETRY_SPAN, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if memory < ENTRY_BYTES:
+            raise ValueError(f"dedup memory {memory} B holds no entry; give at least {ENTRY_BYTES} B")
+        self.span, self._clock = span, clock
+        self.capacity = memory // ENTRY_BYTES
+        self._seen: OrderedDict[RequestId, tuple[float, bytes]] = OrderedDict()  # oldest first
+        self.refused = 0  # writes refused BUSY
+
+    @property
+    def ttl(self) -> float:
+        """How long an entry (and a write's Redis marker) lives: the retry span."""
+        return self.span
 
     def begin(self, rid: RequestId) -> bytes | None:
         """None: a new write, apply it (it is now pending).  PENDING: a copy of a write in progress, drop it.
-        Anything else: the encoded reply of the finished write, to send again."""
+        BUSY: a new write the table has no room for; refuse it.  Anything else: the encoded reply of the
+        finished write, to send again."""
         self._expire()
         entry = self._seen.get(rid)
         if entry is not None:
             return entry[1]
+        if len(self._seen) >= self.capacity:
+            self.refused += 1
+            return BUSY
         self._seen[rid] = (self._clock(), PENDING)
-        while len(self._seen) > self.capacity:
-            self._seen.popitem(last=False)
         return None
 
     def finish(self, rid: RequestId, reply: bytes) -> None:
-        if rid in self._seen:
-            self._seen[rid] = (self._seen[rid][0], reply)
+        entry = self._seen.get(rid)
+        if entry is not None:
+            self._seen[rid] = (entry[0], reply)
 
     def forget(self, rid: RequestId) -> None:
         """The write failed before any reply (the shim could not even answer): let a retry apply it."""
         self._seen.pop(rid, None)
 
     def _expire(self) -> None:
-        limit = self._clock() - self.ttl
-        while self._seen:
-            rid, (at, _) = next(iter(self._seen.items()))
+        limit = self._clock() - self.span
+        seen = self._seen
+        while seen:
+            rid, (at, _) = next(iter(seen.items()))
             if at >= limit:
                 break
-            del self._seen[rid]
+            del seen[rid]
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from shim.server import Shim
 
 # kinds every shim exports from the start, zeros included (a series that appears late loses its first rise)
-ERROR_KINDS = ("overload", "rate_limited", "redis_unavailable", "invalidate_timeout")
+ERROR_KINDS = ("overload", "rate_limited", "redis_unavailable", "invalidate_timeout", "busy")
 DUPLICATE_KINDS = ("replayed", "in_progress", "replayed_after_restart")
 
 # seconds: a request served from Redis takes 0.1-2 ms here; coherence and the rate limiter's queue up to 1 s
@@ -141,6 +141,14 @@ class ShimCollector(Collector):
             "Retried writes not applied again (answered again, or still in progress).",
             "kind",
             {**dict.fromkeys(DUPLICATE_KINDS, 0), **st["duplicates"]},
+        )
+        yield gauge(
+            "distcache_shim_dedup_entries",
+            "Writes remembered for the retry span (past distcache_shim_dedup_capacity new writes are refused BUSY).",
+            st["dedup"]["entries"],
+        )
+        yield gauge(
+            "distcache_shim_dedup_capacity", "Writes the dedup table's memory bound holds.", st["dedup"]["capacity"]
         )
         c = st["coherence"]
         yield counter(

@@ -31,14 +31,26 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from distcache.cluster import Cluster, Host
 from distcache.fill import Fill
 from distcache.ratelimit import TokenBucket
-from distcache.wire import DC_PORT, MAX_CACHEABLE, REQUEST_OPS, Message, Op, Status, WireError, decode, encode, refusal
-from shim.coherence import SEQ_FLOOR_KEY, Coherence
-from shim.dedup import Dedup, RequestId, dedup_marker
+from distcache.wire import (
+    DC_PORT,
+    MAX_CACHEABLE,
+    REQUEST_OPS,
+    RETRY_SPAN,
+    Message,
+    Op,
+    Status,
+    WireError,
+    decode,
+    encode,
+    refusal,
+)
+from shim.coherence import SEQ_FLOOR_KEY, Coherence, serial_newer
+from shim.dedup import BUSY, DEDUP_MEMORY, MARKER_DB, Dedup, RequestId, dedup_marker
 from shim.key_locks import KeyLocks
 from shim.metrics import ShimMetrics
 from shim.phases import CoherenceAddress, Phases
 from shim.redis_reads import ReadBatcher
-from shim.redis_writes import MARKER_ERROR, WriteBatcher
+from shim.redis_writes import MARKER_BUSY, MARKER_ERROR, WriteBatcher
 from shim.view import CacheView
 
 log = logging.getLogger(__name__)
@@ -69,12 +81,18 @@ class Shim:
         coherence_address: CoherenceAddress | None = None,
         state_file: Path | None = None,
         fresh: bool = False,
+        dedup_memory: int = DEDUP_MEMORY,
+        dedup_span: float = RETRY_SPAN,
     ) -> None:
+        """``redis_url`` names the server, never a database: user data is database 0, the shim's own
+        records (dedup markers, the coherence floor) database MARKER_DB."""
         self.cluster, self.server = cluster, server
         self.state_file = state_file
         self.listen, self.port = listen or server.ip, port
-        self.redis = aioredis.from_url(redis_url)
-        self.writes = WriteBatcher(self.redis)
+        self.redis = aioredis.from_url(redis_url, db=0)
+        self.markers = aioredis.from_url(redis_url, db=MARKER_DB)
+        self.dedup = Dedup(dedup_memory, dedup_span)
+        self.writes = WriteBatcher(self.redis, self.markers, marker_ttl=dedup_span)
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
         self.view = CacheView(cluster, server, fresh)
         self.fresh = fresh
@@ -93,8 +111,8 @@ class Shim:
         self.refused: Counter[str] = Counter()  # malformed requests answered TOO_LARGE or BAD_REQUEST
         self.errors: Counter[str] = Counter()
         self.duplicates: Counter[str] = Counter()  # retried writes not applied again: replayed / in_progress
-        self.dedup = Dedup()
-        self._recheck_until = 0.0  # until then, new write ids are looked up in Redis (set by start)
+        self._recheck_until = 0.0  # until then, new write ids are looked up in Redis (set by start and _busy)
+        self._refusing: set[RequestId] = set()  # writes being refused BUSY: their copies are dropped meanwhile
         self._watcher: asyncio.Task | None = None
         self._redis_run_id = ""
         self.redis_down = False
@@ -111,15 +129,20 @@ class Shim:
             # our previous life applied; for as long as retries live, ask Redis before applying one we do not know
             self._recheck_until = time.monotonic() + self.dedup.ttl
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
-        floor = await self.redis.get(SEQ_FLOOR_KEY)
-        await self.coherence.start_from(
-            int(floor) if floor is not None else None, lambda n: self.redis.set(SEQ_FLOOR_KEY, str(n))
-        )
+        await self.coherence.start_from(await self._floor(), lambda n: self.markers.set(SEQ_FLOOR_KEY, str(n)))
         loop = asyncio.get_running_loop()
         self.transport, _ = await loop.create_datagram_endpoint(
             lambda: ShimProtocol(self), local_addr=(self.listen, self.port)
         )
         self._watcher = loop.create_task(self._watch_redis())
+
+    async def _floor(self) -> int | None:
+        """The coherence floor earlier lives persisted: in MARKER_DB, or (a shim of before it had a database
+        of its own) among the user's keys; the newer of the two, so no number is ever used twice."""
+        floors = [int(f) for f in (await self.markers.get(SEQ_FLOOR_KEY), await self.redis.get(SEQ_FLOOR_KEY)) if f]
+        if not floors:
+            return None
+        return floors[0] if len(floors) == 1 or serial_newer(floors[0], floors[1]) else floors[1]
 
     async def _watch_redis(self) -> None:
         """Notice a restart of the shim's redis-server (a new run_id) and resynchronize the caches.
@@ -180,6 +203,7 @@ class Shim:
         for t in list(self._tasks):
             t.cancel()
         await self.redis.aclose()
+        await self.markers.aclose()
 
     def _send(self, data: bytes, dest: tuple[str, int]) -> None:
         if self.transport is not None:
@@ -209,7 +233,13 @@ class Shim:
                 self.metrics.queue_seconds.observe(wait)
             if msg.op != Op.GET:
                 rid = (addr[0], addr[1], msg.seq)
+                if rid in self._refusing:  # a copy of a write being refused BUSY
+                    self.duplicates["in_progress"] += 1
+                    return
                 done = self.dedup.begin(rid)
+                if done is BUSY:
+                    self._busy(msg, addr, rid, received)
+                    return
                 if done is not None:  # a retry of a write already applied (or being applied): never again
                     self.duplicates["replayed" if done else "in_progress"] += 1
                     if done and self.transport is not None:
@@ -231,11 +261,41 @@ class Shim:
         else:
             self.malformed["unexpected_op"] += 1
 
+    def _busy(self, msg: Message, addr: tuple[str, int], rid: RequestId, received: float) -> None:
+        """The dedup table is full: refuse the write BUSY (not applied), recorded in Redis first as an ERROR is.
+
+        The table cannot remember this write, so a later copy of it would look new: until a retry span after
+        the last refusal, every new write id is looked up in Redis before it is applied (as after a restart),
+        and finds this refusal's marker (or, if an earlier copy was applied after all, that outcome).
+        """
+        self.errors["busy"] += 1
+        self._recheck_until = max(self._recheck_until, time.monotonic() + self.dedup.span)
+        self._refusing.add(rid)
+
+        def reply(status: Status, value: bytes = b"") -> None:
+            self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
+            if self.transport is not None:
+                self.transport.sendto(encode(msg.reply(status, value)), addr)
+
+        async def refuse() -> None:
+            try:
+                existing = await self.writes.refuse(dedup_marker(rid), MARKER_BUSY)
+                reply(Status.BUSY if existing is None else self._marked_status(msg, existing))
+            except (RedisConnectionError, RedisTimeoutError):
+                self.errors["redis_unavailable"] += 1  # no answer: the outcome stays unknown (and nothing ran)
+            finally:
+                self._refusing.discard(rid)
+
+        task = asyncio.get_running_loop().create_task(refuse())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float, received: float) -> None:
-        """After a restart: a write whose marker is in Redis was applied by our previous life; answer it again,
-        with the status it had (a DELETE's marker says whether the key existed: OK or NOT_FOUND)."""
+        """After a restart (or a BUSY refusal): a write whose marker is in Redis was applied (or refused) before;
+        answer it again, with the status it had (a DELETE's marker says whether the key existed: OK or
+        NOT_FOUND)."""
         try:
-            marker = cast("bytes | None", await self.redis.get(dedup_marker((addr[0], addr[1], msg.seq))))
+            marker = await self.writes.marker(dedup_marker((addr[0], addr[1], msg.seq)))
         except (RedisConnectionError, RedisTimeoutError):
             self.errors["redis_unavailable"] += 1
             return  # no answer: the client retries
@@ -255,6 +315,8 @@ class Shim:
         """The answer a write's Redis marker records (a DELETE's says whether the key existed)."""
         if marker == MARKER_ERROR:
             return Status.ERROR
+        if marker == MARKER_BUSY:
+            return Status.BUSY
         return Status.NOT_FOUND if msg.op == Op.DELETE and marker == b"0" else Status.OK
 
     async def _refuse(self, msg: Message, reply: Callable[..., None], marker: bytes | None) -> None:
@@ -431,6 +493,7 @@ class Shim:
             "refused": dict(self.refused),
             "errors": dict(self.errors),
             "duplicates": dict(self.duplicates),
+            "dedup": {"entries": len(self.dedup), "capacity": self.dedup.capacity, "span": self.dedup.span},
             "redis_restarts": self.redis_restarts,
             # request-equivalents admitted under the server's rate (requests and coherence); 0 with no limit
             "rate_spent": round(self.limiter.spent, 1) if self.limiter is not None else 0.0,

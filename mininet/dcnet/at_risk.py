@@ -29,6 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from dcnet.fault_schedule import SHIM_KINDS
 from distcache.cluster import Cluster, Role, is_cache_switch
 from distcache.hashing import wire_key
 
@@ -102,7 +103,7 @@ def window(cluster: Cluster, kind: str, target: str, start: int, end: int) -> Wi
         switches = spines
     else:  # a client leaf's faults (it caches nothing: every cache its reads reach), storage and fabric-wide ones
         switches = caches
-        if kind.startswith("shim_restart") or kind in ("redis_kill", "shim_clock_back"):
+        if kind in SHIM_KINDS:
 
             def keys(key: str) -> bool:
                 return cluster.server_for_key(wire_key(key)).name == target

@@ -358,13 +358,16 @@ class Deployment:
         self._storage(name).redis.kill()
 
     @one_line_errors()
-    def start_shim(self, h: Host, fresh: bool = False, clock_back: bool = False) -> subprocess.Popen:
+    def start_shim(
+        self, h: Host, fresh: bool = False, clock_back: bool = False, dedup_memory: int | None = None
+    ) -> subprocess.Popen:
         """Start the shim of storage server ``h`` again (after kill_shim); returns once it listens.
 
         ``fresh`` only when the deployment starts: its switches were just started and cache nothing.
         ``clock_back``: under a wall clock an hour early (the fault matrix's ``shim_clock_back``).
+        ``dedup_memory``: its ``--dedup-memory`` in bytes (the fault matrix's ``shim_dedup_full``).
         """
-        return self._storage(h.name).start_shim(fresh, clock_back=clock_back)
+        return self._storage(h.name).start_shim(fresh, clock_back=clock_back, dedup_memory=dedup_memory)
 
     def kill_shim(self, name: str) -> None:
         """Kill the shim of storage server ``name`` at once (SIGKILL): it forgets which keys are cached."""

@@ -46,6 +46,8 @@ PROCESS_KINDS = (
     "spine_pause",
     "shim_clock_back",
     "write_flood",
+    # issue 45: a shim's dedup table at its memory bound refuses writes BUSY (each recorded, never applied)
+    "shim_dedup_full",
 )
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
@@ -63,6 +65,13 @@ FABRIC_DP_DEAD_S = (0.8, 1.6)
 PAUSE_S = (0.5, 5.0)
 # How long an operator's drain (``fail --keep-running``) lasts before its ``recover``.
 DRAIN_S = (1.0, 3.0)
+# How long a shim runs with a dedup table too small for its writes (``shim_dedup_full``): it refuses most of
+# them BUSY for that long, then is restarted with its usual bound.
+DEDUP_FULL_S = (1.0, 3.0)
+DEDUP_FULL_MEMORY = 2 << 10
+"""The dedup memory of a shim under ``shim_dedup_full``: 2 KB, 6 writes per retry span."""
+# the kinds that act on one storage server's shim or Redis (their target is a server; their at-risk keys its own)
+SHIM_KINDS = frozenset({"shim_restart", "shim_restart_stateless", "redis_kill", "shim_clock_back", "shim_dedup_full"})
 
 # Which lane a process fault runs in.  Faults that stop spines or the controller share one lane (two of them
 # at once would fight over the same process); mechanism changes, agent restarts and storage faults (shims,
@@ -89,6 +98,7 @@ LANES = {
     "leaf_pause": "leaves",
     "shim_clock_back": "storage",
     "write_flood": "flood",
+    "shim_dedup_full": "storage",
 }
 # the kinds whose length is drawn (Fault.hold), and from where
 HOLDS = {
@@ -98,6 +108,7 @@ HOLDS = {
     "spine_pause": PAUSE_S,
     "leaf_keep_running": DRAIN_S,
     "spine_keep_running": DRAIN_S,
+    "shim_dedup_full": DEDUP_FULL_S,
 }
 
 
@@ -139,8 +150,8 @@ def draw(
     Mechanism changes go away from ``mechanism`` and back (to ``distcache`` away from ``nocache``,
     to ``nocache`` away from a caching one, alternating with ``partition``).  A spine's data-plane
     death lasts a length drawn from ``DP_DEAD_S``, every spine's at once one from ``FABRIC_DP_DEAD_S``, a pause
-    one from ``PAUSE_S``, a drain one from ``DRAIN_S``.  ``leaves``: the storage and client leaves (the
-    storage ones first), what the leaves' kinds target.
+    one from ``PAUSE_S``, a drain one from ``DRAIN_S``, a shim's full dedup table one from ``DEDUP_FULL_S``.
+    ``leaves``: the storage and client leaves (the storage ones first), what the leaves' kinds target.
     (Kinds are drawn in ``kinds`` order, each after the ones before: a kind added at the end leaves the
     others' times and targets under a seed as they were.)
     """
@@ -165,7 +176,7 @@ def draw(
                 target = rng.choice(list(leaves) or [""])
             elif kind.startswith("agent_restart"):
                 target = rng.choice(cache_switches)
-            elif kind.startswith("shim_restart") or kind in ("redis_kill", "shim_clock_back"):
+            elif kind in SHIM_KINDS:
                 target = rng.choice(servers)
             elif kind == "mechanism_change":
                 target = away[i % len(away)]

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from dcnet.deploy import Deployment, DeploymentError
-from dcnet.fault_schedule import Fault, Tally
+from dcnet.fault_schedule import DEDUP_FULL_MEMORY, Fault, Tally
 from dcnet.netfaults import FaultConfig, PacketFaults
 from distcache.cluster import Host
 from distcache.rpc.controller import ControllerUnreachableError
@@ -245,13 +245,35 @@ class Faults:
         h = self._server(name)
         self.dep.kill_shim(name)
         self.dep.start_shim(h, clock_back=True)
+        self._until_view_known(h)
+        return f"shim {name} killed, restarted under a clock an hour back, view back"
+
+    def shim_dedup_full(self, name: str, hold: float = 2.0) -> str:
+        """The shim restarted (with its state) with a dedup table of DEDUP_FULL_MEMORY, too small for its writes:
+        for ``hold`` seconds it refuses most of them BUSY (each recorded in Redis, so no copy is applied later),
+        then it is restarted with its usual bound.  Took effect if it refused at least one write."""
+        h = self._server(name)
+        self.dep.kill_shim(name)
+        self.dep.start_shim(h, dedup_memory=DEDUP_FULL_MEMORY)
+        link = self._until_view_known(h)
+        time.sleep(hold)
+        busy = int(link.stats()["errors"].get("busy", 0))
+        self.dep.kill_shim(name)
+        self.dep.start_shim(h)
+        self._until_view_known(h)
+        if not busy:
+            raise DeploymentError(f"the shim of {name} refused no write BUSY in {hold:g} s with a full dedup table")
+        return f"shim {name} with {DEDUP_FULL_MEMORY >> 10} KB of dedup memory refused {busy} writes BUSY, restarted"
+
+    def _until_view_known(self, h: Host, timeout: float = 20.0) -> ShimLink:
+        """Wait for a restarted shim to get the controller's view; its control link."""
         link = ShimLink(self.dep.shim_control(h))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + timeout
         while not self._view_known(link):
             if time.monotonic() > deadline:
-                raise DeploymentError(f"the restarted shim {name} did not get the controller's view within 20 s")
+                raise DeploymentError(f"the restarted shim {h.name} did not get the controller's view within 20 s")
             time.sleep(0.05)
-        return f"shim {name} killed, restarted under a clock an hour back, view back"
+        return link
 
     def write_flood(self, _: str) -> str:
         """Another client on every client host floods the storage servers with writes of keys of its own (and
@@ -398,12 +420,7 @@ class Faults:
         if stateless:
             (self.dep.run_dir / f"shim-{name}.state.json").unlink(missing_ok=True)
         self.dep.start_shim(h)
-        link = ShimLink(self.dep.shim_control(h))
-        deadline = time.monotonic() + 20
-        while not self._view_known(link):
-            if time.monotonic() > deadline:
-                raise DeploymentError(f"the restarted shim {name} did not get the controller's view within 20 s")
-            time.sleep(0.05)
+        self._until_view_known(h)
         return f"shim {name} killed, restarted {'without' if stateless else 'with'} its state file, view back"
 
     @staticmethod

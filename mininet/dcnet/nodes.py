@@ -116,12 +116,17 @@ class StorageHost(FabricHost):
         self.start_shim(fresh=True, wait=False)
         return r
 
-    def start_shim(self, fresh: bool = False, wait: bool = True, clock_back: bool = False) -> subprocess.Popen:
+    def start_shim(
+        self, fresh: bool = False, wait: bool = True, clock_back: bool = False, dedup_memory: int | None = None
+    ) -> subprocess.Popen:
         """Start the shim; returns once it listens (without ``wait``: at once, the caller waits for
         ``self.shim``).  ``fresh`` only when the deployment starts: no switch caches anything yet and no
         earlier life of this shim applied a write.  ``clock_back``: this life's wall clock reads an hour
-        early (tests/breaks.py's ``clock-back`` condition: the fault matrix's clock stepped back)."""
+        early (tests/breaks.py's ``clock-back`` condition: the fault matrix's clock stepped back).
+        ``dedup_memory``: the bytes of its dedup table (``--dedup-memory``; default: the shim's)."""
         args = ["--fresh"] if fresh else []
+        if dedup_memory is not None:
+            args += ["--dedup-memory", str(dedup_memory)]
         argv = self.shim.argv
         if clock_back:
             self.shim.argv = python_argv("shim", self._shim_options, [*self._breaks, "clock-back"])

@@ -41,6 +41,7 @@ const bit<8> STATUS_OK = 0;
 @noWarn("unused") const bit<8> STATUS_ERROR = 2;
 @noWarn("unused") const bit<8> STATUS_TOO_LARGE = 3;
 @noWarn("unused") const bit<8> STATUS_BAD_REQUEST = 4;
+@noWarn("unused") const bit<8> STATUS_BUSY = 5;
 
 const bit<8> FLAG_CACHED = 0x01;
 const bit<8> FLAG_POPULATE = 0x02;  /* an INVALIDATE that fills a new entry of `target`; tag in the load fields */

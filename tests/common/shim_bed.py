@@ -82,7 +82,9 @@ class ShimThread:
         state_file: Path | None = None,
         cluster: Cluster = CLUSTER,
         fresh: bool = True,
+        **shim_options: object,
     ) -> None:
+        """``shim_options``: more of Shim's keyword arguments (e.g. ``dedup_memory``)."""
         self.loop = asyncio.new_event_loop()
         self.shim = Shim(
             cluster,
@@ -93,6 +95,7 @@ class ShimThread:
             coherence_address=lambda _spine: ("127.0.0.1", peer.port),
             state_file=state_file,
             fresh=fresh,
+            **shim_options,  # type: ignore[arg-type]
         )
         self.control_addr = f"unix:{control}"
         self.closed = False

@@ -480,23 +480,6 @@ def test_the_digest_queue_is_bounded() -> None:
         conn.close()
 
 
-def test_dedup_remembers_writes_for_a_while_and_a_bounded_number() -> None:
-    from shim.dedup import PENDING, Dedup
-
-    now = [0.0]
-    d = Dedup(capacity=3, ttl=10, clock=lambda: now[0])
-    rid = ("10.2.0.1", 4000, 7)
-    assert d.begin(rid) is None  # new: apply it
-    assert d.begin(rid) == PENDING  # a copy while it runs: drop
-    d.finish(rid, b"reply")
-    assert d.begin(rid) == b"reply"  # a copy after: the same reply
-    now[0] = 11
-    assert d.begin(rid) is None and len(d) == 1  # expired: a new request (by then no client retries it)
-    for seq in range(5):
-        d.begin(("10.2.0.1", 4000, 100 + seq))
-    assert len(d) == 3 and d.begin(("10.2.0.1", 4000, 100)) is None  # the oldest were dropped first
-
-
 def test_an_entry_whose_populate_failed_is_filled_again(bed: AgentBed, redis_sock: Path) -> None:
     """A populate that did not complete (here: the key's shim was not up yet) leaves the entry invalid in its
     slot, and the detector no longer reports the key: the agent tries again until it is filled."""

@@ -116,3 +116,14 @@ def test_every_switch_role_pauses_and_drains_and_each_leaf_kind_targets_leaves()
     assert {LANES[k] for k in ("storage_leaf_crash", "client_leaf_crash", "leaf_keep_running", "leaf_pause")} == {
         "leaves"
     }
+
+
+def test_a_shims_dedup_table_fills_for_a_drawn_length_on_one_server() -> None:
+    """Issue 45: a shim whose dedup table is at its bound (refusing writes BUSY) for DEDUP_FULL_S, in the storage
+    lane, on a storage server; drawn after every earlier kind, so their times under a seed stay as they were."""
+    from dcnet.fault_schedule import DEDUP_FULL_S, SHIM_KINDS
+
+    sched = _draw(5, kinds=("shim_dedup_full",), per_kind=40)
+    assert {f.target for f in sched.faults} == {"s0", "s1"} and LANES["shim_dedup_full"] == "storage"
+    assert all(DEDUP_FULL_S[0] <= f.hold <= DEDUP_FULL_S[1] for f in sched.faults)
+    assert "shim_dedup_full" in SHIM_KINDS and PROCESS_KINDS[-1] == "shim_dedup_full"

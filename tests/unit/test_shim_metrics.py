@@ -60,6 +60,10 @@ def test_requests_and_replies_are_counted_by_op_and_status_with_their_latency(be
     assert 0 < value(smp, "distcache_shim_request_seconds_sum", op="GET") < 7 * 3.0
     assert value(smp, "distcache_shim_redis_up") == 1
     assert value(smp, "distcache_shim_coherence_messages_total", phase="invalidate") == 0  # nothing cached
+    # the seven writes (five PUTs, two DELETEs) are remembered for the retry span, under the memory bound
+    assert value(smp, "distcache_shim_dedup_entries") == 7
+    assert value(smp, "distcache_shim_dedup_capacity") == (64 << 20) // 320
+    assert value(smp, "distcache_shim_errors_total", kind="busy") == 0
 
 
 def test_a_cached_keys_write_shows_both_coherence_phases(bed) -> None:  # noqa: ANN001

@@ -17,7 +17,7 @@ local FLAG_ATTEMPT = 0x1c
 local ATTEMPT_SHIFT = 2
 local OP_INVALIDATE = 0x10
 local OPS = { [0x01] = "GET", [0x02] = "PUT", [0x03] = "DELETE", [0x10] = "INVALIDATE", [0x11] = "UPDATE", [0x20] = "PROBE", [0x81] = "GET_REPLY", [0x82] = "PUT_REPLY", [0x83] = "DELETE_REPLY", [0x90] = "INVALIDATE_ACK", [0x91] = "UPDATE_ACK", [0xa0] = "PROBE_REPLY" }
-local STATUSES = { [0x00] = "OK", [0x01] = "NOT_FOUND", [0x02] = "ERROR", [0x03] = "TOO_LARGE", [0x04] = "BAD_REQUEST" }
+local STATUSES = { [0x00] = "OK", [0x01] = "NOT_FOUND", [0x02] = "ERROR", [0x03] = "TOO_LARGE", [0x04] = "BAD_REQUEST", [0x05] = "BUSY" }
 local COHERENCE = { [0x10] = "INVALIDATE", [0x11] = "UPDATE", [0x90] = "INVALIDATE_ACK", [0x91] = "UPDATE_ACK" }
 -- the header in wire order (distcache.wire.HEADER_FIELDS): name, byte offset, byte size
 local HEADER = {

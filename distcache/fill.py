@@ -10,6 +10,7 @@ class Fill(StrEnum):
     VALID = "valid"  # armed with the current value: the switch answers reads of it
     ABSENT = "absent"  # the key has no value: the entry stays invalid
     TOO_LARGE = "too_large"  # the value does not fit a switch slot: the entry stays invalid
+    EXPIRES = "expires"  # the key has a time to live: never cached (Redis expires lazily), the entry stays invalid
     FAILED = "failed"  # a phase was not acknowledged (or the shim unreachable): retried
     DOWN = "down"  # the shim holds the switch down (or does not know yet): retried once it is up
     PENDING = "pending"  # the agent asked and waits for the answer

@@ -30,6 +30,7 @@ async def run(args: argparse.Namespace) -> int:
         log.error("no storage server %r in %s", args.server, args.cluster)
         return 2
     peer = args.coherence_peer
+    password = args.redis_password_file.read_text().strip() if args.redis_password_file else None
     shim = Shim(
         cluster,
         host,
@@ -39,6 +40,8 @@ async def run(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         coherence_address=(lambda _spine_id: peer) if peer else None,
         dedup_memory=args.dedup_memory,
+        redis_username=args.redis_user,
+        redis_password=password,
     )
     try:
         await shim.start()
@@ -75,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", required=True, help="this storage server's name in the cluster (e.g. r0s0)")
     ap.add_argument("--listen", type=ip_address, help="address to serve DistCache on (default: the server's address)")
     ap.add_argument("--redis-url", required=True, help="e.g. unix:///run/redis.sock or redis://127.0.0.1:6379")
+    ap.add_argument("--redis-user", metavar="NAME", help="the Redis ACL user to log in as (default: Redis' default)")
+    ap.add_argument(
+        "--redis-password-file",
+        type=input_file,
+        metavar="FILE",
+        help="a file holding --redis-user's password (a file, so no process listing shows it)",
+    )
     ap.add_argument("--control", required=True, help="control channel: unix:/path or tcp:host:port")
     ap.add_argument(
         "--state-file", type=output_file, help="where the shim keeps the controller's partition across restarts"
@@ -125,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--redis-url {args.redis_url}: names database {pool.connection_kwargs['db']}; name the server only "
             f"(user data is database 0, the shim's own records database {MARKER_DB})"
         )
+    if bool(args.redis_user) != bool(args.redis_password_file):
+        ap.error("--redis-user and --redis-password-file go together: give both or neither")
     if args.dedup_memory < ENTRY_BYTES:
         ap.error(f"--dedup-memory {args.dedup_memory}: holds no write; give at least {ENTRY_BYTES} bytes")
     logging.basicConfig(

@@ -60,12 +60,19 @@ class Phases:
         oks = await asyncio.gather(*(self.coherence.update(key, seq, value, t, self.address(t)) for t in paths))
         return all(oks)
 
-    async def fill(self, key: bytes, seq: int, value: bytes | None, paths: list[int] | None) -> Fill:
-        """Phase 2 of a populate or refresh whose phase 1 took ``paths`` (None: it failed), and its outcome."""
+    async def fill(
+        self, key: bytes, seq: int, value: bytes | None, paths: list[int] | None, expires: bool = False
+    ) -> Fill:
+        """Phase 2 of a populate or refresh whose phase 1 took ``paths`` (None: it failed), and its outcome.
+
+        ``expires``: the key has a time to live, read with its value in one step.  Such a key is never cached:
+        Redis expires keys lazily and notifies late, so no switch could be told in time (docs/protocol.md)."""
         if paths is None:
             return Fill.FAILED
         if value is None:
             return Fill.ABSENT
+        if expires:
+            return Fill.EXPIRES
         if len(value) > MAX_CACHEABLE:
             return Fill.TOO_LARGE
         return Fill.VALID if await self.update(key, seq, value, paths) else Fill.FAILED

@@ -83,14 +83,18 @@ class Shim:
         fresh: bool = False,
         dedup_memory: int = DEDUP_MEMORY,
         dedup_span: float = RETRY_SPAN,
+        redis_username: str | None = None,
+        redis_password: str | None = None,
     ) -> None:
         """``redis_url`` names the server, never a database: user data is database 0, the shim's own
-        records (dedup markers, the coherence floor) database MARKER_DB."""
+        records (dedup markers, the coherence floor) database MARKER_DB.  ``redis_username`` and
+        ``redis_password``: the ACL user it logs in as (a storage host's Redis has no default user)."""
         self.cluster, self.server = cluster, server
         self.state_file = state_file
         self.listen, self.port = listen or server.ip, port
-        self.redis = aioredis.from_url(redis_url, db=0)
-        self.markers = aioredis.from_url(redis_url, db=MARKER_DB)
+        login = {"username": redis_username, "password": redis_password} if redis_username else {}
+        self.redis = aioredis.from_url(redis_url, db=0, **login)
+        self.markers = aioredis.from_url(redis_url, db=MARKER_DB, **login)
         self.dedup = Dedup(dedup_memory, dedup_span)
         self.writes = WriteBatcher(self.redis, self.markers, marker_ttl=dedup_span)
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
@@ -422,19 +426,29 @@ class Shim:
             )
         view.cached[key].add(switch)
         async with self.locks.hold(key):
-            value = cast("bytes | None", await self.redis.get(key))
+            value, expires = await self._value(key)
             seq = self.coherence.next_seq()
             paths = await self.phases.invalidate(key, seq, [switch], tag)
-            return Fill.DOWN if paths == [] else await self.phases.fill(key, seq, value, paths)
+            return Fill.DOWN if paths == [] else await self.phases.fill(key, seq, value, paths, expires)
+
+    async def _value(self, key: bytes) -> tuple[bytes | None, bool]:
+        """A key's value and whether it has a time to live, read in one step (MULTI: GET, PTTL), so a TTL
+        set by a write just before or after cannot slip between them."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(key)
+        pipe.pttl(key)
+        value, ttl = await pipe.execute()
+        return cast("bytes | None", value), int(ttl) >= 0
 
     async def _refresh(self, key: bytes) -> Fill:
         """Invalidate every copy of ``key`` and fill it again with Redis's value, as a write of it would."""
         async with self.locks.hold(key):
             if not self.view.holders(key):
                 return Fill.UNCACHED
-            value = cast("bytes | None", await self.redis.get(key))
+            value, expires = await self._value(key)
             seq = self.coherence.next_seq()
-            return await self.phases.fill(key, seq, value, await self.phases.invalidate(key, seq, self.view.paths(key)))
+            paths = await self.phases.invalidate(key, seq, self.view.paths(key))
+            return await self.phases.fill(key, seq, value, paths, expires)
 
     def evict(self, key: bytes, switch: int) -> bool:
         """The agent of ``switch`` evicted ``key``: the entry is gone from the switch."""

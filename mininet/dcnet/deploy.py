@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from types import FrameType
 
+import redis
 from mininet.link import Link, TCLink
 from mininet.log import setLogLevel
 from mininet.net import Mininet
@@ -60,6 +61,7 @@ from harness.processes import (
     stop_process,
     wait_until,
 )
+from harness.redis import READER_USER, RedisUsers
 from harness.switch import BMV2_COMPILER
 
 __all__ = ["REPO", "ClientProcess", "Deployment", "DeploymentError", "WorkloadSession", "new_run_dir"]
@@ -136,6 +138,7 @@ class Deployment:
         self._loopbind: LoopbackCgroup | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_path = self.run_dir / "cluster.json"
+        self.redis_users = RedisUsers.create(self.run_dir)  # every storage Redis's shim and reader users
         self.net: Mininet | None = None
         self.controller: Operator | None = None
         self._controller: Service | None = None
@@ -154,6 +157,14 @@ class Deployment:
 
     def redis_socket(self, host: Host) -> Path:
         return redis_socket(self.run_dir, host.name)
+
+    def redis_reader(self, host: Host) -> redis.Redis:
+        """A client of ``host``'s Redis logged in as the read-only user (what an operator's redis-cli is)."""
+        return redis.Redis(
+            unix_socket_path=str(self.redis_socket(host)),
+            username=READER_USER,
+            password=self.redis_users.reader_password,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Deployment:
@@ -249,6 +260,7 @@ class Deployment:
             run_dir=self.run_dir,
             cluster_path=self.cluster_path,
             appendfsync=self.cluster.redis_appendfsync,
+            users=self.redis_users,
             breaks=self.breaks,
             **params,
         )

@@ -17,7 +17,7 @@ from mininet.node import Host
 from distcache.cluster import Host as HostSpec
 from distcache.rpc.shim import shim_control
 from harness.processes import Service, python_argv
-from harness.redis import redis_argv, wait_for_redis
+from harness.redis import SHIM_USER, RedisUsers, redis_argv, wait_for_redis
 
 
 def redis_socket(run_dir: Path, server: str) -> Path:
@@ -62,6 +62,7 @@ class StorageHost(FabricHost):
         run_dir: Path,
         cluster_path: Path,
         appendfsync: str,
+        users: RedisUsers,
         breaks: Sequence[str] = (),
         **params: object,
     ) -> None:
@@ -76,6 +77,7 @@ class StorageHost(FabricHost):
                 appendfsync=appendfsync,
                 name=f"redis-{name}",
                 logfile=run_dir / f"redis-{name}.log",
+                users=users,
             ),
             out=run_dir / f"redis-{name}.out",
             socket=sock,
@@ -94,6 +96,8 @@ class StorageHost(FabricHost):
             "--server": name,
             "--listen": spec.ip,
             "--redis-url": f"unix://{sock}",
+            "--redis-user": SHIM_USER,
+            "--redis-password-file": users.shim_password_file,
             "--control": control,
             "--state-file": state,
             "--log-file": shim_log,

@@ -31,7 +31,8 @@ CLUSTER = Cluster(spines=2)
 class SwitchPeer:
     """Plays the coherence path's far end: acknowledges, records, optionally drops."""
 
-    def __init__(self, redis_sock: Path) -> None:
+    def __init__(self, redis_sock: Path, **login: str) -> None:
+        """``login``: ``username`` and ``password`` of a Redis with ACL users (it reads what a packet's key holds)."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.1)
@@ -40,7 +41,7 @@ class SwitchPeer:
         self.drop = 0  # drop this many upcoming packets
         self.mute = False  # never answer
         self.answer_only: set[int] | None = None  # answer only packets addressed to these spines
-        self.redis = redis.Redis(unix_socket_path=str(redis_sock))
+        self.redis = redis.Redis(unix_socket_path=str(redis_sock), **login)  # type: ignore[arg-type]
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()

@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from dcnet.deploy import ClientProcess, Deployment
 
 from distcache import p4names
 from distcache.cluster import Cluster
+from distcache.hashing import wire_key
 from distcache.p4names import DropReason, Stat
 from distcache.rpc.shim import ShimLink
 from tests.e2e.targets import targets
@@ -46,7 +46,7 @@ def client(dep: Deployment) -> ClientProcess:
 
 
 def redis_gets(dep: Deployment) -> int:
-    r = redis.Redis(unix_socket_path=str(dep.redis_socket(SERVER)))
+    r = dep.redis_reader(SERVER)
     try:
         return int(r.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
     finally:
@@ -94,6 +94,31 @@ def test_write_to_cached_key_is_coherent(dep: Deployment, client) -> None:  # no
         time.sleep(0.05)
     else:
         pytest.fail("caches were not refilled by phase 2")
+
+
+def test_an_operators_redis_cli_reads_and_cannot_write_behind_the_caches(dep: Deployment, client) -> None:  # noqa: ANN001
+    """Issue 45: the storage host's Redis has no default user; redis-cli there as the read-only user sees the
+    value a client wrote (and a switch caches) and is refused a write, a delete and a flush; the shim's own
+    user wrote it; nothing evicts."""
+    assert client.call("put", "opview", "seen by operators")["ok"]
+    dep.controller.cache("opview")
+    host = dep.host(SERVER.name)
+    sock = dep.redis_socket(SERVER)
+
+    def cli(*args: str, user: str | None = "reader") -> str:
+        login = f"--user {user} " if user else ""
+        secret = f"REDISCLI_AUTH=$(cat {dep.redis_users.reader_password_file}) " if user else ""
+        return host.cmd(f"{secret}redis-cli --no-auth-warning -s {sock} {login}{' '.join(args)}").strip()  # type: ignore[attr-defined]
+
+    keyfile = dep.run_dir / "opview.key"  # the stored key is v1's padded wire key: redis-cli -x reads it raw
+    keyfile.write_bytes(wire_key("opview"))
+    assert cli("--raw", "-x", "GET", f"< {keyfile}") == "seen by operators"
+    assert int(cli("--raw", "DBSIZE")) >= 1
+    for refused in ("SET opview x", "DEL opview", "FLUSHALL", "CONFIG SET maxmemory-policy allkeys-lru"):
+        assert "NOPERM" in cli(refused), refused
+    assert "NOAUTH" in cli("GET", "opview", user=None)  # the default user is off
+    assert client.call("get", "opview")["value"] == "seen by operators"  # nothing was changed behind the caches
+    assert "maxmemory_policy:noeviction" in cli("INFO", "memory")
 
 
 def test_deleted_key_reads_as_not_found(dep: Deployment, client) -> None:  # noqa: ANN001

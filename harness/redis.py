@@ -50,7 +50,10 @@ class RedisUsers:
                 path.write_text(secrets.token_hex(24) + "\n")
         users.acl_file.touch(mode=0o600)
         users.acl_file.write_text(
-            "user default off resetpass -@all\n"
+            # off: nobody logs in as it (a connection must AUTH as one of the two); its rules are still every
+            # command's, as they must be: Redis replays the append-only file as the default user, and with
+            # -@all every MULTI/EXEC in it failed NOPERM on a restart (7.0.15) and the data in it was lost
+            "user default off resetpass ~* &* +@all\n"
             f"user {SHIM_USER} on #{_sha256(users.shim_password)} ~* &* +@all\n"
             f"user {READER_USER} on #{_sha256(users.reader_password)} ~* resetchannels {READER_RULES}\n"
         )

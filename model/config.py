@@ -45,6 +45,7 @@ BUGS = (
     "BUG_LEAF_DOWN",
     "BUG_DP_FROM_PROCESS",
     "BUG_BUSY_FORGETS",
+    "BUG_TTL_CACHED",
 )
 #: The changes the model showed the protocol as specified needs (model/README.md, "Findings").
 FIXES = (
@@ -70,7 +71,7 @@ class Config:
     doc: str = ""
 
 
-NO_FAULTS: Consts = {b: 0 for b in (*FAULTS, "B_BUSY", "B_VIEW", "B_REPOP")}
+NO_FAULTS: Consts = {b: 0 for b in (*FAULTS, "B_BUSY", "B_EXP", "B_VIEW", "B_REPOP")}
 ALL_FIXES: Consts = {f: True for f in FIXES}
 
 

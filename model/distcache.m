@@ -78,6 +78,9 @@ const
   NW: 2;              -- client writes
   WRITE_KEYS: 1;      -- writes go to keys 1..WRITE_KEYS
   ALLOW_NC: false;    -- a write may be a DELETE or a value over 128 B (never cached, no phase 2)
+  ALLOW_TTL: false;   -- a write may give its value a time to live: never cached (no phase 2, no populate
+                      -- fills it), and Redis may expire it at any time after it is committed
+  B_EXP: 0;           -- expiries (Redis deletes a key whose value has a TTL, without the shim)
   K1_SPINES: 2;       -- key 1 may be cached at the leaf and at spines 1..K1_SPINES
   K2_SPINES: false;   -- key 2 may be cached at the spines too (always at the leaf)
   MAXSEQ: 5;          -- coherence seq numbers the shim hands out in a trace (writes + populates)
@@ -121,6 +124,8 @@ const
   BUG_DP_FROM_PROCESS: false;   -- a client leaf whose process is gone is taken for one that routes nothing
                                 -- (its kernel programs still route): the shims stop waiting for a spine
                                 -- it still sends reads to
+  BUG_TTL_CACHED: false;        -- a value with a TTL is cached like any other (populates fill it, phase 2
+                                -- updates it): once Redis expires it, a switch still serves it
   BUG_BUSY_FORGETS: false;      -- a BUSY refusal is not recorded in Redis (the table has no room to
                                 -- remember it either): a later copy of the write is applied after all
 
@@ -151,7 +156,7 @@ type
   sidx_t: 1..MAXSEQ;
   ep_t: 0..EMAX;
   ver_t: 0..VMAX;
-  cidx_t: 0..NW;
+  cidx_t: 0..NW + B_EXP;   -- commits of a key: writes and expiries
   cnt_t: 0..CAP;
   tag_t: record e: ep_t; v: ver_t; end;      -- v = 0: no tag
   op_t: enum { INV, UPD };
@@ -219,6 +224,7 @@ var
   -- the history (ghost)
   wkey: array[wid_t] of 0..NK;
   wnc: array[wid_t] of boolean;
+  wttl: array[wid_t] of boolean;     -- the write gave its value a time to live
   wc: array[wid_t] of cidx_t;        -- position in the key's commit order (0: not committed)
   wout: array[wid_t] of out_t;       -- the answer the shim sent
   ccount: array[key_t] of cidx_t;
@@ -230,6 +236,7 @@ var
   bdpdead: 0..B_DPDEAD;
   bleaf: 0..B_LEAF; bcldie: 0..B_CLDIE;
   bbusy: 0..B_BUSY;
+  bexp: 0..B_EXP;
   bview: 0..B_VIEW;
   bfaults: 0..B_FAULTS;
   bad: 0..6;                         -- ghost: the invariant broken (Check), 0 if none
@@ -784,12 +791,13 @@ end;
 ------------------------------------------------------------------------------------------
 -- rules: clients
 
-ruleset w: wid_t; k: key_t; nc: boolean; dup: boolean; busy: boolean do
+ruleset w: wid_t; k: key_t; nc: boolean; ttl: boolean; dup: boolean; busy: boolean do
   rule "client sends a write (the shim receives it, or refuses it BUSY; the network may duplicate it)"
-    wkey[w] = 0 & k <= WRITE_KEYS & (ALLOW_NC | !nc) & (w = 1 | wkey[w - 1] != 0)
+    wkey[w] = 0 & k <= WRITE_KEYS & (ALLOW_NC | !nc) & (ALLOW_TTL | !ttl) & !(nc & ttl) & (w = 1 | wkey[w - 1] != 0)
     & (dup -> (bdup > 0 & bfaults > 0)) & (busy -> (bbusy > 0 & bfaults > 0 & (dup -> bfaults > 1)))
   ==> begin
-    wkey[w] := k; wnc[w] := nc;
+    wkey[w] := k; wttl[w] := ttl;
+    wnc[w] := nc | (ttl & !BUG_TTL_CACHED);      -- a TTL's value is never cached (shim/server.py _value)
     if dup then bdup := bdup - 1; bfaults := bfaults - 1; req[w] := 1; end;
     if busy then bbusy := bbusy - 1; bfaults := bfaults - 1; RefuseBusy(w); else Receive(w); end;
     Check();
@@ -826,6 +834,20 @@ ruleset w: wid_t do
   ==> begin
     if !wj[w].acked then Reply(w, O_ERR); end;
     endwrite(w);
+    Check();
+  end;
+end;
+
+-- Redis expires a key whose value has a TTL: a commit of "no value" that no shim sees.  Reads of
+-- Redis return nothing from then on; a cache still holding any value of the key is stale.
+ruleset k: key_t; w: wid_t do
+  rule "Redis expires a key whose value has a time to live"
+    ALLOW_TTL & bexp > 0 & wttl[w] & wkey[w] = k & wc[w] != 0 & redis[k] = NK + w
+  ==> begin
+    bexp := bexp - 1;
+    ccount[k] := ccount[k] + 1;
+    redis[k] := 0;
+    cover "a key expired in Redis" true;
     Check();
   end;
 end;
@@ -1342,12 +1364,13 @@ begin
   clear dd; clear wj; clear pj; clear marker;
   nocache := false;
   clear vs;
-  clear wkey; clear wnc; clear wc; clear wout; clear offack; clear offcom;
+  clear wkey; clear wnc; clear wttl; clear wc; clear wout; clear offack; clear offcom;
   bloss := B_LOSS; bdup := B_DUP; bshim := B_SHIM;
   bagent := B_AGENT; bctrl := B_CTRL; bcrash := B_CRASH; bfail := B_FAIL; bmech := B_MECH;
   bdpdead := B_DPDEAD;
   bleaf := B_LEAF; bcldie := B_CLDIE;
   bbusy := B_BUSY;
+  bexp := B_EXP;
   bview := B_VIEW;
   bfaults := B_FAULTS;
   Check();
@@ -1390,6 +1413,7 @@ cover "fault: the storage leaf failed" bleaf < B_LEAF;
 cover "fault: a kernel client leaf's process died" bcldie < B_CLDIE;
 cover "fault: view pushed" bview < B_VIEW;
 cover "fault: a write refused BUSY" bbusy < B_BUSY;
+cover "Redis expired a key" bexp < B_EXP;
 -- (run.py drops a cover the configuration cannot reach line by line: each is one line)
 cover "every fault kind happened in one trace" bloss < B_LOSS & bdup < B_DUP & bshim < B_SHIM & bagent < B_AGENT & bctrl < B_CTRL & bcrash < B_CRASH & bfail < B_FAIL & bmech < B_MECH & bdpdead < B_DPDEAD & bleaf < B_LEAF & bcldie < B_CLDIE;
 cover "two writes of one key overlap" wkey[1] = wkey[NW] & wout[1] = O_NONE & wout[NW] = O_NONE & dd[1] = D_RUN & dd[NW] = D_RUN;

@@ -77,6 +77,9 @@ COVER_NEEDS: dict[str, Callable[[Consts], bool]] = {
     # B_BUSY takes from B_FAULTS but is not among FAULTS: "every fault kind happened" predates it
     "fault: a write refused BUSY": lambda c: int(c["B_BUSY"]) > 0 and int(c["B_FAULTS"]) >= 1,
     "a write refused BUSY": lambda c: int(c["B_BUSY"]) > 0 and int(c["B_FAULTS"]) >= 1,
+    # an expiry is not a fault (Redis does it on its own): it takes nothing from B_FAULTS
+    "Redis expired a key": lambda c: int(c["B_EXP"]) > 0 and int(c["ALLOW_TTL"]) == 1,
+    "a key expired in Redis": lambda c: int(c["B_EXP"]) > 0 and int(c["ALLOW_TTL"]) == 1,
     "two writes of one key overlap": lambda c: int(c["NW"]) >= 2,
     "a spine serves a value": lambda c: int(c["K1_SPINES"]) >= 1,
     "a read sent before a routing change is answered from a cache": lambda c: (

@@ -85,3 +85,34 @@ def test_the_shim_refuses_a_user_without_a_password_and_a_url_naming_a_database(
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+
+
+def test_what_the_shim_wrote_survives_a_kill_of_its_redis_with_users(tmp_path: Path) -> None:
+    """Redis replays its append-only file as its default user: with that user's commands taken away (not just its
+    login), every MULTI/EXEC the shim wrote failed NOPERM on a restart and the data was lost (make test's fault
+    matrix cell caught it: reads of nothing after a redis-server kill)."""
+    users = RedisUsers.create(tmp_path)
+    sock = tmp_path / "redis.sock"
+    argv = redis_argv(sock, tmp_path, durable=True, appendfsync="always", name="r", users=users)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    wait_for_redis(sock, proc)
+    login = {"username": SHIM_USER, "password": users.shim_password}
+    peer = SwitchPeer(sock, **login)
+    shim = ShimThread(sock, peer, tmp_path / "s.sock", redis_username=SHIM_USER, redis_password=users.shim_password)
+    try:
+        ShimLink(shim.control_addr).partition([CLUSTER.spine(0).switch_id] * N_SPINE_BUCKETS)
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=0) as c:
+            c.put("kept", "v")  # the value and its dedup marker, in one MULTI/EXEC
+            assert c.delete("gone") is False  # a script
+        proc.kill()
+        proc.wait(5)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        wait_for_redis(sock, proc)
+        after = redis.Redis(unix_socket_path=str(sock), **login)
+        assert after.get(wire_key("kept")) == b"v"
+        assert len(redis.Redis(unix_socket_path=str(sock), db=1, **login).keys(b"dc:applied:*")) == 2
+    finally:
+        shim.close()
+        peer.close()
+        proc.terminate()
+        proc.wait(5)

@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 
-from distcache.wire import CHUNK_LEN, MAX_CACHEABLE, MAX_CHUNKS, WireError
+from distcache.wire import CHUNK_LEN, MAX_CHUNKS, WireError, chunks_for
 
 VERSION = 2
 DIGEST_LEN = 16
@@ -135,11 +135,6 @@ class Message:
     leaf_id: int = 0
     spine_load: int = 0
     leaf_load: int = 0
-
-
-def chunks_for(vlen: int) -> int:
-    """16-byte chunks a value of ``vlen`` bytes travels in: 0 for one too large for a switch slot."""
-    return (vlen + CHUNK_LEN - 1) // CHUNK_LEN if vlen <= MAX_CACHEABLE else 0
 
 
 def encode_args(args: list[bytes]) -> bytes:

@@ -65,11 +65,6 @@ class Dedup:
         self._seen: OrderedDict[RequestId, tuple[float, bytes]] = OrderedDict()  # oldest first
         self.refused = 0  # writes refused BUSY
 
-    @property
-    def ttl(self) -> float:
-        """How long an entry (and a write's Redis marker) lives: the retry span."""
-        return self.span
-
     def begin(self, rid: RequestId) -> bytes | None:
         """None: a new write, apply it (it is now pending).  PENDING: a copy of a write in progress, drop it.
         BUSY: a new write the table has no room for; refuse it.  Anything else: the encoded reply of the

@@ -131,7 +131,7 @@ class Shim:
         await self.redis.ping()
         if not self.fresh:  # maybe a restart (with or without the state file): clients may still retry writes
             # our previous life applied; for as long as retries live, ask Redis before applying one we do not know
-            self._recheck_until = time.monotonic() + self.dedup.ttl
+            self._recheck_until = time.monotonic() + self.dedup.span
         self._redis_run_id = (await self.redis.info("server"))["run_id"]
         await self.coherence.start_from(await self._floor(), lambda n: self.markers.set(SEQ_FLOOR_KEY, str(n)))
         loop = asyncio.get_running_loop()

@@ -271,7 +271,9 @@ class Faults:
         deadline = time.monotonic() + timeout
         while not self._view_known(link):
             if time.monotonic() > deadline:
-                raise DeploymentError(f"the restarted shim {h.name} did not get the controller's view within 20 s")
+                raise DeploymentError(
+                    f"the restarted shim {h.name} did not get the controller's view within {timeout:g} s"
+                )
             time.sleep(0.05)
         return link
 

@@ -278,14 +278,19 @@ class SwitchAgent:
 
     # -- inserting and evicting ---------------------------------------------------------------------
     def insert(
-        self, key: bytes, *, auto: bool = False, estimate: float | None = None, budget: TokenBucket | None = None
+        self,
+        key: bytes,
+        *,
+        auto: bool = False,
+        estimate: float | None = None,
+        budget: TokenBucket | None = None,
+        name: bytes = b"",
     ) -> CachedKey | None:
-        """Cache ``key`` here and have its server fill the value in.
+        """Cache ``key`` (a digest; ``name``: the key, if known) here and have its server fill the value in.
 
-        A full cache evicts its coldest key, but with ``estimate`` (a hot-key report's reads per
-        hit window, :meth:`report_rate`) only if that key had REPLACE_MARGIN times fewer hits in
-        the last window; and only then is ``budget`` (the insertion budget of reports) spent.
-        None if the key was not inserted.
+        A full cache evicts its coldest key, but with ``estimate`` (a hot-key report's reads per hit window,
+        :meth:`report_rate`) only if that key had REPLACE_MARGIN times fewer hits in the last window; and only
+        then is ``budget`` (the insertion budget of reports) spent.  None if the key was not inserted.
         """
         with self.lock:
             conn = self._need_conn()
@@ -325,7 +330,7 @@ class SwitchAgent:
             except P4RuntimeError:
                 self.alloc.give_back(slot)
                 raise
-            entry = CachedKey(slot, version, Fill.PENDING, auto=auto)
+            entry = CachedKey(slot, version, Fill.PENDING, auto=auto, name=name)
             self.cached[key] = entry
         state = self._populate(key, entry)
         with self.lock:
@@ -347,7 +352,8 @@ class SwitchAgent:
     def _populate(self, key: bytes, entry: CachedKey) -> Fill:
         """Ask the key's shim to fill ``entry``; its tag goes along, so only this populate arms it."""
         try:
-            return Fill.of(self.shim_for(key).populate(key, self.switch.switch_id, self.epoch or 0, entry.version))
+            shim, switch = self.shim_for(key), self.switch.switch_id
+            return Fill.of(shim.populate(key, switch, self.epoch or 0, entry.version, entry.name))
         except (ShimUnavailableError, ShimRequestError) as e:
             log.warning("%s: populate %s failed: %s", self.switch.name, key.hex(), e)
             return Fill.FAILED

@@ -10,6 +10,7 @@ from agent.status import cached_pb
 from distcache import p4names
 from distcache.cluster import Cluster
 from distcache.rpc.protos import abort, agent_grpc, agent_pb2
+from distcache.wire import DIGEST_LEN
 from p4rt.client import P4RuntimeError
 
 
@@ -40,10 +41,10 @@ class AgentService(agent_grpc.AgentServicer):
         return self.agent.status(request.with_keys)
 
     def Cache(self, request, context):  # noqa: ANN001, ANN201, N802
-        if len(request.key) != 16:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "key: a 16-byte wire key (distcache.hashing.wire_key)")
+        if len(request.key) != DIGEST_LEN:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"key: a {DIGEST_LEN}-byte key digest (Cluster.digest)")
         try:
-            e = self.agent.insert(bytes(request.key))
+            e = self.agent.insert(bytes(request.key), name=bytes(request.name))
         except CacheFullError as err:
             abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
         except P4RuntimeError as err:

@@ -89,6 +89,7 @@ class CachedKey:
     auto: bool = False
     hits: list[int] = field(default_factory=lambda: [0, 0])  # hits in the last two windows
     inserted_at: float = field(default_factory=time.monotonic)
+    name: bytes = b""  # the key itself, when the inserter knew it: every populate of the entry passes it on
 
     @property
     def recent_hits(self) -> int:

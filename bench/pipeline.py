@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 from distcache import p4names
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.p4defines import Stat
 from distcache.partition import spine_buckets
 from distcache.scapy_layer import frame
@@ -59,7 +58,8 @@ def rows(c: Cluster) -> list[Row]:
     populates it: an INVALIDATE with the entry's tag (populate_invalidate), then the UPDATE with the value.
     A plain INVALIDATE never arms a new entry, and the row measured a miss (READ_HIT never moved)."""
     srv, cli = c.server(0, 0), c.client(0, 0)
-    key = wire_key("bench")
+    name = b"bench"
+    key = c.digest(name)
     leaf = installed(c, "sl0")
     version = 1
     leaf.tables[p4names.CACHE_LOOKUP].insert(
@@ -70,10 +70,10 @@ def rows(c: Cluster) -> list[Row]:
     up = lambda m: bytes(frame(m, srv.ip, c.spine_address(1), sport=DC_PORT))  # noqa: E731
     sl0 = c.switch("sl0").switch_id
     pipe.process(leaf, 1, up(populate_invalidate(key, 9, sl0, epoch, version)), 0)
-    pipe.process(leaf, 1, up(Message(op=Op.UPDATE, key=key, seq=9, value=b"v" * 64)), 0)
-    get = lambda target: bytes(frame(Message(op=Op.GET, key=key, seq=2, target=target), cli.ip, srv.ip))  # noqa: E731
+    pipe.process(leaf, 1, up(Message(op=Op.UPDATE, digest=key, seq=9, value=b"v" * 64)), 0)
+    get = lambda target: bytes(frame(Message(Op.GET, name, key, seq=2, target=target), cli.ip, srv.ip))  # noqa: E731
     reply = bytes(
-        frame(Message(op=Op.GET_REPLY, key=key, seq=2, value=b"v" * 64), srv.ip, cli.ip, sport=DC_PORT, dport=40000)
+        frame(Message(Op.GET_REPLY, name, key, seq=2, value=b"v" * 64), srv.ip, cli.ip, sport=DC_PORT, dport=40000)
     )
     return [
         Row("storage leaf: cache hit (64 B value)", leaf, 2, get(sl0), Stat.READ_HIT, 2),

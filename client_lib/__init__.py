@@ -10,11 +10,11 @@ from distcache.errors import (
     ServerError,
     ValueTooLargeError,
 )
-from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN
+from distcache.wire import MAX_CACHEABLE, MAX_DATAGRAM
 
 __all__ = [
     "MAX_CACHEABLE",
-    "MAX_VALUE_LEN",
+    "MAX_DATAGRAM",
     "AsyncClient",
     "Client",
     "DistCacheError",

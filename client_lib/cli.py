@@ -30,10 +30,10 @@ from rich.console import Console
 from rich.text import Text
 
 from client_lib.client import Client, Resolver, numeric_address
-from distcache.cluster import Cluster, ClusterError, Host, parse_address
+from distcache.addresses import parse_address
+from distcache.cluster import Cluster, ClusterError, Host
 from distcache.cmdline import Typer, fail
 from distcache.errors import DistCacheError, RequestTimeoutError
-from distcache.hashing import wire_key
 from distcache.wire import DC_PORT
 
 app = Typer(
@@ -92,7 +92,7 @@ class Opts:
 
 
 def _where(cluster: Cluster, resolve: Resolver, key: bytes) -> str:
-    host: Host = cluster.server_for_key(wire_key(key))
+    host: Host = cluster.server_for_key(cluster.digest(key))
     ip, port = resolve(host)
     return f"{host.name} ({ip}:{port})"
 
@@ -185,11 +185,11 @@ def get(
     """Print the value of KEY (exit status 1 if it does not exist).  On a terminal, bytes that are not
     printable text are shown escaped (\\x1b, \\n, \\\\) unless --raw; piped or redirected, the value is
     written as it is."""
-    wkey = arg_bytes(key)
-    r = _run(ctx.obj, wkey, lambda c: c.get_reply(wkey))
+    kb = arg_bytes(key)
+    r = _run(ctx.obj, kb, lambda c: c.get_reply(kb))
     if as_json:
         value, enc = _text(r.value) if r.value is not None else (None, None)
-        key_text, key_encoding = _text(wkey)
+        key_text, key_encoding = _text(kb)
         print(
             json.dumps(
                 {
@@ -213,7 +213,7 @@ def get(
         sys.stdout.flush()
     if r.value is None:
         if not as_json:
-            err.print(Text(f"not found: {shown(wkey)}"), highlight=False, soft_wrap=True)
+            err.print(Text(f"not found: {shown(kb)}"), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -237,14 +237,14 @@ def put(
     else:
         assert value is not None  # exactly one of the two was given
         data = arg_bytes(value)
-    wkey = arg_bytes(key)
-    _run(ctx.obj, wkey, lambda c: c.put(wkey, data))
+    kb = arg_bytes(key)
+    _run(ctx.obj, kb, lambda c: c.put(kb, data))
     print("ok")
 
 
 @app.command("del")
 def delete(ctx: typer.Context, key: str) -> None:
     """Delete KEY; prints "deleted" or "absent"."""
-    wkey = arg_bytes(key)
-    existed = _run(ctx.obj, wkey, lambda c: c.delete(wkey))
+    kb = arg_bytes(key)
+    existed = _run(ctx.obj, kb, lambda c: c.delete(kb))
     print("deleted" if existed else "absent")

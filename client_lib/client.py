@@ -6,15 +6,15 @@ port.  The network does the rest: the client-rack switch picks one of the
 key's two caches, and a cache hit comes back from the switch to the same port
 (it swaps addresses and ports), marked as served by a cache.
 
-Keys are ``str`` (UTF-8) or ``bytes`` and are mapped to 16-byte wire keys by
-:func:`distcache.hashing.wire_key` (short keys stay readable, long ones are
-hashed).  Values are ``bytes`` or ``str``: up to ``MAX_CACHEABLE`` (128) bytes
-can be cached by switches, up to ``MAX_VALUE_LEN`` (1024) bytes can be stored;
-longer values raise :class:`ValueTooLargeError` before anything is sent.
+Keys are ``str`` (UTF-8) or ``bytes``, sent and stored byte for byte (the empty key too), with the
+16-byte digest switches index them by (``Cluster.digest``, keyed by the deployment's secret).  Values are
+``bytes`` or ``str``: up to ``MAX_CACHEABLE`` (128) bytes can be cached by switches; a request must fit
+one datagram (``wire.MAX_DATAGRAM``: key and value together about 1 400 bytes); longer ones raise
+:class:`ValueTooLargeError` before anything is sent.
 
 A reply is taken only from the address and port its request went to (a cache
 hit comes from there too: the switch swaps the addresses), and only when its
-sequence number, key and op match the request; anything else (strays, late
+sequence number, digest and op match the request (and its key, when it carries one); anything else (strays, late
 duplicates of retried requests, a reply forged by another host from another
 port or address) is ignored and counted in ``ignored``.
 
@@ -32,7 +32,7 @@ ceil(log2(timeout / min_timeout))`` copies (``retries=0``: one); before a
 server has answered once, its RTO is ``timeout``, so the first requests
 behave exactly as before.  Every copy has
 the same sequence number and leaves the same socket: the shim recognizes a
-retried write by (address, port, seq) and applies it once, answering copies
+retried write by (address, seq) and applies it once, answering copies
 with the first reply (shim/dedup.py), so a retry can neither apply a write
 twice nor out of order, and a write answered ERROR stays unwritten.  The shim
 remembers a write for ``wire.RETRY_SPAN`` (30 s), so a client refuses a retry
@@ -62,10 +62,10 @@ from distcache.errors import (
     ServerError,
     ValueTooLargeError,
 )
-from distcache.hashing import wire_key
+from distcache.hashing import key_bytes
 from distcache.wire import (
     DC_PORT,
-    MAX_VALUE_LEN,
+    MAX_DATAGRAM,
     RETRY_SPAN,
     Message,
     Op,
@@ -74,6 +74,7 @@ from distcache.wire import (
     attempt_flags,
     decode,
     encode,
+    fits_datagram,
 )
 
 Resolver = Callable[[Host], tuple[str, int]]
@@ -115,11 +116,6 @@ def _value(value: bytes | str) -> bytes:
         value = bytes(value)
     elif not isinstance(value, bytes):
         raise InvalidValueError(f"values must be bytes or str, not {type(value).__name__}")
-    if len(value) > MAX_VALUE_LEN:
-        raise ValueTooLargeError(
-            f"value of {len(value)} bytes is over the {MAX_VALUE_LEN}-byte limit of one "
-            f"DistCache message; split it or store a reference instead"
-        )
     return value
 
 
@@ -148,15 +144,23 @@ class _ClientCore:
         # (server address, is a write) -> its retransmission timeout: coherence makes writes slower than reads
         self.rtos: dict[tuple[tuple[str, int], bool], Rto] = {}
         self.resolve = resolve or (lambda host: (host.ip, DC_PORT))
-        self._seq = itertools.count(random.getrandbits(31))
+        # the high 32 bits drawn at random, so two clients of one host (one address: the shim's request identity
+        # is (address, seq)) do not share sequence numbers (p ~ 2^-32 per pair that overlap in time)
+        self._seq = itertools.count(random.getrandbits(32) << 32)
         self._numeric: dict[tuple[str, int], tuple[str, int]] = {}  # resolve()'s answers, as sources look
         self.ignored = 0  # datagrams not taken as a reply: wrong source, seq, key or op, or malformed
 
     def _prepare(self, op: Op, key: str | bytes, value: bytes = b"") -> tuple[Message, tuple[str, int]]:
         """The request and where it goes (numeric: a reply must come from exactly there)."""
-        wkey = wire_key(key)
-        msg = Message(op=op, key=wkey, seq=next(self._seq) & 0xFFFFFFFF, value=value)
-        addr = self.resolve(self.cluster.server_for_key(wkey))
+        raw = key_bytes(key)
+        digest = self.cluster.digest(raw)
+        msg = Message(op, raw, digest, next(self._seq) & 0xFFFFFFFFFFFFFFFF, value)
+        if not fits_datagram(msg):
+            raise ValueTooLargeError(
+                f"a {op.name} of a {len(raw)}-byte key and a {len(value)}-byte value does not fit one datagram "
+                f"({MAX_DATAGRAM} bytes with the header); store a smaller value or a reference instead"
+            )
+        addr = self.resolve(self.cluster.server_for_key(digest))
         dest = self._numeric.get(addr)
         if dest is None:
             dest = self._numeric[addr] = numeric_address(addr)
@@ -185,7 +189,7 @@ class _ClientCore:
             m = decode(data)
         except WireError:
             return None
-        if m.seq != req.seq or m.key != req.key or m.op != req.op.reply():
+        if m.seq != req.seq or m.digest != req.digest or m.op != req.op.reply() or (m.key and m.key != req.key):
             return None
         return m
 

@@ -92,7 +92,7 @@ from controller.shims import Shims
 from controller.state import ControllerState
 from controller.timing import AGENT_STATUS_TIMEOUT, AGENT_TIMEOUT, READ_TIMEOUT
 from distcache.cluster import Cluster, Host, Mechanism, Role, Switch, is_cache_switch
-from distcache.hashing import wire_key
+from distcache.hashing import key_bytes
 from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.protos import agent_pb2
@@ -329,10 +329,11 @@ class Controller:
 
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it (tests, operators)."""
-        wkey = wire_key(key)
+        name = key_bytes(key)
+        digest = self.cluster.digest(name)
         return {
-            sw.name: self.agents[sw.name].cache(wkey)
-            for sw in cache_switches(self.cluster, self.partition.buckets(), wkey, self.replicated)
+            sw.name: self.agents[sw.name].cache(digest, name)
+            for sw in cache_switches(self.cluster, self.partition.buckets(), digest, self.replicated)
         }
 
     def switch(self, name: str) -> Switch:

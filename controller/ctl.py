@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from distcache.cluster import Cluster, ClusterError, parse_address
+from distcache.addresses import parse_address
+from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import Typer, fail
 from distcache.rpc.controller import (
     ControllerClient,

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from distcache.cluster import Cluster, Mechanism
-from distcache.wire import KEY_LEN
+from distcache.wire import DIGEST_LEN as KEY_LEN
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from distcache import p4names
 from distcache.cluster import Role, is_cache_switch
-from distcache.hashing import user_key
 from distcache.rpc.protos import agent_pb2, controller_pb2
 
 if TYPE_CHECKING:
@@ -25,17 +24,10 @@ STATUS_WAIT = 1.5  # seconds a status waits for live counters and agents before 
 ROLE_NAMES = {Role.SPINE: "spine", Role.STORAGE_LEAF: "storage_leaf", Role.CLIENT_LEAF: "client_leaf"}
 
 
-def key_text(wkey: bytes) -> str:
-    """The user key of a wire key when it is short and printable, else its hex."""
-    k = user_key(wkey)
-    if k is not None:
-        try:
-            text = k.decode()
-            if text.isprintable():
-                return text
-        except UnicodeDecodeError:
-            pass
-    return wkey.hex()
+def key_text(digest: bytes) -> str:
+    """A cached key as status shows it: its digest in hex (switches, agents and the controller know no more;
+    the key's shim knows its name)."""
+    return digest.hex()
 
 
 @dataclass

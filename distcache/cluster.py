@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from distcache import p4defines, p4names
-from distcache.hashing import h1_memo
+from distcache.addresses import DATA_NETS, MAX_PORT, ClusterError, service_address
+from distcache.addresses import show as _show
+from distcache.hashing import h1_memo, key_bytes, secret_of
+from distcache.wire import key_digest
 
 
 class Role(IntEnum):
@@ -72,76 +75,8 @@ MAX_SPINES = p4defines.MAX_SPINE_ID
 MAX_STORAGE_RACKS = CLIENT_LEAF_BASE - STORAGE_LEAF_BASE  # storage leaves are ids 64..127
 MAX_CLIENT_RACKS = p4names.MAX_SWITCHES - 1 - CLIENT_LEAF_BASE  # client leaves are ids 128..254
 MAX_HOSTS_PER_RACK = 250  # hosts are .1 .. .250 of their rack's /24 (.254 is the gateway)
-MAX_PORT = 65535  # TCP/UDP ports
-# the data network of the addressing plan above (storage racks, client racks, spines' coherence
-# addresses): hosts in the emulation reach these, so no operator API may listen on them
-DATA_NETS = tuple(ipaddress.ip_network(f"{net}.0.0/16") for net in (*RACK_NETS.values(), SPINE_NET.rsplit(".", 1)[0]))
+assert tuple(ipaddress.ip_network(f"{n}.0.0/16") for n in (*RACK_NETS.values(), SPINE_NET[:-2])) == DATA_NETS
 REDIS_APPENDFSYNC = ("always", "everysec", "no")
-
-
-class ClusterError(ValueError):
-    """A cluster description (or an address in one) that cannot be used; the message is one line that
-    names the field and what it must be."""
-
-
-def _show(value: object) -> str:
-    """A value as the user wrote it in JSON (``true``, not ``True``)."""
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def parse_address(text: object, what: str, *, port_zero: bool = False, names: bool = False) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT``) -> (host, port), or ClusterError naming ``what``.
-
-    HOST is an IP address or ``localhost`` (``names``: any host name, resolved later by whoever
-    connects); PORT is 1..65535 (``port_zero``: 0 too, "pick a free one").
-    """
-    if not isinstance(text, str):
-        raise ClusterError(f'{what}: expected "HOST:PORT", got {_show(text)}')
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not (port.isascii() and port.isdigit()):
-        raise ClusterError(f"{what}: expected HOST:PORT (e.g. 127.0.0.1:50050), got {text!r}")
-    lo = 0 if port_zero else 1
-    if not lo <= int(port) <= MAX_PORT:
-        raise ClusterError(f"{what}: port {int(port)} is not in {lo}..{MAX_PORT}")
-    if host != "localhost" and not names:
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            raise ClusterError(
-                f"{what}: {host!r} is not an IP address (give the address itself, e.g. 127.0.0.1:{port})"
-            ) from None
-    return host, int(port)
-
-
-def service_address(text: object, what: str) -> tuple[str, int]:
-    """An operator API address (the controller's, an agent's): loopback or a management address.
-
-    Never a wildcard (it would listen on every interface, the data network's included), a
-    multicast or broadcast address, or an address of the data network (``DATA_NETS``), where
-    the emulated hosts, clients included, could reach it.
-    """
-    host, port = parse_address(text, what)
-    if host == "localhost":
-        return host, port
-    ip = ipaddress.ip_address(host)
-    if ip.is_unspecified:
-        raise ClusterError(
-            f"{what}: {host} listens on every interface; use loopback (127.0.0.1:{port}) or a management address"
-        )
-    if ip.is_multicast or ip == ipaddress.ip_address("255.255.255.255"):
-        raise ClusterError(f"{what}: {host} is not a unicast address; use loopback or a management address")
-    for net in DATA_NETS:
-        if ip in net:
-            raise ClusterError(
-                f"{what}: {host} is in the data network {net}, which the emulated hosts reach; "
-                "use loopback or a management address"
-            )
-    return host, port
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None, why: str) -> None:
@@ -257,6 +192,10 @@ class Cluster:
     probe_skip_ms: float = p4names.PROBE_SKIP_US / 1000
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
     description: str = ""  # free text: what this topology is for
+    # the deployment's key secret, hex (16-64 bytes): what keys' digests are keyed by (wire.key_digest), so nobody
+    # without it can make two keys share a cache entry.  A deployment writes a fresh random one into its run's
+    # cluster.json (new_key_secret); "" is the public DEV_KEY_SECRET, for tests and a topology file used by hand
+    key_secret: str = ""
 
     # integer fields: (low, high, why); the limits come from where they are defined (switch id plan
     # above, p4src/include/size.p4 and the P4 field widths as mirrored in distcache/p4names.py)
@@ -350,6 +289,11 @@ class Cluster:
             )
         if not isinstance(self.description, str):
             raise ClusterError(f"description: expected a string, got {_show(self.description)}")
+        if not isinstance(self.key_secret, str) or secret_of(self.key_secret) is None:
+            raise ClusterError(
+                f"key_secret: expected 32-128 hex digits (16-64 bytes; a deployment writes one, "
+                f'new_key_secret()), or "" for the public development secret, got {_show(self.key_secret)}'
+            )
         self.listening_ports()
 
     def listening_ports(self) -> dict[int, str]:
@@ -518,10 +462,15 @@ class Cluster:
         """Names of the storage servers in global index order (rack-major): what h1 places keys over."""
         return _shape_servers(self.storage_racks, self.servers_per_rack)[1]
 
-    def server_for_key(self, wkey: bytes) -> Host:
-        """The storage server that owns ``wkey`` (h1: rendezvous over the servers' names)."""
+    def digest(self, key: str | bytes) -> bytes:
+        """The 16-byte digest switches index ``key`` by (keyed by this deployment's key_secret); InvalidKeyError
+        for what is no key (hashing.key_bytes)."""
+        return key_digest(key_bytes(key), secret_of(self.key_secret))  # type: ignore[arg-type]
+
+    def server_for_key(self, digest: bytes) -> Host:
+        """The storage server that owns the key of ``digest`` (h1: rendezvous over the servers' names)."""
         servers, names = _shape_servers(self.storage_racks, self.servers_per_rack)
-        return servers[h1_memo(bytes(wkey), names)]
+        return servers[h1_memo(bytes(digest), names)]
 
     # -- links --------------------------------------------------------------------
     def links(self) -> list[Link]:

@@ -22,7 +22,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from distcache.cluster import Cluster, ClusterError, parse_address, service_address
+from distcache.addresses import parse_address, service_address
+from distcache.cluster import Cluster, ClusterError
 
 try:  # typer >= 0.29 ships its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError

@@ -16,7 +16,7 @@ class InvalidValueError(DistCacheError, TypeError):
 
 
 class ValueTooLargeError(DistCacheError, ValueError):
-    """A value is longer than the wire format carries (``distcache.wire.MAX_VALUE_LEN``)."""
+    """A value is longer than the wire format carries (one datagram, ``distcache.wire.MAX_DATAGRAM``)."""
 
 
 class RequestTimeoutError(DistCacheError, TimeoutError):

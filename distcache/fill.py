@@ -16,6 +16,7 @@ class Fill(StrEnum):
     PENDING = "pending"  # the agent asked and waits for the answer
     UNKNOWN = "unknown"  # read back from the switch after an agent restart: what it holds is not known
     UNCACHED = "uncached"  # a shim's refresh found no switch that may hold a copy: nothing to fill
+    NO_KEY = "no_key"  # the shim knows the digest but not its key (no request for it yet): retried
 
     @classmethod
     def of(cls, text: str) -> Fill:
@@ -27,4 +28,4 @@ class Fill(StrEnum):
 
 
 #: the outcomes an agent retries (the switch or the shim may take the populate later)
-RETRIED = frozenset({Fill.FAILED, Fill.DOWN})
+RETRIED = frozenset({Fill.FAILED, Fill.DOWN, Fill.NO_KEY})

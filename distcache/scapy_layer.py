@@ -1,20 +1,20 @@
 """A scapy layer for the DistCache header, for debugging, captures and PTF tests.
 
 Its fields are generated from :data:`distcache.wire.HEADER_FIELDS`, so it
-cannot drift from the codec.  The value (chunks or raw bytes) is the payload.
+cannot drift from the codec.  What follows the header (chunks | key | args | raw value) is the payload.
 
     >>> from distcache.scapy_layer import DistCache
-    >>> pkt = Ether()/IP(dst="10.1.0.1")/UDP(sport=40000, dport=8888)/DistCache(op=1, key=b"k".ljust(16, b"\\0"))
+    >>> pkt = Ether()/IP(dst="10.1.0.1")/UDP(sport=40000, dport=8888)/DistCache(op=1, digest=bytes(16))
 """
 
 from __future__ import annotations
 
-from scapy.fields import ByteEnumField, ByteField, IntField, ShortField, StrFixedLenField
+from scapy.fields import ByteEnumField, ByteField, IntField, LongField, ShortField, StrFixedLenField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
-from distcache.wire import DC_PORT, HEADER_LEN, KEY_LEN, VERSION, Message, Op, encode
+from distcache.wire import DC_PORT, DIGEST_LEN, HEADER_LEN, VERSION, Message, Op, encode
 
 _ENUMS = {"op": {int(o): o.name for o in Op}}
 
@@ -27,13 +27,15 @@ def _field(name: str, bits: int):  # noqa: ANN202 - scapy field objects
         return ShortField(name, default)
     if bits == 32:
         return IntField(name, default)
-    if bits == KEY_LEN * 8:
-        return StrFixedLenField(name, b"\0" * KEY_LEN, length=KEY_LEN)
+    if bits == 64:
+        return LongField(name, default)
+    if bits == DIGEST_LEN * 8:
+        return StrFixedLenField(name, b"\0" * DIGEST_LEN, length=DIGEST_LEN)
     raise ValueError(f"no scapy field for {bits}-bit {name}")
 
 
 class DistCache(Packet):
-    """The 40-byte DistCache header; ``vlen``/``nchunks`` describe the payload."""
+    """The 52-byte DistCache header; ``vlen``, ``alen``, ``klen`` and ``nchunks`` describe the payload."""
 
     from distcache.wire import HEADER_FIELDS as _F
 

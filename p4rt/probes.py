@@ -39,7 +39,7 @@ from distcache.cluster import Cluster, Role, Switch
 from distcache.inet import csum16
 from distcache.p4defines import PROTO_UDP, TYPE_IPV4
 from distcache.p4names import PACKET_OUT_FIELDS
-from distcache.wire import DC_PORT, KEY_LEN, Message, Op, encode
+from distcache.wire import DC_PORT, Message, Op, encode
 from p4rt.client import SwitchConnection
 from p4rt.codec import P4RuntimeError
 
@@ -65,7 +65,7 @@ def probe_frame(leaf: Switch, spine: Switch, seq: int) -> bytes:
     route to it leads up the port facing it), from the leaf's gateway address, UDP checksum 0."""
     if spine.role != Role.SPINE:
         raise ValueError(f"{spine.name} is not a spine: probes go to spines")
-    dc = encode(Message(op=Op.PROBE, key=bytes(KEY_LEN), seq=seq, target=spine.switch_id, leaf_id=leaf.switch_id))
+    dc = encode(Message(op=Op.PROBE, seq=seq, target=spine.switch_id, leaf_id=leaf.switch_id))
     udp = _UDP.pack(DC_PORT, DC_PORT, _UDP.size + len(dc), 0)
     src = ipaddress.IPv4Address(leaf_address(leaf)).packed
     dst = ipaddress.IPv4Address(Cluster.spine_address(spine.switch_id)).packed
@@ -140,7 +140,7 @@ class ProbeSource:
         """One probe per spine.  Raises P4RuntimeError, the rest unsent, when they go as PacketOuts and
         the leaf's stream is down (or there is no session)."""
         for spine in spines:
-            self.seq = (self.seq + 1) & 0xFFFFFFFF
+            self.seq = (self.seq + 1) & 0xFFFFFFFFFFFFFFFF
             sock = self._port()
             if sock is not None:
                 try:

@@ -11,7 +11,8 @@ import sys
 import redis.asyncio
 from redis.exceptions import RedisError
 
-from distcache.cluster import Cluster, ClusterError, parse_address
+from distcache.addresses import parse_address
+from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, ip_address, load_cluster, memory_size, output_file
 from distcache.rpc.shim import grpc_target
 from distcache.wire import RETRY_SPAN

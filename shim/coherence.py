@@ -19,15 +19,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from distcache.wire import MAX_CACHEABLE, Message, Op, encode, populate_invalidate
+from distcache.wire import MAX_CACHEABLE, MAX_DATAGRAM_KEY, Message, Op, encode, populate_invalidate
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[bytes, tuple[str, int]], None]
 Reserve = Callable[[int], Awaitable[object]]  # persist a floor: no later life of the shim starts below it
 
-SEQ_MASK = 0xFFFFFFFF
-# where the floor lives in the shim's Redis (never a data key: those are 16-byte wire keys)
+SEQ_MASK = 0xFFFFFFFFFFFFFFFF  # 64-bit: at 100 000 writes/s a number comes round after 5.8 million years
+# where the floor lives in the shim's Redis (MARKER_DB, which no user command reaches)
 SEQ_FLOOR_KEY = b"dc:coherence-floor"
 # sequence numbers reserved at a time: the floor persisted ahead of the numbers used, renewed once half is used
 SEQ_BLOCK = 1 << 20
@@ -39,9 +39,14 @@ class SequenceExhaustedError(RuntimeError):
 
 
 def serial_newer(a: int, b: int) -> bool:
-    """Whether 32-bit sequence number ``a`` is newer than ``b`` (serial arithmetic, RFC 1982), as switches
+    """Whether 64-bit sequence number ``a`` is newer than ``b`` (serial arithmetic, RFC 1982), as switches
     compare them."""
-    return a != b and ((a - b) & SEQ_MASK) < 1 << 31
+    return a != b and ((a - b) & SEQ_MASK) < 1 << 63
+
+
+def _shown(name: bytes) -> bytes:
+    """The key a coherence message carries: the key itself if a datagram has room for it, else none."""
+    return name if len(name) <= MAX_DATAGRAM_KEY else b""
 
 
 class Exchange(Enum):
@@ -90,7 +95,7 @@ class Coherence:
     _reserved: int | None = None  # numbers up to here may be used (None: no floor is kept, as in unit tests)
     _reserve: Reserve | None = None
     _reserving: asyncio.Task | None = None
-    # (reply op, seq, target, key) -> the exchange waiting for that acknowledgement: the key too, so a late ack
+    # (reply op, seq, target, digest) -> the exchange waiting for that acknowledgement: the key too, so a late ack
     # of another key's exchange (a previous life's, one that came round again) never completes this one
     _waiters: dict[tuple[int, int, int, bytes], asyncio.Future] = field(default_factory=dict)
 
@@ -130,7 +135,7 @@ class Coherence:
 
     def on_ack(self, msg: Message) -> None:
         """Called for every INVALIDATE_ACK / UPDATE_ACK the shim receives."""
-        fut = self._waiters.get((int(msg.op), msg.seq, msg.target, msg.key))
+        fut = self._waiters.get((int(msg.op), msg.seq, msg.target, msg.digest))
         if fut is None or fut.done():
             self.stats.stray_acks += 1
             return
@@ -149,7 +154,12 @@ class Coherence:
 
     async def _exchange(self, msg: Message, dest: tuple[str, int], attempts: int) -> Exchange:
         loop = asyncio.get_running_loop()
-        key = (int(msg.op.reply()), msg.seq, msg.target, msg.key)  # one exchange per path: same seq, distinct targets
+        key = (
+            int(msg.op.reply()),
+            msg.seq,
+            msg.target,
+            msg.digest,
+        )  # one exchange per path: same seq, distinct targets
         fut = loop.create_future()
         self._waiters[key] = fut
         data = encode(msg)
@@ -173,33 +183,43 @@ class Coherence:
             self._waiters.pop(key, None)
 
     async def invalidate(
-        self, key: bytes, seq: int, target: int, dest: tuple[str, int], tag: tuple[int, int] | None = None
+        self,
+        key: bytes,
+        seq: int,
+        target: int,
+        dest: tuple[str, int],
+        tag: tuple[int, int] | None = None,
+        name: bytes = b"",
     ) -> Exchange:
-        """Phase 1 on one path; ACKED once every copy on it is invalid.
+        """Phase 1 on one path for the key of digest ``key``; ACKED once every copy on it is invalid.
 
         ``tag=(cache_epoch, version)``: the INVALIDATE of a populate of ``target``'s entry with that
-        tag, the only one that may arm a new entry (p4src/include/control/coherence.p4).
+        tag, the only one that may arm a new entry (p4src/include/control/coherence.p4).  ``name``: the key
+        itself, carried for captures and peers (switches ignore it).
         """
         self.stats.invalidates += 1
         attempts = max(1, round(self.invalidate_deadline / self.retry_interval))
         msg = (
-            Message(op=Op.INVALIDATE, key=key, seq=seq, target=target)
+            Message(op=Op.INVALIDATE, digest=key, seq=seq, target=target)
             if tag is None
             else populate_invalidate(key, seq, target, *tag)
         )
+        msg.key = _shown(name)
         result = await self._exchange(msg, dest, attempts)
         if result == Exchange.TIMED_OUT:
             self.stats.failed_invalidates += 1
             log.warning("invalidate of %s (seq %d) not acknowledged by switch %d", key.hex(), seq, target)
         return result
 
-    async def update(self, key: bytes, seq: int, value: bytes, target: int, dest: tuple[str, int]) -> bool:
+    async def update(
+        self, key: bytes, seq: int, value: bytes, target: int, dest: tuple[str, int], name: bytes = b""
+    ) -> bool:
         """Phase 2 (also cache population) on one path; a failure only leaves copies invalid, which is safe."""
         if len(value) > MAX_CACHEABLE:
             return False
         self.stats.updates += 1
         result = await self._exchange(
-            Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=target), dest, self.update_attempts
+            Message(Op.UPDATE, _shown(name), key, seq, value, target=target), dest, self.update_attempts
         )
         if result != Exchange.ACKED:
             self.stats.failed_updates += 1

@@ -15,7 +15,7 @@ import grpc
 
 from distcache.rpc.protos import shim_grpc, shim_pb2
 from distcache.rpc.shim import grpc_target
-from distcache.wire import KEY_LEN
+from distcache.wire import DIGEST_LEN
 from shim.metrics import exposition
 from shim.server import Shim
 from shim.view import StaleViewError
@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def _key(key: bytes) -> bytes:
-    if len(key) != KEY_LEN:
-        raise ValueError(f"'key' must be a {KEY_LEN}-byte wire key (distcache.hashing.wire_key), got {len(key)} bytes")
+    if len(key) != DIGEST_LEN:
+        raise ValueError(f"'key' must be a {DIGEST_LEN}-byte key digest (Cluster.digest), got {len(key)} bytes")
     return bytes(key)
 
 
@@ -78,7 +78,7 @@ class ShimService(shim_grpc.ShimServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, "version: the entry's version, 1..65535 (with cache_epoch, its tag)"
             )
         try:
-            state = await self.shim.populate(key, sw, (request.cache_epoch, request.version))
+            state = await self.shim.populate(key, sw, (request.cache_epoch, request.version), bytes(request.name))
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         return shim_pb2.PopulateReply(state=state)
@@ -88,7 +88,7 @@ class ShimService(shim_grpc.ShimServicer):
             key, sw = _key(request.key), _switch(request.switch)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        return shim_pb2.EvictReply(evicted=self.shim.evict(key, sw))
+        return shim_pb2.EvictReply(evicted=await self.shim.evict(key, sw))
 
 
 async def serve_control(shim: Shim, address: str) -> grpc.aio.Server:

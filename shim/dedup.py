@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from distcache.wire import RETRY_SPAN
 
-RequestId = tuple[str, int, int]  # client address, client port, seq
+RequestId = tuple[str, int]  # client address, seq (the port does not count: a client that rebinds keeps it)
 
 MARKER_DB = 1
 """The Redis database of the markers (and the coherence floor): user data is database 0."""
@@ -47,7 +47,7 @@ DEDUP_MEMORY = 64 << 20
 
 def dedup_marker(rid: RequestId) -> bytes:
     """The Redis key (in :data:`MARKER_DB`) that records, with the write itself, that request ``rid`` was applied."""
-    return f"dc:applied:{rid[0]}:{rid[1]}:{rid[2]}".encode()
+    return f"dc:applied:{rid[0]}:{rid[1]}".encode()
 
 
 PENDING = b""  # the write is being applied; its reply is not known yet

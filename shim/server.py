@@ -2,7 +2,10 @@
 
 It answers GET/PUT/DELETE from clients out of its own Redis (redis-py's
 asyncio client with hiredis), runs the coherence protocol for keys that some
-switch caches, and fills caches on request of the switch agents.  Writes to a
+switch caches, and fills caches on request of the switch agents.  A request carries the user's key (what
+Redis stores, byte for byte) and its digest (what switches, agents and the controller know it by): the shim
+checks that they agree (a request whose digest is not its key's could invalidate the wrong entry) and
+learns the pair (:mod:`shim.names`).  Writes to a
 key are serialized (one asyncio lock per key in use), and every write checks
 under that lock whether the key is cached, so a write can never slip between
 a cache insertion and its population.  Malformed datagrams are counted by
@@ -44,10 +47,11 @@ from distcache.wire import (
     encode,
     refusal,
 )
-from shim.coherence import SEQ_FLOOR_KEY, Coherence, serial_newer
+from shim.coherence import SEQ_FLOOR_KEY, Coherence
 from shim.dedup import BUSY, DEDUP_MEMORY, MARKER_DB, Dedup, RequestId, dedup_marker
 from shim.key_locks import KeyLocks
 from shim.metrics import ShimMetrics
+from shim.names import KeyNames
 from shim.phases import CoherenceAddress, Phases
 from shim.redis_reads import ReadBatcher
 from shim.redis_writes import MARKER_BUSY, MARKER_ERROR, WriteBatcher
@@ -96,6 +100,7 @@ class Shim:
         self.redis = aioredis.from_url(redis_url, db=0, **login)
         self.markers = aioredis.from_url(redis_url, db=MARKER_DB, **login)
         self.dedup = Dedup(dedup_memory, dedup_span)
+        self.names = KeyNames(self.markers)
         self.writes = WriteBatcher(self.redis, self.markers, marker_ttl=dedup_span)
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
         self.view = CacheView(cluster, server, fresh)
@@ -141,12 +146,13 @@ class Shim:
         self._watcher = loop.create_task(self._watch_redis())
 
     async def _floor(self) -> int | None:
-        """The coherence floor earlier lives persisted: in MARKER_DB, or (a shim of before it had a database
-        of its own) among the user's keys; the newer of the two, so no number is ever used twice."""
-        floors = [int(f) for f in (await self.markers.get(SEQ_FLOOR_KEY), await self.redis.get(SEQ_FLOOR_KEY)) if f]
-        if not floors:
+        """The coherence floor earlier lives persisted (in MARKER_DB; database 0 is the user's only)."""
+        floor = await self.markers.get(SEQ_FLOOR_KEY)
+        try:
+            return int(floor) if floor else None
+        except ValueError:
+            log.warning("ignoring an unreadable coherence floor %r: starting from the clock", floor)
             return None
-        return floors[0] if len(floors) == 1 or serial_newer(floors[0], floors[1]) else floors[1]
 
     async def _watch_redis(self) -> None:
         """Notice a restart of the shim's redis-server (a new run_id) and resynchronize the caches.
@@ -226,6 +232,16 @@ class Shim:
         if msg.op in REQUEST_OPS:
             received = time.monotonic()
             self.requests[msg.op.name] += 1
+            if self.cluster.digest(msg.key) != msg.digest:  # it could invalidate (or fill) another key's entry
+                self.malformed["digest"] += 1
+                self.refused[Status.BAD_REQUEST.name] += 1
+                self._send(encode(msg.reply(Status.BAD_REQUEST)), addr)
+                return
+            if msg.op == Op.EXEC:  # not served yet (docs/protocol.md, "Landed so far")
+                self.refused[Status.BAD_REQUEST.name] += 1
+                self._send(encode(msg.reply(Status.BAD_REQUEST)), addr)
+                return
+            self.names.learn(msg.digest, msg.key)
             if len(self._tasks) + len(self.reads) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
                 self.errors["overload"] += 1
                 return
@@ -236,7 +252,7 @@ class Shim:
             if self.limiter is not None:
                 self.metrics.queue_seconds.observe(wait)
             if msg.op != Op.GET:
-                rid = (addr[0], addr[1], msg.seq)
+                rid = (addr[0], msg.seq)
                 if rid in self._refusing:  # a copy of a write being refused BUSY
                     self.duplicates["in_progress"] += 1
                     return
@@ -299,7 +315,7 @@ class Shim:
         answer it again, with the status it had (a DELETE's marker says whether the key existed: OK or
         NOT_FOUND)."""
         try:
-            marker = await self.writes.marker(dedup_marker((addr[0], addr[1], msg.seq)))
+            marker = await self.writes.marker(dedup_marker((addr[0], msg.seq)))
         except (RedisConnectionError, RedisTimeoutError):
             self.errors["redis_unavailable"] += 1
             return  # no answer: the client retries
@@ -310,7 +326,7 @@ class Shim:
         status = self._marked_status(msg, marker)
         self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
         data = encode(msg.reply(status))
-        self.dedup.finish((addr[0], addr[1], msg.seq), data)
+        self.dedup.finish((addr[0], msg.seq), data)
         if self.transport is not None:
             self.transport.sendto(data, addr)
 
@@ -346,12 +362,12 @@ class Shim:
             self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
             data = encode(msg.reply(status, value))
             if msg.op != Op.GET:
-                self.dedup.finish((addr[0], addr[1], msg.seq), data)
+                self.dedup.finish((addr[0], msg.seq), data)
             if self.transport is not None:
                 self.transport.sendto(data, addr)
 
         try:
-            await self.handle(msg, reply, (addr[0], addr[1], msg.seq))
+            await self.handle(msg, reply, (addr[0], msg.seq))
         except (RedisConnectionError, RedisTimeoutError) as e:
             self.errors["redis_unavailable"] += 1
             if msg.op == Op.GET and not replied:
@@ -365,7 +381,7 @@ class Shim:
             self.errors[type(e).__name__] += 1
             if not replied:
                 try:
-                    await self._refuse(msg, reply, dedup_marker((addr[0], addr[1], msg.seq)))
+                    await self._refuse(msg, reply, dedup_marker((addr[0], msg.seq)))
                 except (RedisConnectionError, RedisTimeoutError):
                     self.errors["redis_unavailable"] += 1  # no answer: the outcome stays unknown
 
@@ -377,19 +393,20 @@ class Shim:
             value = await self.redis.get(msg.key)
             reply(Status.NOT_FOUND) if value is None else reply(Status.OK, value)
             return
-        async with self.locks.hold(msg.key):
-            cached = bool(self.view.holders(msg.key))
+        digest = msg.digest  # what the view, the locks and the switches know the key by
+        async with self.locks.hold(digest):
+            cached = bool(self.view.holders(digest))
             # a number only for a write that sends coherence messages: the numbers a life of this shim uses
             # per second bound how far ahead of the clock it runs (Coherence._seq), so none is spent idle
             seq = self.coherence.next_seq() if cached else 0
-            paths = self.view.paths(msg.key) if cached else []
+            paths = self.view.paths(digest) if cached else []
             if cached and self.limiter is not None:
                 # the server's rate pays for coherence too: phase 1 and phase 2 on every path cost a request
                 # each, as the paper's rate-limited servers (and the simulator, coherence_cost = 1) count them
                 self.limiter.charge(2 * len(paths))
             if cached:
                 began = time.monotonic()
-                live = await self.phases.invalidate(msg.key, seq, paths)
+                live = await self.phases.invalidate(digest, seq, paths, name=msg.key)
                 self.metrics.phase_seconds.observe("invalidate", time.monotonic() - began)
                 if live is None:
                     self.errors["invalidate_timeout"] += 1
@@ -404,14 +421,18 @@ class Shim:
             reply(status)  # safe before phase 2: every copy is invalid
             if cached and msg.op == Op.PUT and len(msg.value) <= MAX_CACHEABLE:
                 began = time.monotonic()
-                await self.phases.update(msg.key, seq, msg.value, paths)  # still under the key's lock
+                await self.phases.update(digest, seq, msg.value, paths, msg.key)  # still under the key's lock
                 self.metrics.phase_seconds.observe("update", time.monotonic() - began)
 
     # -- control commands (from the controller and the switch agents) ---------------------
-    async def populate(self, key: bytes, switch: int, tag: tuple[int, int] = (0, 0)) -> Fill:
-        """Fill a freshly inserted (invalid) cache entry of ``switch``, tagged ``tag`` = (cache_epoch,
-        version), with the current value: an INVALIDATE that carries the tag (only it may arm the
+    async def populate(self, digest: bytes, switch: int, tag: tuple[int, int] = (0, 0), name: bytes = b"") -> Fill:
+        """Fill a freshly inserted (invalid) cache entry of ``switch`` for the key of ``digest``, tagged ``tag`` =
+        (cache_epoch, version), with the current value: an INVALIDATE that carries the tag (only it may arm the
         new entry), addressed to ``switch`` itself, then the UPDATE of the same seq.
+
+        ``name``: the key itself, when the caller knows it (an operator's ``cache``); else the shim's
+        :class:`KeyNames` must (Fill.NO_KEY if they do not: a read of the key brings it).  ValueError for a
+        name that is not the digest's key.
 
         A switch declared down is refused ("down"): writes skip it, so a copy there could go stale.  So is
         every spine until we have the controller's down-set (a restart without our state file).
@@ -424,12 +445,18 @@ class Shim:
                 f"switch {switch} cannot cache keys of {self.server.name} "
                 f"(its spines and storage leaf: {sorted(view.cache_switches)})"
             )
-        view.cached[key].add(switch)
-        async with self.locks.hold(key):
+        if name and self.cluster.digest(name) != digest:
+            raise ValueError(f"name: {name!r} is not the key of digest {digest.hex()}")
+        key = name or await self.names.lookup(digest)
+        if key is None:
+            return Fill.NO_KEY
+        await self.names.record(digest, key)  # before the entry can hold a copy: a refresh must find its key
+        view.cached[digest].add(switch)
+        async with self.locks.hold(digest):
             value, expires = await self._value(key)
             seq = self.coherence.next_seq()
-            paths = await self.phases.invalidate(key, seq, [switch], tag)
-            return Fill.DOWN if paths == [] else await self.phases.fill(key, seq, value, paths, expires)
+            paths = await self.phases.invalidate(digest, seq, [switch], tag, key)
+            return Fill.DOWN if paths == [] else await self.phases.fill(digest, seq, value, paths, expires, key)
 
     async def _value(self, key: bytes) -> tuple[bytes | None, bool]:
         """A key's value and whether it has a time to live, read in one step (MULTI: GET, PTTL), so a TTL
@@ -440,19 +467,26 @@ class Shim:
         value, ttl = await pipe.execute()
         return cast("bytes | None", value), int(ttl) >= 0
 
-    async def _refresh(self, key: bytes) -> Fill:
-        """Invalidate every copy of ``key`` and fill it again with Redis's value, as a write of it would."""
-        async with self.locks.hold(key):
-            if not self.view.holders(key):
+    async def _refresh(self, digest: bytes) -> Fill:
+        """Invalidate every copy of the key of ``digest`` and fill it again with Redis's value, as a write of it
+        would; a key whose name is not known is only invalidated (Fill.NO_KEY), which is always safe."""
+        async with self.locks.hold(digest):
+            if not self.view.holders(digest):
                 return Fill.UNCACHED
-            value, expires = await self._value(key)
+            key = await self.names.lookup(digest)
+            value, expires = await self._value(key) if key is not None else (None, False)
             seq = self.coherence.next_seq()
-            paths = await self.phases.invalidate(key, seq, self.view.paths(key))
-            return await self.phases.fill(key, seq, value, paths, expires)
+            paths = await self.phases.invalidate(digest, seq, self.view.paths(digest), name=key or b"")
+            if key is None:
+                return Fill.NO_KEY
+            return await self.phases.fill(digest, seq, value, paths, expires, key)
 
-    def evict(self, key: bytes, switch: int) -> bool:
-        """The agent of ``switch`` evicted ``key``: the entry is gone from the switch."""
-        return self.view.evict(key, switch)
+    async def evict(self, digest: bytes, switch: int) -> bool:
+        """The agent of ``switch`` evicted the key of ``digest``: the entry is gone from the switch."""
+        evicted = self.view.evict(digest, switch)
+        if digest not in self.view.cached:
+            await self.names.forget(digest)
+        return evicted
 
     def set_partition(
         self, buckets: list[int], down: list[int] | None = None, epoch: int | None = None, save: bool = True

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from distcache.cluster import Cluster
-from distcache.hashing import N_SPINE_BUCKETS, h0, h1, wire_key
+from distcache.hashing import N_SPINE_BUCKETS, h0, h1
 from distcache.partition import spine_buckets
 from simulator.workload import DEFAULT_HEAD, Zipf
 
@@ -109,7 +109,8 @@ def _placement(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(owner server, spine bucket) of each head key: uniform draws, or the real hashes of named keys."""
     if key_prefix is not None:
-        keys = [wire_key(f"{key_prefix}{rank}") for rank in range(head)]
+        digest = Cluster().digest  # the placement of named keys under the development secret
+        keys = [digest(f"{key_prefix}{rank}") for rank in range(head)]
         return np.array([h1(k, servers) for k in keys]), np.array([h0(k) for k in keys])
     rng = np.random.default_rng(seed)
     return rng.integers(0, len(servers), head), rng.integers(0, N_SPINE_BUCKETS, head)

@@ -18,7 +18,6 @@ from bench.shim.config import GET_KEYS, HOST, VALUE
 from bench.shim.generators import load_generator
 from bench.shim.servers import coherence_peer
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.wire import DC_PORT
 from harness.redis import redis_argv, wait_for_redis
 
@@ -112,14 +111,14 @@ def start(procs: Processes, tmp: Path, n_generators: int) -> Env:
 
 
 def preload(env: Env) -> tuple[str, ...]:
-    """Store the GET phase's keys straight into Redis under their wire keys, where the shim looks them up."""
+    """Store the GET phase's keys straight into Redis, where the shim looks them up."""
     import redis
 
     keys = tuple(f"bench:get:{i}" for i in range(GET_KEYS))
     r = redis.Redis(unix_socket_path=str(env.redis_sock))
     with r.pipeline(transaction=False) as p:
         for k in keys:
-            p.set(wire_key(k), VALUE)
+            p.set(k, VALUE)
         p.execute()
     r.close()
     return keys

@@ -12,7 +12,6 @@ from bench.shim.bed import Env
 from bench.shim.config import HOST, REPLY_TIMEOUT, VALUE
 from client_lib import Client
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.wire import DC_PORT
 
 
@@ -54,7 +53,9 @@ def write_latency(env: Env, ops: int) -> tuple[dict[str, Latency], dict]:
     out: dict[str, Latency] = {}
     with Client(cluster, resolve=lambda _host: (HOST, DC_PORT), timeout=REPLY_TIMEOUT, retries=2) as c:
         c.put("bench:lat:hot", VALUE)
-        state = link.populate(wire_key("bench:lat:hot"), spine, 0, 1)  # the tag a fresh agent gives slot 0
+        state = link.populate(
+            cluster.digest("bench:lat:hot"), spine, 0, 1, b"bench:lat:hot"
+        )  # the tag a fresh agent gives slot 0
         if state != "valid":
             raise RuntimeError(f"Populate(bench:lat:hot, switch={spine}) answered {state!r}, expected 'valid'")
         out["get"] = sequential(lambda: c.get("bench:get:0"), ops)

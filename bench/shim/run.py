@@ -30,7 +30,6 @@ from bench.shim.report import render, summary_line
 from bench.shim.servers import echo_server
 from client_lib import Client
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.wire import DC_PORT, Message, Op, encode
 from harness.profile import summarize_profile
 
@@ -103,8 +102,10 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
             during if args.profile_phase == "put" else None,
         )
         if DCLOAD.exists():  # a compiled generator leaves the CPU to the shim: the fairer figures
-            gets = [encode(Message(op=Op.GET, key=wire_key(k))) for k in keys]
-            puts = [encode(Message(op=Op.PUT, key=wire_key(f"bench:cput:{i}"), value=VALUE)) for i in range(4096)]
+            digest = Cluster().digest
+            gets = [encode(Message(Op.GET, k.encode(), digest(k))) for k in keys]
+            put_keys = [f"bench:cput:{i}".encode() for i in range(4096)]
+            puts = [encode(Message(Op.PUT, k, digest(k), value=VALUE)) for k in put_keys]
             load["get_compiled"] = compiled_load(
                 progress, "shim GET (compiled generator)", gets, args.concurrency, args.seconds, watch, tmp
             )

@@ -105,7 +105,7 @@ class SwitchBed:
             self.sw.insert(e.table, e.match_dict, e.action, e.params_dict)
         self.sw.insert(
             p4names.CACHE_LOOKUP,
-            {p4names.KEY_DC_KEY: int.from_bytes(frames.hit_key, "big")},
+            {p4names.KEY_DC_KEY: int.from_bytes(CLUSTER.digest(frames.hit_key), "big")},
             p4names.CACHE_HIT,
             {"slot": SLOT, "version": VERSION_TAG},
         )

@@ -21,7 +21,7 @@ from bench.switch.config import (
     SetupError,
 )
 from distcache import p4names
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.scapy_layer import frame as dc_frame
 from distcache.wire import DC_PORT, HEADER_LEN, Message, Op, populate_invalidate
 from p4rt.plan import plan
@@ -37,10 +37,10 @@ def _transit_port(p: object) -> dict[int, int]:
 
 
 def pick_key(stem: str, transit: dict[int, int], port: int) -> bytes:
-    """A wire key whose replies the leaf sends up ``port`` (its h0 transit slot maps there)."""
+    """A key whose replies the leaf sends up ``port`` (its digest's h0 transit slot maps there)."""
     for i in range(10_000):
-        k = wire_key(f"{stem}{i}")
-        if transit.get(h0(k) & (p4names.TRANSIT_SLOTS - 1)) == port:
+        k = f"{stem}{i}".encode()
+        if transit.get(h0(CLUSTER.digest(k)) & (p4names.TRANSIT_SLOTS - 1)) == port:
             return k
     raise SetupError(f"no key goes up port {port}")
 
@@ -57,20 +57,25 @@ def build_frames() -> Frames:
     transit = _transit_port(plan(CLUSTER, LEAF, BUCKETS))
     hit_key = pick_key("bench-hit-", transit, SPINE_PORTS[0])  # requests in on port 3, replies out on port 2
     miss_key = pick_key("bench-miss-", transit, SPINE_PORTS[0])
-    owner = CLUSTER.spine_address(BUCKETS[h0(hit_key)])
+    hit, owner = CLUSTER.digest(hit_key), CLUSTER.spine_address(BUCKETS[h0(CLUSTER.digest(hit_key))])
     # a populate of the leaf's own entry, as the shim sends it: the INVALIDATE carries the entry's tag (only it
     # arms a new entry), both are addressed to the leaf, which reflects them back to the server
     fill = [
         bytes(dc_frame(m, SERVER.ip, owner, sport=DC_PORT, dport=DC_PORT))
         for m in (
-            populate_invalidate(hit_key, FILL_SEQ, LEAF.switch_id, 0, VERSION_TAG),
-            Message(op=Op.UPDATE, key=hit_key, seq=FILL_SEQ, value=VALUE, target=LEAF.switch_id),
+            populate_invalidate(hit, FILL_SEQ, LEAF.switch_id, 0, VERSION_TAG),
+            Message(op=Op.UPDATE, digest=hit, seq=FILL_SEQ, value=VALUE, target=LEAF.switch_id),
         )
     ]
 
     def get(k: bytes) -> bytes:
         return bytes(
-            dc_frame(Message(op=Op.GET, key=k, seq=7, target=LEAF.switch_id), CLIENT.ip, SERVER.ip, sport=UDP_SPORT)
+            dc_frame(
+                Message(Op.GET, k, CLUSTER.digest(k), seq=7, target=LEAF.switch_id),
+                CLIENT.ip,
+                SERVER.ip,
+                sport=UDP_SPORT,
+            )
         )
 
     from scapy.layers.inet import IP, UDP

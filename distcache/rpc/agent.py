@@ -42,8 +42,9 @@ class AgentClient:
     def status(self, with_keys: bool = False) -> agent_pb2.AgentStatus:
         return self.stub.Status(agent_pb2.StatusRequest(with_keys=with_keys), timeout=self.timeout)
 
-    def cache(self, key: bytes) -> agent_pb2.CachedKey:
-        return self.stub.Cache(agent_pb2.KeyRequest(key=key), timeout=self.timeout)
+    def cache(self, key: bytes, name: bytes = b"") -> agent_pb2.CachedKey:
+        """Insert digest ``key`` (``name``: the key itself, if known: the shim learns it)."""
+        return self.stub.Cache(agent_pb2.KeyRequest(key=key, name=name), timeout=self.timeout)
 
     def evict(self, key: bytes) -> bool:
         return self.stub.Evict(agent_pb2.KeyRequest(key=key), timeout=self.timeout).evicted

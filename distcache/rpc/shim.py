@@ -88,10 +88,12 @@ class ShimLink:
         )
         self._call("AddView", req)
 
-    def populate(self, key: bytes, switch: int, cache_epoch: int, version: int) -> str:
-        """Fill ``switch``'s new entry for ``key``, whose tag is (``cache_epoch``, ``version``)."""
+    def populate(self, key: bytes, switch: int, cache_epoch: int, version: int, name: bytes = b"") -> str:
+        """Fill ``switch``'s new entry for digest ``key``, whose tag is (``cache_epoch``, ``version``); ``name``:
+        the key itself, if known (else the shim must know it)."""
         return self._call(
-            "Populate", shim_pb2.SwitchKey(key=key, switch=switch, cache_epoch=cache_epoch, version=version)
+            "Populate",
+            shim_pb2.SwitchKey(key=key, switch=switch, cache_epoch=cache_epoch, version=version, name=name),
         ).state
 
     def evict(self, key: bytes, switch: int) -> bool:

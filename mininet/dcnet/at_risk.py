@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from dcnet.fault_schedule import SHIM_KINDS
 from distcache.cluster import Cluster, Role, is_cache_switch
-from distcache.hashing import wire_key
 
 LOOKBACK_NS = 1_000_000_000  # a hit this long before a fault shows the switch held the key when it began
 GRACE_NS = 1_000_000_000  # a fault's effect outlasts its end a little (a restarted shim's first writes)
@@ -106,6 +105,6 @@ def window(cluster: Cluster, kind: str, target: str, start: int, end: int) -> Wi
         if kind in SHIM_KINDS:
 
             def keys(key: str) -> bool:
-                return cluster.server_for_key(wire_key(key)).name == target
+                return cluster.server_for_key(cluster.digest(key)).name == target
 
     return Window(kind, switches, start, end, keys)

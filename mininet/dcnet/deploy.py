@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -40,6 +41,7 @@ from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.sessions import ClientProcess, WorkloadSession
 from dcnet.topo import LeafSpineTopo
 from distcache.cluster import Cluster, Host, Switch, is_cache_switch
+from distcache.hashing import new_key_secret
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import (
     ControllerClient,
@@ -130,6 +132,8 @@ class Deployment:
         breaks: Sequence[str] = (),
     ) -> None:
         check_target(target)
+        if not cluster.key_secret:  # every deployment keys its digests by a secret of its own (docs/protocol.md, Keys)
+            cluster = replace(cluster, key_secret=new_key_secret())
         self.cluster, self.target, self.pcap, self.switch_log = cluster, target, pcap, switch_log
         self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
         self.breaks = tuple(breaks)  # tests/breaks.py's deliberate breaks, armed in the shims and the controller

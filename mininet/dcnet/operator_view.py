@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from distcache.cluster import Cluster, Mechanism, is_cache_switch
-from distcache.hashing import wire_key
+from distcache.hashing import key_bytes
 from distcache.placement import cache_switches
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
@@ -41,12 +41,13 @@ class Operator:
     def caches_of(self, key: str | bytes) -> list[str]:
         """The cache switches that should hold ``key`` now (the controller's mechanism and partition)."""
         now = replace(self.cluster, mechanism=Mechanism[self.ctl.status().mechanism.upper()])  # the operator's
-        return [sw.name for sw in cache_switches(now, self.buckets, wire_key(key))]
+        return [sw.name for sw in cache_switches(now, self.buckets, self.cluster.digest(key))]
 
     def cache(self, key: str | bytes) -> dict[str, agent_pb2.CachedKey]:
         """Insert ``key`` by hand into every cache switch that should hold it."""
-        wkey = wire_key(key)
-        return {name: self.agents[name].cache(wkey) for name in self.caches_of(key)}
+        name = key_bytes(key)
+        digest = self.cluster.digest(name)
+        return {sw: self.agents[sw].cache(digest, name) for sw in self.caches_of(key)}
 
     def close(self) -> None:
         for a in self.agents.values():

@@ -15,17 +15,19 @@ const bit<4>  IPV4_MIN_IHL = 5;
 
 /* ---- wire format (docs/protocol.md) ---- */
 const bit<16> DC_PORT = 8888;
-const bit<8>  DC_VERSION = 1;
-const bit<16> DC_HEADER_LEN = 40;
-const bit<16> MAX_CACHEABLE = 128;
-const bit<16> MAX_VALUE_LEN = 1024;
+const bit<8>  DC_VERSION = 2;
+const bit<16> DC_HEADER_LEN = 52;
+const bit<32> MAX_CACHEABLE = 128;
+const bit<32> MAX_VALUE = 536870912;  /* 512 MB, Redis' proto-max-bulk-len (wire.MAX_VALUE) */
 
 const bit<8> OP_GET = 0x01;
 const bit<8> OP_PUT = 0x02;
 const bit<8> OP_DELETE = 0x03;
+const bit<8> OP_EXEC = 0x04;  /* any single-key command: to the key's shim, never cached */
 const bit<8> OP_GET_REPLY = 0x81;
 const bit<8> OP_PUT_REPLY = 0x82;
 const bit<8> OP_DELETE_REPLY = 0x83;
+const bit<8> OP_EXEC_REPLY = 0x84;
 const bit<8> OP_INVALIDATE = 0x10;
 const bit<8> OP_UPDATE = 0x11;
 const bit<8> OP_INVALIDATE_ACK = 0x90;
@@ -42,11 +44,14 @@ const bit<8> STATUS_OK = 0;
 @noWarn("unused") const bit<8> STATUS_TOO_LARGE = 3;
 @noWarn("unused") const bit<8> STATUS_BAD_REQUEST = 4;
 @noWarn("unused") const bit<8> STATUS_BUSY = 5;
+@noWarn("unused") const bit<8> STATUS_STREAM = 6;
+@noWarn("unused") const bit<8> STATUS_WRONG_TYPE = 7;
 
 const bit<8> FLAG_CACHED = 0x01;
 const bit<8> FLAG_POPULATE = 0x02;  /* an INVALIDATE that fills a new entry of `target`; tag in the load fields */
 const bit<8> FLAG_ATTEMPT = 0x1C;  /* a request's attempt number (0 = first copy): retries take other paths */
 const bit<8> FLAG_ATTEMPT_SHIFT = 2;  /* the attempt number's lowest bit (wire.ATTEMPT_SHIFT) */
+@noWarn("unused") const bit<8> FLAG_STREAM = 0x20;  /* came on the stream path (hosts only) */
 
 /* ---- what the controller tells a switch (distcache/cluster.py) ---- */
 @noWarn("unused") const bit<8> ROLE_NONE = 0;  /* not configured yet: switch_config has no entry, meta.role stays 0 */

@@ -1,7 +1,9 @@
 /* Headers, metadata and parser errors shared by every control.
  *
  * distcache_t mirrors distcache/wire.py HEADER_FIELDS field for field; a
- * test holds the two against each other.  See docs/protocol.md.
+ * test holds the two against each other.  See docs/protocol.md.  What follows
+ * the header is chunks | key | args | raw value: a switch parses the chunks
+ * (vals), and the key and the rest ride behind them as payload.
  */
 #ifndef DC_HEADER_P4
 #define DC_HEADER_P4
@@ -52,15 +54,17 @@ header distcache_t {
     bit<8>   op;
     bit<8>   flags;
     bit<8>   status;
-    bit<32>  seq;
-    bit<128> key;
+    bit<64>  seq;
+    bit<128> digest;  /* the key's keyed digest (wire.key_digest): what a switch indexes; the key rides behind */
     bit<8>   target;
     bit<8>   served_by;
     bit<8>   spine_id;
     bit<8>   leaf_id;
     bit<32>  spine_load;
     bit<32>  leaf_load;
-    bit<16>  vlen;
+    bit<32>  vlen;
+    bit<32>  alen;
+    bit<16>  klen;
     bit<8>   nchunks;
     bit<8>   reserved;
 }
@@ -163,6 +167,7 @@ struct metadata_t {
     bit<32>  dc_index;
     bit<16>  dc_w16;
     bit<32>  dc_w32;
+    bit<64>  dc_w64;
     bit<48>  dc_w48;
     bit<49>  dc_w49;
     bit<128> dc_w128;

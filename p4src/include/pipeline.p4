@@ -22,7 +22,7 @@ control DcIngress(inout headers_t hdr,
     @name(".cache_vlen") DC_REGISTER(bit<16>, CACHE_SLOTS) cache_vlen;
     @name(".cache_value") DC_REGISTER(bit<128>, CACHE_VALUE_CELLS) cache_value;  /* slot * MAX_CHUNKS + chunk */
     /* the seq of the newest INVALIDATE of the slot's entry: DcCoherence's record, and DcCache's write version */
-    @name(".cache_inval_seq") DC_REGISTER(bit<32>, CACHE_SLOTS) cache_inval_seq;
+    @name(".cache_inval_seq") DC_REGISTER(bit<64>, CACHE_SLOTS) cache_inval_seq;
     /* loads of cache switches carried back in replies (client-rack leaf): written by DcTelemetry, read by
      * DcRouting; indexed by switch id */
     @name(".peer_load") DC_REGISTER(bit<32>, MAX_SWITCHES) peer_load;

@@ -18,8 +18,9 @@ from distcache.p4names import Stat
 from distcache.wire import CHUNK_LEN, HEADER_LEN, Flag, Op, Status
 from softswitch.dataplane.actions import dc_reflect
 from softswitch.dataplane.header import (
+    DC_DIGEST,
     DC_FLAGS,
-    DC_KEY,
+    DC_KLEN,
     DC_NCHUNKS,
     DC_OP,
     DC_SERVED_BY,
@@ -77,7 +78,7 @@ def tag(m: Meta) -> int:
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     dc = h.dc
     m.cache_epoch = state.tables[p4names.CACHE_EPOCH].lookup()[1]["epoch"]
-    action, p, _ = state.tables[p4names.CACHE_LOOKUP].lookup(int.from_bytes(dc[DC_KEY], "big"))
+    action, p, _ = state.tables[p4names.CACHE_LOOKUP].lookup(int.from_bytes(dc[DC_DIGEST], "big"))
     if action == p4names.CACHE_HIT:
         m.cache_hit, m.slot, m.version = True, p["slot"], p["version"]
     target = dc[DC_TARGET]
@@ -102,20 +103,21 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     h.vals = [values.read(base + i).to_bytes(CHUNK_LEN, "big") for i in range(min(nchunks, p4names.MAX_CHUNKS))]
     if regs[p4names.CACHE_INVAL_SEQ].read(m.slot) != seq_before:  # a write began: on as sent, less any value
         dc[DC_VLEN], dc[DC_NCHUNKS], h.vals = 0, 0, []
-        _set_lengths(h, 0)
+        _set_lengths(h, dc, 0)
         stats.count(READ_TORN, m.packet_length)
         stats.count(READ_MISS, m.packet_length)
         return
     # ---- hit: the request becomes the reply ----
     dc[DC_OP], dc[DC_STATUS], dc[DC_FLAGS] = OP_GET_REPLY, STATUS_OK, dc[DC_FLAGS] | FLAG_CACHED
     dc[DC_SERVED_BY], dc[DC_VLEN], dc[DC_NCHUNKS] = m.switch_id, vlen, nchunks
-    _set_lengths(h, nchunks)
+    _set_lengths(h, dc, nchunks)
     dc_reflect(h)
     m.served = True
     state.counters[p4names.CACHE_HITS].count(m.slot, m.packet_length)
     stats.count(READ_HIT, m.packet_length)
 
 
-def _set_lengths(h: Headers, nchunks: int) -> None:
-    h.udp[UDP_LENGTH] = (UDP_LEN + HEADER_LEN + (nchunks << 4)) & 0xFFFF
+def _set_lengths(h: Headers, dc: list, nchunks: int) -> None:
+    """A GET carries no value and no arguments (DcValidation): only its key rides behind the chunks."""
+    h.udp[UDP_LENGTH] = (UDP_LEN + HEADER_LEN + (nchunks << 4) + dc[DC_KLEN]) & 0xFFFF
     h.ipv4[IP_TOTAL_LEN] = (IPV4_LEN + h.udp[UDP_LENGTH]) & 0xFFFF

@@ -53,14 +53,14 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         armed = bool(last & 1)
         if op == OP_INVALIDATE:
             regs[p4names.CACHE_VALID].write(slot, 0)
-            ahead = (seq - last_seq) & 0xFFFFFFFF  # seq >= last_seq in serial arithmetic
+            ahead = (seq - last_seq) & 0xFFFFFFFFFFFFFFFF  # seq >= last_seq in serial arithmetic (64-bit)
             own_populate = (
                 dc[DC_FLAGS] & FLAG_POPULATE
                 and dc[DC_TARGET] == m.switch_id
                 and dc[DC_SPINE_LOAD] == m.cache_epoch
                 and dc[DC_LEAF_LOAD] == m.version
             )
-            if not same_tenure or not ahead >> 31:
+            if not same_tenure or not ahead >> 63:
                 arm = bool(own_populate) or (same_tenure and armed)
                 regs[p4names.CACHE_INVAL].write(slot, (tag << 1) | arm)
                 regs[p4names.CACHE_INVAL_SEQ].write(slot, seq)

@@ -9,7 +9,7 @@ from distcache.cluster import Role
 from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import Op
-from softswitch.dataplane.header import DC_KEY, IP_DST, Headers, Meta
+from softswitch.dataplane.header import DC_DIGEST, IP_DST, Headers, Meta
 from softswitch.program import Action, Digest, MatchField, Param, Register, Table
 from softswitch.state import SwitchState
 
@@ -62,7 +62,7 @@ HH_COUNTED, HH_REPORTED = int(Stat.HH_COUNTED), int(Stat.HH_REPORTED)  # plain i
 def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if m.op != OP_GET or m.cache_hit:
         return
-    key = h.dc[DC_KEY]
+    key = h.dc[DC_DIGEST]
     tables = state.tables
     if m.role == ROLE_SPINE:
         action, _, _ = tables[p4names.HH_BUCKETS].lookup(h0(key))

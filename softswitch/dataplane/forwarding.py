@@ -11,8 +11,8 @@ from distcache.p4defines import IPV4_MIN_IHL
 from distcache.p4names import DropReason, Stat
 from distcache.wire import attempt_of
 from softswitch.dataplane.header import (
+    DC_DIGEST,
     DC_FLAGS,
-    DC_KEY,
     DC_OP,
     IP_CSUM,
     IP_DST,
@@ -73,7 +73,7 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         elif action == p4names.TRANSIT:
             m.transit = True
     if m.transit:
-        bucket = h0(dc[DC_KEY]) if dc is not None else 0
+        bucket = h0(dc[DC_DIGEST]) if dc is not None else 0
         if dc is not None and m.port_kind == PORT_CLIENT:  # a client's retry: through another spine
             bucket += attempt_of(dc[DC_FLAGS])
         m.transit_slot = bucket & (p4names.TRANSIT_SLOTS - 1)

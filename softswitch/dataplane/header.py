@@ -33,7 +33,7 @@ UDP_SPORT, UDP_DPORT, UDP_LENGTH, UDP_CSUM = range(4)
     DC_FLAGS,
     DC_STATUS,
     DC_SEQ,
-    DC_KEY,
+    DC_DIGEST,
     DC_TARGET,
     DC_SERVED_BY,
     DC_SPINE_ID,
@@ -41,11 +41,13 @@ UDP_SPORT, UDP_DPORT, UDP_LENGTH, UDP_CSUM = range(4)
     DC_SPINE_LOAD,
     DC_LEAF_LOAD,
     DC_VLEN,
+    DC_ALEN,
+    DC_KLEN,
     DC_NCHUNKS,
     DC_RESERVED,
-) = range(15)
+) = range(17)
 assert all(DC_FIELDS[globals()["DC_" + name.upper()]] == name for name in DC_FIELDS), "DC_* out of wire order"
-assert len(DC_FIELDS) == 15
+assert len(DC_FIELDS) == 17
 
 
 @dataclass(slots=True)

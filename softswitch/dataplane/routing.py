@@ -9,7 +9,7 @@ from distcache.cluster import Mechanism, PortKind
 from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import Op, attempt_of
-from softswitch.dataplane.header import DC_FLAGS, DC_KEY, DC_SEQ, DC_TARGET, IP_DST, Headers, Meta
+from softswitch.dataplane.header import DC_DIGEST, DC_FLAGS, DC_SEQ, DC_TARGET, IP_DST, Headers, Meta
 from softswitch.dataplane.liveness import spine_excluded
 from softswitch.program import Action, MatchField, Param, Table
 from softswitch.state import SwitchState
@@ -81,8 +81,10 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
     if mech == MECH_REPLICATION:
         m.replicated = True
     elif mech == MECH_HYBRID:
-        m.replicated = tables[p4names.REPLICATED_KEYS].lookup(int.from_bytes(dc[DC_KEY], "big"))[0] == p4names.REPLICATE
-    bucket = h0(dc[DC_KEY]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
+        m.replicated = (
+            tables[p4names.REPLICATED_KEYS].lookup(int.from_bytes(dc[DC_DIGEST], "big"))[0] == p4names.REPLICATE
+        )
+    bucket = h0(dc[DC_DIGEST]) if mech != MECH_NOCACHE else 0  # crc32(key) % SPINE_BUCKETS
     if m.replicated:
         m.replica_slot = (bucket + (dc[DC_SEQ] & 0xFFFF) + attempt) & (p4names.REPLICA_SLOTS - 1)
         action, p, _ = tables[p4names.REPLICA_SPINE].lookup(m.replica_slot)

@@ -11,7 +11,7 @@ REGISTERS = (
     ),  # tag (epoch ++ version): read by DcCache, written by DcCoherence
     Register(p4names.CACHE_VLEN, 16, p4names.CACHE_SLOTS),
     Register(p4names.CACHE_VALUE, 128, p4names.CACHE_SLOTS * p4names.MAX_CHUNKS),
-    Register(p4names.CACHE_INVAL_SEQ, 32, p4names.CACHE_SLOTS),  # DcCoherence's record, DcCache's write version
+    Register(p4names.CACHE_INVAL_SEQ, 64, p4names.CACHE_SLOTS),  # DcCoherence's record, DcCache's write version
     Register(p4names.PEER_LOAD, 32, p4names.MAX_SWITCHES),  # written by DcTelemetry, read by DcRouting
     Register(p4names.PEER_LOAD_EPOCH, 32, p4names.MAX_SWITCHES),
 )

@@ -25,7 +25,7 @@ REGISTERS = (
     Register(p4names.LOAD_EPOCH, 32, 1),
 )
 
-REPLY_OPS = frozenset({int(Op.GET_REPLY), int(Op.PUT_REPLY), int(Op.DELETE_REPLY)})
+REPLY_OPS = frozenset({int(Op.GET_REPLY), int(Op.PUT_REPLY), int(Op.DELETE_REPLY), int(Op.EXEC_REPLY)})
 OP_GET = int(Op.GET)
 ROLE_SPINE, ROLE_STORAGE_LEAF, ROLE_CLIENT_LEAF = int(Role.SPINE), int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)
 PORT_FABRIC, PORT_CLIENT = int(PortKind.FABRIC), int(PortKind.CLIENT)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from distcache import p4names
 from distcache.cluster import MAX_SPINES, PortKind, Role
 from distcache.p4names import DropReason
-from distcache.wire import MAX_CACHEABLE, MAX_VALUE_LEN, Op
-from softswitch.dataplane.header import DC_NCHUNKS, DC_OP, DC_VLEN, IP_DST, IP_SRC, IP_TTL, Headers, Meta
+from distcache.wire import MAX_CACHEABLE, MAX_VALUE, Op
+from softswitch.dataplane.header import DC_ALEN, DC_NCHUNKS, DC_OP, DC_VLEN, IP_DST, IP_SRC, IP_TTL, Headers, Meta
 from softswitch.dataplane.parser import DC_BAD_CHUNKS, DC_BAD_VERSION, NO_ERROR, PACKET_TOO_SHORT
 from softswitch.program import Action, MatchField, Table
 from softswitch.state import SwitchState
@@ -36,12 +36,19 @@ KNOWN_OPS = frozenset(int(o) for o in Op)
 COHERENCE_OPS = frozenset({int(Op.INVALIDATE), int(Op.UPDATE)})
 # what only switches and servers send: nothing entering from a client port may carry these
 FROM_FABRIC_ONLY = frozenset(
-    {int(Op.INVALIDATE_ACK), int(Op.UPDATE_ACK), int(Op.GET_REPLY), int(Op.PUT_REPLY), int(Op.DELETE_REPLY)}
+    {
+        int(Op.INVALIDATE_ACK),
+        int(Op.UPDATE_ACK),
+        int(Op.GET_REPLY),
+        int(Op.PUT_REPLY),
+        int(Op.DELETE_REPLY),
+        int(Op.EXEC_REPLY),
+    }
 )
 PORT_FABRIC, PORT_CLIENT, PORT_STORAGE = int(PortKind.FABRIC), int(PortKind.CLIENT), int(PortKind.STORAGE)
 LEAVES = frozenset({int(Role.STORAGE_LEAF), int(Role.CLIENT_LEAF)})
 ROLE_SPINE = int(Role.SPINE)
-OP_PROBE, OP_PROBE_REPLY = int(Op.PROBE), int(Op.PROBE_REPLY)
+OP_PROBE, OP_PROBE_REPLY, OP_GET = int(Op.PROBE), int(Op.PROBE_REPLY), int(Op.GET)
 # dc_drops indexes as plain ints: an IntEnum member costs an attribute look-up and slower indexing per packet
 DROP_TRUNCATED, DROP_BAD_VERSION, DROP_BAD_CHUNKS, DROP_PARSER_OTHER = (
     int(DropReason.TRUNCATED),
@@ -93,7 +100,8 @@ def apply(state: SwitchState, h: Headers, m: Meta) -> None:
         want_chunks = (vlen + 15) >> 4 if vlen <= MAX_CACHEABLE else 0
         if op not in KNOWN_OPS:
             reason = DROP_UNKNOWN_OP
-        elif vlen > MAX_VALUE_LEN or dc[DC_NCHUNKS] != want_chunks:
+        elif vlen > MAX_VALUE or dc[DC_NCHUNKS] != want_chunks or (op == OP_GET and (vlen or dc[DC_ALEN])):
+            # the lengths do not add up; a GET carries only its key (a hit's reply length counts on it)
             reason = DROP_BAD_CHUNKS
         elif op in (OP_PROBE, OP_PROBE_REPLY) and not (  # where a probe (reply) may come from
             (leaf and from_cpu and op == OP_PROBE and 0 < h.packet_out <= MAX_SPINES)

@@ -17,13 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distcache import wire
-from distcache.hashing import user_key, wire_key
 from tools.gen_dissector import OUTPUT as DISSECTOR
 
 TSHARK = shutil.which("tshark")
 NEEDS_TSHARK = "tshark is not installed (Debian package tshark; make deps installs it)"
 Fields = dict[str, list[object]]
-_BYTES = {"distcache.key", "distcache.value", "distcache.value.chunk", "distcache.value.padding", "distcache.body"}
+_BYTES = {
+    "distcache.digest",
+    "distcache.key",
+    "distcache.arg",
+    "distcache.value",
+    "distcache.value.chunk",
+    "distcache.value.padding",
+    "distcache.body",
+}
 
 
 @dataclass
@@ -72,7 +79,6 @@ def info_column(pcap: Path) -> dict[int, str]:
     return {int(n): info for n, info in rows}
 
 
-LONG_KEY_MARK = wire_key(b"x" * (wire.KEY_LEN + 1))[-1]  # the last byte of a hashed (long) wire key
 REPLY_BIT = int(wire.Op.GET.reply()) ^ int(wire.Op.GET)  # what Op.is_reply tests
 COHERENCE = wire.COHERENCE_OPS | {op.reply() for op in wire.COHERENCE_OPS}
 
@@ -83,7 +89,7 @@ def printable(key: bytes) -> str:
 
 
 def _children(out: Fields) -> Fields:
-    """The fields the dissector derives from the op, flags and key in ``out``: reply bit, coherence, flags, user key."""
+    """The fields the dissector derives from the op and flags in ``out``: reply bit, coherence, flags."""
     if "distcache.op" in out:
         op = int(out["distcache.op"][0])  # type: ignore[call-overload]
         out["distcache.reply"] = [bool(op & REPLY_BIT)]
@@ -96,14 +102,6 @@ def _children(out: Fields) -> Fields:
                 low = flag.value & -flag.value
                 bits = (flags & flag.value) // low
                 out[f"distcache.flags.{flag.name.lower()}"] = [bits if flag.value != low else bool(bits)]
-    if "distcache.key" in out:
-        key = out["distcache.key"][0]
-        assert isinstance(key, bytes)
-        short = user_key(key)
-        if key[-1] == LONG_KEY_MARK:
-            out["distcache.key.hashed"] = [True]
-        elif short:
-            out["distcache.key.user"] = [printable(short)]
     return out
 
 
@@ -116,48 +114,53 @@ def header(data: bytes) -> Fields:
         if offset + size > len(data):
             break
         chunk = data[offset : offset + size]
-        out[f"distcache.{name}"] = [chunk if size == wire.KEY_LEN else int.from_bytes(chunk, "big")]
+        out[f"distcache.{name}"] = [chunk if size == wire.DIGEST_LEN else int.from_bytes(chunk, "big")]
         offset += size
     return _children(out)
 
 
-def _value(out: Fields, body: bytes, vlen: int, nchunks: int) -> Fields:
-    """The value fields of the ``body`` bytes (all or the captured part) after a header of ``vlen``, ``nchunks``."""
-    if vlen and body:
-        out["distcache.value"] = [body[:vlen]]
-    if nchunks and body:
-        out["distcache.value.chunk"] = [body[i : i + wire.CHUNK_LEN] for i in range(0, len(body), wire.CHUNK_LEN)]
-        if len(body) > vlen:
-            out["distcache.value.padding"] = [body[vlen:]]
+def _body(out: Fields, msg: wire.Message) -> Fields:
+    """The body's fields of a wholly captured message: chunks and padding, key, arguments, value."""
+    vlen, n = len(msg.value), wire.chunks_for(len(msg.value))
+    if vlen:
+        out["distcache.value"] = [msg.value]
+    if n:
+        padded = msg.value.ljust(n * wire.CHUNK_LEN, b"\0")
+        out["distcache.value.chunk"] = [padded[i : i + wire.CHUNK_LEN] for i in range(0, len(padded), wire.CHUNK_LEN)]
+        if len(padded) > vlen:
+            out["distcache.value.padding"] = [padded[vlen:]]
+    if msg.key:
+        out["distcache.key"] = [msg.key]
+        out["distcache.key.text"] = [printable(msg.key)]
+    if msg.args:
+        out["distcache.args"] = [len(msg.args)]
+        out["distcache.arg"] = list(msg.args)
     return out
 
 
 def decoded(payload: bytes, captured: int | None = None) -> Fields:
     """Every field the dissector must show for a well-formed payload, from distcache.wire.decode.
 
-    ``captured``: how much of the payload the capture holds (at least the header), when a snap length cut it.
+    ``captured``: how much of the payload the capture holds (at least the header), when a snap length cut it:
+    then the body is shown undecoded.
     """
     msg = wire.decode(payload)
-    vlen = len(msg.value)
+    values = wire.HEADER_STRUCT.unpack_from(payload)
     out: Fields = {
-        f"distcache.{name}": [int(getattr(msg, name)) if name != "key" else msg.key]
-        for name, _ in wire.HEADER_FIELDS
-        if hasattr(msg, name)
+        f"distcache.{name}": [v if name == "digest" else int(v)]
+        for (name, _), v in zip(wire.HEADER_FIELDS, values, strict=True)
     }
-    out |= {
-        "distcache.version": [wire.VERSION],
-        "distcache.vlen": [vlen],
-        "distcache.nchunks": [wire.chunks_for(vlen)],
-        "distcache.reserved": [wire.HEADER_STRUCT.unpack_from(payload)[-1]],
-    }
+    assert out["distcache.digest"] == [msg.digest] and out["distcache.seq"] == [msg.seq]
     out = _children(out)
     assert out["distcache.reply"] == [msg.op.is_reply] and out["distcache.flags.cached"] == [msg.cached]
     if msg.op == wire.Op.INVALIDATE and msg.flags & wire.Flag.POPULATE:
         out["distcache.populate.epoch"] = [msg.spine_load]
         out["distcache.populate.version"] = [msg.leaf_load]
-    body = payload[wire.HEADER_LEN : captured]
-    assert body[:vlen] == msg.value[: len(body)]
-    return _value(out, body, vlen, wire.chunks_for(vlen))
+    if captured is not None and captured < len(payload):
+        if captured > wire.HEADER_LEN:
+            out["distcache.body"] = [payload[wire.HEADER_LEN : captured]]
+        return out
+    return _body(out, msg)
 
 
 def expected(payload: bytes, captured: int | None = None) -> tuple[Fields, str | None]:
@@ -165,14 +168,22 @@ def expected(payload: bytes, captured: int | None = None) -> tuple[Fields, str |
 
     Returns the fields and the malformed reason (None for a well-formed, wholly captured payload): a
     well-formed payload shows every field of its decode; a malformed one its header fields and
-    WireError's reason; a capture cut short the fields it holds and the reason "truncated".
+    WireError's reason; a capture cut short the fields it holds and the reason "truncated".  A message of
+    another version is refused as soon as its first byte is seen; an argument block only once it is whole.
     """
     captured = len(payload) if captured is None else captured
+    if captured >= 1 and payload[0] != wire.VERSION:
+        fields = header(payload[: min(captured, wire.HEADER_LEN)])
+        if captured > wire.HEADER_LEN:
+            fields["distcache.body"] = [payload[wire.HEADER_LEN : captured]]
+        return fields, "version"
     try:
         wire.decode(payload)
     except wire.WireError as e:
         if e.reason != "short" and captured < wire.HEADER_LEN:
             return header(payload[:captured]), "truncated"
+        if e.reason == "args" and captured < len(payload):  # the block is checked only when it is whole
+            return decoded_cut(payload, captured), "truncated"
         fields = header(payload[:captured])
         if captured > wire.HEADER_LEN:
             fields["distcache.body"] = [payload[wire.HEADER_LEN : captured]]
@@ -180,6 +191,14 @@ def expected(payload: bytes, captured: int | None = None) -> tuple[Fields, str |
     if captured < wire.HEADER_LEN:
         return header(payload[:captured]), "truncated"
     return decoded(payload, captured), None if captured == len(payload) else "truncated"
+
+
+def decoded_cut(payload: bytes, captured: int) -> Fields:
+    """A cut capture of a message whose header is sound: its header fields and the captured body."""
+    out = header(payload[: wire.HEADER_LEN])
+    if captured > wire.HEADER_LEN:
+        out["distcache.body"] = [payload[wire.HEADER_LEN : captured]]
+    return out
 
 
 def _same(shown: str, want: object) -> bool:

@@ -118,14 +118,13 @@ def test_new_hot_keys_replace_the_coldest(run: Run) -> None:
     assert report["error_count"] == 0 and results["old"]["error_count"] == 0, (report["errors"], results)
     after = run.agents(with_keys=True)
     assert sum(s.evicted for s in after.values()) > evicted_before
-    from distcache.hashing import wire_key
-
-    new = {wire_key(f"new{i}") for i in range(8)}
+    digest = run.dep.cluster.digest
+    new = {digest(f"new{i}") for i in range(8)}
     cached_new = set().union(*({k.key for k in s.keys} for s in after.values())) & new
     assert len(cached_new) >= 3, f"only {len(cached_new)} of the 8 new hot keys got cached"
     # the workload's hottest keys stay cached: a switch evicts what is cold *there* (with two choices, a hot
     # key's copy at one switch may be read rarely while the other copy takes its reads), but never all copies
-    hottest = {wire_key(f"key{i}") for i in range(4)}
+    hottest = {digest(f"key{i}") for i in range(4)}
     assert hottest <= set().union(*({k.key for k in s.keys} for s in after.values()))
     for name, s in after.items():
         now = {k.key for k in s.keys}

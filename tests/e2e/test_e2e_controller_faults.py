@@ -16,7 +16,7 @@ import pytest
 from dcnet.deploy import Deployment
 
 from distcache.cluster import Cluster
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 
@@ -51,10 +51,11 @@ def ctl(dep: Deployment, *argv: str) -> subprocess.CompletedProcess:
 
 def test_spine_whose_agent_restarted_while_failed_recovers_and_serves_no_stale_copy(tmp_path) -> None:  # noqa: ANN001
     with Deployment(CLUSTER, run_dir=tmp_path / "run") as dep:
-        key = next(f"key{i}" for i in range(100) if ORIGINAL[h0(wire_key(f"key{i}"))] == SP1.switch_id)
+        digest = dep.cluster.digest
+        key = next(f"key{i}" for i in range(100) if ORIGINAL[h0(digest(f"key{i}"))] == SP1.switch_id)
         c = dep.client()
         c.call("put", key, "old")
-        assert dep.controller.agents["sp1"].cache(wire_key(key)).state == "valid"
+        assert dep.controller.agents["sp1"].cache(digest(key)).state == "valid"
         assert SP1.switch_id in {c.call("get", key)["served_by"] for _ in range(30)}  # sp1 answers it
 
         assert ctl(dep, "fail", "sp1", "--keep-running").returncode == 0  # drained: sp1 keeps its copy
@@ -81,7 +82,7 @@ def test_spine_whose_agent_restarted_while_failed_recovers_and_serves_no_stale_c
         replies = [c.call("get", key) for _ in range(30)]
         assert [r["value"] for r in replies] == ["new"] * 30  # never the stale copy
 
-        assert dep.controller.agents["sp1"].cache(wire_key(key)).state == "valid"  # it caches again ...
+        assert dep.controller.agents["sp1"].cache(digest(key)).state == "valid"  # it caches again ...
         replies = [c.call("get", key) for _ in range(30)]
         assert [r["value"] for r in replies] == ["new"] * 30
         assert SP1.switch_id in {r["served_by"] for r in replies}  # ... and serves again

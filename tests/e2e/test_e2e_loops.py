@@ -29,9 +29,9 @@ from dcnet.deploy import Deployment
 
 from distcache import p4names
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.p4names import DropReason, Stat
 from distcache.wire import DC_PORT, Message, Op, encode
+from tests.common.keys import digest
 from tests.e2e.targets import targets
 
 pytestmark = [
@@ -104,8 +104,7 @@ def test_packets_to_nowhere_are_dropped_within_three_hops(dep: Deployment) -> No
 
     # one datagram a line: TTL, address, port, payload; too many for a command line
     sends = [
-        (64, UNUSED, DC_PORT, encode(Message(op=Op.GET, key=wire_key(f"nowhere-{i}"), seq=i + 1)))
-        for i in range(N_GETS)
+        (64, UNUSED, DC_PORT, encode(Message(Op.GET, digest=digest(f"nowhere-{i}"), seq=i + 1))) for i in range(N_GETS)
     ]
     sends += [(64, UNUSED, 9, b"x" * 32)] * N_UDP + [(2, SERVER.ip, 9, b"y" * 32)] * N_SHORT_TTL
     script = dep.run_dir / "nowhere.txt"

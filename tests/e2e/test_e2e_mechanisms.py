@@ -34,7 +34,7 @@ from dcnet.deploy import Deployment
 
 from distcache import p4names
 from distcache.cluster import Cluster, Mechanism
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.partition import spine_buckets
 from distcache.placement import PLACEMENT, Spines, cache_switches
 from tests.e2e.targets import targets
@@ -221,7 +221,7 @@ def test_hybrid_replicates_only_the_hottest_keys(run: Run) -> None:
     def replicas_in_place() -> bool:
         before = set(run.dep.controller.ctl.status().replicated)
         cached = run.cached()
-        rep = {wire_key(k) for k in before & set(run.dep.controller.ctl.status().replicated)}
+        rep = {bytes.fromhex(k) for k in before & set(run.dep.controller.ctl.status().replicated)}  # digests
         snapshot.update(rep=rep, cached=cached)
         # DistCache for the rest: a spine's other keys are its partition's. A key just dropped from the
         # replicated set keeps its copies for one drain until the spines are reconfigured, so the two

@@ -71,7 +71,7 @@ def _send_main(items: list[list[int]]) -> None:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.bind((ADDR_A, sport))
             socks[sport] = s
-        payload = encode(Message(op=Op(op), key=KEY, seq=seq)) if op >= 0 else seq.to_bytes(4, "big") + b"x" * 36
+        payload = encode(Message(op=Op(op), digest=KEY, seq=seq)) if op >= 0 else seq.to_bytes(4, "big") + b"x" * 36
         socks[sport].sendto(payload, (ADDR_B, dport))
         time.sleep(0.002)
 
@@ -590,7 +590,7 @@ def _switch_main(target: str) -> None:
                     faults.reset_counters()
                     before = bed.stats()
                     miss = frames.paths["miss"]
-                    first, second = (miss[:46] + seq.to_bytes(4, "big") + miss[50:] for seq in (1001, 1002))
+                    first, second = (miss[:46] + seq.to_bytes(8, "big") + miss[54:] for seq in (1001, 1002))
                     held = bench.probe(first, timeout=0.5)
                     out = bench.probe(second, timeout=1.0)
                     after = bed.stats()

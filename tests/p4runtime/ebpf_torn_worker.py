@@ -41,7 +41,7 @@ def frame(head: bytes, msg: Message) -> bytes:
 
 
 def reader(prog: int, ifindex: int, until: float, spec: dict) -> dict:
-    get = frame(bytes.fromhex(spec["get_head"]), Message(op=Op.GET, key=bytes.fromhex(spec["key"]), seq=1,
+    get = frame(bytes.fromhex(spec["get_head"]), Message(op=Op.GET, digest=bytes.fromhex(spec["key"]), seq=1,
                                                          target=spec["target"]))  # fmt: skip
     runs = hits = forwarded = 0
     torn: list[str] = []
@@ -65,14 +65,14 @@ def writer(prog: int, ifindex: int, until: float, spec: dict) -> dict:
     head, key, target = bytes.fromhex(spec["write_head"]), bytes.fromhex(spec["key"]), spec["target"]
     seq = spec["first_seq"]
     populate = populate_invalidate(key, seq, target, spec["epoch"], spec["version"])  # arms the entry's tenure
-    for msg in (populate, Message(op=Op.UPDATE, key=key, seq=seq, value=value_of(seq), target=target)):
+    for msg in (populate, Message(op=Op.UPDATE, digest=key, seq=seq, value=value_of(seq), target=target)):
         libbpf.run_once(prog, frame(head, msg), ifindex=ifindex)
     writes = 0
     while time.monotonic() < until:
         for _ in range(100):
             seq += 1
-            for msg in (Message(op=Op.INVALIDATE, key=key, seq=seq, target=target),
-                        Message(op=Op.UPDATE, key=key, seq=seq, value=value_of(seq), target=target)):  # fmt: skip
+            for msg in (Message(op=Op.INVALIDATE, digest=key, seq=seq, target=target),
+                        Message(op=Op.UPDATE, digest=key, seq=seq, value=value_of(seq), target=target)):  # fmt: skip
                 libbpf.run_once(prog, frame(head, msg), ifindex=ifindex)
             writes += 1
     return {"writes": writes, "last_seq": seq}

@@ -25,13 +25,13 @@ from agent.slots import SlotAllocator
 from agent.state import StateFileError
 from distcache import p4names
 from distcache.cluster import Mechanism
-from distcache.hashing import wire_key
 from distcache.partition import spine_buckets
 from distcache.ratelimit import TokenBucket
 from distcache.rpc.shim import shim_links
 from distcache.wire import DC_PORT, Message, Op, decode, populate_invalidate
 from softswitch.dataplane import DistCachePipeline
 from softswitch.switch import SoftSwitch
+from tests.common.keys import digest
 from tests.common.softswitch_helpers import cluster_on_port, free_tcp_port
 from tests.ptf.dctest import dc_frame
 
@@ -128,8 +128,8 @@ def test_agent_installs_the_plan_and_caches_keys(bed: AgentBed) -> None:
             len(bed.switch.state.tables[p4names.HH_BUCKETS]) == p4names.SPINE_BUCKETS
         )  # the only spine owns every bucket
         for k in ("a", "b"):
-            agent.insert(wire_key(k))
-        assert set(bed.cache_table()) == {wire_key("a"), wire_key("b")}
+            agent.insert(digest(k))
+        assert set(bed.cache_table()) == {digest("a"), digest("b")}
         assert agent.status().occupied == 2
     finally:
         agent.stop()
@@ -155,15 +155,15 @@ def test_agent_sets_the_cache_meter_from_switch_rate(bed: AgentBed) -> None:
 def test_agent_restart_reads_the_cache_back(bed: AgentBed) -> None:
     first = bed.agent()
     for k in ("a", "b", "c"):
-        first.insert(wire_key(k))
-    first.evict(wire_key("b"))
+        first.insert(digest(k))
+    first.evict(digest("b"))
     first.stop()
     table = bed.cache_table()
     second = bed.agent()
     try:
         st = second.status(with_keys=True)
         assert {k.key: (k.slot, k.version) for k in st.keys} == table
-        e = second.insert(wire_key("d"))
+        e = second.insert(digest("d"))
         assert e is not None
         assert e.slot not in {slot for slot, _ in table.values()}  # a free slot, not one in use
         assert e.version > 1  # slot reuse never hands back a version the slot had (state file)
@@ -174,7 +174,7 @@ def test_agent_restart_reads_the_cache_back(bed: AgentBed) -> None:
 def test_switch_restart_is_resynced_with_an_empty_cache(bed: AgentBed) -> None:
     agent = bed.agent()
     try:
-        agent.insert(wire_key("stale"))
+        agent.insert(digest("stale"))
         routes = len(bed.switch.state.tables[p4names.IPV4_LPM])
         bed.switch.close()
         bed.switch = bed.start_switch()  # comes back with no pipeline at all
@@ -185,8 +185,8 @@ def test_switch_restart_is_resynced_with_an_empty_cache(bed: AgentBed) -> None:
         assert st.switch_restarts == 1 and st.switch_connected
         assert st.occupied == 0 and bed.cache_table() == {}  # nothing stale re-added
         assert len(bed.switch.state.tables[p4names.IPV4_LPM]) == routes  # the plan is back
-        agent.insert(wire_key("fresh"))
-        assert set(bed.cache_table()) == {wire_key("fresh")}
+        agent.insert(digest("fresh"))
+        assert set(bed.cache_table()) == {digest("fresh")}
     finally:
         agent.stop()
 
@@ -199,7 +199,7 @@ def test_a_switch_that_came_up_empty_gets_an_epoch_it_never_had(bed: AgentBed, s
     must be above every one the switch had -- also when the agent lost its state file as well.
     Here the earlier life's populate (key a, slot 0, the first version) arrives after the
     restart: it must not arm the new entry of a (same slot, same version)."""
-    a = wire_key("a")
+    a = digest("a")
     agent = bed.agent()
     e = agent.insert(a)
     old_epoch = agent.status().cache_epoch
@@ -219,7 +219,7 @@ def test_a_switch_that_came_up_empty_gets_an_epoch_it_never_had(bed: AgentBed, s
         server = bed.cluster.server(0, 0)
         stale = populate_invalidate(a, 7, spine, old_epoch, e.version)
         assert _through(bed, 1, server.ip, bed.cluster.spine_address(spine), stale).op == Op.INVALIDATE_ACK
-        upd = Message(op=Op.UPDATE, key=a, seq=7, value=b"earlier life", target=spine)
+        upd = Message(op=Op.UPDATE, digest=a, seq=7, value=b"earlier life", target=spine)
         assert _through(bed, 1, server.ip, bed.cluster.spine_address(spine), upd).op == Op.UPDATE_ACK
         assert not _read(bed, a).cached
     finally:
@@ -238,14 +238,14 @@ def _fill(bed: AgentBed, key: bytes, value: bytes, seq: int, epoch: int, version
     server, spine = bed.cluster.server(0, 0), bed.sw.switch_id
     for msg in (
         populate_invalidate(key, seq, spine, epoch, version),
-        Message(op=Op.UPDATE, key=key, seq=seq, value=value, target=spine),
+        Message(op=Op.UPDATE, digest=key, seq=seq, value=value, target=spine),
     ):
         assert _through(bed, 1, server.ip, bed.cluster.spine_address(spine), msg).op == msg.op.reply()
 
 
 def _read(bed: AgentBed, key: bytes) -> Message:
     client, server = bed.cluster.client(0, 0), bed.cluster.server(0, 0)
-    return _through(bed, 2, client.ip, server.ip, Message(op=Op.GET, key=key, seq=1, target=bed.sw.switch_id))
+    return _through(bed, 2, client.ip, server.ip, Message(op=Op.GET, digest=key, seq=1, target=bed.sw.switch_id))
 
 
 @pytest.mark.parametrize("state", ["deleted", "kept"])
@@ -254,7 +254,7 @@ def test_agent_restarted_without_its_state_never_serves_another_keys_value(bed: 
     An agent that restarts without its state file would count versions from 1 again: key b lands in slot 0
     with a's tag and hits at once with a's value.  It raises the switch's cache epoch instead, so b misses
     until its own populate; with its state file it continues the versions and keeps the epoch."""
-    a, b = wire_key("a"), wire_key("b")
+    a, b = digest("a"), digest("b")
     first = bed.agent()
     e = first.insert(a)
     epoch = first.status().cache_epoch
@@ -283,15 +283,15 @@ def test_agent_restarted_without_its_state_never_serves_another_keys_value(bed: 
 
 def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_them(bed: AgentBed) -> None:
     first = bed.agent()
-    e = first.insert(wire_key("a"))
+    e = first.insert(digest("a"))
     epoch = first.status().cache_epoch
-    _fill(bed, wire_key("a"), b"v", 10, epoch, e.version)
-    assert _read(bed, wire_key("a")).cached
+    _fill(bed, digest("a"), b"v", 10, epoch, e.version)
+    assert _read(bed, digest("a")).cached
     first.stop()
     bed.state_file.unlink()
     second = bed.agent()
     try:
-        assert not _read(bed, wire_key("a")).cached  # the entry's tag changed with the epoch
+        assert not _read(bed, digest("a")).cached  # the entry's tag changed with the epoch
         _, params = second.conn.read_default(p4names.CACHE_EPOCH)
         assert params["epoch"] > epoch and json.loads(bed.state_file.read_text())["epoch"] == params["epoch"]
         deadline = time.monotonic() + 5
@@ -305,10 +305,10 @@ def test_raising_the_epoch_invalidates_the_entries_on_the_switch_and_refills_the
 def test_a_slot_whose_versions_run_out_starts_a_new_epoch(bed: AgentBed) -> None:
     agent = bed.agent()
     try:
-        agent.insert(wire_key("a"))
+        agent.insert(digest("a"))
         before = agent.status()
         agent.alloc._top = SlotAllocator.MAX_VERSION  # the switch has had every version of this epoch
-        e = agent.insert(wire_key("b"))
+        e = agent.insert(digest("b"))
         st = agent.status()
         assert st.cache_epoch > before.cache_epoch
         # a's entry keeps version 1, claimed in the new epoch: b gets the next one
@@ -337,7 +337,7 @@ def test_reports_of_keys_whose_bucket_moved_away_are_not_inserted(bed: AgentBed)
     try:
         other = [bed.sw.switch_id + 1] * p4names.SPINE_BUCKETS
         agent.configure(bed.cluster, other)  # every bucket moved to another spine
-        agent.on_reports([{"key": int.from_bytes(wire_key("hot"), "big"), "estimate": 50, "elapsed_us": 1000}])
+        agent.on_reports([{"key": int.from_bytes(digest("hot"), "big"), "estimate": 50, "elapsed_us": 1000}])
         st = agent.status()
         assert (st.occupied, st.not_owned) == (0, 1) and bed.cache_table() == {}
     finally:
@@ -352,20 +352,20 @@ def test_a_report_replaces_the_coldest_key_only_at_a_higher_rate(bed: AgentBed) 
     agent = bed.agent()
     try:
         for i in range(bed.cluster.cache_slots):
-            agent.insert(wire_key(f"k{i}"))
+            agent.insert(digest(f"k{i}"))
         with agent.lock:
             for i, e in enumerate(agent.cached.values()):
                 e.inserted_at -= 10  # settled: evictable
                 e.hits = [20, 20 + i]  # every cached key: 20 or more hits in the last window
         window_us = 1 << bed.cluster.hh_window_shift
-        row = {"key": int.from_bytes(wire_key("new"), "big"), "estimate": 4}
+        row = {"key": int.from_bytes(digest("new"), "big"), "estimate": 4}
         agent.on_reports([{**row, "elapsed_us": int(0.9 * window_us)}])  # 3 more reads in 0.9 window: slow
-        assert wire_key("new") not in bed.cache_table() and agent.status().not_hotter == 1
+        assert digest("new") not in bed.cache_table() and agent.status().not_hotter == 1
         agent.on_reports([{**row, "elapsed_us": 120_000}])  # 25 per second: hotter than 20, but not by the margin
-        assert wire_key("new") not in bed.cache_table() and agent.status().not_hotter == 2
+        assert digest("new") not in bed.cache_table() and agent.status().not_hotter == 2
         agent.on_reports([{**row, "elapsed_us": window_us // 20}])  # 3 in a twentieth: ~60 per window
         table = bed.cache_table()
-        assert wire_key("new") in table and wire_key("k0") not in table  # k0 had the fewest hits
+        assert digest("new") in table and digest("k0") not in table  # k0 had the fewest hits
         assert agent.report_rate({**row, "elapsed_us": 0}) == 3 * 256 * agent.hit_window * 1e6 / window_us
     finally:
         agent.stop()
@@ -379,22 +379,22 @@ def test_a_hybrid_replica_takes_a_young_entrys_slot_an_operator_insert_does_not(
     cluster = replace(bed.cluster, mechanism=Mechanism.HYBRID)
     agent = bed.agent()
     try:
-        agent.configure(cluster, spine_buckets([bed.sw.switch_id]), replicated=[wire_key("hot")])
+        agent.configure(cluster, spine_buckets([bed.sw.switch_id]), replicated=[digest("hot")])
         for i in range(cluster.cache_slots):
-            agent.insert(wire_key(f"k{i}"))
+            agent.insert(digest(f"k{i}"))
         with agent.lock:
             for i, e in enumerate(agent.cached.values()):
                 e.hits = [0, 5 + i]  # k0 the coldest; every entry young
-        assert agent.insert(wire_key("other")) is None  # not a replica: nothing evictable yet
-        assert agent.insert(wire_key("hot")) is not None
+        assert agent.insert(digest("other")) is None  # not a replica: nothing evictable yet
+        assert agent.insert(digest("hot")) is not None
         table = bed.cache_table()
-        assert wire_key("hot") in table and wire_key("k0") not in table and wire_key("k1") in table
-        agent.configure(cluster, spine_buckets([bed.sw.switch_id]), replicated=[wire_key("hot"), wire_key("hot2")])
+        assert digest("hot") in table and digest("k0") not in table and digest("k1") in table
+        agent.configure(cluster, spine_buckets([bed.sw.switch_id]), replicated=[digest("hot"), digest("hot2")])
         with agent.lock:
-            agent.cached[wire_key("hot")].hits = [0, 0]  # the coldest now, but pinned
-        assert agent.insert(wire_key("hot2")) is not None
+            agent.cached[digest("hot")].hits = [0, 0]  # the coldest now, but pinned
+        assert agent.insert(digest("hot2")) is not None
         table = bed.cache_table()
-        assert wire_key("hot") in table and wire_key("k1") not in table
+        assert digest("hot") in table and digest("k1") not in table
     finally:
         agent.stop()
 
@@ -448,7 +448,7 @@ def test_hits_are_sampled_from_the_slots_in_use(bed: AgentBed) -> None:
     the whole counter: softswitch builds a read under the lock its packets need)."""
     agent = bed.agent()
     try:
-        a, b = agent.insert(wire_key("a")), agent.insert(wire_key("b"))
+        a, b = agent.insert(digest("a")), agent.insert(digest("b"))
         hits = bed.switch.state.counters[p4names.CACHE_HITS]
         for _ in range(5):
             hits.count(a.slot, 100)
@@ -488,11 +488,11 @@ def test_an_entry_whose_populate_failed_is_filled_again(bed: AgentBed, redis_soc
     agent = bed.agent()
     peer = shim = None
     try:
-        e = agent.insert(wire_key("a"))
+        e = agent.insert(digest("a"), name=b"a")  # as an operator's cache names the key
         assert e.state == "failed"  # no shim is listening
         peer = SwitchPeer(redis_sock)  # plays the switch's side of the coherence path
         shim = ShimThread(redis_sock, peer, bed.shim_dir / "shim-r0s0.sock", cluster=bed.cluster)
-        redis.Redis(unix_socket_path=str(redis_sock)).set(wire_key("a"), b"v")
+        redis.Redis(unix_socket_path=str(redis_sock)).set("a", b"v")
         deadline = time.monotonic() + 10  # (gRPC may wait out its reconnect backoff: a try or two fail)
         while time.monotonic() < deadline and agent.status(with_keys=True).keys[0].state != "valid":
             agent.fill_again()  # what the agent does every hit window

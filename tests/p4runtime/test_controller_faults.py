@@ -29,7 +29,7 @@ from google.protobuf import text_format
 
 from distcache import p4names
 from distcache.cluster import Cluster
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.partition import spine_buckets
 from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
@@ -40,6 +40,7 @@ from p4rt.client import SwitchConnection
 from p4rt.p4info import load_p4info
 from shim.coherence import Coherence
 from softswitch.dataplane import PROGRAM
+from tests.common.keys import digest
 from tests.common.softswitch_helpers import ports_free
 
 pytestmark = pytest.mark.timeout(120)
@@ -331,7 +332,7 @@ def key_of(cluster: Cluster, spine: int, n_: int = 1) -> list[str]:
     """``n_`` keys whose bucket spine ``spine`` owns with every spine in service."""
     owner = spine_buckets([cluster.spine(i).switch_id for i in range(cluster.spines)])
     sid = cluster.spine(spine).switch_id
-    return [k for k in (f"key{i}" for i in range(1000)) if owner[h0(wire_key(k))] == sid][:n_]
+    return [k for k in (f"key{i}" for i in range(1000)) if owner[h0(digest(k))] == sid][:n_]
 
 
 # -- defect 4: a failed switch whose agent restarted while it was failed ------------------------------
@@ -346,7 +347,7 @@ def test_recover_configures_an_agent_that_restarted_while_its_switch_was_failed(
     """``recover`` gives the restarted agent its configuration itself, flushes the switch's cache
     (a drained spine kept copies that went stale), and only then gives the spine its buckets back."""
     original = bed.owner()
-    keys = [wire_key(k) for k in key_of(bed.cluster, 0, 3)]
+    keys = [digest(k) for k in key_of(bed.cluster, 0, 3)]
     sp0 = bed.agent("sp0")
     for k in keys:
         sp0.cache(k)

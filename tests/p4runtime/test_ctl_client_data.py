@@ -6,7 +6,8 @@ switch caches it, ``distcache-ctl hot`` printed it as rich markup: ``[/]`` crash
 ``status`` likewise.  Here a real controller (``controller.controller.Controller`` behind its gRPC
 service) runs over real softswitches and real agents on loopback, the agents cache such keys, the
 controller's state holds them as Hybrid's replicated keys, and the real ``distcache-ctl`` must show
-every one of them exactly as written (a key longer than 15 bytes travels hashed: its hex).
+every one of them as data: switches and the controller know a key by its digest (protocol v2), which they
+show in hex, so no key a client chose reaches the terminal as markup.
 """
 
 from __future__ import annotations
@@ -24,17 +25,17 @@ from controller.controller import Controller
 from controller.service import serve
 from controller.state import ControllerState
 from distcache.cluster import Cluster, Mechanism
-from distcache.hashing import wire_key
 from softswitch.dataplane import PROGRAM
 from tests.common.control_bed import start_agent, start_switches
+from tests.common.keys import digest
 from tests.common.softswitch_helpers import ports_free
 
 pytestmark = pytest.mark.timeout(120)
 
 REPO = Path(__file__).resolve().parents[2]
-# keys a client may write; all but the last are short enough to travel (and be shown) as written
+# keys a client may write, as markup; the controller shows each by its digest
 KEYS = ["[/]", "[bold]x[/bold]", "[link=f]a[/]", "[red]", "[link=file:///etc]a[/link]"]
-SHOWN = [k if len(k.encode()) <= 15 else wire_key(k).hex() for k in KEYS]
+SHOWN = [digest(k).hex() for k in KEYS]
 
 
 def _cluster() -> Cluster:
@@ -61,7 +62,7 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     p4info = tmp / "p4info.txt"
     p4info.write_text(text_format.MessageToString(PROGRAM.p4info()))
     state = tmp / "controller.state.json"
-    ControllerState(mechanism="hybrid", replicated=sorted(wire_key(k).hex() for k in KEYS)).save(state)
+    ControllerState(mechanism="hybrid", replicated=sorted(digest(k).hex() for k in KEYS)).save(state)
     closers = []
     try:
         start_switches(cluster, closers)
@@ -76,7 +77,7 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         closers.append(lambda: server.stop(0))
         for agent in agents.values():
             for k in KEYS:  # what an agent does with a key its switch's detector reported hot
-                agent.insert(wire_key(k))
+                agent.insert(digest(k))
         yield cluster.controller_address, cluster
     finally:
         for close in reversed(closers):

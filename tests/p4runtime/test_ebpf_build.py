@@ -90,7 +90,7 @@ def test_the_map_initializer_fills_the_crc32_table(loaded: tuple[libbpf.BpfObjec
 
 def _frames() -> dict[DropReason, bytes]:
     eth = bytes.fromhex("02ff00000081") + bytes.fromhex("020000000001")
-    get = encode(Message(op=Op.GET, key=bytes(16), seq=1))
+    get = encode(Message(op=Op.GET, digest=bytes(16), seq=1))
 
     def ipv4(payload: bytes, ihl: int = 5, proto: int = 17) -> bytes:
         hdr = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, 20 + len(payload), 1, 0, 64, proto, 0,

@@ -21,7 +21,6 @@ import pytest
 
 from distcache import p4names
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.p4names import Stat
 from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT
@@ -33,6 +32,7 @@ from softswitch.dataplane import PROGRAM
 from softswitch.ebpf import build, layout, libbpf
 from softswitch.ebpf.state import EbpfState, Ports
 from softswitch.server import P4RuntimeServer
+from tests.common.keys import digest
 
 pytestmark = [
     pytest.mark.ebpf,
@@ -48,7 +48,7 @@ DEVICE, SLOT, VERSION = 1, 5, 3
 SECONDS = 3.0
 C = Cluster(spines=2, storage_racks=2, client_racks=2)
 SP0, SERVER, CLIENT = C.spine(0), C.server(0, 0), C.client(0, 0)
-KEY = wire_key("torn")
+KEY = digest("torn")
 
 
 def _inside(cmd: list[str]) -> list[str]:

@@ -61,7 +61,7 @@ def test_probe_frame_is_a_probe_from_the_leafs_gateway_to_the_spines_address() -
     assert Ether(bytes(f))[IP].chksum == checksum
     assert (f[UDP].sport, f[UDP].dport, f[UDP].chksum) == (DC_PORT, DC_PORT, 0)
     m = decode(bytes(f[UDP].payload))
-    assert (m.op, m.seq, m.target, m.leaf_id, m.key, m.value) == (
+    assert (m.op, m.seq, m.target, m.leaf_id, m.digest, m.value) == (
         Op.PROBE,
         77,
         SP1.switch_id,

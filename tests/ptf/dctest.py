@@ -25,11 +25,12 @@ from scapy.packet import Packet, Raw
 
 from distcache import p4names
 from distcache.cluster import Cluster, Mechanism, Role, Switch
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.partition import spine_buckets
 from distcache.wire import DC_PORT, Message, Op, decode, encode, populate_invalidate
 from p4rt.plan import plan
 from p4rt.probes import ProbeCounts, read_probe_counts, send_probe
+from tests.common.keys import digest
 from tests.ptf.base import P4RuntimeTest
 
 C = Cluster(spines=2, storage_racks=2, client_racks=2)
@@ -61,7 +62,7 @@ def key_for_spine(spine: Switch, stem: str = "k", transit: Switch | None = None)
     """A wire key whose h0 bucket belongs to ``spine`` and whose transit goes through ``transit``
     (default: the same spine, so a leaf sends all of the key's traffic up one port)."""
     for i in range(10_000):
-        k = wire_key(f"{stem}{i}")
+        k = digest(f"{stem}{i}")
         if BUCKETS[h0(k)] == spine.switch_id and transit_spine(k) == (transit or spine):
             return k
     raise AssertionError(f"no key maps to {spine.name}")
@@ -116,7 +117,7 @@ def probe_wire(leaf: Switch, spine: Switch, seq: int, *, reply: bool = False, tt
     (addresses swapped, stamped with the spine's id, TTL 64 less the spine's hop).  UDP checksum 0."""
     msg = Message(
         op=Op.PROBE_REPLY if reply else Op.PROBE,
-        key=bytes(16),
+        digest=bytes(16),
         seq=seq,
         target=spine.switch_id,
         leaf_id=leaf.switch_id,
@@ -225,7 +226,7 @@ class DcTest(P4RuntimeTest):
         if populate is not None:
             msg = populate_invalidate(key, seq, target, *populate)
         else:
-            msg = Message(op=op, key=key, seq=seq, value=value, target=target)
+            msg = Message(op=op, digest=key, seq=seq, value=value, target=target)
         return dc_frame(src, dst or C.spine_address(BUCKETS[h0(key)]), msg, sport=DC_PORT, dport=DC_PORT)
 
     def set_cache_epoch(self, epoch: int) -> None:
@@ -246,7 +247,7 @@ class DcTest(P4RuntimeTest):
         self, port: int, target: int, *, key: bytes = KEY, seq: int = 7, src: str = CLIENT.ip, dst: str = SERVER.ip
     ) -> tuple[int, Message]:
         """A GET for ``key`` marked for ``target``; the message that comes out, and its port."""
-        return self.exchange(port, dc_frame(src, dst, Message(op=Op.GET, key=key, seq=seq, target=target)))
+        return self.exchange(port, dc_frame(src, dst, Message(op=Op.GET, digest=key, seq=seq, target=target)))
 
     def find_window_start(self, read_port: int, reply_port: int, shift: int = WINDOW_SHIFT) -> float:
         """Set load windows of 2^shift us and return when one starts, in time.monotonic() seconds.
@@ -265,7 +266,7 @@ class DcTest(P4RuntimeTest):
             while time.monotonic() < deadline:
                 t = time.monotonic()
                 self.read(read_port, me, key=KEY1, dst=SERVER.ip)  # KEY1: no detector designates it here
-                reply = Message(op=Op.GET_REPLY, key=KEY1, seq=1)
+                reply = Message(op=Op.GET_REPLY, digest=KEY1, seq=1)
                 _, m = self.exchange(
                     reply_port, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT)
                 )

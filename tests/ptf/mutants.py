@@ -51,7 +51,7 @@ MUTANTS = (
         "!client_source.apply().hit",
         "!(client_source.apply().hit || true)",
     ),
-    Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 1;", "DC_VERSION = 2;"),
+    Mutant("DC_VERSION changed", "define.p4", "DC_VERSION = 2;", "DC_VERSION = 3;"),
     Mutant(
         "the probe port's frames parsed as plain frames",
         "../v1model/distcache.p4",
@@ -80,13 +80,13 @@ MUTANTS = (
     Mutant(
         "INVALIDATEs passing a new entry before its populate leave no floor",
         "control/coherence.p4",
-        "if (!same_tenure || ahead[31:31] == 0) {",
-        "if ((same_tenure && ahead[31:31] == 0) || own_populate) {",
+        "if (!same_tenure || ahead[63:63] == 0) {",
+        "if ((same_tenure && ahead[63:63] == 0) || own_populate) {",
     ),
     Mutant(
         "INVALIDATE record overwritten by older seqs",
         "control/coherence.p4",
-        "if (!same_tenure || ahead[31:31] == 0) {",
+        "if (!same_tenure || ahead[63:63] == 0) {",
         "if (true) {",
     ),
     Mutant(

@@ -9,8 +9,8 @@ from dcnet.at_risk import GRACE_NS, HORIZON_NS, Window, pairs, window
 from dcnet.matrix_result import Cell, shortfalls, total_line
 
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from loadgen.oracle import Finding, Read, Verdict
+from tests.common.keys import digest
 
 S = 1_000_000_000
 SP0 = 1
@@ -56,8 +56,8 @@ def test_nothing_is_at_risk_without_a_cached_copy_a_write_in_the_window_or_a_rea
 def test_a_storage_fault_concerns_its_servers_keys_at_every_cache_switch() -> None:
     cluster = Cluster(spines=2, storage_racks=2, client_racks=1)
     server = cluster.servers()[0].name
-    mine = next(f"k{i}" for i in range(100) if cluster.server_for_key(wire_key(f"k{i}")).name == server)
-    other = next(f"k{i}" for i in range(100) if cluster.server_for_key(wire_key(f"k{i}")).name != server)
+    mine = next(f"k{i}" for i in range(100) if cluster.server_for_key(digest(f"k{i}")).name == server)
+    other = next(f"k{i}" for i in range(100) if cluster.server_for_key(digest(f"k{i}")).name != server)
     w = window(cluster, "shim_restart", server, 10 * S, 12 * S)
     leaf = cluster.storage_leaf(0).switch_id
     history = []
@@ -97,8 +97,8 @@ def test_a_leafs_faults_concern_that_leaf_and_a_client_leafs_every_cache() -> No
     for kind in ("spine_pause", "spine_keep_running"):
         assert window(cluster, kind, "sp1", 0, 1).switches == {cluster.spine(1).switch_id}
     server = cluster.server(1, 0)
-    mine = next(f"k{i}" for i in range(100) if cluster.server_for_key(wire_key(f"k{i}")) == server)
-    other = next(f"k{i}" for i in range(100) if cluster.server_for_key(wire_key(f"k{i}")) != server)
+    mine = next(f"k{i}" for i in range(100) if cluster.server_for_key(digest(f"k{i}")) == server)
+    other = next(f"k{i}" for i in range(100) if cluster.server_for_key(digest(f"k{i}")) != server)
     for kind in ("shim_clock_back", "shim_dedup_full"):  # issue 45: a shim refusing writes BUSY, its server's keys
         w = window(cluster, kind, server.name, 0, 1)
         assert w.switches == caches and w.keys is not None

@@ -27,7 +27,7 @@ import pytest
 from controller.state import ControllerState, Failure
 from distcache import p4names
 from distcache.cluster import Cluster, ClusterError
-from distcache.hashing import wire_key
+from tests.common.keys import digest
 
 pytestmark = pytest.mark.timeout(600)  # the first case waits for them all: 92 s here, over 120 s on a slower CI machine
 
@@ -128,10 +128,10 @@ CASES: list[tuple[str, list[str], int, tuple[str, ...]]] = [
     ),
     ("distcache-server-garbage", [*DC, "--cluster", "{good}", "--server", "a:b:c", "get", "k"], 1, ("--server",)),
     (
-        "distcache-empty-key",
-        [*DC, "--cluster", "{good}", "--server", "127.0.0.1:9", "get", ""],
+        "distcache-key-too-long",
+        [*DC, "--cluster", "{good}", "--server", "127.0.0.1:9", "get", "k" * 0x10000],
         1,
-        ("keys must not be empty",),
+        ("key of 65536 bytes is longer than the 65535 bytes",),
     ),
     ("distcache-timeout-negative", [*DC, "--cluster", "{good}", "--timeout", "-1", "get", "k"], 2, ("--timeout",)),
     ("distcache-retries-word", [*DC, "--cluster", "{good}", "--retries", "many", "get", "k"], 2, ("--retries",)),
@@ -413,7 +413,7 @@ def test_state_file_naming_an_unknown_switch_is_refused(tmp_path: Path) -> None:
         ({"failed": {"sp0": {"admin": "yes", "since": 1}}}, "failed.sp0"),
         ({"failed": {"sp0": {"since": 1}}}, "failed.sp0"),
         ({"replicated": ["zz"]}, "replicated"),
-        ({"replicated": [wire_key("k").hex()[:-2]]}, "replicated"),
+        ({"replicated": [digest("k").hex()[:-2]]}, "replicated"),
         ({"last_failover_s": "soon"}, "last_failover_s"),
         ({"surprise": 1}, "unknown field"),
         ([], "JSON object"),

@@ -9,11 +9,11 @@ from __future__ import annotations
 from bench.pipeline import Row, rows, takes_its_path
 from distcache import p4names
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.p4defines import Stat
 from distcache.scapy_layer import frame
 from distcache.wire import DC_PORT, Message, Op
 from softswitch.dataplane import DistCachePipeline
+from tests.common.keys import digest
 
 
 def test_every_row_takes_its_path() -> None:
@@ -31,7 +31,7 @@ def test_the_hit_row_answers_from_the_cache_every_time() -> None:
 def test_an_entry_armed_with_a_plain_invalidate_is_no_hit_and_the_check_says_so() -> None:
     c = Cluster()
     hit = rows(c)[0]
-    key, srv = wire_key("another"), c.server(0, 0)
+    key, srv = digest("another"), c.server(0, 0)
     hit.state.tables[p4names.CACHE_LOOKUP].insert(
         [int.from_bytes(key, "big")], p4names.CACHE_HIT, {"slot": 2, "version": 1}
     )

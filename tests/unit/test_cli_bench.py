@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 
 from client_lib import Client
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from loadgen.cli import app
 from loadgen.merge import merge_reports
 from loadgen.values import make_value, parse_value
 from loadgen.workload import BenchConfig, Report, run_bench
 from shim.server import Shim
+from tests.common.keys import digest
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     shim, cj, r = env
     res = cli(cj, shim.port, "put", "user:42", "hello wörld")
     assert res.exit_code == 0 and res.stdout.strip() == "ok"
-    assert r.get(wire_key("user:42")) == "hello wörld".encode()  # stored by the shim under the wire key
+    assert r.get("user:42") == "hello wörld".encode()  # stored by the shim under the key itself
 
     res = cli(cj, shim.port, "get", "user:42")
     assert res.exit_code == 0 and res.stdout == "hello wörld\n"
@@ -109,11 +109,11 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     assert d["encoding"] == "base64"
     assert base64.b64decode(d["value"]) == blob
     assert cli(cj, shim.port, "put", "stdin", "--value-file", "-", input=b"from stdin").exit_code == 0
-    assert r.get(wire_key("stdin")) == b"from stdin"
+    assert r.get("stdin") == b"from stdin"
 
     res = cli(cj, shim.port, "del", "user:42")
     assert res.exit_code == 0 and res.stdout.strip() == "deleted"
-    assert r.get(wire_key("user:42")) is None
+    assert r.get("user:42") is None
     res = cli(cj, shim.port, "del", "user:42")
     assert res.exit_code == 0 and res.stdout.strip() == "absent"
     res = cli(cj, shim.port, "get", "user:42")
@@ -163,7 +163,7 @@ def test_cli_keys_are_the_bytes_given_and_values_reach_a_terminal_escaped(env) -
     key, value = b"k\xff\xfe", b"\x1b]0;owned\x07red\x1b[31m\\ caf\xc3\xa9\n"
     code, out, errout = _cli_process(cj, shim.port, b"put", key, value)
     assert (code, out) == (0, b"ok\n"), errout
-    assert r.get(wire_key(key)) == value
+    assert r.get(key) == value
     code, out, _ = _cli_process(cj, shim.port, b"get", key, tty=True)
     assert code == 0 and out == rb"\x1b]0;owned\x07red\x1b[31m\\ caf" + "é".encode() + rb"\n" + b"\n"
     assert b"\x1b" not in out
@@ -174,14 +174,14 @@ def test_cli_keys_are_the_bytes_given_and_values_reach_a_terminal_escaped(env) -
     code, out, errout = _cli_process(cj, shim.port, b"get", b"absent\x1b[2J")
     assert code == 1 and out == b"" and errout.strip() == rb"not found: absent\x1b[2J"
     code, out, _ = _cli_process(cj, shim.port, b"del", key)
-    assert (code, out) == (0, b"deleted\n") and r.get(wire_key(key)) is None
+    assert (code, out) == (0, b"deleted\n") and r.get(key) is None
 
 
 def test_a_key_that_is_no_unicode_text_is_one_clear_error() -> None:
     from distcache.errors import InvalidKeyError
 
     with pytest.raises(InvalidKeyError, match=r"not valid Unicode text.*pass its bytes"):
-        wire_key(b"k\xff".decode(errors="surrogateescape"))
+        digest(b"k\xff".decode(errors="surrogateescape"))
 
 
 def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
         s.close()
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1, p.stderr
-    host = CLUSTER.server_for_key(wire_key("k")).name
+    host = CLUSTER.server_for_key(digest("k")).name
     assert lines[0] == (
         f"error: no reply from {host} (127.0.0.1:{port}) after 3 tries of 0.05s; is the deployment running?"
     )
@@ -261,9 +261,9 @@ def test_bench_counts_add_up_without_errors(env) -> None:  # noqa: ANN001
     assert sum(s["ops"] for s in rep.per_second) == rep.ops
     assert sum(s["hits"] for s in rep.per_second) == rep.hits
     # the values really are in Redis, self-describing, padded to the value size
-    v = r.get(wire_key("key1999"))
+    v = r.get("key1999")
     assert v is not None and len(v) == 100 and parse_value(v)[:2] == ("key1999", "t1")
-    assert r.get(wire_key("key2999")) is None or parse_value(r.get(wire_key("key2999")))[2] >= 1
+    assert r.get("key2999") is None or parse_value(r.get("key2999"))[2] >= 1
     # a second run over the same data reads the first run's values: other run, not an error
     rep2 = bench(shim, keys=3000, read_ratio=1.0, ops=1000, load=False, seed=8, run_tag="t2", duration=None)
     assert rep2.errors == {} and rep2.other_run_values > 0
@@ -309,10 +309,10 @@ def test_bench_detects_missing_and_corrupt_loaded_keys(env) -> None:  # noqa: AN
 
     def on_load(done: int, n: int) -> None:
         if done == n:  # the load was acknowledged; now values change behind the workload's back
-            r.delete(wire_key("key0"))
-            r.set(wire_key("key1"), make_value("key1", "run7", 0, 64)[:-1] + b"!")  # corrupt padding
-            r.set(wire_key("key2"), make_value("key2", "run7", 0, 32))  # this run's value, wrong length
-            r.set(wire_key("key3"), make_value("key3", "run6", 0, 64))  # an earlier run's: stale
+            r.delete("key0")
+            r.set("key1", make_value("key1", "run7", 0, 64)[:-1] + b"!")  # corrupt padding
+            r.set("key2", make_value("key2", "run7", 0, 32))  # this run's value, wrong length
+            r.set("key3", make_value("key3", "run6", 0, 64))  # an earlier run's: stale
 
     rep = run_bench(
         CLUSTER,

@@ -19,8 +19,8 @@ import pytest
 
 from client_lib.client import AsyncClient, Client
 from distcache.cluster import Cluster
-from distcache.hashing import wire_key
 from distcache.wire import Message, Op, Status, encode
+from tests.common.keys import digest
 from tests.common.udp_server import LoopbackServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,12 +31,13 @@ GENUINE, FORGED = b"genuine value", b"forged value"
 
 def _forgeries(req: Message, port: int) -> list[tuple[tuple[str, int], Message]]:
     """(source address, reply) of every forged reply sent before the genuine one."""
-    reply = Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK, value=FORGED)
+    reply = req.reply(Status.OK, FORGED)
     return [
         (("127.0.0.1", 0), reply),  # same address, another port
         (("127.0.0.2", port), reply),  # another address, the server's port
-        (("127.0.0.1", port), Message(op=Op.PUT_REPLY, seq=req.seq, key=req.key)),  # right source, wrong op
-        (("127.0.0.1", port), Message(op=req.op.reply(), seq=req.seq, key=wire_key("other"), value=FORGED)),
+        (("127.0.0.1", port), Message(Op.PUT_REPLY, req.key, req.digest, req.seq)),  # right source, wrong op
+        (("127.0.0.1", port), Message(req.op.reply(), b"other", digest("other"), req.seq, FORGED)),  # another key
+        (("127.0.0.1", port), Message(req.op.reply(), b"other", req.digest, req.seq, FORGED)),  # its digest, a key not
     ]
 
 
@@ -58,15 +59,7 @@ class Server(LoopbackServer):
             self.forged += 1
         time.sleep(0.05)  # the forgeries are all in the client's socket before the genuine reply
         self.sock.sendto(
-            encode(
-                Message(
-                    op=req.op.reply(),
-                    seq=req.seq,
-                    key=req.key,
-                    status=Status.OK,
-                    value=GENUINE if req.op == Op.GET else b"",
-                )
-            ),
+            encode(req.reply(Status.OK, GENUINE if req.op == Op.GET else b"")),
             client,
         )
 
@@ -82,18 +75,18 @@ def test_sync_client_takes_only_the_reply_from_where_the_request_went(server: Se
     with Client(CLUSTER, resolve=server.resolve(), timeout=2.0, retries=0) as c:
         r = c.get_reply("k")
         assert r.value == GENUINE and r.attempts == 1
-        assert c.ignored == 4 == server.forged
+        assert c.ignored == 5 == server.forged
         assert c.mget(["a", "b"]) == [GENUINE, GENUINE]
-        assert c.ignored == 12
+        assert c.ignored == 15
 
 
 def test_async_client_takes_only_the_reply_from_where_the_request_went(server: Server) -> None:
     async def go() -> None:
         async with AsyncClient(CLUSTER, resolve=server.resolve(), timeout=2.0, retries=0) as c:
             assert await c.get("k") == GENUINE
-            assert c.ignored == 4 == server.forged
+            assert c.ignored == 5 == server.forged
             assert await c.mget(["a", "b"]) == [GENUINE, GENUINE]
-            assert c.ignored == 12
+            assert c.ignored == 15
 
     asyncio.run(go())
 
@@ -101,4 +94,4 @@ def test_async_client_takes_only_the_reply_from_where_the_request_went(server: S
 def test_a_name_is_held_to_the_address_it_resolves_to(server: Server) -> None:
     """``localhost`` is resolved once: replies come from 127.0.0.1, and are held to it."""
     with Client(CLUSTER, resolve=lambda _h: ("localhost", server.port), timeout=2.0, retries=0) as c:
-        assert c.get("k") == GENUINE and c.ignored == 4
+        assert c.get("k") == GENUINE and c.ignored == 5

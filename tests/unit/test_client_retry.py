@@ -23,8 +23,8 @@ from client_lib.client import AsyncClient, Client
 from client_lib.rto import DEFAULT_FLOOR
 from distcache.cluster import Cluster
 from distcache.errors import RequestTimeoutError
-from distcache.hashing import wire_key
 from distcache.wire import Flag, Message, Op, Status, attempt_flags, attempt_of, decode, encode
+from tests.common.keys import digest
 from tests.common.udp_server import LoopbackServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -54,9 +54,7 @@ class Server(LoopbackServer):
         if self.drop(req):
             return
         value = b"v:" + req.key if req.op == Op.GET else b""
-        self.sock.sendto(
-            encode(Message(op=req.op.reply(), seq=req.seq, key=req.key, status=Status.OK, value=value)), client
-        )
+        self.sock.sendto(encode(req.reply(Status.OK, value)), client)
 
     def of(self, seq: int) -> list[Copy]:
         return [c for c in self.copies if c.seq == seq]
@@ -71,7 +69,7 @@ def server() -> Iterator[Server]:
 
 def drop_first_copy_of(keys: set[str]) -> Callable[[Message], bool]:
     """Loses attempt 0 of the requests for ``keys``."""
-    wanted = {wire_key(k) for k in keys}
+    wanted = {k.encode() for k in keys}
     return lambda m: attempt_of(m.flags) == 0 and m.key in wanted
 
 
@@ -87,7 +85,7 @@ def _check_retry(server: Server, seq: int, attempts: int) -> float:
 def test_sync_retry_is_quick_carries_attempt_1_and_succeeds(server: Server) -> None:
     with Client(CLUSTER, resolve=server.resolve(), timeout=TIMEOUT, retries=3) as c:
         for i in range(20):  # replies teach the client the round trip: reads and writes apart
-            assert c.get(f"w{i}") == b"v:" + wire_key(f"w{i}")
+            assert c.get(f"w{i}") == f"v:w{i}".encode()
             c.put(f"w{i}", b"x")
         addr = ("127.0.0.1", server.port)
         rto = c.rto(addr)
@@ -128,7 +126,7 @@ def test_mget_retries_each_lost_read_alone(server: Server) -> None:
         server.drop = drop_first_copy_of({"b"})
         n = len(server.copies)
         t = time.perf_counter()
-        assert c.mget(["a", "b", "c"]) == [b"v:" + wire_key(k) for k in "abc"]
+        assert c.mget(["a", "b", "c"]) == [b"v:" + k.encode() for k in "abc"]
         assert time.perf_counter() - t < TIMEOUT / 4
         assert sorted(x.attempt for x in server.copies[n:]) == [0, 0, 0, 1]
 
@@ -178,7 +176,7 @@ def test_attempt_field_round_trips_and_leaves_the_other_flags_alone() -> None:
         f = attempt_flags(a)
         assert not f & (Flag.CACHED | Flag.POPULATE) and f & ~Flag.ATTEMPT == 0
         assert attempt_of(f | Flag.CACHED | Flag.POPULATE) == attempt_of(f)
-        m = decode(encode(Message(op=Op.GET, key=wire_key("k"), seq=1, flags=f)))
+        m = decode(encode(Message(Op.GET, b"k", digest("k"), seq=1, flags=f)))
         assert attempt_of(m.flags) == attempt_of(f)
     with pytest.raises(ValueError, match="attempt"):
         attempt_flags(-1)

@@ -10,14 +10,15 @@ from simulator.model import Model, SimConfig
 
 def test_simulator_places_named_keys_by_the_real_hashes() -> None:
     """key_prefix: the model's owner server and spine of key<rank> are the cluster's own h1 and h0."""
-    from distcache.hashing import h0, wire_key
+    from distcache.hashing import h0
     from distcache.partition import spine_buckets
+    from tests.common.keys import digest
 
     c = Cluster(spines=4, storage_racks=4, servers_per_rack=4)
     m = Model(SimConfig(cluster=c, n_keys=500, head=500, key_prefix="key"))
     owners = spine_buckets([c.spine(i).switch_id for i in range(4)])
     for rank in (0, 1, 7, 499):
-        k = wire_key(f"key{rank}")
+        k = digest(f"key{rank}")
         server = c.server_for_key(k)
         assert m.server[rank] == server.rack * c.servers_per_rack + server.index
         assert m.spine[rank] == owners[h0(k)] - 1

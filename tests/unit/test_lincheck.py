@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from distcache.wire import Op
 from loadgen.history import HistoryConfig, HistoryStats, Request, plan, record
+from tests.common.keys import digest
 from tests.unit.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,7 +182,9 @@ def shim(redis_sock: Path, tmp_path: Path, peer: SwitchPeer) -> Iterator[ShimThr
     link = ShimLink(shim.control_addr)
     link.partition([SPINE] * N_SPINE_BUCKETS)
     for i in range(0, HOT, 2):
-        assert link.populate(wire_key(f"lin{i}"), SPINE, 0, 1) == "absent"  # installed; filled by later writes
+        assert (
+            link.populate(digest(f"lin{i}"), SPINE, 0, 1, f"lin{i}".encode()) == "absent"
+        )  # installed; filled by later writes
     yield shim
     shim.close()
 
@@ -205,8 +208,8 @@ def test_recorded_history_with_deletes_checks_clean(
     assert {x["found"] for x in deletes} == {True, False}  # both statuses were exercised
     assert sum(not x["found"] for x in deletes) == stats.deletes_not_found
     assert all(set(x) == {"client", "key", "op", "found", "call", "return"} for x in deletes)
-    cached = {wire_key(f"lin{i}") for i in range(0, HOT, 2)}
-    assert {m.key for m, _ in peer.seen if m.op == Op.INVALIDATE} == cached  # writes of cached keys ran phase 1
+    cached = {digest(f"lin{i}") for i in range(0, HOT, 2)}
+    assert {m.digest for m, _ in peer.seen if m.op == Op.INVALIDATE} == cached  # writes of cached keys ran phase 1
     proc = subprocess.run(
         [str(lincheck), "--history", str(history), "--timeout", "60s"], capture_output=True, text=True, timeout=90
     )

@@ -74,7 +74,7 @@ def test_wire_constants() -> None:
     assert CONSTS["DC_PORT"] == wire.DC_PORT
     assert CONSTS["DC_HEADER_LEN"] == wire.HEADER_LEN
     assert CONSTS["MAX_CACHEABLE"] == wire.MAX_CACHEABLE
-    assert CONSTS["MAX_VALUE_LEN"] == wire.MAX_VALUE_LEN
+    assert CONSTS["MAX_VALUE"] == wire.MAX_VALUE
     assert CONSTS["FLAG_CACHED"] == int(Flag.CACHED)
     assert CONSTS["FLAG_ATTEMPT_SHIFT"] == wire.ATTEMPT_SHIFT
     assert CONSTS["FLAG_ATTEMPT"] >> CONSTS["FLAG_ATTEMPT_SHIFT"] == wire.MAX_WIRE_ATTEMPT

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from distcache import p4names
-from distcache.cluster import DATA_NETS, Cluster, Mechanism, PortKind, Role
-from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, user_key, wire_key
+from distcache.cluster import DATA_NETS, Cluster, ClusterError, Mechanism, PortKind, Role
+from distcache.hashing import N_SPINE_BUCKETS, InvalidKeyError, h0, h1, key_bytes
 from distcache.partition import spine_buckets
 from p4rt.p4info import Match
 from p4rt.plan import plan
 from p4rt.probes import leaf_address
+from tests.common.keys import digest
 
 
 def test_partition_covers_every_bucket_evenly() -> None:
@@ -41,19 +42,25 @@ def test_no_spine_alive_maps_to_zero() -> None:
     assert set(spine_buckets([1, 2], alive=set())) == {0}
 
 
-def test_wire_keys() -> None:
-    assert wire_key("abc") == b"abc" + b"\0" * 12 + b"\x03"
-    assert wire_key("abc") != wire_key(b"abc\0")
-    assert user_key(wire_key("abc")) == b"abc"
-    long = wire_key("k" * 40)
-    assert len(long) == 16 and long[-1] == 0xFF and user_key(long) is None
-    for bad in ("", b"", 5, None):
+def test_keys_travel_as_bytes_and_switches_see_a_keyed_digest() -> None:
+    assert key_bytes("abc") == b"abc" and key_bytes(b"\x00\xff") == b"\x00\xff" and key_bytes("") == b""
+    assert key_bytes("é") == "é".encode()
+    assert digest("abc") == digest(b"abc") != digest(b"abc\0") and len(digest("k" * 4000)) == 16
+    assert len({digest(b""), digest(b"\0"), digest(b"\0\0")}) == 3
+    other = Cluster(key_secret="ab" * 32)  # another deployment: other digests, so no crafted collision carries over
+    assert other.digest("abc") != digest("abc") and Cluster.from_json(other.to_json()).digest("abc") == other.digest(
+        "abc"
+    )
+    for bad in (5, None, "\ud800", b"k" * 0x10000):
         with pytest.raises(InvalidKeyError):
-            wire_key(bad)  # type: ignore[arg-type]
+            digest(bad)  # type: ignore[arg-type]
+    for secret in ("zz" * 32, "ab" * 8 + "a", "ab" * 15, "ab" * 65, 7):
+        with pytest.raises(ClusterError, match="key_secret"):
+            Cluster(key_secret=secret)  # type: ignore[arg-type]
 
 
 def test_h0_and_h1_are_independent_enough() -> None:
-    keys = [wire_key(f"key{i}") for i in range(4000)]
+    keys = [digest(f"key{i}") for i in range(4000)]
     servers = Cluster(storage_racks=2, servers_per_rack=2).server_names()
     pairs = Counter((h0(k) % 4, h1(k, servers)) for k in keys)
     assert len(pairs) == 16 and min(pairs.values()) > 150  # every combination appears about 1/16 of the time
@@ -149,7 +156,7 @@ def test_a_client_leaf_never_targets_a_cache_out_of_service(mech: Mechanism) -> 
     slots fell back to naming them)."""
     c = Cluster(spines=3, storage_racks=2, client_racks=1, mechanism=mech)
     ids = [c.spine(i).switch_id for i in range(3)]
-    hot = [wire_key("hot-a")]
+    hot = [digest("hot-a")]
     for r in range(len(ids) + 1):
         for live in map(set, itertools.combinations(ids, r)):
             cl = plan(c, c.client_leaf(0), spine_buckets(ids, live), live, replicated=hot)
@@ -172,7 +179,7 @@ def test_a_client_leaf_never_targets_a_cache_out_of_service(mech: Mechanism) -> 
 
 
 def test_mechanisms_decide_designated_caches_and_replicated_keys() -> None:
-    hot = [wire_key("hot-a"), wire_key("hot-b")]
+    hot = [digest("hot-a"), digest("hot-b")]
     for mech, leaf_caches, spine_buckets_of_sp0 in (
         (Mechanism.DISTCACHE, True, "own"),
         (Mechanism.PARTITION, True, "own"),
@@ -266,7 +273,7 @@ def test_layers_are_independent_joint_distribution() -> None:
     servers = Cluster(storage_racks=4).server_names()
     table = np.zeros((4, 4))
     for i in range(40_000):
-        k = wire_key(f"user:{i}")
+        k = digest(f"user:{i}")
         table[owner[h0(k)] - 1, h1(k, servers)] += 1
     _, p, _, _ = chi2_contingency(table)
     assert p > 1e-3, f"spine and rack look dependent (p={p:.2g}):\n{table}"
@@ -278,7 +285,7 @@ def test_adding_a_server_moves_only_the_keys_it_wins(racks: int, per_rack: int) 
     another server to itself; no key moves between the servers that were there before."""
     before = Cluster(storage_racks=racks, servers_per_rack=per_rack)
     after = Cluster(storage_racks=racks, servers_per_rack=per_rack + 1)
-    keys = [wire_key(f"user:{i}") for i in range(6000)]
+    keys = [digest(f"user:{i}") for i in range(6000)]
     moved = [(before.server_for_key(k).name, after.server_for_key(k).name) for k in keys]
     added = set(after.server_names()) - set(before.server_names())
     changed = [(a, b) for a, b in moved if a != b]
@@ -292,9 +299,9 @@ def test_server_names_must_fit_a_blake2b_key() -> None:
     from distcache.hashing import server_score
 
     with pytest.raises(ValueError, match="1-64 bytes"):
-        server_score(wire_key("k"), "x" * 65)
+        server_score(digest("k"), "x" * 65)
     with pytest.raises(ValueError, match="no storage servers"):
-        h1(wire_key("k"), ())
+        h1(digest("k"), ())
 
 
 @pytest.mark.parametrize("m", [2, 4, 8, 32])

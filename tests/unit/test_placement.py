@@ -13,17 +13,18 @@ from google.protobuf import text_format
 from agent.agent import SwitchAgent
 from distcache import p4names
 from distcache.cluster import Cluster, Mechanism, Role, Switch
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.partition import spine_buckets
 from distcache.placement import PLACEMENT, Spines, cache_switches, possible_holders, read_targets
 from p4rt.plan import plan
 from shim.view import CacheView
 from softswitch.dataplane import PROGRAM
+from tests.common.keys import digest
 
 CLUSTER = Cluster(spines=3, storage_racks=2, servers_per_rack=2)
 SPINE_IDS = [CLUSTER.spine(i).switch_id for i in range(3)]
 LIVE = spine_buckets(SPINE_IDS, {SPINE_IDS[0], SPINE_IDS[2]})  # the middle spine failed
-KEYS = [wire_key(f"key{i}") for i in range(200)]
+KEYS = [digest(f"key{i}") for i in range(200)]
 REPLICATED = frozenset(KEYS[:5])
 
 

@@ -11,10 +11,11 @@ import pytest
 import redis
 
 from client_lib import Client
-from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from harness.redis import READER_USER, SHIM_USER, RedisUsers, redis_argv, wait_for_redis
 from shim.__main__ import main as shim_main
+from tests.common.keys import digest
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer
 
 
@@ -41,8 +42,8 @@ def test_the_shim_writes_as_its_user_and_the_reader_only_reads(storage, tmp_path
         with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=0) as c:
             c.put("k", "v")
             assert c.get("k") == b"v"
-            assert reader.get(wire_key("k")) == b"v"  # an operator reads what the shim wrote
-            for cmd in (("SET", wire_key("k"), b"x"), ("DEL", wire_key("k")), ("FLUSHDB",), ("CONFIG", "GET", "*")):
+            assert reader.get("k") == b"v"  # an operator reads what the shim wrote
+            for cmd in (("SET", digest("k"), b"x"), ("DEL", digest("k")), ("FLUSHDB",), ("CONFIG", "GET", "*")):
                 with pytest.raises(redis.exceptions.NoPermissionError):
                     reader.execute_command(*cmd)
             assert c.get("k") == b"v"
@@ -109,7 +110,7 @@ def test_what_the_shim_wrote_survives_a_kill_of_its_redis_with_users(tmp_path: P
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
         wait_for_redis(sock, proc)
         after = redis.Redis(unix_socket_path=str(sock), **login)
-        assert after.get(wire_key("kept")) == b"v"
+        assert after.get("kept") == b"v"
         assert len(redis.Redis(unix_socket_path=str(sock), db=1, **login).keys(b"dc:applied:*")) == 2
     finally:
         shim.close()

@@ -27,10 +27,11 @@ from client_lib import (
     ValueTooLargeError,
 )
 from distcache.cluster import Cluster
-from distcache.hashing import N_SPINE_BUCKETS, wire_key
+from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
-from distcache.wire import HEADER_LEN, MAX_VALUE_LEN, Flag, Message, Op, Status, decode, encode
+from distcache.wire import MAX_DATAGRAM, MAX_VALUE, Flag, Message, Op, Status, decode, encode
 from shim.coherence import SEQ_BLOCK, serial_newer
+from tests.common.keys import digest
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,14 +49,19 @@ def test_put_get_delete(env) -> None:  # noqa: ANN001
     client, _, peer, _, r = env
     assert client.get("nope") is None
     client.put("k1", "v1")
-    assert r.get(wire_key("k1")) == b"v1"  # stored under the wire key
+    assert r.get("k1") == b"v1"  # stored under the key itself
     reply = client.get_reply("k1")
     assert reply.value == b"v1" and not reply.cached and reply.served_by == 0
     client.set(b"k2", b"\x00\xffbinary")
     assert client.get(b"k2") == b"\x00\xffbinary"
-    big = b"B" * MAX_VALUE_LEN
+    big = b"B" * (MAX_DATAGRAM - 52 - 3)  # the largest value one datagram carries with a 3-byte key
     client.put("big", big)
     assert client.get("big") == big
+    key = b"\x00binary key\xff" + bytes(range(200))  # any bytes, stored as they are
+    client.put(key, "v")
+    assert r.get(key) == b"v" and client.get(key) == b"v"
+    client.put("", "the empty key")  # Redis allows it, so does DistCache
+    assert r.get("") == b"the empty key" and client.get(b"") == b"the empty key"
     assert client.delete("k1") is True
     assert client.delete("k1") is False
     assert client.get("k1") is None
@@ -65,13 +71,13 @@ def test_put_get_delete(env) -> None:  # noqa: ANN001
 def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: ANN001
     client, _shim, peer, link, r = env
     client.put("hot", "old")
-    key = wire_key("hot").hex()
+    key = digest("hot").hex()
     assert link.populate(bytes.fromhex(key), SPINE, 0, 1) == "valid"
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE, Op.UPDATE]
     assert peer.seen[1][0].value == b"old" and peer.seen[0][0].seq == peer.seen[1][0].seq
     peer.seen.clear()
     client.put("hot", "new")
-    assert r.get(wire_key("hot")) == b"new"  # written before the client was answered
+    assert r.get("hot") == b"new"  # written before the client was answered
     deadline = time.monotonic() + 2
     while len(peer.seen) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -94,7 +100,7 @@ def test_only_writes_with_coherence_messages_take_a_sequence_number(env) -> None
     its next life starts ahead of it: writes of keys no switch holds take none."""
     client, shim, peer, link, _ = env
     client.put("hot2", "v0")
-    assert link.populate(wire_key("hot2"), SPINE, 0, 1) == "valid"
+    assert link.populate(digest("hot2"), SPINE, 0, 1, b"hot2") == "valid"
     first = shim.shim.coherence.next_seq()
     for i in range(50):
         client.put(f"cold{i}", "x")
@@ -113,7 +119,7 @@ def _wait_seen(peer: SwitchPeer, n: int, timeout: float = 2.0) -> None:
 def test_write_invalidates_every_spine_that_caches_the_key(env) -> None:  # noqa: ANN001
     """After a partition change a key can be cached on its old and new owner: a write must reach both."""
     client, _, peer, link, _ = env
-    key = wire_key("moved").hex()
+    key = digest("moved").hex()
     client.put("moved", "v0")
     other = SPINE + 1
     for sw in (SPINE, other):
@@ -134,11 +140,11 @@ def test_ack_from_one_path_does_not_complete_another(env) -> None:  # noqa: ANN0
     client.put("two", "before")
     other = SPINE + 1
     for sw in (SPINE, other):
-        link.populate(wire_key("two"), sw, 0, 1)
+        link.populate(digest("two"), sw, 0, 1, b"two")
     peer.answer_only = {SPINE}  # the other spine stays silent
     with pytest.raises(ServerError):
         client.put("two", "after")
-    assert r.get(wire_key("two")) == b"before"
+    assert r.get("two") == b"before"
 
 
 def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None:  # noqa: ANN001
@@ -146,13 +152,13 @@ def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None: 
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
-        link.populate(wire_key("k"), sw, 0, 1)
+        link.populate(digest("k"), sw, 0, 1, b"k")
     link.partition([SPINE] * N_SPINE_BUCKETS, [other], 2)
     peer.seen.clear()
     client.put("k", "v1")  # the dead spine never answers; the write must not wait for it
     _wait_seen(peer, 2)
     assert {m.target for m, _ in peer.seen} == {SPINE}
-    assert link.populate(wire_key("k"), other, 0, 1) == "down"
+    assert link.populate(digest("k"), other, 0, 1, b"k") == "down"
     st = link.stats()
     assert st["down"] == [other] and st["epoch"] == 2
 
@@ -164,7 +170,7 @@ def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> Non
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
-        link.populate(wire_key("k"), sw, 0, 1)
+        link.populate(digest("k"), sw, 0, 1, b"k")
     peer.answer_only = {SPINE}
     shim.shim.coherence.invalidate_deadline = 5.0  # the write would wait this long without the release
     done: list[float] = []
@@ -172,10 +178,10 @@ def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> Non
     writer = threading.Thread(target=lambda: (client.put("k", "v1"), done.append(time.monotonic() - t0)))
     writer.start()
     time.sleep(0.3)
-    assert not done and r.get(wire_key("k")) == b"v0"  # still waiting for the silent spine
+    assert not done and r.get("k") == b"v0"  # still waiting for the silent spine
     link.partition([SPINE] * N_SPINE_BUCKETS, [other], 3)
     writer.join(3)
-    assert done and done[0] < 1.0 and r.get(wire_key("k")) == b"v1"
+    assert done and done[0] < 1.0 and r.get("k") == b"v1"
 
 
 def test_restarted_shim_treats_every_key_as_cached_until_the_view(redis_sock: Path, tmp_path: Path) -> None:
@@ -248,7 +254,7 @@ def test_coherence_is_paid_from_the_server_rate(redis_sock: Path, tmp_path: Path
     client = Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=0.5, retries=0)
     try:
         if cached:
-            assert link.populate(wire_key("hot"), SPINE, 0, 1) in ("absent", "valid")
+            assert link.populate(digest("hot"), SPINE, 0, 1, b"hot") in ("absent", "valid")
         for i in range(3):
             client.put("hot", f"v{i}")  # 3 tokens, or 3 x (1 + 2 x 1 path) = 9
         answered = 0
@@ -295,7 +301,7 @@ def test_mget_without_a_server_names_the_missing_replies() -> None:
 
 
 def _raw_write(sock: socket.socket, port: int, key: str, value: str, seq: int) -> Message:
-    sock.sendto(encode(Message(op=Op.PUT, key=wire_key(key), seq=seq, value=value.encode())), ("127.0.0.1", port))
+    sock.sendto(encode(Message(Op.PUT, key.encode(), digest(key), seq=seq, value=value.encode())), ("127.0.0.1", port))
     return decode(sock.recvfrom(2048)[0])
 
 
@@ -307,13 +313,13 @@ def test_a_retried_write_is_applied_once(env) -> None:  # noqa: ANN001
     a.settimeout(3)
     try:
         first = _raw_write(a, shim.port, "dup", "A", seq=7)
-        assert first.status == 0 and r.get(wire_key("dup")) == b"A"
+        assert first.status == 0 and r.get("dup") == b"A"
         client.put("dup", "B")
         again = _raw_write(a, shim.port, "dup", "A", seq=7)
-        assert again == first and r.get(wire_key("dup")) == b"B"
+        assert again == first and r.get("dup") == b"B"
         assert link.stats()["duplicates"] == {"replayed": 1}
         assert _raw_write(a, shim.port, "dup", "C", seq=8).status == 0  # a new seq is a new write
-        assert r.get(wire_key("dup")) == b"C"
+        assert r.get("dup") == b"C"
     finally:
         a.close()
 
@@ -338,9 +344,9 @@ def test_a_retried_write_is_applied_once_across_a_shim_restart(redis_sock: Path,
         with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", second.port), timeout=3.0, retries=0) as b:
             b.put("k", "B")
         assert _raw_write(a, second.port, "k", "A", seq=5).status == 0  # the retry of A, long after
-        assert r.get(wire_key("k")) == b"B"
+        assert r.get("k") == b"B"
         assert ShimLink(second.control_addr).stats()["duplicates"] == {"replayed_after_restart": 1}
-        assert _raw_write(a, second.port, "k", "C", seq=6).status == 0 and r.get(wire_key("k")) == b"C"
+        assert _raw_write(a, second.port, "k", "C", seq=6).status == 0 and r.get("k") == b"C"
     finally:
         second.close()
         peer.close()
@@ -351,7 +357,7 @@ def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # no
     """ERROR means nothing was written; a retry of that request must not write it later."""
     client, shim, peer, link, r = env
     client.put("k", "before")
-    link.populate(wire_key("k"), SPINE, 0, 1)
+    link.populate(digest("k"), SPINE, 0, 1, b"k")
     peer.mute = True
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     a.settimeout(3)
@@ -359,14 +365,14 @@ def test_a_write_answered_error_stays_unwritten_when_retried(env) -> None:  # no
         assert _raw_write(a, shim.port, "k", "lost", seq=99).status == 2  # ERROR: the invalidation never acked
         peer.mute = False  # the fabric works again: a re-applied write would now succeed
         assert _raw_write(a, shim.port, "k", "lost", seq=99).status == 2
-        assert r.get(wire_key("k")) == b"before"
+        assert r.get("k") == b"before"
     finally:
         a.close()
 
 
 def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
     client, _shim, peer, link, _ = env
-    link.populate(wire_key("k"), SPINE, 0, 1)
+    link.populate(digest("k"), SPINE, 0, 1, b"k")
     peer.seen.clear()
     peer.drop = 2
     client.put("k", "v")
@@ -378,28 +384,29 @@ def test_lost_invalidate_is_retransmitted(env) -> None:  # noqa: ANN001
 def test_write_fails_without_touching_redis_when_never_acknowledged(env) -> None:  # noqa: ANN001
     client, _shim, peer, link, r = env
     client.put("k", "before")
-    link.populate(wire_key("k"), SPINE, 0, 1)
+    link.populate(digest("k"), SPINE, 0, 1, b"k")
     peer.mute = True
     with pytest.raises(ServerError) as e:
         client.put("k", "after")
     assert e.value.status == 2
-    assert r.get(wire_key("k")) == b"before"
+    assert r.get("k") == b"before"
     assert link.stats()["coherence"]["failed_invalidates"] == 1
 
 
 def test_population_of_absent_and_large_values(env) -> None:  # noqa: ANN001
     client, _, peer, link, _ = env
-    assert link.populate(wire_key("ghost"), SPINE, 0, 1) == "absent"
+    assert link.populate(digest("ghost"), SPINE, 0, 1, b"ghost") == "absent"
     client.put("large", "L" * 200)
     peer.seen.clear()
-    assert link.populate(wire_key("large"), SPINE, 0, 1) == "too_large"
+    assert link.populate(digest("large"), SPINE, 0, 1, b"large") == "too_large"
     assert [op for op, _ in peer.ops()] == [Op.INVALIDATE]
 
 
 def test_garbage_is_counted_and_dropped(env) -> None:  # noqa: ANN001
     client, shim, _, link, _ = env
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for junk in (b"", b"x" * 10, b"\x09" + b"\0" * 39, encode(Message(op=Op.GET_REPLY, key=b"k" * 16))):
+    v1_get = bytes([1, 1, 0, 0]) + bytes(36)  # a version 1 peer's GET: refused, never misparsed
+    for junk in (b"", b"\x02" * 10, v1_get, encode(Message(Op.GET_REPLY, b"k", digest("k")))):
         s.sendto(junk, ("127.0.0.1", shim.port))
     s.close()
     time.sleep(0.2)
@@ -413,32 +420,40 @@ def test_a_request_the_shim_cannot_read_is_answered_at_once(env) -> None:  # noq
     """TOO_LARGE for a value over the limit, BAD_REQUEST for a request whose header and body disagree; the
     sender gets its error instead of waiting out its timeout (before: dropped and counted, never answered)."""
     _client, shim, _, link, r = env
-    good = encode(Message(op=Op.PUT, key=wire_key("k"), seq=7, value=b"v" * 20))
+    good = encode(Message(Op.PUT, b"k", digest("k"), seq=7, value=b"v" * 20))
     oversized = bytearray(good)
-    oversized[HEADER_LEN - 4 : HEADER_LEN - 2] = (MAX_VALUE_LEN + 1).to_bytes(2, "big")  # vlen over the limit
-    cases = [(bytes(oversized), Status.TOO_LARGE), (good + b"trailing", Status.BAD_REQUEST)]
+    oversized[40:44] = (MAX_VALUE + 1).to_bytes(4, "big")  # vlen over the limit
+    # a digest that is not the key's would invalidate (or fill) another key's cache entry
+    lying = encode(Message(Op.PUT, b"other", digest("k"), seq=7, value=b"v"))
+    cases = [
+        (bytes(oversized), Status.TOO_LARGE),
+        (good + b"trailing", Status.BAD_REQUEST),
+        (lying, Status.BAD_REQUEST),
+    ]
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(2.0)
     try:
         for data, status in cases:
             s.sendto(data, ("127.0.0.1", shim.port))
             got = decode(s.recv(2048))
-            assert (got.op, got.key, got.seq, got.status) == (Op.PUT_REPLY, wire_key("k"), 7, status)
+            assert (got.op, got.digest, got.seq, got.status) == (Op.PUT_REPLY, digest("k"), 7, status)
     finally:
         s.close()
-    assert r.get(wire_key("k")) is None  # nothing written
-    assert link.stats()["refused"] == {"TOO_LARGE": 1, "BAD_REQUEST": 1}
-    assert link.stats()["malformed"] == {"too_large": 1, "length": 1}
+    assert r.get("k") is None  # nothing written
+    assert r.get("other") is None
+    assert link.stats()["refused"] == {"TOO_LARGE": 1, "BAD_REQUEST": 2}
+    assert link.stats()["malformed"] == {"too_large": 1, "length": 1, "digest": 1}
 
 
 def test_control_api_rejects_bad_arguments_and_stays_usable(env) -> None:  # noqa: ANN001
     _, shim, _, link, _ = env
     for call, expected in (
-        (lambda: link.populate(b"zz", SPINE, 0, 1), "16-byte wire key"),
-        (lambda: link.evict(wire_key("k"), 0), "switch id"),
+        (lambda: link.populate(b"zz", SPINE, 0, 1), "16-byte key digest"),
+        (lambda: link.populate(digest("k"), SPINE, 0, 1, b"not k"), "not the key of digest"),
+        (lambda: link.evict(digest("k"), 0), "switch id"),
         (lambda: link.partition([1, 2]), "1024 spine ids"),
         (lambda: link.partition([SPINE] * N_SPINE_BUCKETS, [300]), "switch ids"),
-        (lambda: link.view({b"short": [SPINE]}), "16-byte wire key"),
+        (lambda: link.view({b"short": [SPINE]}), "16-byte key digest"),
     ):
         with pytest.raises(ShimRequestError, match=expected):
             call()
@@ -450,12 +465,12 @@ def test_control_api_rejects_bad_arguments_and_stays_usable(env) -> None:  # noq
 
 def test_client_errors_are_typed_and_raised_before_sending(env) -> None:  # noqa: ANN001
     client, _, _, _, _ = env
-    with pytest.raises(ValueTooLargeError, match="1024"):
-        client.put("k", b"x" * (MAX_VALUE_LEN + 1))
+    with pytest.raises(ValueTooLargeError, match="does not fit one datagram"):
+        client.put("k", b"x" * MAX_DATAGRAM)
     with pytest.raises(InvalidValueError):
         client.put("k", 42)  # type: ignore[arg-type]
     with pytest.raises(InvalidKeyError):
-        client.get("")
+        client.get(b"k" * 0x10000)
     with pytest.raises(TypeError):  # typed errors are also the builtin kinds people catch
         client.get(3.5)  # type: ignore[arg-type]
 
@@ -559,7 +574,7 @@ def test_spine_declared_down_mid_write_still_invalidates_and_updates_the_leaf(en
     link.partition([other] * N_SPINE_BUCKETS)
     client.put("k", "v0")
     for sw in (other, LEAF):
-        assert link.populate(wire_key("k"), sw, 0, 1) == "valid"
+        assert link.populate(digest("k"), sw, 0, 1, b"k") == "valid"
     peer.answer_only = {SPINE, LEAF}  # the spine other died
     shim.shim.coherence.invalidate_deadline = 5.0
     peer.seen.clear()
@@ -570,7 +585,7 @@ def test_spine_declared_down_mid_write_still_invalidates_and_updates_the_leaf(en
     assert not done
     link.partition([SPINE] * N_SPINE_BUCKETS, [other], 2)
     writer.join(3)
-    assert done and r.get(wire_key("k")) == b"v1"
+    assert done and r.get("k") == b"v1"
     # phase 2 follows the write's answer: wait for its UPDATE (a loaded machine sends it later)
     deadline = time.monotonic() + 3.0
     while not any(m.op == Op.UPDATE and m.target == LEAF for m, _ in list(peer.seen)) and time.monotonic() < deadline:
@@ -588,12 +603,12 @@ def test_populate_carries_the_entry_tag_and_is_addressed_to_the_switch(env) -> N
     client, _, peer, link, _ = env
     client.put("k", "v0")
     peer.seen.clear()
-    assert link.populate(wire_key("k"), LEAF, 7, 42) == "valid"
+    assert link.populate(digest("k"), LEAF, 7, 42, b"k") == "valid"
     inv, upd = (m for m, _ in peer.seen)
     assert (inv.op, inv.target, inv.flags, inv.spine_load, inv.leaf_load) == (Op.INVALIDATE, LEAF, Flag.POPULATE, 7, 42)
     assert (upd.op, upd.target, upd.seq, upd.value) == (Op.UPDATE, LEAF, inv.seq, b"v0")
     with pytest.raises(ShimRequestError, match="version"):
-        link.populate(wire_key("k"), LEAF, 7, 0)
+        link.populate(digest("k"), LEAF, 7, 0, b"k")
 
 
 def test_a_shim_restarted_without_state_populates_no_spine_before_it_has_the_down_set(
@@ -602,17 +617,17 @@ def test_a_shim_restarted_without_state_populates_no_spine_before_it_has_the_dow
     """Without its state file the shim does not know which spines the controller declared down: a copy it
     populated in one would be skipped by writes once the controller's down-set arrives.  It refuses spines
     until then (the storage leaf is never declared down)."""
-    redis.Redis(unix_socket_path=str(redis_sock)).set(wire_key("k"), b"v")
+    redis.Redis(unix_socket_path=str(redis_sock)).set("k", b"v")
     peer = SwitchPeer(redis_sock)
     shim = ShimThread(redis_sock, peer, tmp_path / "a.sock", fresh=False)  # restarted, no state file
     try:
         link = ShimLink(shim.control_addr)
-        assert link.populate(wire_key("k"), SPINE, 1, 1) == "down"
-        assert link.populate(wire_key("k"), LEAF, 1, 1) == "valid"
+        assert link.populate(digest("k"), SPINE, 1, 1, b"k") == "down"
+        assert link.populate(digest("k"), LEAF, 1, 1, b"k") == "valid"
         seq = peer.seen[0][0].seq  # the leaf's populate (retransmitted, on a loaded machine, before its ack came)
         assert set(peer.ops()) == {(Op.INVALIDATE, seq), (Op.UPDATE, seq)}
         link.partition([SPINE] * N_SPINE_BUCKETS)  # the controller's push (no spine down)
-        assert link.populate(wire_key("k"), SPINE, 1, 2) == "valid"
+        assert link.populate(digest("k"), SPINE, 1, 2, b"k") == "valid"
     finally:
         shim.close()
         peer.close()
@@ -624,7 +639,7 @@ def test_a_write_answered_error_is_not_applied_by_a_restarted_shim(redis_sock: P
     model: model/README.md, the error marker)."""
     r = redis.Redis(unix_socket_path=str(redis_sock))
     r.flushall()
-    r.set(wire_key("k"), b"before")
+    r.set("k", b"before")
     peer = SwitchPeer(redis_sock)
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     a.settimeout(5)
@@ -634,17 +649,17 @@ def test_a_write_answered_error_is_not_applied_by_a_restarted_shim(redis_sock: P
         ShimLink(first.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
         peer.mute = True  # no switch acknowledges phase 1
         assert _raw_write(a, first.port, "k", "lost", seq=9).status == Status.ERROR
-        assert r.get(wire_key("k")) == b"before"
+        assert r.get("k") == b"before"
     finally:
         first.close()
     peer.mute = False
     second = ShimThread(redis_sock, peer, tmp_path / "b.sock", state_file=state, fresh=False)
     try:
         assert _raw_write(a, second.port, "k", "lost", seq=9).status == Status.ERROR  # the copy, later
-        assert r.get(wire_key("k")) == b"before"
+        assert r.get("k") == b"before"
         assert ShimLink(second.control_addr).stats()["duplicates"] == {"replayed_after_restart": 1}
         assert _raw_write(a, second.port, "k", "next", seq=10).status == Status.OK  # a new write goes through
-        assert r.get(wire_key("k")) == b"next"
+        assert r.get("k") == b"next"
     finally:
         second.close()
         peer.close()
@@ -655,13 +670,13 @@ def test_a_retried_delete_gets_its_first_status_across_a_shim_restart(redis_sock
     """A DELETE answered NOT_FOUND, retried into a restarted shim, must answer NOT_FOUND again (and one answered
     OK, OK): the marker the write leaves in Redis records the status (found by the delete-aware checker)."""
     redis.Redis(unix_socket_path=str(redis_sock)).flushall()
-    redis.Redis(unix_socket_path=str(redis_sock)).set(wire_key("there"), b"x")
+    redis.Redis(unix_socket_path=str(redis_sock)).set("there", b"x")
     peer = SwitchPeer(redis_sock)
     a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     a.settimeout(3)
 
     def delete(port: int, key: str, seq: int) -> Status:
-        a.sendto(encode(Message(op=Op.DELETE, key=wire_key(key), seq=seq)), ("127.0.0.1", port))
+        a.sendto(encode(Message(Op.DELETE, key.encode(), digest(key), seq=seq)), ("127.0.0.1", port))
         return Status(decode(a.recvfrom(2048)[0]).status)
 
     state = tmp_path / "shim.state.json"

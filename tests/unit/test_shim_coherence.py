@@ -62,7 +62,7 @@ def test_a_live_switch_is_still_waited_for_and_acknowledged() -> None:
         c = Coherence(send=lambda _data, _dest: None, is_down={DEAD}.__contains__)
         task = asyncio.ensure_future(c.invalidate(KEY, 9, LIVE, DEST))
         await asyncio.sleep(0.01)
-        c.on_ack(Message(op=Op.INVALIDATE_ACK, key=KEY, seq=9, target=LIVE))
+        c.on_ack(Message(op=Op.INVALIDATE_ACK, digest=KEY, seq=9, target=LIVE))
         return await task
 
     assert asyncio.run(scenario()) == Exchange.ACKED
@@ -77,7 +77,7 @@ def test_an_ack_of_another_key_with_the_same_seq_and_target_completes_nothing() 
         c.invalidate_deadline = 0.2
         task = asyncio.ensure_future(c.invalidate(KEY, 11, LIVE, DEST))
         await asyncio.sleep(0.01)
-        c.on_ack(Message(op=Op.INVALIDATE_ACK, key=b"other".ljust(16, b"\0"), seq=11, target=LIVE))
+        c.on_ack(Message(op=Op.INVALIDATE_ACK, digest=b"other".ljust(16, b"\0"), seq=11, target=LIVE))
         return await task, c.stats.stray_acks
 
     result, stray = asyncio.run(scenario())
@@ -103,7 +103,8 @@ def test_sequence_numbers_continue_from_the_persisted_floor_and_renew_it_ahead(m
     got = asyncio.run(scenario())
     assert got == [5001, 5002, 5003, 5004, 5005]
     assert saved[1] > 5005  # renewed ahead of every number used
-    assert coherence.serial_newer(0x10, 0xFFFFFFF0) and not coherence.serial_newer(0xFFFFFFF0, 0x10)
+    assert coherence.serial_newer(0x10, 2**64 - 0x10) and not coherence.serial_newer(2**64 - 0x10, 0x10)
+    assert coherence.serial_newer(2**33, 2**32 - 1)  # 64 bits: past where a 32-bit number came round
 
 
 def test_a_number_past_the_reservation_is_refused_while_the_next_one_is_late(monkeypatch) -> None:  # noqa: ANN001

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from client_lib import Client, RequestTimeoutError, ServerError
-from distcache.hashing import wire_key
 from distcache.rpc.shim import ShimLink
 from distcache.wire import Op
+from tests.common.keys import digest
 from tests.unit.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
 
 pytestmark = pytest.mark.timeout(120)
@@ -110,7 +110,7 @@ def test_redis_killed_under_load_keeps_every_acknowledged_write(durable: Durable
             t.join(10)
         assert before > 50 and len(acked) > before  # writes went on after the restart
         r = redis.Redis(unix_socket_path=str(durable.sock))
-        lost = [k for k, v in acked.items() if r.get(wire_key(k)) != v.encode()]
+        lost = [k for k, v in acked.items() if r.get(k) != v.encode()]
         assert lost == [], f"{len(lost)} acknowledged writes lost, e.g. {lost[:3]}"
         st = ShimLink(shim.control_addr).stats()
         assert st["redis_restarts"] == 1 and st["errors"].get("redis_unavailable", 0) > 0
@@ -127,7 +127,7 @@ def test_cached_copies_follow_the_restarted_redis(durable: DurableRedis, tmp_pat
     try:
         with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
             c.put("hot", "v1")
-        assert link.populate(wire_key("hot"), SPINE, 0, 1) == "valid"
+        assert link.populate(digest("hot"), SPINE, 0, 1, b"hot") == "valid"
         durable.kill()
         for f in durable.dir.glob("appendonly*"):  # the restarted Redis comes back without the key (data lost)
             subprocess.run(["rm", "-rf", str(f)], check=True)
@@ -166,7 +166,7 @@ def test_a_restart_during_a_slow_resynchronization_is_noticed_and_resynchronized
         with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=1.0, retries=0) as c:
             for k in ("a", "b", "c"):
                 c.put(k, "v1")
-                assert link.populate(wire_key(k), SPINE, 0, 1) == "valid"
+                assert link.populate(digest(k), SPINE, 0, 1) == "valid"
         peer.mute = True
         for n in (1, 2, 3):
             durable.kill()

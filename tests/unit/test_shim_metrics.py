@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from distcache.hashing import wire_key
 from distcache.rpc.shim import ShimLink
+from tests.common.keys import digest
 from tests.common.shim_bed import CLUSTER, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
@@ -69,7 +69,7 @@ def test_requests_and_replies_are_counted_by_op_and_status_with_their_latency(be
 def test_a_cached_keys_write_shows_both_coherence_phases(bed) -> None:  # noqa: ANN001
     client, link = bed
     client.put("hot", "old")
-    assert link.populate(wire_key("hot"), SPINE, 0, 1) == "valid"  # one INVALIDATE + one UPDATE
+    assert link.populate(digest("hot"), SPINE, 0, 1, b"hot") == "valid"  # one INVALIDATE + one UPDATE
     client.put("hot", "new")  # phase 1 and phase 2 along the spine's path
     smp = samples(link)
     assert value(smp, "distcache_shim_coherence_messages_total", phase="invalidate") == 2

@@ -3,21 +3,22 @@
 -- Load: tshark -X lua_script:tools/wireshark/distcache.lua -r capture.pcap -O distcache
 
 local DC_PORT = 8888
-local VERSION = 1
-local HEADER_LEN = 40
+local VERSION = 2
+local HEADER_LEN = 52
 local CHUNK_LEN = 16
 local MAX_CACHEABLE = 128
-local MAX_VALUE_LEN = 1024
-local SHORT_KEY_MAX = 15  -- distcache.hashing: a short key's last byte is its length
-local LONG_KEY_MARK = 0xff  -- distcache.hashing: a hashed long key's last byte
+local MAX_CHUNKS = 8
+local MAX_VALUE = 536870912
+local MAX_ARGS = 65535
+local OP_EXEC = 0x04
 local REPLY_BIT = 0x80
 local FLAG_CACHED = 0x01
 local FLAG_POPULATE = 0x02
 local FLAG_ATTEMPT = 0x1c
 local ATTEMPT_SHIFT = 2
 local OP_INVALIDATE = 0x10
-local OPS = { [0x01] = "GET", [0x02] = "PUT", [0x03] = "DELETE", [0x10] = "INVALIDATE", [0x11] = "UPDATE", [0x20] = "PROBE", [0x81] = "GET_REPLY", [0x82] = "PUT_REPLY", [0x83] = "DELETE_REPLY", [0x90] = "INVALIDATE_ACK", [0x91] = "UPDATE_ACK", [0xa0] = "PROBE_REPLY" }
-local STATUSES = { [0x00] = "OK", [0x01] = "NOT_FOUND", [0x02] = "ERROR", [0x03] = "TOO_LARGE", [0x04] = "BAD_REQUEST", [0x05] = "BUSY" }
+local OPS = { [0x01] = "GET", [0x02] = "PUT", [0x03] = "DELETE", [0x04] = "EXEC", [0x10] = "INVALIDATE", [0x11] = "UPDATE", [0x20] = "PROBE", [0x81] = "GET_REPLY", [0x82] = "PUT_REPLY", [0x83] = "DELETE_REPLY", [0x84] = "EXEC_REPLY", [0x90] = "INVALIDATE_ACK", [0x91] = "UPDATE_ACK", [0xa0] = "PROBE_REPLY" }
+local STATUSES = { [0x00] = "OK", [0x01] = "NOT_FOUND", [0x02] = "ERROR", [0x03] = "TOO_LARGE", [0x04] = "BAD_REQUEST", [0x05] = "BUSY", [0x06] = "STREAM", [0x07] = "WRONG_TYPE" }
 local COHERENCE = { [0x10] = "INVALIDATE", [0x11] = "UPDATE", [0x90] = "INVALIDATE_ACK", [0x91] = "UPDATE_ACK" }
 -- the header in wire order (distcache.wire.HEADER_FIELDS): name, byte offset, byte size
 local HEADER = {
@@ -25,17 +26,19 @@ local HEADER = {
   { name = "op", offset = 1, size = 1 },
   { name = "flags", offset = 2, size = 1 },
   { name = "status", offset = 3, size = 1 },
-  { name = "seq", offset = 4, size = 4 },
-  { name = "key", offset = 8, size = 16 },
-  { name = "target", offset = 24, size = 1 },
-  { name = "served_by", offset = 25, size = 1 },
-  { name = "spine_id", offset = 26, size = 1 },
-  { name = "leaf_id", offset = 27, size = 1 },
-  { name = "spine_load", offset = 28, size = 4 },
-  { name = "leaf_load", offset = 32, size = 4 },
-  { name = "vlen", offset = 36, size = 2 },
-  { name = "nchunks", offset = 38, size = 1 },
-  { name = "reserved", offset = 39, size = 1 },
+  { name = "seq", offset = 4, size = 8 },
+  { name = "digest", offset = 12, size = 16 },
+  { name = "target", offset = 28, size = 1 },
+  { name = "served_by", offset = 29, size = 1 },
+  { name = "spine_id", offset = 30, size = 1 },
+  { name = "leaf_id", offset = 31, size = 1 },
+  { name = "spine_load", offset = 32, size = 4 },
+  { name = "leaf_load", offset = 36, size = 4 },
+  { name = "vlen", offset = 40, size = 4 },
+  { name = "alen", offset = 44, size = 4 },
+  { name = "klen", offset = 48, size = 2 },
+  { name = "nchunks", offset = 50, size = 1 },
+  { name = "reserved", offset = 51, size = 1 },
 }
 local TELEMETRY = { ["spine_id"] = true, ["leaf_id"] = true, ["spine_load"] = true, ["leaf_load"] = true }
 local TELEMETRY_LEN = 10
@@ -46,27 +49,32 @@ F["version"] = ProtoField.uint8("distcache.version", "Version", base.DEC)
 F["op"] = ProtoField.uint8("distcache.op", "Op", base.HEX, OPS)
 F["flags"] = ProtoField.uint8("distcache.flags", "Flags", base.HEX)
 F["status"] = ProtoField.uint8("distcache.status", "Status", base.DEC, STATUSES)
-F["seq"] = ProtoField.uint32("distcache.seq", "Seq", base.DEC)
-F["key"] = ProtoField.bytes("distcache.key", "Key", base.NONE)
+F["seq"] = ProtoField.uint64("distcache.seq", "Seq", base.DEC)
+F["digest"] = ProtoField.bytes("distcache.digest", "Digest", base.NONE)
 F["target"] = ProtoField.uint8("distcache.target", "Target", base.DEC)
 F["served_by"] = ProtoField.uint8("distcache.served_by", "Served by", base.DEC)
 F["spine_id"] = ProtoField.uint8("distcache.spine_id", "Spine id", base.DEC)
 F["leaf_id"] = ProtoField.uint8("distcache.leaf_id", "Leaf id", base.DEC)
 F["spine_load"] = ProtoField.uint32("distcache.spine_load", "Spine load", base.DEC)
 F["leaf_load"] = ProtoField.uint32("distcache.leaf_load", "Leaf load", base.DEC)
-F["vlen"] = ProtoField.uint16("distcache.vlen", "Vlen", base.DEC)
+F["vlen"] = ProtoField.uint32("distcache.vlen", "Vlen", base.DEC)
+F["alen"] = ProtoField.uint32("distcache.alen", "Alen", base.DEC)
+F["klen"] = ProtoField.uint16("distcache.klen", "Klen", base.DEC)
 F["nchunks"] = ProtoField.uint8("distcache.nchunks", "Nchunks", base.DEC)
 F["reserved"] = ProtoField.uint8("distcache.reserved", "Reserved", base.DEC)
 F["flags.cached"] = ProtoField.bool("distcache.flags.cached", "Cached", 8, nil, 0x01)
 F["flags.populate"] = ProtoField.bool("distcache.flags.populate", "Populate", 8, nil, 0x02)
 F["flags.attempt"] = ProtoField.uint8("distcache.flags.attempt", "Attempt", base.DEC, nil, 0x1c)
-local FLAG_FIELDS = { F["flags.cached"], F["flags.populate"], F["flags.attempt"] }
+F["flags.stream"] = ProtoField.bool("distcache.flags.stream", "Stream", 8, nil, 0x20)
+local FLAG_FIELDS = { F["flags.cached"], F["flags.populate"], F["flags.attempt"], F["flags.stream"] }
 F["reply"] = ProtoField.bool("distcache.reply", "Reply", 8, nil, REPLY_BIT)
 F["coherence"] = ProtoField.bool("distcache.coherence", "Coherence message")
-F["key.user"] = ProtoField.string("distcache.key.user", "User key")
-F["key.hashed"] = ProtoField.bool("distcache.key.hashed", "Hashed long key")
 F["populate.epoch"] = ProtoField.uint32("distcache.populate.epoch", "Populate: cache epoch", base.DEC)
 F["populate.version"] = ProtoField.uint32("distcache.populate.version", "Populate: entry version", base.DEC)
+F["key"] = ProtoField.bytes("distcache.key", "Key", base.NONE)
+F["key.text"] = ProtoField.string("distcache.key.text", "Key (text)")
+F["args"] = ProtoField.uint32("distcache.args", "Arguments", base.DEC)
+F["arg"] = ProtoField.bytes("distcache.arg", "Argument", base.NONE)
 F["value"] = ProtoField.bytes("distcache.value", "Value", base.NONE)
 F["value.chunk"] = ProtoField.bytes("distcache.value.chunk", "Chunk", base.NONE)
 F["value.padding"] = ProtoField.bytes("distcache.value.padding", "Padding", base.NONE)
@@ -75,7 +83,7 @@ local all = {}
 for _, field in pairs(F) do all[#all + 1] = field end
 dc.fields = all
 
--- reasons are distcache.wire.WireError's tokens (short, version, op, too_large, chunks, length, status),
+-- reasons are distcache.wire.WireError's tokens (short, version, op, too_large, chunks, length, args),
 -- plus "truncated": the capture holds fewer bytes than the datagram had (a snap length cut it)
 local malformed = ProtoExpert.new("distcache.malformed", "Malformed DistCache message",
     expert.group.MALFORMED, expert.severity.ERROR)
@@ -100,36 +108,63 @@ local function chunks_for(vlen)
     return math.floor((vlen + CHUNK_LEN - 1) / CHUNK_LEN)
 end
 
+-- where the body's parts start: chunks | key | args | raw value
+local function layout(v)
+    local chunk_bytes = v.nchunks * CHUNK_LEN
+    local key_at = HEADER_LEN + chunk_bytes
+    local raw = 0
+    if v.nchunks == 0 then raw = v.vlen end
+    return key_at, key_at + v.klen, key_at + v.klen + v.alen, raw
+end
+
+-- the argument block at [at, at + alen): nil and the reason it is refused, or the (offset, length) of each
+local function args_of(tvb, at, alen)
+    if alen == 0 then return {} end
+    if alen < 4 then return nil, string.format("an argument block of %d bytes has no count", alen) end
+    local count = tvb(at, 4):uint()
+    if count > MAX_ARGS then return nil, string.format("%d arguments, at most %d", count, MAX_ARGS) end
+    local out, pos, stop = {}, at + 4, at + alen
+    for i = 0, count - 1 do
+        if pos + 4 > stop then
+            return nil, string.format("argument %d of %d has no length: the block ends at %d bytes", i, count, alen)
+        end
+        local n = tvb(pos, 4):uint()
+        pos = pos + 4
+        if pos + n > stop then return nil, string.format("argument %d says %d bytes, %d are left", i, n, stop - pos) end
+        out[#out + 1] = { pos, n }
+        pos = pos + n
+    end
+    if pos ~= stop then return nil, string.format("%d bytes after the %d arguments", stop - pos, count) end
+    return out
+end
+
 -- the first rule a complete header breaks, in distcache.wire.decode's order; nil if none
-local function check(v, reported)
-    if v.version ~= VERSION then
-        return "version", string.format("version %d, expected %d", v.version, VERSION)
+local function check(v, tvb, reported)
+    if OPS[v.op] == nil or STATUSES[v.status] == nil then
+        return "op", string.format("unknown op 0x%02x or status %d", v.op, v.status)
     end
-    if OPS[v.op] == nil then return "op", string.format("unknown op code 0x%02x", v.op) end
-    if v.vlen > MAX_VALUE_LEN then
-        return "too_large", string.format("value length %d exceeds %d", v.vlen, MAX_VALUE_LEN)
+    if v.vlen > MAX_VALUE then
+        return "too_large", string.format("value length %d exceeds %d", v.vlen, MAX_VALUE)
     end
-    if v.nchunks ~= chunks_for(v.vlen) then
+    if v.nchunks > MAX_CHUNKS or v.nchunks ~= chunks_for(v.vlen) then
         return "chunks", string.format("nchunks=%d does not fit vlen=%d", v.nchunks, v.vlen)
     end
-    local body = v.vlen
-    if v.nchunks > 0 then body = v.nchunks * CHUNK_LEN end
-    if reported ~= HEADER_LEN + body then
-        return "length", string.format("%d body bytes, header says %d", reported - HEADER_LEN, body)
+    local _, _, _, raw = layout(v)
+    local want = v.nchunks * CHUNK_LEN + v.klen + v.alen + raw
+    if reported ~= HEADER_LEN + want then
+        return "length", string.format("%d body bytes; the header says %d of chunks, a %d-byte key, " ..
+            "%d of arguments and %d of raw value", reported - HEADER_LEN, v.nchunks * CHUNK_LEN, v.klen, v.alen, raw)
     end
-    if STATUSES[v.status] == nil then return "status", string.format("unknown status %d", v.status) end
     return nil
 end
 
--- the key's children: a short key's user key (its last byte is its length), or a hashed long key's mark
-local function add_key(item, range, v)
-    local n = range(range:len() - 1, 1):uint()
-    if n == LONG_KEY_MARK then
-        item:add(F["key.hashed"], true):set_generated()
-    elseif n > 0 and n <= SHORT_KEY_MAX then
-        v.user = printable(range(0, n):raw())
-        item:add(F["key.user"], range(0, n), v.user)
-    end
+-- the argument check needs the block's bytes: only for a wholly captured message
+local function check_args(v, tvb)
+    local _, args_at = layout(v)
+    local args, why = args_of(tvb, args_at, v.alen)
+    if args == nil then return "args", why end
+    if v.op ~= OP_EXEC and #args > 0 then return "args", (OPS[v.op] or "?") .. " carries no arguments" end
+    return nil, args
 end
 
 -- the header fields that lie wholly within the first `limit` bytes, in wire order; their values by name
@@ -147,39 +182,43 @@ local function add_header(tree, tvb, limit)
             parent = telemetry
         end
         local item = parent:add(F[h.name], range)
-        if h.size <= 4 then v[h.name] = range:uint() end
+        if h.size <= 4 then v[h.name] = range:uint() elseif h.size == 8 then v[h.name] = range:uint64() end
         if h.name == "op" then
             item:add(F["reply"], range)
             if COHERENCE[v.op] then item:add(F["coherence"], true):set_generated() end
         elseif h.name == "flags" then
             for _, field in ipairs(FLAG_FIELDS) do item:add(field, range) end
-        elseif h.name == "key" then
-            add_key(item, range, v)
         end
     end
     return v
 end
 
--- the value: its bytes, then the 16-byte chunks it travels in and their zero padding (cacheable values)
-local function add_value(tree, tvb, v, captured)
-    local have = math.min(v.vlen, captured - HEADER_LEN)
-    if have <= 0 then return end
-    local item = tree:add(F["value"], tvb(HEADER_LEN, have))
-    if v.nchunks == 0 then return end
-    local room = captured - HEADER_LEN
-    for i = 0, v.nchunks - 1 do
-        local at = i * CHUNK_LEN
-        if at >= room then break end
-        item:add(F["value.chunk"], tvb(HEADER_LEN + at, math.min(CHUNK_LEN, room - at)))
+-- the body (wholly captured, well formed): chunks and their padding, the key, the arguments, a raw value
+local function add_body(tree, tvb, v, args)
+    local key_at, args_at, raw_at, raw = layout(v)
+    if v.nchunks > 0 then
+        local item = tree:add(F["value"], tvb(HEADER_LEN, v.vlen))
+        for i = 0, v.nchunks - 1 do item:add(F["value.chunk"], tvb(HEADER_LEN + i * CHUNK_LEN, CHUNK_LEN)) end
+        local pad = v.nchunks * CHUNK_LEN - v.vlen
+        if pad > 0 then item:add(F["value.padding"], tvb(HEADER_LEN + v.vlen, pad)) end
     end
-    local pad = math.min(v.nchunks * CHUNK_LEN, room) - v.vlen
-    if pad > 0 then item:add(F["value.padding"], tvb(HEADER_LEN + v.vlen, pad)) end
+    if v.klen > 0 then
+        local key = tree:add(F["key"], tvb(key_at, v.klen))
+        v.key = printable(tvb(key_at, v.klen):raw())
+        key:add(F["key.text"], tvb(key_at, v.klen), v.key)
+    end
+    if v.alen > 0 then
+        local block = tree:add(F["args"], tvb(args_at, v.alen), #args)
+        for _, a in ipairs(args) do block:add(F["arg"], tvb(a[1], a[2])) end
+    end
+    if raw > 0 then tree:add(F["value"], tvb(raw_at, raw)) end
 end
 
 local function summary(v)
     local s = OPS[v.op] or string.format("op 0x%02x", v.op)
     if bit.band(v.op, REPLY_BIT) ~= 0 then s = s .. " " .. (STATUSES[v.status] or tostring(v.status)) end
-    s = s .. " seq=" .. v.seq .. " key=" .. (v.user and ('"' .. v.user .. '"') or "<hashed>")
+    s = s .. " seq=" .. tostring(v.seq)
+    if v.key then s = s .. ' key="' .. v.key .. '"' end
     if v.vlen > 0 then s = s .. " vlen=" .. v.vlen end
     if bit.band(v.flags, FLAG_CACHED) ~= 0 then s = s .. " [cache hit: switch " .. v.served_by .. "]" end
     local attempt = bit.rshift(bit.band(v.flags, FLAG_ATTEMPT), ATTEMPT_SHIFT)
@@ -193,9 +232,17 @@ function dc.dissector(tvb, pinfo, root)
     local captured, reported = tvb:len(), tvb:reported_len()
     local tree = root:add(dc, tvb())
     pinfo.cols.info:set("DistCache")
+    if captured >= 1 and tvb(0, 1):uint() ~= VERSION then  -- another version: refused before its length
+        add_header(tree, tvb, math.min(captured, HEADER_LEN))
+        if captured > HEADER_LEN then tree:add(F["body"], tvb(HEADER_LEN, captured - HEADER_LEN)) end
+        local version = tvb(0, 1):uint()
+        local why = string.format("protocol version %d, this peer speaks version %d", version, VERSION)
+        report(tree, pinfo, "version", why)
+        return captured
+    end
     if reported < HEADER_LEN then
         add_header(tree, tvb, captured)
-        report(tree, pinfo, "short", string.format("%d bytes, header needs %d", reported, HEADER_LEN))
+        report(tree, pinfo, "short", string.format("%d bytes, the header needs %d", reported, HEADER_LEN))
         return captured
     end
     if captured < HEADER_LEN then
@@ -204,20 +251,28 @@ function dc.dissector(tvb, pinfo, root)
         return captured
     end
     local v = add_header(tree, tvb, HEADER_LEN)
-    local reason, detail = check(v, reported)
+    local reason, detail = check(v, tvb, reported)
+    local args = nil
+    if not reason and captured == reported then
+        local bad
+        bad, args = check_args(v, tvb)
+        if bad then reason, detail = bad, args end
+    end
     if reason then
         if captured > HEADER_LEN then tree:add(F["body"], tvb(HEADER_LEN, captured - HEADER_LEN)) end
         report(tree, pinfo, reason, detail)
         return captured
     end
-    pinfo.cols.info:set(summary(v))
-    if v.op == OP_INVALIDATE and bit.band(v.flags, FLAG_POPULATE) ~= 0 then
+    local populate = v.op == OP_INVALIDATE and bit.band(v.flags, FLAG_POPULATE) ~= 0
+    if populate then
         tree:add(F["populate.epoch"], v.spine_load):set_generated()
         tree:add(F["populate.version"], v.leaf_load):set_generated()
-        pinfo.cols.info:append(" [populate]")
     end
-    add_value(tree, tvb, v, captured)
+    if captured == reported then add_body(tree, tvb, v, args) end
+    pinfo.cols.info:set(summary(v))
+    if populate then pinfo.cols.info:append(" [populate]") end
     if captured < reported then
+        if captured > HEADER_LEN then tree:add(F["body"], tvb(HEADER_LEN, captured - HEADER_LEN)) end
         report(tree, pinfo, "truncated", string.format("captured %d of %d bytes", captured, reported))
     end
     return captured

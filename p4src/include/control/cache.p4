@@ -29,7 +29,7 @@ control DcCache(inout headers_t hdr,
                 inout metadata_t meta,
                 inout dc_io_t io)
                (DC_REGISTER_T(bit<48>) cache_valid, DC_REGISTER_T(bit<16>) cache_vlen,
-                DC_REGISTER_T(bit<128>) cache_value, DC_REGISTER_T(bit<32>) cache_inval_seq,
+                DC_REGISTER_T(bit<128>) cache_value, DC_REGISTER_T(bit<64>) cache_inval_seq,
                 DC_COUNTER_T dc_stats) {
 
     DC_COUNTER(CACHE_SLOTS) cache_hits;  /* per slot: the agent evicts the least hit */
@@ -46,7 +46,7 @@ control DcCache(inout headers_t hdr,
     }
 
     table cache_lookup {
-        key = { hdr.dc.key: exact @name("dc_key"); }
+        key = { hdr.dc.digest: exact @name("dc_key"); }
         actions = { cache_hit; cache_miss; }
         default_action = cache_miss();
         size = CACHE_SLOTS;
@@ -69,7 +69,7 @@ control DcCache(inout headers_t hdr,
         bool spine_missed = meta.role == ROLE_STORAGE_LEAF && hdr.dc.target != 0 && hdr.dc.target <= MAX_SPINE_ID;
         if (meta.op == OP_GET && (hdr.dc.target == meta.switch_id || spine_missed)) {
             bit<48> valid = 0;
-            bit<32> seq_before = 0;
+            bit<64> seq_before = 0;
             if (meta.cache_hit == 1) {
                 DC_READ(cache_inval_seq, seq_before, (bit<32>)meta.slot);
                 DC_READ(cache_valid, valid, (bit<32>)meta.slot);
@@ -81,14 +81,14 @@ control DcCache(inout headers_t hdr,
                     dc_stats.count(STAT_HIT_METERED);
                 }
             }
-            bit<32> seq_after = 0;
+            bit<64> seq_after = 0;
             if (meta.cache_hit == 1 && valid != 0 && valid == tag && !red) {
                 /* ---- the value, read between two reads of the write version ---- */
                 bit<16> vlen;
                 DC_READ(cache_vlen, vlen, (bit<32>)meta.slot);
                 bit<8> n = (bit<8>)((vlen + 15) >> 4);
                 bit<32> base = (bit<32>)meta.slot * MAX_CHUNKS;
-                hdr.dc.vlen = vlen;
+                hdr.dc.vlen = (bit<32>)vlen;
                 hdr.dc.nchunks = n;
                 hdr.vals[0].setInvalid(); hdr.vals[1].setInvalid();
                 hdr.vals[2].setInvalid(); hdr.vals[3].setInvalid();
@@ -124,7 +124,8 @@ control DcCache(inout headers_t hdr,
                     cache_hits.count((bit<32>)meta.slot);
                     dc_stats.count(STAT_READ_HIT);
                 }
-                hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4);
+                /* a GET carries no value and no arguments (DcValidation): only its key rides behind */
+                hdr.udp.length = 8 + DC_HEADER_LEN + ((bit<16>)n << 4) + hdr.dc.klen;
                 hdr.ipv4.totalLen = 20 + hdr.udp.length;
             }
             if (meta.served == 0) {

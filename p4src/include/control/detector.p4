@@ -62,7 +62,7 @@ control DcDetector(inout headers_t hdr,
     apply {
         if (meta.op == OP_GET && meta.cache_hit == 0) {
             if (meta.role == ROLE_SPINE) {
-                DC_CRC32(meta.bucket, 16, SPINE_BUCKETS, { hdr.dc.key });
+                DC_CRC32(meta.bucket, 16, SPINE_BUCKETS, { hdr.dc.digest });
                 hh_buckets.apply();
             } else {
                 hh_racks.apply();
@@ -76,10 +76,10 @@ control DcDetector(inout headers_t hdr,
             dc_shr48(io.now, meta.hh_window_shift, windows);
             bit<16> window = (bit<16>)windows;
             bit<32> i0; bit<32> i1; bit<32> i2; bit<32> i3;
-            DC_CRC32(i0, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt1 });
-            DC_CRC32(i1, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt2 });
-            DC_CRC32(i2, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt3 });
-            DC_CRC32(i3, 32, HH_CM_WIDTH, { hdr.dc.key, meta.hh_salt4 });
+            DC_CRC32(i0, 32, HH_CM_WIDTH, { hdr.dc.digest, meta.hh_salt1 });
+            DC_CRC32(i1, 32, HH_CM_WIDTH, { hdr.dc.digest, meta.hh_salt2 });
+            DC_CRC32(i2, 32, HH_CM_WIDTH, { hdr.dc.digest, meta.hh_salt3 });
+            DC_CRC32(i3, 32, HH_CM_WIDTH, { hdr.dc.digest, meta.hh_salt4 });
             bit<32> c0; bit<32> c1; bit<32> c2; bit<32> c3;
             i1 = i1 + HH_CM_WIDTH; i2 = i2 + 2 * HH_CM_WIDTH; i3 = i3 + 3 * HH_CM_WIDTH;
             DC_READ(hh_cm, c0, i0); DC_READ(hh_cm, c1, i1); DC_READ(hh_cm, c2, i2); DC_READ(hh_cm, c3, i3);
@@ -101,9 +101,9 @@ control DcDetector(inout headers_t hdr,
             dc_stats.count(STAT_HH_COUNTED);
             if (estimate >= meta.hh_threshold) {
                 bit<32> b0; bit<32> b1; bit<32> b2;
-                DC_CRC32(b0, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt5 });
-                DC_CRC32(b1, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt6 });
-                DC_CRC32(b2, 32, HH_BLOOM_WIDTH, { hdr.dc.key, meta.hh_salt7 });
+                DC_CRC32(b0, 32, HH_BLOOM_WIDTH, { hdr.dc.digest, meta.hh_salt5 });
+                DC_CRC32(b1, 32, HH_BLOOM_WIDTH, { hdr.dc.digest, meta.hh_salt6 });
+                DC_CRC32(b2, 32, HH_BLOOM_WIDTH, { hdr.dc.digest, meta.hh_salt7 });
                 bit<16> s0; bit<16> s1; bit<16> s2;
                 b1 = b1 + HH_BLOOM_WIDTH; b2 = b2 + 2 * HH_BLOOM_WIDTH;
                 DC_READ(hh_bloom, s0, b0); DC_READ(hh_bloom, s1, b1); DC_READ(hh_bloom, s2, b2);
@@ -117,7 +117,7 @@ control DcDetector(inout headers_t hdr,
                     /* field by field: p4c-ebpf writes a struct expression holding the 128-bit key as a C
                      * compound literal that copies the key array's address, not its bytes */
                     hh_digest_t report;
-                    report.key = hdr.dc.key;
+                    report.key = hdr.dc.digest;
                     report.estimate = estimate;
                     report.switch_id = meta.switch_id;
                     report.elapsed_us = elapsed;

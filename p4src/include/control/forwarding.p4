@@ -74,7 +74,7 @@ control DcForwarding(inout headers_t hdr,
         if (meta.transit == 1) {
             bit<16> bucket = 0;
             if (hdr.dc.isValid()) {
-                DC_CRC32(bucket, 16, SPINE_BUCKETS, { hdr.dc.key });
+                DC_CRC32(bucket, 16, SPINE_BUCKETS, { hdr.dc.digest });
                 if (meta.port_kind == PORT_CLIENT) {
                     bucket = bucket + (bit<16>)((hdr.dc.flags & FLAG_ATTEMPT) >> (bit<5>)FLAG_ATTEMPT_SHIFT);
                 }

@@ -74,7 +74,7 @@ control DcRouting(inout headers_t hdr,
     }
 
     table replicated_keys {
-        key = { hdr.dc.key: exact @name("dc_key"); }
+        key = { hdr.dc.digest: exact @name("dc_key"); }
         actions = { replicate; NoAction; }
         default_action = NoAction();
         size = MAX_REPLICATED_KEYS;
@@ -114,7 +114,7 @@ control DcRouting(inout headers_t hdr,
                 replicated_keys.apply();
             }
             if (meta.mechanism != MECH_NOCACHE) {
-                DC_CRC32(meta.bucket, 16, SPINE_BUCKETS, { hdr.dc.key });
+                DC_CRC32(meta.bucket, 16, SPINE_BUCKETS, { hdr.dc.digest });
             }
             if (meta.replicated == 1) {
                 bit<16> spread = meta.bucket + hdr.dc.seq[15:0] + (bit<16>)attempt;

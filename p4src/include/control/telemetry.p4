@@ -23,7 +23,8 @@ control DcTelemetry(inout headers_t hdr,
     DC_REGISTER(bit<32>, 1) load_epoch;
 
     apply {
-        bool reply = hdr.dc.op == OP_GET_REPLY || hdr.dc.op == OP_PUT_REPLY || hdr.dc.op == OP_DELETE_REPLY;
+        bool reply = hdr.dc.op == OP_GET_REPLY || hdr.dc.op == OP_PUT_REPLY || hdr.dc.op == OP_DELETE_REPLY
+            || hdr.dc.op == OP_EXEC_REPLY;
         if (meta.role == ROLE_SPINE || meta.role == ROLE_STORAGE_LEAF) {
             /* reads for this switch: targeted at it, or answered here for a spine that missed */
             bool targeted_read = meta.op == OP_GET && (hdr.dc.target == meta.switch_id || meta.served == 1);

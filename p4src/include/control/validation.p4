@@ -81,22 +81,24 @@ control DcValidation(inout headers_t hdr,
         } else {
             bit<8> op = hdr.dc.op;
             meta.op = op;
-            bool known = op == OP_GET || op == OP_PUT || op == OP_DELETE
-                || op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY
+            bool known = op == OP_GET || op == OP_PUT || op == OP_DELETE || op == OP_EXEC
+                || op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY || op == OP_EXEC_REPLY
                 || op == OP_INVALIDATE || op == OP_UPDATE
                 || op == OP_INVALIDATE_ACK || op == OP_UPDATE_ACK || op == OP_PROBE || op == OP_PROBE_REPLY;
-            bool reply = op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY;
+            bool reply = op == OP_GET_REPLY || op == OP_PUT_REPLY || op == OP_DELETE_REPLY || op == OP_EXEC_REPLY;
             bool probe_ok = (leaf && from_cpu && op == OP_PROBE
                              && hdr.packet_out.spine_id != 0 && hdr.packet_out.spine_id <= MAX_SPINE_ID)
                 || (leaf && !from_cpu && op == OP_PROBE_REPLY && meta.from_spine != 0)
                 || (meta.role == ROLE_SPINE && !from_cpu && op == OP_PROBE);
-            bit<16> want_chunks = 0;
+            bit<32> want_chunks = 0;
             if (hdr.dc.vlen <= MAX_CACHEABLE) {
                 want_chunks = (hdr.dc.vlen + 15) >> 4;
             }
             if (!known) {
                 reason = DROP_UNKNOWN_OP;
-            } else if (hdr.dc.vlen > MAX_VALUE_LEN || (bit<16>)hdr.dc.nchunks != want_chunks) {
+            } else if (hdr.dc.vlen > MAX_VALUE || (bit<32>)hdr.dc.nchunks != want_chunks
+                       || (op == OP_GET && (hdr.dc.vlen != 0 || hdr.dc.alen != 0))) {
+                /* the lengths do not add up; a GET carries only its key (a hit's reply length counts on it) */
                 reason = DROP_BAD_CHUNKS;
             } else if ((op == OP_PROBE || op == OP_PROBE_REPLY) && !probe_ok) {
                 reason = DROP_PROBE;

@@ -36,13 +36,22 @@ from tests.ptf.dctest import (
 
 
 def reply_frame(
-    value: bytes, served_by: int, *, seq: int, dmac: str, spine_load: int = 0, leaf_load: int = 0, target: int
+    value: bytes,
+    served_by: int,
+    *,
+    seq: int,
+    dmac: str,
+    spine_load: int = 0,
+    leaf_load: int = 0,
+    target: int,
+    key: bytes = b"",
 ) -> object:
-    """The exact frame a cache hit sends back towards the client."""
+    """The exact frame a cache hit sends back towards the client: the value's chunks, then the request's key."""
     is_spine = served_by == SP0.switch_id or served_by == SP1.switch_id
     msg = Message(
         op=Op.GET_REPLY,
-        key=KEY,
+        key=key,
+        digest=KEY,
         seq=seq,
         value=value,
         flags=Flag.CACHED,
@@ -59,11 +68,13 @@ def reply_frame(
 
 
 class _Hit(DcTest):
-    def hit(self, value: bytes) -> None:
+    def hit(self, value: bytes, key: bytes = b"") -> None:
         self.fill(KEY, slot=3, version=9, value=value, seq=100)
         self.assertEqual(self.stat(Stat.UPDATE), 1)
-        self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=41, target=SL0.switch_id)))
-        self.expect(reply_frame(value, SL0.switch_id, seq=41, dmac=SP0.mac, leaf_load=1, target=SL0.switch_id), 2)
+        get = Message(op=Op.GET, key=key, digest=KEY, seq=41, target=SL0.switch_id)
+        self.send(2, dc_frame(CLIENT.ip, SERVER.ip, get))
+        reply = reply_frame(value, SL0.switch_id, seq=41, dmac=SP0.mac, leaf_load=1, target=SL0.switch_id, key=key)
+        self.expect(reply, 2)
         self.expect_none()
         self.assertEqual(self.counter(p4names.CACHE_HITS, 3), 1)
         self.assertEqual(self.stat(Stat.READ_HIT), 1)
@@ -74,6 +85,14 @@ class LeafHitExactReply(_Hit):
 
     def runTest(self) -> None:
         self.hit(b"hello distcache, 33 bytes long!!!")
+
+
+class LeafHitLongKeyRidesBehindTheValue(_Hit):
+    """A read carries its key (here 200 binary bytes) behind the header, which the switch does not parse:
+    the reply is header, the value's chunks, then the key, with the UDP and IPv4 lengths counting all three."""
+
+    def runTest(self) -> None:
+        self.hit(b"a value of 20 bytes!", key=b"\x00\xff" + bytes(range(198)))
 
 
 class LeafHitEmptyValue(_Hit):
@@ -96,11 +115,11 @@ class SpineHitExactReply(DcTest):
     def runTest(self) -> None:
         value = b"spine value"
         self.fill(KEY, slot=0, version=1, value=value, seq=5)  # from storage leaf sl0 (port 1)
-        get = Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id)
+        get = Message(Op.GET, digest=KEY, seq=8, target=SP0.switch_id)
         self.send(3, dc_frame(CLIENT.ip, SERVER.ip, get))
         want = Message(
             op=Op.GET_REPLY,
-            key=KEY,
+            digest=KEY,
             seq=8,
             value=value,
             flags=Flag.CACHED,
@@ -131,7 +150,7 @@ class MissIsForwardedAndCounted(DcTest):
     """A targeted read of a key not in the cache goes on to the server, unchanged but for routing."""
 
     def runTest(self) -> None:
-        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id), udp_checksum=0)
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(Op.GET, digest=KEY1, seq=3, target=SL0.switch_id), udp_checksum=0)
         self.send(2, get)
         self.expect(routed(get, SERVER.mac), 1)
         self.expect_none()
@@ -167,7 +186,7 @@ class LeafAnswersAReadItsSpineMissed(_Hit):
     def runTest(self) -> None:
         self.fill(KEY, slot=3, version=9, value=b"rack-copy", seq=100)
         for seq, spine in ((41, SP0), (42, SP1)):
-            self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=seq, target=spine.switch_id)))
+            self.send(2, dc_frame(CLIENT.ip, SERVER.ip, Message(Op.GET, digest=KEY, seq=seq, target=spine.switch_id)))
             self.expect(
                 reply_frame(
                     b"rack-copy", SL0.switch_id, seq=seq, dmac=SP0.mac, leaf_load=seq - 40, target=spine.switch_id
@@ -189,7 +208,7 @@ class WritesPassCachedKeys(DcTest):
                 dc_frame(
                     CLIENT.ip,
                     SERVER.ip,
-                    Message(op=op, key=KEY, value=b"w" if op == Op.PUT else b"", target=SL0.switch_id),
+                    Message(op=op, digest=KEY, value=b"w" if op == Op.PUT else b"", target=SL0.switch_id),
                 ),
             )
             self.assertEqual((port, m.op), (1, op))
@@ -219,7 +238,7 @@ class _MeteredBurst(DcTest):
         value = b"metered value"
         self.fill(KEY, slot=self.SLOT, version=4, value=value, seq=100)
         gets = [
-            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=i, target=SL0.switch_id), udp_checksum=0)
+            dc_frame(CLIENT.ip, SERVER.ip, Message(Op.GET, digest=KEY, seq=i, target=SL0.switch_id), udp_checksum=0)
             for i in range(self.READS)
         ]
         for g in gets:  # all sent before any is collected: the burst lasts milliseconds, not round trips

@@ -71,7 +71,7 @@ class TargetAcknowledgesInvalidate(DcTest):
 
     def runTest(self) -> None:
         self.send(1, self.coherence(Op.INVALIDATE, 55, target=SP0.switch_id))
-        ack = Message(op=Op.INVALIDATE_ACK, key=KEY, seq=55, target=SP0.switch_id)
+        ack = Message(op=Op.INVALIDATE_ACK, digest=KEY, seq=55, target=SP0.switch_id)
         self.expect(
             dc_frame(
                 C.spine_address(SP0.switch_id),
@@ -99,7 +99,7 @@ class TargetAcknowledgesUpdate(DcTest):
         for op, value in ((Op.INVALIDATE, b""), (Op.UPDATE, b"spine copy")):
             populate = (0, 2) if op == Op.INVALIDATE else None
             port, m = self.exchange(1, self.coherence(op, 9, value, target=SP0.switch_id, populate=populate))
-            self.assertEqual((port, m.op, m.seq, m.key), (1, op.reply(), 9, KEY))
+            self.assertEqual((port, m.op, m.seq, m.digest), (1, op.reply(), 9, KEY))
         self.assertEqual((self.stat(Stat.INVALIDATE), self.stat(Stat.UPDATE)), (1, 1))
         _, m = self.read(3, SP0.switch_id)
         self.assertEqual((m.cached, m.value), (True, b"spine copy"))
@@ -159,10 +159,10 @@ class DuplicatedPairAfterLaterWriteCannotRevalidate(_Coherence):
 
 
 class SeqComparisonWrapsAround(_Coherence):
-    """Serial-number arithmetic: seq 5 follows seq 0xFFFFFFF0."""
+    """Serial-number arithmetic on 64 bits: seq 5 follows seq 2^64 - 16."""
 
     def runTest(self) -> None:
-        self.fill(KEY, 0, 1, b"before wrap", 0xFFFFFFF0)
+        self.fill(KEY, 0, 1, b"before wrap", 2**64 - 16)
         self.coh(Op.INVALIDATE, 5)
         self.coh(Op.UPDATE, 5, b"after wrap")
         self.assertEqual(self.value_read(), b"after wrap")
@@ -188,7 +188,7 @@ class CoherenceForUncachedKeyChangesNothing(_Coherence):
         self.fill(KEY, 0, 1, b"kept", 3)
         for op, value in ((Op.INVALIDATE, b""), (Op.UPDATE, b"other")):
             _, m = self.exchange(1, self.coherence(op, 4, value, key=KEY1))
-            self.assertEqual((m.op, m.key), (op, KEY1))
+            self.assertEqual((m.op, m.digest), (op, KEY1))
         self.assertEqual((self.stat(Stat.INVALIDATE), self.stat(Stat.UPDATE), self.stat(Stat.UPDATE_STALE)), (1, 1, 0))
         self.assertEqual(self.value_read(), b"kept")
 

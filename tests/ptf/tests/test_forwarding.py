@@ -20,8 +20,9 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from distcache import p4names
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.wire import DC_PORT, Flag, Message, Op, attempt_flags
+from tests.common.keys import digest
 from tests.ptf.dctest import (
     CL0,
     CLIENT,
@@ -38,7 +39,7 @@ from tests.ptf.dctest import (
     transit_spine,
 )
 
-KEYS = [wire_key(f"transit-{i}") for i in range(16)]
+KEYS = [digest(f"transit-{i}") for i in range(16)]
 
 
 class ClientWritesSpreadOverTheSpines(DcTest):
@@ -50,10 +51,10 @@ class ClientWritesSpreadOverTheSpines(DcTest):
     def runTest(self) -> None:
         used = Counter()
         for i, key in enumerate(KEYS):
-            put = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, key=key, seq=i, value=b"v"))
+            put = dc_frame(CLIENT.ip, SERVER.ip, Message(Op.PUT, digest=key, seq=i, value=b"v"))
             sp = transit_spine(key)
             self.send(1, put)
-            clean = Message(op=Op.PUT, key=key, seq=i, value=b"v")  # telemetry fields cleared (already 0)
+            clean = Message(Op.PUT, digest=key, seq=i, value=b"v")  # telemetry fields cleared (already 0)
             want = routed(dc_frame(CLIENT.ip, SERVER.ip, clean, udp_checksum=0), sp.mac)
             self.expect(want, LEAF_UPLINK[sp.switch_id])
             used[sp.name] += 1
@@ -71,7 +72,7 @@ class RepliesOfAKeyTakeItsSpine(DcTest):
         for key in KEYS[:6]:
             sp = transit_spine(key)
             for seq in (1, 2):
-                reply = Message(op=Op.PUT_REPLY, key=key, seq=seq)
+                reply = Message(Op.PUT_REPLY, digest=key, seq=seq)
                 port, _ = self.exchange(1, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
                 self.assertEqual(port, LEAF_UPLINK[sp.switch_id], f"{key!r} seq {seq}")
 
@@ -102,7 +103,7 @@ class SpinesOutOfServiceGetNoTransit(DcTest):
 
     def runTest(self) -> None:
         for i, key in enumerate(KEYS[:8]):
-            port, _ = self.exchange(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, key=key, seq=i, value=b"v")))
+            port, _ = self.exchange(1, dc_frame(CLIENT.ip, SERVER.ip, Message(Op.PUT, digest=key, seq=i, value=b"v")))
             self.assertEqual(port, LEAF_UPLINK[SP1.switch_id], f"{key!r}")
 
 
@@ -115,7 +116,7 @@ class EmptyTransitSlotDrops(DcTest):
         key = KEYS[0]
         slot = h0(key) & (p4names.TRANSIT_SLOTS - 1)
         self.sw.delete(p4names.TRANSIT_SPINE, {p4names.KEY_TRANSIT_SLOT: slot})
-        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, key=key, seq=1, value=b"v")))
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(Op.PUT, digest=key, seq=1, value=b"v")))
         self.expect_none()
         self.assertEqual(self.drops(p4names.DropReason.NO_ROUTE), 1)
 
@@ -129,7 +130,7 @@ class ClientRetriesTakeAnotherTransitSpine(DcTest):
         for i, key in enumerate(KEYS[:4]):
             self.assertNotEqual(transit_spine(key), transit_spine(key, attempt=1))
             for attempt in (0, 1):
-                put = Message(op=Op.PUT, key=key, seq=i, value=b"v", flags=attempt_flags(attempt))
+                put = Message(Op.PUT, digest=key, seq=i, value=b"v", flags=attempt_flags(attempt))
                 sp = transit_spine(key, attempt=attempt)
                 self.send(1, dc_frame(CLIENT.ip, SERVER.ip, put))
                 self.expect(
@@ -147,6 +148,6 @@ class RepliesKeepTheirKeysSpineWhateverTheirFlags(DcTest):
     def runTest(self) -> None:
         for key in KEYS[:6]:
             sp = transit_spine(key)
-            reply = Message(op=Op.GET_REPLY, key=key, seq=1, flags=Flag.CACHED | attempt_flags(1))
+            reply = Message(Op.GET_REPLY, digest=key, seq=1, flags=Flag.CACHED | attempt_flags(1))
             port, _ = self.exchange(1, dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
             self.assertEqual(port, LEAF_UPLINK[sp.switch_id], f"{key!r}")

@@ -71,7 +71,7 @@ class _Liveness(DcTest):
 
     def choose(self, seq: int, key: bytes = KEY, attempt: int = 0) -> tuple[int, int]:
         """(out port, target) of a client's read."""
-        get = Message(op=Op.GET, key=key, seq=seq, flags=attempt_flags(attempt))
+        get = Message(op=Op.GET, digest=key, seq=seq, flags=attempt_flags(attempt))
         port, m = self.exchange(1, dc_frame(CLIENT.ip, SERVER.ip, get))
         return port, m.target
 
@@ -137,7 +137,7 @@ class ProbePortProbesAsAPacketOutDoes(_Liveness):
         )
         self.wait_until(time.monotonic() + self.dead + MARGIN)  # sp0 never answered its probe: dead
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
-        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3))
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=3))
         self.send(p4names.PROBE_PORT, packet_out_header(spine_id=SP0.switch_id) + bytes(get))
         self.send(p4names.PROBE_PORT, packet_out_header(spine_id=0) + probe_frame(CL0, SP0, 10))
         self.expect_none()
@@ -268,8 +268,8 @@ class SilentSpineIsRoutedAround(_Liveness):
     def runTest(self) -> None:
         self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
         self.silence(SP0)
-        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2)))
-        marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=2)))
+        marked = Message(op=Op.GET, digest=KEY, seq=2, target=SL0.switch_id)
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP1.mac), PORT[SP1.switch_id])
         self.expect_none()
         self.assertEqual((self.stat(Stat.READ_REROUTED), self.stat(Stat.TRANSIT_REROUTED)), (1, 1))
@@ -287,10 +287,10 @@ class AFencedSpineIsLeftOutUntilUnfenced(_Liveness):
         self.liveness(DEAD, HOLD, fenced=(SP0.switch_id,))
         self.probe(SP0)
         self.answer(SP0)
-        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+        reply = Message(op=Op.GET_REPLY, digest=KEY, seq=1)
         self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
-        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2)))
-        marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=2)))
+        marked = Message(op=Op.GET, digest=KEY, seq=2, target=SL0.switch_id)
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP1.mac), PORT[SP1.switch_id])
         self.expect_none()
         self.assertEqual((self.stat(Stat.READ_REROUTED), self.stat(Stat.TRANSIT_REROUTED)), (1, 1))
@@ -319,7 +319,7 @@ class TrafficKeepsASpineAlive(_Liveness):
 
     def runTest(self) -> None:
         self.probe(SP0)
-        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+        reply = Message(op=Op.GET_REPLY, digest=KEY, seq=1)
         self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
         self.wait_until(time.monotonic() + self.dead + MARGIN)
         self.assertEqual(self.choose(2), (PORT[SP0.switch_id], SP0.switch_id))
@@ -337,7 +337,7 @@ class ProbesOfASpineHeardLatelyAreNotSent(_Liveness):
 
     def runTest(self) -> None:
         self.liveness(DEAD, HOLD, probe_skip=SKIP)
-        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1)
+        reply = Message(op=Op.GET_REPLY, digest=KEY, seq=1)
         self.exchange(PORT[SP0.switch_id], dc_frame(SERVER.ip, CLIENT.ip, reply, sport=DC_PORT, dport=CLIENT_PORT))
         heard = time.monotonic()
         send_probe(self.sw, self.role, SP0, 2)
@@ -442,8 +442,8 @@ class HeardAgainAfterTheHoldIsUsedAgain(_Liveness):
         self.assertEqual(self.choose(2), (PORT[SP1.switch_id], SL0.switch_id))
         self.wait_until(asked_by + DEAD + HOLD + MARGIN)
         self.answer(SP0)
-        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2)))
-        marked = Message(op=Op.GET, key=KEY, seq=2, target=SP0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=2)))
+        marked = Message(op=Op.GET, digest=KEY, seq=2, target=SP0.switch_id)
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac), PORT[SP0.switch_id])
         self.expect_none()
 
@@ -502,12 +502,12 @@ class ProbesFromHostsAreRefused(_Liveness):
     no spine.  None of them moves a probe counter or makes a spine look alive or dead."""
 
     def runTest(self) -> None:
-        probe = Message(op=Op.PROBE, key=bytes(16), seq=1, target=SP0.switch_id)
+        probe = Message(op=Op.PROBE, digest=bytes(16), seq=1, target=SP0.switch_id)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, probe))
-        reply = Message(op=Op.PROBE_REPLY, key=bytes(16), seq=1, spine_id=SP0.switch_id)
+        reply = Message(op=Op.PROBE_REPLY, digest=bytes(16), seq=1, spine_id=SP0.switch_id)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, reply, sport=DC_PORT, dport=DC_PORT))
         self.send(PORT[SP0.switch_id], probe_wire(CL0, SP0, seq=1))  # a PROBE coming down from a spine
-        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=2))
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=2))
         self.sw.packet_out(bytes(get), spine_id=SP0.switch_id)
         self.sw.packet_out(bytes(probe_wire(CL0, SP0, seq=1, ttl=64)), spine_id=0)
         self.expect_none()
@@ -523,7 +523,7 @@ class StoragePortProbesAreRefused(_Liveness):
     role = SL0
 
     def runTest(self) -> None:
-        probe = Message(op=Op.PROBE, key=bytes(16), seq=1, target=SP0.switch_id)
+        probe = Message(op=Op.PROBE, digest=bytes(16), seq=1, target=SP0.switch_id)
         self.send(1, dc_frame(SERVER.ip, "10.255.0.1", probe, sport=DC_PORT))
         self.expect_none()
         self.assertEqual(self.wait_counter(p4names.DC_DROPS, int(DropReason.PROBE), 1), 1)
@@ -539,12 +539,12 @@ class TransitAvoidsADeadSpine(_Liveness):
     def runTest(self) -> None:
         self.assertEqual(transit_spine(KEY), SP0)
         reply = dc_frame(
-            SERVER.ip, CLIENT.ip, Message(op=Op.PUT_REPLY, key=KEY, seq=1), sport=DC_PORT, dport=CLIENT_PORT
+            SERVER.ip, CLIENT.ip, Message(op=Op.PUT_REPLY, digest=KEY, seq=1), sport=DC_PORT, dport=CLIENT_PORT
         )
         self.assertEqual(self.exchange(1, reply)[0], PORT[SP0.switch_id])
         self.silence(SP0)
         port, m = self.exchange(1, reply)
-        self.assertEqual((port, m.op, m.key, m.leaf_id), (PORT[SP1.switch_id], Op.PUT_REPLY, KEY, SL0.switch_id))
+        self.assertEqual((port, m.op, m.digest, m.leaf_id), (PORT[SP1.switch_id], Op.PUT_REPLY, KEY, SL0.switch_id))
         self.assertEqual(transit_spine(None), SP0)
         plain = dc_frame(SERVER.ip, CLIENT.ip, b"not distcache", sport=4000, dport=5000)
         self.send(1, plain)

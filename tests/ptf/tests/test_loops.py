@@ -84,11 +84,11 @@ class _Loops(DcTest):
 
     def leaf_load_is_zero(self) -> None:
         """A server reply passing the storage leaf carries its load of this window: 0 if no read counted."""
-        msg = Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"v")
+        msg = Message(op=Op.GET_REPLY, digest=KEY, seq=1, value=b"v")
         frame = dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0)
         self.send(1, frame)
         sp = transit_spine(KEY)
-        stamped = Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"v", leaf_id=SL0.switch_id, leaf_load=0)
+        stamped = Message(op=Op.GET_REPLY, digest=KEY, seq=1, value=b"v", leaf_id=SL0.switch_id, leaf_load=0)
         self.expect(
             routed(dc_frame(SERVER.ip, CLIENT.ip, stamped, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0), sp.mac),
             2 if sp == SP0 else 3,
@@ -106,7 +106,7 @@ class ClientLeafTakesTtlToOne(DcTest):
     role = CL0
 
     def runTest(self) -> None:
-        put = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, key=KEY, seq=1, value=b"v"), ttl=2, udp_checksum=0)
+        put = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.PUT, digest=KEY, seq=1, value=b"v"), ttl=2, udp_checksum=0)
         self.send(1, put)
         want = routed(put, SP0.mac)
         self.assertEqual(want[IP].ttl, 1)
@@ -127,7 +127,7 @@ class SpineTakesTtlToOne(DcTest):
 class StorageLeafTakesTtlToOne(DcTest):
     def runTest(self) -> None:
         get = dc_frame(
-            CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=3, target=SL0.switch_id), ttl=2, udp_checksum=0
+            CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY1, seq=3, target=SL0.switch_id), ttl=2, udp_checksum=0
         )
         self.send(2, get)
         self.expect(routed(get, SERVER.mac), 1)
@@ -141,7 +141,7 @@ class TtlOneIsDroppedAtTheClientLeaf(_Loops):
 
     def runTest(self) -> None:
         self.dropped(
-            1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=1), ttl=1), DropReason.TTL_EXPIRED
+            1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=1), ttl=1), DropReason.TTL_EXPIRED
         )
         self.dropped(1, plain_udp(CLIENT.ip, SERVER.ip, ttl=0), DropReason.TTL_EXPIRED, 2)
         self.assertEqual((self.stat(Stat.ROUTED_SPINE), self.stat(Stat.ROUTED_LEAF)), (0, 0))
@@ -156,16 +156,16 @@ class TtlOneIsDroppedAtTheSpine(_Loops):
         self.enable_hot_key_digests(threshold=1)
         self.dropped(
             3,
-            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=1, target=SP0.switch_id), ttl=1),
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=1, target=SP0.switch_id), ttl=1),
             DropReason.TTL_EXPIRED,
         )
         self.dropped(1, plain_udp(SERVER.ip, CLIENT.ip, ttl=1), DropReason.TTL_EXPIRED, 2)
         self.no_read_counted()
         # a reply passing the spine carries load 0: the dropped read was not counted
-        msg = Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"v")
+        msg = Message(op=Op.GET_REPLY, digest=KEY, seq=1, value=b"v")
         frame = dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0)
         self.send(1, frame)
-        stamped = Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"v", spine_id=SP0.switch_id, spine_load=0)
+        stamped = Message(op=Op.GET_REPLY, digest=KEY, seq=1, value=b"v", spine_id=SP0.switch_id, spine_load=0)
         self.expect(
             routed(dc_frame(SERVER.ip, CLIENT.ip, stamped, sport=DC_PORT, dport=CLIENT_PORT, udp_checksum=0), CL0.mac),
             3,
@@ -181,12 +181,12 @@ class ExpiringReadIsNotAnsweredNorCounted(_Loops):
         self.enable_hot_key_digests(threshold=1)
         self.dropped(
             2,
-            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=5, target=SL0.switch_id), ttl=1),
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=5, target=SL0.switch_id), ttl=1),
             DropReason.TTL_EXPIRED,
         )
         self.dropped(
             2,
-            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY1, seq=6, target=SL0.switch_id), ttl=1),
+            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY1, seq=6, target=SL0.switch_id), ttl=1),
             DropReason.TTL_EXPIRED,
             2,
         )
@@ -203,10 +203,10 @@ class AnswerStartsAFreshTtl(DcTest):
 
     def runTest(self) -> None:
         self.fill(KEY, slot=0, version=1, value=b"spine value", seq=5)
-        self.send(3, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=8, target=SP0.switch_id), ttl=2))
+        self.send(3, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=8, target=SP0.switch_id), ttl=2))
         want = Message(
             op=Op.GET_REPLY,
-            key=KEY,
+            digest=KEY,
             seq=8,
             value=b"spine value",
             flags=Flag.CACHED,
@@ -241,7 +241,7 @@ class DownFromASpineToNoHostIsDroppedAtTheStorageLeaf(_Loops):
 
     def runTest(self) -> None:
         self.enable_hot_key_digests(threshold=1)
-        get = Message(op=Op.GET, key=KEY1, seq=4, target=SL0.switch_id)
+        get = Message(op=Op.GET, digest=KEY1, seq=4, target=SL0.switch_id)
         self.dropped(2, dc_frame(CLIENT.ip, UNUSED_STORAGE, get), DropReason.LOOP)
         self.dropped(3, plain_udp(CLIENT.ip, SERVER.ip.rsplit(".", 1)[0] + ".254"), DropReason.LOOP, 2)
         self.no_read_counted()
@@ -253,7 +253,7 @@ class DownFromASpineToNoHostIsDroppedAtTheClientLeaf(_Loops):
 
     def runTest(self) -> None:
         self.dropped(2, ping(SERVER.ip, CLIENT_GATEWAY), DropReason.LOOP)
-        reply = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=5)
+        reply = Message(op=Op.GET_REPLY, digest=KEY, seq=1, spine_id=SP0.switch_id, spine_load=5)
         self.dropped(3, dc_frame(SERVER.ip, "10.2.0.77", reply, sport=DC_PORT, dport=CLIENT_PORT), DropReason.LOOP, 2)
         self.assertEqual(self.stat(Stat.LOAD_RECORDED), 0)
 
@@ -292,7 +292,7 @@ class SpineSendsNothingBackWhereItCameFrom(_Loops):
 
     def runTest(self) -> None:
         self.dropped(3, ping(CLIENT.ip, CLIENT_GATEWAY), DropReason.LOOP)
-        put = Message(op=Op.PUT, key=KEY, seq=2, value=b"v")
+        put = Message(op=Op.PUT, digest=KEY, seq=2, value=b"v")
         self.dropped(1, dc_frame(SERVER.ip, UNUSED_STORAGE, put, sport=DC_PORT), DropReason.LOOP, 2)
         self.no_read_counted()
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from distcache import p4names
 from distcache.cluster import Mechanism
-from distcache.hashing import h0, wire_key
+from distcache.hashing import h0
 from distcache.p4names import Stat
 from distcache.wire import DC_PORT, Flag, Message, Op, attempt_flags
+from tests.common.keys import digest
 from tests.ptf.dctest import (
     BUCKETS,
     CL0,
@@ -47,7 +48,7 @@ class _Routing(DcTest):
     def loads(self, spine_load: int, leaf_load: int, spine: int = SP0.switch_id, leaf: int = SL0.switch_id) -> None:
         """A server reply coming down from a spine carries these loads; the leaf records them."""
         msg = Message(
-            op=Op.GET_REPLY, key=KEY, seq=1, spine_id=spine, spine_load=spine_load, leaf_id=leaf, leaf_load=leaf_load
+            op=Op.GET_REPLY, digest=KEY, seq=1, spine_id=spine, spine_load=spine_load, leaf_id=leaf, leaf_load=leaf_load
         )
         self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, msg, sport=DC_PORT, dport=CLIENT_PORT))
 
@@ -55,7 +56,7 @@ class _Routing(DcTest):
         self, seq: int, key: bytes = KEY, dst: str = SERVER.ip, attempt: int = 0, flags: Flag = Flag.NONE
     ) -> tuple[int, int]:
         """(out port, target) of a client's read (``attempt``: which copy of it)."""
-        get = Message(op=Op.GET, key=key, seq=seq, flags=flags | attempt_flags(attempt))
+        get = Message(op=Op.GET, digest=key, seq=seq, flags=flags | attempt_flags(attempt))
         port, m = self.exchange(1, dc_frame(CLIENT.ip, dst, get))
         return port, m.target
 
@@ -65,9 +66,9 @@ class PicksTheLessLoadedLeaf(_Routing):
 
     def runTest(self) -> None:
         self.loads(spine_load=10, leaf_load=2)
-        get = Message(op=Op.GET, key=KEY, seq=2)
+        get = Message(op=Op.GET, digest=KEY, seq=2)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, get))
-        marked = Message(op=Op.GET, key=KEY, seq=2, target=SL0.switch_id)
+        marked = Message(op=Op.GET, digest=KEY, seq=2, target=SL0.switch_id)
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac), 2)
         self.expect_none()
         self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (1, 0))
@@ -78,8 +79,8 @@ class PicksTheLessLoadedSpine(_Routing):
 
     def runTest(self) -> None:
         self.loads(spine_load=1, leaf_load=50)
-        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3)))
-        marked = Message(op=Op.GET, key=KEY, seq=3, target=SP0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=3)))
+        marked = Message(op=Op.GET, digest=KEY, seq=3, target=SP0.switch_id)
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), SP0.mac), 2)
         self.expect_none()
         self.assertEqual((self.stat(Stat.ROUTED_LEAF), self.stat(Stat.ROUTED_SPINE)), (0, 1))
@@ -117,7 +118,7 @@ class SpineIsTheKeysCrc32Bucket(_Routing):
     def runTest(self) -> None:
         seen = set()
         for i in range(24):
-            key = wire_key(f"bucket-{i}")
+            key = digest(f"bucket-{i}")
             want = BUCKETS[h0(key)]
             seen.add(want)
             self.assertEqual(self.choose(2 * i, key=key), (SPINE_PORT[want], want), f"key {key!r}")
@@ -143,7 +144,7 @@ class ForgedClientReplyDoesNotSteer(_Routing):
     """A GET_REPLY from the client port with a huge spine load is dropped and records nothing."""
 
     def runTest(self) -> None:
-        forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
+        forged = Message(op=Op.GET_REPLY, digest=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT))
         self.expect_none()
         self.assertEqual(self.choose(2)[1], SP0.switch_id)  # even seq, no loads: the spine
@@ -229,7 +230,7 @@ class ReadsFromTheFabricAreNotReMarked(_Routing):
     """Only reads from clients are marked; a read coming down from a spine keeps its target."""
 
     def runTest(self) -> None:
-        get = Message(op=Op.GET, key=KEY, seq=2, target=SP1.switch_id)
+        get = Message(op=Op.GET, digest=KEY, seq=2, target=SP1.switch_id)
         port, m = self.exchange(2, dc_frame(SERVER.ip, CLIENT.ip, get))
         self.assertEqual((port, m.target), (1, SP1.switch_id))
 
@@ -244,8 +245,8 @@ class RetryGoesToTheOtherCandidate(_Routing):
         sp = transit_spine(KEY, attempt=1)
         self.assertNotEqual(sp, transit_spine(KEY))  # KEY's own transit is sp0: its retry goes up sp1
         flags = attempt_flags(1)
-        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=3, flags=flags)))
-        marked = Message(op=Op.GET, key=KEY, seq=3, flags=flags, target=SL0.switch_id)
+        self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=3, flags=flags)))
+        marked = Message(op=Op.GET, digest=KEY, seq=3, flags=flags, target=SL0.switch_id)
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, marked, udp_checksum=0), sp.mac), LEAF_UPLINK[sp.switch_id])
         self.expect_none()
         self.loads(spine_load=50, leaf_load=1)  # now the leaf is the pick: the retry goes to the spine
@@ -265,8 +266,8 @@ class LaterRetriesGoStraightToTheServer(_Routing):
         for attempt in (2, 3, 7):
             sp = transit_spine(KEY, attempt=attempt)
             flags = attempt_flags(attempt)
-            self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=4, flags=flags)))
-            out = Message(op=Op.GET, key=KEY, seq=4, flags=flags, target=0)
+            self.send(1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, digest=KEY, seq=4, flags=flags)))
+            out = Message(op=Op.GET, digest=KEY, seq=4, flags=flags, target=0)
             self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, out, udp_checksum=0), sp.mac), LEAF_UPLINK[sp.switch_id])
             ports.add(LEAF_UPLINK[sp.switch_id])
         self.expect_none()

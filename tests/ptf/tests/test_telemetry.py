@@ -26,7 +26,7 @@ from tests.ptf.dctest import (
 
 
 def reply(**loads: int) -> Message:
-    return Message(op=Op.GET_REPLY, key=KEY, seq=1, value=b"from the server", **loads)
+    return Message(op=Op.GET_REPLY, digest=KEY, seq=1, value=b"from the server", **loads)
 
 
 def reply_frame(msg: Message, **kw: object) -> object:
@@ -103,7 +103,7 @@ class HitRepliesCarryOnlyTheServingLayer(DcTest):
 
     def runTest(self) -> None:
         self.fill(KEY, 0, 1, b"v", 3)
-        get = Message(op=Op.GET, key=KEY, seq=2, target=SP0.switch_id, leaf_id=SL0.switch_id, leaf_load=0xFFFF_FFFF)
+        get = Message(op=Op.GET, digest=KEY, seq=2, target=SP0.switch_id, leaf_id=SL0.switch_id, leaf_load=0xFFFF_FFFF)
         _, m = self.exchange(3, dc_frame(CLIENT.ip, SERVER.ip, get))
         self.assertTrue(m.cached)
         self.assertEqual((m.spine_id, m.spine_load, m.leaf_id, m.leaf_load), (SP0.switch_id, 1, 0, 0))
@@ -116,9 +116,9 @@ class ClientRequestsLoseForgedTelemetry(DcTest):
 
     def runTest(self) -> None:
         forged = dict(served_by=9, spine_id=SP0.switch_id, spine_load=5, leaf_id=SL0.switch_id, leaf_load=6)
-        put = Message(op=Op.PUT, key=KEY, seq=4, value=b"x", **forged)
+        put = Message(op=Op.PUT, digest=KEY, seq=4, value=b"x", **forged)
         self.send(1, dc_frame(CLIENT.ip, SERVER.ip, put))
-        clean = Message(op=Op.PUT, key=KEY, seq=4, value=b"x")
+        clean = Message(op=Op.PUT, digest=KEY, seq=4, value=b"x")
         self.expect(routed(dc_frame(CLIENT.ip, SERVER.ip, clean, udp_checksum=0), SP0.mac), 2)
         self.expect_none()
 

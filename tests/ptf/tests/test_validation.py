@@ -13,7 +13,7 @@ from scapy.packet import Raw
 from distcache import p4names
 from distcache.cluster import Mechanism, Role
 from distcache.p4names import DropReason, Stat
-from distcache.wire import DC_PORT, Message, Op, encode
+from distcache.wire import DC_PORT, MAX_VALUE, Message, Op, encode
 from tests.ptf.dctest import (
     CL0,
     CLIENT,
@@ -31,8 +31,8 @@ from tests.ptf.dctest import (
     routed,
 )
 
-GET = encode(Message(op=Op.GET, key=KEY, target=SL0.switch_id))
-PUT = encode(Message(op=Op.PUT, key=KEY, value=b"a" * 20))
+GET = encode(Message(Op.GET, digest=KEY, target=SL0.switch_id))
+PUT = encode(Message(Op.PUT, digest=KEY, value=b"a" * 20))
 
 
 class _Drop(DcTest):
@@ -76,19 +76,32 @@ class TooManyChunks(_Drop):
     """nchunks > 8: the parser refuses to go on."""
 
     def runTest(self) -> None:
-        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, GET[:38] + b"\x09\x00"), DropReason.BAD_CHUNKS)
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, GET[:50] + b"\x09\x00"), DropReason.BAD_CHUNKS)
 
 
 class ChunksDisagreeWithLength(_Drop):
     def runTest(self) -> None:
-        bad = PUT[:38] + b"\x01\x00" + b"a" * 16  # vlen 20 needs 2 chunks, says 1
+        bad = PUT[:50] + b"\x01\x00" + b"a" * 16  # vlen 20 needs 2 chunks, says 1
         self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, bad), DropReason.BAD_CHUNKS)
 
 
 class ValueLengthOverLimit(_Drop):
     def runTest(self) -> None:
-        bad = PUT[:36] + (1025).to_bytes(2, "big") + b"\x00\x00"
+        bad = PUT[:40] + (MAX_VALUE + 1).to_bytes(4, "big") + PUT[44:50] + b"\x00\x00"
         self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, bad), DropReason.BAD_CHUNKS)
+
+
+class GetCarryingAValueOrArguments(_Drop):
+    """A GET carries its key only: a hit's reply length counts on it (cache.p4), so one with a value or an
+    argument block is dropped where it enters."""
+
+    def runTest(self) -> None:
+        with_value = encode(Message(Op.GET, digest=KEY, target=SL0.switch_id, value=b"v" * 300))
+        self.dropped(2, dc_frame(CLIENT.ip, SERVER.ip, with_value), DropReason.BAD_CHUNKS)
+        with_args = GET[:44] + (8).to_bytes(4, "big") + GET[48:] + bytes(8)
+        self.send(2, dc_frame(CLIENT.ip, SERVER.ip, with_args))
+        self.assertEqual(self.wait_counter(p4names.DC_DROPS, int(DropReason.BAD_CHUNKS), 2), 2)
+        self.expect_none()
 
 
 class NotIpv4(_Drop):
@@ -116,12 +129,12 @@ class DistCacheBehindIpOptionsIsPlainIpv4(DcTest):
         counted = (Stat.READ_HIT, Stat.READ_MISS, Stat.INVALIDATE, Stat.UPDATE)
         before = [self.stat(s) for s in counted]
         nop = b"\x01\x01\x01\x00"  # NOP NOP NOP EOL
-        get = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=41, target=SL0.switch_id), ip_options=nop)
+        get = dc_frame(CLIENT.ip, SERVER.ip, Message(Op.GET, digest=KEY, seq=41, target=SL0.switch_id), ip_options=nop)
         self.send(2, get)
         self.expect(routed(get, SERVER.mac), 1)
         self.expect_none()
         inval = dc_frame(
-            SERVER.ip, CLIENT.ip, Message(op=Op.INVALIDATE, key=KEY, seq=101), sport=DC_PORT, ip_options=nop
+            SERVER.ip, CLIENT.ip, Message(Op.INVALIDATE, digest=KEY, seq=101), sport=DC_PORT, ip_options=nop
         )
         self.send(1, inval)
         self.expect(routed(inval, SP0.mac), 2)
@@ -129,7 +142,7 @@ class DistCacheBehindIpOptionsIsPlainIpv4(DcTest):
         self.assertEqual([self.stat(s) for s in counted], before)
         self.assertEqual(self.counter(p4names.CACHE_HITS, 3), 0)
         port, reply = self.exchange(
-            2, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, seq=42, target=SL0.switch_id))
+            2, dc_frame(CLIENT.ip, SERVER.ip, Message(Op.GET, digest=KEY, seq=42, target=SL0.switch_id))
         )
         self.assertEqual((port, reply.op, reply.value), (2, Op.GET_REPLY, value))  # the INVALIDATE was none here
         self.expect_none()
@@ -137,7 +150,7 @@ class DistCacheBehindIpOptionsIsPlainIpv4(DcTest):
 
 class NoRoute(_Drop):
     def runTest(self) -> None:
-        self.dropped(1, dc_frame(SERVER.ip, "192.0.2.1", Message(op=Op.GET, key=KEY)), DropReason.NO_ROUTE)
+        self.dropped(1, dc_frame(SERVER.ip, "192.0.2.1", Message(Op.GET, digest=KEY)), DropReason.NO_ROUTE)
 
 
 class CoherenceFromFabricIsUntrusted(_Drop):
@@ -154,7 +167,7 @@ class UpdateFromClientIsUntrusted(_Drop):
     def runTest(self) -> None:
         self.dropped(
             1,
-            dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.UPDATE, key=KEY, seq=1, value=b"evil")),
+            dc_frame(CLIENT.ip, SERVER.ip, Message(Op.UPDATE, digest=KEY, seq=1, value=b"evil")),
             DropReason.UNTRUSTED,
         )
 
@@ -164,7 +177,7 @@ class AckFromClientIsUntrusted(_Drop):
 
     def runTest(self) -> None:
         self.dropped(
-            1, dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.INVALIDATE_ACK, key=KEY, seq=1)), DropReason.UNTRUSTED
+            1, dc_frame(CLIENT.ip, SERVER.ip, Message(Op.INVALIDATE_ACK, digest=KEY, seq=1)), DropReason.UNTRUSTED
         )
 
 
@@ -174,12 +187,23 @@ class ReplyFromClientIsUntrusted(_Drop):
     role = CL0
 
     def runTest(self) -> None:
-        forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
+        forged = Message(Op.GET_REPLY, digest=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
         self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT), DropReason.UNTRUSTED)
         self.assertEqual(self.stat(p4names.Stat.LOAD_RECORDED), 0)
         # with no load recorded, an even seq ties to the spine
         _, m = self.read(1, 0, seq=2)
         self.assertEqual(m.target, SP0.switch_id)
+
+
+class ExecReplyFromClientIsUntrusted(_Drop):
+    """A command's reply is a reply too: one forged by a client (with a huge spine load) is dropped at its leaf."""
+
+    role = CL0
+
+    def runTest(self) -> None:
+        forged = Message(Op.EXEC_REPLY, digest=KEY, seq=1, spine_id=SP0.switch_id, spine_load=0xFFFFFFFF)
+        self.dropped(1, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT), DropReason.UNTRUSTED)
+        self.assertEqual(self.stat(p4names.Stat.LOAD_RECORDED), 0)
 
 
 class ReplyFromClientLeafIsUntrustedAtSpine(_Drop):
@@ -188,7 +212,7 @@ class ReplyFromClientLeafIsUntrustedAtSpine(_Drop):
     role = SP0
 
     def runTest(self) -> None:
-        forged = Message(op=Op.GET_REPLY, key=KEY, seq=1, leaf_id=SL0.switch_id, leaf_load=7)
+        forged = Message(Op.GET_REPLY, digest=KEY, seq=1, leaf_id=SL0.switch_id, leaf_load=7)
         self.dropped(3, dc_frame(CLIENT.ip, SERVER.ip, forged, sport=DC_PORT, dport=CLIENT_PORT), DropReason.UNTRUSTED)
 
 
@@ -199,7 +223,7 @@ class SpoofedSourceFromClientIsDropped(_Drop):
     role = CL0
 
     def runTest(self) -> None:
-        self.dropped(1, dc_frame(SERVER.ip, SERVER1.ip, Message(op=Op.GET, key=KEY, seq=1)), DropReason.SPOOFED)
+        self.dropped(1, dc_frame(SERVER.ip, SERVER1.ip, Message(Op.GET, digest=KEY, seq=1)), DropReason.SPOOFED)
 
 
 class SpoofedPlainUdpFromClientIsDropped(_Drop):
@@ -222,7 +246,7 @@ class SpineAcceptsOnlyTheClientRackPrefix(_Drop):
     role = SP0
 
     def runTest(self) -> None:
-        get = Message(op=Op.GET, key=KEY, seq=1, target=SP0.switch_id)
+        get = Message(Op.GET, digest=KEY, seq=1, target=SP0.switch_id)
         self.send(3, dc_frame("10.2.0.77", SERVER.ip, get))  # any host of rack 0
         port, _ = self.receive()
         self.assertNotEqual(port, 3)
@@ -234,7 +258,7 @@ class NoConfigNoDistCache(DcTest):
 
     def runTest(self) -> None:
         self.configure(SL0.switch_id, int(Role.NONE), int(Mechanism.DISTCACHE))
-        pkt = dc_frame(CLIENT.ip, SERVER.ip, Message(op=Op.GET, key=KEY, target=SL0.switch_id), udp_checksum=0)
+        pkt = dc_frame(CLIENT.ip, SERVER.ip, Message(Op.GET, digest=KEY, target=SL0.switch_id), udp_checksum=0)
         self.send(2, pkt)
         self.expect(routed(pkt, SERVER.mac), 1)
         self.expect_none()

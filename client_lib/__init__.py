@@ -2,6 +2,7 @@
 
 from client_lib.client import AsyncClient, Client, Reply
 from distcache.errors import (
+    CommandError,
     DistCacheError,
     InvalidKeyError,
     InvalidValueError,
@@ -9,6 +10,7 @@ from distcache.errors import (
     ServerBusyError,
     ServerError,
     ValueTooLargeError,
+    WrongTypeError,
 )
 from distcache.wire import MAX_CACHEABLE, MAX_DATAGRAM
 
@@ -17,6 +19,7 @@ __all__ = [
     "MAX_DATAGRAM",
     "AsyncClient",
     "Client",
+    "CommandError",
     "DistCacheError",
     "InvalidKeyError",
     "InvalidValueError",
@@ -25,4 +28,5 @@ __all__ = [
     "ServerBusyError",
     "ServerError",
     "ValueTooLargeError",
+    "WrongTypeError",
 ]

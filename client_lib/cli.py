@@ -248,3 +248,38 @@ def delete(ctx: typer.Context, key: str) -> None:
     kb = arg_bytes(key)
     existed = _run(ctx.obj, kb, lambda c: c.delete(kb))
     print("deleted" if existed else "absent")
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+def execute(
+    ctx: typer.Context,
+    command: str,
+    args: Annotated[list[str] | None, typer.Argument(help="the command's arguments; the first is its key")] = None,
+    key: Annotated[str | None, typer.Option(help="the key, where it is not the first argument")] = None,
+) -> None:
+    """Run COMMAND ARGS... (any single-key Redis command) at the key's storage server and print its reply as
+    redis-cli does: (integer) 5, "text", (nil), a numbered list; Redis' error is one line, exit status 1."""
+    argv = [arg_bytes(a) for a in args or []]
+    kb = arg_bytes(key) if key is not None else (argv[0] if argv else b"")
+    if key is None and not argv:
+        fail(f"{command} needs its key: give it as the first argument, or --key")
+    reply = _run(ctx.obj, kb, lambda c: c.execute(arg_bytes(command), *argv, key=kb))  # errors: one line, exit 1
+    print("\n".join(_reply_lines(reply)))
+
+
+def _reply_lines(reply: object, indent: str = "") -> list[str]:
+    """A command's reply as redis-cli shows it (bytes escaped as shown() does: keys and values are data)."""
+    if reply is None:
+        return ["(nil)"]
+    if isinstance(reply, int):
+        return [f"(integer) {reply}"]
+    if isinstance(reply, list):
+        if not reply:
+            return ["(empty array)"]
+        out = []
+        for i, item in enumerate(reply, 1):
+            lines = _reply_lines(item, indent + "   ")
+            out.append(f"{i}) {lines[0]}")
+            out.extend(indent + "   " + ln for ln in lines[1:])
+        return out
+    return [f'"{shown(bytes(reply))}"' if isinstance(reply, (bytes, bytearray)) else str(reply)]

@@ -53,14 +53,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import hiredis
+
 from client_lib.rto import DEFAULT_FLOOR, Rto, Schedule
 from distcache.cluster import Cluster, Host
 from distcache.errors import (
+    CommandError,
+    InvalidKeyError,
     InvalidValueError,
     RequestTimeoutError,
     ServerBusyError,
     ServerError,
     ValueTooLargeError,
+    WrongTypeError,
 )
 from distcache.hashing import key_bytes
 from distcache.wire import (
@@ -119,6 +124,40 @@ def _value(value: bytes | str) -> bytes:
     return value
 
 
+def _arg(a: object) -> bytes:
+    """A command's argument as Redis takes it: bytes as they are, str UTF-8 encoded, numbers in decimal."""
+    if isinstance(a, (bytes, bytearray, memoryview)):
+        return bytes(a)
+    if isinstance(a, str):
+        return a.encode("utf-8")
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return repr(a).encode()
+    raise InvalidValueError(f"command arguments are bytes, str, int or float, not {type(a).__name__}")
+
+
+def _command(command: str | bytes, args: tuple[object, ...], key: str | bytes | None) -> tuple[bytes, list[bytes]]:
+    """The key and the argument block of ``command args``: the key is the first argument unless ``key`` says."""
+    argv = [_arg(command), *(_arg(a) for a in args)]
+    if key is None:
+        if len(argv) < 2:
+            raise InvalidKeyError(f"{argv[0]!r} has no argument to take as its key: name it with key=")
+        return argv[1], argv
+    return key_bytes(key), argv
+
+
+def decode_reply(resp: bytes | None) -> object:
+    """A command's reply as its EXEC_REPLY carries it (RESP) in Python: bytes, int, list, None; Redis' error
+    raised (CommandError, WrongTypeError)."""
+    if not resp:
+        return None
+    reader = hiredis.Reader(replyError=CommandError)
+    reader.feed(resp)
+    out = reader.gets()
+    if isinstance(out, CommandError):
+        raise WrongTypeError(str(out)) if str(out).startswith("WRONGTYPE") else out
+    return out
+
+
 class _ClientCore:
     def __init__(
         self,
@@ -150,11 +189,13 @@ class _ClientCore:
         self._numeric: dict[tuple[str, int], tuple[str, int]] = {}  # resolve()'s answers, as sources look
         self.ignored = 0  # datagrams not taken as a reply: wrong source, seq, key or op, or malformed
 
-    def _prepare(self, op: Op, key: str | bytes, value: bytes = b"") -> tuple[Message, tuple[str, int]]:
+    def _prepare(
+        self, op: Op, key: str | bytes, value: bytes = b"", args: list[bytes] | None = None
+    ) -> tuple[Message, tuple[str, int]]:
         """The request and where it goes (numeric: a reply must come from exactly there)."""
         raw = key_bytes(key)
         digest = self.cluster.digest(raw)
-        msg = Message(op, raw, digest, next(self._seq) & 0xFFFFFFFFFFFFFFFF, value)
+        msg = Message(op, raw, digest, next(self._seq) & 0xFFFFFFFFFFFFFFFF, value, args or [])
         if not fits_datagram(msg):
             raise ValueTooLargeError(
                 f"a {op.name} of a {len(raw)}-byte key and a {len(value)}-byte value does not fit one datagram "
@@ -201,9 +242,12 @@ class _ClientCore:
                 "for its retry span, so it did not apply it; try again later",
                 m.status,
             )
+        if m.status == Status.WRONG_TYPE and m.op == Op.GET_REPLY:
+            raise WrongTypeError(m.value.decode("utf-8", "replace") or "WRONGTYPE")
         if m.status in (Status.ERROR, Status.BAD_REQUEST, Status.TOO_LARGE):
-            raise ServerError(f"server answered {m.status.name} to {req.op.name} of key {req.key!r}", m.status)
-        value = m.value if (m.op == Op.GET_REPLY and m.status == Status.OK) else None
+            why = f": {m.value.decode('utf-8', 'replace').strip().removeprefix('-ERR ')}" if m.value else ""
+            raise ServerError(f"server answered {m.status.name} to {req.op.name} of key {req.key!r}{why}", m.status)
+        value = m.value if (m.op in (Op.GET_REPLY, Op.EXEC_REPLY) and m.status != Status.NOT_FOUND) else None
         return Reply(req.key, value, m.status, m.cached, m.served_by, m.target, latency, attempts)
 
     def _timeout(self, req: Message, addr: tuple[str, int], sched: Schedule) -> RequestTimeoutError:
@@ -246,8 +290,8 @@ class Client(_ClientCore):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, op: Op, key: str | bytes, value: bytes = b"") -> Reply:
-        req, addr = self._prepare(op, key, value)
+    def _call(self, op: Op, key: str | bytes, value: bytes = b"", args: list[bytes] | None = None) -> Reply:
+        req, addr = self._prepare(op, key, value, args)
         sched = self._schedule(req, addr)
         while (until := sched.next_copy(sent := time.perf_counter())) is not None:
             self.sock.sendto(self._copy(req, sched), addr)
@@ -335,6 +379,17 @@ class Client(_ClientCore):
         """The value of ``key``, or None if it does not exist."""
         return self.get_reply(key).value
 
+    def execute(self, command: str | bytes, *args: object, key: str | bytes | None = None) -> object:
+        """Run one single-key command (any Redis command whose keys are all one key) at the key's storage server,
+        atomically and in the key's order, and return Redis' reply (bytes, int, list or None); CommandError for
+        Redis' error reply, WrongTypeError for WRONGTYPE, ServerError (BAD_REQUEST) for what the server does not
+        run (no key, other keys, scripts, an unknown command).  The key is the first argument unless ``key``
+        names it (a command whose key comes later).  A write invalidates every cached copy first, as put does;
+        read-modify-write commands (INCR, APPEND, SET NX/GET, GETDEL...) run there, never read and written back.
+        """
+        k, argv = _command(command, args, key)
+        return decode_reply(self._call(Op.EXEC, k, args=argv).value)
+
     def put(self, key: str | bytes, value: bytes | str) -> None:
         """Store ``value`` under ``key``; returns once the server acknowledged (caches are invalid by then)."""
         self._call(Op.PUT, key, _value(value))
@@ -409,10 +464,10 @@ class AsyncClient(_ClientCore):
             self._transport.close()
             self._transport = None
 
-    async def _call(self, op: Op, key: str | bytes, value: bytes = b"") -> Reply:
+    async def _call(self, op: Op, key: str | bytes, value: bytes = b"", args: list[bytes] | None = None) -> Reply:
         if self._transport is None:
             raise RuntimeError("AsyncClient not started: use `async with AsyncClient(...)` or `await client.start()`")
-        req, addr = self._prepare(op, key, value)
+        req, addr = self._prepare(op, key, value, args)
         sched = self._schedule(req, addr)
         fut = asyncio.get_running_loop().create_future()  # a reply to any copy resolves it
         self._proto.waiters[req.seq] = (req, addr, fut)
@@ -439,6 +494,11 @@ class AsyncClient(_ClientCore):
     async def mget(self, keys: list[str | bytes]) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), every read in flight at once."""
         return list(await asyncio.gather(*(self.get(k) for k in keys)))
+
+    async def execute(self, command: str | bytes, *args: object, key: str | bytes | None = None) -> object:
+        """Run one single-key command at the key's storage server (:meth:`Client.execute`)."""
+        k, argv = _command(command, args, key)
+        return decode_reply((await self._call(Op.EXEC, k, args=argv)).value)
 
     async def put(self, key: str | bytes, value: bytes | str) -> None:
         await self._call(Op.PUT, key, _value(value))

@@ -38,6 +38,14 @@ class ServerBusyError(ServerError):
     """
 
 
+class CommandError(DistCacheError):
+    """A command run with ``execute`` answered Redis' error (its message, e.g. "ERR value is not an integer")."""
+
+
+class WrongTypeError(CommandError):
+    """The key holds another type of value than the command (or a GET) works on: Redis' WRONGTYPE."""
+
+
 # The names these errors had before 0.2 (ruff's N818 wants the Error suffix), kept for callers.
 InvalidKey = InvalidKeyError
 InvalidValue = InvalidValueError

@@ -16,6 +16,7 @@ class Fill(StrEnum):
     PENDING = "pending"  # the agent asked and waits for the answer
     UNKNOWN = "unknown"  # read back from the switch after an agent restart: what it holds is not known
     UNCACHED = "uncached"  # a shim's refresh found no switch that may hold a copy: nothing to fill
+    WRONG_TYPE = "wrong_type"  # the key holds another type than a string (a hash, a list...): never cached
     NO_KEY = "no_key"  # the shim knows the digest but not its key (no request for it yet): retried
 
     @classmethod

@@ -28,6 +28,12 @@ merged).  The outcome rules follow the protocol:
   accepted: the client retries with the same sequence number and the shim
   answers every copy of a write with its first reply (shim/dedup.py).
 
+The mix can take every path a register's operations have (``exec_ratio``, ``ttl_ratio``, ``long_keys``): a read,
+write or delete as a command (``execute("GET"|"SET"|"DEL", ...)``: never answered by a cache, a write command
+through the two-phase protocol with phase 2 from what it left), a write that gives its value a time to live
+longer than the run (``SET ... PX``: never cached, and never expired while the history runs, so the register's
+rules hold), and keys long enough that a v1 wire could not carry them.  Such lines carry ``"via": "exec"``.
+
 The JSON Lines it writes are tools/lincheck's input format.
 """
 
@@ -63,10 +69,13 @@ class HistoryConfig:
     stop_file: str = ""  # if set, the clients also stop once this file exists (a fault schedule finished early)
     rate: float = 0.0  # requests per second per client at most (0: as fast as replies come); bounds the
     #                    operations per key, which is what the checker's time and memory grow with
+    exec_ratio: float = 0.0  # share of the requests made as commands (execute GET, SET, DEL)
+    ttl_ratio: float = 0.0  # share of the puts made as SET ... PX TTL_MS (commands: never cached)
+    long_keys: int = 0  # this many of the keys have a LONG_KEY-byte name
 
     def __post_init__(self) -> None:
         """Reject a configuration that would record a meaningless history, with one clear line."""
-        for name in ("read_ratio", "delete_ratio"):
+        for name in ("read_ratio", "delete_ratio", "exec_ratio", "ttl_ratio"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
                 raise ValueError(f"HistoryConfig.{name} must be a number in [0, 1], not {v!r}")
@@ -74,7 +83,7 @@ class HistoryConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"HistoryConfig.{name} must be a positive integer, not {v!r}")
-        for name in ("ops", "retries", "seed", "client_id_base"):
+        for name in ("ops", "retries", "seed", "client_id_base", "long_keys"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"HistoryConfig.{name} must be an integer >= 0, not {v!r}")
@@ -99,6 +108,8 @@ class HistoryStats:
 
 
 Kind = Literal["get", "put", "delete"]
+TTL_MS = 3_600_000  # a mix's TTL: longer than any history runs, so no value expires while it is checked
+LONG_KEY = 300  # bytes of a long key's name: more than a v1 message carried, a few datagram-sized ones
 
 
 def put_line(key: str, value: str, call: int, now: int, outcome: str = "ok", client: int = 0) -> dict:
@@ -129,6 +140,8 @@ class Request:
     key: str
     op: Kind
     value: str | None
+    via_exec: bool = False  # made as a command (execute)
+    ttl: bool = False  # a put that gives its value a TTL (as a command)
 
 
 def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
@@ -139,18 +152,54 @@ def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
     law: a few keys much hotter than the rest, so writes and reads of one key overlap often.
     """
     rng = random.Random(f"history:{cfg.seed}:{cid}")  # a str seed hashes the same in every process
-    keys = [f"{cfg.prefix}{i}" for i in range(cfg.keys)]
+    mix = random.Random(f"history-mix:{cfg.seed}:{cid}")  # apart: the mix's draws change no key or op
+    keys = history_keys(cfg)
     n = 0
     while cfg.ops == 0 or n < cfg.ops:
         key = keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]
         read, delete = rng.random() < cfg.read_ratio, rng.random() < cfg.delete_ratio
+        via_exec, ttl = mix.random() < cfg.exec_ratio, mix.random() < cfg.ttl_ratio
         if read:
-            yield Request(key, "get", None)
+            yield Request(key, "get", None, via_exec)
         elif delete:
-            yield Request(key, "delete", None)
+            yield Request(key, "delete", None, via_exec)
         else:
-            yield Request(key, "put", f"c{cid}-{n}")
+            yield Request(key, "put", f"c{cid}-{n}", via_exec or ttl, ttl)
         n += 1
+
+
+def history_keys(cfg: HistoryConfig) -> list[str]:
+    """The keys a history uses: ``<prefix><i>``, the last ``long_keys`` of them padded to LONG_KEY bytes."""
+    keys = [f"{cfg.prefix}{i}" for i in range(cfg.keys)]
+    for i in range(max(0, cfg.keys - cfg.long_keys), cfg.keys):
+        keys[i] = keys[i].ljust(LONG_KEY, "~")
+    return keys
+
+
+async def _run(client: AsyncClient, req: Request, line: dict[str, object], stats: HistoryStats) -> None:
+    """Make ``req``, as a command where the mix says so, and write what it returned into ``line``."""
+    if req.op == "get":
+        if req.via_exec:
+            value = await client.execute("GET", req.key)
+            line["value"] = value.decode() if isinstance(value, bytes) else None
+            line["served_by"] = line["target"] = 0
+        else:
+            reply = await client.get_reply(req.key)
+            line["value"] = None if reply.value is None else reply.value.decode()
+            line["served_by"] = reply.served_by  # which switch answered (0: the server)
+            line["target"] = reply.target  # where the client rack routed it (the fault matrix's at-risk pairs)
+            stats.cached_reads += reply.cached
+    elif req.op == "put":
+        if req.ttl:
+            await client.execute("SET", req.key, str(req.value), "PX", TTL_MS)
+        elif req.via_exec:
+            await client.execute("SET", req.key, str(req.value))
+        else:
+            await client.put(req.key, str(req.value))
+    else:
+        found = await client.execute("DEL", req.key) == 1 if req.via_exec else await client.delete(req.key)
+        line["found"] = found  # True: OK, False: NOT_FOUND
+        stats.deletes_not_found += not found
 
 
 async def record(
@@ -177,23 +226,17 @@ async def record(
             if time.monotonic() >= stop_at:
                 break
             line: dict[str, object] = {"client": cid, "key": req.key, "op": req.op}
+            if req.via_exec:
+                line["via"] = "exec"
+            if req.ttl:
+                line["ttl_ms"] = TTL_MS
             if req.op == "put":
                 line["value"] = req.value
             elif req.op == "delete":
                 line["found"] = None  # no status until a reply comes
             call = time.monotonic_ns()
             try:
-                if req.op == "get":
-                    reply = await client.get_reply(req.key)
-                    line["value"] = None if reply.value is None else reply.value.decode()
-                    line["served_by"] = reply.served_by  # which switch answered (0: the server)
-                    line["target"] = reply.target  # where the client rack routed it (the fault matrix's at-risk pairs)
-                    stats.cached_reads += reply.cached
-                elif req.op == "put":
-                    await client.put(req.key, str(req.value))
-                else:
-                    line["found"] = found = await client.delete(req.key)  # True: OK, False: NOT_FOUND
-                    stats.deletes_not_found += not found
+                await _run(client, req, line, stats)
                 ret: int | None = time.monotonic_ns()
             except RequestTimeoutError:
                 if req.op == "get":

@@ -8,8 +8,7 @@ that second's :class:`Second`, so a demo can print the hit ratio climbing as
 the switch caches warm up.
 
 Keys and popularity.  The key of Zipf rank ``i`` (0 = hottest) is
-``f"{prefix}{i}"`` (default ``key0`` … ``key99999999``, at most 11 bytes, so
-they stay readable on the wire).  Placement hashes the key (h1, h0), so hot
+``f"{prefix}{i}"`` (default ``key0`` … ``key99999999``).  Placement hashes the key (h1, h0), so hot
 ranks land on unrelated servers and spines.  Ranks are drawn by the
 simulator's Zipf sampler (:class:`simulator.workload.Zipf`: exact over the
 2^17 hottest keys, continuous approximation beyond), fine for 10^8 keys.
@@ -57,6 +56,7 @@ import numpy as np
 from client_lib.client import AsyncClient, Resolver
 from distcache.cluster import Cluster
 from distcache.errors import DistCacheError, RequestTimeoutError, ServerError
+from distcache.wire import HEADER_LEN, MAX_DATAGRAM
 from loadgen.history import get_line, put_line
 from loadgen.oracle import Oracle, Verdict, feed
 from loadgen.values import earlier_runs, history_value, key_of, make_value
@@ -111,8 +111,11 @@ class BenchConfig:
             raise ValueError("run_tag must be non-empty and must not contain '#'")
         if self.start_at < 0:
             raise ValueError("start_at must be a CLOCK_MONOTONIC time in ns, or 0 for now")
-        if len(f"{self.prefix}{self.keys - 1}".encode()) > 15:
-            raise ValueError("prefix too long: keys would exceed 15 bytes and be hashed on the wire")
+        longest = len(f"{self.prefix}{self.keys - 1}".encode())
+        if HEADER_LEN + longest + self.value_size > MAX_DATAGRAM:
+            raise ValueError(
+                f"prefix too long: a {longest}-byte key with a {self.value_size}-byte value does not fit one datagram"
+            )
 
 
 @dataclass

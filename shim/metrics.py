@@ -227,3 +227,36 @@ def exposition(shim: Shim) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ShimCollector(shim))
     return generate_latest(registry)
+
+
+def stats_of(shim: Shim) -> dict:
+    """A shim's counters and state, as its Stats RPC answers them (distcache/proto/shim.proto ShimStats)."""
+    c, view = shim.coherence.stats, shim.view
+    return {
+        "server": shim.server.name,
+        "requests": dict(shim.requests),
+        "malformed": dict(shim.malformed),
+        "refused": dict(shim.refused),
+        "errors": dict(shim.errors),
+        "duplicates": dict(shim.duplicates),
+        "dedup": {"entries": len(shim.dedup), "capacity": shim.dedup.capacity, "span": shim.dedup.span},
+        "redis_restarts": shim.redis_restarts,
+        # request-equivalents admitted under the server's rate (requests and coherence); 0 with no limit
+        "rate_spent": round(shim.limiter.spent, 1) if shim.limiter is not None else 0.0,
+        "redis_down": shim.redis_down,
+        "resynced": dict(shim.resynced),
+        "cached_keys": len(view.cached),
+        "view_known": view.view_known,
+        "unknown_switches": view.unknown_switches,
+        "incarnation": view.incarnation,
+        "epoch": view.epoch,
+        "down": sorted(view.down),
+        "coherence": {
+            "invalidates": c.invalidates,
+            "updates": c.updates,
+            "retransmits": c.retransmits,
+            "failed_invalidates": c.failed_invalidates,
+            "failed_updates": c.failed_updates,
+            "stray_acks": c.stray_acks,
+        },
+    }

@@ -67,7 +67,7 @@ class Phases:
         self,
         key: bytes,
         seq: int,
-        value: bytes | None,
+        value: bytes | Fill | None,
         paths: list[int] | None,
         expires: bool = False,
         name: bytes = b"",
@@ -80,6 +80,8 @@ class Phases:
             return Fill.FAILED
         if value is None:
             return Fill.ABSENT
+        if isinstance(value, Fill):  # WRONG_TYPE (a hash, a list...): never cached
+            return value
         if expires:
             return Fill.EXPIRES
         if len(value) > MAX_CACHEABLE:

@@ -18,6 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distcache.wire import Message, Status, encode
+from shim.commands import WRONGTYPE
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -70,6 +71,19 @@ class ReadBatcher:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    async def _wrong_types(self, batch: list[tuple[Message, Address, float]], values: list[bytes | None]) -> set[int]:
+        """The reads MGET found nothing for whose key holds another type than a string (MGET answers those nil,
+        GET answers WRONGTYPE): one more round trip, for the misses only."""
+        misses = [i for i, v in enumerate(values) if v is None]
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for i in misses:
+                pipe.type(batch[i][0].key)
+            kinds = await pipe.execute()
+        except Exception:  # noqa: BLE001 - answered as the MGET said (absent); the next read asks again
+            return set()
+        return {i for i, kind in zip(misses, kinds, strict=True) if kind not in (b"none", b"string")}
+
     async def _serve(self, batch: list[tuple[Message, Address, float]]) -> None:
         try:
             values = cast("list[bytes | None]", await self.redis.mget([m.key for m, _, _ in batch]))  # bytes client
@@ -83,11 +97,14 @@ class ReadBatcher:
             if self._gets and not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
+        wrong = await self._wrong_types(batch, values) if values is not None and None in values else set()
         now = time.monotonic()
         for i, (m, addr, received) in enumerate(batch):
             value = None if values is None else values[i]
             if values is None:
                 status = Status.ERROR
+            elif i in wrong:
+                status, value = Status.WRONG_TYPE, WRONGTYPE
             elif value is None:
                 status = Status.NOT_FOUND
             else:

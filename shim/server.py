@@ -29,6 +29,7 @@ from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distcache.cluster import Cluster, Host
@@ -48,9 +49,10 @@ from distcache.wire import (
     refusal,
 )
 from shim.coherence import SEQ_FLOOR_KEY, Coherence
+from shim.commands import MARKER_REPLY, RUN, WRONGTYPE, CommandRefusedError, CommandTable, refusal_reply, reply_status
 from shim.dedup import BUSY, DEDUP_MEMORY, MARKER_DB, Dedup, RequestId, dedup_marker
 from shim.key_locks import KeyLocks
-from shim.metrics import ShimMetrics
+from shim.metrics import ShimMetrics, stats_of
 from shim.names import KeyNames
 from shim.phases import CoherenceAddress, Phases
 from shim.redis_reads import ReadBatcher
@@ -101,6 +103,7 @@ class Shim:
         self.markers = aioredis.from_url(redis_url, db=MARKER_DB, **login)
         self.dedup = Dedup(dedup_memory, dedup_span)
         self.names = KeyNames(self.markers)
+        self.commands = CommandTable({})  # Redis' own, read at start
         self.writes = WriteBatcher(self.redis, self.markers, marker_ttl=dedup_span)
         self.coherence_address = coherence_address or (lambda spine_id: (Cluster.spine_address(spine_id), DC_PORT))
         self.view = CacheView(cluster, server, fresh)
@@ -134,6 +137,7 @@ class Shim:
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
         await self.redis.ping()
+        self.commands = await CommandTable.load(self.redis)
         if not self.fresh:  # maybe a restart (with or without the state file): clients may still retry writes
             # our previous life applied; for as long as retries live, ask Redis before applying one we do not know
             self._recheck_until = time.monotonic() + self.dedup.span
@@ -237,10 +241,6 @@ class Shim:
                 self.refused[Status.BAD_REQUEST.name] += 1
                 self._send(encode(msg.reply(Status.BAD_REQUEST)), addr)
                 return
-            if msg.op == Op.EXEC:  # not served yet (docs/protocol.md, "Landed so far")
-                self.refused[Status.BAD_REQUEST.name] += 1
-                self._send(encode(msg.reply(Status.BAD_REQUEST)), addr)
-                return
             self.names.learn(msg.digest, msg.key)
             if len(self._tasks) + len(self.reads) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
                 self.errors["overload"] += 1
@@ -325,7 +325,7 @@ class Shim:
         self.duplicates["replayed_after_restart"] += 1
         status = self._marked_status(msg, marker)
         self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
-        data = encode(msg.reply(status))
+        data = encode(msg.reply(status, marker[1:] if marker.startswith(MARKER_REPLY) else b""))
         self.dedup.finish((addr[0], msg.seq), data)
         if self.transport is not None:
             self.transport.sendto(data, addr)
@@ -337,6 +337,8 @@ class Shim:
             return Status.ERROR
         if marker == MARKER_BUSY:
             return Status.BUSY
+        if marker.startswith(MARKER_REPLY):  # an EXEC's: the reply it had
+            return Status(reply_status(marker[1:]))
         return Status.NOT_FOUND if msg.op == Op.DELETE and marker == b"0" else Status.OK
 
     async def _refuse(self, msg: Message, reply: Callable[..., None], marker: bytes | None) -> None:
@@ -390,8 +392,17 @@ class Shim:
         """Serve one request; ``reply(status, value)`` answers the client; ``rid`` marks a write in Redis."""
         marker = dedup_marker(rid) if rid is not None else None
         if msg.op == Op.GET:
-            value = await self.redis.get(msg.key)
+            try:
+                value = await self.redis.get(msg.key)
+            except ResponseError as e:
+                if not str(e).startswith("WRONGTYPE"):
+                    raise
+                reply(Status.WRONG_TYPE, WRONGTYPE)
+                return
             reply(Status.NOT_FOUND) if value is None else reply(Status.OK, value)
+            return
+        if msg.op == Op.EXEC:
+            await self._exec(msg, reply, marker)
             return
         digest = msg.digest  # what the view, the locks and the switches know the key by
         async with self.locks.hold(digest):
@@ -423,6 +434,42 @@ class Shim:
                 began = time.monotonic()
                 await self.phases.update(digest, seq, msg.value, paths, msg.key)  # still under the key's lock
                 self.metrics.phase_seconds.observe("update", time.monotonic() - began)
+
+    async def _exec(self, msg: Message, reply: Callable[..., None], marker: bytes | None) -> None:
+        """Run one command (shim/commands.py): a read as it is, a write under the key's lock between phase 1 and
+        phase 2 like a PUT, in one script with its marker and a read of what it left of the key."""
+        try:
+            cmd = await self.commands.check(self.redis, msg.args, msg.key)
+        except (CommandRefusedError, ResponseError) as e:  # ResponseError: COMMAND GETKEYS refused the arguments
+            self.refused[Status.BAD_REQUEST.name] += 1
+            self.errors["command_refused"] += 1
+            reply(Status.BAD_REQUEST, refusal_reply(str(e)))
+            return
+        if not cmd.write:
+            resp = (await self.redis.eval(RUN, 1, msg.key, 0, 0, 0, *msg.args))[0]
+            reply(Status(reply_status(resp)), resp)
+            return
+        digest = msg.digest
+        async with self.locks.hold(digest):
+            cached = bool(self.view.holders(digest))
+            seq = self.coherence.next_seq() if cached else 0
+            paths = self.view.paths(digest) if cached else []
+            if cached and self.limiter is not None:
+                self.limiter.charge(2 * len(paths))
+            if cached:
+                live = await self.phases.invalidate(digest, seq, paths, name=msg.key)
+                if live is None:
+                    self.errors["invalidate_timeout"] += 1
+                    await self._refuse(msg, reply, marker)  # copies may still be valid: do not run it
+                    return
+                paths = live
+            keys = (msg.key, marker) if marker is not None else (msg.key,)
+            resp, kind, value, ttl = await self.redis.eval(
+                RUN, len(keys), *keys, self.writes.marker_ms, MARKER_DB, 0, *msg.args
+            )
+            reply(Status(reply_status(resp)), resp)  # safe before phase 2: every copy is invalid
+            if cached and kind == b"string" and int(ttl) < 0 and value is not None and len(value) <= MAX_CACHEABLE:
+                await self.phases.update(digest, seq, value, paths, msg.key)  # what the command left, if cacheable
 
     # -- control commands (from the controller and the switch agents) ---------------------
     async def populate(self, digest: bytes, switch: int, tag: tuple[int, int] = (0, 0), name: bytes = b"") -> Fill:
@@ -458,13 +505,16 @@ class Shim:
             paths = await self.phases.invalidate(digest, seq, [switch], tag, key)
             return Fill.DOWN if paths == [] else await self.phases.fill(digest, seq, value, paths, expires, key)
 
-    async def _value(self, key: bytes) -> tuple[bytes | None, bool]:
+    async def _value(self, key: bytes) -> tuple[bytes | Fill | None, bool]:
         """A key's value and whether it has a time to live, read in one step (MULTI: GET, PTTL), so a TTL
-        set by a write just before or after cannot slip between them."""
+        set by a write just before or after cannot slip between them; Fill.WRONG_TYPE for a key that holds
+        another type than a string (never cached)."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.get(key)
         pipe.pttl(key)
-        value, ttl = await pipe.execute()
+        value, ttl = await pipe.execute(raise_on_error=False)
+        if isinstance(value, ResponseError):
+            return Fill.WRONG_TYPE, False
         return cast("bytes | None", value), int(ttl) >= 0
 
     async def _refresh(self, digest: bytes) -> Fill:
@@ -533,32 +583,5 @@ class Shim:
             self.view.save(self.state_file)
 
     def stats(self) -> dict:
-        c, view = self.coherence.stats, self.view
-        return {
-            "server": self.server.name,
-            "requests": dict(self.requests),
-            "malformed": dict(self.malformed),
-            "refused": dict(self.refused),
-            "errors": dict(self.errors),
-            "duplicates": dict(self.duplicates),
-            "dedup": {"entries": len(self.dedup), "capacity": self.dedup.capacity, "span": self.dedup.span},
-            "redis_restarts": self.redis_restarts,
-            # request-equivalents admitted under the server's rate (requests and coherence); 0 with no limit
-            "rate_spent": round(self.limiter.spent, 1) if self.limiter is not None else 0.0,
-            "redis_down": self.redis_down,
-            "resynced": dict(self.resynced),
-            "cached_keys": len(view.cached),
-            "view_known": view.view_known,
-            "unknown_switches": view.unknown_switches,
-            "incarnation": view.incarnation,
-            "epoch": view.epoch,
-            "down": sorted(view.down),
-            "coherence": {
-                "invalidates": c.invalidates,
-                "updates": c.updates,
-                "retransmits": c.retransmits,
-                "failed_invalidates": c.failed_invalidates,
-                "failed_updates": c.failed_updates,
-                "stray_acks": c.stray_acks,
-            },
-        }
+        """What Stats answers (shim/metrics.py: stats_of)."""
+        return stats_of(self)

@@ -53,10 +53,17 @@ def ack_before_invalidate() -> None:
         await asyncio.sleep(ACK_EARLY_S)
         await coro  # type: ignore[misc]
 
-    async def invalidate(self, key: bytes, seq: int, paths: list[int], tag: tuple[int, int] | None = None):  # noqa: ANN001, ANN202
+    async def invalidate(  # noqa: ANN202
+        self,  # noqa: ANN001
+        key: bytes,
+        seq: int,
+        paths: list[int],
+        tag: tuple[int, int] | None = None,
+        name: bytes = b"",
+    ):
         if tag is not None or not paths:  # a populate, or nothing to invalidate: as it is
-            return await real(self, key, seq, paths, tag)
-        task = asyncio.ensure_future(late(real(self, key, seq, paths, tag)))
+            return await real(self, key, seq, paths, tag, name)
+        task = asyncio.ensure_future(late(real(self, key, seq, paths, tag, name)))
         pending.add(task)
         task.add_done_callback(pending.discard)
         return list(paths)  # "acknowledged" before anything was sent

@@ -6,6 +6,7 @@ Mininet client host and writes one JSON request per line::
     {"op": "put", "key": "k1", "value": "v1"}
     {"op": "get", "key": "k1"}
     {"op": "delete", "key": "k1"}
+    {"op": "exec", "args": ["INCR", "n"]}          (any single-key command; "key" where not the first argument)
 
 and reads one JSON answer per line: ``{"ok": true, ...}`` with the value (as
 text or hex), whether a switch cache served it, which switch, the status and
@@ -41,9 +42,19 @@ def handle(client: Client, req: dict) -> dict:
         client.put(key, req["value"].encode() if isinstance(req.get("value"), str) else bytes.fromhex(req["hex"]))
     elif op == "delete":
         return {"ok": True, "deleted": client.delete(key), "latency_us": round((time.perf_counter() - start) * 1e6)}
+    elif op == "exec":
+        reply = client.execute(*req["args"], key=key)
+        return {"ok": True, "reply": _json(reply), "latency_us": round((time.perf_counter() - start) * 1e6)}
     else:
-        return {"ok": False, "error": "ValueError", "message": f"unknown op {op!r}; use get, put or delete"}
+        return {"ok": False, "error": "ValueError", "message": f"unknown op {op!r}; use get, put, delete or exec"}
     return {"ok": True, "latency_us": round((time.perf_counter() - start) * 1e6)}
+
+
+def _json(reply: object) -> object:
+    """A command's reply as JSON: bytes as text (or hex:...), lists item by item."""
+    if isinstance(reply, list):
+        return [_json(x) for x in reply]
+    return _text(reply) if isinstance(reply, (bytes, type(None))) else reply
 
 
 def _text(value: bytes | None) -> str | None:

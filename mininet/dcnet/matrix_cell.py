@@ -136,6 +136,11 @@ def run_cell(
             "clients": clients,
             "duration": duration * OVERRUN,
             "read_ratio": 0.75,
+            # every path of a register's operations (issue 45): some as commands (EXEC: never answered by a cache,
+            # writes with phase 2 from what they left), some puts with a TTL (never cached), two long keys
+            "exec_ratio": 0.2,
+            "ttl_ratio": 0.1,
+            "long_keys": 2,
             "prefix": "h",
             "seed": seed,
             "timeout": 0.1,

@@ -53,7 +53,11 @@ class SwitchPeer:
             except TimeoutError:
                 continue
             m = decode(data)
-            self.seen.append((decode(data), self.redis.get(m.key)))
+            try:
+                at_redis = self.redis.get(m.key)
+            except redis.ResponseError:  # the key holds a hash, a list...
+                at_redis = None
+            self.seen.append((decode(data), at_redis))
             if self.mute or (self.answer_only is not None and m.target not in self.answer_only):
                 continue
             if self.drop:

@@ -95,6 +95,45 @@ def test_write_to_cached_key_is_coherent(dep: Deployment, client) -> None:  # no
         pytest.fail("caches were not refilled by phase 2")
 
 
+def test_commands_run_at_the_shim_and_a_write_command_invalidates_the_copies(dep: Deployment, client) -> None:  # noqa: ANN001
+    """EXEC end to end: INCRs from two client hosts add up; HSET over a cached string invalidates it (no switch
+    answers it after), and a GET then answers WRONGTYPE as Redis does."""
+    other = dep.client()  # a second client process (its own socket and sequence numbers)
+    for _ in range(100):
+        for c in (client, other):
+            assert c.call("exec", args=["INCR", "hits"])["ok"]
+    assert client.call("get", "hits")["value"] == "200"
+    assert client.call("put", "shape", "a string")["ok"]
+    dep.controller.cache("shape")
+    assert client.call("get", "shape")["cached"] is True
+    assert client.call("exec", args=["DEL", "shape"])["reply"] == 1
+    assert client.call("exec", args=["HSET", "shape", "f", "v"])["reply"] == 1
+    for _ in range(5):
+        r = client.call("get", "shape")
+        assert (r["ok"], r["error"]) == (False, "WrongTypeError"), r  # never the old string, from any cache
+    assert client.call("exec", args=["HGET", "shape", "f"])["reply"] == "v"
+
+
+def test_a_key_with_a_ttl_is_never_answered_by_a_switch_after_redis_expired_it(dep: Deployment, client) -> None:  # noqa: ANN001
+    """Issue 45's done-when: keys with a 1 s TTL, read hot and cached by hand meanwhile (an operator's cache,
+    the detector's reports): a switch never answers them (a key with a TTL is never filled), and once Redis
+    has expired one every read answers it absent."""
+    for i in range(3):
+        key = f"ttl{i}"
+        assert client.call("exec", args=["SET", key, "short-lived", "PX", "1000"])["reply"] == "OK"
+        written = time.monotonic()  # the SET ran before this: Redis expires the key by written + 1 s
+        placed = dep.controller.cache(key)
+        assert placed and all(e.state == "expires" for e in placed.values()), placed
+        reads = []
+        while time.monotonic() - written < 1.6:
+            r = client.call("get", key)
+            reads.append((time.monotonic() - written, r))
+        assert len(reads) > 50 and not any(r["cached"] for _, r in reads)  # no switch answered it
+        late = [(round(t, 3), r) for t, r in reads if t > 1.05 and r["found"]]
+        assert not late, late[:3]  # expired: absent from then on
+        assert any(r["found"] for _, r in reads)  # (it was there first)
+
+
 def test_an_operators_redis_cli_reads_and_cannot_write_behind_the_caches(dep: Deployment, client) -> None:  # noqa: ANN001
     """Issue 45: the storage host's Redis has no default user; redis-cli there as the read-only user sees the
     value a client wrote (and a switch caches) and is refused a write, a delete and a flush; the shim's own

@@ -122,6 +122,20 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     assert d["found"] is False and d["value"] is None
 
 
+def test_cli_exec_runs_any_single_key_command_and_prints_as_redis_cli(env) -> None:  # noqa: ANN001
+    shim, cj, r = env
+    assert cli(cj, shim.port, "exec", "INCRBY", "n", "5").stdout == "(integer) 5\n"
+    assert cli(cj, shim.port, "exec", "RPUSH", "l", "a", "b\x1b[2J").stdout == "(integer) 2\n"
+    assert cli(cj, shim.port, "exec", "LRANGE", "l", "0", "-1").stdout == '1) "a"\n2) "b\\x1b[2J"\n'  # data, escaped
+    assert cli(cj, shim.port, "exec", "GET", "absent").stdout == "(nil)\n"
+    assert cli(cj, shim.port, "exec", "--key", "n", "OBJECT", "ENCODING", "n").stdout == '"int"\n'
+    res = cli(cj, shim.port, "exec", "INCR", "l")
+    assert res.exit_code == 1 and "WRONGTYPE" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = cli(cj, shim.port, "exec", "MGET", "n", "l")
+    assert res.exit_code == 1 and "other keys" in res.stderr
+    assert r.get("n") == b"5"
+
+
 def _cli_process(cj: Path, port: int, *args: bytes, tty: bool = False) -> tuple[int, bytes, bytes]:
     """``python -m loadgen`` with byte arguments (as a shell passes them), its stdout a pipe or, with
     ``tty``, a pseudo-terminal: (exit code, stdout, stderr)."""

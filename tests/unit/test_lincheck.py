@@ -216,6 +216,30 @@ def test_recorded_history_with_deletes_checks_clean(
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ops={len(lines)} violations=0\n", "")
 
 
+def test_a_history_through_every_path_of_the_mix_checks_clean(
+    lincheck: Path, tmp_path: Path, shim: ShimThread, peer: SwitchPeer
+) -> None:
+    """The fault matrix's mix (issue 45): reads, puts and deletes as commands, puts with a TTL (never cached),
+    long keys; the register's rules hold, the checker finds no violation, and a flipped read is still caught."""
+    history = tmp_path / "mixed.jsonl"
+    stats = record_history(
+        shim, history, clients=6, ops=120, read_ratio=0.5, delete_ratio=0.2, exec_ratio=0.4, ttl_ratio=0.3, long_keys=2
+    )
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    assert stats.ops == len(lines) == 6 * 120 and stats.errors == stats.unknown == 0
+    via = [x for x in lines if x.get("via") == "exec"]
+    assert {x["op"] for x in via} == {"get", "put", "delete"} and len(via) > 200
+    long = [x for x in lines if len(x["key"]) == 300]
+    assert long and any(x["op"] == "put" for x in long) and any(x["op"] == "get" and x["value"] for x in long)
+    with_ttl = {x["value"] for x in lines if "ttl_ms" in x}
+    updates = {m.value.decode() for m, _ in peer.seen if m.op == Op.UPDATE}
+    assert len(with_ttl) > 20 and updates and not updates & with_ttl  # a value with a TTL never reached a cache
+    assert check(lincheck, tmp_path, lines).returncode == 0
+    i = next(i for i, x in enumerate(lines) if x["op"] == "get" and x.get("via") == "exec" and x["value"])
+    bad = [dict(x, value="never written") if j == i else x for j, x in enumerate(lines)]
+    assert check(lincheck, tmp_path, bad).returncode == 1
+
+
 def test_recorded_history_with_a_flipped_delete_status_is_a_violation(
     lincheck: Path, tmp_path: Path, shim: ShimThread
 ) -> None:

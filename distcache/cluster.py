@@ -24,6 +24,7 @@ import functools
 import ipaddress
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 from enum import IntEnum
 from pathlib import Path
@@ -77,6 +78,9 @@ MAX_CLIENT_RACKS = p4names.MAX_SWITCHES - 1 - CLIENT_LEAF_BASE  # client leaves 
 MAX_HOSTS_PER_RACK = 250  # hosts are .1 .. .250 of their rack's /24 (.254 is the gateway)
 assert tuple(ipaddress.ip_network(f"{n}.0.0/16") for n in (*RACK_NETS.values(), SPINE_NET[:-2])) == DATA_NETS
 REDIS_APPENDFSYNC = ("always", "everysec", "no")
+# Redis' maxmemory policies: all but noeviction evict, and then each shim invalidates what is evicted
+REDIS_POLICIES = ("noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu",
+                  "volatile-random", "volatile-ttl")  # fmt: skip
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None, why: str) -> None:
@@ -191,6 +195,10 @@ class Cluster:
     liveness_hold_ms: float = p4names.HOLD_US / 1000
     probe_skip_ms: float = p4names.PROBE_SKIP_US / 1000
     redis_appendfsync: str = "always"  # storage durability: redis-server's append-only file fsync policy
+    # a storage Redis's memory: maxmemory ("": no limit; e.g. "256mb") and what it does past it (noeviction: refuse
+    # writes; an evicting policy: each shim invalidates the copies of what Redis evicts, docs/protocol.md)
+    redis_maxmemory: str = ""
+    redis_maxmemory_policy: str = "noeviction"
     description: str = ""  # free text: what this topology is for
     # the deployment's key secret, hex (16-64 bytes): what keys' digests are keyed by (wire.key_digest), so nobody
     # without it can make two keys share a cache entry.  A deployment writes a fresh random one into its run's
@@ -286,6 +294,15 @@ class Cluster:
         if self.redis_appendfsync not in REDIS_APPENDFSYNC:
             raise ClusterError(
                 f"redis_appendfsync: expected one of {list(REDIS_APPENDFSYNC)}, got {_show(self.redis_appendfsync)}"
+            )
+        if self.redis_maxmemory_policy not in REDIS_POLICIES:
+            raise ClusterError(
+                f"redis_maxmemory_policy: expected one of {list(REDIS_POLICIES)}, "
+                f"got {_show(self.redis_maxmemory_policy)}"
+            )
+        if not isinstance(self.redis_maxmemory, str) or not re.fullmatch(r"(\d+(kb|mb|gb)?)?", self.redis_maxmemory):
+            raise ClusterError(
+                f'redis_maxmemory: expected "" (no limit) or a size such as "256mb", got {_show(self.redis_maxmemory)}'
             )
         if not isinstance(self.description, str):
             raise ClusterError(f"description: expected a string, got {_show(self.description)}")

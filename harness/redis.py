@@ -77,13 +77,18 @@ def redis_argv(
     name: str = "redis",
     logfile: Path | None = None,
     users: RedisUsers | None = None,
+    maxmemory: str = "",
+    policy: str = "noeviction",
 ) -> list[str]:
     """redis-server serving on Unix socket ``sock`` (mode 700), its files in ``folder``: no snapshots; with
     ``durable``, an append-only file (``<name>.aof`` in ``folder``, fsync ``appendfsync``) that a restart
-    reloads, else nothing on disk.  It evicts nothing.  With ``users``, its users are those (a storage host's:
+    reloads, else nothing on disk.  It evicts nothing unless ``policy`` (past ``maxmemory``) says so.  With
+    ``users``, its users are those (a storage host's:
     the default user disabled); without, the default user may do anything (unit tests, benchmarks)."""
     argv = ["redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700", "--save", ""]
-    argv += ["--maxmemory-policy", "noeviction"]
+    argv += ["--maxmemory-policy", policy]
+    if maxmemory:
+        argv += ["--maxmemory", maxmemory]
     if users is not None:
         argv += ["--aclfile", str(users.acl_file)]
     if durable:

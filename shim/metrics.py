@@ -245,6 +245,7 @@ def stats_of(shim: Shim) -> dict:
         "rate_spent": round(shim.limiter.spent, 1) if shim.limiter is not None else 0.0,
         "redis_down": shim.redis_down,
         "resynced": dict(shim.resynced),
+        "evicted": dict(shim.evicted),
         "cached_keys": len(view.cached),
         "view_known": view.view_known,
         "unknown_switches": view.unknown_switches,

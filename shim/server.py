@@ -51,6 +51,7 @@ from distcache.wire import (
 from shim.coherence import SEQ_FLOOR_KEY, Coherence
 from shim.commands import MARKER_REPLY, RUN, WRONGTYPE, CommandRefusedError, CommandTable, refusal_reply, reply_status
 from shim.dedup import BUSY, DEDUP_MEMORY, MARKER_DB, Dedup, RequestId, dedup_marker
+from shim.evictions import watch_evictions
 from shim.key_locks import KeyLocks
 from shim.metrics import ShimMetrics, stats_of
 from shim.names import KeyNames
@@ -130,6 +131,8 @@ class Shim:
         self.redis_down = False
         self.redis_restarts = 0
         self.resynced: Counter[str] = Counter()  # cached copies populated again after a Redis restart, by state
+        self.evicted: Counter[str] = Counter()  # cached keys Redis evicted, invalidated (an evicting policy)
+        self._evictions: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.metrics = ShimMetrics()  # replies and latencies for the Prometheus series (shim/metrics.py)
         self.reads = ReadBatcher(self.redis, self._send, self.errors, self._tasks, self.metrics.replied)
@@ -148,6 +151,9 @@ class Shim:
             lambda: ShimProtocol(self), local_addr=(self.listen, self.port)
         )
         self._watcher = loop.create_task(self._watch_redis())
+        policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy", "noeviction")
+        if (policy.decode() if isinstance(policy, bytes) else policy) != "noeviction":
+            self._evictions = loop.create_task(watch_evictions(self))
 
     async def _floor(self) -> int | None:
         """The coherence floor earlier lives persisted (in MARKER_DB; database 0 is the user's only)."""
@@ -210,6 +216,8 @@ class Shim:
             log.warning("resynchronization stopped: redis unavailable: %s", e)
 
     async def close(self) -> None:
+        if self._evictions is not None:
+            self._evictions.cancel()
         if self._watcher is not None:
             self._watcher.cancel()
         if self.transport is not None:

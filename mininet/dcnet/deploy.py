@@ -265,6 +265,8 @@ class Deployment:
             cluster_path=self.cluster_path,
             appendfsync=self.cluster.redis_appendfsync,
             users=self.redis_users,
+            maxmemory=self.cluster.redis_maxmemory,
+            policy=self.cluster.redis_maxmemory_policy,
             breaks=self.breaks,
             **params,
         )

@@ -63,6 +63,8 @@ class StorageHost(FabricHost):
         cluster_path: Path,
         appendfsync: str,
         users: RedisUsers,
+        maxmemory: str = "",
+        policy: str = "noeviction",
         breaks: Sequence[str] = (),
         **params: object,
     ) -> None:
@@ -78,6 +80,8 @@ class StorageHost(FabricHost):
                 name=f"redis-{name}",
                 logfile=run_dir / f"redis-{name}.log",
                 users=users,
+                maxmemory=maxmemory,
+                policy=policy,
             ),
             out=run_dir / f"redis-{name}.out",
             socket=sock,

@@ -409,9 +409,8 @@ class Shim:
                 return
             reply(Status.NOT_FOUND) if value is None else reply(Status.OK, value)
             return
-        if msg.op == Op.EXEC:
-            await self._exec(msg, reply, marker)
-            return
+        if msg.op == Op.EXEC and not await self._command_writes(msg, reply):
+            return  # refused, or a read command: answered
         digest = msg.digest  # what the view, the locks and the switches know the key by
         async with self.locks.hold(digest):
             cached = bool(self.view.holders(digest))
@@ -432,52 +431,40 @@ class Shim:
                     await self._refuse(msg, reply, marker)  # copies may still be valid: do not write
                     return
                 paths = live
-            if msg.op == Op.PUT:
+            fill: bytes | None = None  # what phase 2 may fill the copies with
+            if msg.op == Op.EXEC:  # in one script with its marker and a read of what it left of the key
+                keys = (msg.key, marker) if marker is not None else (msg.key,)
+                resp, kind, value, ttl = await self.redis.eval(
+                    RUN, len(keys), *keys, self.writes.marker_ms, MARKER_DB, 0, *msg.args
+                )
+                reply(Status(reply_status(resp)), resp)  # safe before phase 2: every copy is invalid
+                fill = value if kind == b"string" and int(ttl) < 0 else None  # a TTL'd key is never cached
+            elif msg.op == Op.PUT:
                 await self.writes.set(msg.key, msg.value, marker)
-                status = Status.OK
+                reply(Status.OK)  # safe before phase 2: every copy is invalid
+                fill = msg.value
             else:
-                status = Status.OK if await self.writes.delete(msg.key, marker) else Status.NOT_FOUND
-            reply(status)  # safe before phase 2: every copy is invalid
-            if cached and msg.op == Op.PUT and len(msg.value) <= MAX_CACHEABLE:
+                reply(Status.OK if await self.writes.delete(msg.key, marker) else Status.NOT_FOUND)
+            if cached and fill is not None and len(fill) <= MAX_CACHEABLE:
                 began = time.monotonic()
-                await self.phases.update(digest, seq, msg.value, paths, msg.key)  # still under the key's lock
+                await self.phases.update(digest, seq, fill, paths, msg.key)  # still under the key's lock
                 self.metrics.phase_seconds.observe("update", time.monotonic() - began)
 
-    async def _exec(self, msg: Message, reply: Callable[..., None], marker: bytes | None) -> None:
-        """Run one command (shim/commands.py): a read as it is, a write under the key's lock between phase 1 and
-        phase 2 like a PUT, in one script with its marker and a read of what it left of the key."""
+    async def _command_writes(self, msg: Message, reply: Callable[..., None]) -> bool:
+        """An EXEC (shim/commands.py): True for a write command, which then runs as every write does (handle);
+        a refused command or a read command is answered here (a read never touches a cache)."""
         try:
             cmd = await self.commands.check(self.redis, msg.args, msg.key)
         except (CommandRefusedError, ResponseError) as e:  # ResponseError: COMMAND GETKEYS refused the arguments
             self.refused[Status.BAD_REQUEST.name] += 1
             self.errors["command_refused"] += 1
             reply(Status.BAD_REQUEST, refusal_reply(str(e)))
-            return
-        if not cmd.write:
-            resp = (await self.redis.eval(RUN, 1, msg.key, 0, 0, 0, *msg.args))[0]
-            reply(Status(reply_status(resp)), resp)
-            return
-        digest = msg.digest
-        async with self.locks.hold(digest):
-            cached = bool(self.view.holders(digest))
-            seq = self.coherence.next_seq() if cached else 0
-            paths = self.view.paths(digest) if cached else []
-            if cached and self.limiter is not None:
-                self.limiter.charge(2 * len(paths))
-            if cached:
-                live = await self.phases.invalidate(digest, seq, paths, name=msg.key)
-                if live is None:
-                    self.errors["invalidate_timeout"] += 1
-                    await self._refuse(msg, reply, marker)  # copies may still be valid: do not run it
-                    return
-                paths = live
-            keys = (msg.key, marker) if marker is not None else (msg.key,)
-            resp, kind, value, ttl = await self.redis.eval(
-                RUN, len(keys), *keys, self.writes.marker_ms, MARKER_DB, 0, *msg.args
-            )
-            reply(Status(reply_status(resp)), resp)  # safe before phase 2: every copy is invalid
-            if cached and kind == b"string" and int(ttl) < 0 and value is not None and len(value) <= MAX_CACHEABLE:
-                await self.phases.update(digest, seq, value, paths, msg.key)  # what the command left, if cacheable
+            return False
+        if cmd.write:
+            return True
+        resp = (await self.redis.eval(RUN, 1, msg.key, 0, 0, 0, *msg.args))[0]
+        reply(Status(reply_status(resp)), resp)
+        return False
 
     # -- control commands (from the controller and the switch agents) ---------------------
     async def populate(self, digest: bytes, switch: int, tag: tuple[int, int] = (0, 0), name: bytes = b"") -> Fill:

@@ -56,6 +56,7 @@ from pathlib import Path
 import hiredis
 
 from client_lib.rto import DEFAULT_FLOOR, Rto, Schedule
+from client_lib.stream import AsyncStreamLinks, BrokenStreamError, StreamLinks, matches
 from distcache.cluster import Cluster, Host
 from distcache.errors import (
     CommandError,
@@ -70,8 +71,10 @@ from distcache.errors import (
 from distcache.hashing import key_bytes
 from distcache.wire import (
     DC_PORT,
-    MAX_DATAGRAM,
+    FRAME_SLACK,
+    MAX_VALUE,
     RETRY_SPAN,
+    Flag,
     Message,
     Op,
     Status,
@@ -195,12 +198,14 @@ class _ClientCore:
         """The request and where it goes (numeric: a reply must come from exactly there)."""
         raw = key_bytes(key)
         digest = self.cluster.digest(raw)
-        msg = Message(op, raw, digest, next(self._seq) & 0xFFFFFFFFFFFFFFFF, value, args or [])
-        if not fits_datagram(msg):
+        size = len(value) + sum(len(a) for a in args or ())
+        if size > MAX_VALUE + (FRAME_SLACK if args else 0):
+            what = "command's arguments" if args else "value"
             raise ValueTooLargeError(
-                f"a {op.name} of a {len(raw)}-byte key and a {len(value)}-byte value does not fit one datagram "
-                f"({MAX_DATAGRAM} bytes with the header); store a smaller value or a reference instead"
+                f"a {op.name} with a {size}-byte {what} exceeds the {MAX_VALUE >> 20} MB a value may have "
+                "(Redis' proto-max-bulk-len); store it in parts"
             )
+        msg = Message(op, raw, digest, next(self._seq) & 0xFFFFFFFFFFFFFFFF, value, args or [])
         addr = self.resolve(self.cluster.server_for_key(digest))
         dest = self._numeric.get(addr)
         if dest is None:
@@ -224,24 +229,40 @@ class _ClientCore:
         req.flags = attempt_flags(sched.sent - 1)
         return encode(req)
 
+    _matches = staticmethod(matches)
+
+    def _stream_copy(self, req: Message) -> bytes:
+        """The request as the stream path carries it (same seq: the server knows it on either path)."""
+        req.flags = Flag.STREAM
+        return encode(req)
+
+    def _stream_again(self, attempts: int, start: float) -> bool:
+        """Whether a stream request whose copy got no reply may be sent again: within the client's retries, and
+        early enough in the server's retry span that its dedup still knows a write that was applied."""
+        return attempts <= self.retries and time.perf_counter() - start < RETRY_SPAN / 2
+
     @staticmethod
-    def _matches(req: Message, data: bytes) -> Message | None:
-        try:
-            m = decode(data)
-        except WireError:
-            return None
-        if m.seq != req.seq or m.digest != req.digest or m.op != req.op.reply() or (m.key and m.key != req.key):
-            return None
-        return m
+    def _stream_failed(req: Message, addr: tuple[str, int], attempts: int, err: Exception) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"no reply to {req.op.name} from {addr[0]}:{addr[1]} on the stream path (TCP) after {attempts} "
+            f"attempts: {err or type(err).__name__}; is the storage server (shim) up and reachable?"
+        )
 
     @staticmethod
     def _reply(req: Message, m: Message, latency: float, attempts: int) -> Reply:
         if m.status == Status.BUSY:
+            why = (
+                m.value.decode("utf-8", "replace").removeprefix("-ERR ")
+                if m.value
+                else ("it has no room to remember the write for its retry span")
+            )
             raise ServerBusyError(
-                f"server answered BUSY to {req.op.name} of key {req.key!r}: it has no room to remember the write "
-                "for its retry span, so it did not apply it; try again later",
+                f"server answered BUSY to {req.op.name} of key {req.key!r}: {why}; "
+                f"{'the write was not applied; ' if req.op != Op.GET else ''}try again later",
                 m.status,
             )
+        if m.status == Status.STREAM:  # a redirect the caller follows; on the stream path itself: a broken server
+            raise ServerError(f"server redirected {req.op.name} of key {req.key!r} on the stream path", m.status)
         if m.status == Status.WRONG_TYPE and m.op == Op.GET_REPLY:
             raise WrongTypeError(m.value.decode("utf-8", "replace") or "WRONGTYPE")
         if m.status in (Status.ERROR, Status.BAD_REQUEST, Status.TOO_LARGE):
@@ -280,9 +301,11 @@ class Client(_ClientCore):
         super().__init__(cluster, timeout, retries, resolve, min_timeout)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((bind, 0))
+        self.streams = StreamLinks()
 
     def close(self) -> None:
         self.sock.close()
+        self.streams.close()
 
     def __enter__(self) -> Client:
         return self
@@ -292,6 +315,8 @@ class Client(_ClientCore):
 
     def _call(self, op: Op, key: str | bytes, value: bytes = b"", args: list[bytes] | None = None) -> Reply:
         req, addr = self._prepare(op, key, value, args)
+        if not fits_datagram(req):
+            return self._stream(req, addr, time.perf_counter())
         sched = self._schedule(req, addr)
         while (until := sched.next_copy(sent := time.perf_counter())) is not None:
             self.sock.sendto(self._copy(req, sched), addr)
@@ -307,9 +332,25 @@ class Client(_ClientCore):
                     continue
                 now = time.perf_counter()
                 sched.replied(now)
+                if m.status == Status.STREAM:  # the reply does not fit a datagram: ask again on the stream path
+                    return self._stream(req, addr, sched.start)
                 return self._reply(req, m, now - sent, sched.sent)
             sched.timed_out()
         raise self._timeout(req, addr, sched)
+
+    def _stream(self, req: Message, addr: tuple[str, int], start: float) -> Reply:
+        """``req`` on the stream path (client_lib/stream.py), sent again on a new connection while allowed."""
+        data, attempts = self._stream_copy(req), 0
+        while True:
+            attempts += 1
+            sent = time.perf_counter()
+            try:
+                m = self.streams.exchange(addr, req, data, self.timeout)
+            except (OSError, BrokenStreamError) as e:  # TimeoutError is an OSError
+                if self._stream_again(attempts, start):
+                    continue
+                raise self._stream_failed(req, addr, attempts, e) from None
+            return self._reply(req, m, time.perf_counter() - sent, attempts)
 
     def get_reply(self, key: str | bytes) -> Reply:
         """Read ``key`` and say how it was served (cache or server, latency)."""
@@ -326,6 +367,7 @@ class Client(_ClientCore):
         until: dict[int, float] = {}  # seq -> end of its current copy's wait
         sent: dict[int, float] = {}
         failed: list[tuple[Message, tuple[str, int], Schedule]] = []
+        restream: list[tuple[int, Message, tuple[str, int], float]] = []  # answered STREAM: read on the stream path
 
         def send(seq: int) -> None:
             _, req, addr, sched = pending[seq]
@@ -364,8 +406,13 @@ class Client(_ClientCore):
                 continue
             now = time.perf_counter()
             entry[3].replied(now)
-            out[entry[0]] = self._reply(entry[1], m, now - sent[seq], entry[3].sent).value
+            if m.status == Status.STREAM:
+                restream.append((entry[0], entry[1], entry[2], entry[3].start))
+            else:
+                out[entry[0]] = self._reply(entry[1], m, now - sent[seq], entry[3].sent).value
             del pending[seq], until[seq]
+        for i, req, addr, start in restream:
+            out[i] = self._stream(req, addr, start).value
         if failed:
             req, addr, sched = failed[0]
             raise RequestTimeoutError(
@@ -438,6 +485,7 @@ class AsyncClient(_ClientCore):
         super().__init__(cluster, timeout, retries, resolve, min_timeout)
         self.bind = bind
         self._transport: asyncio.DatagramTransport | None = None
+        self.streams = AsyncStreamLinks()
 
     @property
     def ignored(self) -> int:
@@ -463,11 +511,14 @@ class AsyncClient(_ClientCore):
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+        self.streams.close()
 
     async def _call(self, op: Op, key: str | bytes, value: bytes = b"", args: list[bytes] | None = None) -> Reply:
         if self._transport is None:
             raise RuntimeError("AsyncClient not started: use `async with AsyncClient(...)` or `await client.start()`")
         req, addr = self._prepare(op, key, value, args)
+        if not fits_datagram(req):
+            return await self._stream(req, addr, time.perf_counter())
         sched = self._schedule(req, addr)
         fut = asyncio.get_running_loop().create_future()  # a reply to any copy resolves it
         self._proto.waiters[req.seq] = (req, addr, fut)
@@ -478,12 +529,30 @@ class AsyncClient(_ClientCore):
                 if done:
                     now = time.perf_counter()
                     sched.replied(now)
+                    if fut.result().status == Status.STREAM:
+                        break  # the reply does not fit a datagram: ask again on the stream path
                     return self._reply(req, fut.result(), now - sent, sched.sent)
                 sched.timed_out()
+            else:
+                raise self._timeout(req, addr, sched)
         finally:
             self._proto.waiters.pop(req.seq, None)
             fut.cancel()
-        raise self._timeout(req, addr, sched)
+        return await self._stream(req, addr, sched.start)
+
+    async def _stream(self, req: Message, addr: tuple[str, int], start: float) -> Reply:
+        """:meth:`Client._stream`, awaited."""
+        data, attempts = self._stream_copy(req), 0
+        while True:
+            attempts += 1
+            sent = time.perf_counter()
+            try:
+                m = await self.streams.exchange(addr, req, data, self.timeout)
+            except (OSError, BrokenStreamError) as e:
+                if self._stream_again(attempts, start):
+                    continue
+                raise self._stream_failed(req, addr, attempts, e) from None
+            return self._reply(req, m, time.perf_counter() - sent, attempts)
 
     async def get_reply(self, key: str | bytes) -> Reply:
         return await self._call(Op.GET, key)

@@ -352,6 +352,18 @@ def fits_datagram(msg: Message) -> bool:
 # -- the stream path: the same messages, each framed by its length ---------------------------------------------
 
 
+FRAME_SLACK = 1 << 16
+"""Bytes a frame may carry beyond its key and value: the header and an EXEC's argument framing."""
+
+
+def redirect(data: bytes) -> bytes:
+    """The datagram a reply too large for one (``data``, encoded) is sent as instead: its header and key
+    with status ``STREAM`` and nothing else, which tells the client to ask again on the stream path with
+    the same request (the same seq: a write is not applied again, its reply is sent again in full)."""
+    m = decode(data)
+    return encode(Message(m.op, m.key, m.digest, m.seq, status=Status.STREAM, flags=m.flags, target=m.target))
+
+
 def frame(data: bytes) -> bytes:
     """One message as the stream path carries it: its length (u32), then its bytes."""
     return _U32.pack(len(data)) + data
@@ -361,7 +373,7 @@ class FrameReader:
     """Cuts a byte stream into messages.  A frame longer than ``max_frame`` is a broken peer: WireError, and the
     connection is to be closed (after a BAD_REQUEST reply); nothing is buffered past one frame's bytes."""
 
-    def __init__(self, max_frame: int = HEADER_LEN + MAX_KEY + MAX_VALUE + 1024) -> None:
+    def __init__(self, max_frame: int = MAX_KEY + MAX_VALUE + FRAME_SLACK) -> None:
         self.max_frame = max_frame
         self._buf = bytearray()
 

@@ -15,10 +15,11 @@ from distcache.addresses import parse_address
 from distcache.cluster import Cluster, ClusterError
 from distcache.cmdline import ArgumentParser, input_file, ip_address, load_cluster, memory_size, output_file
 from distcache.rpc.shim import grpc_target
-from distcache.wire import RETRY_SPAN
+from distcache.wire import MAX_VALUE, RETRY_SPAN
 from shim.control import serve_control
 from shim.dedup import DEDUP_MEMORY, ENTRY_BYTES, MARKER_DB
 from shim.server import Shim
+from shim.stream import STREAM_BUDGET
 
 log = logging.getLogger("shim")
 
@@ -43,6 +44,8 @@ async def run(args: argparse.Namespace) -> int:
         dedup_memory=args.dedup_memory,
         redis_username=args.redis_user,
         redis_password=password,
+        stream_budget=args.stream_budget,
+        max_value=args.max_value,
     )
     try:
         await shim.start()
@@ -114,6 +117,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{ENTRY_BYTES} B each): past it new writes are refused BUSY, never applied twice (default: "
         f"{DEDUP_MEMORY >> 20}mb)",
     )
+    ap.add_argument(
+        "--stream-budget",
+        type=memory_size,
+        default=STREAM_BUDGET,
+        metavar="SIZE",
+        help="memory for the stream path's requests and replies in flight, over every connection (e.g. 256mb, "
+        "1gb): past it a request is answered BUSY unread, and no value longer than it can be stored or read "
+        f"(default: {STREAM_BUDGET >> 20}mb)",
+    )
+    ap.add_argument(
+        "--max-value",
+        type=memory_size,
+        default=MAX_VALUE,
+        metavar="SIZE",
+        help=f"the longest value a client may store (default and most: {MAX_VALUE >> 20}mb, Redis' "
+        "proto-max-bulk-len); longer ones are refused TOO_LARGE",
+    )
     ap.add_argument("--log-file", type=output_file, help="log here instead of stderr")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args(argv)
@@ -123,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             f"--server: no storage server {args.server!r} in {args.cluster} "
             f"(its servers: {', '.join(h.name for h in cluster.servers())})"
         )
+    if not 0 < args.max_value <= MAX_VALUE:
+        ap.error(f"--max-value: {args.max_value} B; give 1b..{MAX_VALUE >> 20}mb (Redis' proto-max-bulk-len)")
+    if args.stream_budget < 1 << 16:
+        ap.error(f"--stream-budget: {args.stream_budget} B holds no useful frame; give at least 64kb")
     try:
         grpc_target(args.control)
     except ValueError as e:

@@ -12,10 +12,10 @@ way); a copy arriving after it finished gets the same reply again.
 Every entry is kept for ``span`` seconds (:data:`distcache.wire.RETRY_SPAN`:
 a client refuses a retry budget that could outlast it), whatever the rate: no
 entry is dropped early to make room.  Memory is bounded instead by
-``memory`` bytes (about :data:`ENTRY_BYTES` per entry, so rate x span
-entries fit); a new write that finds the table full is refused with
-:data:`BUSY` (nothing written, the client raises ``ServerBusyError``) rather
-than applied at the risk of a second application later.
+``memory`` bytes (about :data:`ENTRY_BYTES` per entry, plus the bytes of a
+long reply, such as a GETSET's that carries a value; so rate x span entries fit);
+a new write that finds the table full is refused with :data:`BUSY` (nothing
+written, the client raises ``ServerBusyError``) rather than applied at the risk of a second application later.
 
 A shim restart forgets the table; a client may still be retrying.  So every
 write also sets a marker in Redis (database :data:`MARKER_DB`, which no user
@@ -40,6 +40,14 @@ MARKER_DB = 1
 
 ENTRY_BYTES = 320
 """Memory one remembered write costs (the id tuple, its reply, the table's slot): measured, not exact."""
+REPLY_BYTES = 128
+"""Of a reply's bytes, what ENTRY_BYTES covers; a longer reply (a long key, a command's reply carrying a
+value) costs its bytes beyond this too."""
+
+
+def _extra(reply: bytes) -> int:
+    return max(0, len(reply) - REPLY_BYTES)
+
 
 DEDUP_MEMORY = 64 << 20
 """Default bound on the table's memory: 64 MB, about 200 000 entries, 7 000 writes/s for 30 s."""
@@ -61,8 +69,10 @@ class Dedup:
         if memory < ENTRY_BYTES:
             raise ValueError(f"dedup memory {memory} B holds no entry; give at least {ENTRY_BYTES} B")
         self.span, self._clock = span, clock
-        self.capacity = memory // ENTRY_BYTES
+        self.memory = memory
+        self.capacity = memory // ENTRY_BYTES  # entries of the smallest size (a reply that carries no value)
         self._seen: OrderedDict[RequestId, tuple[float, bytes]] = OrderedDict()  # oldest first
+        self._bytes = 0  # ENTRY_BYTES per entry plus its reply's bytes past REPLY_BYTES
         self.refused = 0  # writes refused BUSY
 
     def begin(self, rid: RequestId) -> bytes | None:
@@ -73,20 +83,31 @@ class Dedup:
         entry = self._seen.get(rid)
         if entry is not None:
             return entry[1]
-        if len(self._seen) >= self.capacity:
+        if self._bytes + ENTRY_BYTES > self.memory:
             self.refused += 1
             return BUSY
         self._seen[rid] = (self._clock(), PENDING)
+        self._bytes += ENTRY_BYTES
         return None
+
+    def peek(self, rid: RequestId) -> bytes | None:
+        """What :meth:`begin` would answer for a copy of a write it knows (PENDING or its reply), without
+        beginning one: None for a write it does not know."""
+        self._expire()
+        entry = self._seen.get(rid)
+        return None if entry is None else entry[1]
 
     def finish(self, rid: RequestId, reply: bytes) -> None:
         entry = self._seen.get(rid)
         if entry is not None:
             self._seen[rid] = (entry[0], reply)
+            self._bytes += _extra(reply) - _extra(entry[1])
 
     def forget(self, rid: RequestId) -> None:
         """The write failed before any reply (the shim could not even answer): let a retry apply it."""
-        self._seen.pop(rid, None)
+        entry = self._seen.pop(rid, None)
+        if entry is not None:
+            self._bytes -= ENTRY_BYTES + _extra(entry[1])
 
     def _expire(self) -> None:
         limit = self._clock() - self.span
@@ -95,7 +116,7 @@ class Dedup:
             rid, (at, _) = next(iter(seen.items()))
             if at >= limit:
                 break
-            del seen[rid]
+            self._bytes -= ENTRY_BYTES + _extra(seen.pop(rid)[1])
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -3,7 +3,6 @@ behind the caches").  Off with ``noeviction``, the default: then nothing is evic
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -34,16 +33,14 @@ async def watch_evictions(shim: Shim) -> None:
             digest = shim.cluster.digest(key)
             if shim.view.holders(digest):
                 shim.names.learn(digest, key)
-                task = asyncio.get_running_loop().create_task(_invalidate(shim, digest))
-                shim._tasks.add(task)
-                task.add_done_callback(shim._tasks.discard)
+                shim.spawn(_invalidate(shim, digest))
     finally:
         await pubsub.aclose()
 
 
 async def _invalidate(shim: Shim, digest: bytes) -> None:
     try:
-        shim.evicted[str(await shim._refresh(digest))] += 1
+        shim.evicted[str(await shim.refresh(digest))] += 1
     except (RedisConnectionError, RedisTimeoutError, OSError) as e:
         shim.evicted["failed"] += 1
         log.warning("invalidating an evicted key: redis unavailable: %s", e)

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import cast
 
@@ -38,6 +38,8 @@ from distcache.ratelimit import TokenBucket
 from distcache.wire import (
     DC_PORT,
     MAX_CACHEABLE,
+    MAX_DATAGRAM,
+    MAX_VALUE,
     REQUEST_OPS,
     RETRY_SPAN,
     Message,
@@ -46,24 +48,27 @@ from distcache.wire import (
     WireError,
     decode,
     encode,
+    redirect,
     refusal,
 )
 from shim.coherence import SEQ_FLOOR_KEY, Coherence
 from shim.commands import MARKER_REPLY, RUN, WRONGTYPE, CommandRefusedError, CommandTable, refusal_reply, reply_status
-from shim.dedup import BUSY, DEDUP_MEMORY, MARKER_DB, Dedup, RequestId, dedup_marker
+from shim.dedup import BUSY, DEDUP_MEMORY, MARKER_DB, PENDING, Dedup, RequestId, dedup_marker
 from shim.evictions import watch_evictions
 from shim.key_locks import KeyLocks
 from shim.metrics import ShimMetrics, stats_of
 from shim.names import KeyNames
 from shim.phases import CoherenceAddress, Phases
 from shim.redis_reads import ReadBatcher
+from shim.redis_watch import watch_redis
 from shim.redis_writes import MARKER_BUSY, MARKER_ERROR, WriteBatcher
+from shim.stream import STREAM_BUDGET, STREAM_FULL, StreamPeer, StreamServer
 from shim.view import CacheView
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 4096  # requests being served at once; beyond, new ones are dropped and counted
-REDIS_WATCH_INTERVAL = 0.2  # seconds between checks that the shim's redis-server is the same process
+Address = tuple[str, int] | StreamPeer  # where a reply goes: a datagram's source or a stream connection
 
 
 class ShimProtocol(asyncio.DatagramProtocol):
@@ -92,9 +97,12 @@ class Shim:
         dedup_span: float = RETRY_SPAN,
         redis_username: str | None = None,
         redis_password: str | None = None,
+        stream_budget: int = STREAM_BUDGET,
+        max_value: int = MAX_VALUE,
     ) -> None:
         """``redis_url`` names the server, never a database: user data is database 0, the shim's own
-        records (dedup markers, the coherence floor) database MARKER_DB.  ``redis_username`` and
+        records (dedup markers, the coherence floor) database MARKER_DB.  ``stream_budget`` and ``max_value``
+        bound the stream path (shim/stream.py).  ``redis_username`` and
         ``redis_password``: the ACL user it logs in as (a storage host's Redis has no default user)."""
         self.cluster, self.server = cluster, server
         self.state_file = state_file
@@ -112,7 +120,7 @@ class Shim:
         self.locks = KeyLocks()  # a write or populate of a key runs under the key's lock
         self._saving = asyncio.Lock()  # one state-file write at a time (set_partition_durably)
         self.transport: asyncio.DatagramTransport | None = None
-        self.coherence = Coherence(send=self._send, is_down=lambda switch: switch in self.view.down)
+        self.coherence = Coherence(send=self.send, is_down=lambda switch: switch in self.view.down)
         self.phases = Phases(self.coherence, self.view, self.coherence_address)
         self._load_state()
         # the storage server's capacity (paper §6: rate-limited servers): requests beyond it wait their turn,
@@ -124,10 +132,10 @@ class Shim:
         self.refused: Counter[str] = Counter()  # malformed requests answered TOO_LARGE or BAD_REQUEST
         self.errors: Counter[str] = Counter()
         self.duplicates: Counter[str] = Counter()  # retried writes not applied again: replayed / in_progress
-        self._recheck_until = 0.0  # until then, new write ids are looked up in Redis (set by start and _busy)
+        self._recheck_until = 0.0  # until then, new write ids are looked up in Redis (set by start and refuse_busy)
         self._refusing: set[RequestId] = set()  # writes being refused BUSY: their copies are dropped meanwhile
         self._watcher: asyncio.Task | None = None
-        self._redis_run_id = ""
+        self.redis_run_id = ""
         self.redis_down = False
         self.redis_restarts = 0
         self.resynced: Counter[str] = Counter()  # cached copies populated again after a Redis restart, by state
@@ -135,7 +143,8 @@ class Shim:
         self._evictions: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.metrics = ShimMetrics()  # replies and latencies for the Prometheus series (shim/metrics.py)
-        self.reads = ReadBatcher(self.redis, self._send, self.errors, self._tasks, self.metrics.replied)
+        self.stream = StreamServer(self, stream_budget, max_value)
+        self.reads = ReadBatcher(self.redis, self.send, self.errors, self._tasks, self.metrics.replied)
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -144,16 +153,31 @@ class Shim:
         if not self.fresh:  # maybe a restart (with or without the state file): clients may still retry writes
             # our previous life applied; for as long as retries live, ask Redis before applying one we do not know
             self._recheck_until = time.monotonic() + self.dedup.span
-        self._redis_run_id = (await self.redis.info("server"))["run_id"]
+        self.redis_run_id = (await self.redis.info("server"))["run_id"]
         await self.coherence.start_from(await self._floor(), lambda n: self.markers.set(SEQ_FLOOR_KEY, str(n)))
         loop = asyncio.get_running_loop()
-        self.transport, _ = await loop.create_datagram_endpoint(
-            lambda: ShimProtocol(self), local_addr=(self.listen, self.port)
-        )
-        self._watcher = loop.create_task(self._watch_redis())
+        await self._listen(loop)
+        self._watcher = loop.create_task(watch_redis(self))
         policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy", "noeviction")
         if (policy.decode() if isinstance(policy, bytes) else policy) != "noeviction":
             self._evictions = loop.create_task(watch_evictions(self))
+
+    async def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Datagrams and the stream path on one port number (port 0: one both protocols have free)."""
+        for attempt in range(8):
+            self.transport, _ = await loop.create_datagram_endpoint(
+                lambda: ShimProtocol(self), local_addr=(self.listen, self.port)
+            )
+            port = self.transport.get_extra_info("sockname")[1]
+            try:
+                await self.stream.start(self.listen, port)
+            except OSError:
+                self.transport.close()
+                if self.port or attempt == 7:
+                    raise
+                continue
+            self.port = port
+            return
 
     async def _floor(self) -> int | None:
         """The coherence floor earlier lives persisted (in MARKER_DB; database 0 is the user's only)."""
@@ -164,57 +188,6 @@ class Shim:
             log.warning("ignoring an unreadable coherence floor %r: starting from the clock", floor)
             return None
 
-    async def _watch_redis(self) -> None:
-        """Notice a restart of the shim's redis-server (a new run_id) and resynchronize the caches.
-
-        A restarted Redis holds what its append-only file kept: with ``appendfsync always`` every
-        acknowledged write, with a laxer policy possibly less.  Copies in switches may hold values
-        it no longer has, and the shim cannot vouch for them: every cached key is refreshed as if
-        written again with what Redis holds now (phase 1 invalidates every copy, phase 2 fills it).
-
-        The resynchronization runs beside the watch, which goes on: a resync waiting on a switch that does
-        not answer (2.5 s per key) once kept the watch from seeing the next restart, and a Redis error in it
-        (Redis killed again meanwhile) ended the watch for good (the fault matrix: a shim that noticed no
-        restart for a minute).  A restart seen while one runs starts it again: what the newest Redis holds
-        is what every copy must follow, and a key the cancelled one had half refreshed is refreshed again
-        (its copies were left invalid, or as they were).
-        """
-        resync: asyncio.Task | None = None
-        while True:
-            await asyncio.sleep(REDIS_WATCH_INTERVAL)
-            try:
-                run_id = (await self.redis.info("server"))["run_id"]
-            except (RedisConnectionError, RedisTimeoutError, OSError):
-                self.redis_down = True
-                continue
-            self.redis_down = False
-            if run_id == self._redis_run_id:
-                continue
-            self._redis_run_id = run_id
-            self.redis_restarts += 1
-            if resync is not None:
-                resync.cancel()
-            resync = asyncio.get_running_loop().create_task(self._resync())
-            self._tasks.add(resync)
-            resync.add_done_callback(self._tasks.discard)
-
-    async def _resync(self) -> None:
-        """Refresh every key some switch may cache, after a restart of Redis."""
-        try:
-            keys = list(self.view.cached)
-            if not self.view.view_known:
-                log.warning(
-                    "redis-server restarted while the cached keys of switches %s are unknown: "
-                    "their copies are refreshed when each key is next written",
-                    self.view.unknown_switches,
-                )
-            log.warning("redis-server restarted: resynchronizing %d cached keys", len(keys))
-            for key in keys:
-                self.resynced[await self._refresh(key)] += 1
-        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
-            # Redis went away again: its next life is a new run id, and the watch starts the resync again then
-            log.warning("resynchronization stopped: redis unavailable: %s", e)
-
     async def close(self) -> None:
         if self._evictions is not None:
             self._evictions.cancel()
@@ -222,14 +195,19 @@ class Shim:
             self._watcher.cancel()
         if self.transport is not None:
             self.transport.close()
+        await self.stream.close()
         for t in list(self._tasks):
             t.cancel()
         await self.redis.aclose()
         await self.markers.aclose()
 
-    def _send(self, data: bytes, dest: tuple[str, int]) -> None:
-        if self.transport is not None:
-            self.transport.sendto(data, dest)
+    def send(self, data: bytes, dest: Address) -> None:
+        """Send a message: framed on its stream connection, or as a datagram; a reply too large for one is
+        redirected to the stream path (``wire.redirect``)."""
+        if isinstance(dest, StreamPeer):
+            dest.conn.send(data)
+        elif self.transport is not None:
+            self.transport.sendto(data if len(data) <= MAX_DATAGRAM else redirect(data), dest)
 
     # -- datagrams --------------------------------------------------------------------
     def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
@@ -239,86 +217,110 @@ class Shim:
             self.malformed[e.reason] += 1
             if (answer := refusal(data, e)) is not None:  # a request we cannot act on: told at once
                 self.refused[answer.status.name] += 1
-                self._send(encode(answer), addr)
+                self.send(encode(answer), addr)
             return
         if msg.op in REQUEST_OPS:
-            received = time.monotonic()
-            self.requests[msg.op.name] += 1
-            if self.cluster.digest(msg.key) != msg.digest:  # it could invalidate (or fill) another key's entry
-                self.malformed["digest"] += 1
-                self.refused[Status.BAD_REQUEST.name] += 1
-                self._send(encode(msg.reply(Status.BAD_REQUEST)), addr)
-                return
-            self.names.learn(msg.digest, msg.key)
-            if len(self._tasks) + len(self.reads) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
-                self.errors["overload"] += 1
-                return
-            wait = self.limiter.reserve(self.cluster.server_queue) if self.limiter else 0.0
-            if wait is None:
-                self.errors["rate_limited"] += 1
-                return
-            if self.limiter is not None:
-                self.metrics.queue_seconds.observe(wait)
-            if msg.op != Op.GET:
-                rid = (addr[0], msg.seq)
-                if rid in self._refusing:  # a copy of a write being refused BUSY
-                    self.duplicates["in_progress"] += 1
-                    return
-                done = self.dedup.begin(rid)
-                if done is BUSY:
-                    self._busy(msg, addr, rid, received)
-                    return
-                if done is not None:  # a retry of a write already applied (or being applied): never again
-                    self.duplicates["replayed" if done else "in_progress"] += 1
-                    if done and self.transport is not None:
-                        self.transport.sendto(done, addr)
-                    return
-                if received < self._recheck_until:  # our memory is younger than a client's retries
-                    task = asyncio.get_running_loop().create_task(self._serve_unless_applied(msg, addr, wait, received))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
-                    return
-            if msg.op == Op.GET and not wait:
-                self.reads.add(msg, addr, received)
-                return
-            task = asyncio.get_running_loop().create_task(self._serve(msg, addr, wait, received))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.on_message(msg, addr, time.monotonic())
         elif msg.op in (Op.INVALIDATE_ACK, Op.UPDATE_ACK):
             self.coherence.on_ack(msg)
         else:
             self.malformed["unexpected_op"] += 1
 
-    def _busy(self, msg: Message, addr: tuple[str, int], rid: RequestId, received: float) -> None:
-        """The dedup table is full: refuse the write BUSY (not applied), recorded in Redis first as an ERROR is.
+    def on_message(self, msg: Message, addr: Address, received: float) -> asyncio.Task | None:
+        """Serve a request that came as a datagram or on the stream path (``addr`` a StreamPeer): the task
+        that serves it, or None if it was answered (or dropped) at once or queued for a batched read."""
+        self.requests[msg.op.name] += 1
+        if self.cluster.digest(msg.key) != msg.digest:  # it could invalidate (or fill) another key's entry
+            self.malformed["digest"] += 1
+            self.refused[Status.BAD_REQUEST.name] += 1
+            self.send(encode(msg.reply(Status.BAD_REQUEST)), addr)
+            return None
+        self.names.learn(msg.digest, msg.key)
+        if len(self._tasks) + len(self.reads) >= MAX_IN_FLIGHT:  # bounded work: a flood is dropped, counted
+            self.errors["overload"] += 1
+            return None
+        wait = self.limiter.reserve(self.cluster.server_queue) if self.limiter else 0.0
+        if wait is None:
+            self.errors["rate_limited"] += 1
+            return None
+        if self.limiter is not None:
+            self.metrics.queue_seconds.observe(wait)
+        if msg.op != Op.GET:
+            rid = (addr[0], msg.seq)
+            if rid in self._refusing:  # a copy of a write being refused BUSY
+                self.duplicates["in_progress"] += 1
+                return None
+            done = self.dedup.begin(rid)
+            if done is BUSY:
+                self.refuse_busy(msg, addr, rid, received)
+                return None
+            if done is not None:  # a retry of a write already applied (or being applied): never again
+                self.duplicates["replayed" if done else "in_progress"] += 1
+                if done:
+                    self.send(done, addr)
+                return None
+            if received < self._recheck_until:  # our memory is younger than a client's retries
+                return self.spawn(self._serve_unless_applied(msg, addr, wait, received))
+        if msg.op == Op.GET and not wait and not isinstance(addr, StreamPeer):
+            self.reads.add(msg, addr, received)
+            return None
+        return self.spawn(self._serve(msg, addr, wait, received))
+
+    def spawn(self, work: Coroutine[None, None, None]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def refuse_unread(self, msg: Message, addr: Address, received: float) -> asyncio.Task | None:
+        """A write the stream path had no room to read (``msg``: its header): BUSY as a write the dedup table
+        has no room for, unless a copy of it is known (in progress: dropped; applied: its reply again).
+        The task that answers it, if any."""
+        rid = (addr[0], msg.seq)
+        done = self.dedup.peek(rid)
+        if rid in self._refusing or done == PENDING:
+            self.duplicates["in_progress"] += 1
+        elif done:
+            self.duplicates["replayed"] += 1
+            self.send(done, addr)
+        else:
+            return self.refuse_busy(msg, addr, rid, received, "stream_busy", STREAM_FULL)
+        return None
+
+    def refuse_busy(
+        self, msg: Message, addr: Address, rid: RequestId, received: float, kind: str = "busy",
+        why: str = "it has no room to remember the write for its retry span",
+    ) -> asyncio.Task:  # fmt: skip
+        """The dedup table is full (or, ``kind`` "stream_busy", the stream path's budget): refuse the write BUSY
+        (not applied), recorded in Redis first as an ERROR is; ``why`` goes to the client.
 
         The table cannot remember this write, so a later copy of it would look new: until a retry span after
         the last refusal, every new write id is looked up in Redis before it is applied (as after a restart),
         and finds this refusal's marker (or, if an earlier copy was applied after all, that outcome).
         """
-        self.errors["busy"] += 1
+        self.errors[kind] += 1
         self._recheck_until = max(self._recheck_until, time.monotonic() + self.dedup.span)
         self._refusing.add(rid)
 
         def reply(status: Status, value: bytes = b"") -> None:
             self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
-            if self.transport is not None:
-                self.transport.sendto(encode(msg.reply(status, value)), addr)
+            self.send(encode(msg.reply(status, value)), addr)
 
         async def refuse() -> None:
             try:
                 existing = await self.writes.refuse(dedup_marker(rid), MARKER_BUSY)
-                reply(Status.BUSY if existing is None else self._marked_status(msg, existing))
+                if existing is None:
+                    reply(Status.BUSY, f"-ERR {why}".encode())
+                else:
+                    reply(self._marked_status(msg, existing))
             except (RedisConnectionError, RedisTimeoutError):
                 self.errors["redis_unavailable"] += 1  # no answer: the outcome stays unknown (and nothing ran)
             finally:
                 self._refusing.discard(rid)
 
-        task = asyncio.get_running_loop().create_task(refuse())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        return self.spawn(refuse())
 
-    async def _serve_unless_applied(self, msg: Message, addr: tuple[str, int], wait: float, received: float) -> None:
+    async def _serve_unless_applied(self, msg: Message, addr: Address, wait: float, received: float) -> None:
         """After a restart (or a BUSY refusal): a write whose marker is in Redis was applied (or refused) before;
         answer it again, with the status it had (a DELETE's marker says whether the key existed: OK or
         NOT_FOUND)."""
@@ -335,8 +337,7 @@ class Shim:
         self.metrics.replied(msg.op.name, status.name, time.monotonic() - received)
         data = encode(msg.reply(status, marker[1:] if marker.startswith(MARKER_REPLY) else b""))
         self.dedup.finish((addr[0], msg.seq), data)
-        if self.transport is not None:
-            self.transport.sendto(data, addr)
+        self.send(data, addr)
 
     @staticmethod
     def _marked_status(msg: Message, marker: bytes) -> Status:
@@ -361,7 +362,7 @@ class Shim:
                 return
         reply(Status.ERROR)
 
-    async def _serve(self, msg: Message, addr: tuple[str, int], wait: float, received: float) -> None:
+    async def _serve(self, msg: Message, addr: Address, wait: float, received: float) -> None:
         replied = False
         if wait > 0:
             await asyncio.sleep(wait)
@@ -373,8 +374,7 @@ class Shim:
             data = encode(msg.reply(status, value))
             if msg.op != Op.GET:
                 self.dedup.finish((addr[0], msg.seq), data)
-            if self.transport is not None:
-                self.transport.sendto(data, addr)
+            self.send(data, addr)
 
         try:
             await self.handle(msg, reply, (addr[0], msg.seq))
@@ -512,7 +512,7 @@ class Shim:
             return Fill.WRONG_TYPE, False
         return cast("bytes | None", value), int(ttl) >= 0
 
-    async def _refresh(self, digest: bytes) -> Fill:
+    async def refresh(self, digest: bytes) -> Fill:
         """Invalidate every copy of the key of ``digest`` and fill it again with Redis's value, as a write of it
         would; a key whose name is not known is only invalidated (Fill.NO_KEY), which is always safe."""
         async with self.locks.hold(digest):

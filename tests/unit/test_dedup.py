@@ -16,7 +16,7 @@ from client_lib import Client, ServerBusyError
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from distcache.wire import RETRY_SPAN, Message, Op, Status, decode, encode
-from shim.dedup import BUSY, ENTRY_BYTES, MARKER_DB, PENDING, Dedup, dedup_marker
+from shim.dedup import BUSY, ENTRY_BYTES, MARKER_DB, PENDING, REPLY_BYTES, Dedup, dedup_marker
 from tests.common.keys import digest
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer
 
@@ -41,6 +41,20 @@ def test_every_write_is_remembered_for_the_whole_span_however_many() -> None:
     assert d.begin(rids[0]) == b"reply"  # still remembered just before the span ends
     now[0] = 10.1
     assert d.begin(("10.2.0.1", 4000, 99)) is None and len(d) == 1  # the span passed: room again
+
+
+def test_a_reply_that_carries_a_value_counts_against_the_bound() -> None:
+    """A command's reply may carry a value (GETSET of a megabyte, its reply kept for the retry span): the
+    table counts its bytes, so many such replies cannot outgrow the memory bound."""
+    now = [0.0]
+    d = Dedup(memory=10 * ENTRY_BYTES, span=10, clock=lambda: now[0])
+    assert d.begin(("a", 1)) is None
+    d.finish(("a", 1), bytes(REPLY_BYTES + 5 * ENTRY_BYTES))
+    assert [d.begin(("b", i)) for i in range(5)] == [None] * 4 + [BUSY]  # 1 + 5 of its reply + 4 = 10
+    d.forget(("b", 0))
+    assert d.begin(("c", 1)) is None and d.begin(("c", 2)) == BUSY
+    now[0] = 11
+    assert all(d.begin(("d", i)) is None for i in range(10))  # all expired: the bytes came back
 
 
 def test_the_memory_bound_is_checked() -> None:
@@ -106,7 +120,7 @@ def test_the_client_raises_server_busy(small) -> None:  # noqa: ANN001
         _put(sock, shim.port, f"k{seq}", b"v", seq)
     with (
         Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=0) as c,
-        pytest.raises(ServerBusyError, match="did not apply it"),
+        pytest.raises(ServerBusyError, match="the write was not applied"),
     ):
         c.put("mine", "v")
     assert users.get("mine") is None

@@ -32,7 +32,10 @@ The mix can take every path a register's operations have (``exec_ratio``, ``ttl_
 write or delete as a command (``execute("GET"|"SET"|"DEL", ...)``: never answered by a cache, a write command
 through the two-phase protocol with phase 2 from what it left), a write that gives its value a time to live
 longer than the run (``SET ... PX``: never cached, and never expired while the history runs, so the register's
-rules hold), and keys long enough that a v1 wire could not carry them.  Such lines carry ``"via": "exec"``.
+rules hold), keys long enough that a v1 wire could not carry them, and values too long for a datagram
+(``stream_ratio``: the stream path, never cached; the line names the write by its short value, and a read by the
+write whose value it returned, :func:`read_value`).  Command lines carry ``"via": "exec"``, stream-path puts
+``"stream": true``.
 
 The JSON Lines it writes are tools/lincheck's input format.
 """
@@ -72,10 +75,11 @@ class HistoryConfig:
     exec_ratio: float = 0.0  # share of the requests made as commands (execute GET, SET, DEL)
     ttl_ratio: float = 0.0  # share of the puts made as SET ... PX TTL_MS (commands: never cached)
     long_keys: int = 0  # this many of the keys have a LONG_KEY-byte name
+    stream_ratio: float = 0.0  # share of the puts whose value is STREAM_VALUE bytes long (the stream path)
 
     def __post_init__(self) -> None:
         """Reject a configuration that would record a meaningless history, with one clear line."""
-        for name in ("read_ratio", "delete_ratio", "exec_ratio", "ttl_ratio"):
+        for name in ("read_ratio", "delete_ratio", "exec_ratio", "ttl_ratio", "stream_ratio"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
                 raise ValueError(f"HistoryConfig.{name} must be a number in [0, 1], not {v!r}")
@@ -110,6 +114,22 @@ class HistoryStats:
 Kind = Literal["get", "put", "delete"]
 TTL_MS = 3_600_000  # a mix's TTL: longer than any history runs, so no value expires while it is checked
 LONG_KEY = 300  # bytes of a long key's name: more than a v1 message carried, a few datagram-sized ones
+STREAM_VALUE = 4000  # bytes of a stream-path value: more than a datagram carries, never cached
+
+
+def stream_value(value: str) -> str:
+    """The STREAM_VALUE-byte value a put of ``value`` writes when it takes the stream path: ``value`` repeated,
+    each copy ended by ``|``, so a read names the write it returned (:func:`read_value`)."""
+    return ((value + "|") * (STREAM_VALUE // (len(value) + 1) + 1))[:STREAM_VALUE]
+
+
+def read_value(data: bytes) -> str:
+    """The value a read returned, as the history names it: a stream-path value by the write it came from; one
+    that is not exactly what that write wrote (cut, mixed) as the bytes it is, which no write wrote."""
+    text = data.decode("utf-8", "replace")
+    if "|" in text and stream_value(head := text.split("|", 1)[0]) == text:
+        return head
+    return text
 
 
 def put_line(key: str, value: str, call: int, now: int, outcome: str = "ok", client: int = 0) -> dict:
@@ -142,6 +162,7 @@ class Request:
     value: str | None
     via_exec: bool = False  # made as a command (execute)
     ttl: bool = False  # a put that gives its value a TTL (as a command)
+    big: bool = False  # a put whose value takes the stream path (stream_value)
 
 
 def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
@@ -159,12 +180,13 @@ def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
         key = keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]
         read, delete = rng.random() < cfg.read_ratio, rng.random() < cfg.delete_ratio
         via_exec, ttl = mix.random() < cfg.exec_ratio, mix.random() < cfg.ttl_ratio
+        big = cfg.stream_ratio > 0 and mix.random() < cfg.stream_ratio  # (no draw without: older mixes stay)
         if read:
             yield Request(key, "get", None, via_exec)
         elif delete:
             yield Request(key, "delete", None, via_exec)
         else:
-            yield Request(key, "put", f"c{cid}-{n}", via_exec or ttl, ttl)
+            yield Request(key, "put", f"c{cid}-{n}", via_exec or ttl, ttl, big)
         n += 1
 
 
@@ -181,21 +203,22 @@ async def _run(client: AsyncClient, req: Request, line: dict[str, object], stats
     if req.op == "get":
         if req.via_exec:
             value = await client.execute("GET", req.key)
-            line["value"] = value.decode() if isinstance(value, bytes) else None
+            line["value"] = read_value(value) if isinstance(value, bytes) else None
             line["served_by"] = line["target"] = 0
         else:
             reply = await client.get_reply(req.key)
-            line["value"] = None if reply.value is None else reply.value.decode()
+            line["value"] = None if reply.value is None else read_value(reply.value)
             line["served_by"] = reply.served_by  # which switch answered (0: the server)
             line["target"] = reply.target  # where the client rack routed it (the fault matrix's at-risk pairs)
             stats.cached_reads += reply.cached
     elif req.op == "put":
+        value = stream_value(str(req.value)) if req.big else str(req.value)
         if req.ttl:
-            await client.execute("SET", req.key, str(req.value), "PX", TTL_MS)
+            await client.execute("SET", req.key, value, "PX", TTL_MS)
         elif req.via_exec:
-            await client.execute("SET", req.key, str(req.value))
+            await client.execute("SET", req.key, value)
         else:
-            await client.put(req.key, str(req.value))
+            await client.put(req.key, value)
     else:
         found = await client.execute("DEL", req.key) == 1 if req.via_exec else await client.delete(req.key)
         line["found"] = found  # True: OK, False: NOT_FOUND
@@ -230,6 +253,8 @@ async def record(
                 line["via"] = "exec"
             if req.ttl:
                 line["ttl_ms"] = TTL_MS
+            if req.big:
+                line["stream"] = True  # its value is stream_value(value), STREAM_VALUE bytes
             if req.op == "put":
                 line["value"] = req.value
             elif req.op == "delete":

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from shim.server import Shim
 
 # kinds every shim exports from the start, zeros included (a series that appears late loses its first rise)
-ERROR_KINDS = ("overload", "rate_limited", "redis_unavailable", "invalidate_timeout", "busy")
+ERROR_KINDS = ("overload", "rate_limited", "redis_unavailable", "invalidate_timeout", "busy", "stream_busy")
 DUPLICATE_KINDS = ("replayed", "in_progress", "replayed_after_restart")
 
 # seconds: a request served from Redis takes 0.1-2 ms here; coherence and the rate limiter's queue up to 1 s
@@ -150,6 +150,15 @@ class ShimCollector(Collector):
         yield gauge(
             "distcache_shim_dedup_capacity", "Writes the dedup table's memory bound holds.", st["dedup"]["capacity"]
         )
+        yield gauge(
+            "distcache_shim_stream_bytes",
+            "Bytes of requests and replies in flight on the stream path (past distcache_shim_stream_budget: BUSY).",
+            st["stream"]["bytes"],
+        )
+        yield gauge(
+            "distcache_shim_stream_budget", "The stream path's bound on bytes in flight.", st["stream"]["budget"]
+        )
+        yield gauge("distcache_shim_stream_connections", "Stream-path connections open.", st["stream"]["connections"])
         c = st["coherence"]
         yield counter(
             "distcache_shim_coherence_messages",
@@ -246,6 +255,11 @@ def stats_of(shim: Shim) -> dict:
         "redis_down": shim.redis_down,
         "resynced": dict(shim.resynced),
         "evicted": dict(shim.evicted),
+        "stream": {
+            "bytes": max(0, shim.stream.budget.used),
+            "budget": shim.stream.budget.limit,
+            "connections": shim.stream.connections,
+        },
         "cached_keys": len(view.cached),
         "view_known": view.view_known,
         "unknown_switches": view.unknown_switches,

@@ -7,6 +7,7 @@ Mininet client host and writes one JSON request per line::
     {"op": "get", "key": "k1"}
     {"op": "delete", "key": "k1"}
     {"op": "exec", "args": ["INCR", "n"]}          (any single-key command; "key" where not the first argument)
+    {"op": "put", "key_hex": "00ff", "hex": "..."}  (a binary key or value, in hex)
 
 and reads one JSON answer per line: ``{"ok": true, ...}`` with the value (as
 text or hex), whether a switch cache served it, which switch, the status and
@@ -24,7 +25,7 @@ from client_lib import Client, DistCacheError
 
 
 def handle(client: Client, req: dict) -> dict:
-    op, key = req.get("op"), req.get("key")
+    op, key = req.get("op"), bytes.fromhex(req["key_hex"]) if "key_hex" in req else req.get("key")
     start = time.perf_counter()
     if op == "get":
         r = client.get_reply(key)

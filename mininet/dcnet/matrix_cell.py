@@ -137,10 +137,12 @@ def run_cell(
             "duration": duration * OVERRUN,
             "read_ratio": 0.75,
             # every path of a register's operations (issue 45): some as commands (EXEC: never answered by a cache,
-            # writes with phase 2 from what they left), some puts with a TTL (never cached), two long keys
+            # writes with phase 2 from what they left), some puts with a TTL (never cached), two long keys, some
+            # values too long for a datagram (the stream path: TCP to the shim, never cached)
             "exec_ratio": 0.2,
             "ttl_ratio": 0.1,
             "long_keys": 2,
+            "stream_ratio": 0.05,
             "prefix": "h",
             "seed": seed,
             "timeout": 0.1,

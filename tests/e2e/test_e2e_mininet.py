@@ -7,6 +7,7 @@ reply's cache mark and by redis-server's GET count not moving.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -155,6 +156,24 @@ def test_an_operators_redis_cli_reads_and_cannot_write_behind_the_caches(dep: De
     assert "NOAUTH" in cli("GET", "opview", user=None)  # the default user is off
     assert client.call("get", "opview")["value"] == "seen by operators"  # nothing was changed behind the caches
     assert "maxmemory_policy:noeviction" in cli("INFO", "memory")
+
+
+def test_a_megabyte_under_a_binary_key_crosses_the_fabric_and_reads_back_in_redis_cli(dep: Deployment, client) -> None:  # noqa: ANN001
+    """Issue 45's done-when: a 1 MB value under a 200-byte binary key, written and read with client_lib on a
+    client host (the stream path: TCP through the switches to the shim), and read by redis-cli as the
+    read-only user on the key's storage host, byte for byte."""
+    key, value = os.urandom(200), os.urandom(1 << 20)
+    assert client.call("put", key_hex=key.hex(), hex=value.hex())["ok"]
+    got = client.call("get", key_hex=key.hex())
+    assert got["ok"] and got["value"] == "hex:" + value.hex() and not got["cached"]
+    server = dep.cluster.server_for_key(dep.cluster.digest(key))
+    keyfile, out = dep.run_dir / "binary.key", dep.run_dir / "binary.value"
+    keyfile.write_bytes(key)
+    dep.host(server.name).cmd(  # type: ignore[attr-defined]
+        f"REDISCLI_AUTH=$(cat {dep.redis_users.reader_password_file}) redis-cli --no-auth-warning "
+        f"-s {dep.redis_socket(server)} --user reader --raw -x GET < {keyfile} > {out}"
+    )
+    assert out.read_bytes() == value + b"\n"  # --raw ends the reply with a newline
 
 
 def test_deleted_key_reads_as_not_found(dep: Deployment, client) -> None:  # noqa: ANN001

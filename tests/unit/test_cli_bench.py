@@ -110,6 +110,11 @@ def test_cli_put_get_del_round_trip(env, tmp_path: Path) -> None:  # noqa: ANN00
     assert base64.b64decode(d["value"]) == blob
     assert cli(cj, shim.port, "put", "stdin", "--value-file", "-", input=b"from stdin").exit_code == 0
     assert r.get("stdin") == b"from stdin"
+    big = bytes(range(256)) * 8192  # 2 MB: the stream path, both ways
+    (tmp_path / "big").write_bytes(big)
+    assert cli(cj, shim.port, "put", "big", "--value-file", str(tmp_path / "big")).exit_code == 0
+    d = json.loads(cli(cj, shim.port, "get", "--json", "big").stdout)
+    assert base64.b64decode(d["value"]) == big == r.get("big")
 
     res = cli(cj, shim.port, "del", "user:42")
     assert res.exit_code == 0 and res.stdout.strip() == "deleted"

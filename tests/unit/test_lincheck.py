@@ -220,11 +220,13 @@ def test_a_history_through_every_path_of_the_mix_checks_clean(
     lincheck: Path, tmp_path: Path, shim: ShimThread, peer: SwitchPeer
 ) -> None:
     """The fault matrix's mix (issue 45): reads, puts and deletes as commands, puts with a TTL (never cached),
-    long keys; the register's rules hold, the checker finds no violation, and a flipped read is still caught."""
+    long keys, values on the stream path; the register's rules hold, the checker finds no violation, and a flipped
+    read is still caught."""
     history = tmp_path / "mixed.jsonl"
     stats = record_history(
-        shim, history, clients=6, ops=120, read_ratio=0.5, delete_ratio=0.2, exec_ratio=0.4, ttl_ratio=0.3, long_keys=2
-    )
+        shim, history, clients=6, ops=120, read_ratio=0.5, delete_ratio=0.2, exec_ratio=0.4, ttl_ratio=0.3,
+        long_keys=2, stream_ratio=0.3,
+    )  # fmt: skip
     lines = [json.loads(x) for x in history.read_text().splitlines()]
     assert stats.ops == len(lines) == 6 * 120 and stats.errors == stats.unknown == 0
     via = [x for x in lines if x.get("via") == "exec"]
@@ -234,6 +236,9 @@ def test_a_history_through_every_path_of_the_mix_checks_clean(
     with_ttl = {x["value"] for x in lines if "ttl_ms" in x}
     updates = {m.value.decode() for m, _ in peer.seen if m.op == Op.UPDATE}
     assert len(with_ttl) > 20 and updates and not updates & with_ttl  # a value with a TTL never reached a cache
+    streamed = {x["value"] for x in lines if x.get("stream")}
+    assert len(streamed) > 20 and not updates & streamed  # a stream-path value never reached a cache
+    assert streamed & {x["value"] for x in lines if x["op"] == "get"}  # and reads returned them, named
     assert check(lincheck, tmp_path, lines).returncode == 0
     i = next(i for i, x in enumerate(lines) if x["op"] == "get" and x.get("via") == "exec" and x["value"])
     bad = [dict(x, value="never written") if j == i else x for j, x in enumerate(lines)]

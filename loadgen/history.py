@@ -34,8 +34,10 @@ through the two-phase protocol with phase 2 from what it left), a write that giv
 longer than the run (``SET ... PX``: never cached, and never expired while the history runs, so the register's
 rules hold), keys long enough that a v1 wire could not carry them, and values too long for a datagram
 (``stream_ratio``: the stream path, never cached; the line names the write by its short value, and a read by the
-write whose value it returned, :func:`read_value`).  Command lines carry ``"via": "exec"``, stream-path puts
-``"stream": true``.
+write whose value it returned, :func:`read_value`), counters (``counter_keys``: their writes are INCRs, the line's
+value the number it answered) and hashes (``hash_ratio``: an HSET makes the key a hash, and a read of it answers
+WRONGTYPE, ``"wrongtype": true``; an HSET over a string answers WRONGTYPE and writes nothing).  Command lines
+carry ``"via": "exec"``, stream-path puts ``"stream": true``.
 
 The JSON Lines it writes are tools/lincheck's input format.
 """
@@ -53,7 +55,7 @@ from typing import Literal
 
 from client_lib.client import AsyncClient, Resolver
 from distcache.cluster import Cluster
-from distcache.errors import RequestTimeoutError, ServerError
+from distcache.errors import RequestTimeoutError, ServerError, WrongTypeError
 
 
 @dataclass
@@ -76,10 +78,12 @@ class HistoryConfig:
     ttl_ratio: float = 0.0  # share of the puts made as SET ... PX TTL_MS (commands: never cached)
     long_keys: int = 0  # this many of the keys have a LONG_KEY-byte name
     stream_ratio: float = 0.0  # share of the puts whose value is STREAM_VALUE bytes long (the stream path)
+    counter_keys: int = 0  # this many of the keys are counters: their writes are INCRs (after them, the long keys)
+    hash_ratio: float = 0.0  # share of the other keys' puts made as an HSET (the key becomes a hash)
 
     def __post_init__(self) -> None:
         """Reject a configuration that would record a meaningless history, with one clear line."""
-        for name in ("read_ratio", "delete_ratio", "exec_ratio", "ttl_ratio", "stream_ratio"):
+        for name in ("read_ratio", "delete_ratio", "exec_ratio", "ttl_ratio", "stream_ratio", "hash_ratio"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
                 raise ValueError(f"HistoryConfig.{name} must be a number in [0, 1], not {v!r}")
@@ -87,7 +91,7 @@ class HistoryConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"HistoryConfig.{name} must be a positive integer, not {v!r}")
-        for name in ("ops", "retries", "seed", "client_id_base", "long_keys"):
+        for name in ("ops", "retries", "seed", "client_id_base", "long_keys", "counter_keys"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"HistoryConfig.{name} must be an integer >= 0, not {v!r}")
@@ -111,7 +115,7 @@ class HistoryStats:
     errors: int = 0  # answered ERROR: left out
 
 
-Kind = Literal["get", "put", "delete"]
+Kind = Literal["get", "put", "delete", "incr", "hset"]
 TTL_MS = 3_600_000  # a mix's TTL: longer than any history runs, so no value expires while it is checked
 LONG_KEY = 300  # bytes of a long key's name: more than a v1 message carried, a few datagram-sized ones
 STREAM_VALUE = 4000  # bytes of a stream-path value: more than a datagram carries, never cached
@@ -175,19 +179,33 @@ def plan(cfg: HistoryConfig, cid: int) -> Iterator[Request]:
     rng = random.Random(f"history:{cfg.seed}:{cid}")  # a str seed hashes the same in every process
     mix = random.Random(f"history-mix:{cfg.seed}:{cid}")  # apart: the mix's draws change no key or op
     keys = history_keys(cfg)
+    counters = set(counter_keys(cfg))
     n = 0
     while cfg.ops == 0 or n < cfg.ops:
         key = keys[min(int(rng.expovariate(0.5)), len(keys) - 1)]
         read, delete = rng.random() < cfg.read_ratio, rng.random() < cfg.delete_ratio
         via_exec, ttl = mix.random() < cfg.exec_ratio, mix.random() < cfg.ttl_ratio
-        big = cfg.stream_ratio > 0 and mix.random() < cfg.stream_ratio  # (no draw without: older mixes stay)
+        # the newer draws only where asked for: a mix without them draws what it drew before
+        big = cfg.stream_ratio > 0 and mix.random() < cfg.stream_ratio
+        as_hash = cfg.hash_ratio > 0 and mix.random() < cfg.hash_ratio
         if read:
             yield Request(key, "get", None, via_exec)
         elif delete:
             yield Request(key, "delete", None, via_exec)
+        elif key in counters:
+            yield Request(key, "incr", None, True)
+        elif as_hash:
+            yield Request(key, "hset", f"c{cid}-{n}", True)
         else:
             yield Request(key, "put", f"c{cid}-{n}", via_exec or ttl, ttl, big)
         n += 1
+
+
+def counter_keys(cfg: HistoryConfig) -> list[str]:
+    """The keys whose writes are INCRs: the ``counter_keys`` right before the long keys."""
+    keys = history_keys(cfg)
+    end = max(0, cfg.keys - cfg.long_keys)
+    return keys[max(0, end - cfg.counter_keys) : end]
 
 
 def history_keys(cfg: HistoryConfig) -> list[str]:
@@ -199,8 +217,22 @@ def history_keys(cfg: HistoryConfig) -> list[str]:
 
 
 async def _run(client: AsyncClient, req: Request, line: dict[str, object], stats: HistoryStats) -> None:
-    """Make ``req``, as a command where the mix says so, and write what it returned into ``line``."""
-    if req.op == "get":
+    """Make ``req``, as a command where the mix says so, and write what it returned into ``line`` (Redis'
+    WRONGTYPE as ``"wrongtype": true``: a read of a hash, an INCR or HSET of a key of the other type)."""
+    try:
+        await _make(client, req, line, stats)
+    except WrongTypeError:
+        line["wrongtype"] = True
+        if req.op == "get":
+            line["value"] = None
+
+
+async def _make(client: AsyncClient, req: Request, line: dict[str, object], stats: HistoryStats) -> None:
+    if req.op == "incr":
+        line["value"] = str(await client.execute("INCR", req.key))
+    elif req.op == "hset":
+        await client.execute("HSET", req.key, "f", str(req.value))
+    elif req.op == "get":
         if req.via_exec:
             value = await client.execute("GET", req.key)
             line["value"] = read_value(value) if isinstance(value, bytes) else None
@@ -255,8 +287,10 @@ async def record(
                 line["ttl_ms"] = TTL_MS
             if req.big:
                 line["stream"] = True  # its value is stream_value(value), STREAM_VALUE bytes
-            if req.op == "put":
+            if req.op in ("put", "hset"):
                 line["value"] = req.value
+            elif req.op == "incr":
+                line["value"] = None  # the number it answers, when it answers
             elif req.op == "delete":
                 line["found"] = None  # no status until a reply comes
             call = time.monotonic_ns()

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ABSENT = None  # what a read of a missing key returns, and a delete writes
+HASH = ("hash",)  # what an HSET writes and a read answered WRONGTYPE returns: the key holds a hash
+SOME_NUMBER = ("incr",)  # what an INCR whose answer never came wrote: a number no other write names
 
 Value = Hashable  # bytes or str: compared by equality, never interpreted
 Initial = Callable[[object, object], bool]  # (key, value read) -> whether the key may have held it before
@@ -171,6 +173,14 @@ class Oracle:
             if sup >= r.call:
                 return None  # a candidate
             superseded = superseded or (w, sup)
+        if not writes and isinstance(r.value, str) and r.value.lstrip("-").isdigit():
+            for w in kw.by_value.get(SOME_NUMBER, []):  # an INCR whose answer never came may have written it
+                if w.call > r.ret:
+                    continue
+                sup = kw.superseded_at(w.end)
+                if sup >= r.call:
+                    return None
+                superseded = superseded or (w, sup)
         if self.initial(r.key, r.value):
             if kw.first_ack >= r.call:
                 return None
@@ -202,14 +212,24 @@ def feed(oracle: Oracle, records: Iterable[dict]) -> None:
     """Add a recorded history's operations (loadgen.history's format) to ``oracle``.
 
     Gets with ``"return": null`` returned nothing and are skipped; a write with ``"return": null`` ended
-    when its client gave up (``"end"``, else +infinity); ``"error": true`` marks a write answered ERROR."""
+    when its client gave up (``"end"``, else +infinity); ``"error": true`` marks a write answered ERROR, and
+    ``"wrongtype": true`` an INCR or HSET answered WRONGTYPE (nothing written) or a read of a hash.  An INCR
+    writes the number it answered; an HSET writes :data:`HASH`."""
     for rec in records:
         op, key, call, ret = rec["op"], rec["key"], int(rec["call"]), rec["return"]
         if op == "get":
             if ret is not None:
-                oracle.read(key, rec.get("value"), call, int(ret), int(rec.get("served_by") or 0))
+                value = HASH if rec.get("wrongtype") else rec.get("value")
+                oracle.read(key, value, call, int(ret), int(rec.get("served_by") or 0))
             continue
-        value = rec.get("value") if op == "put" else ABSENT
+        if rec.get("wrongtype"):
+            continue  # an INCR or HSET of a key of the other type: nothing written
+        if op == "incr":
+            value = rec.get("value") if ret is not None else SOME_NUMBER
+        elif op == "hset":
+            value = HASH
+        else:
+            value = rec.get("value") if op == "put" else ABSENT
         if ret is None:
             end = rec.get("end")
             oracle.write(key, value, call, int(end) if end is not None else _NEVER, acked=False)

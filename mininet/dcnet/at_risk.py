@@ -57,7 +57,7 @@ def pairs(records: Iterable[dict], windows: Iterable[Window]) -> Counter[str]:
         if r["op"] == "get":
             if r["return"] is not None:
                 reads[r["key"]].append((int(r["call"]), int(r.get("target") or 0), int(r.get("served_by") or 0)))
-        elif not r.get("error"):
+        elif not r.get("error") and not r.get("wrongtype"):  # (an INCR or HSET answered WRONGTYPE wrote nothing)
             end = r["return"] if r["return"] is not None else r.get("end")
             writes[r["key"]].append((int(r["call"]), int(end) if end is not None else 1 << 62))
     for v in reads.values():

@@ -138,11 +138,14 @@ def run_cell(
             "read_ratio": 0.75,
             # every path of a register's operations (issue 45): some as commands (EXEC: never answered by a cache,
             # writes with phase 2 from what they left), some puts with a TTL (never cached), two long keys, some
-            # values too long for a datagram (the stream path: TCP to the shim, never cached)
+            # values too long for a datagram (the stream path: TCP to the shim, never cached), a counter key
+            # written by INCRs and HSETs that make keys hashes (a read then answers WRONGTYPE)
             "exec_ratio": 0.2,
             "ttl_ratio": 0.1,
             "long_keys": 2,
             "stream_ratio": 0.05,
+            "counter_keys": 1,
+            "hash_ratio": 0.05,
             "prefix": "h",
             "seed": seed,
             "timeout": 0.1,

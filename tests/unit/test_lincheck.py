@@ -225,12 +225,12 @@ def test_a_history_through_every_path_of_the_mix_checks_clean(
     history = tmp_path / "mixed.jsonl"
     stats = record_history(
         shim, history, clients=6, ops=120, read_ratio=0.5, delete_ratio=0.2, exec_ratio=0.4, ttl_ratio=0.3,
-        long_keys=2, stream_ratio=0.3,
+        long_keys=2, stream_ratio=0.3, counter_keys=1, hash_ratio=0.3,
     )  # fmt: skip
     lines = [json.loads(x) for x in history.read_text().splitlines()]
     assert stats.ops == len(lines) == 6 * 120 and stats.errors == stats.unknown == 0
     via = [x for x in lines if x.get("via") == "exec"]
-    assert {x["op"] for x in via} == {"get", "put", "delete"} and len(via) > 200
+    assert {x["op"] for x in via} == {"get", "put", "delete", "incr", "hset"} and len(via) > 200
     long = [x for x in lines if len(x["key"]) == 300]
     assert long and any(x["op"] == "put" for x in long) and any(x["op"] == "get" and x["value"] for x in long)
     with_ttl = {x["value"] for x in lines if "ttl_ms" in x}
@@ -239,10 +239,18 @@ def test_a_history_through_every_path_of_the_mix_checks_clean(
     streamed = {x["value"] for x in lines if x.get("stream")}
     assert len(streamed) > 20 and not updates & streamed  # a stream-path value never reached a cache
     assert streamed & {x["value"] for x in lines if x["op"] == "get"}  # and reads returned them, named
+    incrs = [int(x["value"]) for x in lines if x["op"] == "incr"]
+    assert len(incrs) > 20 and max(incrs) > 2  # counting up from each DEL (the checker holds each to its number)
+    hsets = [x for x in lines if x["op"] == "hset"]
+    assert any(x.get("wrongtype") for x in hsets) and not all(x.get("wrongtype") for x in hsets)
+    assert any(x["op"] == "get" and x.get("wrongtype") for x in lines)  # reads of the hashes they made
     assert check(lincheck, tmp_path, lines).returncode == 0
     i = next(i for i, x in enumerate(lines) if x["op"] == "get" and x.get("via") == "exec" and x["value"])
     bad = [dict(x, value="never written") if j == i else x for j, x in enumerate(lines)]
     assert check(lincheck, tmp_path, bad).returncode == 1
+    i = next(i for i, x in enumerate(lines) if x["op"] == "incr")
+    bad = [dict(x, value=str(int(x["value"]) + 1)) if j == i else x for j, x in enumerate(lines)]
+    assert check(lincheck, tmp_path, bad).returncode == 1  # an INCR that answered a number one too high
 
 
 def test_recorded_history_with_a_flipped_delete_status_is_a_violation(

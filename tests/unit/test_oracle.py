@@ -120,3 +120,35 @@ def test_histories_of_several_hosts_merge_into_one_timeline(tmp_path) -> None:  
     alone = Oracle()
     feed(alone, b)
     assert alone.verdict().wrong == 2  # without the writes, nothing it read was ever written
+
+
+def _fed(*records: dict) -> tuple[int, int]:
+    o = Oracle()
+    feed(o, [{"client": 0, **r} for r in records])
+    v = o.verdict()
+    return v.stale, v.wrong
+
+
+def test_incr_writes_the_number_it_answered_and_one_whose_answer_never_came_some_number() -> None:
+    incr1 = {"key": "n", "op": "incr", "value": "1", "call": 0, "return": 10}
+    incr2 = {"key": "n", "op": "incr", "value": "2", "call": 20, "return": 30}
+    assert _fed(incr1, incr2, {"key": "n", "op": "get", "value": "2", "call": 40, "return": 50}) == (0, 0)
+    assert _fed(incr1, incr2, {"key": "n", "op": "get", "value": "1", "call": 40, "return": 50}) == (1, 0)
+    assert _fed(incr1, {"key": "n", "op": "get", "value": "7", "call": 40, "return": 50}) == (0, 1)
+    lost = {"key": "n", "op": "incr", "value": None, "call": 20, "return": None, "end": 500}
+    assert _fed(incr1, lost, {"key": "n", "op": "get", "value": "2", "call": 40, "return": 50}) == (0, 0)
+    # ... until a write begun after its client gave up is acknowledged
+    put = {"key": "n", "op": "put", "value": "v", "call": 600, "return": 610}
+    assert _fed(incr1, lost, put, {"key": "n", "op": "get", "value": "2", "call": 700, "return": 710}) == (1, 0)
+
+
+def test_an_hset_makes_a_read_answer_wrongtype_and_one_answered_wrongtype_wrote_nothing() -> None:
+    put = {"key": "k", "op": "put", "value": "old", "call": 0, "return": 10}
+    hset = {"key": "k", "op": "hset", "value": "f1", "call": 20, "return": 30}
+    read_hash = {"key": "k", "op": "get", "value": None, "wrongtype": True, "call": 40, "return": 50}
+    read_old = {"key": "k", "op": "get", "value": "old", "call": 40, "return": 50}
+    assert _fed(put, hset, read_hash) == (0, 0)
+    assert _fed(put, hset, read_old) == (1, 0)  # the string the HSET replaced, from a stale copy
+    refused = {**hset, "wrongtype": True}  # HSET over the string: nothing written
+    assert _fed(put, refused, read_old) == (0, 0)
+    assert _fed(put, refused, read_hash) == (0, 1)

@@ -12,7 +12,10 @@
 //	{"client": 3, "key": "k1", "op": "put", "value": "v7", "call": 1000, "return": 2500}
 //	{"client": 4, "key": "k1", "op": "delete", "found": true, "call": 2600, "return": 2900}
 //
-// client is an integer, key a string, op one of "get", "put", "delete"; call
+//	{"client": 5, "key": "n0", "op": "incr", "value": "8", "call": 3000, "return": 3400}
+//	{"client": 6, "key": "k2", "op": "hset", "value": "v9", "wrongtype": true, "call": 3100, "return": 3300}
+//
+// client is an integer, key a string, op one of "get", "put", "delete", "incr", "hset"; call
 // and return are integer nanoseconds on one clock shared by every client. For
 // put, value is the value written; for get, the value read, null meaning the
 // key was absent (NOT_FOUND). A delete's output is its status: "found" is true
@@ -29,10 +32,21 @@
 // real-time order matters; operations of one client need not be sequential (a
 // client may go on after a timeout).
 //
+// "incr" is Redis' INCR run at the key's shim: its "value" is the number it
+// answered (null or missing when its outcome is unknown). "hset" is an HSET of
+// one field: the key becomes a hash. Either may be answered Redis' WRONGTYPE
+// ("wrongtype": true: nothing was written); a get of a hash answers WRONGTYPE
+// ("wrongtype": true, "value" null).
+//
 // # Model
 //
-// Each key is an independent register whose state is either a string or
-// "absent" (the initial state): put sets it, delete makes it absent, a get
+// Each key is an independent register whose state is either a string, a
+// hash, or "absent" (the initial state): put sets a string (over a hash too,
+// as SET does), delete makes it absent, incr turns absent or a decimal string
+// n into n+1 and must answer it (WRONGTYPE on a hash; a string that is no
+// number it leaves alone, answered an error, which the recorder marks
+// "error"), hset turns absent or a hash into a hash and must answer WRONGTYPE
+// on a string, a get of a hash must answer WRONGTYPE, any other get
 // must return exactly the current state, and a delete must answer OK ("found":
 // true) exactly when the key is present at its linearization point and
 // NOT_FOUND otherwise. A client that retries a request sends it again with the
@@ -123,7 +137,7 @@ const unknownReturn int64 = math.MaxInt64
 
 // kvInput is an operation's invocation, as the model sees it.
 type kvInput struct {
-	Op    string // "get", "put" or "delete"
+	Op    string // "get", "put", "delete", "incr" or "hset"
 	Key   string
 	Value string // the value written, for put
 }
@@ -133,16 +147,53 @@ type kvInput struct {
 // a put or delete whose outcome was never learned: the model does not check
 // its output.
 type kvOutput struct {
-	Found   bool
-	Value   string
-	Unknown bool
+	Found     bool
+	Value     string // a get's value, an incr's answer
+	Unknown   bool
+	WrongType bool // answered WRONGTYPE
 }
 
-// kvState is one key's register: Present is false while the key is absent.
+// kvState is one key's register: Present is false while the key is absent;
+// Hash is true while it holds a hash (its fields are never read: Value is "").
 // It is a comparable value, so porcupine may compare states with ==.
 type kvState struct {
 	Present bool
+	Hash    bool
 	Value   string
+}
+
+// number is what an incr sees: the key's value as an integer (absent: 0),
+// ok false for a hash or a string that is no decimal integer.
+func number(st kvState) (int64, bool) {
+	if !st.Present {
+		return 0, true
+	}
+	if st.Hash {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(st.Value, 10, 64)
+	return n, err == nil && strconv.FormatInt(n, 10) == st.Value
+}
+
+// stepIncr is incr's transition (see Model).
+func stepIncr(st kvState, out kvOutput) (bool, kvState) {
+	n, ok := number(st)
+	switch {
+	case !ok:
+		return out.Unknown || (out.WrongType && st.Hash), st
+	case out.WrongType:
+		return false, st
+	}
+	next := kvState{Present: true, Value: strconv.FormatInt(n+1, 10)}
+	return out.Unknown || out.Value == next.Value, next
+}
+
+// stepHset is hset's transition (see Model).
+func stepHset(st kvState, out kvOutput) (bool, kvState) {
+	if st.Present && !st.Hash { // a string: WRONGTYPE, nothing written
+		return out.Unknown || out.WrongType, st
+	}
+	return out.Unknown || !out.WrongType, kvState{Present: true, Hash: true}
 }
 
 // kvModel returns the per-key register model described in the package doc,
@@ -160,8 +211,15 @@ func kvModel() porcupine.Model {
 			case "delete":
 				out := output.(kvOutput)
 				return out.Unknown || out.Found == st.Present, kvState{}
+			case "incr":
+				return stepIncr(st, output.(kvOutput))
+			case "hset":
+				return stepHset(st, output.(kvOutput))
 			default: // get
 				out := output.(kvOutput)
+				if st.Hash || out.WrongType {
+					return st.Hash && out.WrongType, st
+				}
 				return out.Found == st.Present && (!out.Found || out.Value == st.Value), st
 			}
 		},
@@ -179,8 +237,19 @@ func kvModel() porcupine.Model {
 				if !out.Unknown {
 					s += " -> " + deleteStatus(out.Found)
 				}
+			case "incr", "hset":
+				s = fmt.Sprintf("%s(%s)", in.Op, in.Key)
+				switch {
+				case out.WrongType:
+					s += " -> WRONGTYPE"
+				case !out.Unknown && in.Op == "incr":
+					s += " -> " + out.Value
+				}
 			default:
 				s = fmt.Sprintf("get(%s) -> %s", in.Key, describeValue(out.Found, out.Value))
+				if out.WrongType {
+					s = fmt.Sprintf("get(%s) -> WRONGTYPE", in.Key)
+				}
 			}
 			if out.Unknown {
 				s += " (timed out)"
@@ -189,6 +258,9 @@ func kvModel() porcupine.Model {
 		},
 		DescribeState: func(state interface{}) string {
 			st := state.(kvState)
+			if st.Hash {
+				return "a hash"
+			}
 			return describeValue(st.Present, st.Value)
 		},
 	}
@@ -219,6 +291,9 @@ func hashState(state interface{}) uint64 {
 		return h
 	}
 	h = (h ^ 1) * prime
+	if st.Hash {
+		h = (h ^ 2) * prime
+	}
 	for i := 0; i < len(st.Value); i++ {
 		h = (h ^ uint64(st.Value[i])) * prime
 	}
@@ -248,14 +323,15 @@ func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
 // rawOp is one input line as decoded. Pointers and RawMessage tell a missing
 // field from a zero or null one.
 type rawOp struct {
-	Client *int            `json:"client"`
-	Key    *string         `json:"key"`
-	Op     *string         `json:"op"`
-	Value  json.RawMessage `json:"value"`
-	Found  json.RawMessage `json:"found"`
-	Call   *int64          `json:"call"`
-	Return json.RawMessage `json:"return"`
-	Error  bool            `json:"error"`
+	Client    *int            `json:"client"`
+	Key       *string         `json:"key"`
+	Op        *string         `json:"op"`
+	Value     json.RawMessage `json:"value"`
+	Found     json.RawMessage `json:"found"`
+	Call      *int64          `json:"call"`
+	Return    json.RawMessage `json:"return"`
+	Error     bool            `json:"error"`
+	WrongType bool            `json:"wrongtype"`
 }
 
 // record is one validated input line.
@@ -343,6 +419,25 @@ func parseLine(lineNo int, text []byte) (record, error) {
 		}
 		r.out.Found = err == nil
 		r.out.Value = v
+		if raw.WrongType && r.out.Found {
+			return record{}, errors.New(`a get answered WRONGTYPE read nothing: "value" must be null`)
+		}
+		r.out.WrongType = raw.WrongType
+	case "incr":
+		r.out.WrongType = raw.WrongType && !r.unknown
+		if r.unknown || r.out.WrongType {
+			break
+		}
+		v, err := decodeString(raw.Value)
+		if err != nil {
+			return record{}, errors.New(`incr needs "value": the number it answered, as a string`)
+		}
+		if _, perr := strconv.ParseInt(v, 10, 64); perr != nil {
+			return record{}, fmt.Errorf(`incr "value" must be a decimal integer, not %q`, v)
+		}
+		r.out.Value = v
+	case "hset":
+		r.out.WrongType = raw.WrongType && !r.unknown
 	case "delete":
 		found := bytes.TrimSpace(raw.Found)
 		switch {
@@ -358,7 +453,7 @@ func parseLine(lineNo int, text []byte) (record, error) {
 			}
 		}
 	default:
-		return record{}, fmt.Errorf(`"op" must be "get", "put" or "delete", not %q`, r.in.Op)
+		return record{}, fmt.Errorf(`"op" must be "get", "put", "delete", "incr" or "hset", not %q`, r.in.Op)
 	}
 	return r, nil
 }

@@ -382,3 +382,80 @@ func TestRefusedWriteLinesAreSkipped(t *testing.T) {
 	expect(t, []string{op(0, "x", "put", s("1"), 0, n(10)), refusedDelete, op(1, "x", "get", s("1"), 40, n(50))},
 		0, "ops=2 violations=0\n")
 }
+
+// wrongType formats a line answered WRONGTYPE (an incr or hset that wrote nothing, a get of a hash).
+func wrongType(client int, key, kind string, call, ret int64) string {
+	return fmt.Sprintf(`{"client": %d, "key": %q, "op": %q, "value": null, "wrongtype": true, "call": %d, "return": %d}`,
+		client, key, kind, call, ret)
+}
+
+func TestIncrementsAnswerOneMoreThanTheValueBefore(t *testing.T) {
+	lines := []string{
+		op(1, "n", "incr", s("1"), 0, n(10)),
+		op(2, "n", "incr", s("2"), 5, n(20)), // overlaps the first: either order, answers 1 and 2
+		op(3, "n", "get", s("2"), 30, n(40)),
+		op(1, "n", "put", s("41"), 50, n(60)),
+		op(2, "n", "incr", s("42"), 70, n(80)),
+		del(3, "n", ok, 90, n(100)),
+		op(1, "n", "incr", s("1"), 110, n(120)), // absent counts as 0
+		op(2, "n", "incr", nil, 130, nil),       // unknown: applied or not
+		op(3, "n", "get", s("2"), 200, n(210)),
+	}
+	if code, out, _ := runHistory(t, lines); code != exitOK || out != "ops=9 violations=0\n" {
+		t.Fatalf("code=%d out=%q", code, out)
+	}
+}
+
+func TestAnIncrementAppliedTwiceIsAViolation(t *testing.T) {
+	// one INCR acknowledged once but applied twice: the next answers 3, though only two were made before it
+	lines := []string{
+		op(1, "n", "incr", s("1"), 0, n(10)),
+		op(2, "n", "incr", s("3"), 20, n(30)),
+	}
+	if code, out, _ := runHistory(t, lines); code != exitViolation || out != "ops=2 violations=1\n" {
+		t.Fatalf("code=%d out=%q", code, out)
+	}
+}
+
+func TestAGetAfterAnHsetAnswersWrongType(t *testing.T) {
+	good := []string{
+		op(1, "k", "put", s("old"), 0, n(10)),
+		wrongType(2, "k", "hset", 20, 30), // a string: HSET answers WRONGTYPE and writes nothing
+		op(3, "k", "get", s("old"), 40, n(50)),
+		del(1, "k", ok, 60, n(70)),
+		op(2, "k", "hset", s("v1"), 80, n(90)),
+		wrongType(3, "k", "get", 100, 110),
+		wrongType(1, "k", "incr", 120, 130),
+		op(2, "k", "put", s("new"), 140, n(150)), // SET replaces the hash
+		op(3, "k", "get", s("new"), 160, n(170)),
+	}
+	if code, out, _ := runHistory(t, good); code != exitOK || out != "ops=9 violations=0\n" {
+		t.Fatalf("code=%d out=%q", code, out)
+	}
+	// the old string read after the HSET over it was acknowledged (a stale cached copy)
+	stale := []string{
+		op(1, "k", "put", s("old"), 0, n(10)),
+		del(1, "k", ok, 20, n(30)),
+		op(2, "k", "hset", s("v1"), 40, n(50)),
+		op(3, "k", "get", s("old"), 60, n(70)),
+	}
+	if code, out, _ := runHistory(t, stale); code != exitViolation || out != "ops=4 violations=1\n" {
+		t.Fatalf("stale: code=%d out=%q", code, out)
+	}
+	// WRONGTYPE on a key no HSET made a hash
+	if code, _, _ := runHistory(t, []string{op(1, "k", "put", s("a"), 0, n(10)), wrongType(2, "k", "get", 20, 30)}); code != exitViolation {
+		t.Fatalf("wrongtype on a string: code=%d", code)
+	}
+}
+
+func TestMalformedIncrAndWrongTypeLines(t *testing.T) {
+	for _, line := range []string{
+		op(1, "n", "incr", s("x"), 0, n(10)),
+		op(1, "n", "incr", nil, 0, n(10)),
+		`{"client": 1, "key": "k", "op": "get", "value": "v", "wrongtype": true, "call": 0, "return": 1}`,
+	} {
+		if code, _, errOut := runHistory(t, []string{line}); code != exitBadInput {
+			t.Fatalf("%s: code=%d stderr=%q", line, code, errOut)
+		}
+	}
+}

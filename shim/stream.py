@@ -59,6 +59,7 @@ MAX_STREAMS = 1024  # connections at once; more are closed at once (counted)
 STALL = 10.0  # seconds a frame's body (or a reply being written) may go without progress
 IDLE = 60.0  # seconds a connection may wait between frames before the shim closes it
 PIECE = 1 << 20  # bytes read at a time from a connection: a skipped body is never held whole
+BUFFER = 64 << 10  # a connection's read buffer between frames (asyncio pauses the socket past twice this)
 _LEN = struct.Struct("!I")
 STREAM_FULL = "the server's stream budget is full"
 
@@ -130,15 +131,22 @@ class StreamServer:
         self.shim, self.budget, self.max_value = shim, Budget(budget), max_value
         # a frame longer than this cannot be served here at all: refused TOO_LARGE, and the connection closed
         self.max_frame = min(MAX_KEY + max_value + FRAME_SLACK, budget)
-        self.connections = 0
+        self._open: set[asyncio.StreamWriter] = set()
         self.server: asyncio.Server | None = None
 
+    @property
+    def connections(self) -> int:
+        return len(self._open)
+
     async def start(self, host: str, port: int) -> None:
-        self.server = await asyncio.start_server(self._serve, host, port, limit=PIECE)
+        self.server = await asyncio.start_server(self._serve, host, port, limit=BUFFER)
 
     async def close(self) -> None:
+        """Stop listening and end every connection (a request being served is cancelled with the shim's)."""
         if self.server is not None:
             self.server.close()
+        for writer in list(self._open):
+            writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         shim = self.shim
@@ -146,7 +154,7 @@ class StreamServer:
             shim.errors["stream_connections"] += 1
             writer.close()
             return
-        self.connections += 1
+        self._open.add(writer)
         host, port = writer.get_extra_info("peername")[:2]
         peer = StreamPeer(host, port, Connection(writer, self.budget))
         try:
@@ -157,7 +165,7 @@ class StreamServer:
         except OSError as e:
             log.debug("stream connection from %s:%d: %s", host, port, e)
         finally:
-            self.connections -= 1
+            self._open.discard(writer)
             self.budget.give(peer.conn.unwritten)
             peer.conn.unwritten = 0
             writer.close()

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from distcache.wire import Status
+
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
@@ -137,11 +139,9 @@ MARKER_REPLY = b"X"  # an EXEC's marker: this byte, then the reply it had (RESP)
 WRONGTYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"  # Redis' words, for a GET
 
 
-def reply_status(resp: bytes) -> int:
+def reply_status(resp: bytes) -> Status:
     """The status of an EXEC_REPLY carrying ``resp``: WRONG_TYPE for Redis' WRONGTYPE error, else OK (the reply,
     an error of the command's included, is in the value)."""
-    from distcache.wire import Status
-
     return Status.WRONG_TYPE if resp.startswith(b"-WRONGTYPE") else Status.OK
 
 

@@ -347,7 +347,7 @@ class Shim:
         if marker == MARKER_BUSY:
             return Status.BUSY
         if marker.startswith(MARKER_REPLY):  # an EXEC's: the reply it had
-            return Status(reply_status(marker[1:]))
+            return reply_status(marker[1:])
         return Status.NOT_FOUND if msg.op == Op.DELETE and marker == b"0" else Status.OK
 
     async def _refuse(self, msg: Message, reply: Callable[..., None], marker: bytes | None) -> None:
@@ -437,7 +437,7 @@ class Shim:
                 resp, kind, value, ttl = await self.redis.eval(
                     RUN, len(keys), *keys, self.writes.marker_ms, MARKER_DB, 0, *msg.args
                 )
-                reply(Status(reply_status(resp)), resp)  # safe before phase 2: every copy is invalid
+                reply(reply_status(resp), resp)  # safe before phase 2: every copy is invalid
                 fill = value if kind == b"string" and int(ttl) < 0 else None  # a TTL'd key is never cached
             elif msg.op == Op.PUT:
                 await self.writes.set(msg.key, msg.value, marker)
@@ -463,7 +463,7 @@ class Shim:
         if cmd.write:
             return True
         resp = (await self.redis.eval(RUN, 1, msg.key, 0, 0, 0, *msg.args))[0]
-        reply(Status(reply_status(resp)), resp)
+        reply(reply_status(resp), resp)
         return False
 
     # -- control commands (from the controller and the switch agents) ---------------------

@@ -238,7 +238,8 @@ class _ClientCore:
 
     def _stream_again(self, attempts: int, start: float) -> bool:
         """Whether a stream request whose copy got no reply may be sent again: within the client's retries, and
-        early enough in the server's retry span that its dedup still knows a write that was applied."""
+        early enough in the server's retry span that its dedup still knows a write that was applied.  Copies
+        leave at least ``timeout`` apart (a refused connection fails at once), as the datagram path's do."""
         return attempts <= self.retries and time.perf_counter() - start < RETRY_SPAN / 2
 
     @staticmethod
@@ -348,6 +349,7 @@ class Client(_ClientCore):
                 m = self.streams.exchange(addr, req, data, self.timeout)
             except (OSError, BrokenStreamError) as e:  # TimeoutError is an OSError
                 if self._stream_again(attempts, start):
+                    time.sleep(max(0.0, sent + self.timeout - time.perf_counter()))  # a refused connect is instant
                     continue
                 raise self._stream_failed(req, addr, attempts, e) from None
             return self._reply(req, m, time.perf_counter() - sent, attempts)
@@ -550,6 +552,7 @@ class AsyncClient(_ClientCore):
                 m = await self.streams.exchange(addr, req, data, self.timeout)
             except (OSError, BrokenStreamError) as e:
                 if self._stream_again(attempts, start):
+                    await asyncio.sleep(max(0.0, sent + self.timeout - time.perf_counter()))
                     continue
                 raise self._stream_failed(req, addr, attempts, e) from None
             return self._reply(req, m, time.perf_counter() - sent, attempts)

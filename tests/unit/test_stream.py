@@ -21,7 +21,7 @@ import pytest
 import redis
 
 import shim.stream
-from client_lib import AsyncClient, Client, ServerBusyError, ServerError
+from client_lib import AsyncClient, Client, RequestTimeoutError, ServerBusyError, ServerError
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from distcache.wire import HEADER_LEN, Message, Op, Status, decode, encode, frame
@@ -82,7 +82,8 @@ def test_a_megabyte_under_a_binary_key_reads_back_byte_for_byte_and_in_redis_cli
             input=key, capture_output=True, timeout=30, check=True,
         )  # fmt: skip
         assert cli.stdout == value + b"\n"  # --raw ends the reply with a newline
-        assert s.shim.requests["PUT"] == 1 and s.shim.stream.budget.used == 0
+        assert s.shim.requests["PUT"] == 1
+        _wait(lambda: s.shim.stream.budget.used == 0, "the budget given back")
     finally:
         s.close()
         peer.close()
@@ -167,7 +168,7 @@ def test_past_the_budget_a_write_is_refused_busy_unread_and_not_applied(
             assert r.get("k") is None and s.shim.errors["stream_busy"] == 1
             _wait(lambda: s.shim.malformed["stalled"] == 1, "the stalled frame's connection closed")
             hog.close()
-            assert s.shim.stream.budget.used == 0
+            _wait(lambda: s.shim.stream.budget.used == 0, "the budget given back")
             c.put("k", bytes(500_000))  # room again
             assert r.strlen("k") == 500_000
             r.set("toolong", bytes(2 * MB))  # written behind the shim's back, longer than the budget
@@ -209,4 +210,32 @@ def test_bad_frames_are_counted_and_answered_never_a_crash(bed) -> None:  # noqa
     assert talk(struct.pack("!I", 0xFFFFFFFF) + encode(put)[:HEADER_LEN])[4:] != b""  # past any frame: TOO_LARGE
     assert st.malformed["frame"] == 1 and r.get("k") is None
     b.client.put("k", bytes(3000))  # the shim goes on
-    assert r.strlen("k") == 3000 and st.stream.budget.used == 0
+    assert r.strlen("k") == 3000
+    _wait(lambda: st.stream.budget.used == 0, "the budget given back")  # (just after the reply left)
+
+
+def test_a_connection_the_shim_closed_is_replaced_and_a_dead_shim_is_given_up_on(
+    redis_sock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shim.stream, "IDLE", 0.2)
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    s = ShimThread(redis_sock, peer, tmp_path / "s.sock")
+    try:
+        ShimLink(s.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
+        with _client(s.port) as c:
+            c.put("a", bytes(5000))
+            _wait(lambda: s.shim.stream.connections == 0, "the idle connection closed by the shim")
+            began = time.monotonic()
+            c.put("b", bytes(5000))  # the kept connection is gone: a new one at once, the same copy
+            assert time.monotonic() - began < 1.0  # (not a second copy, which waits the 3 s timeout)
+            assert c.get_reply("b").attempts == 1 and c.get("a") == bytes(5000)
+        port = s.port
+    finally:
+        s.close()
+        peer.close()
+    with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", port), timeout=0.05, retries=2) as c:
+        began = time.monotonic()
+        with pytest.raises(RequestTimeoutError, match=r"stream path \(TCP\) after 3 attempts"):
+            c.put("k", bytes(5000))  # nothing listens: refused at once, three copies 50 ms apart
+        assert 0.1 <= time.monotonic() - began < 1.0

@@ -162,3 +162,28 @@ def test_asyncio_clients_execute_too(bed) -> None:  # noqa: ANN001
 
     got = asyncio.run(run())
     assert sorted(got[:20]) == list(range(1, 21)) and got[20] == b"20"
+
+
+def test_a_batched_read_that_finds_nothing_reads_the_key_again_by_itself(redis_sock: Path) -> None:
+    """The batched read (MGET) answers nil for a hash; what the key holds is then read by a GET of its own,
+    never by a TYPE apart from it: a SET between the MGET and that look made a hash read as absent, a value
+    no write left (the fault matrix's HSET mix found it)."""
+    from collections import Counter
+
+    import redis.asyncio as aioredis
+
+    from shim.redis_reads import ReadBatcher
+
+    async def run() -> None:
+        r = aioredis.Redis(unix_socket_path=str(redis_sock))
+        await r.flushall()
+        await r.hset("h", "f", "v")
+        await r.set("s", "new")  # (the SET that came after the MGET saw a hash there)
+        batcher = ReadBatcher(r, lambda *_: None, Counter(), set(), lambda *_: None)
+        batch = [(Message(Op.GET, k, digest(k)), ("127.0.0.1", 1), 0.0) for k in (b"h", b"s", b"gone")]
+        values: list[bytes | None] = [None, None, None]  # what the MGET found
+        assert await batcher._reread(batch, values) == {0}  # the hash: WRONGTYPE
+        assert values == [None, b"new", None]  # the string the key holds now; absent stays absent
+        await r.aclose()
+
+    asyncio.run(run())

@@ -260,8 +260,8 @@ def test_nothing_listens_outside_loopback_or_the_management_side(scraped: Scrape
         for proto, addr, port, _ in _sockets(node.cmd("ss -tulnpH")):
             if _loopback(addr):
                 continue
-            if proto == "udp" and host in dep.cluster.servers() and (addr, port) == (host.ip, DC_PORT):
-                continue  # the storage server's DistCache service, on its own address
+            if proto in ("udp", "tcp") and host in dep.cluster.servers() and (addr, port) == (host.ip, DC_PORT):
+                continue  # the storage server's DistCache service (datagrams, the stream path), on its own address
             bad.append(f"{host.name}: {proto} {addr}:{port}")
     # the root namespace: the deployment's processes (switches, agents, controller, Prometheus)
     ours = {sw.proc.pid for sw in dep.net.switches if getattr(sw, "proc", None) is not None}

@@ -233,7 +233,6 @@ class StreamServer:
         except RedisError:
             size = 0  # another type (WRONGTYPE) or Redis unreachable: the read itself answers
         if size + HEADER_LEN + len(msg.key) > self.budget.limit:
-            self.shim.refused[Status.TOO_LARGE.name] += 1
             self._reply(msg, peer, Status.TOO_LARGE, f"a {size}-byte value exceeds this server's stream budget")
             return None
         if not self.budget.take(size):
@@ -280,9 +279,12 @@ class StreamServer:
         return None
 
     def _reply(self, msg: Message, peer: StreamPeer, status: Status, why: str) -> None:
-        self.shim.send(encode(msg.reply(status, f"-ERR {why}".encode())), peer)
+        self._answer(msg.reply(status), peer, why)
 
     def _answer(self, answer: Message, peer: StreamPeer, why: str) -> None:
+        """Send ``answer`` with ``why`` as its value (a RESP error, as an EXEC's refusal is worded); a refusal
+        (TOO_LARGE, BAD_REQUEST) is counted as the datagram path counts it."""
         answer.value = f"-ERR {why}".encode()
-        self.shim.refused[answer.status.name] += 1
+        if answer.status in (Status.TOO_LARGE, Status.BAD_REQUEST):
+            self.shim.refused[answer.status.name] += 1
         self.shim.send(encode(answer), peer)

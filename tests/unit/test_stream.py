@@ -208,7 +208,8 @@ def test_bad_frames_are_counted_and_answered_never_a_crash(bed) -> None:  # noqa
     forged = Message(Op.PUT, b"k", digest("other"), seq=2, value=bytes(3000))
     assert decode(talk(frame(encode(forged)))[4:]).status == Status.BAD_REQUEST
     assert talk(struct.pack("!I", 0xFFFFFFFF) + encode(put)[:HEADER_LEN])[4:] != b""  # past any frame: TOO_LARGE
-    assert st.malformed["frame"] == 1 and r.get("k") is None
+    assert st.malformed["frame"] == 1 and st.refused["TOO_LARGE"] == 1 and r.get("k") is None
+    assert st.refused["BAD_REQUEST"] == 2  # the wrong length and the forged digest, as datagrams count them
     b.client.put("k", bytes(3000))  # the shim goes on
     assert r.strlen("k") == 3000
     _wait(lambda: st.stream.budget.used == 0, "the budget given back")  # (just after the reply left)

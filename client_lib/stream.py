@@ -51,6 +51,12 @@ def matches(req: Message, data: bytes) -> Message | None:
     return m
 
 
+def _keep(kept: list, reply: Message) -> bool:
+    """Whether the connection that brought ``reply`` is kept for the next request: while fewer than
+    IDLE_PER_SERVER are kept, and not after TOO_LARGE (the server closes the connection after that answer)."""
+    return len(kept) < IDLE_PER_SERVER and reply.status != Status.TOO_LARGE
+
+
 class StreamLinks:
     """Blocking connections to the servers' stream ports, one request at a time on each."""
 
@@ -87,7 +93,7 @@ class StreamLinks:
                 sock.settimeout(idle)
                 m = matches(req, _read_exactly(sock, n))
                 if m is not None:
-                    if len(self._idle[addr]) < IDLE_PER_SERVER and m.status != Status.TOO_LARGE:
+                    if _keep(self._idle[addr], m):
                         self._idle[addr].append(sock)
                         sock = None
                     return m
@@ -152,7 +158,7 @@ class AsyncStreamLinks:
                     raise BrokenStreamError("the server closed the connection") from None
                 m = matches(req, bytes(reply))
                 if m is not None:
-                    keep = len(self._idle[addr]) < IDLE_PER_SERVER and m.status != Status.TOO_LARGE
+                    keep = _keep(self._idle[addr], m)
                     return m
                 self.ignored += 1
         finally:

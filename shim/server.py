@@ -210,14 +210,20 @@ class Shim:
             self.transport.sendto(data if len(data) <= MAX_DATAGRAM else redirect(data), dest)
 
     # -- datagrams --------------------------------------------------------------------
-    def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
+    def decode(self, data: bytes, addr: Address) -> Message | None:
+        """``data`` as a message, or None: what does not decode is counted by reason, and a request we cannot
+        act on is told so at once (``wire.refusal``), whichever path it came by."""
         try:
-            msg = decode(data)
+            return decode(data)
         except WireError as e:
             self.malformed[e.reason] += 1
-            if (answer := refusal(data, e)) is not None:  # a request we cannot act on: told at once
+            if (answer := refusal(data, e)) is not None:
                 self.refused[answer.status.name] += 1
                 self.send(encode(answer), addr)
+            return None
+
+    def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
+        if (msg := self.decode(data, addr)) is None:
             return
         if msg.op in REQUEST_OPS:
             self.on_message(msg, addr, time.monotonic())
@@ -255,9 +261,7 @@ class Shim:
                 self.refuse_busy(msg, addr, rid, received)
                 return None
             if done is not None:  # a retry of a write already applied (or being applied): never again
-                self.duplicates["replayed" if done else "in_progress"] += 1
-                if done:
-                    self.send(done, addr)
+                self._known_copy(done, addr)
                 return None
             if received < self._recheck_until:  # our memory is younger than a client's retries
                 return self.spawn(self._serve_unless_applied(msg, addr, wait, received))
@@ -277,15 +281,18 @@ class Shim:
         has no room for, unless a copy of it is known (in progress: dropped; applied: its reply again).
         The task that answers it, if any."""
         rid = (addr[0], msg.seq)
-        done = self.dedup.peek(rid)
-        if rid in self._refusing or done == PENDING:
-            self.duplicates["in_progress"] += 1
-        elif done:
-            self.duplicates["replayed"] += 1
+        done = PENDING if rid in self._refusing else self.dedup.peek(rid)
+        if done is not None:
+            self._known_copy(done, addr)
+            return None
+        return self.refuse_busy(msg, addr, rid, received, "stream_busy", STREAM_FULL)
+
+    def _known_copy(self, done: bytes, addr: Address) -> None:
+        """A copy of a write the dedup table knows (``done``: what it holds): dropped while the write runs
+        (PENDING), else answered the write's reply again."""
+        self.duplicates["replayed" if done else "in_progress"] += 1
+        if done:
             self.send(done, addr)
-        else:
-            return self.refuse_busy(msg, addr, rid, received, "stream_busy", STREAM_FULL)
-        return None
 
     def refuse_busy(
         self, msg: Message, addr: Address, rid: RequestId, received: float, kind: str = "busy",

@@ -37,12 +37,12 @@ from distcache.wire import (
     HEADER_STRUCT,
     MAX_KEY,
     MAX_VALUE,
+    REQUEST_OPS,
     VERSION,
     Message,
     Op,
     Status,
     WireError,
-    decode,
     encode,
     frame,
     refusal,
@@ -115,9 +115,6 @@ class Connection:
         finally:
             self.budget.give(self.unwritten)
             self.unwritten = 0
-
-    def __hash__(self) -> int:
-        return id(self)
 
 
 class StreamServer:
@@ -205,15 +202,9 @@ class StreamServer:
 
     async def _request(self, body: bytes, peer: StreamPeer) -> None:
         shim, received = self.shim, time.monotonic()
-        try:
-            msg = decode(body)
-        except WireError as e:
-            shim.malformed[e.reason] += 1
-            if (answer := refusal(body, e)) is not None:
-                shim.refused[answer.status.name] += 1
-                shim.send(encode(answer), peer)
+        if (msg := shim.decode(body, peer)) is None:
             return
-        if msg.op not in (Op.GET, Op.PUT, Op.DELETE, Op.EXEC):  # coherence is the switches' and the shim's
+        if msg.op not in REQUEST_OPS:  # coherence is the switches' and the shim's
             shim.malformed["unexpected_op"] += 1
             return
         reserved = await self._value_room(msg, peer) if msg.op == Op.GET else 0
@@ -272,7 +263,7 @@ class StreamServer:
         if op == Op.GET:
             shim.errors["stream_busy"] += 1
             self._reply(msg, peer, Status.BUSY, STREAM_FULL)
-        elif op in (Op.PUT, Op.DELETE, Op.EXEC):
+        elif op in REQUEST_OPS:
             return shim.refuse_unread(msg, peer, time.monotonic())
         else:
             shim.malformed["unexpected_op"] += 1

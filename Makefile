@@ -25,7 +25,7 @@ PROFILE ?=
 
 .PHONY: help deps build constants diagram run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-TOOLS := build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
+TOOLS := build/distcache-shim build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
 	build/p4rt-shell-venv/.installed
 
 deps: $(STAMP) $(TOOLS)  ## apt packages, the Python environment .venv and the compiled tools in build/ (idempotent)
@@ -56,6 +56,35 @@ build/lincheck: $(LINCHECK_SRC)
 # The compiled load generator of make bench-shim (tools/dcload, Go, no dependencies).
 build/dcload: tools/dcload/go.mod $(wildcard tools/dcload/*.go) build/lincheck
 	cd tools/dcload && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/dcload .
+
+# The compiled parts (the root Go module, go.mod): the storage shim (shim/*.go; its Python predecessor is shim/*.py
+# until the port is done).  tools/go/ensure-go.sh installs a Go that reads go.mod's toolchain line (Debian 12's
+# golang-go is too old; bookworm-backports' golang-1.23 is not) and protoc; the gRPC code is generated here from
+# distcache/proto/ into internal/pb/ (not committed), by the plugins go.mod's versions build into build/bin/.
+GO_SRC := go.mod go.sum $(shell find internal shim -name '*.go' -not -path 'internal/pb/*' 2>/dev/null)
+GO_BUILD := CGO_ENABLED=0 go build -buildvcs=false -trimpath
+PB_GO := internal/pb/shimpb/shim.pb.go internal/pb/shimpb/shim_grpc.pb.go
+build/.go-ready: tools/go/ensure-go.sh
+	@bash tools/go/ensure-go.sh
+	@mkdir -p build && touch $@
+build/bin/protoc-gen-go: go.mod | build/.go-ready
+	GOBIN=$(CURDIR)/build/bin go install google.golang.org/protobuf/cmd/protoc-gen-go
+build/bin/protoc-gen-go-grpc: | build/.go-ready
+	GOBIN=$(CURDIR)/build/bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC)
+PROTOC_GEN_GO_GRPC := v1.5.1
+$(PB_GO) &: distcache/proto/shim.proto build/bin/protoc-gen-go build/bin/protoc-gen-go-grpc
+	@mkdir -p internal/pb
+	protoc -I distcache/proto --plugin=protoc-gen-go=build/bin/protoc-gen-go \
+		--plugin=protoc-gen-go-grpc=build/bin/protoc-gen-go-grpc \
+		--go_out=internal/pb --go_opt=module=distcache/internal/pb --go_opt=Mshim.proto=distcache/internal/pb/shimpb \
+		--go-grpc_out=internal/pb --go-grpc_opt=module=distcache/internal/pb \
+		--go-grpc_opt=Mshim.proto=distcache/internal/pb/shimpb shim.proto
+go-generated: $(PB_GO)
+# the shim, and beside it the same program with the deliberate breaks of tests/breaks.py compiled in (build tag
+# breaks: the fault matrix's control run and the tests that show the checks catch a break; no other build has them)
+build/distcache-shim: $(GO_SRC) $(PB_GO)
+	$(GO_BUILD) -o $@ ./shim
+	$(GO_BUILD) -tags breaks -o build/distcache-shim-breaks ./shim
 
 # The tc eBPF programs of tools/: the packet fault injector (tools/faultinject; mininet/dcnet/netfaults.py loads
 # it), make bench-switch's turnaround (tools/turnaround: the veths' ceiling, limit_pps; bench/switch/limit.py) and

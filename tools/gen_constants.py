@@ -242,8 +242,10 @@ def render_p4defines() -> str:
 
 
 def rendered() -> dict[Path, str]:
-    """Each generated file and the text it must have."""
-    return {P4NAMES: render_p4names(read_names()), P4DEFINES: render_p4defines()}
+    """Each generated file and the text it must have (the Go twin: tools/gen_go.py)."""
+    from tools.gen_go import GO_CONSTANTS, render_go  # after p4defines: it imports the Python constants
+
+    return {P4NAMES: render_p4names(read_names()), P4DEFINES: render_p4defines(), GO_CONSTANTS: render_go()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p.relative_to(REPO)} is stale: run make constants", file=sys.stderr)
         return 1 if stale else 0
     for p, text in texts.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         print(f"wrote {p.relative_to(REPO)}")
     return 0

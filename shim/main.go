@@ -1,0 +1,103 @@
+// Command distcache-shim runs one storage server's shim: DistCache over UDP (and its stream path over TCP)
+// in front of one redis-server, with its control API on a Unix socket or a loopback TCP address.
+//
+//	distcache-shim --cluster C --server NAME --redis-url URL --control ADDR [options]
+//
+// It prints "shim ready server=NAME listen=IP:PORT control=ADDR" once it serves, and exits on SIGTERM or
+// SIGINT. A bad command line or cluster file is one line and exit status 2; a start that fails (Redis
+// unreachable, an address in use) is one line and exit status 1.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func usage(msg string) int {
+	fmt.Fprintf(os.Stderr, "distcache-shim: error: %s (see distcache-shim -h)\n", msg)
+	return 2
+}
+
+func run(args []string) int {
+	o, err := parseOptions(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return usage(err.Error())
+	}
+	c, err := loadCluster(o.Cluster)
+	if err != nil {
+		return usage("--cluster: " + err.Error())
+	}
+	srv, err := c.Server(o.ServerName)
+	if err != nil {
+		return usage("--server: " + err.Error())
+	}
+	closeLog, err := setupLogging(o)
+	if err != nil {
+		return usage("--log-file: " + err.Error())
+	}
+	defer closeLog()
+	if err := armBreaks(); err != nil {
+		return usage(err.Error())
+	}
+	s := newShim(o, c, srv)
+	if err := s.start(); err != nil {
+		slog.Error("cannot start", "err", err)
+		fmt.Fprintf(os.Stderr, "distcache-shim: cannot start: %v\n", err)
+		s.close()
+		return 1
+	}
+	ctl, err := serveControl(s, o.Control)
+	if err != nil {
+		slog.Error("cannot start", "err", err)
+		fmt.Fprintf(os.Stderr, "distcache-shim: cannot start: %v\n", err)
+		s.close()
+		return 1
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	fmt.Printf("shim ready server=%s listen=%s:%d control=%s\n", srv.Name, o.Listen, o.Port, o.Control)
+	slog.Info("serving", "server", srv.Name, "listen", o.Listen, "port", o.Port)
+	<-stop
+	done := make(chan struct{})
+	go func() { ctl.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(500 * time.Millisecond):
+		ctl.Stop()
+	}
+	st := s.stats()
+	slog.Info("exiting", "requests", st.Requests, "errors", st.Errors, "malformed", st.Malformed)
+	s.close()
+	return 0
+}
+
+// setupLogging logs to --log-file (or stderr) at --log-level, a line per record with the process id, as the
+// Python services' logs read.
+func setupLogging(o *Options) (func(), error) {
+	var w io.Writer = os.Stderr
+	closer := func() {}
+	if o.LogFile != "" {
+		f, err := os.OpenFile(o.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		w, closer = f, func() { f.Close() }
+	}
+	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warning": slog.LevelWarn,
+		"error": slog.LevelError}[o.LogLevel]
+	h := slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})
+	slog.SetDefault(slog.New(h).With("shim", os.Getpid()))
+	return closer, nil
+}

@@ -19,13 +19,13 @@ PCAP ?=
 PROMETHEUS ?=
 ## SEED: linearizability: replay the fault schedule of this seed
 SEED ?=
-## PROFILE: bench-shim, bench-switch: a folder for a py-spy profile
+## PROFILE: bench-switch: a folder for a py-spy profile
 PROFILE ?=
 ## E2E_TARGETS: test, test-mininet: the Mininet scenarios' targets, e.g. softswitch,ebpf (tests/e2e/targets.py)
 
-.PHONY: help deps build constants diagram run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
+.PHONY: help deps build go-test constants diagram run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-TOOLS := build/distcache-shim build/lincheck build/dcload build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
+TOOLS := build/distcache-shim build/storagebench build/lincheck build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
 	build/p4rt-shell-venv/.installed
 
 deps: $(STAMP) $(TOOLS)  ## apt packages, the Python environment .venv and the compiled tools in build/ (idempotent)
@@ -46,22 +46,16 @@ $(STAMP): pyproject.toml
 
 LINCHECK_SRC := tools/lincheck/go.mod tools/lincheck/go.sum $(wildcard tools/lincheck/*.go)
 
-# The linearizability checker (tools/lincheck, Go + porcupine). Debian 12's golang-go (Go 1.19) is enough.
-build/lincheck: $(LINCHECK_SRC)
-	@command -v go >/dev/null 2>&1 || { echo "installing apt packages: golang-go"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go; }
-	@mkdir -p build
+# The linearizability checker (tools/lincheck, Go + porcupine; a module of its own).
+build/lincheck: $(LINCHECK_SRC) | build/.go-ready
 	cd tools/lincheck && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/lincheck .
 
-# The compiled load generator of make bench-shim (tools/dcload, Go, no dependencies).
-build/dcload: tools/dcload/go.mod $(wildcard tools/dcload/*.go) build/lincheck
-	cd tools/dcload && CGO_ENABLED=0 go build -buildvcs=false -o ../../build/dcload .
-
-# The compiled parts (the root Go module, go.mod): the storage shim (shim/*.go; its Python predecessor is shim/*.py
-# until the port is done).  tools/go/ensure-go.sh installs a Go that reads go.mod's toolchain line (Debian 12's
+# The compiled parts (the root Go module, go.mod): the storage shim (shim/) and make bench-shim's load generator
+# (tools/storagebench), sharing internal/.  tools/go/ensure-go.sh installs a Go that reads go.mod's toolchain line (Debian 12's
 # golang-go is too old; bookworm-backports' golang-1.23 is not) and protoc; the gRPC code is generated here from
 # distcache/proto/ into internal/pb/ (not committed), by the plugins go.mod's versions build into build/bin/.
-GO_SRC := go.mod go.sum $(shell find internal shim -name '*.go' -not -path 'internal/pb/*' 2>/dev/null)
+GO_DIRS := internal shim tools/storagebench tools/lincheck
+GO_SRC := go.mod go.sum $(shell find internal shim tools/storagebench -name '*.go' -not -path 'internal/pb/*' 2>/dev/null)
 GO_BUILD := CGO_ENABLED=0 go build -buildvcs=false -trimpath
 PB_GO := internal/pb/shimpb/shim.pb.go internal/pb/shimpb/shim_grpc.pb.go
 build/.go-ready: tools/go/ensure-go.sh
@@ -79,12 +73,14 @@ $(PB_GO) &: distcache/proto/shim.proto build/bin/protoc-gen-go build/bin/protoc-
 		--go_out=internal/pb --go_opt=module=distcache/internal/pb --go_opt=Mshim.proto=distcache/internal/pb/shimpb \
 		--go-grpc_out=internal/pb --go-grpc_opt=module=distcache/internal/pb \
 		--go-grpc_opt=Mshim.proto=distcache/internal/pb/shimpb shim.proto
-go-generated: $(PB_GO)
 # the shim, and beside it the same program with the deliberate breaks of tests/breaks.py compiled in (build tag
 # breaks: the fault matrix's control run and the tests that show the checks catch a break; no other build has them)
 build/distcache-shim: $(GO_SRC) $(PB_GO)
 	$(GO_BUILD) -o $@ ./shim
 	$(GO_BUILD) -tags breaks -o build/distcache-shim-breaks ./shim
+# make bench-shim's load generator and coherence peer
+build/storagebench: $(GO_SRC)
+	$(GO_BUILD) -o $@ ./tools/storagebench
 
 # The tc eBPF programs of tools/: the packet fault injector (tools/faultinject; mininet/dcnet/netfaults.py loads
 # it), make bench-switch's turnaround (tools/turnaround: the veths' ceiling, limit_pps; bench/switch/limit.py) and
@@ -166,10 +162,16 @@ verify: $(STAMP)  ## model-check the coherence protocol (model/, Rumur): it hold
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rumur gcc; }
 	$(PY) -m model.run --suite verify --save build/model/runs --show-trace
 
-test: build  ## the whole test suite: unit, P4Runtime, PTF, Mininet end to end, the model (~22 min on 2 cores)
+test: build go-test  ## the whole test suite: Go's (race detector on), unit, P4Runtime, PTF, Mininet, the model (~22 min)
 	$(PY) -m pytest -q -rs
 
-test-fast: deps  ## the tests that need no Mininet or PTF namespace
+# the compiled parts' own tests, with the race detector (it needs cgo: Debian's gcc); the shim's breaks build too
+go-test: $(PB_GO) | build/.go-ready  ## the Go parts' tests (shim, wire codec, checker) with the race detector
+	CGO_ENABLED=1 go test -race -count=1 ./...
+	CGO_ENABLED=1 go test -race -count=1 -tags breaks ./shim
+	cd tools/lincheck && go test -count=1 ./...
+
+test-fast: deps go-test  ## Go's tests and the Python tests that need no Mininet or PTF namespace
 	$(PY) -m pytest -q -m "not mininet"
 
 test-mininet: build  ## only the Mininet and PTF tests
@@ -187,18 +189,21 @@ figures: deps  ## Figures 9-11 by simulation at paper scale, PNG + CSV in docs/f
 bench: deps  ## softswitch's pipeline throughput per path, in packets per second
 	$(PY) -m bench.pipeline
 
-bench-shim: build  ## the shim against redis-benchmark on the same redis-server: throughput, CPU per request (PROFILE)
-	$(PY) -m bench.shim $(if $(PROFILE),--profile $(PROFILE))
+bench-shim: build  ## a storage server (shim + Redis) against the same Redis alone: ops/s, latency, CPU per request
+	$(PY) -m bench.shim
 
 bench-switch: build  ## packets per second through one switch on veths, every target side by side (PROFILE)
 	$(PY) -m bench.switch $(if $(PROFILE),--profile $(PROFILE))
 
 # ruff with the rule sets of pyproject.toml (RUF100 flags a noqa that silences nothing), its formatter, and
 # mypy over the libraries and the control plane (warn_unused_ignores: a type: ignore that hides nothing fails)
-lint: deps  ## ruff check, ruff format --check and mypy
+lint: deps  ## ruff check, ruff format --check and mypy; gofmt and go vet
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	@unformatted=$$(gofmt -l $(GO_DIRS)); [ -z "$$unformatted" ] || { echo "gofmt -w these: $$unformatted"; exit 1; }
+	go vet ./... && go vet -tags breaks ./shim
+	cd tools/lincheck && go vet ./...
 
 help:  ## this list: every target and the variables it takes
 	@awk -F':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  make %-17s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)

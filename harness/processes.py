@@ -389,6 +389,10 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
 
 #: runs a service with deliberate breaks of the guarantees armed, for the tests that show the checks catch them
 BREAKS_LAUNCHER = Path(__file__).resolve().parents[1] / "tests" / "breaks.py"
+#: the storage shim (Go: shim/*.go, built by make build) and the same program with tests/breaks.py's shim breaks
+#: compiled in (build tag breaks: its --breaks arms them; the normal build has no such flag)
+SHIM_BINARY = Path(__file__).resolve().parents[1] / "build" / "distcache-shim"
+SHIM_BREAKS_BINARY = SHIM_BINARY.with_name("distcache-shim-breaks")
 
 
 def python_argv(module: str, options: dict[str, object], breaks: Sequence[str] = ()) -> list[str]:
@@ -399,6 +403,20 @@ def python_argv(module: str, options: dict[str, object], breaks: Sequence[str] =
     argv = [sys.executable, "-m", module]
     if breaks:
         argv = [sys.executable, str(BREAKS_LAUNCHER), ",".join(breaks), module]
+    for option, value in options.items():
+        argv += [option] if value is None else [option, str(value)]
+    return argv
+
+
+def shim_argv(options: dict[str, object], breaks: Sequence[str] = ()) -> list[str]:
+    """The shim's command line (an option whose value is None is a flag).  ``breaks``: names of tests/breaks.py,
+    the shim's among them armed in the breaks build (tests only); the others are other services'."""
+    from tests.breaks import SHIM_BREAKS  # tests only: what the breaks build of the shim arms
+
+    if not SHIM_BINARY.exists():
+        raise FileNotFoundError(f"{SHIM_BINARY} is not built: run make build")
+    ours = [b for b in breaks if b in SHIM_BREAKS]
+    argv = [str(SHIM_BREAKS_BINARY), "--breaks", ",".join(ours)] if ours else [str(SHIM_BINARY)]
     for option, value in options.items():
         argv += [option] if value is None else [option, str(value)]
     return argv

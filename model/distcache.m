@@ -20,7 +20,7 @@
 --     pushes, mechanism changes, its restarts with and without state;
 --   * clients: writes (PUT, or DELETE / a value too large to cache) retried with the same id,
 --     and reads; a copy of a write the shim's dedup table has no room for is refused BUSY
---     (nothing written, and the refusal recorded in Redis like an ERROR: shim/dedup.py);
+--     (nothing written, and the refusal recorded in Redis like an ERROR: shim/dedup.go);
 --   * a network that loses, duplicates (up to CAP copies of a packet), delays and reorders
 --     everything: a multiset of counters net[op][seq][target];
 --   * a spine's data plane that dies while its P4Runtime server and agent go on (tests/: the
@@ -47,7 +47,7 @@
 --   * An INVALIDATE_ACK counts as received when its target reflects it: an ack lost or late
 --     is a shim that times out (a timeout is always possible) or acts later.
 --   * The partition (which spine owns which keys) only decides which keys agents insert and
---     where reads go, both left free above; writes do not depend on it (shim/server.py _paths).
+--     where reads go, both left free above; writes do not depend on it (shim/view.go paths).
 --   * Redis is one process that never loses an acknowledged write (appendfsync always); its
 --     restarts, and the shim's refresh after one, are not modelled.  The write markers are
 --     always there to ask (the shim asks for 30 s after it starts, and they live 30 s).
@@ -414,7 +414,7 @@ begin
   wout[w] := o;
   dd[w] := D_DONE;
   if o = O_ERR & FIX_ERROR_MARKER & marker[w] = O_NONE then
-    marker[w] := O_ERR;                        -- SET NX before the answer (shim/server.py _refuse)
+    marker[w] := O_ERR;                        -- SET NX before the answer (shim/serve.go refuseWrite)
   end;
 end;
 
@@ -469,7 +469,7 @@ begin
   return q;
 end;
 
--- shim/server.py holders(): a switch not declared down that may hold a copy of k (an agent's
+-- shim/view.go holders(): a switch not declared down that may hold a copy of k (an agent's
 -- populate added it and no evict removed it), or whose cached keys the shim does not know.  The
 -- storage leaf is never declared down (controller/shims.py shim_down names spines only: the leaf is
 -- on every path to the shim, and a failed one may still answer reads from its cache)
@@ -503,7 +503,7 @@ begin
   if BUG_ACK_BEFORE_P1 then
     Commit(w); Reply(w, O_OK); wj[w].acked := true;
   end;
-  -- shim/server.py _paths(): one path (through the leaf) to each spine that may hold k; if
+  -- shim/view.go paths(): one path (through the leaf) to each spine that may hold k; if
   -- there is none, the leaf may (else the write had no phase 1): a path ending at the leaf
   anysp := false;
   for s: spine_t do
@@ -530,8 +530,8 @@ begin
   endwrite(w);
 end;
 
--- a path of phase 1 ended (acked, or released: its spine was declared down).  shim/server.py
--- _invalidate(): once none is pending, if none acked (an acked path passed the leaf) and
+-- a path of phase 1 ended (acked, or released: its spine was declared down).  shim/coherence.go
+-- invalidatePaths(): once none is pending, if none acked (an acked path passed the leaf) and
 -- the leaf may hold k, the same INVALIDATE goes on a path ending at the leaf; else phase 1 is
 -- done (with no path acked and the leaf holding nothing: no phase 2)
 procedure Advance(w: wid_t);
@@ -550,7 +550,7 @@ begin
   FinishP1(w);
 end;
 
--- the controller's SetPartition declares spine s down: shim/coherence.py release() ends every
+-- the controller's SetPartition declares spine s down: shim/coherence.go release() ends every
 -- exchange waiting on it as RELEASED, which does not count as acknowledged
 procedure ShimDown(s: spine_t);
 begin
@@ -566,7 +566,7 @@ begin
     end;
   end;
   -- a populate waiting on its ack ends ("down"; the agent tries again later).  One still
-  -- waiting for the key's lock passed the check before: it goes on (shim/server.py populate)
+  -- waiting for the key's lock passed the check before: it goes on (shim/control.go populate)
   if pj[s].st = PJ_P1 then endpop(s); end;
 end;
 
@@ -617,7 +617,7 @@ begin
   send(INV, q, s);
 end;
 
--- the agent asks the shim to populate k's entry at s (shim/server.py populate): refused
+-- the agent asks the shim to populate k's entry at s (shim/control.go populate): refused
 -- ("down") for a spine declared down, and with FIX_DOWNSET_FIRST for every spine while the
 -- shim lacks the controller's down-set; else s is added to k's holders at once, before the
 -- key's lock, and the shim starts when the lock is free
@@ -647,7 +647,7 @@ begin
   if !lockheld(wkey[w]) & seqctr < MAXSEQ then StartWrite(w); end;   -- else it waits
 end;
 
--- a copy of a write the dedup table has no room for (shim/server.py _busy): not applied, and
+-- a copy of a write the dedup table has no room for (shim/serve.go refuseBusy): not applied, and
 -- not remembered in memory either (the table is full); the refusal is recorded in Redis with
 -- SET NX, so a later copy is refused again (a marker already there: that outcome stands)
 procedure RefuseBusy(w: wid_t);
@@ -797,7 +797,7 @@ ruleset w: wid_t; k: key_t; nc: boolean; ttl: boolean; dup: boolean; busy: boole
     & (dup -> (bdup > 0 & bfaults > 0)) & (busy -> (bbusy > 0 & bfaults > 0 & (dup -> bfaults > 1)))
   ==> begin
     wkey[w] := k; wttl[w] := ttl;
-    wnc[w] := nc | (ttl & !BUG_TTL_CACHED);      -- a TTL's value is never cached (shim/server.py _value)
+    wnc[w] := nc | (ttl & !BUG_TTL_CACHED);      -- a TTL's value is never cached (shim/redis.go valueOf)
     if dup then bdup := bdup - 1; bfaults := bfaults - 1; req[w] := 1; end;
     if busy then bbusy := bbusy - 1; bfaults := bfaults - 1; RefuseBusy(w); else Receive(w); end;
     Check();
@@ -1219,7 +1219,7 @@ ruleset s: spine_t do
     Check();
   end;
 
-  -- one SetPartition(buckets, down) to the shims (shim/server.py set_partition): pending
+  -- one SetPartition(buckets, down) to the shims (shim/control.go setPartition): pending
   -- paths to the spine are released.  (The buckets move too: what partitions decide, which
   -- keys agents insert and where reads go, the model leaves free.)
   -- controller/shims.py shim_down: only once no client leaf may still send the spine reads: one

@@ -1,12 +1,6 @@
 package main
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
+// timeNow is the wall clock the coherence numbers start from (the breaks build's clock-back moves it).
 func timeNow() time.Time { return time.Now() }
-
-func errNoBreaks(v string) error {
-	return fmt.Errorf("DC_BREAKS=%s: this build has no breaks (build/distcache-shim-breaks has, for tests)", v)
-}

@@ -4,17 +4,14 @@ package main
 
 // The normal build: no break of tests/breaks.py can be armed (the breaks build, tag breaks, has them).
 
-import "os"
+import "flag"
 
 var clockNow = timeNow
 
-// armBreaks refuses DC_BREAKS in a normal build: it names breaks only the breaks build has.
-func armBreaks() error {
-	if v := os.Getenv("DC_BREAKS"); v != "" {
-		return errNoBreaks(v)
-	}
-	return nil
-}
+// breakFlags adds nothing: --breaks exists only in the breaks build, so no command line arms one here.
+func breakFlags(*flag.FlagSet) {}
+
+func armBreaks() error { return nil }
 
 func breakPaths(_ *cacheView, ends []uint8) []uint8 { return ends }
 

@@ -3,10 +3,12 @@
 package main
 
 // The breaks build (tag breaks): the deliberate breaks of the coherence guarantees that tests/breaks.py
-// describes, armed by DC_BREAKS=name[,name...], so the tests and the fault matrix's control run can show the
-// checks catch each. Each changes the real code at one place. No normal build contains any of this.
+// describes, armed by --breaks name[,name...] (a flag only this build has), so the tests and the fault matrix's
+// control run can show the checks catch each. Each changes the real code at one place. No normal build
+// contains any of this.
 
 import (
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,29 +20,30 @@ import (
 const ackEarly = 50 * time.Millisecond
 
 var (
-	armed    = map[string]bool{}
-	clockNow = timeNow
-	firstSeq sync.Map
+	breaksArg string
+	armed     = map[string]bool{}
+	clockNow  = timeNow
+	firstSeq  sync.Map
 )
 
 var known = []string{"ack-before-invalidate", "skip-one-invalidate", "reuse-seq", "clock-back"}
 
+func breakFlags(fs *flag.FlagSet) {
+	fs.StringVar(&breaksArg, "breaks", "", "tests only: arm these breaks of tests/breaks.py ("+
+		strings.Join(known, ", ")+")")
+}
+
 func armBreaks() error {
-	v := os.Getenv("DC_BREAKS")
-	if v == "" {
+	if breaksArg == "" {
 		return nil
 	}
-	for _, name := range strings.Split(v, ",") {
+	for _, name := range strings.Split(breaksArg, ",") {
 		ok := false
 		for _, k := range known {
 			ok = ok || k == name
 		}
 		if !ok {
-			// a break of another service of the same deployment (the controller's) is not ours to arm
-			if name == "no-flush-on-recover" {
-				continue
-			}
-			return fmt.Errorf("DC_BREAKS: unknown break %q; choose from %s", name, strings.Join(known, ", "))
+			return fmt.Errorf("--breaks: unknown break %q; choose from %s", name, strings.Join(known, ", "))
 		}
 		armed[name] = true
 		fmt.Fprintf(os.Stderr, "breaks: %s armed in shim\n", name)

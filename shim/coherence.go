@@ -22,7 +22,7 @@ import (
 
 const (
 	seqBlock    = 1 << 20 // numbers reserved at a time: the floor persisted ahead of the numbers used
-	seqFloorKey = "dc:coherence-floor"
+	seqFloorKey = dc.SeqFloorKey
 )
 
 // serialNewer says whether 64-bit sequence number a is newer than b (RFC 1982), as switches compare them.

@@ -156,7 +156,7 @@ func latin1(b []byte) string {
 // runScript runs one command (ARGV[4..]) on the user database with its marker, and reads what it left of the
 // key: {reply as RESP, the key's type, its value if a string, its PTTL}. KEYS[1]: the key; KEYS[2]: the marker
 // (optional); ARGV[1]: the marker's life in ms, ARGV[2]: the marker database, ARGV[3]: the user database.
-var runScript = newScript(`
+var runScript = newScript(strings.ReplaceAll(`
 local function resp(x)
   local t = type(x)
   if t == 'number' then return ':' .. string.format('%.0f', x) .. '\r\n' end
@@ -175,11 +175,11 @@ if kind == 'string' then value = redis.call('GET', KEYS[1]) end
 local ttl = redis.call('PTTL', KEYS[1])
 if KEYS[2] then
   redis.call('SELECT', ARGV[2])
-  redis.call('SET', KEYS[2], 'X' .. reply, 'PX', ARGV[1])
+  redis.call('SET', KEYS[2], '@REPLY@' .. reply, 'PX', ARGV[1])
   redis.call('SELECT', ARGV[3])
 end
 return {reply, kind, value, ttl}
-`)
+`, "@REPLY@", markerReply))
 
 // wrongTypeReply is Redis' words for a GET of a key holding another type.
 const wrongTypeReply = "WRONGTYPE Operation against a key holding the wrong kind of value"

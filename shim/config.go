@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"distcache/internal/dc"
@@ -37,44 +42,131 @@ type Server struct {
 	Rack     int
 	LeafID   uint8   // its rack's leaf: on every coherence path of its keys
 	SpineIDs []uint8 // every spine (a shim's coherence counts all: the mechanism may change while it serves)
+	// whether the leaf may cache its keys under some mechanism (placement.possible_holders)
+	LeafMayCache bool
 }
 
 func loadCluster(path string) (*Cluster, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
+		if errors.Is(err, syscall.EISDIR) {
+			return nil, fmt.Errorf("%s is a directory, not a cluster file", path)
+		}
 		return nil, fmt.Errorf("cannot read %s: %v", path, err)
+	}
+	c, err := parseCluster(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return c, nil
+}
+
+// parseCluster reads a cluster description: a JSON object of the fields of distcache/cluster.py, every
+// number within the range it has there (internal/dc's tables, generated from it), said as it says it.
+// The fields the shim does not read are checked for their kind and range only: distcache's own tools
+// check the rest of a file before any deployment starts.
+func parseCluster(raw []byte) (*Cluster, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var fields map[string]any
+	if err := dec.Decode(&fields); err != nil {
+		var anyValue any
+		if json.Unmarshal(raw, &anyValue) == nil {
+			return nil, fmt.Errorf("a cluster description is a JSON object of fields, not %s", jsonKind(anyValue))
+		}
+		return nil, fmt.Errorf("not JSON: %v", err)
+	}
+	var unknown []string
+	for name := range fields {
+		if !slices.Contains(dc.ClusterFields, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		known := slices.Clone(dc.ClusterFields)
+		slices.Sort(known)
+		return nil, fmt.Errorf("unknown cluster field(s) %s; known: %s", pyList(unknown), pyList(known))
+	}
+	for _, ck := range dc.ClusterChecks {
+		v, ok := fields[ck.Name]
+		if !ok {
+			continue
+		}
+		n, isNum := v.(json.Number)
+		f, ferr := n.Float64()
+		whole := isNum && ferr == nil && !strings.ContainsAny(n.String(), ".eE")
+		inRange := isNum && ferr == nil && f >= ck.Lo && (math.IsNaN(ck.Hi) || f <= ck.Hi)
+		if ck.Int && (!whole || !inRange) {
+			return nil, fmt.Errorf("%s: expected an integer %s%s, got %s", ck.Name, bound(ck, "%d"), ck.Why, show(v))
+		}
+		if !ck.Int && !inRange {
+			return nil, fmt.Errorf("%s: expected a number %s%s, got %s", ck.Name, bound(ck, "%g"), ck.Why, show(v))
+		}
 	}
 	c := &Cluster{Spines: dc.DefaultSpines, StorageRacks: dc.DefaultStorageRacks,
 		ServersPerRack: dc.DefaultServersPerRack, ServerRate: dc.DefaultServerRate,
 		ServerBurst: dc.DefaultServerBurst, ServerQueue: dc.DefaultServerQueue}
-	if err := json.Unmarshal(raw, c); err != nil {
-		return nil, fmt.Errorf("%s is no cluster file: %v", path, err)
-	}
-	checks := []struct {
-		name      string
-		v, lo, hi int
-	}{
-		{"spines", c.Spines, 1, dc.MaxSpines},
-		{"storage_racks", c.StorageRacks, 1, dc.MaxStorageRacks},
-		{"servers_per_rack", c.ServersPerRack, 1, dc.MaxHostsPerRack},
-		{"server_burst", c.ServerBurst, 1, 1 << 30},
-	}
-	for _, k := range checks {
-		if k.v < k.lo || k.v > k.hi {
-			return nil, fmt.Errorf("%s: %s: expected %d..%d, got %d", path, k.name, k.lo, k.hi, k.v)
-		}
-	}
-	if c.ServerRate < 0 || c.ServerQueue < 0 || c.ServerQueue > 10 {
-		return nil, fmt.Errorf("%s: server_rate must be >= 0 and server_queue 0..10 seconds", path)
+	if err := json.Unmarshal(raw, c); err != nil { // every number read is checked above
+		return nil, fmt.Errorf("not a cluster description: %v", err)
 	}
 	if c.KeySecret == "" {
 		c.secret = []byte(dc.DevKeySecret)
 	} else if s, err := hex.DecodeString(c.KeySecret); err == nil && len(s) >= 16 && len(s) <= 64 {
 		c.secret = s
 	} else {
-		return nil, fmt.Errorf("%s: key_secret: expected 32-128 hex digits (16-64 bytes), or \"\"", path)
+		return nil, fmt.Errorf("key_secret: expected 32-128 hex digits (16-64 bytes; a deployment writes one), " +
+			"or \"\" for the public development secret")
 	}
 	return c, nil
+}
+
+func bound(ck dc.ClusterCheck, verb string) string {
+	if math.IsNaN(ck.Hi) {
+		return ">= " + fmt.Sprintf(verb, num(ck.Lo, verb))
+	}
+	return fmt.Sprintf(verb+".."+verb, num(ck.Lo, verb), num(ck.Hi, verb))
+}
+
+func num(f float64, verb string) any {
+	if verb == "%d" {
+		return int64(f)
+	}
+	return f
+}
+
+// show is a value as the user wrote it in JSON (true, not True; "2" with its quotes), as Python's json.dumps.
+func show(v any) string {
+	if n, ok := v.(json.Number); ok {
+		return n.String()
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(out)
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "list"
+	case string:
+		return "str"
+	case bool:
+		return "bool"
+	case nil:
+		return "NoneType"
+	}
+	return "float"
+}
+
+func pyList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = "'" + s + "'"
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
 // Server finds the storage server called name (r<rack>s<index>), or says which there are.
@@ -88,14 +180,14 @@ func (c *Cluster) Server(name string) (*Server, error) {
 				continue
 			}
 			srv := &Server{Name: n, IP: fmt.Sprintf("%s.%d.%d", dc.StorageRackNet, r, s+1), Rack: r,
-				LeafID: uint8(dc.StorageLeafBase + r)}
-			for i := 0; i < c.Spines; i++ {
+				LeafID: uint8(dc.StorageLeafBase + r), LeafMayCache: dc.StorageLeafMayCache}
+			for i := 0; dc.SpinesMayCache && i < c.Spines; i++ {
 				srv.SpineIDs = append(srv.SpineIDs, uint8(dc.SpineBase+1+i))
 			}
 			return srv, nil
 		}
 	}
-	return nil, fmt.Errorf("no storage server %q in the cluster (its servers: %s)", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("no storage server '%s' in the cluster (its servers: %s)", name, strings.Join(names, ", "))
 }
 
 // SpineAddress is where coherence packets for a spine go (they pass the storage leaf up and back).
@@ -108,7 +200,7 @@ type Options struct {
 	Port                                                                                    int
 	Fresh                                                                                   bool
 	DedupMemory, StreamBudget, MaxValue                                                     int64
-	DedupSpan                                                                               time.Duration
+	DedupSpan, StreamStall, StreamIdle                                                      time.Duration
 }
 
 var sizeRE = regexp.MustCompile(`^\s*(\d+)\s*([kmg]b?|b)?\s*$`)
@@ -151,9 +243,10 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func parseOptions(args []string) (*Options, error) {
-	o := &Options{DedupMemory: 64 << 20, StreamBudget: 256 << 20, MaxValue: dc.MaxValue}
+	o := &Options{DedupMemory: dc.DedupMemory, StreamBudget: dc.StreamBudget, MaxValue: dc.MaxValue}
 	fs := flag.NewFlagSet("distcache-shim", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(io.Discard) // a bad flag is one line (run prints it); -h prints the usage to stdout
+	fs.Usage = func() {}
 	fs.StringVar(&o.Cluster, "cluster", "", "cluster.json of the deployment (required)")
 	fs.StringVar(&o.ServerName, "server", "", "this storage server's name in the cluster, e.g. r0s0 (required)")
 	fs.StringVar(&o.Listen, "listen", "", "address to serve DistCache on (default: the server's address)")
@@ -173,10 +266,17 @@ func parseOptions(args []string) (*Options, error) {
 	fs.Var(sizeFlag{&o.MaxValue}, "max-value", "the longest value a client may store (default and most: 512mb)")
 	fs.DurationVar(&o.DedupSpan, "dedup-span", time.Duration(dc.RetrySpanSeconds*float64(time.Second)),
 		"how long a write is remembered (tests only: clients' retries must fall within it)")
+	fs.DurationVar(&o.StreamStall, "stream-stall", streamStall, "how long a stream frame's body (or a reply "+
+		"being written) may go without progress before the connection is closed")
+	fs.DurationVar(&o.StreamIdle, "stream-idle", streamIdle, "how long a stream connection may wait between frames")
 	fs.StringVar(&o.LogFile, "log-file", "", "log here instead of stderr")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warning or error")
+	breakFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Println("usage: distcache-shim --cluster C --server NAME --redis-url URL --control ADDR [options]")
+			fs.PrintDefaults()
 			return nil, err
 		}
 		return nil, usageError{err.Error()}
@@ -205,8 +305,13 @@ func parseOptions(args []string) (*Options, error) {
 	if o.DedupMemory < entryBytes {
 		return nil, usageError{fmt.Sprintf("--dedup-memory %d: holds no write; give at least %d bytes", o.DedupMemory, entryBytes)}
 	}
-	if o.DedupSpan <= 0 {
-		return nil, usageError{"--dedup-span: give a positive duration, e.g. 30s"}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"dedup-span", o.DedupSpan}, {"stream-stall", o.StreamStall}, {"stream-idle", o.StreamIdle}} {
+		if d.v <= 0 {
+			return nil, usageError{fmt.Sprintf("--%s: give a positive duration, e.g. 30s", d.name)}
+		}
 	}
 	if _, err := controlListener(o.Control, true); err != nil {
 		return nil, usageError{"--control: " + err.Error()}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,12 +33,12 @@ func (s *Shim) populate(ctx context.Context, d digest, sw uint8, tag [2]uint32, 
 	}
 	if _, ok := v.cacheSwitches[sw]; !ok {
 		s.mu.Unlock()
-		return "", fmt.Errorf("switch %d cannot cache keys of %s (its spines and storage leaf: %v)", sw,
-			s.server.Name, v.cacheSwitches.sorted())
+		return "", argError{fmt.Sprintf("switch %d cannot cache keys of %s (its spines and storage leaf: %v)", sw,
+			s.server.Name, v.cacheSwitches.sorted())}
 	}
 	s.mu.Unlock()
 	if len(name) > 0 && wire.KeyDigest(name, s.cluster.secret) != d {
-		return "", fmt.Errorf("name: %q is not the key of digest %x", name, d)
+		return "", argError{fmt.Sprintf("name: %q is not the key of digest %x", name, d)}
 	}
 	key := name
 	if len(key) == 0 {
@@ -210,6 +209,11 @@ func serveControl(s *Shim, address string) (*grpc.Server, error) {
 	return srv, nil
 }
 
+// argError is a control call's argument the shim cannot act on (INVALID_ARGUMENT, with what was expected).
+type argError struct{ msg string }
+
+func (e argError) Error() string { return e.msg }
+
 func invalid(msg string) error { return status.Error(codes.InvalidArgument, msg) }
 
 func digestArg(key []byte) (digest, error) {
@@ -311,11 +315,12 @@ func (c *controlService) Populate(ctx context.Context, r *shimpb.SwitchKey) (*sh
 		return nil, invalid("version: the entry's version, 1..65535 (with cache_epoch, its tag)")
 	}
 	state, err := c.s.populate(ctx, d, sw, [2]uint32{r.CacheEpoch, r.Version}, r.Name)
+	var bad argError
+	if errors.As(err, &bad) {
+		return nil, invalid(bad.msg)
+	}
 	if err != nil {
-		if isRedisUnavailable(err) || errors.Is(err, errSeqExhausted) {
-			return nil, internal(err)
-		}
-		return nil, invalid(err.Error())
+		return nil, internal(err)
 	}
 	return &shimpb.PopulateReply{State: state}, nil
 }
@@ -379,5 +384,3 @@ func clone(c counter) map[string]uint64 {
 	}
 	return out
 }
-
-var _ = time.Second

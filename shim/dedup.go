@@ -10,12 +10,15 @@ import (
 	"container/list"
 	"fmt"
 	"time"
+
+	"distcache/internal/dc"
 )
 
+// the records' names and the table's accounting are distcache/records.py's (internal/dc)
 const (
-	entryBytes = 320 // memory one remembered write costs (its id, its reply, the table's slot): measured
-	replyBytes = 128 // of a reply's bytes, what entryBytes covers; a longer reply costs its excess too
-	markerDB   = 1   // the Redis database of the markers, the coherence floor and the names: user data is 0
+	entryBytes = dc.DedupEntryBytes // memory one remembered write costs (its id, its reply, the table's slot)
+	replyBytes = dc.DedupReplyBytes // of a reply's bytes, what entryBytes covers; a longer one costs its excess
+	markerDB   = dc.MarkerDB        // the Redis database of the shim's records: user data is 0
 )
 
 type requestID struct {
@@ -23,7 +26,7 @@ type requestID struct {
 	seq uint64
 }
 
-func dedupMarker(id requestID) string { return fmt.Sprintf("dc:applied:%s:%d", id.ip, id.seq) }
+func dedupMarker(id requestID) string { return fmt.Sprintf("%s%s:%d", dc.MarkerPrefix, id.ip, id.seq) }
 
 // begin's answers besides a finished write's reply
 type dedupState int

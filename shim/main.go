@@ -18,6 +18,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -52,15 +54,11 @@ func run(args []string) int {
 		return usage(err.Error())
 	}
 	s := newShim(o, c, srv)
-	if err := s.start(); err != nil {
-		slog.Error("cannot start", "err", err)
-		fmt.Fprintf(os.Stderr, "distcache-shim: cannot start: %v\n", err)
-		s.close()
-		return 1
-	}
-	ctl, err := serveControl(s, o.Control)
+	ctl, err := startAll(s, o)
 	if err != nil {
-		slog.Error("cannot start", "err", err)
+		if o.LogFile != "" { // else the log is stderr, where the one line below goes
+			slog.Error("cannot start", "err", err)
+		}
 		fmt.Fprintf(os.Stderr, "distcache-shim: cannot start: %v\n", err)
 		s.close()
 		return 1
@@ -81,6 +79,13 @@ func run(args []string) int {
 	slog.Info("exiting", "requests", st.Requests, "errors", st.Errors, "malformed", st.Malformed)
 	s.close()
 	return 0
+}
+
+func startAll(s *Shim, o *Options) (*grpc.Server, error) {
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	return serveControl(s, o.Control)
 }
 
 // setupLogging logs to --log-file (or stderr) at --log-level, a line per record with the process id, as the

@@ -10,10 +10,12 @@ import (
 	"context"
 
 	"github.com/redis/rueidis"
+
+	"distcache/internal/dc"
 )
 
 const (
-	namesKey    = "dc:names" // the hash (in markerDB) of digest -> key for every key a populate filled
+	namesKey    = dc.NamesKey // the hash (in markerDB) of digest -> key for every key a populate filled
 	recentBytes = 16 << 20
 )
 

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"distcache/internal/dc"
 )
 
 const userDB = 0
@@ -40,13 +42,13 @@ var delWithMarker = newScript("local n = redis.call('DEL', KEYS[1]); redis.call(
 
 // A SET and its marker in one step (the Python shim's MULTI: SET, SELECT, SET marker PX, SELECT).
 var setWithMarker = newScript("redis.call('SET', KEYS[1], ARGV[1]); redis.call('SELECT', ARGV[3]); " +
-	"redis.call('SET', KEYS[2], '1', 'PX', ARGV[2]); redis.call('SELECT', ARGV[4]); return 1")
+	"redis.call('SET', KEYS[2], '" + markerOK + "', 'PX', ARGV[2]); redis.call('SELECT', ARGV[4]); return 1")
 
 const (
-	markerOK    = "1" // what a PUT's marker holds (a DELETE's: "1" or "0")
-	markerError = "E" // a write answered ERROR: nothing was written, and a retry must not write it either
-	markerBusy  = "B" // a write refused BUSY: not written, and a retry must not write it
-	markerReply = "X" // an EXEC's marker: this byte, then the reply it had (RESP)
+	markerOK    = dc.MarkerOK    // what a PUT's marker holds (a DELETE's: "1" or "0")
+	markerError = dc.MarkerError // a write answered ERROR: nothing was written, and a retry must not write it either
+	markerBusy  = dc.MarkerBusy  // a write refused BUSY: not written, and a retry must not write it
+	markerReply = dc.MarkerReply // an EXEC's marker: this byte, then the reply it had (RESP)
 )
 
 // call is one command of a batch: a plain command, or a script with its keys and arguments.

@@ -128,7 +128,7 @@ func newShim(o *Options, c *Cluster, srv *Server) *Shim {
 		return &net.UDPAddr{IP: net.ParseIP(SpineAddress(sw)).To4(), Port: dc.DCPort}
 	}
 	s.coh.reserveFloor = func(n uint64) error { return s.store.setFloor(s.ctx, n) }
-	s.stream = newStreamServer(s, o.StreamBudget, o.MaxValue)
+	s.stream = newStreamServer(s, o.StreamBudget, o.MaxValue, o.StreamStall, o.StreamIdle)
 	return s
 }
 

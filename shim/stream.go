@@ -25,11 +25,11 @@ import (
 )
 
 const (
-	maxStreams = 1024             // connections at once; more are closed at once (counted)
-	stall      = 10 * time.Second // a frame's body (or a reply being written) may go this long without progress
-	idle       = 60 * time.Second // a connection may wait this long between frames
-	piece      = 1 << 20          // bytes read at a time: a skipped body is never held whole
-	streamFull = "the server's stream budget is full"
+	maxStreams  = 1024             // connections at once; more are closed at once (counted)
+	streamStall = 10 * time.Second // a frame's body (or a reply being written) may go this long without progress
+	streamIdle  = 60 * time.Second // a connection may wait this long between frames
+	piece       = 1 << 20          // bytes read at a time: a skipped body is never held whole
+	streamFull  = "the server's stream budget is full"
 )
 
 type budget struct {
@@ -55,14 +55,16 @@ type streamServer struct {
 	budget   *budget
 	maxValue int64
 	maxFrame int64
+	stall    time.Duration
+	idle     time.Duration
 	lis      *net.TCPListener
 	mu       sync.Mutex
 	open     map[net.Conn]bool
 	wg       sync.WaitGroup
 }
 
-func newStreamServer(s *Shim, limit, maxValue int64) *streamServer {
-	return &streamServer{s: s, budget: &budget{limit: limit}, maxValue: maxValue,
+func newStreamServer(s *Shim, limit, maxValue int64, stall, idle time.Duration) *streamServer {
+	return &streamServer{s: s, budget: &budget{limit: limit}, maxValue: maxValue, stall: stall, idle: idle,
 		maxFrame: min(dc.MaxKey+maxValue+dc.FrameSlack, limit), open: map[net.Conn]bool{}}
 }
 
@@ -139,7 +141,7 @@ func (p *streamPeer) send(data []byte) {
 	n := int64(len(data))
 	p.t.budget.charge(n)
 	defer p.t.budget.give(n)
-	_ = p.conn.SetWriteDeadline(time.Now().Add(stall + time.Duration(n>>20)*time.Second))
+	_ = p.conn.SetWriteDeadline(time.Now().Add(p.t.stall + time.Duration(n>>20)*time.Second))
 	if _, err := p.conn.Write(wire.AppendFrame(make([]byte, 0, 4+len(data)), data)); err != nil {
 		slog.Debug("stream reply lost", "peer", p.addr, "err", err)
 	}
@@ -184,7 +186,7 @@ func (t *streamServer) readFull(c *net.TCPConn, buf []byte, timeout time.Duratio
 // between frames, it idled, or sent a frame no peer of this version sends).
 func (t *streamServer) one(p *streamPeer) (bool, error) {
 	var lenBuf [4]byte
-	_ = p.conn.SetReadDeadline(time.Now().Add(idle))
+	_ = p.conn.SetReadDeadline(time.Now().Add(t.idle))
 	if got, err := io.ReadFull(p.conn, lenBuf[:]); err != nil {
 		var ne net.Error
 		if got == 0 && (errors.Is(err, io.EOF) || (errors.As(err, &ne) && ne.Timeout())) {
@@ -196,7 +198,7 @@ func (t *streamServer) one(p *streamPeer) (bool, error) {
 	s := t.s
 	if n > t.maxFrame {
 		head := make([]byte, min(n, dc.HeaderLen))
-		if err := t.readFull(p.conn, head, stall); err != nil {
+		if err := t.readFull(p.conn, head, t.stall); err != nil {
 			return false, err
 		}
 		s.count(s.malformed, "frame")
@@ -209,7 +211,7 @@ func (t *streamServer) one(p *streamPeer) (bool, error) {
 	}
 	if !t.budget.take(n) {
 		head := make([]byte, min(n, dc.HeaderLen))
-		if err := t.readFull(p.conn, head, stall); err != nil {
+		if err := t.readFull(p.conn, head, t.stall); err != nil {
 			return false, err
 		}
 		if err := t.skip(p.conn, n-int64(len(head))); err != nil {
@@ -221,7 +223,7 @@ func (t *streamServer) one(p *streamPeer) (bool, error) {
 	defer t.budget.give(n) // the request's bytes stay reserved until it is served
 	body := make([]byte, n)
 	for at := int64(0); at < n; at += piece {
-		if err := t.readFull(p.conn, body[at:min(n, at+piece)], stall); err != nil {
+		if err := t.readFull(p.conn, body[at:min(n, at+piece)], t.stall); err != nil {
 			return false, err
 		}
 	}
@@ -231,7 +233,7 @@ func (t *streamServer) one(p *streamPeer) (bool, error) {
 
 func (t *streamServer) skip(c *net.TCPConn, n int64) error {
 	for n > 0 {
-		_ = c.SetReadDeadline(time.Now().Add(stall))
+		_ = c.SetReadDeadline(time.Now().Add(t.stall))
 		got, err := io.CopyN(io.Discard, c, min(n, piece))
 		n -= got
 		if err != nil {

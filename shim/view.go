@@ -52,7 +52,10 @@ type cacheView struct {
 
 func newCacheView(srv *Server, fresh bool) *cacheView {
 	v := &cacheView{down: switchSet{}, downKnown: fresh, leafID: srv.LeafID, spineIDs: switchSet{},
-		cacheSwitches: switchSet{srv.LeafID: {}}, known: switchSet{}, cached: map[digest]switchSet{}}
+		cacheSwitches: switchSet{}, known: switchSet{}, cached: map[digest]switchSet{}}
+	if srv.LeafMayCache {
+		v.cacheSwitches[srv.LeafID] = struct{}{}
+	}
 	for _, id := range srv.SpineIDs {
 		v.spineIDs[id] = struct{}{}
 		v.cacheSwitches[id] = struct{}{}

@@ -243,9 +243,14 @@ def render_p4defines() -> str:
 
 def rendered() -> dict[Path, str]:
     """Each generated file and the text it must have (the Go twin: tools/gen_go.py)."""
-    from tools.gen_go import GO_CONSTANTS, render_go  # after p4defines: it imports the Python constants
+    from tools.gen_go import GO_CONSTANTS, GO_VECTORS, render_go, render_vectors  # it imports p4defines
 
-    return {P4NAMES: render_p4names(read_names()), P4DEFINES: render_p4defines(), GO_CONSTANTS: render_go()}
+    return {
+        P4NAMES: render_p4names(read_names()),
+        P4DEFINES: render_p4defines(),
+        GO_CONSTANTS: render_go(),
+        GO_VECTORS: render_vectors(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

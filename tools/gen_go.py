@@ -13,9 +13,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from distcache import cluster as cl
-from distcache import p4defines, wire
+from distcache import p4defines, records, wire
 from distcache.fill import Fill
 from distcache.hashing import DEV_KEY_SECRET, N_SPINE_BUCKETS
+from distcache.placement import HYBRID_REPLICATED, PLACEMENT, Spines
 
 REPO = Path(__file__).resolve().parents[1]
 GO_CONSTANTS = REPO / "internal" / "dc" / "constants_gen.go"
@@ -63,12 +64,15 @@ def render_go() -> str:
     statuses = [(s.name, int(s)) for s in wire.Status]
     flags = [(n, int(f)) for n, f in wire.Flag.__members__.items() if n != "NONE"]  # ATTEMPT is 3 bits
     lines = [
-        HEADER.format(src="distcache/wire.py, cluster.py, hashing.py, fill.py and p4src/include/size.p4"),
+        HEADER.format(src="distcache/wire.py, cluster.py, hashing.py, fill.py, records.py and p4src/include/size.p4"),
         "// Package dc holds the constants the compiled parts share with the Python side, generated from",
         "// the one definition of each (docs/protocol.md describes the wire format they belong to).",
         "package dc",
         "",
-        'import "fmt"',
+        "import (",
+        '\t"fmt"',
+        '\t"math"',
+        ")",
     ]
     limits = [
         ("DCPort", wire.DC_PORT), ("Version", wire.VERSION), ("DigestLen", wire.DIGEST_LEN),
@@ -109,9 +113,126 @@ def render_go() -> str:
         ("DevKeySecret", f'"{DEV_KEY_SECRET.decode()}"'),
     ]
     lines += _block("addresses and the public development key secret (cluster.py, hashing.py)", nets)
+    # which switches a shim's coherence counts (placement.possible_holders: any mechanism's rule)
+    rules = (*PLACEMENT.values(), HYBRID_REPLICATED)
+    holders = [
+        ("SpinesMayCache", "true" if any(p.spines != Spines.NONE for p in rules) else "false"),
+        ("StorageLeafMayCache", "true" if any(p.leaf for p in rules) else "false"),
+    ]
+    lines += _block("whether a server's spines and its rack's leaf may cache its keys under some mechanism "
+                    "(distcache/placement.py possible_holders)", holders)  # fmt: skip
     defaults = [
         (f"Default{camel(n)}", _cluster_default(n))
         for n in ("spines", "storage_racks", "servers_per_rack", "server_rate", "server_burst", "server_queue")
     ]
     lines += _block("a cluster file's defaults for the fields the compiled parts read (cluster.Cluster)", defaults)
+    recs = [
+        ("MarkerDB", str(records.MARKER_DB)), ("MarkerPrefix", _go_str(records.MARKER_PREFIX)),
+        ("MarkerOK", _go_str(records.MARKER_OK.decode())), ("MarkerError", _go_str(records.MARKER_ERROR.decode())),
+        ("MarkerBusy", _go_str(records.MARKER_BUSY.decode())), ("MarkerReply", _go_str(records.MARKER_REPLY.decode())),
+        ("NamesKey", _go_str(records.NAMES_KEY.decode())), ("SeqFloorKey", _go_str(records.SEQ_FLOOR_KEY.decode())),
+        ("DedupEntryBytes", str(records.ENTRY_BYTES)), ("DedupReplyBytes", str(records.REPLY_BYTES)),
+        ("DedupMemory", str(records.DEDUP_MEMORY)), ("StreamBudget", str(records.STREAM_BUDGET)),
+    ]  # fmt: skip
+    lines += _block("a shim's records in its Redis and its memory bounds (distcache/records.py)", recs)
+    lines += _cluster_checks()
     return "\n".join(lines) + "\n"
+
+
+def _cluster_checks() -> list[str]:
+    """The cluster file's fields and the range checks of its numbers (Cluster._INTS, _NUMBERS), as Go tables."""
+
+    def lit(v: float | None) -> str:
+        return "math.NaN()" if v is None else repr(float(v))
+
+    out = [
+        "",
+        "// ClusterFields are the fields a cluster file may have (cluster.Cluster).",
+        "var ClusterFields = []string{",
+    ]
+    out += [f'\t"{f.name}",' for f in fields(cl.Cluster)]
+    out += ["}", "", "// ClusterCheck is one number's range in a cluster file (NaN: no bound); Int: a whole number.",
+            "type ClusterCheck struct {", "\tName   string", "\tInt    bool", "\tLo, Hi float64",
+            "\tWhy    string", "}", "", "// ClusterChecks are cluster.Cluster's range checks, in its order.",
+            "var ClusterChecks = []ClusterCheck{"]  # fmt: skip
+    for name, (lo, hi, why) in cl.Cluster._INTS.items():
+        out.append(f"\t{{{_go_str(name)}, true, {lit(lo)}, {lit(hi)}, {_go_str(why)}}},")
+    for name, (lo, hi, why) in cl.Cluster._NUMBERS.items():
+        out.append(f"\t{{{_go_str(name)}, false, {lit(lo)}, {lit(hi)}, {_go_str(why)}}},")
+    return [*out, "}"]
+
+
+def _go_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+GO_VECTORS = REPO / "internal" / "wire" / "testdata" / "vectors.json"
+
+
+def _vector(name: str, msg: wire.Message) -> dict:
+    return {
+        "name": name,
+        "hex": wire.encode(msg).hex(),
+        "op": int(msg.op),
+        "status": int(msg.status),
+        "flags": int(msg.flags),
+        "seq": msg.seq,
+        "digest": msg.digest.hex(),
+        "target": msg.target,
+        "spine_load": msg.spine_load,
+        "leaf_load": msg.leaf_load,
+        "key": msg.key.hex(),
+        "value": msg.value.hex(),
+        "args": [a.hex() for a in msg.args],
+    }
+
+
+def _malformed(name: str, data: bytes) -> dict:
+    try:
+        wire.decode(data)
+    except wire.WireError as e:
+        answer = wire.refusal(data, e)
+        return {"name": name, "hex": data.hex(), "reason": e.reason,
+                "refusal": wire.encode(answer).hex() if answer is not None else ""}  # fmt: skip
+    raise AssertionError(f"{name} decodes")
+
+
+def render_vectors() -> str:
+    """Messages as distcache/wire.py encodes them, and malformed ones with the reason it gives: the Go codec's
+    test (internal/wire/wire_test.go) decodes each to the same fields and encodes it to the same bytes."""
+    import json
+
+    d = bytes(range(16))
+    ok = [
+        _vector("get", wire.Message(wire.Op.GET, b"user:1", d, seq=7, target=3)),
+        _vector("put-cacheable", wire.Message(wire.Op.PUT, b"k", d, seq=2**64 - 1, value=b"v" * 17)),
+        _vector("put-128", wire.Message(wire.Op.PUT, b"k", d, seq=1, value=bytes(range(128)))),
+        _vector("put-raw", wire.Message(wire.Op.PUT, b"\x00\xff", d, seq=9, value=b"x" * 129)),
+        _vector("empty-value", wire.Message(wire.Op.PUT, b"", d, seq=3, value=b"")),
+        _vector("exec", wire.Message(wire.Op.EXEC, b"n", d, seq=4, args=[b"INCRBY", b"n", b"", b"5"])),
+        _vector(
+            "reply",
+            wire.Message(
+                wire.Op.GET_REPLY, b"k", d, seq=5, value=b"hi", status=wire.Status.OK, flags=wire.Flag.CACHED, target=2
+            ),
+        ),
+        _vector("populate", wire.populate_invalidate(d, 11, 64, 0xDEADBEEF, 0xFFFF)),
+        _vector("stream-status", wire.Message(wire.Op.EXEC_REPLY, b"k", d, seq=6, status=wire.Status.STREAM)),
+    ]
+    good = wire.encode(wire.Message(wire.Op.PUT, b"k", d, seq=1, value=b"abc"))
+    bad = [
+        _malformed("empty", b""),
+        _malformed("short", good[:20]),
+        _malformed("version", b"\x01" + good[1:]),
+        _malformed("op", good[:1] + b"\x7f" + good[2:]),
+        _malformed("length", good + b"!"),
+        _malformed("chunks", good[:50] + b"\x05" + good[51:]),
+        _malformed("too-large", good[:40] + (wire.MAX_VALUE + 1).to_bytes(4, "big") + good[44:]),
+        _malformed("args-on-put", good[:44] + (8).to_bytes(4, "big") + good[48:] + bytes.fromhex("0000000100000000")),
+    ]
+    keys = [b"user:1", b"", bytes(range(256)), "ключ".encode()]
+    secrets = [DEV_KEY_SECRET, bytes(range(16)), bytes(range(64))]
+    digests = [
+        {"key": k.hex(), "secret": s.hex(), "digest": wire.key_digest(k, s).hex()} for k in keys for s in secrets
+    ]
+    return json.dumps({"messages": ok, "malformed": bad, "digests": digests}, indent=1) + "\n"

@@ -1,124 +1,119 @@
-"""The loopback bed: redis-server on a Unix socket (harness.redis), the shim started as a deployment starts it
-but on loopback with a coherence peer, the generators; and the GET phase's keys preloaded into Redis."""
+"""The processes of ``make bench-shim``: a redis-server (Unix socket for its shim, TCP for direct clients),
+the shim in front of it, the coherence peer and the load generator, and what each spent.
+
+All on loopback: the redis-server on a socket in a temp dir and a free 127.0.0.1 port, the shim on
+127.0.0.1:8888 (refused at once if that is taken), the peer on a free port.  Every process is stopped at the
+end, also on Ctrl-C (bench.shim.children).
+"""
 
 from __future__ import annotations
 
-import select
+import json
+import os
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+import redis
+
 from bench.shim.children import Processes
-from bench.shim.config import GET_KEYS, HOST, VALUE
-from bench.shim.generators import load_generator
-from bench.shim.servers import coherence_peer
+from bench.shim.config import HOST, STORAGEBENCH
 from distcache.cluster import Cluster
+from distcache.hashing import N_SPINE_BUCKETS
+from distcache.rpc.shim import ShimLink
 from distcache.wire import DC_PORT
+from harness.processes import SHIM_BINARY
 from harness.redis import redis_argv, wait_for_redis
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has spent (/proc/PID/stat, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
 
 
 @dataclass
-class Env:
-    """Handles on the redis-server, shim, coherence peer and generators of one run."""
+class Storage:
+    """One storage server: its redis-server and, in front of it, its shim with the peer playing the switches."""
 
-    tmp: Path
-    redis_sock: Path
     redis: subprocess.Popen
+    sock: Path
+    port: int  # the redis-server's TCP port: what a client on another host would reach
     shim: subprocess.Popen
-    shim_log: Path
-    control: str
-    peer_port: int
-    generators: list[tuple[BaseProcess, Connection]]
+    link: ShimLink
+    cluster_file: Path
+
+    def commandstats(self) -> dict[str, int]:
+        """Calls per command from Redis' INFO commandstats (``get``, ``set``, ``evalsha``...)."""
+        r = redis.Redis(unix_socket_path=str(self.sock))
+        try:
+            info = r.info("commandstats")
+        finally:
+            r.close()
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
 
 
-def start_redis(procs: Processes, tmp: Path) -> tuple[subprocess.Popen, Path]:
-    sock = tmp / "redis.sock"
-    proc = procs.popen("redis-server", redis_argv(sock, tmp), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_redis(sock, proc, 10.0)
-    return proc, sock
-
-
-def shim_command(cluster_file: Path, redis_sock: Path, control: str, peer_port: int, log_file: Path) -> list[str]:
-    """How the shim is started: exactly as a deployment starts it, but on loopback with a coherence peer."""
-    return [
-        sys.executable,
-        "-m",
-        "shim",
-        "--cluster",
-        str(cluster_file),
-        "--server",
-        "r0s0",
-        "--listen",
-        HOST,
-        "--redis-url",
-        f"unix://{redis_sock}",
-        "--control",
-        control,
-        "--coherence-peer",
-        f"{HOST}:{peer_port}",
-        "--fresh",
-        "--log-file",
-        str(log_file),
-    ]
-
-
-def start_shim(procs: Processes, argv: list[str], log_file: Path) -> subprocess.Popen:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # a clear message beats the shim's OSError
+def start_storage(procs: Processes, tmp: Path, durable: bool, peer_port: int) -> Storage:
+    """A redis-server (appendfsync always if ``durable``, else no persistence) and its shim (fresh, its whole
+    partition on spine 1, coherence to the peer)."""
+    name = "durable" if durable else "volatile"
+    folder = tmp / name
+    folder.mkdir()
+    sock, port = folder / "redis.sock", free_port()
+    # the storage host's redis-server (harness.redis), reachable on a loopback port too for the direct rows
+    argv = [*redis_argv(sock, folder, durable=durable, appendfsync="always"), "--port", str(port), "--bind", HOST]
+    rproc = procs.popen(f"redis-{name}", argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_redis(sock, rproc, 10.0)
+    cluster_file = folder / "cluster.json"
+    Cluster(spines=1).save(cluster_file)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # one clear line beats the shim's error
         try:
             probe.bind((HOST, DC_PORT))
         except OSError as e:
             raise RuntimeError(f"UDP {HOST}:{DC_PORT} is taken ({e.strerror}); another bench-shim?") from None
+    if not SHIM_BINARY.exists():
+        raise RuntimeError(f"{SHIM_BINARY} is not built: run make build")
+    control = folder / "shim.sock"
+    shim = procs.popen(
+        f"shim-{name}",
+        [str(SHIM_BINARY), "--cluster", str(cluster_file), "--server", "r0s0", "--listen", HOST,
+         "--redis-url", f"unix://{sock}", "--control", f"unix:{control}", "--fresh",
+         "--coherence-peer", f"{HOST}:{peer_port}", "--log-file", str(folder / "shim.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    line = shim.stdout.readline() if shim.stdout else ""
+    if not line.startswith("shim ready"):
+        raise RuntimeError(f"the shim did not start: {line.strip() or (folder / 'shim.log').read_text()[-500:]}")
+    link = ShimLink(f"unix:{control}")
+    link.partition([1] * N_SPINE_BUCKETS)
+    return Storage(rproc, sock, port, shim, link, cluster_file)
+
+
+def start_peer(procs: Processes) -> tuple[subprocess.Popen, int]:
+    """The coherence peer (storagebench -side peer): it reflects INVALIDATE and UPDATE as their acks."""
     proc = procs.popen(
-        "shim",
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],
+        "peer", [str(STORAGEBENCH), "-side", "peer", "-addr", f"{HOST}:0"], stdout=subprocess.PIPE, text=True
     )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("shim ready"):
-                return proc
-            if not line and proc.poll() is not None:
-                break
-    tail = log_file.read_text()[-2000:] if log_file.exists() else ""
-    raise RuntimeError(f"the shim did not come up (exit code {proc.poll()}); its log ends:\n{tail}")
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("peer ready"):
+        raise RuntimeError(f"the coherence peer did not start: {line!r}")
+    return proc, int(line.rsplit(":", 1)[1])
 
 
-def start(procs: Processes, tmp: Path, n_generators: int) -> Env:
-    """Bring everything up; the generators are spawned first as they take longest to import."""
-    generators = [procs.spawn(f"gen{i}", load_generator, i) for i in range(n_generators)]
-    _, peer_conn = procs.spawn("coherence-peer", coherence_peer)
-    redis_proc, redis_sock = start_redis(procs, tmp)
-    if not peer_conn.poll(30):
-        raise RuntimeError("the coherence peer did not start")
-    peer_port = peer_conn.recv()
-    cluster_file = tmp / "cluster.json"
-    Cluster().save(cluster_file)
-    control, log_file = f"unix:{tmp / 'shim.sock'}", tmp / "shim.log"
-    shim = start_shim(procs, shim_command(cluster_file, redis_sock, control, peer_port, log_file), log_file)
-    return Env(tmp, redis_sock, redis_proc, shim, log_file, control, peer_port, generators)
-
-
-def preload(env: Env) -> tuple[str, ...]:
-    """Store the GET phase's keys straight into Redis, where the shim looks them up."""
-    import redis
-
-    keys = tuple(f"bench:get:{i}" for i in range(GET_KEYS))
-    r = redis.Redis(unix_socket_path=str(env.redis_sock))
-    with r.pipeline(transaction=False) as p:
-        for k in keys:
-            p.set(k, VALUE)
-        p.execute()
-    r.close()
-    return keys
+def generate(argv: list[str], timeout: float) -> tuple[dict, float]:
+    """Run the load generator; its JSON result and the wall time it took."""
+    began = time.monotonic()
+    out = subprocess.run([str(STORAGEBENCH), *argv], capture_output=True, text=True, timeout=timeout, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"storagebench {' '.join(argv)}: {out.stderr.strip() or out.stdout.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), time.monotonic() - began

@@ -1,239 +1,187 @@
-"""The shim benchmark's run and command line: every phase in an order that keeps them from competing for the
-cores, the figure they make, and the teardown that runs whatever happens."""
+"""``make bench-shim``: the phases, the table and the summary line (``python -m bench.shim --help``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
 
-from bench.pyspy import py_spy
-from bench.shim.bed import preload, start
+from bench.shim.bed import Storage, generate, start_peer, start_storage
 from bench.shim.children import Processes
-from bench.shim.config import HOST, LATENCY_OPS, REPLY_TIMEOUT, VALUE, err
-from bench.shim.fabric import switch_latency
-from bench.shim.latency import sequential, write_latency
-from bench.shim.load import DCLOAD, LoadResult, compiled_load, run_load
-from bench.shim.profile import CATEGORIES, profiler
-from bench.shim.redis_benchmark import redis_benchmark
-from bench.shim.report import render, summary_line
-from bench.shim.servers import echo_server
-from client_lib import Client
+from bench.shim.config import CACHED_KEYS, HOST, STORAGEBENCH
 from distcache.cluster import Cluster
-from distcache.wire import DC_PORT, Message, Op, encode
-from harness.profile import summarize_profile
+
+err = Console(stderr=True, log_path=False)
+
+#: Redis commands a request of each row reaches Redis as (INFO commandstats): a shim's PUT with its marker
+#: is one EVALSHA (the SET and its marker in one script)
+REDIS_CALLS = {("redis", "get"): ("get",), ("redis", "put"): ("set",), ("shim", "get"): ("get",),
+               ("shim", "put"): ("evalsha", "eval"), ("shim", "put-cached"): ("evalsha", "eval")}  # fmt: skip
 
 
-def _sigterm(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt  # run the same cleanup as Ctrl-C
+#: each op's rows: a put of cached keys has no direct counterpart (Redis alone caches nothing)
+ROWS = (("get", ("redis", "shim")), ("put", ("redis", "shim")), ("put-cached", ("shim",)))
 
 
-def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict:
-    """Every phase, in an order that keeps phases from competing for the 2 cores: one thing loaded at a time."""
-    load_before = os.getloadavg()
-    with Progress(
-        TextColumn("{task.description:<34}"), BarColumn(), TimeRemainingColumn(), console=err, transient=False
-    ) as progress:
-        err.log(f"starting redis-server, shim, coherence peer and {args.procs} load generator(s) in {tmp}")
-        env = start(procs, tmp, args.procs)
-        err.log(f"shim pid {env.shim.pid} on {HOST}:{DC_PORT}, coherence peer on {HOST}:{env.peer_port}")
-        keys = preload(env)
-        echo_proc, echo_conn = procs.spawn("echo", echo_server)
-        if not echo_conn.poll(30):
-            raise RuntimeError("the echo server did not start")
-        echo_port = echo_conn.recv()
-        load: dict[str, LoadResult] = {}
-        load["echo"] = run_load(
-            env,
-            progress,
-            "generator ceiling (UDP echo)",
-            echo_port,
-            "get",
-            args.concurrency,
-            args.seconds,
-            {"echo server": echo_proc.pid or 0},
-            keys,
-        )
-        with Client(Cluster(), resolve=lambda _host: (HOST, echo_port), timeout=REPLY_TIMEOUT, retries=2) as c:
-            echo_latency = sequential(lambda: c.get("bench:get:0"), args.latency_ops)
-        procs.stop(echo_proc)
+@dataclass
+class Row:
+    persistence: str  # volatile (no persistence) or durable (appendfsync always)
+    dist: str
+    op: str  # get, put (keys no switch caches), put-cached (both coherence phases)
+    side: str  # redis (driven directly over TCP) or shim (over UDP, its Redis on a Unix socket)
+    ops_per_s: float
+    p50_us: float
+    p99_us: float
+    shim_us: float  # CPU per request of the shim (0 for a direct row)
+    redis_us: float  # of the redis-server (behind the shim, or driven directly)
+    generator_us: float
+    reached_redis: float  # Redis calls of the row's command per request answered, warm-up included (commandstats)
+    errors: int
+    timeouts: int
 
-        profile_raw, during = None, None
-        spy = py_spy() if args.profile else None
-        if args.profile and spy is None:
-            err.log("[yellow]--profile needs py-spy: .venv/bin/pip install py-spy; running without[/]")
-        if spy:
-            args.profile.mkdir(parents=True, exist_ok=True)
-            profile_raw = args.profile / f"shim-{args.profile_phase}.txt"
-            during = profiler(procs, spy, env.shim.pid, args.seconds, profile_raw)
-        watch = {"shim": env.shim.pid, "redis": env.redis.pid}
-        load["get"] = run_load(
-            env,
-            progress,
-            "shim GET",
-            DC_PORT,
-            "get",
-            args.concurrency,
-            args.seconds,
-            watch,
-            keys,
-            during if args.profile_phase == "get" else None,
-        )
-        load["put"] = run_load(
-            env,
-            progress,
-            "shim PUT (uncached)",
-            DC_PORT,
-            "put",
-            args.concurrency,
-            args.seconds,
-            watch,
-            (),
-            during if args.profile_phase == "put" else None,
-        )
-        if DCLOAD.exists():  # a compiled generator leaves the CPU to the shim: the fairer figures
-            digest = Cluster().digest
-            gets = [encode(Message(Op.GET, k.encode(), digest(k))) for k in keys]
-            put_keys = [f"bench:cput:{i}".encode() for i in range(4096)]
-            puts = [encode(Message(Op.PUT, k, digest(k), value=VALUE)) for k in put_keys]
-            load["get_compiled"] = compiled_load(
-                progress, "shim GET (compiled generator)", gets, args.concurrency, args.seconds, watch, tmp
-            )
-            load["put_compiled"] = compiled_load(
-                progress, "shim PUT (compiled generator)", puts, args.concurrency, args.seconds, watch, tmp
-            )
-        bar = progress.add_task("write latency (sequential)", total=None)
-        latency, shim_stats = write_latency(env, args.latency_ops)
-        latency = {"echo_get": echo_latency, **latency}
-        progress.update(bar, total=1, completed=1)
-        rb = redis_benchmark(env, args.concurrency, args.redis_seconds or min(3.0, args.seconds), progress)
-        procs.close()  # the loopback phases are over: leave the cores to the deployment
-        via_switch = switch_latency(max(args.seconds, 3.0), progress) if args.switch else None
+    @property
+    def storage_us(self) -> float:
+        return self.shim_us + self.redis_us
 
-    best_get = load.get("get_compiled", load["get"])
-    best_put = load.get("put_compiled", load["put"])
-    fig: dict = {
-        "shim_get_vs_redis": round(best_get.ops_per_s / rb.get_rps, 2),
-        "shim_put_vs_redis": round(best_put.ops_per_s / rb.set_rps, 2),
-        "generator": "compiled (tools/dcload)" if "get_compiled" in load else "python",
-        "uncached_put_p50_us": round(latency["uncached_put"].p50_us),
-        "cached_put_p50_us": round(latency["cached_put"].p50_us),
-        "hit_p50_us": round(via_switch["hit"].p50_us) if via_switch else None,
-        "miss_p50_us": round(via_switch["miss"].p50_us) if via_switch else None,
-        "switch_latency": {k: asdict(v) for k, v in via_switch.items()} if via_switch else None,
-        "shim_get_vs_ceiling": round(load["get"].ops_per_s / load["echo"].ops_per_s, 2),
-        "echo_get_ops_per_s": round(load["echo"].ops_per_s),
-        "shim_get_ops_per_s": round(load["get"].ops_per_s),
-        "shim_put_ops_per_s": round(load["put"].ops_per_s),
-        "redis_get_rps": rb.get_rps,
-        "redis_set_rps": rb.set_rps,
-        "load": {k: asdict(v) for k, v in load.items()},
-        "redis_benchmark": asdict(rb),
-        "latency": {k: asdict(v) for k, v in latency.items()},
-        "shim_stats": shim_stats,
-        "config": {
-            "concurrency": args.concurrency,
-            "procs": args.procs,
-            "seconds": args.seconds,
-            "latency_ops": args.latency_ops,
-            "value_bytes": len(VALUE),
-            "cpus": os.cpu_count(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "profile_phase": args.profile_phase,
-        },
+
+def measure(st: Storage, shim_pid: int, persistence: str, dist: str, op: str, side: str, a: argparse.Namespace) -> Row:
+    """One window of one row: the generator's figures, and the CPU every process on the path spent over it."""
+    argv = ["-side", side, "-op", "put" if op.startswith("put") else "get", "-dist", dist,
+            "-concurrency", str(a.concurrency), "-duration", f"{a.seconds}s", "-keys", str(a.keys)]  # fmt: skip
+    if side == "redis":
+        argv += ["-addr", f"{HOST}:{st.port}", "-watch", str(st.redis.pid)]
+    else:
+        argv += ["-addr", f"{HOST}:8888", "-cluster", str(st.cluster_file), "-watch", f"{shim_pid},{st.redis.pid}"]
+    if op == "put-cached":
+        argv += ["-key-file", str(st.cluster_file.with_name("cached.hex"))]
+    before = st.commandstats()
+    res, _ = generate(argv, a.seconds + 30)
+    after = st.commandstats()
+    ops = max(res["ops"], 1)
+    calls = sum(after.get(c, 0) - before.get(c, 0) for c in REDIS_CALLS[side, op])
+    answered = max(res["answered"], 1)  # the warm-up's requests reached Redis too
+    watched = res["watched"]
+    return Row(
+        persistence, dist, op, side, res["ops"] / res["seconds"], res["p50_us"], res["p99_us"],
+        watched.get(str(shim_pid), 0.0) / ops if side == "shim" else 0.0, watched.get(str(st.redis.pid), 0.0) / ops,
+        res["cpu_us"] / ops, calls / answered, res["errors"], res["timeouts"],
+    )  # fmt: skip
+
+
+def cache_keys(st: Storage) -> None:
+    """CACHED_KEYS keys written and populated on spine 1: the put-cached rows write them (phase 1 and 2)."""
+    cluster = Cluster.load(st.cluster_file)
+    keys = [f"hot:{i:05d}".encode() for i in range(CACHED_KEYS)]
+    generate(["-side", "load", "-addr", f"{HOST}:{st.port}", "-key-file", str(_key_file(st, keys))], 60)
+    for version, k in enumerate(keys, 1):
+        state = st.link.populate(cluster.digest(k), 1, 0, version, k)
+        if state != "valid":
+            raise RuntimeError(f"populating {k!r} on spine 1 answered {state}")
+
+
+def _key_file(st: Storage, keys: list[bytes]) -> Path:
+    path = st.cluster_file.with_name("cached.hex")
+    path.write_text("".join(k.hex() + "\n" for k in keys))
+    return path
+
+
+def ratio(num: float, den: float) -> float:
+    return round(num / den, 2) if den else float("nan")
+
+
+def summary(rows: list[Row], persistence: str, dist: str) -> dict[str, float]:
+    """The goals' ratios from one persistence's rows of one distribution."""
+
+    def row(op: str, side: str) -> Row:
+        return next(r for r in rows if (r.persistence, r.dist, r.op, r.side) == (persistence, dist, op, side))
+
+    g_shim, g_redis, p_shim, p_redis = row("get", "shim"), row("get", "redis"), row("put", "shim"), row("put", "redis")
+    return {
+        "storage_cpu_vs_redis_get": ratio(g_shim.storage_us, g_redis.redis_us),
+        "storage_cpu_vs_redis_put": ratio(p_shim.storage_us, p_redis.redis_us),
+        "shim_get_vs_redis": ratio(g_shim.ops_per_s, g_redis.ops_per_s),
+        "shim_put_vs_redis": ratio(p_shim.ops_per_s, p_redis.ops_per_s),
+        "shim_get_p50_vs_redis": ratio(g_shim.p50_us, g_redis.p50_us),
     }
-    if profile_raw is not None:
-        for name, proc in procs.items:  # py-spy stops itself after the window; wait for its file
-            if name == "py-spy" and isinstance(proc, subprocess.Popen):
-                proc.wait(30)
-        if profile_raw.exists():
-            fig["profile"] = summarize_profile(profile_raw, categories=CATEGORIES) | {"raw": str(profile_raw)}
-        else:
-            err.log("[yellow]py-spy wrote no profile (ptrace not permitted?)[/]")
-    return fig
+
+
+def line(figures: dict[str, float]) -> str:
+    return " ".join(f"{k}={v}" for k, v in figures.items())
+
+
+def table(rows: list[Row], persistence: str) -> Table:
+    what = "appendfsync always" if persistence == "durable" else "no persistence"
+    t = Table(title=f"redis-server with {what}: direct over TCP, and through the shim over UDP (CPU µs per request)")
+    for col in ("op", "keys", "side", "ops/s", "p50 µs", "p99 µs", "shim", "redis", "shim+redis", "generator",
+                "redis calls/req", "errors"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("op", "keys", "side") else "right")
+    for r in rows:
+        if r.persistence != persistence:
+            continue
+        t.add_row(r.op, r.dist, r.side, f"{r.ops_per_s:,.0f}", f"{r.p50_us:.0f}", f"{r.p99_us:.0f}",
+                  f"{r.shim_us:.1f}" if r.side == "shim" else "-", f"{r.redis_us:.1f}", f"{r.storage_us:.1f}",
+                  f"{r.generator_us:.1f}", f"{r.reached_redis:.2f}", str(r.errors + r.timeouts))  # fmt: skip
+    return t
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.shim``: the exit status (0 done, 1 failed, 130 interrupted)."""
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.shim", description=(sys.modules["bench.shim"].__doc__ or "").splitlines()[0]
-    )
-    ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per load phase (default 5)")
-    ap.add_argument("--procs", type=int, default=2, help="load-generator processes (default 2)")
-    ap.add_argument(
-        "--concurrency",
-        type=int,
-        default=16,
-        help="requests in flight in total, split across the generators (default 16)",
-    )
-    ap.add_argument(
-        "--redis-seconds",
-        type=float,
-        default=None,
-        help="how long each redis-benchmark test should take (default: min(3, --seconds))",
-    )
-    ap.add_argument("--latency-ops", type=int, default=LATENCY_OPS, help="sequential PUTs per latency figure")
-    ap.add_argument(
-        "--profile",
-        type=Path,
-        metavar="DIR",
-        help="sample the shim with py-spy during the GET phase; raw stacks and summary go to DIR",
-    )
-    ap.add_argument(
-        "--profile-phase",
-        choices=["get", "put"],
-        default="get",
-        help="which load phase --profile samples (default get)",
-    )
-    ap.add_argument(
-        "--no-switch",
-        dest="switch",
-        action="store_false",
-        help="skip the hit/miss latency through a Mininet deployment (it needs root)",
-    )
-    ap.add_argument("--json", action="store_true", help="print every figure as one JSON object instead of tables")
-    args = ap.parse_args(argv)
-    if args.switch and os.geteuid() != 0:
-        err.log(
-            "[yellow]not root: skipping the hit/miss latency through the switches (hit_p50_us=na); "
-            "run as root for it, or pass --no-switch[/]"
-        )
-        args.switch = False
-    if args.procs < 1 or args.concurrency < args.procs or args.seconds <= 0 or args.latency_ops < 1:
-        ap.error("need --procs >= 1, --concurrency >= --procs, --seconds > 0, --latency-ops >= 1")
-    for tool in ("redis-server", "redis-benchmark"):
-        if shutil.which(tool) is None:
-            ap.error(f"{tool} not found on PATH (Debian: apt-get install redis-server redis-tools)")
-    signal.signal(signal.SIGTERM, _sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background (SIG_IGN)
+    ap = argparse.ArgumentParser(prog="python -m bench.shim", description=__doc__)
+    ap.add_argument("--seconds", type=float, default=3.0, help="the measured window of each row (default 3)")
+    ap.add_argument("--concurrency", type=int, default=32, help="requests in flight, both sides (default 32)")
+    ap.add_argument("--keys", type=int, default=100_000, help="the keyspace (default 100000)")
+    ap.add_argument("--dists", default="uniform,zipf", help="key distributions (default uniform,zipf)")
+    ap.add_argument("--persistence", default="volatile,durable", help="rows' Redis (default volatile,durable)")
+    ap.add_argument("--json", action="store_true", help="print every row and the summaries as one JSON object")
+    a = ap.parse_args(argv)
+    if a.seconds <= 0 or a.concurrency < 1 or a.keys < 1:
+        ap.error("--seconds, --concurrency and --keys must be positive")
+    dists, kinds = a.dists.split(","), a.persistence.split(",")
+    if not set(dists) <= {"uniform", "zipf"} or not set(kinds) <= {"volatile", "durable"}:
+        ap.error("--dists: uniform and/or zipf; --persistence: volatile and/or durable")
+    if not STORAGEBENCH.exists():
+        ap.error(f"{STORAGEBENCH} is not built: run make build")
     procs = Processes()
+    rows: list[Row] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-shim-") as tmp:
-            try:
-                fig = bench(args, procs, Path(tmp))
-            finally:
-                procs.close()
-    except KeyboardInterrupt:
-        err.print("[red]interrupted: every process stopped[/]")
-        return 130
-    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
-        err.print(f"[red]bench-shim failed:[/] {e}")
+            _, peer_port = start_peer(procs)
+            for persistence in kinds:
+                st = start_storage(procs, Path(tmp), persistence == "durable", peer_port)
+                generate(["-side", "load", "-addr", f"{HOST}:{st.port}", "-keys", str(a.keys)], 120)
+                cache_keys(st)
+                for dist in dists:
+                    for op, sides in ROWS:
+                        for side in sides:
+                            err.print(f"[dim]{persistence} {dist} {op} {side}...[/]")
+                            rows.append(measure(st, st.shim.pid, persistence, dist, op, side, a))
+                procs.stop(st.shim)
+                procs.stop(st.redis)
+    except RuntimeError as e:
+        err.print(f"[red]bench-shim: {e}[/]")
         return 1
-    if args.profile and "profile" in fig:
-        (args.profile / "summary.json").write_text(json.dumps(fig["profile"], indent=2) + "\n")
-    if args.json:
-        print(json.dumps(fig | {"summary": summary_line(fig)}))
-    else:
-        render(fig, Console(width=max(170, Console().width)))
-        print(summary_line(fig))
+    finally:
+        procs.close()
+    dist = "zipf" if "zipf" in dists else dists[0]
+    figures = {p: summary(rows, p, dist) for p in kinds}
+    if a.json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], "summary": figures}))
+        return 0
+    out = Console(width=max(Console().width, 150))  # the tables' columns, whole
+    for p in kinds:
+        out.print(table(rows, p))
+    out.print(f"CPU per request is user + system time from /proc over each window; the ratios below are of the "
+              f"{dist} rows, the durable ones last (what deployments run)")  # fmt: skip
+    if "volatile" in figures and "durable" in figures:
+        print(f"volatile: {line(figures['volatile'])}")
+    print(line(figures[kinds[-1]]), flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

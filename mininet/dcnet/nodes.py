@@ -16,7 +16,7 @@ from mininet.node import Host
 
 from distcache.cluster import Host as HostSpec
 from distcache.rpc.shim import shim_control
-from harness.processes import Service, python_argv
+from harness.processes import Service, shim_argv
 from harness.redis import SHIM_USER, RedisUsers, redis_argv, wait_for_redis
 
 
@@ -108,7 +108,7 @@ class StorageHost(FabricHost):
         }
         self.shim = Service(
             f"shim-{name}",
-            python_argv("shim", self._shim_options, breaks),
+            shim_argv(self._shim_options, breaks),
             out=run_dir / f"shim-{name}.out",
             log=shim_log,
             state_file=state,
@@ -137,7 +137,7 @@ class StorageHost(FabricHost):
             args += ["--dedup-memory", str(dedup_memory)]
         argv = self.shim.argv
         if clock_back:
-            self.shim.argv = python_argv("shim", self._shim_options, [*self._breaks, "clock-back"])
+            self.shim.argv = shim_argv(self._shim_options, [*self._breaks, "clock-back"])
         try:
             return self.shim.start(*args) if wait else self.shim.launch(*args)
         finally:

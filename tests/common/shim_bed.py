@@ -1,4 +1,4 @@
-"""A real shim on loopback for tests: its coherence peer and the shim on its own event loop thread.
+"""A real shim on loopback for tests: its coherence peer and the shim (build/distcache-shim) as a process.
 
 The switches' part in coherence is played by a UDP peer on 127.0.0.1 that reflects INVALIDATE/UPDATE
 as acknowledgements (and can drop some), records what it saw, and checks Redis at the moment phase 1
@@ -7,8 +7,9 @@ arrives.  It is the shim's network peer, not a stand-in for any code under test.
 
 from __future__ import annotations
 
-import asyncio
+import re
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +23,8 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from distcache.wire import Message, Op, decode, encode
-from shim.control import serve_control
-from shim.server import Shim
 
+REPO = Path(__file__).resolve().parents[2]
 CLUSTER = Cluster(spines=2)
 
 
@@ -76,8 +76,13 @@ class SwitchPeer:
         self.redis.close()
 
 
+SHIM_BINARY = REPO / "build" / "distcache-shim"
+#: the same shim with tests/breaks.py's breaks compiled in (armed by DC_BREAKS; the normal build has none)
+SHIM_BREAKS_BINARY = REPO / "build" / "distcache-shim-breaks"
+
+
 class ShimThread:
-    """A real Shim with its control channel, on its own event loop thread."""
+    """A real shim (build/distcache-shim) on loopback with its control channel, as a process of its own."""
 
     def __init__(
         self,
@@ -87,46 +92,73 @@ class ShimThread:
         state_file: Path | None = None,
         cluster: Cluster = CLUSTER,
         fresh: bool = True,
+        breaks: tuple[str, ...] = (),
         **shim_options: object,
     ) -> None:
-        """``shim_options``: more of Shim's keyword arguments (e.g. ``dedup_memory``)."""
-        self.loop = asyncio.new_event_loop()
-        self.shim = Shim(
-            cluster,
-            cluster.server(0, 0),
-            f"unix://{redis_sock}",
-            listen="127.0.0.1",
-            port=0,
-            coherence_address=lambda _spine: ("127.0.0.1", peer.port),
-            state_file=state_file,
-            fresh=fresh,
-            **shim_options,  # type: ignore[arg-type]
-        )
+        """``shim_options``: more of its options by their Python names (``dedup_memory``, ``dedup_span`` in
+        seconds, ``stream_budget``, ``max_value``, ``redis_username`` and ``redis_password``); ``breaks``:
+        tests/breaks.py names armed in the breaks build."""
+        folder = control.parent
+        cluster_file = folder / f"{control.stem}.cluster.json"
+        cluster.save(cluster_file)
+        argv = [
+            str(SHIM_BREAKS_BINARY if breaks else SHIM_BINARY),
+            "--cluster", str(cluster_file), "--server", cluster.server(0, 0).name,
+            "--listen", "127.0.0.1", "--port", "0", "--redis-url", f"unix://{redis_sock}",
+            "--control", f"unix:{control}", "--coherence-peer", f"127.0.0.1:{peer.port}",
+            "--log-file", str(folder / f"{control.stem}.shim.log"), "--log-level", "debug",
+        ]  # fmt: skip
+        if state_file is not None:
+            argv += ["--state-file", str(state_file)]
+        if fresh:
+            argv.append("--fresh")
+        options = dict(shim_options)
+        password = options.pop("redis_password", None)
+        if (user := options.pop("redis_username", None)) is not None:
+            pw_file = folder / f"{control.stem}.redis-password"
+            pw_file.write_text(str(password))
+            argv += ["--redis-user", str(user), "--redis-password-file", str(pw_file)]
+        if (span := options.pop("dedup_span", None)) is not None:
+            argv += ["--dedup-span", f"{float(span)}s"]  # type: ignore[arg-type]
+        for name, value in options.items():
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+        if breaks:
+            argv += ["--breaks", ",".join(breaks)]
+        errors = folder / f"{control.stem}.shim.err"
+        with open(errors, "w") as err:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        m = re.search(r"listen=[\d.]+:(\d+)", line)
+        if m is None:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise RuntimeError(f"the shim did not start: {line!r} {errors.read_text().strip()}")
+        self.port = int(m.group(1))
         self.control_addr = f"unix:{control}"
+        self.link = ShimLink(self.control_addr)
         self.closed = False
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.run(self._start())
-        self.port = self.shim.transport.get_extra_info("sockname")[1]
 
-    async def _start(self) -> None:
-        await self.shim.start()
-        self.control = await serve_control(self.shim, self.control_addr)
+    def stats(self) -> dict:
+        """Its Stats (the control API's)."""
+        return self.link.stats()
 
-    def run(self, coro):  # noqa: ANN001, ANN201
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+    def kill(self) -> None:
+        """A crash: SIGKILL, nothing flushed or saved on the way out."""
+        self.closed = True
+        self.proc.kill()
+        self.proc.wait(5)
 
     def close(self) -> None:
-        """Stop the shim and its loop (again: nothing)."""
+        """Stop the shim (SIGTERM; again: nothing)."""
         if self.closed:
             return
         self.closed = True
-
-        async def stop() -> None:
-            await self.control.stop(0.5)
-            await self.shim.close()
-
-        self.run(stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 @dataclass

@@ -35,10 +35,9 @@ from distcache.rpc.agent import AgentClient
 from distcache.rpc.controller import ControllerClient
 from distcache.rpc.protos import message_dict
 from distcache.rpc.shim import ShimLink
-from harness.processes import SwitchProcesses, pid_alive, tied_argv
+from harness.processes import SHIM_BINARY, SwitchProcesses, pid_alive, tied_argv
 from p4rt.client import SwitchConnection
 from p4rt.p4info import load_p4info
-from shim.coherence import Coherence
 from softswitch.dataplane import PROGRAM
 from tests.common.keys import digest
 from tests.common.softswitch_helpers import ports_free
@@ -46,6 +45,7 @@ from tests.common.softswitch_helpers import ports_free
 pytestmark = pytest.mark.timeout(120)
 
 REPO = Path(__file__).resolve().parents[2]
+INVALIDATE_DEADLINE = 2.5  # seconds a shim retries a path's INVALIDATE before it gives up (shim/coherence.go)
 
 
 def _cluster() -> Cluster:
@@ -166,9 +166,7 @@ class LoopbackDeployment:
         self._popen(
             "shim",
             [
-                sys.executable,
-                "-m",
-                "shim",
+                str(SHIM_BINARY),
                 "--cluster",
                 str(self.cluster_path),
                 "--server",
@@ -245,9 +243,7 @@ class LoopbackDeployment:
     def agent(self, name: str) -> AgentClient:
         # an insert's populate waits out the shim's invalidate deadline here (nobody acknowledges the bed's
         # coherence packets): the agent answers after it, so the client waits longer (at 2 s it gave up first)
-        return AgentClient(
-            self.cluster.agent_address(self.cluster.switch(name)), timeout=Coherence.invalidate_deadline + 3
-        )
+        return AgentClient(self.cluster.agent_address(self.cluster.switch(name)), timeout=INVALIDATE_DEADLINE + 3)
 
     def signal(self, what: str, sig: signal.Signals) -> None:
         """Send ``sig`` to a process this bed started: an agent (``agent-sp0``) or a switch (``sp0``)."""

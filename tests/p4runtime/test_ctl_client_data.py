@@ -126,9 +126,9 @@ def test_an_error_quoting_what_the_operator_typed_is_one_line(controller: tuple[
 def test_the_client_cli_shows_keys_and_values_as_written(redis_sock: Path, tmp_path: Path) -> None:
     """``distcache`` (the client CLI) against a real shim: keys and values with markup round-trip and
     are printed as written, in results and in messages."""
-    from tests.unit.test_cli_bench import CLUSTER, ShimThread
+    from tests.unit.test_cli_bench import CLUSTER, LoopbackShim
 
-    shim = ShimThread(redis_sock)
+    shim = LoopbackShim(redis_sock, tmp_path)
     cluster_json = tmp_path / "cluster.json"
     CLUSTER.save(cluster_json)
     env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

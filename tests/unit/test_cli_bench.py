@@ -7,12 +7,10 @@ shim and no coherence traffic happens (no key is cached).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -26,34 +24,32 @@ from loadgen.cli import app
 from loadgen.merge import merge_reports
 from loadgen.values import make_value, parse_value
 from loadgen.workload import BenchConfig, Report, run_bench
-from shim.server import Shim
 from tests.common.keys import digest
+from tests.common.shim_bed import ShimThread, SwitchPeer
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = Cluster(storage_racks=2, servers_per_rack=2)  # four servers: the CLI's --server sends all to one shim
 
 
-class ShimThread:
-    """A real Shim on its own event loop thread, on 127.0.0.1:<ephemeral>."""
+class LoopbackShim:
+    """A real shim of CLUSTER's r0s0 on 127.0.0.1:<ephemeral> with its coherence peer (tests/common/shim_bed.py)."""
 
-    def __init__(self, redis_sock: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.shim = Shim(CLUSTER, CLUSTER.server(0, 0), f"unix://{redis_sock}", listen="127.0.0.1", port=0, fresh=True)
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self.shim.start(), self.loop).result(10)
-        self.port = self.shim.transport.get_extra_info("sockname")[1]
+    def __init__(self, redis_sock: Path, folder: Path) -> None:
+        self.peer = SwitchPeer(redis_sock)
+        self.shim = ShimThread(redis_sock, self.peer, folder / "shim.sock", cluster=CLUSTER)
+        self.port = self.shim.port
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.shim.close(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.shim.close()
+        self.peer.close()
 
 
 @pytest.fixture
 def env(redis_sock: Path, tmp_path: Path):  # noqa: ANN201
     r = redis.Redis(unix_socket_path=str(redis_sock))
     r.flushall()
-    shim = ShimThread(redis_sock)
+    shim = LoopbackShim(redis_sock, tmp_path)
     cluster_json = tmp_path / "cluster.json"
     CLUSTER.save(cluster_json)
     yield shim, cluster_json, r
@@ -72,7 +68,7 @@ def cli(cluster_json: Path, port: int, *args: str, input: bytes | None = None): 
     return res
 
 
-def bench(shim: ShimThread, **kw: object) -> Report:
+def bench(shim: LoopbackShim, **kw: object) -> Report:
     return run_bench(CLUSTER, BenchConfig(**kw), resolve=lambda _h: ("127.0.0.1", shim.port), timeout=2.0, retries=1)
 
 

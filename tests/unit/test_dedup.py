@@ -1,6 +1,6 @@
 """Each write applied once, at any rate (issue 45): the shim remembers every write for the whole retry span,
 bounded by memory, and refuses a write it has no room to remember with BUSY, recorded in Redis (database 1,
-beside no user key) so that no later copy of it is applied either."""
+beside no user key) so that no later copy of it is applied either.  The table itself: shim/parts_test.go."""
 
 from __future__ import annotations
 
@@ -14,53 +14,13 @@ import redis
 
 from client_lib import Client, ServerBusyError
 from distcache.hashing import N_SPINE_BUCKETS
+from distcache.records import ENTRY_BYTES, MARKER_DB, dedup_marker
 from distcache.rpc.shim import ShimLink
-from distcache.wire import RETRY_SPAN, Message, Op, Status, decode, encode
-from shim.dedup import BUSY, ENTRY_BYTES, MARKER_DB, PENDING, REPLY_BYTES, Dedup, dedup_marker
+from distcache.wire import Message, Op, Status, decode, encode
 from tests.common.keys import digest
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer
 
 SPINE = CLUSTER.spine(0).switch_id
-
-
-def test_every_write_is_remembered_for_the_whole_span_however_many() -> None:
-    """No entry is dropped early to make room (the table of before kept 65 536 and dropped the oldest: at a high
-    rate a retry 1-2 s later found nothing and was applied again); past the bound, new writes are refused."""
-    now = [0.0]
-    d = Dedup(memory=3 * ENTRY_BYTES, span=10, clock=lambda: now[0])
-    assert d.capacity == 3
-    rids = [("10.2.0.1", 4000, seq) for seq in range(3)]
-    for rid in rids:
-        assert d.begin(rid) is None  # new: apply it
-    assert d.begin(rids[0]) == PENDING  # a copy while it runs: drop
-    d.finish(rids[0], b"reply")
-    assert d.begin(rids[0]) == b"reply"  # a copy after: the same reply
-    assert d.begin(("10.2.0.1", 4000, 99)) == BUSY and d.refused == 1  # full: refused, not remembered
-    assert len(d) == 3 and all(d.begin(rid) is not None for rid in rids)  # nothing was dropped to make room
-    now[0] = 9.9
-    assert d.begin(rids[0]) == b"reply"  # still remembered just before the span ends
-    now[0] = 10.1
-    assert d.begin(("10.2.0.1", 4000, 99)) is None and len(d) == 1  # the span passed: room again
-
-
-def test_a_reply_that_carries_a_value_counts_against_the_bound() -> None:
-    """A command's reply may carry a value (GETSET of a megabyte, its reply kept for the retry span): the
-    table counts its bytes, so many such replies cannot outgrow the memory bound."""
-    now = [0.0]
-    d = Dedup(memory=10 * ENTRY_BYTES, span=10, clock=lambda: now[0])
-    assert d.begin(("a", 1)) is None
-    d.finish(("a", 1), bytes(REPLY_BYTES + 5 * ENTRY_BYTES))
-    assert [d.begin(("b", i)) for i in range(5)] == [None] * 4 + [BUSY]  # 1 + 5 of its reply + 4 = 10
-    d.forget(("b", 0))
-    assert d.begin(("c", 1)) is None and d.begin(("c", 2)) == BUSY
-    now[0] = 11
-    assert all(d.begin(("d", i)) is None for i in range(10))  # all expired: the bytes came back
-
-
-def test_the_memory_bound_is_checked() -> None:
-    with pytest.raises(ValueError, match="holds no entry"):
-        Dedup(memory=ENTRY_BYTES - 1)
-    assert Dedup().capacity * ENTRY_BYTES <= 64 << 20 and Dedup().span == RETRY_SPAN
 
 
 def test_a_client_refuses_a_retry_budget_longer_than_the_span() -> None:
@@ -102,7 +62,7 @@ def test_a_write_refused_busy_is_not_applied_by_any_later_copy(small) -> None:  
     refused = _put(sock, shim.port, "late", b"x", 10)
     assert refused.status == Status.BUSY and users.get("late") is None
     rid = ("127.0.0.1", 10)  # the client address and seq: its port does not count
-    assert markers.get(dedup_marker(rid)) == b"B"  # recorded where no user key is
+    assert markers.get(dedup_marker(*rid)) == b"B"  # recorded where no user key is
     assert _put(sock, shim.port, "late", b"x", 10).status == Status.BUSY  # a copy while still full
     time.sleep(0.6)  # the three remembered writes' span ended: there is room, but this write was refused
     assert _put(sock, shim.port, "late", b"x", 10).status == Status.BUSY

@@ -18,7 +18,16 @@ import pytest
 import redis
 
 from harness.ports import port_list
-from harness.processes import Service, ServiceError, python_argv, wait_for_path, wait_for_port
+from harness.processes import (
+    SHIM_BINARY,
+    SHIM_BREAKS_BINARY,
+    Service,
+    ServiceError,
+    python_argv,
+    shim_argv,
+    wait_for_path,
+    wait_for_port,
+)
 from harness.profile import summarize_profile
 from harness.redis import redis_argv, wait_for_redis
 from harness.switch import (
@@ -346,8 +355,19 @@ def test_a_service_restarts_with_or_without_its_state_and_says_why_it_did_not_st
 
 
 def test_python_argv_runs_a_module_with_this_interpreter() -> None:
-    argv = python_argv("shim", {"--cluster": Path("/c.json"), "--fresh": None, "--port": 7})
-    assert argv == [sys.executable, "-m", "shim", "--cluster", "/c.json", "--fresh", "--port", "7"]
+    argv = python_argv("agent", {"--cluster": Path("/c.json"), "--fresh": None, "--port": 7})
+    assert argv == [sys.executable, "-m", "agent", "--cluster", "/c.json", "--fresh", "--port", "7"]
+
+
+def test_the_shim_runs_compiled_and_its_breaks_only_in_the_breaks_build() -> None:
+    """The normal build has no --breaks flag: a deployment's shim arms a break only through the breaks build,
+    and only the shim's breaks (the others are other services')."""
+    assert shim_argv({"--fresh": None}) == [str(SHIM_BINARY), "--fresh"]
+    argv = shim_argv({"--fresh": None}, ["no-flush-on-recover", "reuse-seq", "clock-back"])
+    assert argv == [str(SHIM_BREAKS_BINARY), "--breaks", "reuse-seq,clock-back", "--fresh"]
+    assert shim_argv({}, ["no-flush-on-recover"]) == [str(SHIM_BINARY)]
+    res = subprocess.run([str(SHIM_BINARY), "--breaks", "reuse-seq"], capture_output=True, text=True, timeout=10)
+    assert res.returncode == 2 and "flag provided but not defined: -breaks" in res.stderr
 
 
 def test_softirq_threads_run_above_the_switches_while_a_deployment_runs() -> None:

@@ -1,22 +1,24 @@
-"""Which key a digest stands for (shim/names.py): learned from requests, recorded for cached keys.
+"""Which key a digest stands for (shim/names.go): learned from requests, recorded for cached keys.
 
 Switches, agents and the controller know a key only by its digest; the shim must know the key itself to fill or
 refresh an entry.  A populate of a digest no request brought answers no_key (the agent asks again); the pairs of
 cached keys live in Redis database 1, so another life of the shim finds them; an eviction forgets the pair.
+(The bound on what it learns from requests: shim/parts_test.go.)
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 import redis
 
-from shim.dedup import MARKER_DB
-from shim.names import NAMES_KEY, KeyNames
+from distcache.hashing import N_SPINE_BUCKETS
+from distcache.records import MARKER_DB, NAMES_KEY
+from distcache.rpc.shim import ShimLink
+from distcache.wire import Op
 from tests.common.keys import digest
-from tests.common.shim_bed import CLUSTER, shim_on_loopback
+from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
 SPINE = CLUSTER.spine(0).switch_id
@@ -41,20 +43,13 @@ def test_another_life_of_the_shim_finds_the_keys_it_filled(redis_sock: Path, tmp
     with shim_on_loopback(redis_sock, tmp_path / "shim.sock") as bed:
         bed.client.put("hot", "v")
         assert bed.link.populate(digest("hot"), SPINE, 0, 1) == "valid"
-
-    async def lookup() -> bytes | None:
-        markers = redis.asyncio.Redis(unix_socket_path=str(redis_sock), db=MARKER_DB)
-        try:
-            return await KeyNames(markers).lookup(digest("hot"))  # a new life: nothing learned from requests
-        finally:
-            await markers.aclose()
-
-    assert asyncio.run(lookup()) == b"hot"
-
-
-def test_the_keys_learned_from_requests_are_bounded_by_bytes() -> None:
-    names = KeyNames(None, recent_bytes=1000)  # type: ignore[arg-type]
-    for i in range(100):
-        names.learn(digest(f"k{i}"), f"k{i}".encode() * 10)
-    assert 0 < len(names) <= 1000 // (16 + 20)
-    assert names._seen.get(digest("k99")) == b"k99" * 10 and digest("k0") not in names._seen  # the oldest went
+    peer = SwitchPeer(redis_sock)
+    again = ShimThread(redis_sock, peer, tmp_path / "again.sock")  # a new life: nothing learned from requests
+    try:
+        link = ShimLink(again.control_addr)
+        link.partition([SPINE] * N_SPINE_BUCKETS)
+        assert link.populate(digest("hot"), SPINE, 0, 2) == "valid"  # its name from Redis
+        assert [m.key for m, _ in peer.seen if m.op == Op.UPDATE] == [b"hot"]
+    finally:
+        again.close()
+        peer.close()

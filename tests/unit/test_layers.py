@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 LIBRARIES = {"distcache": "distcache", "p4rt": "p4rt", "harness": "harness", "client_lib": "client_lib",
              "simulator": "simulator", "loadgen": "loadgen"}  # fmt: skip
-APPLICATIONS = {"controller": "controller", "agent": "agent", "shim": "shim", "softswitch": "softswitch",
+APPLICATIONS = {"controller": "controller", "agent": "agent", "softswitch": "softswitch",
                 "dcnet": "mininet/dcnet"}  # fmt: skip
 OURS = LIBRARIES | APPLICATIONS
 

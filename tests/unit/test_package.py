@@ -23,7 +23,6 @@ PACKAGES = (
     "agent",
     "softswitch",
     "controller",
-    "shim",
     "client_lib",
     "loadgen",
     "dcnet",  # in mininet/
@@ -33,7 +32,6 @@ COMMANDS = (
     ["distcache", "--help"],
     ["distcache-ctl", "--help"],
     ["python", "-m", "controller", "--help"],
-    ["python", "-m", "shim", "--help"],
 )
 # what the build copy leaves out: setuptools builds in its source tree (build/lib, *.egg-info), and build/ is ours
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "runs", "__pycache__", "*.egg-info", ".*_cache")

@@ -30,13 +30,18 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink, ShimRequestError, ShimUnavailableError
 from distcache.wire import MAX_DATAGRAM, MAX_VALUE, Flag, Message, Op, Status, decode, encode
-from shim.coherence import SEQ_BLOCK, serial_newer
 from tests.common.keys import digest
 from tests.common.shim_bed import CLUSTER, ShimThread, SwitchPeer, shim_on_loopback
 
 pytestmark = pytest.mark.timeout(60)
 SPINE = CLUSTER.spine(0).switch_id
 LEAF = CLUSTER.storage_leaf(0).switch_id  # server r0s0's
+SEQ_BLOCK = 1 << 20  # coherence numbers a shim reserves at a time (shim/coherence.go)
+
+
+def serial_newer(a: int, b: int) -> bool:
+    """Whether 64-bit sequence number a is newer than b (RFC 1982), as switches compare them."""
+    return a != b and ((a - b) & 0xFFFFFFFFFFFFFFFF) < 1 << 63
 
 
 @pytest.fixture
@@ -98,10 +103,10 @@ def test_write_to_cached_key_runs_both_phases_in_order(env) -> None:  # noqa: AN
 def test_only_writes_with_coherence_messages_take_a_sequence_number(env) -> None:  # noqa: ANN001
     """The numbers a shim's life takes per second bound how far ahead of the clock it runs, and so whether
     its next life starts ahead of it: writes of keys no switch holds take none."""
-    client, shim, peer, link, _ = env
+    client, _shim, peer, link, _ = env
     client.put("hot2", "v0")
     assert link.populate(digest("hot2"), SPINE, 0, 1, b"hot2") == "valid"
-    first = shim.shim.coherence.next_seq()
+    first = [m for m, _ in peer.seen if m.op == Op.INVALIDATE][-1].seq  # the populate's number
     for i in range(50):
         client.put(f"cold{i}", "x")
     client.put("hot2", "v1")
@@ -166,13 +171,12 @@ def test_spines_declared_down_are_skipped_and_cannot_be_populated(env) -> None: 
 def test_write_waiting_on_a_spine_completes_when_it_is_declared_down(env) -> None:  # noqa: ANN001
     """A write already retransmitting to a spine that just died finishes as soon as the controller declares
     the spine down, instead of failing at the invalidation deadline."""
-    client, shim, peer, link, r = env
+    client, _shim, peer, link, r = env
     other = SPINE + 1
     client.put("k", "v0")
     for sw in (SPINE, other):
         link.populate(digest("k"), sw, 0, 1, b"k")
-    peer.answer_only = {SPINE}
-    shim.shim.coherence.invalidate_deadline = 5.0  # the write would wait this long without the release
+    peer.answer_only = {SPINE}  # without the release the write would wait 2.5 s, then be refused
     done: list[float] = []
     t0 = time.monotonic()
     writer = threading.Thread(target=lambda: (client.put("k", "v1"), done.append(time.monotonic() - t0)))
@@ -569,14 +573,13 @@ def test_spine_declared_down_mid_write_still_invalidates_and_updates_the_leaf(en
     """Issue 15, defect 3: a write's INVALIDATE towards a spine may be lost before the storage leaf on its
     path sees it.  When the controller declares that spine down, the path does not count as done: the
     leaf gets the INVALIDATE on a path of its own, and phase 2 goes there too, not to the dead spine."""
-    client, shim, peer, link, r = env
+    client, _shim, peer, link, r = env
     other = SPINE + 1
     link.partition([other] * N_SPINE_BUCKETS)
     client.put("k", "v0")
     for sw in (other, LEAF):
         assert link.populate(digest("k"), sw, 0, 1, b"k") == "valid"
-    peer.answer_only = {SPINE, LEAF}  # the spine other died
-    shim.shim.coherence.invalidate_deadline = 5.0
+    peer.answer_only = {SPINE, LEAF}  # the spine other died: without the release, the write waits 2.5 s
     peer.seen.clear()
     done: list[bool] = []
     writer = threading.Thread(target=lambda: done.append(client.put("k", "v1") is None))
@@ -697,23 +700,49 @@ def test_a_retried_delete_gets_its_first_status_across_a_shim_restart(redis_sock
 
 
 def test_a_shim_restarted_under_a_clock_stepped_back_continues_above_its_earlier_life(
-    redis_sock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_sock: Path, tmp_path: Path
 ) -> None:
     """Its floor is in Redis, which outlives it with or without its state file: an INVALIDATE of the new life
     is newer than every one of the old, so switches re-arm their entries for it and no UPDATE the old life
-    left in flight matches them."""
+    left in flight matches them.  The second life's wall clock reads an hour early (the breaks build's
+    clock-back condition, as the fault matrix imposes it)."""
     redis.Redis(unix_socket_path=str(redis_sock)).flushall()
     peer = SwitchPeer(redis_sock)
+
+    def numbers(shim: ShimThread, n: int) -> list[int]:
+        """The sequence numbers of n populates of the leaf's entry (each takes one)."""
+        link = ShimLink(shim.control_addr)
+        for version in range(1, n + 1):
+            assert link.populate(digest("k"), LEAF, 0, version, b"k") == "valid"
+        return [m.seq for m, _ in peer.seen if m.op == Op.INVALIDATE][-n:]
+
     try:
+        redis.Redis(unix_socket_path=str(redis_sock)).set("k", "v")
         first = ShimThread(redis_sock, peer, tmp_path / "a.sock")
-        used = [first.shim.coherence.next_seq() for _ in range(3)]
+        used = numbers(first, 3)
         first.close()
-        monkeypatch.setattr(time, "time", lambda: 1_000.0)  # the clock stepped back (shim.coherence reads it)
-        second = ShimThread(redis_sock, peer, tmp_path / "b.sock", fresh=False)
+        second = ShimThread(redis_sock, peer, tmp_path / "b.sock", fresh=False, breaks=("clock-back",))
         try:
-            again = second.shim.coherence.next_seq()
+            (again,) = numbers(second, 1)
         finally:
             second.close()
     finally:
         peer.close()
     assert serial_newer(again, used[-1]) and (again - used[-1]) & 0xFFFFFFFF <= SEQ_BLOCK + 1, (used, again)
+
+
+def test_a_restarted_shim_counts_every_switch_any_mechanism_may_cache_its_keys_in(
+    redis_sock: Path, tmp_path: Path
+) -> None:
+    """Until the controller's view, a shim that did not start fresh counts every key as cached at every switch
+    that may cache its keys under some mechanism (distcache/placement.py possible_holders)."""
+    from distcache.placement import possible_holders
+
+    cluster = Cluster(spines=3, storage_racks=2)
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, tmp_path / "a.sock", cluster=cluster, fresh=False)
+    try:
+        assert shim.stats()["unknown_switches"] == sorted(possible_holders(cluster, cluster.server(0, 0)))
+    finally:
+        shim.close()
+        peer.close()

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import redis
 
-import shim.stream
 from client_lib import AsyncClient, Client, RequestTimeoutError, ServerBusyError, ServerError
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
@@ -82,8 +81,8 @@ def test_a_megabyte_under_a_binary_key_reads_back_byte_for_byte_and_in_redis_cli
             input=key, capture_output=True, timeout=30, check=True,
         )  # fmt: skip
         assert cli.stdout == value + b"\n"  # --raw ends the reply with a newline
-        assert s.shim.requests["PUT"] == 1
-        _wait(lambda: s.shim.stream.budget.used == 0, "the budget given back")
+        assert s.stats()["requests"]["PUT"] == 1
+        _wait(lambda: s.stats()["stream"]["bytes"] == 0, "the budget given back")
     finally:
         s.close()
         peer.close()
@@ -121,7 +120,7 @@ def test_a_datagram_reply_too_large_for_one_is_redirected_and_a_write_is_not_app
     # GETSET answers the old 5000 bytes: redirected, asked again on the stream path with the same seq
     assert b.client.execute("GETSET", "big", "new") == b"x" * 5000
     assert r.get("big") == b"new"
-    assert b.shim.shim.duplicates["replayed"] == 1  # the second copy got the first one's reply, not a second SET
+    assert b.shim.stats()["duplicates"]["replayed"] == 1  # the second copy got the first one's reply, not a second SET
     assert b.client.execute("GETSET", "big", "newer") == b"new"
 
 
@@ -148,13 +147,10 @@ def _stall(port: int, n: int, sent: int) -> socket.socket:
     return s
 
 
-def test_past_the_budget_a_write_is_refused_busy_unread_and_not_applied(
-    redis_sock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(shim.stream, "STALL", 1.0)
+def test_past_the_budget_a_write_is_refused_busy_unread_and_not_applied(redis_sock: Path, tmp_path: Path) -> None:
     redis.Redis(unix_socket_path=str(redis_sock)).flushall()
     peer = SwitchPeer(redis_sock)
-    s = ShimThread(redis_sock, peer, tmp_path / "s.sock", stream_budget=MB)
+    s = ShimThread(redis_sock, peer, tmp_path / "s.sock", stream_budget=MB, stream_stall="1s")
     r = redis.Redis(unix_socket_path=str(redis_sock))
     try:
         ShimLink(s.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
@@ -162,13 +158,13 @@ def test_past_the_budget_a_write_is_refused_busy_unread_and_not_applied(
             with pytest.raises(ServerError, match=r"TOO_LARGE.*exceeds this server's"):
                 c.put("huge", bytes(2 * MB))  # could never fit the budget: refused, the connection closed
             hog = _stall(s.port, 700_000, 1000)  # reserves 700 000 bytes and sends no more
-            _wait(lambda: s.shim.stream.budget.used >= 700_000, "the stalled frame's reservation")
+            _wait(lambda: s.stats()["stream"]["bytes"] >= 700_000, "the stalled frame's reservation")
             with pytest.raises(ServerBusyError, match="stream budget"):
                 c.put("k", bytes(500_000))
-            assert r.get("k") is None and s.shim.errors["stream_busy"] == 1
-            _wait(lambda: s.shim.malformed["stalled"] == 1, "the stalled frame's connection closed")
+            assert r.get("k") is None and s.stats()["errors"]["stream_busy"] == 1
+            _wait(lambda: s.stats()["malformed"].get("stalled") == 1, "the stalled frame's connection closed")
             hog.close()
-            _wait(lambda: s.shim.stream.budget.used == 0, "the budget given back")
+            _wait(lambda: s.stats()["stream"]["bytes"] == 0, "the budget given back")
             c.put("k", bytes(500_000))  # room again
             assert r.strlen("k") == 500_000
             r.set("toolong", bytes(2 * MB))  # written behind the shim's back, longer than the budget
@@ -182,7 +178,10 @@ def test_past_the_budget_a_write_is_refused_busy_unread_and_not_applied(
 
 def test_bad_frames_are_counted_and_answered_never_a_crash(bed) -> None:  # noqa: ANN001
     b, r = bed
-    port, st = b.shim.port, b.shim.shim
+    port = b.shim.port
+
+    def count(kind: str, what: str) -> int:
+        return b.shim.stats()[kind].get(what, 0)
 
     def talk(data: bytes) -> bytes:
         with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
@@ -195,38 +194,37 @@ def test_bad_frames_are_counted_and_answered_never_a_crash(bed) -> None:  # noqa
 
     put = Message(Op.PUT, b"k", digest("k"), seq=1, value=bytes(3000))
     assert talk(frame(encode(put))[:2000]) == b""  # cut inside the frame: no request, counted
-    _wait(lambda: st.malformed["truncated"] == 1, "a truncated frame counted")
-    assert talk(frame(b"\x02\x01")) == b"" and st.malformed["short"] == 1
+    _wait(lambda: count("malformed", "truncated") == 1, "a truncated frame counted")
+    assert talk(frame(b"\x02\x01")) == b"" and count("malformed", "short") == 1
     bad = bytearray(encode(put))
     bad[0] = 1  # a v1 peer
-    assert talk(frame(bytes(bad))) == b"" and st.malformed["version"] == 1
+    assert talk(frame(bytes(bad))) == b"" and count("malformed", "version") == 1
     wrong_len = encode(put) + b"extra"
     answer = decode(talk(frame(wrong_len))[4:])
     assert (answer.op, answer.status, answer.seq) == (Op.PUT_REPLY, Status.BAD_REQUEST, 1)
     ack = Message(Op.INVALIDATE_ACK, b"k", digest("k"), seq=99)  # coherence is not a client's to send
-    assert talk(frame(encode(ack))) == b"" and st.malformed["unexpected_op"] == 1
+    assert talk(frame(encode(ack))) == b"" and count("malformed", "unexpected_op") == 1
     forged = Message(Op.PUT, b"k", digest("other"), seq=2, value=bytes(3000))
     assert decode(talk(frame(encode(forged)))[4:]).status == Status.BAD_REQUEST
     assert talk(struct.pack("!I", 0xFFFFFFFF) + encode(put)[:HEADER_LEN])[4:] != b""  # past any frame: TOO_LARGE
-    assert st.malformed["frame"] == 1 and st.refused["TOO_LARGE"] == 1 and r.get("k") is None
-    assert st.refused["BAD_REQUEST"] == 2  # the wrong length and the forged digest, as datagrams count them
+    assert count("malformed", "frame") == 1 and count("refused", "TOO_LARGE") == 1 and r.get("k") is None
+    assert count("refused", "BAD_REQUEST") == 2  # the wrong length and the forged digest, as datagrams count them
     b.client.put("k", bytes(3000))  # the shim goes on
     assert r.strlen("k") == 3000
-    _wait(lambda: st.stream.budget.used == 0, "the budget given back")  # (just after the reply left)
+    _wait(lambda: b.shim.stats()["stream"]["bytes"] == 0, "the budget given back")  # (just after the reply left)
 
 
 def test_a_connection_the_shim_closed_is_replaced_and_a_dead_shim_is_given_up_on(
-    redis_sock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_sock: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(shim.stream, "IDLE", 0.2)
     redis.Redis(unix_socket_path=str(redis_sock)).flushall()
     peer = SwitchPeer(redis_sock)
-    s = ShimThread(redis_sock, peer, tmp_path / "s.sock")
+    s = ShimThread(redis_sock, peer, tmp_path / "s.sock", stream_idle="0.2s")
     try:
         ShimLink(s.control_addr).partition([SPINE] * N_SPINE_BUCKETS)
         with _client(s.port) as c:
             c.put("a", bytes(5000))
-            _wait(lambda: s.shim.stream.connections == 0, "the idle connection closed by the shim")
+            _wait(lambda: s.stats()["stream"]["connections"] == 0, "the idle connection closed by the shim")
             began = time.monotonic()
             c.put("b", bytes(5000))  # the kept connection is gone: a new one at once, the same copy
             assert time.monotonic() - began < 1.0  # (not a second copy, which waits the 3 s timeout)

@@ -1,3 +1,0 @@
-module distcache-p4/tools/dcload
-
-go 1.19

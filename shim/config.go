@@ -196,8 +196,8 @@ func SpineAddress(id uint8) string { return fmt.Sprintf("%s.%d", dc.SpineNet, id
 // Options are the shim's command line (the Python shim's, flag for flag).
 type Options struct {
 	Cluster, ServerName, Listen, RedisURL, RedisUser, RedisPasswordFile, Control, StateFile string
-	CoherencePeer, LogFile, LogLevel                                                        string
-	Port                                                                                    int
+	CoherencePeer, LogFile, LogLevel, CPUProfile                                            string
+	Port, BatchWorkers                                                                      int
 	Fresh                                                                                   bool
 	DedupMemory, StreamBudget, MaxValue                                                     int64
 	DedupSpan, StreamStall, StreamIdle                                                      time.Duration
@@ -251,6 +251,8 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&o.ServerName, "server", "", "this storage server's name in the cluster, e.g. r0s0 (required)")
 	fs.StringVar(&o.Listen, "listen", "", "address to serve DistCache on (default: the server's address)")
 	fs.IntVar(&o.Port, "port", dc.DCPort, "port of the datagram and stream paths (0: one both have free)")
+	fs.IntVar(&o.BatchWorkers, "batch-workers", batchWorkers, "goroutines that read datagrams in batches, each "+
+		"with one Redis round trip at a time (fewer: bigger batches, less CPU per request; more: lower latency)")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "e.g. unix:///run/redis.sock or redis://127.0.0.1:6379 (required)")
 	fs.StringVar(&o.RedisUser, "redis-user", "", "the Redis ACL user to log in as (default: Redis' default)")
 	fs.StringVar(&o.RedisPasswordFile, "redis-password-file", "", "a file holding --redis-user's password")
@@ -271,6 +273,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.DurationVar(&o.StreamIdle, "stream-idle", streamIdle, "how long a stream connection may wait between frames")
 	fs.StringVar(&o.LogFile, "log-file", "", "log here instead of stderr")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warning or error")
+	fs.StringVar(&o.CPUProfile, "cpu-profile", "", "write a pprof CPU profile of the run here (go tool pprof)")
 	breakFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -292,6 +295,9 @@ func parseOptions(args []string) (*Options, error) {
 	}
 	if o.Listen != "" && net.ParseIP(o.Listen) == nil {
 		return nil, usageError{fmt.Sprintf("--listen: %q is not an IP address", o.Listen)}
+	}
+	if o.BatchWorkers < 1 || o.BatchWorkers > 64 {
+		return nil, usageError{fmt.Sprintf("--batch-workers: %d; give 1..64", o.BatchWorkers)}
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		return nil, usageError{fmt.Sprintf("--port: %d is no port (0..65535)", o.Port)}

@@ -8,7 +8,8 @@ package main
 
 import (
 	"container/list"
-	"fmt"
+	"net/netip"
+	"strconv"
 	"time"
 
 	"distcache/internal/dc"
@@ -21,12 +22,21 @@ const (
 	markerDB   = dc.MarkerDB        // the Redis database of the shim's records: user data is 0
 )
 
+// requestID is a write's identity: the client's address (its port does not count: a client that rebinds keeps
+// it) and its seq.
 type requestID struct {
-	ip  string
+	ip  netip.Addr
 	seq uint64
 }
 
-func dedupMarker(id requestID) string { return fmt.Sprintf("%s%s:%d", dc.MarkerPrefix, id.ip, id.seq) }
+// dedupMarker is the Redis key (in markerDB) of a write's marker: distcache/records.py's dedup_marker.
+func dedupMarker(id requestID) string {
+	b := make([]byte, 0, len(dc.MarkerPrefix)+40)
+	b = append(b, dc.MarkerPrefix...)
+	b = id.ip.AppendTo(b)
+	b = append(b, ':')
+	return string(strconv.AppendUint(b, id.seq, 10))
+}
 
 // begin's answers besides a finished write's reply
 type dedupState int

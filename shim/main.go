@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -53,6 +54,16 @@ func run(args []string) int {
 	if err := armBreaks(); err != nil {
 		return usage(err.Error())
 	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return usage("--cpu-profile: " + err.Error())
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return usage("--cpu-profile: " + err.Error())
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	s := newShim(o, c, srv)
 	ctl, err := startAll(s, o)
 	if err != nil {
@@ -76,7 +87,8 @@ func run(args []string) int {
 		ctl.Stop()
 	}
 	st := s.stats()
-	slog.Info("exiting", "requests", st.Requests, "errors", st.Errors, "malformed", st.Malformed)
+	slog.Info("exiting", "requests", st.Requests, "errors", st.Errors, "malformed", st.Malformed,
+		"batches", s.batches.Load(), "batched", s.batched.Load())
 	s.close()
 	return 0
 }

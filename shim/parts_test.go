@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,12 @@ func TestDedupRemembersEveryWriteForItsSpanAndRefusesPastItsMemory(t *testing.T)
 	d := newDedup(3*entryBytes, time.Second)
 	now := time.Unix(1000, 0)
 	d.now = func() time.Time { return now }
-	a, b, c, e := requestID{"10.0.0.1", 1}, requestID{"10.0.0.1", 2}, requestID{"10.0.0.2", 1}, requestID{"x", 9}
+	ip := netip.MustParseAddr
+	a, b, c, e := requestID{ip("10.0.0.1"), 1}, requestID{ip("10.0.0.1"), 2}, requestID{ip("10.0.0.2"), 1},
+		requestID{ip("10.0.0.9"), 9}
+	if dedupMarker(a) != "dc:applied:10.0.0.1:1" {
+		t.Fatalf("marker %q", dedupMarker(a))
+	}
 	for _, id := range []requestID{a, b, c} {
 		if st, _ := d.begin(id); st != dedupNew {
 			t.Fatalf("%v: %v", id, st)

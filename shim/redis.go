@@ -4,9 +4,10 @@ package main
 // markers, the coherence floor, the names of cached keys), both pipelining every command of every goroutine
 // onto one connection each; the batch path sends a whole batch's commands as one DoMulti, one round trip.
 //
-// A write and its dedup marker land in one Lua script (SELECT inside a script selects for the script only,
-// Redis 7), so a restarted shim can tell a retried write was applied (docs/protocol.md); scripts go as EVALSHA
-// and, where Redis answers NOSCRIPT (a restarted Redis forgot them), once more as EVAL: NOSCRIPT ran nothing.
+// A write and its dedup marker land in one MULTI/EXEC (a DELETE's as one Lua script inside it: its marker holds
+// whether the key existed; SELECT inside a script selects for the script only, Redis 7), so a restarted shim can
+// tell a retried write was applied (docs/protocol.md). A script alone goes as EVALSHA and, where Redis answers
+// NOSCRIPT (a restarted Redis forgot it), once more as EVAL: NOSCRIPT ran nothing.
 
 import (
 	"context"
@@ -37,12 +38,10 @@ func newScript(body string) *script {
 }
 
 // A DELETE and its marker in one step: the marker holds DEL's result (1: the key existed, 0: NOT_FOUND).
+var errShortExec = errors.New("EXEC answered fewer replies than the transaction had writes")
+
 var delWithMarker = newScript("local n = redis.call('DEL', KEYS[1]); redis.call('SELECT', ARGV[2]); " +
 	"redis.call('SET', KEYS[2], n, 'PX', ARGV[1]); redis.call('SELECT', ARGV[3]); return n")
-
-// A SET and its marker in one step (the Python shim's MULTI: SET, SELECT, SET marker PX, SELECT).
-var setWithMarker = newScript("redis.call('SET', KEYS[1], ARGV[1]); redis.call('SELECT', ARGV[3]); " +
-	"redis.call('SET', KEYS[2], '" + markerOK + "', 'PX', ARGV[2]); redis.call('SELECT', ARGV[4]); return 1")
 
 const (
 	markerOK    = dc.MarkerOK    // what a PUT's marker holds (a DELETE's: "1" or "0")
@@ -114,11 +113,17 @@ func (s *store) plain(cmd rueidis.Completed) call { return call{cmd: cmd} }
 
 // do runs calls in one pipeline on the user database (a script Redis did not know is sent again as EVAL).
 func (s *store) do(ctx context.Context, calls []call) []rueidis.RedisResult {
+	return s.doOn(ctx, s.data, calls)
+}
+
+// doOn is do on connection c: the shared client (every goroutine's commands pipelined onto one connection by
+// rueidis' own goroutines) or a batch worker's dedicated one (written and read by the worker itself).
+func (s *store) doOn(ctx context.Context, c rueidis.CoreClient, calls []call) []rueidis.RedisResult {
 	cmds := make(rueidis.Commands, len(calls))
 	for i := range calls {
 		cmds[i] = calls[i].cmd
 	}
-	results := s.data.DoMulti(ctx, cmds...)
+	results := c.DoMulti(ctx, cmds...)
 	var again []int
 	for i, r := range results {
 		if calls[i].scr != nil && isNoScript(r.Error()) {
@@ -132,7 +137,7 @@ func (s *store) do(ctx context.Context, calls []call) []rueidis.RedisResult {
 			retry[j] = s.data.B().Eval().Script(c.scr.body).Numkeys(int64(len(c.keys))).Key(c.keys...).
 				Arg(c.args...).Build()
 		}
-		for j, r := range s.data.DoMulti(ctx, retry...) {
+		for j, r := range c.DoMulti(ctx, retry...) {
 			results[again[j]] = r
 		}
 	}

@@ -225,12 +225,12 @@ func (s *Shim) handle(m *wire.Message, reply func(dc.Status, []byte), marker str
 		reply(replyStatus(resp), resp)                                      // safe before phase 2: every copy is invalid
 		fill, fillable = value, kind == "string" && ttl < 0 && value != nil // a TTL'd key is never cached
 	default:
-		r := s.store.do1(s.ctx, s.writeCall(m, marker))
-		status, value, err := s.writeOutcome(m, r)
-		if err != nil {
-			return err
+		w := []pendingWrite{{m, marker}}
+		o := s.writeOutcomes(w, s.store.do(s.ctx, s.appendWrites(nil, w)))[0]
+		if o.err != nil {
+			return o.err
 		}
-		reply(status, value) // safe before phase 2: every copy is invalid
+		reply(o.status, nil) // safe before phase 2: every copy is invalid
 		if m.Op == dc.OpPut {
 			fill, fillable = m.Value, true
 		}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,14 +32,14 @@ import (
 
 const (
 	maxInFlight  = 4096 // requests being served at once; beyond, new ones are dropped and counted
-	batchWorkers = 4    // goroutines reading datagram batches (each one Redis round trip at a time)
+	batchWorkers = 1    // default: goroutines reading datagram batches (each one Redis round trip at a time)
 	batchSize    = 64   // datagrams read (and replies sent) per system call
 	readBuffer   = 1 << 16
 )
 
 // peer is where a reply goes: a datagram's source, or a stream connection.
 type peer interface {
-	ip() string
+	ip() netip.Addr
 	send(data []byte)
 }
 
@@ -47,7 +48,13 @@ type udpPeer struct {
 	addr *net.UDPAddr
 }
 
-func (p udpPeer) ip() string { return p.addr.IP.String() }
+func (p udpPeer) ip() netip.Addr { return addrOf(p.addr.IP) }
+
+// addrOf is an IP as the request identity and the dedup marker name it: IPv4 as IPv4 (never v4-mapped v6).
+func addrOf(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
 
 // send a reply as a datagram; one too large for a datagram is redirected to the stream path.
 func (p udpPeer) send(data []byte) { p.s.sendDatagram(redirectIfLarge(data), p.addr) }
@@ -86,6 +93,8 @@ type Shim struct {
 	wg      sync.WaitGroup
 
 	inFlight atomic.Int64
+	batches  atomic.Int64 // batches sent to Redis, and the requests they carried (the exit log's mean)
+	batched  atomic.Int64
 
 	mu            sync.Mutex // everything below
 	view          *cacheView
@@ -167,7 +176,7 @@ func (s *Shim) start() error {
 	if policy := st.maxmemoryPolicy(ctx); policy != "" && policy != "noeviction" {
 		s.goBackground(s.watchEvictions)
 	}
-	for i := 0; i < batchWorkers; i++ {
+	for i := 0; i < s.opts.BatchWorkers; i++ {
 		s.goBackground(s.readLoop)
 	}
 	return nil

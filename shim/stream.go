@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -134,7 +135,7 @@ type streamPeer struct {
 	addr *net.TCPAddr
 }
 
-func (p *streamPeer) ip() string { return p.addr.IP.String() }
+func (p *streamPeer) ip() netip.Addr { return addrOf(p.addr.IP) }
 
 // send writes a reply framed, its bytes charged to the budget until the connection took them.
 func (p *streamPeer) send(data []byte) {

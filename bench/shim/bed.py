@@ -19,7 +19,7 @@ from pathlib import Path
 import redis
 
 from bench.shim.children import Processes
-from bench.shim.config import HOST, STORAGEBENCH
+from bench.shim.config import DEDUP_MEMORY, HOST, STORAGEBENCH
 from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
@@ -53,19 +53,25 @@ class Storage:
     link: ShimLink
     cluster_file: Path
 
-    def commandstats(self) -> dict[str, int]:
-        """Calls per command from Redis' INFO commandstats (``get``, ``set``, ``evalsha``...)."""
+    def counters(self) -> dict[str, int]:
+        """Calls per command from Redis' INFO commandstats (``get``, ``set``, ``evalsha``...), and its own count of
+        key lookups (``lookups``: keyspace hits and misses, one per key a read looks up, whatever the command)
+        and of writes (``writes``: changes since the last save, one per key a write changes)."""
         r = redis.Redis(unix_socket_path=str(self.sock))
         try:
             info = r.info("commandstats")
+            stats, persistence = r.info("stats"), r.info("persistence")
         finally:
             r.close()
-        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+        out = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+        out["lookups"] = int(stats["keyspace_hits"]) + int(stats["keyspace_misses"])
+        out["writes"] = int(persistence["rdb_changes_since_last_save"])
+        return out
 
 
-def start_storage(procs: Processes, tmp: Path, durable: bool, peer_port: int) -> Storage:
-    """A redis-server (appendfsync always if ``durable``, else no persistence) and its shim (fresh, its whole
-    partition on spine 1, coherence to the peer)."""
+def start_storage(procs: Processes, tmp: Path, durable: bool, peer_port: int, shim: Path = SHIM_BINARY) -> Storage:
+    """A redis-server (appendfsync always if ``durable``, else no persistence) and its shim (the program ``shim``:
+    fresh, its whole partition on spine 1, coherence to the peer)."""
     name = "durable" if durable else "volatile"
     folder = tmp / name
     folder.mkdir()
@@ -81,22 +87,23 @@ def start_storage(procs: Processes, tmp: Path, durable: bool, peer_port: int) ->
             probe.bind((HOST, DC_PORT))
         except OSError as e:
             raise RuntimeError(f"UDP {HOST}:{DC_PORT} is taken ({e.strerror}); another bench-shim?") from None
-    if not SHIM_BINARY.exists():
-        raise RuntimeError(f"{SHIM_BINARY} is not built: run make build")
+    if not shim.exists():
+        raise RuntimeError(f"{shim} is not built: run make build")
     control = folder / "shim.sock"
-    shim = procs.popen(
+    sproc = procs.popen(
         f"shim-{name}",
-        [str(SHIM_BINARY), "--cluster", str(cluster_file), "--server", "r0s0", "--listen", HOST,
+        [str(shim), "--cluster", str(cluster_file), "--server", "r0s0", "--listen", HOST,
          "--redis-url", f"unix://{sock}", "--control", f"unix:{control}", "--fresh",
-         "--coherence-peer", f"{HOST}:{peer_port}", "--log-file", str(folder / "shim.log")],
+         "--coherence-peer", f"{HOST}:{peer_port}", "--log-file", str(folder / "shim.log"),
+         "--dedup-memory", DEDUP_MEMORY],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    line = shim.stdout.readline() if shim.stdout else ""
+    line = sproc.stdout.readline() if sproc.stdout else ""
     if not line.startswith("shim ready"):
         raise RuntimeError(f"the shim did not start: {line.strip() or (folder / 'shim.log').read_text()[-500:]}")
     link = ShimLink(f"unix:{control}")
     link.partition([1] * N_SPINE_BUCKETS)
-    return Storage(rproc, sock, port, shim, link, cluster_file)
+    return Storage(rproc, sock, port, sproc, link, cluster_file)
 
 
 def start_peer(procs: Processes) -> tuple[subprocess.Popen, int]:

@@ -16,13 +16,14 @@ from bench.shim.bed import Storage, generate, start_peer, start_storage
 from bench.shim.children import Processes
 from bench.shim.config import CACHED_KEYS, HOST, STORAGEBENCH
 from distcache.cluster import Cluster
+from harness.processes import SHIM_BINARY
 
 err = Console(stderr=True, log_path=False)
 
-#: Redis commands a request of each row reaches Redis as (INFO commandstats): a shim's PUT with its marker
-#: is one EVALSHA (the SET and its marker in one script)
-REDIS_CALLS = {("redis", "get"): ("get",), ("redis", "put"): ("set",), ("shim", "get"): ("get",),
-               ("shim", "put"): ("evalsha", "eval"), ("shim", "put-cached"): ("evalsha", "eval")}  # fmt: skip
+#: what the counters say of each request, by op: a read's key lookups, a write's key changes (a shim's PUT changes
+#: its key and its dedup marker: 2)
+REACHED = {"get": "lookups", "put": "writes", "put-cached": "writes"}
+NOT_COMMANDS = ("lookups", "writes", "info", "ping", "hello", "client", "select", "command")
 
 
 #: each op's rows: a put of cached keys has no direct counterpart (Redis alone caches nothing)
@@ -41,7 +42,8 @@ class Row:
     shim_us: float  # CPU per request of the shim (0 for a direct row)
     redis_us: float  # of the redis-server (behind the shim, or driven directly)
     generator_us: float
-    reached_redis: float  # Redis calls of the row's command per request answered, warm-up included (commandstats)
+    reached_redis: float  # Redis' key lookups (a read) or key changes (a write) per request answered, warm-up included
+    commands: str  # INFO commandstats over the row: each command's calls per request answered
     errors: int
     timeouts: int
 
@@ -60,17 +62,19 @@ def measure(st: Storage, shim_pid: int, persistence: str, dist: str, op: str, si
         argv += ["-addr", f"{HOST}:8888", "-cluster", str(st.cluster_file), "-watch", f"{shim_pid},{st.redis.pid}"]
     if op == "put-cached":
         argv += ["-key-file", str(st.cluster_file.with_name("cached.hex"))]
-    before = st.commandstats()
+    before = st.counters()
     res, _ = generate(argv, a.seconds + 30)
-    after = st.commandstats()
+    after = st.counters()
     ops = max(res["ops"], 1)
-    calls = sum(after.get(c, 0) - before.get(c, 0) for c in REDIS_CALLS[side, op])
     answered = max(res["answered"], 1)  # the warm-up's requests reached Redis too
+    calls = {c: (n - before.get(c, 0)) / answered for c, n in after.items() if c not in NOT_COMMANDS}
+    commands = " ".join(f"{c}:{v:.2f}" for c, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v >= 0.005)
     watched = res["watched"]
     return Row(
         persistence, dist, op, side, res["ops"] / res["seconds"], res["p50_us"], res["p99_us"],
         watched.get(str(shim_pid), 0.0) / ops if side == "shim" else 0.0, watched.get(str(st.redis.pid), 0.0) / ops,
-        res["cpu_us"] / ops, calls / answered, res["errors"], res["timeouts"],
+        res["cpu_us"] / ops, (after[REACHED[op]] - before[REACHED[op]]) / answered, commands,
+        res["errors"], res["timeouts"],
     )  # fmt: skip
 
 
@@ -119,14 +123,15 @@ def table(rows: list[Row], persistence: str) -> Table:
     what = "appendfsync always" if persistence == "durable" else "no persistence"
     t = Table(title=f"redis-server with {what}: direct over TCP, and through the shim over UDP (CPU µs per request)")
     for col in ("op", "keys", "side", "ops/s", "p50 µs", "p99 µs", "shim", "redis", "shim+redis", "generator",
-                "redis calls/req", "errors"):  # fmt: skip
+                "reached", "redis commands/req", "errors"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("op", "keys", "side") else "right")
     for r in rows:
         if r.persistence != persistence:
             continue
-        t.add_row(r.op, r.dist, r.side, f"{r.ops_per_s:,.0f}", f"{r.p50_us:.0f}", f"{r.p99_us:.0f}",
-                  f"{r.shim_us:.1f}" if r.side == "shim" else "-", f"{r.redis_us:.1f}", f"{r.storage_us:.1f}",
-                  f"{r.generator_us:.1f}", f"{r.reached_redis:.2f}", str(r.errors + r.timeouts))  # fmt: skip
+        shim = f"{r.shim_us:.1f}" if r.side == "shim" else "-"
+        t.add_row(r.op, r.dist, r.side, f"{r.ops_per_s:,.0f}", f"{r.p50_us:.0f}", f"{r.p99_us:.0f}", shim,
+                  f"{r.redis_us:.1f}", f"{r.storage_us:.1f}", f"{r.generator_us:.1f}", f"{r.reached_redis:.2f}",
+                  r.commands, str(r.errors + r.timeouts))  # fmt: skip
     return t
 
 
@@ -138,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dists", default="uniform,zipf", help="key distributions (default uniform,zipf)")
     ap.add_argument("--persistence", default="volatile,durable", help="rows' Redis (default volatile,durable)")
     ap.add_argument("--json", action="store_true", help="print every row and the summaries as one JSON object")
+    ap.add_argument("--shim", type=Path, default=SHIM_BINARY, metavar="PROGRAM",
+                    help="the shim to measure (default build/distcache-shim; another build, to compare)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.seconds <= 0 or a.concurrency < 1 or a.keys < 1:
         ap.error("--seconds, --concurrency and --keys must be positive")
@@ -152,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-shim-") as tmp:
             _, peer_port = start_peer(procs)
             for persistence in kinds:
-                st = start_storage(procs, Path(tmp), persistence == "durable", peer_port)
+                st = start_storage(procs, Path(tmp), persistence == "durable", peer_port, a.shim)
                 generate(["-side", "load", "-addr", f"{HOST}:{st.port}", "-keys", str(a.keys)], 120)
                 cache_keys(st)
                 for dist in dists:
@@ -175,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Console(width=max(Console().width, 150))  # the tables' columns, whole
     for p in kinds:
         out.print(table(rows, p))
-    out.print(f"CPU per request is user + system time from /proc over each window; the ratios below are of the "
-              f"{dist} rows, the durable ones last (what deployments run)")  # fmt: skip
+    out.print(
+        "CPU per request: user + system time from /proc over each window. reached: Redis' own count of the keys each "
+        "request looked up (a read) or changed (a write: its key and its dedup marker through the shim). The ratios "
+        f"below are of the {dist} rows, the durable ones last (what deployments run)"
+    )
     if "volatile" in figures and "durable" in figures:
         print(f"volatile: {line(figures['volatile'])}")
     print(line(figures[kinds[-1]]), flush=True)

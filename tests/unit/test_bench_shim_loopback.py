@@ -56,9 +56,10 @@ def test_every_row_reports_its_figures_and_every_request_reached_redis() -> None
         assert r["errors"] == 0 and r["timeouts"] == 0, key
         assert r["redis_us"] > 0 and r["generator_us"] > 0, key
         assert (r["shim_us"] > 0) == (r["side"] == "shim"), key
-        # INFO commandstats: each request reached Redis once as the row's command (GET, SET, or the shim's
-        # write script), give or take the requests of the warm-up and the window's edges
-        assert 0.9 <= r["reached_redis"] <= 1.5, (key, r["reached_redis"])
+        # Redis' own counts: each read looked up its key once, each write changed its key (and, through the
+        # shim, its dedup marker); INFO commandstats says by which commands
+        assert 0.95 <= r["reached_redis"] <= (2.05 if r["side"] == "shim" and r["op"] != "get" else 1.05), key
+        assert r["commands"], key
     for p in ("volatile", "durable"):
         figures = fig["summary"][p]
         assert set(figures) == {"storage_cpu_vs_redis_get", "storage_cpu_vs_redis_put", "shim_get_vs_redis",

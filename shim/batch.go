@@ -32,6 +32,7 @@ type batch struct {
 	writes []batchItem
 	held   map[digest]func() // the keys whose locks the batch's writes hold, and how to let each go
 	calls  []call
+	made   []madeReply
 	out    []ipv4.Message
 	// the worker's own Redis connection: written and read by the worker, with no hop through rueidis' pipelining
 	// goroutines (a batch is one round trip already); replaced after it fails
@@ -80,7 +81,8 @@ func (b *batch) flush() {
 	}
 	s := b.s
 	for _, it := range b.gets {
-		b.calls = append(b.calls, s.store.plain(s.store.data.B().Get().Key(string(it.m.Key)).Build()))
+		// the key's bytes as they are (BinaryString: no copy; a request's key is never changed after decoding)
+		b.calls = append(b.calls, s.store.plain(s.store.data.B().Get().Key(rueidis.BinaryString(it.m.Key)).Build()))
 	}
 	ws := make([]pendingWrite, len(b.writes))
 	for i, it := range b.writes {
@@ -114,6 +116,7 @@ func (b *batch) flush() {
 			}
 		}
 	}
+	b.record() // before the locks go: a later write of the key finds this one's reply remembered
 	for d, unlock := range b.held {
 		unlock()
 		delete(b.held, d)
@@ -150,12 +153,37 @@ func (b *batch) do(calls []call) []rueidis.RedisResult {
 	return results
 }
 
+// add makes a reply of the batch (recorded in the metrics and the dedup table by record, all at once).
 func (b *batch) add(it batchItem, status dc.Status, value []byte) {
-	data := b.s.replyBytes(it.m, it.p, it.received, status, value)
-	if data == nil {
+	r := it.m.Reply(status, value)
+	data, err := r.Encode()
+	if err != nil { // a value past the wire's limits: cannot happen for what Redis holds under --max-value
+		slog.Error("reply does not encode", "err", err)
 		return
 	}
+	b.made = append(b.made, madeReply{it, status, data})
 	b.out = append(b.out, ipv4.Message{Buffers: [][]byte{redirectIfLarge(data)}, Addr: it.p.(udpPeer).addr})
+}
+
+type madeReply struct {
+	batchItem
+	status dc.Status
+	data   []byte
+}
+
+// record counts the batch's replies and remembers its writes' (under the shim's lock, once per batch).
+func (b *batch) record() {
+	s, now := b.s, time.Now()
+	s.mu.Lock()
+	for _, r := range b.made {
+		s.metrics.replied(r.m.Op, r.status, now.Sub(r.received).Seconds())
+		if r.m.Op != dc.OpGet {
+			s.dedup.finish(requestID{r.p.ip(), r.m.Seq}, r.data)
+		}
+	}
+	s.mu.Unlock()
+	clear(b.made)
+	b.made = b.made[:0]
 }
 
 // getOutcome is a GET's reply: the value, NOT_FOUND, WRONG_TYPE (Redis' words) or ERROR (Redis unreachable:
@@ -203,10 +231,10 @@ func (s *Shim) appendWrites(calls []call, ws []pendingWrite) []call {
 	ms := strconv.FormatInt(st.markerMS, 10)
 	marked := false
 	for _, w := range ws {
-		key := string(w.m.Key)
+		key := rueidis.BinaryString(w.m.Key) // no copy: a request's bytes are never changed after decoding
 		switch {
 		case w.m.Op == dc.OpPut:
-			calls = append(calls, st.plain(b.Set().Key(key).Value(string(w.m.Value)).Build()))
+			calls = append(calls, st.plain(b.Set().Key(key).Value(rueidis.BinaryString(w.m.Value)).Build()))
 			marked = marked || w.marker != ""
 		case w.marker == "":
 			calls = append(calls, st.plain(b.Del().Key(key).Build()))

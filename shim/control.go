@@ -16,7 +16,6 @@ import (
 
 	"distcache/internal/dc"
 	"distcache/internal/pb/shimpb"
-	"distcache/internal/wire"
 )
 
 // populate fills a freshly inserted (invalid) cache entry of sw for the key of d, tagged (cache_epoch,
@@ -37,7 +36,7 @@ func (s *Shim) populate(ctx context.Context, d digest, sw uint8, tag [2]uint32, 
 			s.server.Name, v.cacheSwitches.sorted())}
 	}
 	s.mu.Unlock()
-	if len(name) > 0 && wire.KeyDigest(name, s.cluster.secret) != d {
+	if len(name) > 0 && s.digest(name) != d {
 		return "", argError{fmt.Sprintf("name: %q is not the key of digest %x", name, d)}
 	}
 	key := name

@@ -88,9 +88,11 @@ type Shim struct {
 	metrics *metrics
 	stream  *streamServer
 	saving  sync.Mutex // one state-file write at a time
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// keyed hashes for the digest check of every request
+	digesters sync.Pool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	inFlight atomic.Int64
 	batches  atomic.Int64 // batches sent to Redis, and the requests they carried (the exit log's mean)
@@ -180,6 +182,17 @@ func (s *Shim) start() error {
 		s.goBackground(s.readLoop)
 	}
 	return nil
+}
+
+// digest is a key's digest under the deployment's secret, with a keyed hash from the pool.
+func (s *Shim) digest(key []byte) digest {
+	d, _ := s.digesters.Get().(*wire.Digester)
+	if d == nil {
+		d = wire.NewDigester(s.cluster.secret)
+	}
+	sum := d.Sum(key)
+	s.digesters.Put(d)
+	return sum
 }
 
 func (s *Shim) goBackground(f func()) {
@@ -309,9 +322,10 @@ func (s *Shim) onDatagram(data []byte, p udpPeer, received time.Time, b *batch) 
 // onMessage serves a request that came as a datagram (b: its batch) or on the stream path (b nil: served
 // in the caller's goroutine, which waits for it).
 func (s *Shim) onMessage(m *wire.Message, p peer, received time.Time, b *batch) {
+	forged := s.digest(m.Key) != m.Digest // it could invalidate another key's entry
 	s.mu.Lock()
 	s.requests[m.Op.String()]++
-	if wire.KeyDigest(m.Key, s.cluster.secret) != m.Digest { // it could invalidate another key's entry
+	if forged {
 		s.malformed["digest"]++
 		s.refused[dc.StatusBadRequest.String()]++
 		s.mu.Unlock()

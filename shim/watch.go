@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"distcache/internal/wire"
 )
 
 const redisWatchInterval = 200 * time.Millisecond
@@ -122,7 +120,7 @@ func (s *Shim) watchEvictions() {
 }
 
 func (s *Shim) onEvicted(key []byte) {
-	d := wire.KeyDigest(key, s.cluster.secret)
+	d := s.digest(key)
 	s.mu.Lock()
 	cached := s.view.anyHolder(d)
 	if cached {

@@ -10,6 +10,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"hash"
 
 	"golang.org/x/crypto/blake2b"
 
@@ -191,7 +192,10 @@ func Decode(data []byte) (*Message, error) {
 			"and %d of raw value", len(data)-dc.HeaderLen, chunkBytes, klen, alen, raw)
 	}
 	at := dc.HeaderLen + chunkBytes
-	m.Key = append([]byte{}, data[at:at+klen]...)
+	// the key and the value in one copy of their own (data may be reused at once)
+	own := make([]byte, klen+vlen)
+	m.Key = own[:klen:klen]
+	copy(m.Key, data[at:at+klen])
 	args, err := DecodeArgs(data[at+klen : at+klen+alen])
 	if err != nil {
 		return nil, err
@@ -200,10 +204,11 @@ func Decode(data []byte) (*Message, error) {
 		return nil, errorf("args", "%s carries no arguments", m.Op)
 	}
 	m.Args = args
+	m.Value = own[klen:]
 	if nchunks > 0 {
-		m.Value = append([]byte{}, data[dc.HeaderLen:dc.HeaderLen+vlen]...)
+		copy(m.Value, data[dc.HeaderLen:dc.HeaderLen+vlen])
 	} else {
-		m.Value = append([]byte{}, data[at+klen+alen:]...)
+		copy(m.Value, data[at+klen+alen:])
 	}
 	return m, nil
 }
@@ -293,13 +298,26 @@ func AppendFrame(dst, data []byte) []byte {
 
 // KeyDigest is the 16-byte digest switches index a key by: BLAKE2b-128 of the key, keyed by the deployment's
 // secret (wire.key_digest).
-func KeyDigest(key, secret []byte) [dc.DigestLen]byte {
+func KeyDigest(key, secret []byte) [dc.DigestLen]byte { return NewDigester(secret).Sum(key) }
+
+// Digester computes KeyDigest under one secret, reusing its keyed hash (one goroutine at a time).
+type Digester struct{ h hash.Hash }
+
+// NewDigester is a Digester for secret (16-64 bytes: a programming error otherwise, as the cluster file's
+// checks refuse any other).
+func NewDigester(secret []byte) *Digester {
 	h, err := blake2b.New(dc.DigestLen, secret)
 	if err != nil {
 		panic(fmt.Sprintf("a key secret is 16-64 bytes, not %d", len(secret)))
 	}
-	h.Write(key)
+	return &Digester{h}
+}
+
+// Sum is key's digest.
+func (d *Digester) Sum(key []byte) [dc.DigestLen]byte {
+	d.h.Reset() // back to the keyed initial state
+	d.h.Write(key)
 	var out [dc.DigestLen]byte
-	h.Sum(out[:0])
+	d.h.Sum(out[:0])
 	return out
 }

@@ -118,10 +118,21 @@ func TestARedirectKeepsTheRequestsIdentityAndNothingElse(t *testing.T) {
 }
 
 func TestTheDigestIsKeyedBlake2bAsPythonsIs(t *testing.T) {
+	reused := map[string]*Digester{}
 	for _, v := range load(t).Digests {
 		got := KeyDigest(unhex(t, v.Key), unhex(t, v.Secret))
 		if hex.EncodeToString(got[:]) != v.Digest {
 			t.Errorf("digest of %s under %s: %x, Python's %s", v.Key, v.Secret, got, v.Digest)
+		}
+		d := reused[v.Secret]
+		if d == nil {
+			d = NewDigester(unhex(t, v.Secret))
+			reused[v.Secret] = d
+		}
+		for i := 0; i < 2; i++ { // a Digester used again gives the same digest
+			if again := d.Sum(unhex(t, v.Key)); again != got {
+				t.Errorf("a reused digester: %x, not %x", again, got)
+			}
 		}
 	}
 }

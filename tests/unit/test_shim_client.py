@@ -746,3 +746,54 @@ def test_a_restarted_shim_counts_every_switch_any_mechanism_may_cache_its_keys_i
     finally:
         shim.close()
         peer.close()
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_flood_of_garbage_from_many_ports_is_counted_and_the_shim_serves_on_in_bounded_memory(
+    redis_sock: Path, tmp_path: Path
+) -> None:
+    """Datagrams that are no message, half a header, a header whose lengths lie, an ack nobody waits for, a
+    request whose digest is another key's: from 64 ports at once, each counted by reason and dropped (or
+    refused), the shim's memory flat, and a client served as before."""
+    import os
+    import random
+
+    rng = random.Random(7)
+    redis.Redis(unix_socket_path=str(redis_sock)).flushall()
+    peer = SwitchPeer(redis_sock)
+    shim = ShimThread(redis_sock, peer, tmp_path / "s.sock")
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(64)]
+    try:
+        good = encode(Message(Op.PUT, b"k", digest("k"), seq=1, value=b"v"))
+        kinds = [
+            lambda: os.urandom(rng.randrange(1, 1400)),  # noise
+            lambda: good[: rng.randrange(1, 52)],  # a header cut short
+            lambda: good + os.urandom(rng.randrange(1, 100)),  # lengths that lie
+            lambda: encode(Message(Op.INVALIDATE_ACK, b"k", digest("k"), seq=rng.randrange(1 << 60))),  # stray
+            lambda: encode(Message(Op.PUT, b"k", digest("other"), seq=rng.randrange(1 << 60), value=b"x")),
+        ]
+        before = _rss_kb(shim.proc.pid)
+        for i in range(20_000):
+            socks[i % 64].sendto(kinds[i % len(kinds)](), ("127.0.0.1", shim.port))
+        deadline = time.monotonic() + 10
+        while sum(shim.stats()["malformed"].values()) < 12_000 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        st = shim.stats()
+        assert {"short", "length", "digest"} <= set(st["malformed"]), st["malformed"]
+        assert st["coherence"]["stray_acks"] > 0 and st["refused"].get("BAD_REQUEST", 0) > 0
+        assert _rss_kb(shim.proc.pid) - before < 64 << 10, (before, _rss_kb(shim.proc.pid))  # under 64 MB more
+        with Client(CLUSTER, resolve=lambda _h: ("127.0.0.1", shim.port), timeout=3.0, retries=0) as c:
+            c.put("after", "fine")
+            assert c.get("after") == b"fine"
+        assert redis.Redis(unix_socket_path=str(redis_sock)).get("k") is None  # no garbage wrote anything
+    finally:
+        for s in socks:
+            s.close()
+        shim.close()
+        peer.close()

@@ -36,6 +36,7 @@ func (n *keyNames) learn(d digest, key []byte) {
 	if _, ok := n.seen[d]; ok {
 		return
 	}
+	key = append([]byte(nil), key...) // its own bytes: a stream frame's key is a slice of the whole frame
 	n.seen[d] = n.order.PushBack(&nameEntry{d, key})
 	n.bytes += len(d) + len(key)
 	for n.bytes > recentBytes {

@@ -286,7 +286,11 @@ func (s *Shim) readLoop() {
 // decode is data as a message, or nil: what does not decode is counted by reason, and a request we cannot
 // act on is told so at once (wire.Refusal), whichever path it came by.
 func (s *Shim) decode(data []byte, p peer) *wire.Message {
-	m, err := wire.Decode(data)
+	decode := wire.Decode
+	if _, stream := p.(*streamPeer); stream {
+		decode = wire.DecodeInPlace // a frame's bytes are its own: its value is not copied again
+	}
+	m, err := decode(data)
 	if err == nil {
 		return m
 	}

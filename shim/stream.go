@@ -143,7 +143,9 @@ func (p *streamPeer) send(data []byte) {
 	p.t.budget.charge(n)
 	defer p.t.budget.give(n)
 	_ = p.conn.SetWriteDeadline(time.Now().Add(p.t.stall + time.Duration(n>>20)*time.Second))
-	if _, err := p.conn.Write(wire.AppendFrame(make([]byte, 0, 4+len(data)), data)); err != nil {
+	head := binary.BigEndian.AppendUint32(nil, uint32(len(data))) // the frame's length, then the message as it is
+	bufs := net.Buffers{head, data}
+	if _, err := bufs.WriteTo(p.conn); err != nil {
 		slog.Debug("stream reply lost", "peer", p.addr, "err", err)
 	}
 }

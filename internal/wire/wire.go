@@ -152,7 +152,13 @@ func (m *Message) Append(dst []byte) ([]byte, error) {
 func (m *Message) Encode() ([]byte, error) { return m.Append(make([]byte, 0, m.Size())) }
 
 // Decode parses one message; its Key, Value and Args are copies (data may be reused at once).
-func Decode(data []byte) (*Message, error) {
+func Decode(data []byte) (*Message, error) { return decode(data, true) }
+
+// DecodeInPlace is Decode for data its caller never changes or reuses (a stream frame read for it): the
+// message's Key, Value and Args are data's own bytes, not copies (a value of hundreds of MB is not copied).
+func DecodeInPlace(data []byte) (*Message, error) { return decode(data, false) }
+
+func decode(data []byte, copied bool) (*Message, error) {
 	if len(data) < 1 {
 		return nil, errorf("short", "an empty message")
 	}
@@ -192,10 +198,18 @@ func Decode(data []byte) (*Message, error) {
 			"and %d of raw value", len(data)-dc.HeaderLen, chunkBytes, klen, alen, raw)
 	}
 	at := dc.HeaderLen + chunkBytes
-	// the key and the value in one copy of their own (data may be reused at once)
-	own := make([]byte, klen+vlen)
-	m.Key = own[:klen:klen]
-	copy(m.Key, data[at:at+klen])
+	valueAt := at + klen + alen // a raw value's place; a cacheable one's is right behind the header
+	if nchunks > 0 {
+		valueAt = dc.HeaderLen
+	}
+	if copied { // the key and the value in one copy of their own (data may be reused at once)
+		own := make([]byte, klen+vlen)
+		m.Key, m.Value = own[:klen:klen], own[klen:]
+		copy(m.Key, data[at:at+klen])
+		copy(m.Value, data[valueAt:valueAt+vlen])
+	} else {
+		m.Key, m.Value = data[at:at+klen:at+klen], data[valueAt:valueAt+vlen:valueAt+vlen]
+	}
 	args, err := DecodeArgs(data[at+klen : at+klen+alen])
 	if err != nil {
 		return nil, err
@@ -204,12 +218,6 @@ func Decode(data []byte) (*Message, error) {
 		return nil, errorf("args", "%s carries no arguments", m.Op)
 	}
 	m.Args = args
-	m.Value = own[klen:]
-	if nchunks > 0 {
-		copy(m.Value, data[dc.HeaderLen:dc.HeaderLen+vlen])
-	} else {
-		copy(m.Value, data[at+klen+alen:])
-	}
 	return m, nil
 }
 
@@ -288,12 +296,6 @@ func Refusal(data []byte, err *Error) *Message {
 func Redirect(reply *Message) Message {
 	return Message{Op: reply.Op, Key: reply.Key, Digest: reply.Digest, Seq: reply.Seq, Status: dc.StatusStream,
 		Flags: reply.Flags, Target: reply.Target}
-}
-
-// AppendFrame appends data as the stream path carries it: its length (u32), then its bytes.
-func AppendFrame(dst, data []byte) []byte {
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(data)))
-	return append(dst, data...)
 }
 
 // KeyDigest is the 16-byte digest switches index a key by: BLAKE2b-128 of the key, keyed by the deployment's

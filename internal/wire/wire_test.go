@@ -79,6 +79,11 @@ func TestMessagesDecodeAndEncodeAsPythonDoes(t *testing.T) {
 				t.Errorf("%s: argument %d is %q", v.Name, i, m.Args[i])
 			}
 		}
+		inPlace, err := DecodeInPlace(append([]byte{}, data...))
+		if err != nil || !bytes.Equal(inPlace.Key, m.Key) || !bytes.Equal(inPlace.Value, m.Value) ||
+			len(inPlace.Args) != len(m.Args) || inPlace.Seq != m.Seq {
+			t.Errorf("%s: decoded in place %+v (%v)", v.Name, inPlace, err)
+		}
 		again, err := m.Encode()
 		if err != nil || !bytes.Equal(again, data) {
 			t.Errorf("%s: encodes to %x, Python's is %x (%v)", v.Name, again, data, err)

@@ -112,7 +112,7 @@ func (b *batch) flush() {
 			default: // Redis refused it (e.g. OOM): ERROR, recorded first (after the lock: the write ran not)
 				s.count(s.errors, "redis_error")
 				slog.Warn("write refused by redis", "op", it.m.Op, "err", o.err)
-				go s.refuseWrite(it.m, it.p, it.received, ws[i].marker)
+				go s.refuseWrite(it.m, s.replier(it.m, it.p, it.received), ws[i].marker)
 			}
 		}
 	}
@@ -155,10 +155,8 @@ func (b *batch) do(calls []call) []rueidis.RedisResult {
 
 // add makes a reply of the batch (recorded in the metrics and the dedup table by record, all at once).
 func (b *batch) add(it batchItem, status dc.Status, value []byte) {
-	r := it.m.Reply(status, value)
-	data, err := r.Encode()
-	if err != nil { // a value past the wire's limits: cannot happen for what Redis holds under --max-value
-		slog.Error("reply does not encode", "err", err)
+	data := encodeReply(it.m, status, value)
+	if data == nil {
 		return
 	}
 	b.made = append(b.made, madeReply{it, status, data})

@@ -27,9 +27,10 @@ func (s *Shim) serve(m *wire.Message, p peer, wait time.Duration, received time.
 		}
 	}
 	replied := false
+	answer := s.replier(m, p, received)
 	reply := func(status dc.Status, value []byte) {
 		replied = true
-		s.reply(m, p, received, status, value)
+		answer(status, value)
 	}
 	var marker string
 	if m.Op != dc.OpGet {
@@ -54,28 +55,28 @@ func (s *Shim) serve(m *wire.Message, p peer, wait time.Duration, received time.
 		s.count(s.errors, kind)
 		slog.Error("request failed", "op", m.Op, "err", err)
 		if !replied {
-			s.refuseWrite(m, p, received, marker)
+			s.refuseWrite(m, reply, marker)
 		}
 	}
 }
 
-// refuseWrite answers a request ERROR ("nothing was written"), recorded in Redis first like an applied
-// write's marker, so a copy of it reaching a later life of this shim is answered ERROR again instead of
-// applied after all. If Redis cannot record it, no answer (the client's outcome stays unknown, which is true).
-func (s *Shim) refuseWrite(m *wire.Message, p peer, received time.Time, marker string) {
-	if marker != "" && m.Op != dc.OpGet {
+// refuseWrite answers a request ERROR ("nothing was written") through reply, a write's recorded in Redis first
+// like an applied write's marker (marker "": none, a read), so a copy of it reaching a later life of this shim
+// is answered ERROR again instead of applied after all. If Redis cannot record it, no answer (the client's
+// outcome stays unknown, which is true).
+func (s *Shim) refuseWrite(m *wire.Message, reply func(dc.Status, []byte), marker string) {
+	if marker != "" {
 		existing, ok, err := s.store.refuse(s.ctx, marker, markerError)
 		if err != nil {
 			s.count(s.errors, "redis_unavailable")
 			return
 		}
 		if ok { // it was applied after all: that outcome stands
-			status, value := markedStatus(m, existing)
-			s.reply(m, p, received, status, value)
+			reply(markedStatus(m, existing))
 			return
 		}
 	}
-	s.reply(m, p, received, dc.StatusError, nil)
+	reply(dc.StatusError, nil)
 }
 
 // markedStatus is the answer a write's Redis marker records (a DELETE's says whether the key existed; an
@@ -152,9 +153,8 @@ func (s *Shim) refuseBusy(m *wire.Message, p peer, rid requestID, received time.
 
 // sendUnremembered answers without the dedup table (which has no room, or never held the write).
 func (s *Shim) sendUnremembered(m *wire.Message, p peer, received time.Time, status dc.Status, value []byte) {
-	r := m.Reply(status, value)
-	data, err := r.Encode()
-	if err != nil {
+	data := encodeReply(m, status, value)
+	if data == nil {
 		return
 	}
 	s.mu.Lock()
@@ -201,7 +201,7 @@ func (s *Shim) handle(m *wire.Message, reply func(dc.Status, []byte), marker str
 		s.observePhase("invalidate", began)
 		if !ok {
 			s.count(s.errors, "invalidate_timeout")
-			s.refuseWriteReply(m, reply, marker) // copies may still be valid: do not write
+			s.refuseWrite(m, reply, marker) // copies may still be valid: do not write
 			return nil
 		}
 		paths = live
@@ -247,22 +247,6 @@ func (s *Shim) observePhase(phase string, began time.Time) {
 	s.mu.Lock()
 	s.metrics.phases.observe(phase, time.Since(began).Seconds())
 	s.mu.Unlock()
-}
-
-// refuseWriteReply is refuseWrite for handle, which answers through reply.
-func (s *Shim) refuseWriteReply(m *wire.Message, reply func(dc.Status, []byte), marker string) {
-	if marker != "" {
-		existing, ok, err := s.store.refuse(s.ctx, marker, markerError)
-		if err != nil {
-			s.count(s.errors, "redis_unavailable")
-			return
-		}
-		if ok {
-			reply(markedStatus(m, existing))
-			return
-		}
-	}
-	reply(dc.StatusError, nil)
 }
 
 // invalidate is phase 1 of a key along paths (the coherence paths of the view), with the breaks build's

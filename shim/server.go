@@ -416,19 +416,9 @@ func (s *Shim) knownCopyLocked(state dedupState, done []byte, p peer) {
 
 // reply answers m: counted in the metrics, remembered by the dedup table (a write), sent.
 func (s *Shim) reply(m *wire.Message, p peer, received time.Time, status dc.Status, value []byte) {
-	data := s.replyBytes(m, p, received, status, value)
-	if data != nil {
-		p.send(data)
-	}
-}
-
-// replyBytes is reply without the sending (the batch path sends its replies together).
-func (s *Shim) replyBytes(m *wire.Message, p peer, received time.Time, status dc.Status, value []byte) []byte {
-	r := m.Reply(status, value)
-	data, err := r.Encode()
-	if err != nil { // a value past the wire's limits: cannot happen for what Redis holds under --max-value
-		slog.Error("reply does not encode", "err", err)
-		return nil
+	data := encodeReply(m, status, value)
+	if data == nil {
+		return
 	}
 	s.mu.Lock()
 	s.metrics.replied(m.Op, status, time.Since(received).Seconds())
@@ -436,5 +426,22 @@ func (s *Shim) replyBytes(m *wire.Message, p peer, received time.Time, status dc
 		s.dedup.finish(requestID{p.ip(), m.Seq}, data)
 	}
 	s.mu.Unlock()
+	p.send(data)
+}
+
+// replier is reply for m, as the functions that answer through a callback take it.
+func (s *Shim) replier(m *wire.Message, p peer, received time.Time) func(dc.Status, []byte) {
+	return func(status dc.Status, value []byte) { s.reply(m, p, received, status, value) }
+}
+
+// encodeReply is m's reply, encoded (nil, logged, for a value past the wire's limits: Redis holds none under
+// --max-value).
+func encodeReply(m *wire.Message, status dc.Status, value []byte) []byte {
+	r := m.Reply(status, value)
+	data, err := r.Encode()
+	if err != nil {
+		slog.Error("reply does not encode", "err", err)
+		return nil
+	}
 	return data
 }

@@ -127,7 +127,7 @@ func (v *cacheView) anyHolder(key digest) bool {
 // paths are the far ends of a write's phase 1: every spine in service that may hold a copy; or, if none
 // and the storage leaf may hold one, the leaf itself (it reflects the message).
 func (v *cacheView) paths(key digest) []uint8 {
-	h := holders(v, key)
+	h := v.holders(key)
 	var ends []uint8
 	for id := range h {
 		if _, s := v.spineIDs[id]; s {
@@ -142,9 +142,6 @@ func (v *cacheView) paths(key digest) []uint8 {
 	}
 	return breakPaths(v, ends)
 }
-
-// holders is a var so the breaks build can change it; the normal build's is the view's own.
-var holders = func(v *cacheView, key digest) switchSet { return v.holders(key) }
 
 func (v *cacheView) evict(key digest, sw uint8) bool {
 	s := v.cached[key]

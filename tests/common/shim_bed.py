@@ -23,8 +23,8 @@ from distcache.cluster import Cluster
 from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from distcache.wire import Message, Op, decode, encode
+from harness.processes import SHIM_BINARY, SHIM_BREAKS_BINARY
 
-REPO = Path(__file__).resolve().parents[2]
 CLUSTER = Cluster(spines=2)
 
 
@@ -74,11 +74,6 @@ class SwitchPeer:
         self.thread.join(2)
         self.sock.close()
         self.redis.close()
-
-
-SHIM_BINARY = REPO / "build" / "distcache-shim"
-#: the same shim with tests/breaks.py's breaks compiled in (armed by DC_BREAKS; the normal build has none)
-SHIM_BREAKS_BINARY = REPO / "build" / "distcache-shim-breaks"
 
 
 class ShimThread:

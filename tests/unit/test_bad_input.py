@@ -27,6 +27,7 @@ import pytest
 from controller.state import ControllerState, Failure
 from distcache import p4names
 from distcache.cluster import Cluster, ClusterError
+from harness.processes import SHIM_BINARY  # the storage shim is compiled (shim/*.go; make build)
 from tests.common.keys import digest
 
 pytestmark = pytest.mark.timeout(600)  # the first case waits for them all: 92 s here, over 120 s on a slower CI machine
@@ -69,9 +70,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ControllerState(failed={"sp9": Failure(admin=True, since=1.0)}).save(out["state_unknown"])
     out["not_p4info"] = out["not_object"]
     return out
-
-
-SHIM_BINARY = REPO / "build" / "distcache-shim"  # the storage shim is compiled (shim/*.go; make build)
 
 
 def run(argv: list[str], files: dict[str, Path]) -> subprocess.CompletedProcess:

@@ -184,5 +184,8 @@ return {reply, kind, value, ttl}
 // wrongTypeReply is Redis' words for a GET of a key holding another type.
 const wrongTypeReply = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
-// refusalReply is an EXEC's refusal as the value of its BAD_REQUEST reply: a RESP error.
-func refusalReply(why string) []byte { return []byte("-ERR " + why + "\r\n") }
+// refusalReply is an EXEC's refusal as the value of its BAD_REQUEST reply: a RESP error, one line (a line break
+// in what it names of the client's command becomes a space, as Redis words its own errors).
+func refusalReply(why string) []byte {
+	return []byte("-ERR " + strings.NewReplacer("\r", " ", "\n", " ").Replace(why) + "\r\n")
+}

@@ -228,3 +228,10 @@ func TestTheKeysLearnedFromRequestsAreBoundedByBytesTheOldestForgottenFirst(t *t
 		t.Fatalf("%d bytes, %d keys", n.bytes, len(n.seen))
 	}
 }
+
+func TestARefusalIsOneRESPErrorWhateverTheCommandNamed(t *testing.T) {
+	got := string(refusalReply("unknown command 'a\r\n+OK'"))
+	if got != "-ERR unknown command 'a  +OK'\r\n" {
+		t.Fatalf("%q", got)
+	}
+}

@@ -110,7 +110,7 @@ func keyspace(o *options) ([][]byte, error) {
 			return nil, err
 		}
 		var keys [][]byte
-		for _, line := range splitLines(string(raw)) {
+		for _, line := range strings.Fields(string(raw)) { // hex keys, one per line
 			k, err := hex.DecodeString(line)
 			if err != nil {
 				return nil, fmt.Errorf("-key-file: %v", err)
@@ -127,24 +127,6 @@ func keyspace(o *options) ([][]byte, error) {
 		keys[i] = []byte(fmt.Sprintf("key:%06d", i))
 	}
 	return keys, nil
-}
-
-func splitLines(s string) []string {
-	var out []string
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != '\n' {
-			i++
-		}
-		if line := s[:i]; len(line) > 0 {
-			out = append(out, line)
-		}
-		if i == len(s) {
-			break
-		}
-		s = s[i+1:]
-	}
-	return out
 }
 
 func keySecret(path string) ([]byte, error) {

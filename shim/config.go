@@ -1,203 +1,26 @@
 package main
 
 import (
-	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"distcache/internal/dc"
 )
 
-// Cluster is what a shim reads of the deployment's cluster file (distcache/cluster.py writes and checks the
-// whole of it): the shape, the storage servers' rate and the key secret.
-type Cluster struct {
-	Spines         int     `json:"spines"`
-	StorageRacks   int     `json:"storage_racks"`
-	ServersPerRack int     `json:"servers_per_rack"`
-	ServerRate     float64 `json:"server_rate"`
-	ServerBurst    int     `json:"server_burst"`
-	ServerQueue    float64 `json:"server_queue"`
-	KeySecret      string  `json:"key_secret"`
-	secret         []byte
-}
-
-// Server is one storage server of the cluster (the addressing plan of distcache/cluster.py).
-type Server struct {
-	Name     string
-	IP       string
-	Rack     int
-	LeafID   uint8   // its rack's leaf: on every coherence path of its keys
-	SpineIDs []uint8 // every spine (a shim's coherence counts all: the mechanism may change while it serves)
-	// whether the leaf may cache its keys under some mechanism (placement.possible_holders)
-	LeafMayCache bool
-}
-
-func loadCluster(path string) (*Cluster, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, syscall.EISDIR) {
-			return nil, fmt.Errorf("%s is a directory, not a cluster file", path)
-		}
-		return nil, fmt.Errorf("cannot read %s: %v", path, err)
-	}
-	c, err := parseCluster(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	return c, nil
-}
-
-// parseCluster reads a cluster description: a JSON object of the fields of distcache/cluster.py, every
-// number within the range it has there (internal/dc's tables, generated from it), said as it says it.
-// The fields the shim does not read are checked for their kind and range only: distcache's own tools
-// check the rest of a file before any deployment starts.
-func parseCluster(raw []byte) (*Cluster, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var fields map[string]any
-	if err := dec.Decode(&fields); err != nil {
-		var anyValue any
-		if json.Unmarshal(raw, &anyValue) == nil {
-			return nil, fmt.Errorf("a cluster description is a JSON object of fields, not %s", jsonKind(anyValue))
-		}
-		return nil, fmt.Errorf("not JSON: %v", err)
-	}
-	var unknown []string
-	for name := range fields {
-		if !slices.Contains(dc.ClusterFields, name) {
-			unknown = append(unknown, name)
-		}
-	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		known := slices.Clone(dc.ClusterFields)
-		slices.Sort(known)
-		return nil, fmt.Errorf("unknown cluster field(s) %s; known: %s", pyList(unknown), pyList(known))
-	}
-	for _, ck := range dc.ClusterChecks {
-		v, ok := fields[ck.Name]
-		if !ok {
-			continue
-		}
-		n, isNum := v.(json.Number)
-		f, ferr := n.Float64()
-		whole := isNum && ferr == nil && !strings.ContainsAny(n.String(), ".eE")
-		inRange := isNum && ferr == nil && f >= ck.Lo && (math.IsNaN(ck.Hi) || f <= ck.Hi)
-		if ck.Int && (!whole || !inRange) {
-			return nil, fmt.Errorf("%s: expected an integer %s%s, got %s", ck.Name, bound(ck, "%d"), ck.Why, show(v))
-		}
-		if !ck.Int && !inRange {
-			return nil, fmt.Errorf("%s: expected a number %s%s, got %s", ck.Name, bound(ck, "%g"), ck.Why, show(v))
-		}
-	}
-	c := &Cluster{Spines: dc.DefaultSpines, StorageRacks: dc.DefaultStorageRacks,
-		ServersPerRack: dc.DefaultServersPerRack, ServerRate: dc.DefaultServerRate,
-		ServerBurst: dc.DefaultServerBurst, ServerQueue: dc.DefaultServerQueue}
-	if err := json.Unmarshal(raw, c); err != nil { // every number read is checked above
-		return nil, fmt.Errorf("not a cluster description: %v", err)
-	}
-	if c.KeySecret == "" {
-		c.secret = []byte(dc.DevKeySecret)
-	} else if s, err := hex.DecodeString(c.KeySecret); err == nil && len(s) >= 16 && len(s) <= 64 {
-		c.secret = s
-	} else {
-		return nil, fmt.Errorf("key_secret: expected 32-128 hex digits (16-64 bytes; a deployment writes one), " +
-			"or \"\" for the public development secret")
-	}
-	return c, nil
-}
-
-func bound(ck dc.ClusterCheck, verb string) string {
-	if math.IsNaN(ck.Hi) {
-		return ">= " + fmt.Sprintf(verb, num(ck.Lo, verb))
-	}
-	return fmt.Sprintf(verb+".."+verb, num(ck.Lo, verb), num(ck.Hi, verb))
-}
-
-func num(f float64, verb string) any {
-	if verb == "%d" {
-		return int64(f)
-	}
-	return f
-}
-
-// show is a value as the user wrote it in JSON (true, not True; "2" with its quotes), as Python's json.dumps.
-func show(v any) string {
-	if n, ok := v.(json.Number); ok {
-		return n.String()
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(out)
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case []any:
-		return "list"
-	case string:
-		return "str"
-	case bool:
-		return "bool"
-	case nil:
-		return "NoneType"
-	}
-	return "float"
-}
-
-func pyList(items []string) string {
-	quoted := make([]string, len(items))
-	for i, s := range items {
-		quoted[i] = "'" + s + "'"
-	}
-	return "[" + strings.Join(quoted, ", ") + "]"
-}
-
-// Server finds the storage server called name (r<rack>s<index>), or says which there are.
-func (c *Cluster) Server(name string) (*Server, error) {
-	var names []string
-	for r := 0; r < c.StorageRacks; r++ {
-		for s := 0; s < c.ServersPerRack; s++ {
-			n := fmt.Sprintf("r%ds%d", r, s)
-			if n != name {
-				names = append(names, n)
-				continue
-			}
-			srv := &Server{Name: n, IP: fmt.Sprintf("%s.%d.%d", dc.StorageRackNet, r, s+1), Rack: r,
-				LeafID: uint8(dc.StorageLeafBase + r), LeafMayCache: dc.StorageLeafMayCache}
-			for i := 0; dc.SpinesMayCache && i < c.Spines; i++ {
-				srv.SpineIDs = append(srv.SpineIDs, uint8(dc.SpineBase+1+i))
-			}
-			return srv, nil
-		}
-	}
-	return nil, fmt.Errorf("no storage server '%s' in the cluster (its servers: %s)", name, strings.Join(names, ", "))
-}
-
-// SpineAddress is where coherence packets for a spine go (they pass the storage leaf up and back).
-func SpineAddress(id uint8) string { return fmt.Sprintf("%s.%d", dc.SpineNet, id) }
-
 // Options are the shim's command line (the Python shim's, flag for flag).
 type Options struct {
 	Cluster, ServerName, Listen, RedisURL, RedisUser, RedisPasswordFile, Control, StateFile string
 	CoherencePeer, LogFile, LogLevel, CPUProfile                                            string
-	Port, BatchWorkers                                                                      int
+	Port, BatchWorkers, Procs                                                               int
 	Fresh                                                                                   bool
 	DedupMemory, StreamBudget, MaxValue                                                     int64
 	DedupSpan, StreamStall, StreamIdle                                                      time.Duration
@@ -253,6 +76,9 @@ func parseOptions(args []string) (*Options, error) {
 	fs.IntVar(&o.Port, "port", dc.DCPort, "port of the datagram and stream paths (0: one both have free)")
 	fs.IntVar(&o.BatchWorkers, "batch-workers", batchWorkers, "goroutines that read datagrams in batches, each "+
 		"with one Redis round trip at a time (fewer: bigger batches, less CPU per request; more: lower latency)")
+	fs.IntVar(&o.Procs, "procs", 0, "processors the shim's goroutines run on at once (GOMAXPROCS; default: one "+
+		"per batch worker, or $GOMAXPROCS when set): the datagram path is its batch workers', and more processors "+
+		"than busy goroutines only add the scheduler's wake-ups to every request (docs/performance.md)")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "e.g. unix:///run/redis.sock or redis://127.0.0.1:6379 (required)")
 	fs.StringVar(&o.RedisUser, "redis-user", "", "the Redis ACL user to log in as (default: Redis' default)")
 	fs.StringVar(&o.RedisPasswordFile, "redis-password-file", "", "a file holding --redis-user's password")
@@ -298,6 +124,9 @@ func parseOptions(args []string) (*Options, error) {
 	}
 	if o.BatchWorkers < 1 || o.BatchWorkers > 64 {
 		return nil, usageError{fmt.Sprintf("--batch-workers: %d; give 1..64", o.BatchWorkers)}
+	}
+	if o.Procs < 0 || o.Procs > 1024 {
+		return nil, usageError{fmt.Sprintf("--procs: %d; give 1..1024 (0: one per batch worker)", o.Procs)}
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		return nil, usageError{fmt.Sprintf("--port: %d is no port (0..65535)", o.Port)}

@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"net/netip"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"distcache/internal/cluster"
 	"distcache/internal/dc"
 )
 
@@ -94,8 +97,8 @@ func TestKeyLocksSerializeOneKeyAndVanishWhenUnused(t *testing.T) {
 	}
 }
 
-func testServer() *Server {
-	return &Server{Name: "r0s0", IP: "10.1.0.1", LeafID: 64, SpineIDs: []uint8{1, 2}, LeafMayCache: true}
+func testServer() *cluster.Server {
+	return &cluster.Server{Name: "r0s0", IP: "10.1.0.1", LeafID: 64, SpineIDs: []uint8{1, 2}, LeafMayCache: true}
 }
 
 func TestTheViewCountsEveryUnknownSwitchAsHoldingEveryKey(t *testing.T) {
@@ -233,5 +236,38 @@ func TestARefusalIsOneRESPErrorWhateverTheCommandNamed(t *testing.T) {
 	got := string(refusalReply("unknown command 'a\r\n+OK'"))
 	if got != "-ERR unknown command 'a  +OK'\r\n" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestProcsOnePerBatchWorker: the shim runs on one processor per batch worker unless --procs or $GOMAXPROCS
+// says otherwise; a --procs out of range is a usage error.
+func TestProcsOnePerBatchWorker(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	base := []string{"--cluster", "c.json", "--server", "r0s0", "--redis-url", "unix:///r.sock", "--control", "unix:/c"}
+	t.Setenv("GOMAXPROCS", "")
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, 1}, {[]string{"--batch-workers", "3"}, 3}, {[]string{"--procs", "2"}, 2}} {
+		o, err := parseOptions(append(slices.Clone(base), tc.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GOMAXPROCS(7)
+		setProcs(o)
+		if got := runtime.GOMAXPROCS(0); got != tc.want {
+			t.Errorf("%v: GOMAXPROCS %d, want %d", tc.args, got, tc.want)
+		}
+	}
+	t.Setenv("GOMAXPROCS", "5")
+	o, _ := parseOptions(base)
+	runtime.GOMAXPROCS(5)
+	setProcs(o)
+	if got := runtime.GOMAXPROCS(0); got != 5 {
+		t.Errorf("$GOMAXPROCS=5: %d", got)
+	}
+	var ue usageError
+	if _, err := parseOptions(append(slices.Clone(base), "--procs", "-1")); !errors.As(err, &ue) {
+		t.Errorf("--procs -1: %v", err)
 	}
 }

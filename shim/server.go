@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/net/ipv4"
 
+	"distcache/internal/cluster"
 	"distcache/internal/dc"
 	"distcache/internal/wire"
 )
@@ -77,8 +78,8 @@ type counter map[string]uint64
 // Shim is one storage server's shim.
 type Shim struct {
 	opts    *Options
-	cluster *Cluster
-	server  *Server
+	cluster *cluster.Cluster
+	server  *cluster.Server
 	store   *store
 	conn    *net.UDPConn
 	pconn   *ipv4.PacketConn
@@ -117,7 +118,7 @@ type Shim struct {
 	redisRestarts uint64
 }
 
-func newShim(o *Options, c *Cluster, srv *Server) *Shim {
+func newShim(o *Options, c *cluster.Cluster, srv *cluster.Server) *Shim {
 	s := &Shim{opts: o, cluster: c, server: srv, locks: newKeyLocks(), coh: newCoherence(), metrics: newMetrics(),
 		view: newCacheView(srv, o.Fresh), dedup: newDedup(o.DedupMemory, o.DedupSpan), names: newKeyNames(),
 		requests: counter{}, malformed: counter{}, refused: counter{}, errors: counter{}, duplicates: counter{},
@@ -136,7 +137,7 @@ func newShim(o *Options, c *Cluster, srv *Server) *Shim {
 		if peerAddr != nil {
 			return peerAddr
 		}
-		return &net.UDPAddr{IP: net.ParseIP(SpineAddress(sw)).To4(), Port: dc.DCPort}
+		return &net.UDPAddr{IP: net.ParseIP(cluster.SpineAddress(sw)).To4(), Port: dc.DCPort}
 	}
 	s.coh.reserveFloor = func(n uint64) error { return s.store.setFloor(s.ctx, n) }
 	s.stream = newStreamServer(s, o.StreamBudget, o.MaxValue, o.StreamStall, o.StreamIdle)
@@ -188,7 +189,7 @@ func (s *Shim) start() error {
 func (s *Shim) digest(key []byte) digest {
 	d, _ := s.digesters.Get().(*wire.Digester)
 	if d == nil {
-		d = wire.NewDigester(s.cluster.secret)
+		d = wire.NewDigester(s.cluster.Secret)
 	}
 	sum := d.Sum(key)
 	s.digesters.Put(d)

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"distcache/internal/cluster"
 	"distcache/internal/dc"
 )
 
@@ -50,7 +51,7 @@ type cacheView struct {
 	cached        map[digest]switchSet
 }
 
-func newCacheView(srv *Server, fresh bool) *cacheView {
+func newCacheView(srv *cluster.Server, fresh bool) *cacheView {
 	v := &cacheView{down: switchSet{}, downKnown: fresh, leafID: srv.LeafID, spineIDs: switchSet{},
 		cacheSwitches: switchSet{}, known: switchSet{}, cached: map[digest]switchSet{}}
 	if srv.LeafMayCache {

@@ -123,8 +123,9 @@ def render_go() -> str:
                     "(distcache/placement.py possible_holders)", holders)  # fmt: skip
     defaults = [
         (f"Default{camel(n)}", _cluster_default(n))
-        for n in ("spines", "storage_racks", "servers_per_rack", "server_rate", "server_burst", "server_queue")
-    ]
+        for n in ("spines", "storage_racks", "servers_per_rack", "server_rate", "server_burst", "server_queue",
+                  "client_racks", "clients_per_rack")
+    ]  # fmt: skip
     lines += _block("a cluster file's defaults for the fields the compiled parts read (cluster.Cluster)", defaults)
     recs = [
         ("MarkerDB", str(records.MARKER_DB)), ("MarkerPrefix", _go_str(records.MARKER_PREFIX)),
@@ -235,4 +236,11 @@ def render_vectors() -> str:
     digests = [
         {"key": k.hex(), "secret": s.hex(), "digest": wire.key_digest(k, s).hex()} for k in keys for s in secrets
     ]
-    return json.dumps({"messages": ok, "malformed": bad, "digests": digests}, indent=1) + "\n"
+    # which storage server owns a key (h1), over shapes of one to many servers: internal/cluster's test
+    shapes = [(1, 1), (1, 2), (2, 2), (3, 5)]
+    placement = [
+        {"storage_racks": r, "servers_per_rack": n, "digest": dg.hex(),
+         "server": cl.Cluster(storage_racks=r, servers_per_rack=n).server_for_key(dg).name}
+        for r, n in shapes for dg in (d, bytes(16), wire.key_digest(b"user:42", DEV_KEY_SECRET), bytes([255] * 16))
+    ]  # fmt: skip
+    return json.dumps({"messages": ok, "malformed": bad, "digests": digests, "placement": placement}, indent=1) + "\n"

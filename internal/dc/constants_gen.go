@@ -192,6 +192,8 @@ const (
 	DefaultServerRate     = 0.0
 	DefaultServerBurst    = 32
 	DefaultServerQueue    = 0.1
+	DefaultClientRacks    = 1
+	DefaultClientsPerRack = 1
 )
 
 // a shim's records in its Redis and its memory bounds (distcache/records.py)

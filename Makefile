@@ -25,7 +25,7 @@ PROFILE ?=
 
 .PHONY: help deps build go-test constants diagram run up emulate linearizability verify bench-shim bench-switch test test-fast test-mininet ptf mutants bench figures lint clean
 
-TOOLS := build/distcache-shim build/storagebench build/lincheck build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
+TOOLS := build/distcache-shim build/distcache-gateway build/storagebench build/lincheck build/faultinject.bpf.o build/pktsend build/turnaround.bpf.o build/loopbind.bpf.o \
 	build/p4rt-shell-venv/.installed
 
 deps: $(STAMP) $(TOOLS)  ## apt packages, the Python environment .venv and the compiled tools in build/ (idempotent)
@@ -54,8 +54,8 @@ build/lincheck: $(LINCHECK_SRC) | build/.go-ready
 # (tools/storagebench), sharing internal/.  tools/go/ensure-go.sh installs a Go that reads go.mod's toolchain line (Debian 12's
 # golang-go is too old; bookworm-backports' golang-1.23 is not) and protoc; the gRPC code is generated here from
 # distcache/proto/ into internal/pb/ (not committed), by the plugins go.mod's versions build into build/bin/.
-GO_DIRS := internal shim tools/storagebench tools/lincheck
-GO_SRC := go.mod go.sum $(shell find internal shim tools/storagebench -name '*.go' -not -path 'internal/pb/*' 2>/dev/null)
+GO_DIRS := internal shim gateway tools/storagebench tools/rediscommands tools/lincheck
+GO_SRC := go.mod go.sum $(shell find internal shim gateway tools/storagebench tools/rediscommands -name '*.go' -not -path 'internal/pb/*' 2>/dev/null)
 GO_BUILD := CGO_ENABLED=0 go build -buildvcs=false -trimpath
 PB_GO := internal/pb/shimpb/shim.pb.go internal/pb/shimpb/shim_grpc.pb.go
 build/.go-ready: tools/go/ensure-go.sh
@@ -78,6 +78,21 @@ $(PB_GO) &: distcache/proto/shim.proto build/bin/protoc-gen-go build/bin/protoc-
 build/distcache-shim: $(GO_SRC) $(PB_GO)
 	$(GO_BUILD) -o $@ ./shim
 	$(GO_BUILD) -tags breaks -o build/distcache-shim-breaks ./shim
+# The gateway (gateway/) answers COMMAND and dispatches by what a redis-server says of its commands: the replies
+# of Debian's redis-server (the storage servers') to COMMAND and COMMAND DOCS, taken here (tools/rediscommands)
+# into gateway/redisdata/ (not committed) and compiled in.
+REDIS_DATA := gateway/redisdata/command.resp2 gateway/redisdata/command.resp3 gateway/redisdata/docs.resp2 gateway/redisdata/docs.resp3
+$(REDIS_DATA) &: tools/rediscommands/main.go internal/resp/resp.go | build/.go-ready
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: make deps installs it"; exit 1; }
+	@rm -rf build/rediscommands && mkdir -p build/rediscommands
+	redis-server --port 0 --unixsocket $(CURDIR)/build/rediscommands/redis.sock --save "" --appendonly no \
+		--dir $(CURDIR)/build/rediscommands --daemonize yes --pidfile $(CURDIR)/build/rediscommands/redis.pid \
+		--logfile $(CURDIR)/build/rediscommands/redis.log
+	@for i in $$(seq 50); do [ -S build/rediscommands/redis.sock ] && break; sleep 0.1; done
+	go run ./tools/rediscommands -socket build/rediscommands/redis.sock -out gateway/redisdata; \
+		status=$$?; kill $$(cat build/rediscommands/redis.pid); exit $$status
+build/distcache-gateway: $(GO_SRC) $(REDIS_DATA)
+	$(GO_BUILD) -o $@ ./gateway
 # make bench-shim's load generator and coherence peer
 build/storagebench: $(GO_SRC)
 	$(GO_BUILD) -o $@ ./tools/storagebench
@@ -166,7 +181,7 @@ test: build go-test  ## the whole test suite: Go's (race detector on), unit, P4R
 	$(PY) -m pytest -q -rs
 
 # the compiled parts' own tests, with the race detector (it needs cgo: Debian's gcc); the shim's breaks build too
-go-test: $(PB_GO) | build/.go-ready  ## the Go parts' tests (shim, wire codec, checker) with the race detector
+go-test: $(PB_GO) $(REDIS_DATA) | build/.go-ready  ## the Go parts' tests (shim, wire codec, checker) with the race detector
 	CGO_ENABLED=1 go test -race -count=1 ./...
 	CGO_ENABLED=1 go test -race -count=1 -tags breaks ./shim
 	cd tools/lincheck && go test -count=1 ./...
@@ -197,7 +212,7 @@ bench-switch: build  ## packets per second through one switch on veths, every ta
 
 # ruff with the rule sets of pyproject.toml (RUF100 flags a noqa that silences nothing), its formatter, and
 # mypy over the libraries and the control plane (warn_unused_ignores: a type: ignore that hides nothing fails)
-lint: deps  ## ruff check, ruff format --check and mypy; gofmt and go vet
+lint: deps $(REDIS_DATA)  ## ruff check, ruff format --check and mypy; gofmt and go vet
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy

@@ -71,6 +71,7 @@ type client struct {
 	last    atomic.Int64 // unix nanoseconds of the last command
 	lastCmd atomic.Value // string
 	closing bool
+	inMulti bool // after a MULTI (refused), until EXEC or DISCARD
 	// per batch: the replies of earlier commands by key, to order a batch's commands on one key
 	lastWrite map[string]reply
 	reads     map[string][]reply

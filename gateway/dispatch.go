@@ -35,8 +35,35 @@ var refusals = map[string]string{
 	"sunsubscribe": "Pub/Sub",
 	"eval":         "scripts", "evalsha": "scripts", "eval_ro": "scripts", "evalsha_ro": "scripts", "fcall": "scripts",
 	"fcall_ro": "scripts", "function": "scripts", "script": "scripts",
-	"multi": "transactions", "exec": "transactions", "discard": "transactions", "watch": "transactions",
-	"unwatch": "transactions",
+	"watch": "transactions", "unwatch": "transactions",
+}
+
+// transaction answers MULTI, EXEC and DISCARD, and what a client sends between them. The gateway runs no
+// transactions: MULTI is refused, and until EXEC or DISCARD every command is refused too (none is applied),
+// EXEC then aborts, as Redis aborts a transaction a command of which was refused; so a client that pipelines
+// MULTI, its commands and EXEC gets errors and changes nothing. False: not a transaction's business.
+func (c *client) transaction(name string) (reply, bool) {
+	why := "the DistCache gateway runs no transactions (a storage server's executor runs one command on one key)"
+	switch {
+	case name == "multi" && c.inMulti:
+		return c.errorf("ERR MULTI calls can not be nested"), true
+	case name == "multi":
+		c.inMulti = true
+		return c.errorf("ERR MULTI is not available: %s; the commands up to EXEC or DISCARD are refused", why), true
+	case name == "exec" && c.inMulti:
+		c.inMulti = false
+		return c.errorf("EXECABORT Transaction discarded because of previous errors: %s", why), true
+	case name == "exec":
+		return c.errorf("ERR EXEC without MULTI"), true
+	case name == "discard" && c.inMulti:
+		c.inMulti = false
+		return ok(c), true
+	case name == "discard":
+		return c.errorf("ERR DISCARD without MULTI"), true
+	case c.inMulti && name != "quit" && name != "reset":
+		return c.errorf("ERR %s not run: it follows a MULTI, and %s", strings.ToUpper(name), why), true
+	}
+	return nil, false
 }
 
 func errReply(proto int, msg string) reply {
@@ -96,6 +123,10 @@ func (c *client) dispatch(args [][]byte) reply {
 	if !c.authed && !cmd.flags["no_auth"] {
 		g.stats.rejected.Add(1)
 		return c.errorf("NOAUTH Authentication required.")
+	}
+	if r, done := c.transaction(cmd.name); done {
+		g.stats.rejected.Add(1)
+		return r
 	}
 	if !cmd.arityOK(len(args)) {
 		g.stats.rejected.Add(1)

@@ -300,3 +300,23 @@ func TestAHalfSentCommandPastTheBudgetClosesItsConnection(t *testing.T) {
 		t.Fatalf("another connection: %q", got)
 	}
 }
+
+// TestNothingBetweenMultiAndExecIsApplied: the gateway runs no transactions; what a client queues after MULTI
+// is refused and EXEC aborts, so none of it is applied.
+func TestNothingBetweenMultiAndExecIsApplied(t *testing.T) {
+	bed := testbed.Start(t, 1, 1)
+	g := startGateway(t, bed)
+	got := raw(t, g, "MULTI\r\nSET k v\r\nMULTI\r\nEXEC\r\nEXEC\r\nDISCARD\r\nGET k\r\n")
+	lines := strings.Split(strings.TrimSuffix(got, "\r\n"), "\r\n")
+	want := []string{"-ERR MULTI is not available", "-ERR SET not run: it follows a MULTI",
+		"-ERR MULTI calls can not be nested", "-EXECABORT Transaction discarded", "-ERR EXEC without MULTI",
+		"-ERR DISCARD without MULTI", "$-1"}
+	if len(lines) != len(want) {
+		t.Fatalf("%q", got)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("reply %d: %q, want %q...", i, lines[i], w)
+		}
+	}
+}

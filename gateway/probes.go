@@ -52,7 +52,7 @@ func quitCmd(c *client, _ *command, _ [][]byte) reply {
 }
 
 func resetCmd(c *client, _ *command, _ [][]byte) reply {
-	c.proto, c.name = 2, ""
+	c.proto, c.name, c.inMulti = 2, "", false
 	c.authed = c.g.opts.password == ""
 	w := resp.Writer{Proto: 2}
 	w.Status("RESET")

@@ -393,6 +393,8 @@ BREAKS_LAUNCHER = Path(__file__).resolve().parents[1] / "tests" / "breaks.py"
 #: compiled in (build tag breaks: its --breaks arms them; the normal build has no such flag)
 SHIM_BINARY = Path(__file__).resolve().parents[1] / "build" / "distcache-shim"
 SHIM_BREAKS_BINARY = SHIM_BINARY.with_name("distcache-shim-breaks")
+#: the Redis-protocol gateway of client hosts (Go: gateway/*.go, built by make build)
+GATEWAY_BINARY = SHIM_BINARY.with_name("distcache-gateway")
 
 
 def python_argv(module: str, options: dict[str, object], breaks: Sequence[str] = ()) -> list[str]:
@@ -405,6 +407,22 @@ def python_argv(module: str, options: dict[str, object], breaks: Sequence[str] =
         argv = [sys.executable, str(BREAKS_LAUNCHER), ",".join(breaks), module]
     for option, value in options.items():
         argv += [option] if value is None else [option, str(value)]
+    return argv
+
+
+def gateway_argv(options: dict[str, object]) -> list[str]:
+    """The gateway's command line (an option whose value is None is a flag; a list value: the option repeated)."""
+    if not GATEWAY_BINARY.exists():
+        raise FileNotFoundError(f"{GATEWAY_BINARY} is not built: run make build")
+    argv = [str(GATEWAY_BINARY)]
+    for option, value in options.items():
+        if value is None:
+            argv.append(option)
+        elif isinstance(value, list):
+            for v in value:
+                argv += [option, str(v)]
+        else:
+            argv += [option, str(value)]
     return argv
 
 

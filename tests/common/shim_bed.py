@@ -87,6 +87,7 @@ class ShimThread:
         state_file: Path | None = None,
         cluster: Cluster = CLUSTER,
         fresh: bool = True,
+        server: str = "r0s0",
         breaks: tuple[str, ...] = (),
         **shim_options: object,
     ) -> None:
@@ -98,7 +99,7 @@ class ShimThread:
         cluster.save(cluster_file)
         argv = [
             str(SHIM_BREAKS_BINARY if breaks else SHIM_BINARY),
-            "--cluster", str(cluster_file), "--server", cluster.server(0, 0).name,
+            "--cluster", str(cluster_file), "--server", server,
             "--listen", "127.0.0.1", "--port", "0", "--redis-url", f"unix://{redis_sock}",
             "--control", f"unix:{control}", "--coherence-peer", f"127.0.0.1:{peer.port}",
             "--log-file", str(folder / f"{control.stem}.shim.log"), "--log-level", "debug",

@@ -176,14 +176,14 @@ func (c *client) execute(cmd *command, args [][]byte) reply {
 	return c.order([][]byte{key}, []bool{write}, func() reply {
 		call := c.g.fabric.Go(fabric.Request{Op: dc.OpExec, Key: key, Args: args})
 		return &later{calls: []*fabric.Call{call}, make: func(rs []fabric.Result, w *resp.Writer) {
-			c.execReply(rs[0], w)
+			c.execReply(args, rs[0], w)
 		}}
 	})
 }
 
 // execReply writes what the executor answered: Redis' reply (RESP2 as its script saw it) in the client's
 // protocol, or the fabric's error.
-func (c *client) execReply(r fabric.Result, w *resp.Writer) {
+func (c *client) execReply(args [][]byte, r fabric.Result, w *resp.Writer) {
 	if r.Err != nil {
 		c.fabricError(r.Err, w)
 		return
@@ -194,7 +194,11 @@ func (c *client) execReply(r fabric.Result, w *resp.Writer) {
 		w.Error("ERR the storage server's reply does not parse: " + err.Error())
 		return
 	}
-	w.Value(v)
+	if sh := reshape(args, v); sh.differ && w.Proto == 3 {
+		w.Value(sh.resp3)
+	} else {
+		w.Value(sh.v)
+	}
 }
 
 // fabricError writes a fabric error in Redis' format: the server's own RESP error where it gave one.

@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dcnet import redis_session
 from dcnet.deploy import Deployment, DeploymentError
 from dcnet.everywhere import bench_everywhere
 from dcnet.p4switch import SWITCH_LOG_HELP, SWITCH_LOGS, TARGETS, TargetMissingError
@@ -323,6 +324,14 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         Console().print(summary)
         for finding in report["findings"]:
             console.print(Text(finding), soft_wrap=True)  # keys and values are data, not markup
+        steps, by_switch = redis_session.session(dep)
+        console.print("[bold]any Redis client[/]: redis-cli through the client host's gateway")
+        for step in steps:
+            console.print(Text(f"{step.host}$ {step.command}"), soft_wrap=True)
+            console.print(Text(step.output[:200] + (" ..." if len(step.output) > 200 else "")), soft_wrap=True)
+        console.print(
+            f"the hottest key was answered by {'a switch' if by_switch else 'its storage server (not cached now)'}"
+        )
         errors = report["error_count"]
         failovers = status.failovers
         print(

@@ -35,7 +35,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 
 from dcnet.errors import DeploymentError, one_line_errors
-from dcnet.nodes import FabricHost, StorageHost, redis_socket
+from dcnet.nodes import ClientHost, FabricHost, StorageHost, redis_socket
 from dcnet.operator_view import Operator
 from dcnet.p4switch import P4RuntimeSwitch, check_target
 from dcnet.sessions import ClientProcess, WorkloadSession
@@ -225,9 +225,11 @@ class Deployment:
             waitConnected=False,
             link=TCLink if self.cluster.link_mbps else Link,
         )
-        self.net.build()  # configures the hosts: the storage hosts start their redis-server and shim
+        self.net.build()  # configures the hosts: storage hosts start their redis-server and shim, clients a gateway
         for h in self.cluster.servers():
             self._storage(h.name).shim.wait_ready()
+        for h in self.cluster.clients():
+            self.client_host(h.name).gateway.wait_ready()
         self._softirq.raise_()
         self.net.start()  # starts the switch processes
         for sw in self.cluster.switches():
@@ -254,10 +256,10 @@ class Deployment:
         log.info("deployment up in %s", self.run_dir)
 
     def _host(self, name: str, **params: object) -> FabricHost:
-        """Mininet's host constructor: the cluster's storage servers are StorageHosts, its clients FabricHosts."""
+        """Mininet's host constructor: the cluster's storage servers are StorageHosts, its clients ClientHosts."""
         spec = next(h for h in self.cluster.hosts() if h.name == name)
         if spec not in self.cluster.servers():
-            return FabricHost(name, spec=spec, **params)
+            return ClientHost(name, spec=spec, run_dir=self.run_dir, cluster_path=self.cluster_path, **params)
         return StorageHost(
             name,
             spec=spec,
@@ -360,6 +362,13 @@ class Deployment:
         )
 
     # -- storage hosts ----------------------------------------------------------------------
+    def client_host(self, name: str) -> ClientHost:
+        """Client host ``name`` (its gateway: ``.gateway``, serving on ``.gateway_address``)."""
+        assert self.net is not None
+        node = self.net[name]
+        assert isinstance(node, ClientHost), f"{name} is not a client host"
+        return node
+
     def _storage(self, name: str) -> StorageHost:
         node = self.net[name]  # type: ignore[index]
         assert isinstance(node, StorageHost), f"{name} is not a storage server"

@@ -16,7 +16,7 @@ from mininet.node import Host
 
 from distcache.cluster import Host as HostSpec
 from distcache.rpc.shim import shim_control
-from harness.processes import Service, shim_argv
+from harness.processes import Service, gateway_argv, shim_argv, wait_until
 from harness.redis import SHIM_USER, RedisUsers, redis_argv, wait_for_redis
 
 
@@ -44,6 +44,59 @@ class FabricHost(Host):
         self.cmd(f"ip route replace 10.0.0.0/8 via {self.spec.gateway} dev {intf} onlink")
         self.cmd(f"ip neigh replace {self.spec.gateway} lladdr {self.spec.gateway_mac} dev {intf} nud permanent")
         return r
+
+
+#: the port a client host's gateway serves Redis clients on (Redis' own)
+GATEWAY_PORT = 6379
+
+
+class ClientHost(FabricHost):
+    """A client host: its Redis-protocol gateway (build/distcache-gateway) on the host's own address, port 6379,
+    started once the host is configured and stopped with it, so any Redis client on the host can use the cache.
+
+    Files in ``run_dir``: ``gateway-<name>.{log,out}``.  ``gateway`` is its service, which the fault tests kill
+    and restart through the deployment."""
+
+    def __init__(self, name: str, *, spec: HostSpec, run_dir: Path, cluster_path: Path, **params: object) -> None:
+        super().__init__(name, spec=spec, **params)
+        self.gateway_address = f"{spec.ip}:{GATEWAY_PORT}"
+        out, log = run_dir / f"gateway-{name}.out", run_dir / f"gateway-{name}.log"
+        self.gateway = Service(
+            f"gateway-{name}",
+            gateway_argv({"--cluster": cluster_path, "--listen": self.gateway_address, "--log-file": log}),
+            out=out,
+            log=log,
+            timeout=15.0,
+            popen=self.popen,
+        )
+
+    def config(self, **params: object) -> dict:
+        r = super().config(**params)
+        self.start_gateway(wait=False)
+        return r
+
+    def start_gateway(self, wait: bool = True) -> subprocess.Popen:
+        """Start the gateway; returns once it serves (its ready line in its output; without ``wait``: at once,
+        the caller waits for ``self.gateway``)."""
+        out = self.gateway.out
+        offset = out.stat().st_size if out.exists() else 0
+
+        def ready(proc: subprocess.Popen, timeout: float) -> None:
+            def said() -> bool:
+                if not out.exists():
+                    return False
+                with open(out, "rb") as f:
+                    f.seek(offset)
+                    return b"gateway ready" in f.read()
+
+            wait_until(said, proc, timeout, f"gateway on {self.name}", "say it is ready", self.gateway.log)
+
+        self.gateway.ready = ready
+        return self.gateway.start() if wait else self.gateway.launch()
+
+    def terminate(self) -> None:
+        self.gateway.stop()
+        super().terminate()
 
 
 class StorageHost(FabricHost):

@@ -118,8 +118,8 @@ func parseOptions(args []string) (*options, error) {
 	if a, err := netip.ParseAddr(o.source); err != nil || !a.Is4() {
 		return nil, fmt.Errorf("--source %q is no IPv4 address", o.source)
 	}
-	if o.retries < 0 || o.retries > 20 {
-		return nil, fmt.Errorf("--retries %d: give 0..20", o.retries)
+	if o.retries < 0 || o.retries > 1000 {
+		return nil, fmt.Errorf("--retries %d: give 0..1000 ((retries + 1) x timeout within a storage server's 30 s retry span)", o.retries)
 	}
 	if o.maxClients < 1 || o.maxClients > 1<<20 {
 		return nil, fmt.Errorf("--max-clients %d: give 1..1048576", o.maxClients)

@@ -56,6 +56,7 @@ from typing import Literal
 from client_lib.client import AsyncClient, Resolver
 from distcache.cluster import Cluster
 from distcache.errors import RequestTimeoutError, ServerError, WrongTypeError
+from distcache.wire import Status
 
 
 @dataclass
@@ -80,6 +81,8 @@ class HistoryConfig:
     stream_ratio: float = 0.0  # share of the puts whose value is STREAM_VALUE bytes long (the stream path)
     counter_keys: int = 0  # this many of the keys are counters: their writes are INCRs (after them, the long keys)
     hash_ratio: float = 0.0  # share of the other keys' puts made as an HSET (the key becomes a hash)
+    gateway: str = ""  # HOST:PORT of a Redis-protocol gateway (distcache-gateway) ...
+    gateway_clients: int = 0  # ... which this many of the clients use, speaking RESP (redis-py), instead of client_lib
 
     def __post_init__(self) -> None:
         """Reject a configuration that would record a meaningless history, with one clear line."""
@@ -91,7 +94,7 @@ class HistoryConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"HistoryConfig.{name} must be a positive integer, not {v!r}")
-        for name in ("ops", "retries", "seed", "client_id_base", "long_keys", "counter_keys"):
+        for name in ("ops", "retries", "seed", "client_id_base", "long_keys", "counter_keys", "gateway_clients"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"HistoryConfig.{name} must be an integer >= 0, not {v!r}")
@@ -99,6 +102,8 @@ class HistoryConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"HistoryConfig.{name} must be a positive number of seconds, not {v!r}")
+        if self.gateway_clients and not self.gateway:
+            raise ValueError("HistoryConfig.gateway_clients needs HistoryConfig.gateway (HOST:PORT of a gateway)")
         if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or self.rate < 0:
             raise ValueError(f"HistoryConfig.rate must be a number of requests per second >= 0, not {self.rate!r}")
 
@@ -257,6 +262,69 @@ async def _make(client: AsyncClient, req: Request, line: dict[str, object], stat
         stats.deletes_not_found += not found
 
 
+class RespClient:
+    """A client that speaks RESP to a gateway (redis-py, asyncio, one connection), making a history's requests as
+    any Redis application would; its outcomes are read as client_lib's are (:func:`_run`): the gateway's "outcome
+    is unknown" error and a broken connection (the gateway killed mid-request) as a timeout, TRYAGAIN (a storage
+    server's BUSY) and its other errors as a refusal that wrote nothing, WRONGTYPE as ``"wrongtype": true``."""
+
+    #: how long after a broken connection a write the gateway had sent may still take effect: its datagrams in
+    #: flight in the fabric (the gateway's own retries died with it)
+    IN_FLIGHT_NS = 1_000_000_000
+
+    def __init__(self, address: str, timeout: float) -> None:
+        import redis.asyncio as aredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        host, _, port = address.rpartition(":")
+        # no retries of redis-py's own: a command sent again after a broken connection could be applied twice
+        self.redis = aredis.Redis(host=host, port=int(port), socket_timeout=timeout, retry=Retry(NoBackoff(), 0),
+                                  max_connections=1)  # fmt: skip
+
+    async def run(self, req: Request, line: dict[str, object], stats: HistoryStats) -> None:
+        import redis
+
+        try:
+            await self._make(req, line, stats)
+        except redis.ResponseError as e:
+            text = str(e)
+            if text.startswith("WRONGTYPE"):  # as _run records it
+                line["wrongtype"] = True
+                if req.op == "get":
+                    line["value"] = None
+                return
+            if "outcome is unknown" in text:
+                raise RequestTimeoutError(text) from None
+            busy = text.startswith("TRYAGAIN")  # a storage server's BUSY: not applied
+            raise ServerError(text, Status.BUSY if busy else Status.ERROR) from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            line["_end_after"] = self.IN_FLIGHT_NS
+            raise RequestTimeoutError(f"the gateway's connection broke: {e}") from None
+
+    async def _make(self, req: Request, line: dict[str, object], stats: HistoryStats) -> None:
+        r = self.redis
+        line["via"] = "resp"
+        if req.op == "incr":
+            line["value"] = str(await r.incr(req.key))
+        elif req.op == "hset":
+            await r.hset(req.key, "f", str(req.value))
+        elif req.op == "get":
+            value = await r.get(req.key)
+            line["value"] = None if value is None else read_value(value if isinstance(value, bytes) else value.encode())
+            line["served_by"] = line["target"] = 0  # (the gateway counts its hits; a reply does not say)
+        elif req.op == "put":
+            value = stream_value(str(req.value)) if req.big else str(req.value)
+            await r.set(req.key, value, px=TTL_MS if req.ttl else None)
+        else:
+            found = await r.delete(req.key) == 1
+            line["found"] = found
+            stats.deletes_not_found += not found
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
 async def record(
     cluster: Cluster | str | Path,
     cfg: HistoryConfig,
@@ -271,7 +339,7 @@ async def record(
     stop_at = time.monotonic() + cfg.duration
     stop_file = Path(cfg.stop_file) if cfg.stop_file else None
 
-    async def one_client(cid: int, client: AsyncClient) -> None:
+    async def one_client(cid: int, client: AsyncClient, resp: RespClient | None) -> None:
         next_at = time.monotonic()
         for req in plan(cfg, cid):
             if cfg.rate:
@@ -295,13 +363,14 @@ async def record(
                 line["found"] = None  # no status until a reply comes
             call = time.monotonic_ns()
             try:
-                await _run(client, req, line, stats)
+                await (resp.run(req, line, stats) if resp is not None else _run(client, req, line, stats))
                 ret: int | None = time.monotonic_ns()
             except RequestTimeoutError:
+                after = int(line.pop("_end_after", 0))  # type: ignore[call-overload]
                 if req.op == "get":
                     continue  # a read that returned nothing constrains nothing
                 ret = None
-                line["end"] = time.monotonic_ns()  # the client's whole retry span is over
+                line["end"] = time.monotonic_ns() + after  # the client's whole retry span is over
                 stats.unknown += 1
             except ServerError:
                 stats.errors += 1
@@ -328,11 +397,20 @@ async def record(
             if on_progress is not None and ticks % 5 == 0:
                 on_progress(stats)
 
+    # a gateway's clients wait as long as its own retries may take (the caller starts it with the same timeout
+    # and retries), and a little more
+    resp_wait = (cfg.retries + 1) * cfg.timeout + 5.0
+    resps = [RespClient(cfg.gateway, resp_wait) for _ in range(min(cfg.gateway_clients, cfg.clients))]
     async with AsyncClient(cluster, timeout=cfg.timeout, retries=cfg.retries, resolve=resolve) as client:
         reporter = asyncio.create_task(progress())
         try:
-            await asyncio.gather(*(one_client(cfg.client_id_base + i, client) for i in range(cfg.clients)))
+            await asyncio.gather(*(
+                one_client(cfg.client_id_base + i, client, resps[i] if i < len(resps) else None)
+                for i in range(cfg.clients)
+            ))  # fmt: skip
         finally:
             reporter.cancel()  # the clients are done (duration or ops): no more progress to report
+            for rc in resps:
+                await rc.close()
     out.write_text("".join(line + "\n" for line in lines))
     return stats

@@ -130,13 +130,16 @@ class Deployment:
         switch_args: list[str] | None = None,
         switch_log: str = "events",
         breaks: Sequence[str] = (),
+        gateway_options: dict[str, object] | None = None,
     ) -> None:
+        """``gateway_options``: more options of every client host's gateway (the fault matrix's timeouts)."""
         check_target(target)
         if not cluster.key_secret:  # every deployment keys its digests by a secret of its own (docs/protocol.md, Keys)
             cluster = replace(cluster, key_secret=new_key_secret())
         self.cluster, self.target, self.pcap, self.switch_log = cluster, target, pcap, switch_log
         self.switch_args = tuple(switch_args or ())  # extra softswitch options (tests: e.g. --egress-loss)
         self.breaks = tuple(breaks)  # tests/breaks.py's deliberate breaks, armed in the shims and the controller
+        self.gateway_options = dict(gateway_options or {})
         self.run_dir = run_dir or new_run_dir()
         self._registration: Path | None = None
         self._loopbind: LoopbackCgroup | None = None
@@ -259,7 +262,14 @@ class Deployment:
         """Mininet's host constructor: the cluster's storage servers are StorageHosts, its clients ClientHosts."""
         spec = next(h for h in self.cluster.hosts() if h.name == name)
         if spec not in self.cluster.servers():
-            return ClientHost(name, spec=spec, run_dir=self.run_dir, cluster_path=self.cluster_path, **params)
+            return ClientHost(
+                name,
+                spec=spec,
+                run_dir=self.run_dir,
+                cluster_path=self.cluster_path,
+                gateway_options=self.gateway_options,
+                **params,
+            )
         return StorageHost(
             name,
             spec=spec,

@@ -48,6 +48,8 @@ PROCESS_KINDS = (
     "write_flood",
     # issue 45: a shim's dedup table at its memory bound refuses writes BUSY (each recorded, never applied)
     "shim_dedup_full",
+    # issue 47: a client host's Redis-protocol gateway killed (SIGKILL, mid-request) and started again
+    "gateway_restart",
 )
 KINDS = PACKET_KINDS + PROCESS_KINDS
 
@@ -99,6 +101,7 @@ LANES = {
     "shim_clock_back": "storage",
     "write_flood": "flood",
     "shim_dedup_full": "storage",
+    "gateway_restart": "gateways",
 }
 # the kinds whose length is drawn (Fault.hold), and from where
 HOLDS = {
@@ -141,6 +144,7 @@ def draw(
     cache_switches: list[str],
     servers: list[str],
     leaves: Sequence[str] = (),
+    clients: Sequence[str] = (),
     mechanism: str,
     per_kind: int = 3,
     kinds: tuple[str, ...] = PROCESS_KINDS,
@@ -151,7 +155,8 @@ def draw(
     to ``nocache`` away from a caching one, alternating with ``partition``).  A spine's data-plane
     death lasts a length drawn from ``DP_DEAD_S``, every spine's at once one from ``FABRIC_DP_DEAD_S``, a pause
     one from ``PAUSE_S``, a drain one from ``DRAIN_S``, a shim's full dedup table one from ``DEDUP_FULL_S``.
-    ``leaves``: the storage and client leaves (the storage ones first), what the leaves' kinds target.
+    ``leaves``: the storage and client leaves (the storage ones first), what the leaves' kinds target; ``clients``:
+    the client hosts, whose gateways ``gateway_restart`` kills.
     (Kinds are drawn in ``kinds`` order, each after the ones before: a kind added at the end leaves the
     others' times and targets under a seed as they were.)
     """
@@ -180,6 +185,8 @@ def draw(
                 target = rng.choice(servers)
             elif kind == "mechanism_change":
                 target = away[i % len(away)]
+            elif kind == "gateway_restart":
+                target = rng.choice(list(clients) or [""])
             else:
                 target = ""
             hold = round(rng.uniform(*HOLDS[kind]), 2) if kind in HOLDS else 0.0

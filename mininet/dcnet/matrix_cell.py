@@ -63,14 +63,16 @@ def _bursts(pf: PacketFaults, ports: list[str], seed: int, stop: threading.Event
 
 def _recorders(dep: Deployment, cfg: dict, clients: int) -> list[tuple[str, subprocess.Popen, Path]]:
     """A history recorder on every client host, ``clients`` logical clients dealt over them (ids apart, one
-    stop file): (host, process, its history).  The first one's progress is read as it comes; the others'
+    stop file), a third of each host's speaking RESP through its gateway (redis-py: issue 47), the others
+    client_lib: (host, process, its history).  The first one's progress is read as it comes; the others'
     go to ``history-<host>.out``."""
     hosts = dep.cluster.clients()[: max(1, clients)]
     out = []
     for i, h in enumerate(hosts):
         mine = clients // len(hosts) + (i < clients % len(hosts))
         path = dep.run_dir / f"history-{h.name}.jsonl"
-        config = json.dumps({**cfg, "clients": mine, "client_id_base": 1000 * i})
+        gateway = {"gateway": dep.client_host(h.name).gateway_address, "gateway_clients": mine // 3}
+        config = json.dumps({**cfg, **gateway, "clients": mine, "client_id_base": 1000 * i})
         argv = python_argv("dcnet.history_runner", {"--cluster": dep.cluster_path, "--config": config, "--out": path})
         stdout = subprocess.PIPE if i == 0 else open(dep.run_dir / f"history-{h.name}.out", "w")  # noqa: SIM115
         proc = dep.host(h.name).popen(  # type: ignore[attr-defined]
@@ -119,7 +121,11 @@ def run_cell(
     tests/breaks.py's deliberate breaks, armed in the deployment (a control run, which must be caught)."""
     cell = Cell(mechanism)
     cluster = Cluster(**CELL, mechanism=Mechanism[mechanism.upper()])
-    with Deployment(cluster, target=target, run_dir=run_dir / mechanism, breaks=breaks) as dep:
+    # the gateways retry as the native clients do (cfg's timeout and retries below)
+    gateway_options = {"--timeout": "100ms", "--min-timeout": "20ms", "--retries": 149}
+    with Deployment(
+        cluster, target=target, run_dir=run_dir / mechanism, breaks=breaks, gateway_options=gateway_options
+    ) as dep:
         history, html = dep.run_dir / "history.jsonl", dep.run_dir / "history.html"
         # short timeouts, many retries: a lost packet costs a client 0.1 s, retried writes are frequent, and a
         # write gives up (an unknown outcome, the checker's costliest case) only after 15 s without an answer: a
@@ -171,6 +177,7 @@ def run_cell(
                     servers=[h.name for h in cluster.servers()],
                     leaves=[s.name for s in cluster.switches() if s.role == Role.STORAGE_LEAF]
                     + [s.name for s in cluster.switches() if s.role == Role.CLIENT_LEAF],
+                    clients=[h.name for h in cluster.clients()],
                     mechanism=mechanism,
                     per_kind=per_kind,
                     kinds=kinds,

@@ -265,6 +265,18 @@ class Faults:
             raise DeploymentError(f"the shim of {name} refused no write BUSY in {hold:g} s with a full dedup table")
         return f"shim {name} with {DEDUP_FULL_MEMORY >> 10} KB of dedup memory refused {busy} writes BUSY, restarted"
 
+    def gateway_restart(self, name: str) -> str:
+        """Client host ``name``'s gateway killed (SIGKILL: its connections break mid-request, the writes it had
+        sent have unknown outcomes for their clients) and started again on its address; its RESP clients
+        reconnect. Took effect if it was serving when killed."""
+        host = self.dep.client_host(name)
+        if not host.gateway.running:
+            raise DeploymentError(f"the gateway of {name} was not running")
+        host.gateway.kill()
+        time.sleep(0.2)
+        host.start_gateway()
+        return f"gateway of {name} killed, started again"
+
     def _until_view_known(self, h: Host, timeout: float = 20.0) -> ShimLink:
         """Wait for a restarted shim to get the controller's view; its control link."""
         link = ShimLink(self.dep.shim_control(h))

@@ -57,13 +57,24 @@ class ClientHost(FabricHost):
     Files in ``run_dir``: ``gateway-<name>.{log,out}``.  ``gateway`` is its service, which the fault tests kill
     and restart through the deployment."""
 
-    def __init__(self, name: str, *, spec: HostSpec, run_dir: Path, cluster_path: Path, **params: object) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        spec: HostSpec,
+        run_dir: Path,
+        cluster_path: Path,
+        gateway_options: dict[str, object] | None = None,
+        **params: object,
+    ) -> None:
+        """``gateway_options``: more of the gateway's options (e.g. the fault matrix's ``--timeout``)."""
         super().__init__(name, spec=spec, **params)
         self.gateway_address = f"{spec.ip}:{GATEWAY_PORT}"
         out, log = run_dir / f"gateway-{name}.out", run_dir / f"gateway-{name}.log"
+        options = {"--cluster": cluster_path, "--listen": self.gateway_address, "--log-file": log}
         self.gateway = Service(
             f"gateway-{name}",
-            gateway_argv({"--cluster": cluster_path, "--listen": self.gateway_address, "--log-file": log}),
+            gateway_argv({**options, **(gateway_options or {})}),
             out=out,
             log=log,
             timeout=15.0,

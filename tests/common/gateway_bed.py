@@ -60,6 +60,27 @@ def start_gateway(argv: list[str], err: Path) -> tuple[subprocess.Popen, int]:
 
 
 @contextmanager
+def gateway_of(
+    folder: Path, cluster: Cluster, shims: dict[str, int], port: int = 0, **options: object
+) -> Iterator[tuple[subprocess.Popen, int, list[str]]]:
+    """A gateway of ``cluster`` whose storage servers' shims listen on loopback at ``shims`` (name -> port): its
+    process, port and command line (to start it again on the same port); stopped on exit."""
+    cluster_file = folder / "gateway-cluster.json"
+    cluster.save(cluster_file)
+    opts: dict[str, object] = {"--cluster": cluster_file, "--listen": f"127.0.0.1:{port}",
+                               "--server-address": [f"{n}=127.0.0.1:{p}" for n, p in shims.items()]}  # fmt: skip
+    opts.update({f"--{k.replace('_', '-')}": v for k, v in options.items()})
+    argv = gateway_argv(opts)
+    proc, got = start_gateway(argv, folder / "gateway.err")
+    try:
+        yield proc, got, argv
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(5)
+
+
+@contextmanager
 def gateway_on_loopback(folder: Path, servers: int = 2, **options: object) -> Iterator[GatewayBed]:
     """``servers`` storage servers (one rack) and a gateway in front of them; ``options``: more of the gateway's
     options by their Python names (``password_file``, ``timeout``...)."""

@@ -126,4 +126,13 @@ def test_a_shims_dedup_table_fills_for_a_drawn_length_on_one_server() -> None:
     sched = _draw(5, kinds=("shim_dedup_full",), per_kind=40)
     assert {f.target for f in sched.faults} == {"s0", "s1"} and LANES["shim_dedup_full"] == "storage"
     assert all(DEDUP_FULL_S[0] <= f.hold <= DEDUP_FULL_S[1] for f in sched.faults)
-    assert "shim_dedup_full" in SHIM_KINDS and PROCESS_KINDS[-1] == "shim_dedup_full"
+    assert "shim_dedup_full" in SHIM_KINDS and PROCESS_KINDS[-2] == "shim_dedup_full"
+
+
+def test_a_gateway_is_killed_on_a_client_host_in_a_lane_of_its_own() -> None:
+    """Issue 47: a client host's gateway killed and started again, drawn last (the earlier kinds' times under a
+    seed stay as they were), in its own lane: it overlaps every other fault."""
+    sched = draw(9, 60.0, spines=["sp0"], cache_switches=["sp0"], servers=["s0"], clients=["c0h0", "c1h0"],
+                 mechanism="distcache", per_kind=30, kinds=("gateway_restart",))  # fmt: skip
+    assert {f.target for f in sched.faults} == {"c0h0", "c1h0"} and LANES["gateway_restart"] == "gateways"
+    assert PROCESS_KINDS[-1] == "gateway_restart" and all(f.hold == 0 for f in sched.faults)

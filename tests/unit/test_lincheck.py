@@ -11,6 +11,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from distcache.hashing import N_SPINE_BUCKETS
 from distcache.rpc.shim import ShimLink
 from distcache.wire import Op
 from loadgen.history import HistoryConfig, HistoryStats, Request, plan, record
+from tests.common.gateway_bed import gateway_of, start_gateway
 from tests.common.keys import digest
 from tests.unit.test_shim_client import CLUSTER, SPINE, ShimThread, SwitchPeer
 
@@ -251,6 +253,49 @@ def test_a_history_through_every_path_of_the_mix_checks_clean(
     i = next(i for i, x in enumerate(lines) if x["op"] == "incr")
     bad = [dict(x, value=str(int(x["value"]) + 1)) if j == i else x for j, x in enumerate(lines)]
     assert check(lincheck, tmp_path, bad).returncode == 1  # an INCR that answered a number one too high
+
+
+def test_clients_through_a_gateway_killed_and_restarted_check_clean(
+    lincheck: Path, tmp_path: Path, shim: ShimThread
+) -> None:
+    """Issue 47: half the clients speak RESP (redis-py) through a gateway, over the whole mix; the gateway is
+    killed twice while they run and started again on its port: the writes it had in flight are recorded with an
+    unknown outcome, its clients reconnect, and the history checks clean (a flipped read through it is caught)."""
+    history = tmp_path / "resp.jsonl"
+    with gateway_of(tmp_path, CLUSTER, {"r0s0": shim.port}, timeout="3s") as (proc, port, argv):
+        procs = [proc]
+
+        def kill_twice() -> None:
+            for _ in range(2):
+                time.sleep(0.8)
+                procs[-1].kill()
+                procs[-1].wait(5)
+                time.sleep(0.2)
+                again = argv[:]
+                again[again.index("--listen") + 1] = f"127.0.0.1:{port}"
+                procs.append(start_gateway(again, tmp_path / "gateway-again.err")[0])
+
+        killer = threading.Thread(target=kill_twice)
+        killer.start()
+        stats = record_history(
+            shim, history, clients=6, gateway=f"127.0.0.1:{port}", gateway_clients=3, duration=3.0, rate=150.0,
+            read_ratio=0.5, delete_ratio=0.2, exec_ratio=0.2, ttl_ratio=0.2, long_keys=1, stream_ratio=0.2,
+            counter_keys=1, hash_ratio=0.1,
+        )  # fmt: skip
+        killer.join()
+        for p in procs[1:]:
+            p.terminate()
+            p.wait(5)
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    resp = [x for x in lines if x.get("via") == "resp"]
+    assert {x["op"] for x in resp} == {"get", "put", "delete", "incr", "hset"} and len(resp) > 300
+    assert any(x.get("stream") for x in resp) and any(x.get("ttl_ms") for x in resp)
+    assert {x["client"] for x in resp} == {0, 1, 2}  # the first three clients, the others client_lib's
+    assert stats.unknown >= 1 and any(x["return"] is None for x in resp)  # writes cut off by a kill
+    assert check(lincheck, tmp_path, lines).returncode == 0
+    i = next(i for i, x in enumerate(lines) if x.get("via") == "resp" and x["op"] == "get" and x["value"])
+    bad = [dict(x, value="never written") if j == i else x for j, x in enumerate(lines)]
+    assert check(lincheck, tmp_path, bad).returncode == 1
 
 
 def test_recorded_history_with_a_flipped_delete_status_is_a_violation(

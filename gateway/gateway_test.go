@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"distcache/internal/cluster"
 	"distcache/internal/testbed"
@@ -318,5 +320,47 @@ func TestNothingBetweenMultiAndExecIsApplied(t *testing.T) {
 		if !strings.HasPrefix(lines[i], w) {
 			t.Errorf("reply %d: %q, want %q...", i, lines[i], w)
 		}
+	}
+}
+
+// TestRueidisAutoPipelining: rueidis pipelines the commands of concurrent goroutines on one connection by
+// itself (its client-side cache off: the gateway keeps no values and offers no tracking); each gets its own
+// reply, and a read after its goroutine's write sees it.
+func TestRueidisAutoPipelining(t *testing.T) {
+	bed := testbed.Start(t, 1, 2)
+	g := startGateway(t, bed)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{g.ln.Addr().String()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for w := 0; w < 50; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				key, value := fmt.Sprintf("auto:%d:%d", w, i%5), fmt.Sprintf("%d-%d", w, i)
+				if err := c.Do(ctx, c.B().Set().Key(key).Value(value).Build()).Error(); err != nil {
+					errs <- err
+					return
+				}
+				got, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+				if err != nil || got != value {
+					errs <- fmt.Errorf("%s: %q %v, want %q", key, got, err, value)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := g.stats.commands.Load(); n < 4000 {
+		t.Fatalf("%d commands", n)
 	}
 }

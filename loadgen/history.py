@@ -262,10 +262,15 @@ async def _make(client: AsyncClient, req: Request, line: dict[str, object], stat
         stats.deletes_not_found += not found
 
 
+class NotSentError(Exception):
+    """A request that never left the client (no connection to its gateway): no operation, nothing recorded."""
+
+
 class RespClient:
     """A client that speaks RESP to a gateway (redis-py, asyncio, one connection), making a history's requests as
     any Redis application would; its outcomes are read as client_lib's are (:func:`_run`): the gateway's "outcome
-    is unknown" error and a broken connection (the gateway killed mid-request) as a timeout, TRYAGAIN (a storage
+    is unknown" error and a broken connection (the gateway killed mid-request) as a timeout, a connection refused
+    (the gateway restarting: nothing was sent) as no request at all, TRYAGAIN (a storage
     server's BUSY) and its other errors as a refusal that wrote nothing, WRONGTYPE as ``"wrongtype": true``."""
 
     #: how long after a broken connection a write the gateway had sent may still take effect: its datagrams in
@@ -299,6 +304,9 @@ class RespClient:
             busy = text.startswith("TRYAGAIN")  # a storage server's BUSY: not applied
             raise ServerError(text, Status.BUSY if busy else Status.ERROR) from None
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            if "connecting to" in str(e):  # no connection (the gateway restarting): the command was never sent
+                await asyncio.sleep(0.05)
+                raise NotSentError(str(e)) from None
             line["_end_after"] = self.IN_FLIGHT_NS
             raise RequestTimeoutError(f"the gateway's connection broke: {e}") from None
 
@@ -365,6 +373,8 @@ async def record(
             try:
                 await (resp.run(req, line, stats) if resp is not None else _run(client, req, line, stats))
                 ret: int | None = time.monotonic_ns()
+            except NotSentError:
+                continue
             except RequestTimeoutError:
                 after = int(line.pop("_end_after", 0))  # type: ignore[call-overload]
                 if req.op == "get":

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -109,3 +112,46 @@ def test_redis_py_asyncio(bed: GatewayBed) -> None:
         return [sorted(got)[-1], *out]
 
     assert asyncio.run(main()) == [10, b"\x00\xff", b"10"]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_ten_thousand_connections_with_half_sent_commands_cost_bounded_memory(bed: GatewayBed) -> None:
+    """10 000 connections, each with half a command sent and garbage on some: the gateway holds them in bounded
+    memory, answers a new client, refuses the 10 001st as Redis does (maxclients), and is fine after."""
+    socks: list[socket.socket] = []
+    base = _rss_mb(bed.proc.pid)
+    try:
+        for i in range(10000 - 2):  # the gateway's max-clients is 10 000: room for the probe and one more
+            s = socket.create_connection((bed.host, bed.port))
+            s.sendall(b"*3\r\n$3\r\nSET\r\n$5\r\nhalf:\r\n$100\r\nnot yet" if i % 10 else b"\x00\xff garbage")
+            socks.append(s)
+        probe = redis.Redis(host=bed.host, port=bed.port)
+        deadline = time.monotonic() + 30
+        while int(probe.info("clients")["connected_clients"]) < 9999 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        held = _rss_mb(bed.proc.pid)
+        assert held - base < 300, f"{held - base:.0f} MB for 10 000 connections"
+        last = redis.Redis(host=bed.host, port=bed.port)
+        assert last.ping() and probe.set("flood:probe", "x") and probe.get("flood:probe") == b"x"
+        with pytest.raises(redis.ConnectionError, match="max number of clients reached"):
+            redis.Redis(host=bed.host, port=bed.port).ping()
+        last.close()
+        probe.close()
+    finally:
+        for s in socks:
+            s.close()
+    r = redis.Redis(host=bed.host, port=bed.port)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            assert r.set("after", "flood") and r.get("after") == b"flood"
+            break
+        except redis.ConnectionError:  # the closed connections are still going away
+            time.sleep(0.2)
+    assert bed.proc.poll() is None

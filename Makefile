@@ -10,7 +10,8 @@ TOPO ?= topologies/demo-2spine-2rack.json
 ## SWITCH_LOG: events, or packets: BMv2's per-packet trace in runs/<time>/<switch>.txt (~10x slower)
 SWITCH_LOG ?= events
 APT_PACKAGES := python3 python3-venv python3-pip mininet redis-server bridge-utils iproute2 \
-                ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool rumur gcc tshark prometheus
+                ethtool tcpdump iputils-ping procps psmisc net-tools clang llvm libbpf-dev bpftool rumur gcc tshark prometheus \
+                nutcracker
 P4C := $(shell command -v p4c-bm2-ss 2>/dev/null)
 STAMP := .venv/.deps-stamp
 ## PCAP: 1: capture every switch port of run and up in runs/<time>/pcap/ (for Wireshark)

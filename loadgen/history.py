@@ -112,7 +112,8 @@ class HistoryConfig:
 class HistoryStats:
     ops: int = 0  # recorded
     reads: int = 0
-    cached_reads: int = 0  # of the reads: answered by a switch cache
+    cached_reads: int = 0  # of the reads: answered by a switch cache (known for client_lib's reads only)
+    resp_reads: int = 0  # of the reads: through a gateway (RESP), whose replies do not say who answered
     writes: int = 0  # PUTs and DELETEs
     deletes: int = 0  # of the writes
     deletes_not_found: int = 0  # deletes answered NOT_FOUND
@@ -298,6 +299,7 @@ class RespClient:
                 line["wrongtype"] = True
                 if req.op == "get":
                     line["value"] = None
+                    stats.resp_reads += 1
                 return
             if "outcome is unknown" in text:
                 raise RequestTimeoutError(text) from None
@@ -321,6 +323,7 @@ class RespClient:
             value = await r.get(req.key)
             line["value"] = None if value is None else read_value(value if isinstance(value, bytes) else value.encode())
             line["served_by"] = line["target"] = 0  # (the gateway counts its hits; a reply does not say)
+            stats.resp_reads += 1
         elif req.op == "put":
             value = stream_value(str(req.value)) if req.big else str(req.value)
             await r.set(req.key, value, px=TTL_MS if req.ttl else None)

@@ -230,7 +230,9 @@ def run_cell(
         (dep.run_dir / "faults.log").write_text(
             "\n".join([*cell.tally.log, "-- not applied --", *cell.tally.failed]) + "\n"
         )
-        cell.reads, cell.cached_reads = int(totals.get("reads", 0)), int(totals.get("cached_reads", 0))
+        # the share of reads a cache answered, over the reads whose replies say (client_lib's; a gateway's do not)
+        cell.reads = int(totals.get("reads", 0)) - int(totals.get("resp_reads", 0))
+        cell.cached_reads = int(totals.get("cached_reads", 0))
         cell.ops, cell.violations, cell.unknown_keys = check(history, html)
         records = read_history(history)
         cell.oracle = judge(records)

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,13 +34,13 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 type options struct {
-	clusterFile, listen, listenHost, source, passwordFile, logFile, logLevel string
-	servers                                                                  serverAddrs
-	timeout, minTimeout                                                      time.Duration
-	retries, maxClients                                                      int
-	queryBudget                                                              int64
-	cluster                                                                  *cluster.Cluster
-	password                                                                 string
+	clusterFile, listen, listenHost, source, passwordFile, logFile, logLevel, cpuProfile string
+	servers                                                                              serverAddrs
+	timeout, minTimeout                                                                  time.Duration
+	retries, maxClients                                                                  int
+	queryBudget                                                                          int64
+	cluster                                                                              *cluster.Cluster
+	password                                                                             string
 }
 
 // serverAddrs are --server-address NAME=HOST:PORT flags: where a storage server's DistCache port is, when
@@ -86,6 +87,7 @@ func parseOptions(args []string) (*options, error) {
 		"connections may hold at once (past it, the connection reading is closed with an error)")
 	fs.StringVar(&o.logFile, "log-file", "", "log here instead of stderr")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warning or error")
+	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a pprof CPU profile of the run here (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -164,6 +166,16 @@ func run(args []string) int {
 	}
 	if err := setupLogging(o); err != nil {
 		return usage("--log-file: " + err.Error())
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return usage("--cpu-profile: " + err.Error())
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return usage("--cpu-profile: " + err.Error())
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	g, err := start(o)
 	if err != nil {

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from dcnet.deploy import Deployment
+from dcnet.nodes import GATEWAY_PORT
 from dcnet.prometheus import Prometheus, free_port
 
 from distcache.cluster import DATA_NETS, Cluster
@@ -257,11 +258,17 @@ def test_nothing_listens_outside_loopback_or_the_management_side(scraped: Scrape
     bad = []
     for host in dep.cluster.hosts():
         node = dep.net[host.name]
-        for proto, addr, port, _ in _sockets(node.cmd("ss -tulnpH")):
+        for proto, addr, port, pids in _sockets(node.cmd("ss -tulnpH")):
             if _loopback(addr):
                 continue
             if proto in ("udp", "tcp") and host in dep.cluster.servers() and (addr, port) == (host.ip, DC_PORT):
                 continue  # the storage server's DistCache service (datagrams, the stream path), on its own address
+            owners = {Path(f"/proc/{p}/comm").read_text().strip() for p in pids if Path(f"/proc/{p}").exists()}
+            gateway = host in dep.cluster.clients() and addr == host.ip and owners == {"distcache-gatew"}
+            if gateway and ((proto, port) == ("tcp", GATEWAY_PORT) or proto == "udp"):
+                # the client host's Redis-protocol gateway, on its own address: its Redis port, and the datagram
+                # socket its fabric requests leave from (a reply is taken only from where its request went)
+                continue
             bad.append(f"{host.name}: {proto} {addr}:{port}")
     # the root namespace: the deployment's processes (switches, agents, controller, Prometheus)
     ours = {sw.proc.pid for sw in dep.net.switches if getattr(sw, "proc", None) is not None}

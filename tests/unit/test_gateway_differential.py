@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -107,12 +107,12 @@ number = st.sampled_from([b"1", b"0", b"-3", b"100", b"x", b"1.5", b"99999999999
 ttl = st.sampled_from([b"100", b"1000", b"-5", b"0", b"x"])
 
 
-def spread_keys(bed: GatewayBed, prefix: bytes) -> list[bytes]:
+def spread_keys(server_of: Callable[[bytes], str], prefix: bytes) -> list[bytes]:
     """Three keys of this prefix: two on one storage server, one on the other (few keys: commands meet)."""
     by_server: dict[str, list[bytes]] = {}
     for i in itertools.count():
         k = prefix + b"k%d" % i
-        by_server.setdefault(bed.server_of(k), []).append(k)
+        by_server.setdefault(server_of(k), []).append(k)
         if len(by_server) == 2 and any(len(v) >= 2 for v in by_server.values()):
             a, b = sorted(by_server.values(), key=len, reverse=True)
             return [*a[:2], b[0]]
@@ -216,7 +216,7 @@ def normalized(cmd: Command, reply: bytes) -> bytes:
 @given(data=st.data(), proto=st.sampled_from([2, 3]), pipelined=st.booleans())
 def test_the_same_replies_as_redis(bed: GatewayBed, reference: Path, data: st.DataObject, proto: int,
                                    pipelined: bool) -> None:  # fmt: skip
-    keys = spread_keys(bed, f"p{next(_examples)}:".encode())
+    keys = spread_keys(bed.server_of, f"p{next(_examples)}:".encode())
     chosen = data.draw(st.lists(st.sampled_from(FAMILIES), min_size=1, max_size=2, unique=True))
     seq = data.draw(st.lists(commands(keys, chosen), min_size=3, max_size=25))
     gw, ref = connect(bed, reference)
